@@ -1,0 +1,61 @@
+"""distributed_onnx: run ONNX forecasting checkpoints at scale on Ray, offline (backtests) and online (Serve).
+
+The public names below are stable; everything else is internal. :class:`OnnxBackend` is imported lazily so
+that importing the package does not load ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from distributed_onnx.backend import (
+    CoreMLProvider,
+    CpuProvider,
+    CudaProvider,
+    DefaultProviderPolicy,
+    ExecutionProvider,
+    HostCapabilities,
+    InferenceBackend,
+    ProviderPolicy,
+    SessionOptionsConfig,
+    TensorRTProvider,
+)
+from distributed_onnx.checkpoint import (
+    CheckpointMetadata,
+    LocalCheckpoint,
+    ResolvedCheckpoint,
+    write_checkpoint,
+)
+from distributed_onnx.errors import DistributedOnnxError
+
+if TYPE_CHECKING:
+    from distributed_onnx.backend.onnx import OnnxBackend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointMetadata",
+    "CoreMLProvider",
+    "CpuProvider",
+    "CudaProvider",
+    "DefaultProviderPolicy",
+    "DistributedOnnxError",
+    "ExecutionProvider",
+    "HostCapabilities",
+    "InferenceBackend",
+    "LocalCheckpoint",
+    "OnnxBackend",
+    "ProviderPolicy",
+    "ResolvedCheckpoint",
+    "SessionOptionsConfig",
+    "TensorRTProvider",
+    "write_checkpoint",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OnnxBackend":
+        from distributed_onnx.backend.onnx import OnnxBackend
+
+        return OnnxBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,5 @@
+"""``python -m distributed_onnx`` is the ``distributed-onnx`` command."""
+
+from distributed_onnx.cli import main
+
+raise SystemExit(main())

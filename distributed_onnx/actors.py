@@ -1,0 +1,82 @@
+"""The Ray adapter: an :class:`InferenceWorker` per actor, pinned to what Ray assigned it.
+
+Inside the actor (after Ray has set ``CUDA_VISIBLE_DEVICES``) it reads which GPUs it holds, refuses GPU
+providers when it holds none (since Ray 2.60 such an actor sees every GPU of its node), addresses its GPU by
+the *local* index 0, sizes ONNX Runtime's thread pool from its CPU share with spinning off, warms up and
+reports what it realized. The worker class itself stays Ray-free; it is made remote only here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from distributed_onnx.backend.policy import HostCapabilities
+from distributed_onnx.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
+
+
+class PinnedWorker:
+    """The body of a worker actor (and of a Serve replica): builds and owns one pinned worker."""
+
+    def __init__(self, config: WorkerConfig, num_cpus: float) -> None:
+        gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
+        threads = config.session_options.intra_op_num_threads or max(1, int(num_cpus))
+        spinning = config.session_options.allow_spinning
+        options = config.session_options.model_copy(
+            update={
+                "intra_op_num_threads": threads,
+                "allow_spinning": False if spinning is None else spinning,
+            }
+        )
+        providers = None if config.providers is None else local_device_chain(config.providers)
+        pinned = config.model_copy(update={"session_options": options, "providers": providers})
+        self.worker = InferenceWorker.from_config(pinned, HostCapabilities.detect(gpu_assigned=bool(gpu_ids)))
+        warm_up_s = self.worker.warm_up(config.warm_up_rows) if config.warm_up_rows else None
+        self._info = self.worker.info(
+            intra_op_num_threads=threads,
+            gpu_ids=gpu_ids,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            node_id=ray.get_runtime_context().get_node_id(),
+            warm_up_s=warm_up_s,
+        )
+
+    def ready(self) -> WorkerInfo:
+        """Returns once the session is built and warm; the dispatcher waits on it with a timeout."""
+        return self._info
+
+    def forecast_batch(
+        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        return self.worker.forecast_batch(batch, context_length, horizon, quantiles)
+
+
+def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
+    """GPU providers address device 0: after Ray sets CUDA_VISIBLE_DEVICES, the actor's GPU is local index 0."""
+    return [
+        provider.model_copy(update={"device_id": 0})
+        if isinstance(provider, CudaProvider | TensorRTProvider)
+        else provider
+        for provider in chain
+    ]
+
+
+def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0) -> dict[str, Any]:
+    """``ray.remote`` options of a worker actor; ``num_gpus`` may be fractional (several actors per GPU)."""
+    if num_cpus <= 0:
+        raise ConfigError(f"cpus_per_actor must be > 0, got {num_cpus}", key="cpus_per_actor")
+    if num_gpus < 0:
+        raise ConfigError(f"gpus_per_actor must be >= 0, got {num_gpus}", key="gpus_per_actor")
+    return {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts, "max_concurrency": 1}
+
+
+def start_worker_actor(config: WorkerConfig, num_cpus: float, num_gpus: float) -> Any:
+    """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``)."""
+    actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(PinnedWorker)
+    return actor_class.remote(config, num_cpus)

@@ -1,0 +1,124 @@
+"""The one exception tree of distributed_onnx.
+
+Every error the package raises on purpose derives from :class:`DistributedOnnxError`, so callers can
+catch the family with one clause and the CLI can turn it into a one-line message and a non-zero exit::
+
+    DistributedOnnxError
+    ├── MissingExtraError              an optional dependency is not installed (message has the install hint)
+    ├── ConfigError                    a setting is invalid (names the key and, when known, the file)
+    ├── CheckpointError
+    │   ├── CheckpointNotFoundError    the weights or metadata file does not exist
+    │   ├── CheckpointMetadataError    the metadata is not valid JSON or violates the schema
+    │   ├── CheckpointIntegrityError   the weights' sha256 differs from the metadata's
+    │   ├── CheckpointCorruptError     ONNX Runtime cannot load the weights
+    │   └── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
+    ├── ProviderError
+    │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
+    │   └── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
+    ├── BackendClosedError             ``run`` after ``close``
+    ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims, NaN)
+    ├── InferenceError                 ONNX Runtime failed while running valid-looking inputs
+    ├── DataError                      the input table is unusable (names the file and rows)
+    └── BatchError                     a dispatched batch failed (names its window ids)
+
+Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
+in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DistributedOnnxError(Exception):
+    """Base class of every error raised on purpose by distributed_onnx."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray unpickles exceptions by calling the class again: keep the keyword fields too.
+        return (_rebuild, (type(self), self.message, self.fields))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[DistributedOnnxError], message: str, fields: dict[str, Any]) -> DistributedOnnxError:
+    return cls(message, **fields)
+
+
+class MissingExtraError(DistributedOnnxError):
+    """An optional dependency is missing; the message says which extra installs it."""
+
+    @classmethod
+    def for_package(cls, package: str, extra: str) -> MissingExtraError:
+        return cls(
+            f"{package} is not installed. Install it with: pip install 'distributed-onnx[{extra}]'",
+            package=package,
+            extra=extra,
+        )
+
+
+class ConfigError(DistributedOnnxError):
+    """A setting is invalid or inconsistent."""
+
+
+class CheckpointError(DistributedOnnxError):
+    """A checkpoint cannot be resolved or loaded."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """The weights or the metadata file does not exist."""
+
+
+class CheckpointMetadataError(CheckpointError):
+    """The metadata file is not valid JSON or violates the schema."""
+
+
+class CheckpointIntegrityError(CheckpointError):
+    """The weights file's sha256 differs from the one recorded in the metadata."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """ONNX Runtime could not load the weights file."""
+
+
+class CheckpointGraphMismatchError(CheckpointError):
+    """The graph's input or output names disagree with the metadata."""
+
+
+class ProviderError(DistributedOnnxError):
+    """An execution-provider chain cannot be realized as asked."""
+
+
+class ProviderUnavailableError(ProviderError):
+    """An explicitly requested accelerator was not realized by ONNX Runtime."""
+
+
+class ProviderNotAllowedError(ProviderError):
+    """A GPU provider was requested in a process that holds no GPU."""
+
+
+class BackendClosedError(DistributedOnnxError):
+    """The backend was used after ``close()``."""
+
+
+class InputValidationError(DistributedOnnxError):
+    """Input tensors do not match what the session expects."""
+
+
+class InferenceError(DistributedOnnxError):
+    """ONNX Runtime failed while running the model."""
+
+
+class DataError(DistributedOnnxError):
+    """The input table cannot be used as it is."""
+
+
+class BatchError(DistributedOnnxError):
+    """A dispatched batch failed; ``window_ids`` lists the windows it carried."""

@@ -1,0 +1,125 @@
+"""The seasonal-naive baseline and the seasonal scale that MASE and SQL divide by.
+
+Both come from the same idea, "repeat the last season", and both must only see the series strictly before
+a window's origin, so they live together (see DESIGN.md, Metrics). Missing values are NaN throughout:
+a missing value never becomes a zero, it drops the pair (scale) or makes the forecast missing (naive),
+and the metrics then leave that step out and count it.
+
+Pure numpy; the batch variants are vectorised over windows so a backtest never loops per window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from distributed_onnx.errors import ConfigError
+
+__all__ = [
+    "broadcast_quantiles",
+    "seasonal_naive_batch",
+    "seasonal_naive_forecast",
+    "seasonal_scale",
+    "seasonal_scales",
+]
+
+
+def _check_season(m: int) -> None:
+    if m < 1:
+        raise ConfigError(f"seasonality m must be a positive number of steps; got {m}.", key="seasonality")
+
+
+def _as_series(values: npt.ArrayLike, name: str) -> npt.NDArray[np.float64]:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ConfigError(f"{name} must be one-dimensional; got shape {array.shape}.", key=name)
+    return array
+
+
+def seasonal_scale(history: npt.ArrayLike, m: int) -> float:
+    """Mean ``|y_t - y_(t-m)|`` over every pair in ``history`` with both values observed; NaN if none.
+
+    ``history`` holds the series' values strictly before the window's origin. This is the in-sample MAE of
+    the seasonal-naive forecast (the fev / GluonTS scale), so MASE 1.0 means "as good as repeating the last
+    season". NaN, not 0, when no pair exists, so the caller cannot divide by it by accident.
+    """
+    _check_season(m)
+    y = _as_series(history, "history")
+    if y.size <= m:
+        return float("nan")
+    diff = np.abs(y[m:] - y[:-m])
+    observed = np.isfinite(diff)
+    if not observed.any():
+        return float("nan")
+    return float(diff[observed].mean())
+
+
+def seasonal_scales(values: npt.ArrayLike, origins: npt.ArrayLike, m: int) -> npt.NDArray[np.float64]:
+    """``seasonal_scale(values[:origin], m)`` for many origin positions of one series at once.
+
+    A backtest has many windows per series; recomputing the scale per window is quadratic in the series
+    length. Prefix sums of ``|y_t - y_(t-m)|`` and of the pair counts make every window O(1).
+    ``origins`` are integer positions into ``values`` (the index of each window's first forecast step).
+    """
+    _check_season(m)
+    y = _as_series(values, "values")
+    positions = np.asarray(origins, dtype=np.int64)
+    if positions.size and (positions.min() < 0 or positions.max() > y.size):
+        raise ConfigError(
+            f"origins must be positions within 0..{y.size}; got {positions.min()}..{positions.max()}.",
+            key="origins",
+        )
+    diff = np.abs(y[m:] - y[:-m]) if y.size > m else np.zeros(0)
+    observed = np.isfinite(diff)
+    sums = np.concatenate(([0.0], np.cumsum(np.where(observed, diff, 0.0))))
+    counts = np.concatenate(([0], np.cumsum(observed)))
+    # Pair j compares y[j + m] with y[j]; it lies before the origin when j + m < origin.
+    upto = np.clip(positions - m, 0, diff.size)
+    n = counts[upto]
+    scale = np.full(positions.shape, np.nan)
+    has_pair = n > 0
+    scale[has_pair] = sums[upto][has_pair] / n[has_pair]
+    return scale
+
+
+def seasonal_naive_batch(last_season: npt.ArrayLike, horizon: int) -> npt.NDArray[np.float64]:
+    """Seasonal-naive forecasts for many windows: ``[W, m]`` last-season blocks -> ``[W, horizon]``.
+
+    Row ``w`` of ``last_season`` holds ``y(origin - m) .. y(origin - 1)``; lead ``h`` (0-based) repeats
+    ``y(origin - m + (h mod m))``. NaN stays NaN, so the baseline is missing exactly where it has no value.
+    """
+    block = np.asarray(last_season, dtype=np.float64)
+    if block.ndim != 2 or block.shape[1] < 1:
+        raise ConfigError(
+            f"last_season must have shape [windows, m] with m >= 1; got {block.shape}.", key="last_season"
+        )
+    if horizon < 1:
+        raise ConfigError(f"horizon must be at least 1 step; got {horizon}.", key="horizon")
+    return block[:, np.arange(horizon) % block.shape[1]]
+
+
+def seasonal_naive_forecast(history: npt.ArrayLike, m: int, horizon: int) -> npt.NDArray[np.float64]:
+    """Seasonal-naive forecast of one window: ``history[-m:]`` repeated over ``horizon`` steps.
+
+    ``history`` ends at ``origin - 1``. A history shorter than one season is padded with NaN on the left:
+    the values before the series starts are missing, not zero.
+    """
+    _check_season(m)
+    y = _as_series(history, "history")
+    season = np.full(m, np.nan)
+    tail = y[-m:]
+    season[m - tail.size :] = tail
+    forecast: npt.NDArray[np.float64] = seasonal_naive_batch(season[None, :], horizon)[0]
+    return forecast
+
+
+def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int) -> npt.NDArray[np.float64]:
+    """Give a point forecast ``[..., H]`` a quantile axis ``[..., H, Q]`` where every level equals the point.
+
+    The baseline is scored by the same accumulator as the model (DESIGN.md: all its quantiles equal the
+    point), so pinball, WQL and SQL of the baseline are defined and comparable.
+    """
+    values = np.asarray(point, dtype=np.float64)
+    return np.repeat(values[..., None], n_quantiles, axis=-1)

@@ -1,0 +1,205 @@
+"""The input table: long format (``series_id``, ``timestamp``, ``y``, declared covariates) -> dense series.
+
+Reads Parquet or CSV with pyarrow, checks the contract of DESIGN.md (required columns, UTC timestamps on a
+regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
+downstream). Every error names the file and, where rows are at fault, the rows (0-based data rows).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from distributed_onnx.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
+_US_PER_MINUTE = 60_000_000
+_MAX_ROWS_IN_MESSAGE = 5
+
+
+@dataclass
+class Series:
+    """One series on its dense grid: ``values[i]`` is the value at ``start_us + i * step_us`` (NaN = missing)."""
+
+    series_id: str
+    start_us: int
+    step_us: int
+    values: np.ndarray
+    covariates: np.ndarray  # [n_covariates, n_points], NaN = missing
+
+    @property
+    def n_points(self) -> int:
+        return int(self.values.shape[0])
+
+    def timestamp_us(self, index: int | np.ndarray) -> int | np.ndarray:
+        return self.start_us + np.asarray(index, dtype=np.int64) * self.step_us
+
+
+@dataclass
+class SeriesTable:
+    """All series of a dataset, in ``series_id`` order, plus what was read."""
+
+    series: list[Series]
+    covariate_names: list[str]
+    resolution_minutes: int
+    source: str
+
+    @property
+    def n_points(self) -> int:
+        return sum(series.n_points for series in self.series)
+
+    def index_of(self) -> dict[str, int]:
+        return {series.series_id: i for i, series in enumerate(self.series)}
+
+
+def read_table(path: Path) -> pa.Table:
+    """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file."""
+    if not path.is_file():
+        raise DataError(f"Data file not found: {path}", path=str(path))
+    try:
+        if path.suffix.lower() in {".csv", ".txt"}:
+            return pa_csv.read_csv(path)
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
+
+
+def load_series(
+    path: Path,
+    resolution_minutes: int,
+    covariates: Sequence[str] = (),
+) -> SeriesTable:
+    """Read ``path`` and lay it out as dense series on a ``resolution_minutes`` grid."""
+    return series_from_table(read_table(path), resolution_minutes, covariates, source=str(path))
+
+
+def series_from_table(
+    table: pa.Table,
+    resolution_minutes: int,
+    covariates: Sequence[str] = (),
+    *,
+    source: str = "<table>",
+) -> SeriesTable:
+    """Validate an Arrow table against the input contract and build dense series from it."""
+    missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in table.column_names]
+    if missing:
+        declared = [name for name in missing if name in covariates]
+        hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
+        raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {table.column_names}.", path=source)
+    extra = [name for name in table.column_names if name not in (*REQUIRED_COLUMNS, *covariates)]
+    if extra:
+        logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
+    if table.num_rows == 0:
+        raise DataError(f"{source}: the data has no rows.", path=source)
+
+    series_ids = pc.cast(table["series_id"], pa.string()).to_numpy(zero_copy_only=False)
+    timestamps = _timestamps_us(table["timestamp"], source)
+    values = _floats(table, "y", source)
+    covariate_values = [_floats(table, name, source) for name in covariates]
+
+    order = np.lexsort((timestamps, series_ids))
+    sorted_ids, sorted_ts = series_ids[order], timestamps[order]
+    same_series = sorted_ids[1:] == sorted_ids[:-1]
+    duplicate = same_series & (sorted_ts[1:] == sorted_ts[:-1])
+    if duplicate.any():
+        rows = np.sort(np.unique(np.concatenate([order[1:][duplicate], order[:-1][duplicate]])))
+        raise DataError(
+            f"{source}: duplicate (series_id, timestamp) at rows {_rows(rows)} "
+            f"(e.g. series {sorted_ids[1:][duplicate][0]!r} at {_iso(int(sorted_ts[1:][duplicate][0]))}).",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    step_us = resolution_minutes * _US_PER_MINUTE
+    boundaries = np.flatnonzero(~same_series) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(order)]])
+    first_ts = np.repeat(sorted_ts[starts], ends - starts)
+    offsets = sorted_ts - first_ts
+    off_grid = offsets % step_us != 0
+    if off_grid.any():
+        rows = np.sort(order[off_grid])
+        raise DataError(
+            f"{source}: timestamps off the {resolution_minutes}-minute grid of their series at rows {_rows(rows)} "
+            f"(e.g. {_iso(int(sorted_ts[off_grid][0]))} in series {sorted_ids[off_grid][0]!r}).",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    gaps = np.diff(sorted_ts)[same_series] // step_us
+    common = int(np.gcd.reduce(gaps)) if gaps.size else 1
+    if common > 1:
+        raise DataError(
+            f"{source}: the data is on a {common * resolution_minutes}-minute grid, but the checkpoint expects "
+            f"{resolution_minutes}-minute resolution. Resample the data or use a matching checkpoint.",
+            path=source,
+        )
+
+    result: list[Series] = []
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        rows = order[start:end]
+        positions = offsets[start:end] // step_us
+        n_points = int(positions[-1]) + 1
+        dense = np.full(n_points, np.nan)
+        dense[positions] = values[rows]
+        covariate_block = np.full((len(covariate_values), n_points), np.nan)
+        for k, column in enumerate(covariate_values):
+            covariate_block[k, positions] = column[rows]
+        result.append(
+            Series(
+                series_id=str(sorted_ids[start]),
+                start_us=int(sorted_ts[start]),
+                step_us=step_us,
+                values=dense,
+                covariates=covariate_block,
+            )
+        )
+    return SeriesTable(result, list(covariates), resolution_minutes, source)
+
+
+def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        try:
+            column = pc.cast(column, pa.timestamp("us", tz="UTC"))
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"{source}: column 'timestamp' has values that are not timestamps: {exc}") from exc
+        kind = column.type
+    if not pa.types.is_timestamp(kind):
+        raise DataError(f"{source}: column 'timestamp' must hold timestamps, found {kind}.", path=source)
+    if kind.tz is None:
+        logger.warning("%s: timestamps carry no time zone; reading them as UTC", source)
+    if column.null_count:
+        rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+        raise DataError(f"{source}: empty timestamps at rows {_rows(rows)}.", path=source)
+    return pc.cast(column, pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:
+    try:
+        column = pc.cast(table[name], pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(f"{source}: column {name!r} must be numeric, found {table[name].type}.", path=source) from exc
+    array = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    if np.isinf(array).any():
+        rows = np.flatnonzero(np.isinf(array))
+        raise DataError(f"{source}: column {name!r} has infinite values at rows {_rows(rows)}.", path=source)
+    return array
+
+
+def _rows(rows: np.ndarray) -> str:
+    shown = ", ".join(str(int(r)) for r in rows[:_MAX_ROWS_IN_MESSAGE])
+    more = f" and {len(rows) - _MAX_ROWS_IN_MESSAGE} more" if len(rows) > _MAX_ROWS_IN_MESSAGE else ""
+    return f"[{shown}]{more}"
+
+
+def _iso(timestamp_us: int) -> str:
+    return str(np.datetime64(timestamp_us, "us")) + "Z"

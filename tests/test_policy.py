@@ -1,0 +1,107 @@
+"""Provider policy and the strict/graceful fallback contract, with fake hosts (unit tier)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from graphs import tiny_chronos2_metadata
+
+from distributed_onnx.backend.policy import (
+    DefaultProviderPolicy,
+    HostCapabilities,
+    check_allowed,
+    check_realized,
+)
+from distributed_onnx.backend.providers import (
+    CoreMLProvider,
+    CpuProvider,
+    CudaProvider,
+    SessionOptionsConfig,
+    TensorRTProvider,
+    provider_from_kind,
+)
+from distributed_onnx.errors import ProviderNotAllowedError, ProviderUnavailableError
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+COREML = "CoreMLExecutionProvider"
+
+
+def host(*providers: str, platform: str = "linux", gpu_assigned: bool = True) -> HostCapabilities:
+    return HostCapabilities(platform=platform, available_providers=frozenset(providers), gpu_assigned=gpu_assigned)
+
+
+def kinds(chain: list[object]) -> list[str]:
+    return [p.kind for p in chain]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("facts", "metadata_changes", "expected"),
+    [
+        (host(CPU), {}, ["cpu"]),
+        (host(CUDA, CPU), {}, ["cuda", "cpu"]),
+        (host(CUDA, CPU, gpu_assigned=False), {}, ["cpu"]),  # a Ray actor without num_gpus
+        (host(CUDA, CPU), {"precision": "int8"}, ["cuda", "cpu"]),
+        (host(COREML, CPU, platform="darwin"), {"static_shapes": True}, ["coreml", "cpu"]),
+        (host(COREML, CPU, platform="darwin"), {"static_shapes": False}, ["cpu"]),
+        (host(COREML, CPU, platform="darwin"), {"static_shapes": True, "precision": "int8"}, ["cpu"]),
+    ],
+)
+def test_default_policy(facts: HostCapabilities, metadata_changes: dict[str, object], expected: list[str]) -> None:
+    chain = DefaultProviderPolicy().select(tiny_chronos2_metadata(**metadata_changes), facts)
+    assert kinds(chain) == expected
+
+
+def test_policy_never_selects_tensorrt() -> None:
+    chain = DefaultProviderPolicy().select(tiny_chronos2_metadata(), host("TensorrtExecutionProvider", CUDA, CPU))
+    assert "tensorrt" not in kinds(chain)
+
+
+def test_gpu_chain_refused_without_gpu() -> None:
+    with pytest.raises(ProviderNotAllowedError, match=r"\['cuda'\] need a GPU"):
+        check_allowed([CudaProvider(), CpuProvider()], host(CUDA, CPU, gpu_assigned=False))
+    check_allowed([CpuProvider()], host(CUDA, CPU, gpu_assigned=False))
+
+
+def test_strict_chain_raises_when_accelerator_missing() -> None:
+    with pytest.raises(ProviderUnavailableError, match="CUDAExecutionProvider"):
+        check_realized([CudaProvider(), CpuProvider()], [CPU], strict=True)
+
+
+def test_graceful_chain_warns_only_on_full_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        check_realized([TensorRTProvider(), CudaProvider(), CpuProvider()], [CUDA, CPU], strict=False)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING):
+        check_realized([CudaProvider(), CpuProvider()], [CPU], strict=False)
+    assert "fell back" in caplog.text
+
+
+def test_providers_compile_to_ort() -> None:
+    assert CudaProvider(device_id=1, gpu_mem_limit_bytes=1 << 30).to_ort() == (
+        CUDA,
+        {
+            "device_id": "1",
+            "cudnn_conv_algo_search": "HEURISTIC",
+            "use_tf32": "1",
+            "gpu_mem_limit": str(1 << 30),
+        },
+    )
+    name, options = TensorRTProvider(engine_cache_dir="/c", timing_cache_dir="/t").to_ort()  # type: ignore[arg-type]
+    assert name == "TensorrtExecutionProvider"
+    assert options["trt_engine_cache_path"] == "/c"
+    assert options["trt_timing_cache_path"] == "/t"
+    assert options["trt_fp16_enable"] == "True"
+    assert CoreMLProvider().to_ort() == (COREML, {"ModelFormat": "MLProgram", "MLComputeUnits": "CPUAndGPU"})
+
+
+def test_provider_from_kind_and_unknown() -> None:
+    assert provider_from_kind("CUDA") == CudaProvider()
+    with pytest.raises(ValueError, match="Unknown execution provider 'tpu'"):
+        provider_from_kind("tpu")
+
+
+def test_session_options_reject_negative_threads() -> None:
+    with pytest.raises(ValueError, match="intra_op_num_threads"):
+        SessionOptionsConfig(intra_op_num_threads=-1)
