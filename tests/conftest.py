@@ -20,22 +20,30 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> ResolvedCheckpo
     return write_tiny_chronos2(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture(scope="session")
+RAY_TEST_RESOURCES = {"num_cpus": 2, "num_gpus": 2}
+
+
+@pytest.fixture
 def ray_session() -> Iterator[None]:
-    """One local Ray for the whole test session: 2 CPUs, 2 fake GPUs (for pinning tests), loopback only."""
+    """The shared local Ray (2 CPUs, 2 fake GPUs for pinning tests, loopback only), started on first use.
+
+    Starting Ray costs seconds, so it stays up across tests; a test that needs another topology (a
+    ``ray.cluster_utils.Cluster``) shuts it down first and this fixture starts it again when next needed.
+    """
     ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(
+            **RAY_TEST_RESOURCES,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    yield
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import ray
+
     if ray.is_initialized():
-        yield
-        return
-    ray.init(
-        num_cpus=2,
-        num_gpus=2,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield
-    finally:
         ray.shutdown()
