@@ -18,7 +18,7 @@ import ray
 
 from distributed_onnx.backend.policy import HostCapabilities
 from distributed_onnx.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError
 from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
 
@@ -57,6 +57,35 @@ class PinnedWorker:
         return self.worker.forecast_batch(batch, context_length, horizon, quantiles)
 
 
+class WorkerActor:
+    """The backtest's actor: a :class:`PinnedWorker` whose start-up errors surface from :meth:`ready`.
+
+    An exception in an actor's ``__init__`` kills the actor and reaches the caller only as text inside
+    ``ActorDiedError``; keeping it and raising it from ``ready()`` hands the driver the original, typed
+    error (a corrupt checkpoint, a refused GPU chain) to report cleanly.
+    """
+
+    def __init__(self, config: WorkerConfig, num_cpus: float) -> None:
+        self._pinned: PinnedWorker | None = None
+        self._error: DistributedOnnxError | None = None
+        try:
+            self._pinned = PinnedWorker(config, num_cpus)
+        except DistributedOnnxError as exc:
+            self._error = exc
+
+    def ready(self) -> WorkerInfo:
+        if self._pinned is None:
+            raise self._error or DistributedOnnxError("worker failed to start")
+        return self._pinned.ready()
+
+    def forecast_batch(
+        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        if self._pinned is None:
+            raise self._error or DistributedOnnxError("worker failed to start")
+        return self._pinned.forecast_batch(batch, context_length, horizon, quantiles)
+
+
 def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
     """GPU providers address device 0: after Ray sets CUDA_VISIBLE_DEVICES, the actor's GPU is local index 0."""
     return [
@@ -78,5 +107,5 @@ def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0
 
 def start_worker_actor(config: WorkerConfig, num_cpus: float, num_gpus: float) -> Any:
     """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``)."""
-    actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(PinnedWorker)
+    actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(WorkerActor)
     return actor_class.remote(config, num_cpus)

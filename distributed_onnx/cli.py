@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     backtest = commands.add_parser("backtest", help="run (or resume) a distributed backtest")
     backtest.add_argument("--config", type=Path, help="YAML file of the same settings; flags override it")
     backtest.add_argument("--checkpoint", type=Path, help="the .onnx checkpoint (default: the bundled one)")
-    backtest.add_argument("--data", type=Path, help="input table (default: the bundled Taylor data)")
-    backtest.add_argument("--output", type=Path, help="run directory (rerun it to resume)")
+    # Strings, not Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
+    backtest.add_argument("--data", help="input table, path or URL (default: the bundled Taylor data)")
+    backtest.add_argument("--output", help="run directory, path or URL (rerun it to resume)")
     backtest.add_argument("--horizon", type=int)
     backtest.add_argument("--context-length", type=int)
     backtest.add_argument("--n-windows", type=int, help="windows per series, the last ending at the series' end")
@@ -70,6 +71,22 @@ def _parser() -> argparse.ArgumentParser:
     backtest.add_argument("--address", help="Ray address (default: an embedded local Ray on 127.0.0.1)")
     backtest.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     backtest.set_defaults(handler=_backtest)
+
+    serve = commands.add_parser("serve", help="serve a checkpoint over HTTP (foreground; Ctrl-C or SIGTERM stops)")
+    serve.add_argument("--checkpoint", type=Path, help="the .onnx checkpoint (default: the bundled one)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    serve.add_argument("--replicas", type=int, help="replicas, one ONNX Runtime session each (default 1)")
+    serve.add_argument("--cpus-per-replica", type=float, help="CPUs per replica; sets ORT's threads (default 1)")
+    serve.add_argument("--gpus-per-replica", type=float, help="GPUs per replica, fractions share one (default 0)")
+    serve.add_argument("--providers", help="explicit provider chain, e.g. cuda,cpu (strict)")
+    serve.add_argument("--max-batch-size", type=int, help="forecast requests per model call; 1 = off (default 16)")
+    serve.add_argument("--batch-wait-ms", type=float, help="how long a batch waits to fill (default 2)")
+    serve.add_argument("--max-queued-requests", type=int, help="queue before overload answers 503 (default 128)")
+    serve.add_argument("--max-body-bytes", type=int, help="request body limit; larger gets 413 (default 8 MB)")
+    serve.add_argument("--request-timeout-s", type=float, help="end-to-end request timeout (default 30)")
+    serve.add_argument("--address", help="Ray address (default: an embedded local Ray on 127.0.0.1)")
+    serve.set_defaults(handler=_serve)
     return parser
 
 
@@ -139,3 +156,27 @@ def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, 
         "windows_per_s": summary["timing"]["windows_per_s"],
         "global": scores,
     }
+
+
+_SERVE_KEYS = [
+    "checkpoint",
+    "host",
+    "port",
+    "replicas",
+    "cpus_per_replica",
+    "gpus_per_replica",
+    "providers",
+    "max_batch_size",
+    "batch_wait_ms",
+    "max_queued_requests",
+    "max_body_bytes",
+    "request_timeout_s",
+    "address",
+]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from distributed_onnx.serve.runner import serve_forever
+    from distributed_onnx.serve.settings import ServeSettings
+
+    return serve_forever(ServeSettings.from_sources({key: getattr(args, key) for key in _SERVE_KEYS}))

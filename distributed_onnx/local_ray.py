@@ -1,4 +1,12 @@
-"""Starting or joining Ray: a private single-machine instance bound to 127.0.0.1, or a given cluster."""
+"""Starting or joining Ray: a private single-machine instance on loopback, or a given cluster.
+
+Ray 2.60 turns ``127.0.0.1`` into the machine's network address before it binds anything
+(``ray._private.services.resolve_ip_for_localhost``): measured here, ``ray.init(_node_ip_address="127.0.0.1")``
+advertised 192.0.2.2 and its GCS, raylet and agents listened there and on all interfaces. Ray only keeps
+loopback when multi-node clustering is off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the switch Ray uses
+on macOS/Windows); with it, every listening socket of the embedded instance was on 127.0.0.1 (``ss -ltnp``).
+A single-machine instance needs no clustering, so :func:`use_loopback_only` turns it off.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +14,28 @@ import logging
 import os
 
 import ray
+from ray._private import ray_constants
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+_CLUSTERING_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def use_loopback_only() -> None:
+    """Keep a Ray started from this process on 127.0.0.1: no node of it will advertise another address.
+
+    The environment variable reaches the processes Ray starts (GCS, raylet, workers), which read it at
+    import; this process imported Ray already, so its constant is set as well.
+    """
+    os.environ[_CLUSTERING_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
-    A plain ``ray.init()`` advertises the machine's network address; the embedded instance must stay private,
-    so it binds to loopback and runs without the dashboard.
+    The embedded instance is private: loopback only (see the module docstring) and no dashboard.
     """
     if ray.is_initialized():
         return False
@@ -24,6 +43,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
         ray.init(address=address, log_to_driver=True)
         return False
+    use_loopback_only()
     ray.init(
         num_cpus=num_cpus or os.cpu_count() or 1,
         _node_ip_address=LOOPBACK,

@@ -2,7 +2,8 @@
 
 Reads Parquet or CSV with pyarrow, checks the contract of DESIGN.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
-downstream). Every error names the file and, where rows are at fault, the rows (0-based data rows).
+downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
+names the file and, where rows are at fault, the rows (0-based data rows).
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
 
+from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -62,20 +62,20 @@ class SeriesTable:
         return {series.series_id: i for i, series in enumerate(self.series)}
 
 
-def read_table(path: Path) -> pa.Table:
+def read_table(path: storage.Location) -> pa.Table:
     """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file."""
-    if not path.is_file():
-        raise DataError(f"Data file not found: {path}", path=str(path))
     try:
-        if path.suffix.lower() in {".csv", ".txt"}:
-            return pa_csv.read_csv(path)
-        return pq.read_table(path)
+        if not storage.is_file(path):
+            raise DataError(f"Data file not found: {path}", path=str(path))
+        if str(path).lower().endswith((".csv", ".txt")):
+            return pa_csv.read_csv(storage.open_input_file(path))
+        return storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 
 
 def load_series(
-    path: Path,
+    path: storage.Location,
     resolution_minutes: int,
     covariates: Sequence[str] = (),
 ) -> SeriesTable:

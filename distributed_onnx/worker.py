@@ -132,10 +132,24 @@ class InferenceWorker:
     def warm_up(self, rows: int = 8) -> float:
         """Run one all-missing batch so the first real batch does not pay for lazy initialisation."""
         started = time.perf_counter()
+        rows = self._fixed_windows() or rows
         context = np.full((rows, self._metadata.context_length), np.nan, dtype=np.float32)
         context[:, -1] = 0.0
         self.forecast(context, self._metadata.horizon_length, self._metadata.native_quantiles)
         return time.perf_counter() - started
+
+    def _fixed_windows(self) -> int | None:
+        """Windows per batch of a graph whose batch axis is fixed (static shapes), else None.
+
+        A static-shape graph accepts exactly that many rows, so a warm-up with any other count would fail.
+        """
+        name = self._metadata.input_names[0]
+        specs = getattr(self._backend, "input_specs", [])
+        fixed = next((spec.shape[0] for spec in specs if spec.name == name and spec.shape), None)
+        if not isinstance(fixed, int):
+            return None
+        probe, _ = self._adapter.build_inputs(np.zeros((1, self._metadata.context_length), np.float32), None)
+        return max(1, fixed // probe[name].shape[0])
 
     def info(self, **placement: Any) -> WorkerInfo:
         providers = list(getattr(self._backend, "providers", []))

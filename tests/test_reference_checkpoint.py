@@ -22,6 +22,7 @@ from distributed_onnx.reference.data import (
     model_inputs,
     seasonal_naive,
 )
+from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
@@ -30,9 +31,7 @@ ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or
 
 pytestmark = pytest.mark.integration
 
-CHECKPOINT = (
-    Path(__file__).resolve().parents[1] / "distributed_onnx" / "resources" / "reference" / "taylor_chronos2_mlp.onnx"
-)
+CHECKPOINT = REFERENCE_CHECKPOINT
 CONTEXT_LENGTH, HORIZON, QUANTILES = 512, 96, 9
 
 

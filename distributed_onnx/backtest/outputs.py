@@ -3,48 +3,49 @@
 ``forecasts/part-NNNNNN.parquet`` holds batch NNNNNN of the plan; the plan is deterministic, so a rerun with the
 same settings skips every part already on disk. ``run.json`` records the settings' fingerprint: a directory
 is never resumed by a run with different settings (that would mix two backtests in one dataset).
+The directory may be a local path or a URL (``s3://...``): every file goes through :mod:`distributed_onnx.storage`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.quantiles import quantile_column_name
+from distributed_onnx.storage import Location
 
 FORECASTS_DIR = "forecasts"
 MANIFEST = "run.json"
 
 
-def part_path(output: Path, batch_index: int) -> Path:
-    return output / FORECASTS_DIR / f"part-{batch_index:06d}.parquet"
+def part_path(output: Location, batch_index: int) -> Location:
+    return storage.join(output, FORECASTS_DIR, f"part-{batch_index:06d}.parquet")
 
 
-def done_batches(output: Path) -> set[int]:
+def part_files(output: Location) -> list[Location]:
+    """The finished forecast parts, in batch order."""
+    return storage.list_files(storage.join(output, FORECASTS_DIR), "part-", ".parquet")
+
+
+def done_batches(output: Location) -> set[int]:
     """Indices of the batches whose part file is complete on disk (partial files never get a final name)."""
-    directory = output / FORECASTS_DIR
-    if not directory.is_dir():
-        return set()
-    return {int(path.stem.removeprefix("part-")) for path in directory.glob("part-*.parquet")}
+    names = (str(part).rsplit("/", 1)[-1] for part in part_files(output))
+    return {int(name.removeprefix("part-").removesuffix(".parquet")) for name in names}
 
 
-def prepare_output(output: Path, fingerprint: str, manifest: dict[str, Any]) -> None:
+def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any]) -> None:
     """Create the directory, or check that the existing one belongs to the same run."""
-    output.mkdir(parents=True, exist_ok=True)
-    (output / FORECASTS_DIR).mkdir(exist_ok=True)
-    path = output / MANIFEST
-    if path.is_file():
-        previous = json.loads(path.read_text()).get("fingerprint")
+    storage.make_dirs(storage.join(output, FORECASTS_DIR))
+    path = storage.join(output, MANIFEST)
+    if storage.is_file(path):
+        previous = json.loads(storage.read_bytes(path)).get("fingerprint")
         if previous != fingerprint:
             raise ConfigError(
                 f"{output} holds a backtest with other settings (fingerprint {previous}, this run {fingerprint}); "
@@ -81,38 +82,24 @@ def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequ
     return pa.table(columns)
 
 
-def write_part(output: Path, batch_index: int, table: pa.Table) -> Path:
-    """Write one part atomically: a temporary file in the same directory, renamed into place."""
+def write_part(output: Location, batch_index: int, table: pa.Table) -> Location:
+    """Write one part atomically: a temporary file renamed into place, or one object upload."""
     path = part_path(output, batch_index)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", suffix=".parquet", delete=False)
-    handle.close()
-    try:
-        pq.write_table(table, handle.name, compression="zstd")
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    # Dictionary-encode only the repeated id columns: trying dictionaries on float columns (which never
+    # repeat) made writing 2x slower for a larger file (measured on the reference forecasts).
+    storage.write_parquet(path, table, compression="zstd", use_dictionary=["series_id", "window_id"])
     return path
 
 
-def write_parquet_atomically(path: Path, table: pa.Table) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary)
-    os.replace(temporary, path)
+def write_parquet_atomically(path: Location, table: pa.Table) -> None:
+    storage.write_parquet(path, table)
 
 
-def write_atomically(path: Path, payload: bytes) -> None:
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False)
-    try:
-        with handle:
-            handle.write(payload)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+def write_atomically(path: Location, payload: bytes) -> None:
+    storage.write_bytes(path, payload)
 
 
-def clean_partials(output: Path) -> None:
-    """Remove temporary files a killed run left behind (they never got a final name)."""
-    for path in (output / FORECASTS_DIR).glob(".tmp-*"):
-        path.unlink(missing_ok=True)
+def clean_partials(output: Location) -> None:
+    """Remove temporary files a killed run left behind (they never got a final name; object stores have none)."""
+    for path in storage.list_files(storage.join(output, FORECASTS_DIR), ".tmp-", ""):
+        storage.delete(path)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from distributed_onnx.backtest.outputs import FORECASTS_DIR, write_atomically
+from distributed_onnx import storage
+from distributed_onnx.backtest.outputs import part_files, write_atomically
 from distributed_onnx.backtest.scoring import NAIVE_MODEL
 from distributed_onnx.quantiles import central_intervals, quantile_column_name
 
@@ -25,7 +24,9 @@ WIDTH, HEIGHT, PAD = 640, 220, 36
 COLORS = {"model": "#1f6fb4", NAIVE_MODEL: "#d1495b"}
 
 
-def write_report(output: Path, summary: dict[str, Any], metrics: pa.Table, quantiles: Sequence[float]) -> Path:
+def write_report(
+    output: storage.Location, summary: dict[str, Any], metrics: pa.Table, quantiles: Sequence[float]
+) -> storage.Location:
     model = summary["model"]
     rows = metrics.to_pylist()
     headline = _headline(rows, model)
@@ -48,7 +49,7 @@ def write_report(output: Path, summary: dict[str, Any], metrics: pa.Table, quant
         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#f4f4f4}"
         "</style></head><body>" + "\n".join(sections) + "</body></html>"
     )
-    path = output / "report.html"
+    path = storage.join(output, "report.html")
     write_atomically(path, page.encode())
     return path
 
@@ -131,11 +132,11 @@ def _by_lead_plot(rows: list[dict[str, Any]], model: str, metric: str) -> str:
     return _svg(body, f"{metric} by lead: blue = {model}, red = seasonal naive; y axis from 0")
 
 
-def _fans(output: Path, quantiles: Sequence[float], count: int = 3) -> list[str]:
-    parts = sorted((output / FORECASTS_DIR).glob("part-*.parquet"))
+def _fans(output: storage.Location, quantiles: Sequence[float], count: int = 3) -> list[str]:
+    parts = part_files(output)
     if not parts:
         return ["<p>(no forecasts)</p>"]
-    table = pq.read_table(parts[-1])
+    table = storage.read_parquet(parts[-1])
     window_ids = pc.unique(table.column("window_id")).to_pylist()
     figures = []
     for window_id in window_ids[-count:]:

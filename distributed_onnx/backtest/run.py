@@ -18,14 +18,16 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+from ray.exceptions import RayTaskError
 
+from distributed_onnx import storage
 from distributed_onnx.actors import start_worker_actor
 from distributed_onnx.adapters import adapter_for
 from distributed_onnx.backtest import outputs, report, scoring
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint, file_sha256
 from distributed_onnx.dispatch import dispatch
-from distributed_onnx.errors import BatchError, ConfigError
+from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
 from distributed_onnx.local_ray import connect
 from distributed_onnx.progress import Progress
 from distributed_onnx.table import SeriesTable, load_series
@@ -85,6 +87,14 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             f"{len(settings.covariates)} covariates declared, the checkpoint takes at most {metadata.max_covariates}",
             key="covariates",
         )
+    gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
+    if gpu_providers and settings.gpus_per_actor == 0:
+        # An actor without a GPU must not build a GPU chain (DESIGN.md): refuse here, not in every actor.
+        raise ConfigError(
+            f"providers {gpu_providers} need a GPU, but gpus_per_actor is 0: set gpus_per_actor > 0 "
+            "(fractions share a GPU) or use the cpu provider",
+            key="providers",
+        )
     quantiles = settings.quantiles or list(metadata.native_quantiles)
     seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
     table = load_series(settings.data, metadata.resolution_minutes, settings.covariates)
@@ -115,7 +125,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     run_fingerprint = _digest(
         {
             **window_config,
-            "data_sha256": file_sha256(settings.data),
+            "data_sha256": storage.sha256(settings.data),
             "spec": spec.model_dump(),
             "rows_per_batch": settings.rows_per_batch,
             "seasonality": seasonality,
@@ -126,13 +136,14 @@ def prepare(settings: BacktestSettings) -> RunPlan:
 
 def run_backtest(settings: BacktestSettings) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if batches failed."""
-    return _BacktestRun(prepare(settings)).run()
+    started = time.perf_counter()
+    return _BacktestRun(prepare(settings), started).run()
 
 
 class _BacktestRun:
     """One execution of a plan: the callbacks of the dispatcher and the bookkeeping they share."""
 
-    def __init__(self, plan: RunPlan) -> None:
+    def __init__(self, plan: RunPlan, started: float) -> None:
         self.plan = plan
         self.output = plan.settings.output
         self.counts = PlanCounts()
@@ -140,9 +151,10 @@ class _BacktestRun:
         self.pending: dict[int, pa.RecordBatch] = {}
         self.failures: list[dict[str, Any]] = []
         self.infos: list[WorkerInfo] = []
+        self.actors: list[Any] = []  # the pool and its replacements: every one is killed at the end
         self.first_result_s: float | None = None
-        self.started = time.perf_counter()
-        self.dispatch_started = self.started
+        self.started = started
+        self.dispatch_started = started
         self.progress = Progress(self.counts.planned, enabled=plan.settings.progress)
 
     def run(self) -> BacktestResult:
@@ -171,15 +183,17 @@ class _BacktestRun:
         metrics = scoring.score(
             output, plan.table, plan.checkpoint.name, plan.quantiles, plan.spec.horizon, plan.seasonality
         )
-        outputs.write_parquet_atomically(output / "metrics.parquet", metrics)
+        outputs.write_parquet_atomically(storage.join(output, "metrics.parquet"), metrics)
         summary = self._summary(done, done_windows, stats, dispatch_s)
-        outputs.write_atomically(output / "summary.json", json.dumps(summary, indent=2, default=str).encode())
+        summary_json = json.dumps(summary, indent=2, default=str).encode()
+        outputs.write_atomically(storage.join(output, "summary.json"), summary_json)
         report.write_report(output, summary, metrics, plan.quantiles)
         if self.failures:
-            outputs.write_atomically(output / "failed_windows.json", json.dumps(self.failures, indent=2).encode())
+            failed_path = storage.join(output, "failed_windows.json")
+            outputs.write_atomically(failed_path, json.dumps(self.failures, indent=2).encode())
             first = self.failures[0]
             raise BatchError(
-                f"{len(self.failures)} batch(es) failed; their window ids are in {output / 'failed_windows.json'}. "
+                f"{len(self.failures)} batch(es) failed; their window ids are in {failed_path}. "
                 f"First: batch {first['batch']} (windows {first['window_ids'][:3]}...): {first['error']}",
                 failed_batches=[failure["batch"] for failure in self.failures],
             )
@@ -187,6 +201,7 @@ class _BacktestRun:
 
     def _dispatch(self, done: set[int]) -> dict[str, Any]:
         actors, self.infos = _start_pool(self.plan)
+        self.actors = actors
         self.dispatch_started = time.perf_counter()
         try:
             stats = dispatch(
@@ -214,7 +229,7 @@ class _BacktestRun:
         table = outputs.forecast_table(batch, forecasts, self.plan.quantiles, self.plan.step_us)
         outputs.write_part(self.output, planned.index, table)
         if self.first_result_s is None:
-            self.first_result_s = time.perf_counter() - self.dispatch_started
+            self.first_result_s = time.perf_counter() - self.started
         self.progress.advance(planned.n_windows)
 
     def _on_failure(self, planned: PlannedBatch, error: BaseException) -> None:
@@ -230,6 +245,7 @@ class _BacktestRun:
             logger.warning("Could not start a replacement actor", exc_info=True)
             return None
         self.infos.append(info)
+        self.actors.append(actor)
         return actor
 
     def _summary(self, done: set[int], done_windows: int, stats: dict[str, Any], dispatch_s: float) -> dict[str, Any]:
@@ -262,7 +278,7 @@ class _BacktestRun:
             "timing": {
                 "total_s": time.perf_counter() - self.started,
                 "dispatch_s": dispatch_s,
-                "first_forecast_s": self.first_result_s,
+                "first_forecast_s": self.first_result_s,  # from the start of the job, Ray start-up included
                 "windows_per_s": windows_run / dispatch_s if windows_run and dispatch_s > 0 else None,
             },
             "failed_batches": [
@@ -280,11 +296,24 @@ def _start_actor(plan: RunPlan) -> tuple[Any, WorkerInfo]:
 
 
 def _start_pool(plan: RunPlan) -> tuple[list[Any], list[WorkerInfo]]:
+    """Start the actors and wait until each is warm; a start-up error stops them all and is raised as is."""
     settings = plan.settings
+    _check_feasible(settings.cpus_per_actor, settings.gpus_per_actor)
     count = settings.actors or default_actor_count(settings.cpus_per_actor, settings.gpus_per_actor)
     config = WorkerConfig(checkpoint=plan.checkpoint.weights_path, providers=settings.providers)
     actors = [start_worker_actor(config, settings.cpus_per_actor, settings.gpus_per_actor) for _ in range(count)]
-    infos = ray.get([actor.ready.remote() for actor in actors], timeout=READY_TIMEOUT_S)
+    try:
+        infos = ray.get([actor.ready.remote() for actor in actors], timeout=READY_TIMEOUT_S)
+    except RayTaskError as exc:
+        for actor in actors:
+            ray.kill(actor)
+        if isinstance(exc.cause, DistributedOnnxError):
+            raise exc.cause from None
+        raise
+    except BaseException:
+        for actor in actors:
+            ray.kill(actor)
+        raise
     for info in infos:
         logger.info(
             "Worker ready: providers=%s gpus=%s threads=%s",
@@ -293,6 +322,22 @@ def _start_pool(plan: RunPlan) -> tuple[list[Any], list[WorkerInfo]]:
             info.intra_op_num_threads,
         )
     return actors, list(infos)
+
+
+def _check_feasible(cpus_per_actor: float, gpus_per_actor: float) -> None:
+    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes."""
+    nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+    fits = any(
+        node["Resources"].get("CPU", 0) >= cpus_per_actor and node["Resources"].get("GPU", 0) >= gpus_per_actor
+        for node in nodes
+    )
+    if not fits:
+        shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
+        raise ConfigError(
+            f"No node can host an actor with {cpus_per_actor} CPU and {gpus_per_actor} GPU; nodes have {shapes}. "
+            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
+            key="gpus_per_actor" if gpus_per_actor else "cpus_per_actor",
+        )
 
 
 def default_actor_count(cpus_per_actor: float, gpus_per_actor: float) -> int:

@@ -8,13 +8,12 @@ exactly as an uninterrupted one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from distributed_onnx.backtest.outputs import FORECASTS_DIR
+from distributed_onnx import storage
+from distributed_onnx.backtest.outputs import part_files
 from distributed_onnx.metrics import MetricsAccumulator
 from distributed_onnx.naive import broadcast_quantiles, seasonal_naive_batch, seasonal_scales
 from distributed_onnx.quantiles import quantile_column_name
@@ -25,7 +24,7 @@ NAIVE_MODEL = "seasonal_naive"
 
 
 def score(
-    output: Path,
+    output: storage.Location,
     table: SeriesTable,
     model_name: str,
     quantiles: Sequence[float],
@@ -37,8 +36,8 @@ def score(
     naive = MetricsAccumulator(quantiles, horizon)
     index = table.index_of()
     columns = ["series_id", "origin", "lead", "y", *(quantile_column_name(q) for q in quantiles)]
-    for path in sorted((output / FORECASTS_DIR).glob("part-*.parquet")):
-        part = pq.read_table(path, columns=columns)
+    for path in part_files(output):
+        part = storage.read_parquet(path, columns=columns)
         n_windows = part.num_rows // horizon
         if n_windows * horizon != part.num_rows:
             raise ValueError(f"{path} has {part.num_rows} rows, not a multiple of the horizon {horizon}")

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from distributed_onnx import storage
 from distributed_onnx.backend.providers import ExecutionProvider, provider_from_kind
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.quantiles import validate_quantiles
@@ -25,8 +26,12 @@ class BacktestSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     checkpoint: Path = Field(default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint.")
-    data: Path = Field(default=REFERENCE_DATASET, description="Input table (.parquet or .csv), long format.")
-    output: Path = Field(description="Run directory: forecasts/, metrics.parquet, summary.json, report.html.")
+    data: Path | str = Field(
+        default=REFERENCE_DATASET, description="Input table (.parquet or .csv), long format: a path or a URL."
+    )
+    output: Path | str = Field(
+        description="Run directory (a path or a URL such as s3://...): forecasts/, metrics.parquet, summary.json."
+    )
     horizon: int | None = Field(default=None, gt=0, description="Forecast steps; default: the checkpoint's.")
     context_length: int | None = Field(default=None, gt=0, description="Context steps; default: the checkpoint's.")
     n_windows: int | None = Field(default=None, gt=0, description="Windows per series counted back from its end.")
@@ -57,6 +62,14 @@ class BacktestSettings(BaseModel):
             return [provider_from_kind(item) if isinstance(item, str) else item for item in value]
         return value
 
+    @field_validator("data", "output", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        """URLs (``s3://``, ``file://``) stay strings; everything else is a local Path."""
+        if isinstance(value, str) and not storage.is_url(value):
+            return Path(value)
+        return value
+
     @field_validator("quantiles", "covariates", mode="before")
     @classmethod
     def _comma_lists(cls, value: Any) -> Any:
@@ -67,7 +80,13 @@ class BacktestSettings(BaseModel):
     @field_validator("quantiles")
     @classmethod
     def _valid_quantiles(cls, value: list[float] | None) -> list[float] | None:
-        return None if value is None else list(validate_quantiles(value))
+        if value is None:
+            return None
+        try:
+            return list(validate_quantiles(value))
+        except ConfigError as exc:
+            # A ValueError, so from_sources reports it like any invalid value: with the file and the key.
+            raise ValueError(exc.message) from exc
 
     @field_validator("start", "end")
     @classmethod

@@ -1,4 +1,7 @@
-"""A small patch-MLP forecaster that speaks the Chronos-2 tensor contract, as OpenSTEF feeds it.
+"""A small patch transformer that speaks the Chronos-2 tensor contract, as OpenSTEF feeds it.
+
+It exists so distributed benchmarks have a stand-in with roughly the per-window cost of a small foundation
+model (~1 M parameters, about 1-3 k windows/s per ORT CPU thread), not one so cheap that Ray and IO dominate.
 
 Inputs (``rows`` is dynamic; C = context_length and H = horizon are static):
 
@@ -21,15 +24,19 @@ How it works, per row:
    *other* rows of its own group, through a [rows, rows] same-group matrix built from ``group_ids`` (with
    the diagonal removed). Rows of different groups are multiplied by exact zeros, so they cannot influence
    each other: the output for a row is the same alone or batched with other groups.
-3. Trunk: the normalized context and its mask are cut into patches, embedded, flattened, concatenated with
-   the pooled covariate embedding and a "group has covariates" flag, and passed through an MLP. A linear
-   context -> horizon skip (in normalized space) carries the seasonal shape.
-4. Quantiles: the median plus cumulative softplus offsets above and below, so quantiles never cross; the
-   result is mapped back with ``loc + scale * q``.
+3. Encoder: the normalized context is cut into patches; each patch's values plus its observed fraction are
+   embedded linearly, a learned position embedding is added, and pre-norm transformer layers mix the tokens
+   of the row (attention never spans rows). Attention is written with plain ``Linear``/``matmul``/softmax so
+   the TorchScript ONNX export is a predictable graph (no ``nn.MultiheadAttention`` fast paths).
+4. Head: each token is projected to a few features, flattened, concatenated with the pooled covariate
+   embedding and a "group has covariates" flag, and passed through an MLP. A linear context -> horizon skip
+   (in normalized space) carries the seasonal shape. Quantiles are the median plus cumulative softplus
+   offsets above and below, so they never cross; the result is mapped back with ``loc + scale * q``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -49,12 +56,16 @@ class ReferenceConfig:
     output_patch_size: int = 48
     horizon_patches: int = 2
     input_patch_size: int = 16
-    patch_dim: int = 32
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 3
+    ff_dim: int = 512
+    token_head_dim: int = 16
     hidden_dim: int = 256
     covariate_dim: int = 32
     quantiles: tuple[float, ...] = NATIVE_QUANTILES
     clip: float = 30.0
-    dropout: float = 0.1
+    dropout: float = 0.0
 
     @property
     def horizon(self) -> int:
@@ -63,7 +74,7 @@ class ReferenceConfig:
 
     @property
     def num_patches(self) -> int:
-        """Input patches the context is cut into."""
+        """Input patches (tokens) the context is cut into."""
         return self.context_length // self.input_patch_size
 
 
@@ -78,8 +89,35 @@ def masked_loc_scale(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Te
     return loc, scale
 
 
+class EncoderLayer(nn.Module):
+    """Pre-norm self-attention + feed-forward block over one row's tokens, [rows, tokens, d_model]."""
+
+    def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not a multiple of num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.attention_norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.attention_out = nn.Linear(d_model, d_model)
+        self.ff_norm = nn.LayerNorm(d_model)
+        self.ff_in = nn.Linear(d_model, ff_dim)
+        self.ff_out = nn.Linear(ff_dim, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens, d_model = x.shape[1], x.shape[2]
+        qkv = self.qkv(self.attention_norm(x)).reshape(-1, tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [rows, heads, tokens, head_dim]
+        weights = torch.softmax((q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1), dim=-1)
+        attended = (weights @ v).transpose(1, 2).reshape(-1, tokens, d_model)
+        x = x + self.dropout(self.attention_out(attended))
+        return x + self.dropout(self.ff_out(F.gelu(self.ff_in(self.ff_norm(x)))))
+
+
 class ReferenceForecaster(nn.Module):
-    """Patch-MLP with masked instance normalization and same-group covariate pooling (see module doc)."""
+    """Patch transformer with masked instance normalization and same-group covariate pooling (module doc)."""
 
     def __init__(self, config: ReferenceConfig | None = None) -> None:
         super().__init__()
@@ -88,22 +126,24 @@ class ReferenceForecaster(nn.Module):
         if cfg.context_length % cfg.input_patch_size:
             msg = f"context_length {cfg.context_length} is not a multiple of {cfg.input_patch_size}"
             raise ValueError(msg)
-        self.patch_embed = nn.Linear(2 * cfg.input_patch_size, cfg.patch_dim)
+        self.patch_embed = nn.Linear(cfg.input_patch_size + 1, cfg.d_model)
+        self.position = nn.Parameter(torch.randn(1, cfg.num_patches, cfg.d_model) * 0.02)
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg.d_model, cfg.num_heads, cfg.ff_dim, cfg.dropout) for _ in range(cfg.num_layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.d_model)
+        self.token_head = nn.Linear(cfg.d_model, cfg.token_head_dim)
         self.covariate_encoder = nn.Sequential(
             nn.Linear(2 * cfg.horizon, cfg.covariate_dim * 2),
             nn.GELU(),
             nn.Linear(cfg.covariate_dim * 2, cfg.covariate_dim),
         )
-        trunk_in = cfg.num_patches * cfg.patch_dim + cfg.covariate_dim + 1
-        self.trunk = nn.Sequential(
-            nn.Linear(trunk_in, cfg.hidden_dim),
-            nn.GELU(),
-            nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.hidden_dim, cfg.hidden_dim),
-            nn.GELU(),
-        )
         num_quantiles = len(cfg.quantiles)
-        self.head = nn.Linear(cfg.hidden_dim, num_quantiles * cfg.horizon)
+        self.head = nn.Sequential(
+            nn.Linear(cfg.num_patches * cfg.token_head_dim + cfg.covariate_dim + 1, cfg.hidden_dim),
+            nn.GELU(),
+            nn.Linear(cfg.hidden_dim, num_quantiles * cfg.horizon),
+        )
         self.skip = nn.Linear(cfg.context_length, cfg.horizon)
         self.median_index = num_quantiles // 2
 
@@ -131,12 +171,15 @@ class ReferenceForecaster(nn.Module):
 
         pooled, group_has_covariates = self._pool_group_covariates(f, future_mask, group_ids)
 
-        rows = x.shape[0]
-        patches = torch.stack([x, context_mask], dim=-1).reshape(rows, cfg.num_patches, 2 * cfg.input_patch_size)
-        embedded = F.gelu(self.patch_embed(patches)).reshape(rows, cfg.num_patches * cfg.patch_dim)
-        hidden = self.trunk(torch.cat([embedded, pooled, group_has_covariates], dim=-1))
+        patches = x.reshape(-1, cfg.num_patches, cfg.input_patch_size)
+        observed_fraction = context_mask.reshape(-1, cfg.num_patches, cfg.input_patch_size).mean(-1, keepdim=True)
+        tokens = self.patch_embed(torch.cat([patches, observed_fraction], dim=-1)) + self.position
+        for layer in self.layers:
+            tokens = layer(tokens)
+        features = self.token_head(self.final_norm(tokens)).reshape(-1, cfg.num_patches * cfg.token_head_dim)
+        raw = self.head(torch.cat([features, pooled, group_has_covariates], dim=-1))
 
-        raw = self.head(hidden).reshape(rows, len(cfg.quantiles), cfg.horizon)
+        raw = raw.reshape(-1, len(cfg.quantiles), cfg.horizon)
         median = raw[:, self.median_index] + self.skip(x)
         upper = median.unsqueeze(1) + torch.cumsum(F.softplus(raw[:, self.median_index + 1 :]), dim=1)
         lower = median.unsqueeze(1) - torch.cumsum(F.softplus(raw[:, : self.median_index].flip(1)), dim=1)

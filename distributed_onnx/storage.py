@@ -1,0 +1,207 @@
+"""Where a backtest reads its data and writes its run directory: a local path or a URL every node can reach.
+
+A *location* is a :class:`~pathlib.Path` (or a plain path string) on this machine, or a URL that
+``pyarrow.fs.FileSystem.from_uri`` understands (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``);
+other schemes go through fsspec when it is installed. On a cluster the driver reads the data and writes every
+output file, so the run directory must be a path the *user* can reach afterwards: shared storage or an object
+store, never a node's own temp directory.
+
+Writes are atomic either way: a local file is written under a temporary name and renamed into place (so a
+killed run never leaves a half-written file under a final name); an object is uploaded from memory in one
+stream, which object stores publish only when it completes. ``file://`` URLs are local paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from distributed_onnx.errors import ConfigError, MissingExtraError
+
+Location = Path | str
+"""A local path, or a URL such as ``s3://bucket/runs/backtest-1``."""
+
+_CHUNK_BYTES = 1 << 20
+
+
+def is_url(location: Location) -> bool:
+    """True for ``scheme://...`` strings (a Windows drive letter or a plain path is not a URL)."""
+    return isinstance(location, str) and len(urlsplit(location).scheme) > 1 and "://" in location
+
+
+def local_path(location: Location) -> Path | None:
+    """The local path of ``location`` (``file://`` URLs included), or None for a remote URL."""
+    if isinstance(location, Path):
+        return location
+    if not is_url(location):
+        return Path(location)
+    if urlsplit(location).scheme == "file":
+        return Path(pafs.FileSystem.from_uri(location)[1])
+    return None
+
+
+def normalize(location: Location) -> Location:
+    """A :class:`Path` for anything local, the URL (without a trailing slash) otherwise."""
+    path = local_path(location)
+    return path if path is not None else str(location).rstrip("/")
+
+
+def join(location: Location, *parts: str) -> Location:
+    """``location / part / ...`` for a path or a URL."""
+    base = normalize(location)
+    if isinstance(base, Path):
+        return base.joinpath(*parts)
+    return "/".join([base, *parts])
+
+
+def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of ``location`` and the path inside it."""
+    base = normalize(location)
+    if isinstance(base, Path):
+        return pafs.LocalFileSystem(), str(base)
+    try:
+        return pafs.FileSystem.from_uri(base)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as arrow_error:
+        try:
+            import fsspec  # type: ignore[import-untyped]
+        except ImportError:
+            if urlsplit(base).scheme in {"s3", "gs", "gcs", "abfs", "abfss", "hdfs"}:
+                raise MissingExtraError(
+                    f"pyarrow cannot open {base}: {arrow_error}. Install a pyarrow build with that filesystem."
+                ) from arrow_error
+            raise ConfigError(
+                f"Cannot open {base}: pyarrow does not know the scheme ({arrow_error}) and fsspec is not "
+                "installed. Use a local path, an s3:// / gs:// URL, or `pip install fsspec`.",
+                location=base,
+            ) from arrow_error
+        spec_fs, path = fsspec.core.url_to_fs(base)
+        return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), str(path)
+
+
+def is_file(location: Location) -> bool:
+    path = local_path(location)
+    if path is not None:
+        return path.is_file()
+    fs, inner = filesystem(location)
+    return bool(fs.get_file_info(inner).type == pafs.FileType.File)
+
+
+def make_dirs(location: Location) -> None:
+    path = local_path(location)
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    fs, inner = filesystem(location)
+    fs.create_dir(inner, recursive=True)
+
+
+def list_files(directory: Location, prefix: str, suffix: str) -> list[Location]:
+    """Files directly in ``directory`` named ``prefix*suffix``, sorted by name; empty if it does not exist."""
+    path = local_path(directory)
+    if path is not None:
+        return sorted(path.glob(f"{prefix}*{suffix}")) if path.is_dir() else []
+    fs, inner = filesystem(directory)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    names = sorted(
+        info.base_name
+        for info in infos
+        if info.type == pafs.FileType.File and info.base_name.startswith(prefix) and info.base_name.endswith(suffix)
+    )
+    return [join(directory, name) for name in names]
+
+
+def delete(location: Location) -> None:
+    path = local_path(location)
+    if path is not None:
+        path.unlink(missing_ok=True)
+        return
+    fs, inner = filesystem(location)
+    if fs.get_file_info(inner).type == pafs.FileType.File:
+        fs.delete_file(inner)
+
+
+def read_bytes(location: Location) -> bytes:
+    path = local_path(location)
+    if path is not None:
+        return path.read_bytes()
+    fs, inner = filesystem(location)
+    with fs.open_input_stream(inner) as stream:
+        return bytes(stream.read())
+
+
+def open_input_file(location: Location) -> Any:
+    """A seekable pyarrow file (Parquet and CSV readers take it), or the local path itself."""
+    path = local_path(location)
+    if path is not None:
+        return path
+    fs, inner = filesystem(location)
+    return fs.open_input_file(inner)
+
+
+def read_parquet(location: Location, columns: list[str] | None = None) -> pa.Table:
+    source = open_input_file(location)
+    if isinstance(source, Path):
+        return pq.read_table(source, columns=columns)
+    with source:
+        return pq.read_table(source, columns=columns)
+
+
+def write_bytes(location: Location, payload: bytes) -> None:
+    """Write ``payload`` atomically (see the module docstring)."""
+    path = local_path(location)
+    if path is None:
+        fs, inner = filesystem(location)
+        with fs.open_output_stream(inner) as stream:
+            stream.write(payload)
+        return
+    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".tmp-{path.name}.", delete=False)
+    try:
+        with handle:
+            handle.write(payload)
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet(location: Location, table: pa.Table, **options: Any) -> None:
+    """Write ``table`` as Parquet atomically; ``options`` go to ``pyarrow.parquet.write_table``."""
+    path = local_path(location)
+    if path is not None:
+        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", suffix=".parquet", delete=False)
+        handle.close()
+        try:
+            pq.write_table(table, handle.name, **options)
+            os.replace(handle.name, path)
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+        return
+    # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    write_bytes(location, sink.getvalue().to_pybytes())
+
+
+def sha256(location: Location) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    path = local_path(location)
+    if path is not None:
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK_BYTES):
+                digest.update(chunk)
+        return digest.hexdigest()
+    fs, inner = filesystem(location)
+    with fs.open_input_stream(inner) as stream:
+        while chunk := stream.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()

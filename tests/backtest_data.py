@@ -1,0 +1,115 @@
+"""Small long-format datasets and in-process reference forecasts for the backtest integration tests.
+
+The datasets are written with pyarrow on the tiny checkpoint's 30-minute grid: three series with missing
+values, a gap of absent rows and one series shorter than the tiny graph's 16-step context.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from distributed_onnx.backtest import outputs
+from distributed_onnx.backtest.run import prepare
+from distributed_onnx.backtest.settings import BacktestSettings
+from distributed_onnx.worker import InferenceWorker, WorkerConfig
+
+STEP_US = 30 * 60 * 1_000_000
+START_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
+QUANTILES = [0.1, 0.5, 0.9]
+SERIES_LENGTHS = {"a": 60, "b": 50, "c": 14}  # "c" is shorter than the tiny graph's context (16)
+COVARIATE = "temp"
+
+
+def dense_series(seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """Per series: its dense ``y`` and covariate values (NaN = missing) and which grid steps have a row."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for offset, (series_id, length) in enumerate(SERIES_LENGTHS.items()):
+        steps = np.arange(length)
+        y = 100.0 * (offset + 1) + 10.0 * np.sin(steps * 2 * np.pi / 12) + rng.normal(0, 1, length)
+        y[rng.choice(length, size=length // 10, replace=False)] = np.nan
+        temp = 5.0 + 3.0 * (offset + 1) + rng.normal(0, 2, length)
+        temp[rng.choice(length, size=2, replace=False)] = np.nan
+        present = np.ones(length, dtype=bool)
+        if series_id == "a":
+            present[20:23] = False  # a gap of absent rows, not just NaN values
+        present[[0, -1]] = True
+        result[series_id] = {"y": y, COVARIATE: temp, "present": present, "start_us": START_US + offset * STEP_US}
+    return result
+
+
+def long_table(series: dict[str, dict[str, np.ndarray]], covariate: bool = True) -> pa.Table:
+    """The long-format table of :func:`dense_series` (absent rows dropped), rows shuffled deterministically."""
+    ids, stamps, ys, temps = [], [], [], []
+    for series_id, data in series.items():
+        steps = np.flatnonzero(data["present"])
+        ids.extend([series_id] * steps.size)
+        stamps.append(int(data["start_us"]) + steps * STEP_US)
+        ys.append(data["y"][steps])
+        temps.append(data[COVARIATE][steps])
+    order = np.random.default_rng(1).permutation(len(ids))
+    y = np.concatenate(ys)[order]
+    columns = {
+        "series_id": pa.array(np.asarray(ids, dtype=object)[order], pa.string()),
+        "timestamp": pa.array(np.concatenate(stamps)[order], pa.timestamp("us", tz="UTC")),
+        "y": pa.array(y, mask=np.isnan(y)),
+    }
+    if covariate:
+        columns[COVARIATE] = pa.array(np.concatenate(temps)[order])
+    return pa.table(columns)
+
+
+def write_dataset(path: Path, covariate: bool = True, seed: int = 0) -> Path:
+    pq.write_table(long_table(dense_series(seed), covariate), path)
+    return path
+
+
+def settings_for(checkpoint: Path, data: Path, output: Path, **overrides: object) -> BacktestSettings:
+    """Small, fast settings: 2 actors of 1 CPU, 5 windows per series every 3 steps, 4 windows per batch."""
+    values: dict[str, object] = {
+        "checkpoint": checkpoint,
+        "data": data,
+        "output": output,
+        "n_windows": 5,
+        "stride": 3,
+        "quantiles": QUANTILES,
+        "actors": 2,
+        "cpus_per_actor": 1.0,
+        "rows_per_batch": 4,
+        "progress": False,
+    }
+    values.update(overrides)
+    return BacktestSettings.model_validate(values)
+
+
+def in_process_forecasts(settings: BacktestSettings) -> pa.Table:
+    """The same plan as the distributed run, forecast by one in-process worker, batch after batch."""
+    plan = prepare(settings)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path))
+    parts = []
+    for planned in plan.batches():
+        batch = plan.pack(planned)
+        forecasts = worker.forecast_batch(batch, plan.spec.context_length, plan.spec.horizon, plan.quantiles)
+        parts.append(outputs.forecast_table(batch, forecasts, plan.quantiles, plan.step_us))
+    worker.close()
+    return sort_forecasts(pa.concat_tables(parts))
+
+
+def read_forecasts(output: Path | str) -> pa.Table:
+    """Every forecast part of a (local) run directory, in (window_id, lead) order."""
+    paths = sorted((Path(output) / outputs.FORECASTS_DIR).glob("part-*.parquet"))
+    return sort_forecasts(pa.concat_tables([pq.read_table(path) for path in paths]))
+
+
+def sort_forecasts(table: pa.Table) -> pa.Table:
+    return table.sort_by([("window_id", "ascending"), ("lead", "ascending")])
+
+
+def planned_window_ids(settings: BacktestSettings) -> list[str]:
+    plan = prepare(settings)
+    return [wid for planned in plan.batches() for wid in plan.pack(planned).column("window_id").to_pylist()]

@@ -1,0 +1,423 @@
+"""The distributed backtest end to end: real local Ray, real ORT sessions, real Parquet on disk.
+
+Integration tier. The tiny Chronos-2 graph of tests/graphs.py keeps runs short; one test runs the bundled
+reference checkpoint on the bundled Taylor data. Every distributed result is compared with the same windows
+forecast in-process by one :class:`InferenceWorker`, which is the product's claim: distribution changes
+nothing about the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
+
+from backtest_data import (  # noqa: E402
+    COVARIATE,
+    STEP_US,
+    dense_series,
+    in_process_forecasts,
+    long_table,
+    planned_window_ids,
+    read_forecasts,
+    settings_for,
+    write_dataset,
+)
+from graphs import tiny_chronos2_metadata, tiny_chronos2_model  # noqa: E402
+from ray.exceptions import RayActorError  # noqa: E402
+
+from distributed_onnx import cli  # noqa: E402
+from distributed_onnx.backtest import outputs  # noqa: E402
+from distributed_onnx.backtest import run as backtest_run  # noqa: E402
+from distributed_onnx.backtest.run import prepare, run_backtest  # noqa: E402
+from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
+from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
+from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+FORECAST_COLUMNS = ["series_id", "window_id", "origin", "cutoff", "timestamp", "lead", "y", "q0.1", "q0.5", "q0.9"]
+
+
+def assert_same_forecasts(distributed: pa.Table, local: pa.Table, rtol: float = 1e-6) -> None:
+    assert distributed.column_names == local.column_names
+    for name in distributed.column_names:
+        if name.startswith("q"):
+            np.testing.assert_allclose(
+                distributed[name].to_numpy(), local[name].to_numpy(), rtol=rtol, atol=1e-6, err_msg=name
+            )
+        else:
+            assert distributed[name].equals(local[name]), name
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_dataset(tmp_path / "load.parquet")
+
+
+@pytest.fixture
+def tiny(tiny_checkpoint: ResolvedCheckpoint) -> Path:
+    return tiny_checkpoint.weights_path
+
+
+# --- 1. distributed == in-process ---------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Path, data: Path) -> None:
+    settings = settings_for(tiny, data, tmp_path / "run")
+
+    result = run_backtest(settings)
+
+    distributed = read_forecasts(Path(settings.output))
+    assert distributed.column_names == FORECAST_COLUMNS
+    assert_same_forecasts(distributed, in_process_forecasts(settings))
+    planned = planned_window_ids(settings)
+    assert len(planned) == 5 + 5 + 2  # "c" has 14 points: only origins 3 and 6 fit a horizon of 8
+    assert Counter(distributed["window_id"].to_pylist()) == dict.fromkeys(planned, 8)
+    summary = result.summary
+    assert summary["windows"]["planned"] == 12
+    assert summary["windows"]["run_now"] == 12
+    assert summary["batches"]["planned"] == 3
+    assert summary["batches"]["completed"] == 3
+    assert len(summary["actors"]) == 2
+    assert json.loads((Path(settings.output) / "summary.json").read_text())["windows"] == summary["windows"]
+    assert pq.read_table(Path(settings.output) / "metrics.parquet").equals(result.metrics)
+    assert (Path(settings.output) / "report.html").is_file()
+    # The short series' context starts before its data: missing history, masked, still forecast.
+    short = distributed.filter(pa.compute.equal(distributed["series_id"], "c"))
+    assert short.num_rows == 16 and not np.isnan(short["q0.5"].to_numpy()).any()
+    # A target step whose actual is missing stays null in y.
+    assert distributed["y"].null_count > 0
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_reference_checkpoint_distributed_equals_in_process(tmp_path: Path) -> None:
+    if not REFERENCE_CHECKPOINT.is_file():
+        pytest.skip(f"the bundled reference checkpoint {REFERENCE_CHECKPOINT.name} is not built in this checkout")
+    settings = settings_for(
+        REFERENCE_CHECKPOINT,
+        REFERENCE_DATASET,
+        tmp_path / "run",
+        horizon=48,
+        n_windows=6,
+        stride=48,
+        rows_per_batch=2,
+        seasonality=48,
+    )
+
+    result = run_backtest(settings)
+
+    assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings), rtol=1e-5)
+    scores = {
+        (row["model"], row["metric"]): row["value"]
+        for row in result.metrics.to_pylist()
+        if row["scope"] == "global" and row["quantile"] is None
+    }
+    # The reference model beats seasonal naive by a wide margin on its own data (see its metadata).
+    assert scores[(REFERENCE_CHECKPOINT.stem, "mase")] < scores[("seasonal_naive", "mase")]
+
+
+# --- 2. an actor killed mid-run, through run_backtest ------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_actor_killed_mid_run_loses_and_doubles_nothing(
+    tmp_path: Path, tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills the pool's first actor right after the first part is written (inside the run's own callback)."""
+    started: list[Any] = []
+    writes: list[int] = []
+    real_start, real_write = backtest_run.start_worker_actor, outputs.write_part
+
+    def start_and_record(*args: Any, **kwargs: Any) -> Any:
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    def write_then_kill(output: Path, batch_index: int, table: pa.Table) -> Path:
+        path = real_write(output, batch_index, table)
+        writes.append(batch_index)
+        if len(writes) == 1:
+            ray.kill(started[0], no_restart=True)
+            _wait_dead(started[0])
+        return path
+
+    monkeypatch.setattr(backtest_run, "start_worker_actor", start_and_record)
+    monkeypatch.setattr(outputs, "write_part", write_then_kill)
+    settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=1)
+
+    result = run_backtest(settings)
+
+    assert sorted(writes) == list(range(12))  # every batch written exactly once
+    batches = result.summary["batches"]
+    assert batches["actors_lost"] == 1
+    assert batches["retried"] >= 1
+    assert batches["completed"] == 12 and batches["failed"] == 0
+    assert len(started) == 3  # two in the pool, one replacement
+    assert len(result.summary["actors"]) == 3
+    assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings))
+    for actor in started:  # the run kills its replacements too, not only the actors it started with
+        _wait_dead(actor)
+
+
+def _wait_dead(actor: Any) -> None:
+    for _ in range(1000):
+        try:
+            ray.get(actor.ready.remote(), timeout=60)
+        except RayActorError:
+            return
+    pytest.fail("actor still alive")
+
+
+# --- 3. resume --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_rerun_resumes_missing_parts_and_refuses_other_settings(tmp_path: Path, tiny: Path, data: Path) -> None:
+    settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=2)
+    first = run_backtest(settings)
+    complete = read_forecasts(Path(settings.output))
+    parts = Path(settings.output) / outputs.FORECASTS_DIR
+    assert len(list(parts.glob("part-*.parquet"))) == 6
+    (parts / "part-000001.parquet").unlink()
+    (parts / "part-000004.parquet").unlink()
+    partial = parts / ".tmp-killed.parquet"
+    partial.write_bytes(b"PAR1 half a file")
+
+    second = run_backtest(settings)
+
+    assert not partial.exists()
+    assert read_forecasts(Path(settings.output)).equals(complete)
+    assert second.metrics.equals(first.metrics)
+    assert second.summary["batches"]["done_before"] == 4
+    assert second.summary["batches"]["submitted"] == 2
+    assert second.summary["windows"]["done_before"] == 8
+    assert second.summary["windows"]["run_now"] == 4
+
+    third = run_backtest(settings)  # nothing left: no actor starts, the metrics are rescored from disk
+    assert third.summary["batches"]["done_before"] == 6
+    assert "submitted" not in third.summary["batches"]
+    assert third.metrics.equals(first.metrics)
+
+    with pytest.raises(ConfigError, match="holds a backtest with other settings"):
+        run_backtest(settings_for(tiny, data, Path(settings.output), rows_per_batch=2, quantiles=[0.2, 0.5, 0.8]))
+    assert read_forecasts(Path(settings.output)).equals(complete)
+
+
+# --- 5. a failing batch ------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_failing_batch_is_reported_and_the_others_are_written(tmp_path: Path, data: Path) -> None:
+    fixed = write_checkpoint(
+        tmp_path / "fixed.onnx",
+        tiny_chronos2_model(rows=4).SerializeToString(),
+        tiny_chronos2_metadata(static_shapes=True),
+    )
+    # 4 + 4 + 2 windows: only the last batch is not 4 rows, which the fixed graph refuses.
+    settings = settings_for(fixed.weights_path, data, tmp_path / "run", n_windows=4, rows_per_batch=4)
+    planned = planned_window_ids(settings)
+    assert len(planned) == 10
+
+    with pytest.raises(BatchError, match=r"failed_windows\.json") as info:
+        run_backtest(settings)
+
+    assert info.value.failed_batches == [2]
+    failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
+    assert [entry["batch"] for entry in failed] == [2]
+    assert failed[0]["window_ids"] == planned[8:]
+    assert "expected 4" in failed[0]["error"]
+    assert outputs.done_batches(Path(settings.output)) == {0, 1}
+    assert set(read_forecasts(Path(settings.output))["window_id"].to_pylist()) == set(planned[:8])
+    summary = json.loads((Path(settings.output) / "summary.json").read_text())
+    assert summary["windows"]["failed"] == 2
+    assert summary["windows"]["run_now"] == 8
+    assert (Path(settings.output) / "metrics.parquet").is_file()
+
+
+# --- 6. bad input, refused before any actor starts ---------------------------------------------------------
+
+
+def _write(table: pa.Table, path: Path) -> Path:
+    pq.write_table(table, path)
+    return path
+
+
+def test_bad_input_is_refused_before_anything_starts(tmp_path: Path, tiny: Path, data: Path) -> None:
+    good = long_table(dense_series())
+    output = tmp_path / "run"
+    duplicated = _write(pa.concat_tables([good, good.slice(5, 1)]), tmp_path / "dup.parquet")
+    with pytest.raises(DataError, match=rf"duplicate .* at rows \[5, {good.num_rows}\]"):
+        run_backtest(settings_for(tiny, duplicated, output))
+
+    stamps = good["timestamp"].cast(pa.int64()).to_numpy().copy()
+    stamps[3] += 60_000_000
+    off_grid = _write(
+        good.set_column(1, "timestamp", pa.array(stamps).cast(pa.timestamp("us", tz="UTC"))), tmp_path / "off.parquet"
+    )
+    with pytest.raises(DataError, match=r"off the 30-minute grid .* rows \[3\]"):
+        run_backtest(settings_for(tiny, off_grid, output))
+
+    with pytest.raises(DataError, match=r"declared covariates \['wind'\]"):
+        run_backtest(settings_for(tiny, data, output, covariates=[COVARIATE, "wind"]))
+
+    on_the_hour = (good["timestamp"].cast(pa.int64()).to_numpy() // STEP_US) % 2 == 0
+    hourly = _write(good.filter(pa.array(on_the_hour)), tmp_path / "hourly.parquet")
+    with pytest.raises(DataError, match="60-minute grid, but the checkpoint expects 30-minute"):
+        run_backtest(settings_for(tiny, hourly, output))
+
+    with pytest.raises(ConfigError, match="horizon 9 is longer than the checkpoint emits"):
+        run_backtest(settings_for(tiny, data, output, horizon=9))
+    with pytest.raises(ConfigError, match="context_length 17 is longer than the checkpoint takes"):
+        run_backtest(settings_for(tiny, data, output, context_length=17))
+
+    with pytest.raises(DataError, match="no rows"):
+        run_backtest(settings_for(tiny, _write(good.slice(0, 0), tmp_path / "empty.parquet"), output))
+    with pytest.raises(DataError, match="not found"):
+        run_backtest(settings_for(tiny, tmp_path / "absent.parquet", output))
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(DataError, match="Cannot read data file"):
+        run_backtest(settings_for(tiny, tmp_path / "broken.parquet", output))
+
+    assert not output.exists()  # every refusal came before the run directory (and any actor)
+
+
+def test_csv_input_plans_like_parquet(tmp_path: Path, tiny: Path, data: Path) -> None:
+    import pyarrow.csv as pa_csv
+
+    csv = tmp_path / "load.csv"
+    pa_csv.write_csv(pq.read_table(data), csv)
+    from_csv = prepare(settings_for(tiny, csv, tmp_path / "a"))
+    from_parquet = prepare(settings_for(tiny, data, tmp_path / "b"))
+    assert [s.series_id for s in from_csv.table.series] == ["a", "b", "c"]
+    for left, right in zip(from_csv.table.series, from_parquet.table.series, strict=True):
+        np.testing.assert_array_equal(left.values, right.values)
+        assert left.start_us == right.start_us
+    assert planned_window_ids(settings_for(tiny, csv, tmp_path / "a")) == planned_window_ids(
+        settings_for(tiny, data, tmp_path / "b")
+    )
+
+
+# --- 7. covariates -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_known_future_covariates_reach_the_model(tmp_path: Path, tiny: Path, data: Path) -> None:
+    with_covariate = settings_for(tiny, data, tmp_path / "with", covariates=[COVARIATE])
+    without = settings_for(tiny, data, tmp_path / "without")
+
+    run_backtest(with_covariate)
+    run_backtest(without)
+
+    forecasts_with = read_forecasts(Path(with_covariate.output))
+    assert_same_forecasts(forecasts_with, in_process_forecasts(with_covariate))
+    # Window ids include the run configuration (the covariates too): match windows by (series, origin, lead).
+    by_window = [("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
+    forecasts_with = forecasts_with.sort_by(by_window)
+    forecasts_without = read_forecasts(Path(without.output)).sort_by(by_window)
+    assert forecasts_with["origin"].equals(forecasts_without["origin"])
+    assert forecasts_with["series_id"].equals(forecasts_without["series_id"])
+    # The tiny graph adds to the target row the mean of the observed future covariate of its group.
+    series = dense_series()
+    origins = forecasts_with["origin"].cast(pa.int64()).to_numpy()
+    shift = forecasts_with["q0.5"].to_numpy() - forecasts_without["q0.5"].to_numpy()
+    for row, (series_id, origin_us) in enumerate(zip(forecasts_with["series_id"].to_pylist(), origins, strict=True)):
+        dense = series[series_id]
+        origin = (origin_us - dense["start_us"]) // STEP_US
+        future = dense[COVARIATE][origin : origin + 8]
+        future = np.where(dense["present"][origin : origin + 8], future, np.nan)
+        expected = np.nanmean(future) if np.isfinite(future).any() else 0.0
+        assert shift[row] == pytest.approx(expected, abs=1e-4), (series_id, origin)
+    assert np.abs(shift).max() > 1.0
+
+
+# --- 8. the command line -----------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_cli_backtest_with_a_config_file_and_an_overriding_flag(
+    tmp_path: Path, tiny: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "run"
+    config = tmp_path / "backtest.yaml"
+    config.write_text(
+        f"checkpoint: {tiny}\ndata: {data}\noutput: {output}\nn-windows: 5\nstride: 3\n"
+        "quantiles: [0.1, 0.5, 0.9]\nactors: 2\nrows_per_batch: 4\nprogress: false\n"
+    )
+
+    code = cli.main(["backtest", "--config", str(config), "--n-windows", "2"])
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["settings"]["n_windows"] == 2  # the flag beat the file
+    assert summary["settings"]["stride"] == 3  # the file beat the default
+    assert summary["windows"]["planned"] == 2 + 2 + 2
+    headline = json.loads(captured.out[: captured.out.rindex("}") + 1])
+    assert headline["windows"]["planned"] == 6
+    assert {"tiny.mae", "seasonal_naive.mae"} <= set(headline["global"])
+    assert f"wrote {output}/" in captured.out
+
+
+def test_cli_inspect_prints_the_checkpoint(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", str(tiny)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["metadata"]["model_family"] == "chronos2"
+    assert document["metadata"]["horizon_length"] == 8
+    assert [spec.split(":")[0] for spec in document["inputs"]] == tiny_chronos2_metadata().input_names
+    assert "CPUExecutionProvider" in document["available_providers"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["backtest", "--checkpoint", "{tmp}/tiny.onnx", "--data", "{tmp}/absent.parquet", "--output", "{tmp}/run"],
+            "Data file not found",
+        ),
+        (["backtest", "--config", "{tmp}/absent.yaml"], "Config file not found"),
+        (["backtest", "--config", "{tmp}/unknown.yaml"], "Extra inputs are not permitted"),
+        (["backtest", "--output", "{tmp}/run", "--horizon", "0"], "horizon"),
+        (["inspect", "{tmp}/absent.onnx"], "Checkpoint weights not found"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(
+    tmp_path: Path, tiny: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "unknown.yaml").write_text(f"output: {tmp_path}/run\nwindows: 3\n")
+    (tmp_path / "tiny.onnx").symlink_to(tiny)
+    (tmp_path / "tiny.metadata.json").symlink_to(tiny.with_suffix(".metadata.json"))
+
+    code = cli.main([arg.format(tmp=tmp_path) for arg in argv])
+
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("error: ")
+    assert "\n" not in err
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_cli_gpu_providers_without_gpus_per_actor_exit_2_before_any_actor(
+    tmp_path: Path, tiny: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "run"
+    argv = ["backtest", "--checkpoint", str(tiny), "--data", str(data), "--output", str(output)]
+
+    code = cli.main([*argv, "--providers", "cuda,cpu", "--actors", "1", "--no-progress"])
+
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("error: ") and "\n" not in err
+    assert "cuda" in err and "gpus_per_actor" in err
+    assert not output.exists()

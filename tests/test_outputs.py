@@ -1,0 +1,168 @@
+"""Unit tier: the backtest's output directory (forecast table layout, atomic parts, resume bookkeeping)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_onnx.backtest.outputs import (
+    FORECASTS_DIR,
+    MANIFEST,
+    clean_partials,
+    done_batches,
+    forecast_table,
+    part_path,
+    prepare_output,
+    write_part,
+)
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.table import Series, SeriesTable
+from distributed_onnx.tensors import pack_batch
+from distributed_onnx.windows import PlannedBatch
+
+STEP_US = 15 * 60_000_000
+START_US = 1_704_067_200_000_000  # 2024-01-01T00:00Z
+CONTEXT, HORIZON = 3, 3
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+def _batch() -> pa.RecordBatch:
+    series = [
+        Series("a", START_US, STEP_US, np.arange(10, dtype=np.float64), np.empty((0, 10))),
+        Series("b", START_US + STEP_US, STEP_US, 100.0 + np.arange(6, dtype=np.float64), np.empty((0, 6))),
+    ]
+    series[0].values[5] = np.nan
+    table = SeriesTable(series, [], 15, "<test>")
+    planned = PlannedBatch(0, np.array([0, 0, 1]), np.array([4, 8, 5]))
+    return pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+
+
+def _forecasts(n_windows: int = 3) -> np.ndarray:
+    w, h, q = np.meshgrid(np.arange(n_windows), np.arange(HORIZON), np.arange(len(QUANTILES)), indexing="ij")
+    return (100.0 * w + 10.0 * h + q).astype(np.float32)
+
+
+def test_forecast_table_columns() -> None:
+    table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
+    assert table.column_names == [
+        "series_id",
+        "window_id",
+        "origin",
+        "cutoff",
+        "timestamp",
+        "lead",
+        "y",
+        "q0.1",
+        "q0.5",
+        "q0.9",
+    ]
+    assert table.num_rows == 3 * HORIZON
+    timestamp = pa.timestamp("us", tz="UTC")
+    assert table.schema.field("origin").type == timestamp
+    assert table.schema.field("cutoff").type == timestamp
+    assert table.schema.field("timestamp").type == timestamp
+    assert pa.types.is_integer(table.schema.field("lead").type)
+    assert table.schema.field("y").type == pa.float64()
+    assert table.schema.field("q0.5").type == pa.float32()
+
+
+def test_forecast_table_values() -> None:
+    batch = _batch()
+    table = forecast_table(batch, _forecasts(), QUANTILES, STEP_US)
+    rows = table.to_pydict()
+    assert rows["series_id"] == ["a"] * 6 + ["b"] * 3
+    assert rows["window_id"] == [window_id for window_id in batch.column("window_id").to_pylist() for _ in range(3)]
+    assert rows["lead"] == [1, 2, 3] * 3
+    origins_us = np.repeat([START_US + 4 * STEP_US, START_US + 8 * STEP_US, START_US + 6 * STEP_US], HORIZON)
+    np.testing.assert_array_equal(table["origin"].cast(pa.int64()).to_numpy(), origins_us)
+    np.testing.assert_array_equal(table["cutoff"].cast(pa.int64()).to_numpy(), origins_us - STEP_US)
+    leads = np.array(rows["lead"], dtype=np.int64)
+    np.testing.assert_array_equal(table["timestamp"].cast(pa.int64()).to_numpy(), origins_us + (leads - 1) * STEP_US)
+    # y: the actual where known, null where missing (index 5 of a) or past the end of the data
+    assert rows["y"] == [4.0, None, 6.0, 8.0, 9.0, None, 105.0, None, None]
+    assert rows["q0.1"][:4] == [0.0, 10.0, 20.0, 100.0]
+    assert rows["q0.9"][-1] == 222.0
+
+
+@pytest.mark.parametrize(("levels", "names"), [((0.25, 0.75), ["q0.25", "q0.75"]), ((0.025,), ["q0.025"])])
+def test_quantile_columns_named_by_format_g(levels: tuple[float, ...], names: list[str]) -> None:
+    forecasts = np.zeros((3, HORIZON, len(levels)), dtype=np.float32)
+    table = forecast_table(_batch(), forecasts, levels, STEP_US)
+    assert table.column_names[-len(levels) :] == names
+    assert names == ["q" + format(level, "g") for level in levels]
+
+
+def test_forecast_table_refuses_a_window_count_mismatch() -> None:
+    with pytest.raises(ValueError, match="3 windows but 2 forecasts"):
+        forecast_table(_batch(), _forecasts(2), QUANTILES, STEP_US)
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+def test_write_part_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    prepare_output(tmp_path, "fp", {})
+    table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
+    path = write_part(tmp_path, 7, table)
+    assert path == part_path(tmp_path, 7) == tmp_path / FORECASTS_DIR / "part-000007.parquet"
+    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
+    assert pq.read_table(path).equals(table)
+    write_part(tmp_path, 7, table)  # a rewrite replaces the part
+    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
+
+
+def test_a_failed_write_leaves_no_part_and_no_temporary_file(tmp_path: Path) -> None:
+    prepare_output(tmp_path, "fp", {})
+
+    class Unwritable:
+        """Not a table: the Parquet writer fails half-way."""
+
+        schema = None
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow raises
+        write_part(tmp_path, 0, Unwritable())  # type: ignore[arg-type]
+    assert _listing(tmp_path / FORECASTS_DIR) == []
+    assert done_batches(tmp_path) == set()
+
+
+def test_done_batches(tmp_path: Path) -> None:
+    assert done_batches(tmp_path / "absent") == set()
+    prepare_output(tmp_path, "fp", {})
+    assert done_batches(tmp_path) == set()
+    table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
+    for index in (0, 2, 13):
+        write_part(tmp_path, index, table)
+    (tmp_path / FORECASTS_DIR / ".tmp-abandoned.parquet").write_bytes(b"half")
+    assert done_batches(tmp_path) == {0, 2, 13}
+    clean_partials(tmp_path)
+    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000000.parquet", "part-000002.parquet", "part-000013.parquet"]
+
+
+def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> None:
+    output = tmp_path / "runs" / "one"
+    prepare_output(output, "fp-1", {"settings": {"stride": 1}})
+    assert (output / FORECASTS_DIR).is_dir()
+    manifest = json.loads((output / MANIFEST).read_text())
+    assert manifest == {"fingerprint": "fp-1", "settings": {"stride": 1}}
+    assert _listing(output) == [FORECASTS_DIR, MANIFEST]
+
+
+def test_prepare_output_resumes_the_same_run(tmp_path: Path) -> None:
+    prepare_output(tmp_path, "fp-1", {"n": 1})
+    prepare_output(tmp_path, "fp-1", {"n": 2})  # same fingerprint: resume, manifest untouched
+    assert json.loads((tmp_path / MANIFEST).read_text())["n"] == 1
+
+
+def test_prepare_output_refuses_a_directory_of_another_run(tmp_path: Path) -> None:
+    prepare_output(tmp_path, "fp-1", {})
+    with pytest.raises(ConfigError, match=r"fp-1.*fp-2") as caught:
+        prepare_output(tmp_path, "fp-2", {})
+    assert str(tmp_path) in str(caught.value)
+    assert caught.value.key == "output"  # type: ignore[attr-defined]
+    assert json.loads((tmp_path / MANIFEST).read_text())["fingerprint"] == "fp-1"

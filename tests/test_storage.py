@@ -1,0 +1,65 @@
+"""Run directories and data on local paths, ``file://`` URLs and an object store (fsspec's memory://)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from distributed_onnx import storage
+from distributed_onnx.backtest import outputs
+from distributed_onnx.backtest.settings import BacktestSettings
+from distributed_onnx.errors import DataError
+from distributed_onnx.table import read_table
+
+TABLE = pa.table({"series_id": ["a", "a"], "timestamp": pa.array([0, 1800_000_000], pa.timestamp("us")), "y": [1, 2]})
+
+
+def test_locations_keep_paths_local_and_urls_as_urls(tmp_path: Path) -> None:
+    assert storage.local_path(tmp_path.as_uri()) == tmp_path
+    assert storage.local_path("runs/x") == Path("runs/x")
+    assert storage.local_path("s3://bucket/runs") is None
+    assert storage.join("s3://bucket/runs/", "forecasts", "part-000001.parquet") == (
+        "s3://bucket/runs/forecasts/part-000001.parquet"
+    )
+    assert storage.join(tmp_path, "a") == tmp_path / "a"
+    settings = BacktestSettings(output="s3://bucket/runs/x", data=str(tmp_path / "d.parquet"))
+    assert settings.output == "s3://bucket/runs/x" and settings.data == tmp_path / "d.parquet"
+
+
+@pytest.mark.parametrize("kind", ["path", "file-url", "object-store"])
+def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
+    output: storage.Location = {
+        "path": tmp_path / "run",
+        "file-url": (tmp_path / "run").as_uri(),
+        "object-store": f"memory://{tmp_path.name}/run",  # fsspec's (process-global) store, through pyarrow
+    }[kind]
+    outputs.prepare_output(output, "fp-1", {"settings": {}})
+    outputs.prepare_output(output, "fp-1", {"settings": {}})  # same run: resumes
+    for index in (3, 0):
+        outputs.write_part(output, index, TABLE)
+    outputs.clean_partials(output)
+    assert outputs.done_batches(output) == {0, 3}
+    assert storage.read_parquet(outputs.part_path(output, 3)).equals(TABLE)
+    outputs.write_atomically(storage.join(output, "summary.json"), b"{}")
+    assert storage.read_bytes(storage.join(output, "summary.json")) == b"{}"
+    with pytest.raises(Exception, match="other settings"):
+        outputs.prepare_output(output, "fp-2", {})
+    if kind != "object-store":  # local writes leave no temporary file behind
+        assert sorted(p.name for p in (tmp_path / "run" / "forecasts").iterdir()) == [
+            "part-000000.parquet",
+            "part-000003.parquet",
+        ]
+
+
+def test_data_is_read_from_a_url(tmp_path: Path) -> None:
+    path = tmp_path / "series.parquet"
+    storage.write_parquet(path, TABLE)
+    assert read_table(path.as_uri()).equals(TABLE)
+    assert storage.sha256(path.as_uri()) == storage.sha256(path)
+    storage.make_dirs("memory://bucket/data")
+    storage.write_bytes("memory://bucket/data/series.csv", b"series_id,timestamp,y\na,2024-01-01T00:00:00Z,1.5\n")
+    assert read_table("memory://bucket/data/series.csv").column("y").to_pylist() == [1.5]
+    with pytest.raises(DataError, match="not found"):
+        read_table("memory://bucket/data/missing.parquet")

@@ -1,0 +1,136 @@
+"""The input-table contract (DESIGN.md "Input table"): unit tests, no Ray and no ONNX Runtime."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_onnx.errors import DataError
+from distributed_onnx.table import load_series, series_from_table
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+T0_US = int(T0.timestamp() * 1_000_000)
+HALF_HOUR_US = 30 * 60 * 1_000_000
+
+
+def _table(ids: list[str], minutes: list[int], ys: list[float | None], kind: pa.DataType = UTC_TS) -> pa.Table:
+    stamps = [T0_US + m * 60_000_000 for m in minutes]
+    return pa.table(
+        {"series_id": ids, "timestamp": pa.array(stamps, pa.int64()).cast(kind), "y": pa.array(ys, pa.float64())}
+    )
+
+
+def test_gaps_become_nan_on_a_dense_grid_per_series() -> None:
+    table = _table(["b", "a", "a", "a", "b"], [30, 0, 90, 30, 60], [5.0, 1.0, 4.0, None, 6.0])
+    result = series_from_table(table, 30)
+    assert [s.series_id for s in result.series] == ["a", "b"]
+    a, b = result.series
+    assert a.start_us == T0_US and a.step_us == HALF_HOUR_US
+    np.testing.assert_array_equal(a.values, [1.0, np.nan, np.nan, 4.0])  # null and absent row both missing
+    assert b.start_us == T0_US + HALF_HOUR_US
+    np.testing.assert_array_equal(b.values, [5.0, 6.0])
+
+
+def test_duplicate_timestamps_name_the_rows() -> None:
+    table = _table(["a", "a", "b", "a"], [0, 30, 0, 30], [1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(DataError, match=r"duplicate \(series_id, timestamp\) at rows \[1, 3\]") as info:
+        series_from_table(table, 30, source="load.parquet")
+    assert "load.parquet" in str(info.value)
+    assert "'a'" in str(info.value)
+    assert info.value.rows == [1, 3]
+
+
+def test_off_grid_timestamps_name_the_rows() -> None:
+    table = _table(["a", "a", "a"], [0, 30, 70], [1.0, 2.0, 3.0])
+    with pytest.raises(DataError, match=r"off the 30-minute grid .* at rows \[2\]"):
+        series_from_table(table, 30)
+
+
+def test_declared_covariate_missing_is_named() -> None:
+    table = _table(["a", "a"], [0, 30], [1.0, 2.0])
+    with pytest.raises(DataError, match=r"declared covariates \['temperature'\]"):
+        series_from_table(table, 30, ["temperature"])
+
+
+def test_coarser_data_than_the_checkpoint_is_refused() -> None:
+    table = _table(["a"] * 4, [0, 60, 120, 240], [1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(DataError, match="60-minute grid, but the checkpoint expects 30-minute"):
+        series_from_table(table, 30)
+
+
+def test_empty_data_is_refused() -> None:
+    with pytest.raises(DataError, match="no rows"):
+        series_from_table(_table([], [], []), 30)
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="not found"):
+        load_series(tmp_path / "absent.parquet", 30)
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"this is not parquet")
+    with pytest.raises(DataError, match=r"Cannot read data file .*garbage\.parquet"):
+        load_series(garbage, 30)
+
+
+def test_csv_input(tmp_path: Path) -> None:
+    path = tmp_path / "load.csv"
+    path.write_text(
+        "series_id,timestamp,y,temp\n"
+        "7,2024-01-01T00:00:00Z,1.5,10\n"
+        "7,2024-01-01T00:30:00Z,,11\n"
+        "7,2024-01-01T01:30:00Z,2.5,\n"
+        "8,2024-01-01T00:30:00Z,3.0,12\n"
+    )
+    result = load_series(path, 30, ["temp"])
+    assert [s.series_id for s in result.series] == ["7", "8"]
+    np.testing.assert_array_equal(result.series[0].values, [1.5, np.nan, np.nan, 2.5])
+    np.testing.assert_array_equal(result.series[0].covariates, [[10.0, 11.0, np.nan, np.nan]])
+    assert result.series[0].start_us == T0_US
+    assert result.source == str(path)
+
+
+def test_csv_written_by_pyarrow_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "load.csv"
+    pa_csv.write_csv(_table(["a", "a"], [0, 30], [1.0, 2.0]), path)
+    np.testing.assert_array_equal(load_series(path, 30).series[0].values, [1.0, 2.0])
+
+
+def test_extra_columns_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    table = _table(["a", "a"], [0, 30], [1.0, 2.0]).append_column("humidity", pa.array([1.0, 2.0]))
+    table = table.append_column("note", pa.array(["x", "y"]))
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.table"):
+        result = series_from_table(table, 30)
+    assert result.covariate_names == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("humidity" in m and "note" in m for m in warnings), warnings
+
+
+def test_tz_naive_timestamps_read_as_utc(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    path = tmp_path / "naive.parquet"
+    pq.write_table(_table(["a", "a"], [0, 30], [1.0, 2.0], pa.timestamp("us")), path)
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.table"):
+        result = load_series(path, 30)
+    assert result.series[0].start_us == T0_US
+    assert any("no time zone" in r.getMessage() for r in caplog.records)
+
+
+def test_other_time_zones_keep_the_instant() -> None:
+    table = _table(["a", "a"], [0, 30], [1.0, 2.0], pa.timestamp("us", tz="Europe/Amsterdam"))
+    assert series_from_table(table, 30).series[0].start_us == T0_US
+
+
+def test_non_numeric_and_infinite_values_are_refused() -> None:
+    table = _table(["a", "a"], [0, 30], [1.0, float("inf")])
+    with pytest.raises(DataError, match=r"infinite values at rows \[1\]"):
+        series_from_table(table, 30)
+    text = pa.table({"series_id": ["a"], "timestamp": pa.array([T0_US], pa.int64()).cast(UTC_TS), "y": ["high"]})
+    with pytest.raises(DataError, match="'y' must be numeric"):
+        series_from_table(text, 30)

@@ -1,0 +1,207 @@
+"""Unit tier: InferenceWorker over a recording fake backend (grids, horizon, quantiles, covariates)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from distributed_onnx.backend.protocol import InferenceBackend
+from distributed_onnx.checkpoint import CheckpointMetadata
+from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.table import Series, SeriesTable
+from distributed_onnx.tensors import pack_batch
+from distributed_onnx.windows import PlannedBatch
+from distributed_onnx.worker import InferenceWorker, check_run_fits_model
+
+CHRONOS2_INPUTS = ["context", "attention_mask", "group_ids", "future_covariates", "future_covariates_mask"]
+NATIVE = [0.1, 0.5, 0.9]
+MODEL_CONTEXT, PATCH, PATCHES = 8, 2, 3
+MODEL_HORIZON = PATCH * PATCHES
+
+
+def _metadata(family: str = "context_quantiles") -> CheckpointMetadata:
+    return CheckpointMetadata(
+        model_family=family,
+        input_names=CHRONOS2_INPUTS if family == "chronos2" else ["context"],
+        output_name="quantile_preds",
+        native_quantiles=NATIVE,
+        context_length=MODEL_CONTEXT,
+        output_patch_size=PATCH,
+        horizon_patches=PATCHES,
+        resolution_minutes=15,
+    )
+
+
+class RecordingBackend:
+    """Records every input it is given; ``quantile_preds[r, q, h] = 1000 r + 10 q + h`` (row, level, lead)."""
+
+    def __init__(self, metadata: CheckpointMetadata) -> None:
+        self._metadata = metadata
+        self.calls: list[dict[str, np.ndarray]] = []
+        self.closed = False
+
+    @property
+    def metadata(self) -> CheckpointMetadata:
+        return self._metadata
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        self.calls.append({name: np.array(value, copy=True) for name, value in inputs.items()})
+        rows = inputs["context"].shape[0]
+        r, q, h = np.meshgrid(np.arange(rows), np.arange(len(NATIVE)), np.arange(MODEL_HORIZON), indexing="ij")
+        return {"quantile_preds": (1000.0 * r + 10.0 * q + h).astype(np.float32)}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _worker(family: str = "context_quantiles") -> tuple[InferenceWorker, RecordingBackend]:
+    backend = RecordingBackend(_metadata(family))
+    assert isinstance(backend, InferenceBackend)
+    return InferenceWorker(backend, model_name="fake"), backend
+
+
+def test_short_context_is_left_padded_with_missing_values() -> None:
+    worker, backend = _worker("chronos2")
+    context = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    worker.forecast(context, MODEL_HORIZON, NATIVE)
+    sent = backend.calls[0]
+    np.testing.assert_array_equal(sent["context"][0], [0, 0, 0, 0, 0, 1, 2, 3])
+    np.testing.assert_array_equal(sent["attention_mask"][0], [0, 0, 0, 0, 0, 1, 1, 1])
+
+
+def test_long_context_keeps_its_last_context_length_steps() -> None:
+    worker, backend = _worker()
+    context = np.arange(12, dtype=np.float32)[None, :]
+    worker.forecast(context, MODEL_HORIZON, NATIVE)
+    np.testing.assert_array_equal(backend.calls[0]["context"][0], np.arange(4, 12))
+
+
+def test_output_shape_and_native_values() -> None:
+    worker, _ = _worker()
+    out = worker.forecast(np.ones((2, MODEL_CONTEXT), dtype=np.float32), MODEL_HORIZON, NATIVE)
+    assert out.shape == (2, MODEL_HORIZON, 3)
+    assert out.dtype == np.float32
+    # out[w, h, q] = 1000 w + 10 q + h
+    np.testing.assert_array_equal(out[1, 4], [1004.0, 1014.0, 1024.0])
+
+
+def test_shorter_horizon_is_sliced() -> None:
+    worker, _ = _worker()
+    out = worker.forecast(np.ones((1, MODEL_CONTEXT), dtype=np.float32), 2, NATIVE)
+    assert out.shape == (1, 2, 3)
+    np.testing.assert_array_equal(out[0, :, 0], [0.0, 1.0])
+
+
+def test_longer_horizon_is_refused() -> None:
+    worker, backend = _worker()
+    with pytest.raises(InputValidationError, match=f"horizon {MODEL_HORIZON + 1}.*{MODEL_HORIZON}"):
+        worker.forecast(np.ones((1, MODEL_CONTEXT), dtype=np.float32), MODEL_HORIZON + 1, NATIVE)
+    assert backend.calls == []
+
+
+def test_context_must_be_two_dimensional() -> None:
+    worker, _ = _worker()
+    with pytest.raises(InputValidationError, match="context must be"):
+        worker.forecast(np.ones(MODEL_CONTEXT, dtype=np.float32), 2, NATIVE)
+
+
+def test_requested_quantiles_are_interpolated_from_native_ones() -> None:
+    worker, _ = _worker()
+    out = worker.forecast(np.ones((1, MODEL_CONTEXT), dtype=np.float32), 3, [0.05, 0.3, 0.5, 0.7, 0.95])
+    # native levels 0.1, 0.5, 0.9 sit at 0, 10, 20 (+ lead); 0.3 and 0.7 halfway; outside: clamped
+    np.testing.assert_allclose(out[0, 2], [2.0, 7.0, 12.0, 17.0, 22.0])
+
+
+def test_covariates_are_placed_on_the_model_grid() -> None:
+    worker, backend = _worker("chronos2")
+    horizon = 2
+    context = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    covariates = np.array([[[11.0, 12.0, 13.0, 14.0, 15.0]]], dtype=np.float32)  # [W=1, K=1, 3 + 2]
+    worker.forecast(context, horizon, NATIVE, covariates)
+    sent = backend.calls[0]
+    np.testing.assert_array_equal(sent["group_ids"], [0, 0])
+    # history right-aligned before the origin
+    np.testing.assert_array_equal(sent["context"][1], [0, 0, 0, 0, 0, 11, 12, 13])
+    np.testing.assert_array_equal(sent["attention_mask"][1], [0, 0, 0, 0, 0, 1, 1, 1])
+    # future from the origin, the rest of the model's horizon masked
+    np.testing.assert_array_equal(sent["future_covariates"][1], [14, 15, 0, 0, 0, 0])
+    np.testing.assert_array_equal(sent["future_covariates_mask"][1], [1, 1, 0, 0, 0, 0])
+    # the target row's future is never shown
+    np.testing.assert_array_equal(sent["future_covariates_mask"][0], np.zeros(MODEL_HORIZON))
+
+
+def test_covariates_with_longer_history_keep_the_last_steps() -> None:
+    worker, backend = _worker("chronos2")
+    given, horizon = 10, 1
+    context = np.arange(given, dtype=np.float32)[None, :]
+    covariates = (100.0 + np.arange(given + horizon, dtype=np.float32))[None, None, :]
+    out = worker.forecast(context, horizon, NATIVE, covariates)
+    sent = backend.calls[0]
+    np.testing.assert_array_equal(sent["context"][1], 100.0 + np.arange(2, 10))
+    np.testing.assert_array_equal(sent["future_covariates"][1], [110, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(out[0, 0], [0.0, 10.0, 20.0])  # decoded from the target row (row 0)
+
+
+def test_forecasts_come_from_each_windows_target_row() -> None:
+    worker, _ = _worker("chronos2")
+    covariates = np.zeros((2, 2, MODEL_CONTEXT + 1), dtype=np.float32)
+    out = worker.forecast(np.ones((2, MODEL_CONTEXT), dtype=np.float32), 1, [0.5], covariates)
+    np.testing.assert_array_equal(out[:, 0, 0], [10.0, 3010.0])  # rows 0 and 3 of the backend's output
+
+
+def test_covariates_with_the_wrong_width_are_refused() -> None:
+    worker, _ = _worker("chronos2")
+    covariates = np.zeros((1, 1, 4), dtype=np.float32)
+    with pytest.raises(InputValidationError, match=r"3 \+ 2"):
+        worker.forecast(np.ones((1, 3), dtype=np.float32), 2, NATIVE, covariates)
+
+
+def test_covariates_to_a_family_that_takes_none_are_refused() -> None:
+    worker, backend = _worker("context_quantiles")
+    covariates = np.zeros((1, 1, MODEL_CONTEXT + 2), dtype=np.float32)
+    with pytest.raises(InputValidationError, match="takes no covariates"):
+        worker.forecast(np.ones((1, MODEL_CONTEXT), dtype=np.float32), 2, NATIVE, covariates)
+    assert backend.calls == []
+
+
+def test_forecast_batch_decodes_an_arrow_batch() -> None:
+    worker, backend = _worker()
+    step_us = 15 * 60_000_000
+    values = np.arange(20, dtype=np.float64)
+    table = SeriesTable([Series("a", 0, step_us, values, np.empty((0, 20)))], [], 15, "<test>")
+    planned = PlannedBatch(0, np.zeros(2, dtype=np.int64), np.array([5, 12], dtype=np.int64))
+    batch = pack_batch(table, planned, 4, 2, "fp")
+    out = worker.forecast_batch(batch, 4, 2, [0.5])
+    assert out.shape == (2, 2, 1)
+    np.testing.assert_array_equal(backend.calls[0]["context"][1], [0, 0, 0, 0, 8, 9, 10, 11])
+
+
+def test_warm_up_and_close() -> None:
+    worker, backend = _worker()
+    assert worker.warm_up(rows=3) >= 0.0
+    assert backend.calls[0]["context"].shape == (3, MODEL_CONTEXT)
+    assert worker.info().model_name == "fake"
+    worker.close()
+    assert backend.closed
+
+
+# --- check_run_fits_model ---------------------------------------------------------------------------------
+
+
+def test_run_that_fits_passes() -> None:
+    check_run_fits_model(_metadata(), MODEL_CONTEXT, MODEL_HORIZON)
+    check_run_fits_model(_metadata(), 1, 1)
+
+
+def test_run_with_too_long_horizon_is_refused() -> None:
+    with pytest.raises(ConfigError, match=rf"horizon 7 .*\({MODEL_HORIZON} = {PATCH} x {PATCHES}\)") as caught:
+        check_run_fits_model(_metadata(), MODEL_CONTEXT, MODEL_HORIZON + 1)
+    assert caught.value.key == "horizon"  # type: ignore[attr-defined]
+
+
+def test_run_with_too_long_context_is_refused() -> None:
+    with pytest.raises(ConfigError, match=rf"context_length 9 .*\({MODEL_CONTEXT}\)") as caught:
+        check_run_fits_model(_metadata(), MODEL_CONTEXT + 1, MODEL_HORIZON)
+    assert caught.value.key == "context_length"  # type: ignore[attr-defined]
