@@ -148,14 +148,20 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
             forecasts = self.worker.forecast_batch(record, spec.context_length, spec.horizon, quantiles)
             return outputs.forecast_table(record, forecasts, quantiles, step_us)
 
-    def pack(indices: dict[str, np.ndarray]) -> pa.Table:
-        # Ray Data hands out row ids; planning is deterministic, so each task re-plans and packs its batch.
-        wanted = set(int(i) for i in indices["id"])
-        return pa.Table.from_batches([plan.pack(b) for b in plan.batches() if b.index in wanted])
+    def pack(rows: dict[str, np.ndarray]) -> pa.Table:
+        # Each row describes one planned batch (its windows' series and origins); packing happens in the pool.
+        from distributed_onnx.windows import PlannedBatch
 
-    n_batches = sum(1 for _ in plan.batches())
+        planned = PlannedBatch(int(rows["index"][0]), rows["series"][0], rows["origins"][0])
+        return pa.Table.from_batches([plan.pack(planned)])
+
+    described = [
+        {"index": batch.index, "series": batch.series_index, "origins": batch.origin_index} for batch in plan.batches()
+    ]
     dataset = (
-        ray.data.range(n_batches, override_num_blocks=n_batches)
+        # from_items: the descriptions live in the object store, so no read task competes with the actor pool
+        # for the two CPUs (with ray.data.range, its read task waited forever for a CPU the pool held).
+        ray.data.from_items(described, override_num_blocks=len(described))
         .map_batches(pack, batch_size=1, batch_format="numpy")
         .map_batches(
             Forecaster,
@@ -251,7 +257,10 @@ def main() -> None:
             for model, checkpoint in models.items():
                 if model == "tiny" and size != args.sizes[0]:
                     continue
-                runs = {mode: run_mode(mode, data, checkpoint, per_series, args.rows_per_batch) for mode in args.modes}
+                runs = {}
+                for mode in args.modes:
+                    runs[mode] = run_mode(mode, data, checkpoint, per_series, args.rows_per_batch)
+                    print(f"{model} {size} {mode}: {runs[mode]}", flush=True)
                 entry = {"model": model, "windows": per_series * n_series, "series": n_series, "modes": runs}
                 report["runs"].append(entry)
                 print(json.dumps(entry, indent=2), flush=True)
