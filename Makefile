@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: backtest test lint typecheck check bench clean
+.PHONY: backtest test lint typecheck check bench-backtest bench-serve clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 backtest: $(BIN)/.installed
-	$(BIN)/distributed-onnx backtest --output runs/reference
+	$(BIN)/distributed-onnx backtest --output runs/reference --n-windows 913 --stride 1
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
@@ -30,6 +30,16 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,bench]"
+	touch $@
+
+bench-backtest: $(BIN)/.bench-installed
+	$(BIN)/python benchmarks/backtest_bench.py
+
+bench-serve: $(BIN)/.bench-installed
+	$(BIN)/python benchmarks/serve_bench.py
 
 clean:
 	rm -rf $(VENV) runs
