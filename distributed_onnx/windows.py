@@ -74,11 +74,12 @@ def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
     if spec.n_windows is not None:
         last = n - spec.horizon
         origins = last - spec.stride * np.arange(spec.n_windows - 1, -1, -1, dtype=np.int64)
-    else:
-        assert spec.start_us is not None and spec.end_us is not None  # guaranteed by WindowSpec
+    elif spec.start_us is not None and spec.end_us is not None:  # WindowSpec guarantees one of the two modes
         first = -(-(spec.start_us - series.start_us) // series.step_us)  # ceil: first grid step >= start
         last = (spec.end_us - series.start_us) // series.step_us
         origins = np.arange(first, last + 1, spec.stride, dtype=np.int64)
+    else:
+        origins = np.empty(0, dtype=np.int64)
     # An origin needs at least one step of history and may sit at most one step past the data.
     return origins[(origins >= 1) & (origins <= n)]
 

@@ -47,15 +47,14 @@ class Chronos2Adapter:
         if covariates is not None and n_covariates:
             grid[:, 1 : 1 + n_covariates, :] = covariates
         values, mask = zero_fill(grid.reshape(n_windows * rows_per_group, width))
+        history, future = slice(0, self._context_length), slice(self._context_length, width)
         inputs = {
-            "context": values[:, : self._context_length],
-            "attention_mask": mask[:, : self._context_length],
+            "context": np.ascontiguousarray(values[:, history]),
+            "attention_mask": np.ascontiguousarray(mask[:, history]),
             "group_ids": np.repeat(np.arange(n_windows, dtype=np.int64), rows_per_group),
-            "future_covariates": np.ascontiguousarray(values[:, self._context_length :]),
-            "future_covariates_mask": np.ascontiguousarray(mask[:, self._context_length :]),
+            "future_covariates": np.ascontiguousarray(values[:, future]),
+            "future_covariates_mask": np.ascontiguousarray(mask[:, future]),
         }
-        inputs["context"] = np.ascontiguousarray(inputs["context"])
-        inputs["attention_mask"] = np.ascontiguousarray(inputs["attention_mask"])
         return inputs, np.arange(n_windows, dtype=np.int64) * rows_per_group
 
     def decode(self, outputs: Mapping[str, np.ndarray], target_rows: np.ndarray) -> np.ndarray:
