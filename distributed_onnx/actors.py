@@ -8,6 +8,7 @@ reports what it realized. The worker class itself stays Ray-free; it is made rem
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -15,11 +16,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import ray
+from ray.exceptions import RayTaskError
 
 from distributed_onnx.backend.policy import HostCapabilities
 from distributed_onnx.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.errors import ConfigError, DistributedOnnxError
 from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
+
+logger = logging.getLogger(__name__)
+
+#: How long an actor may take to build its session and warm up (a large model on a cold node is slow).
+READY_TIMEOUT_S = 600.0
 
 
 class PinnedWorker:
@@ -109,3 +116,64 @@ def start_worker_actor(config: WorkerConfig, num_cpus: float, num_gpus: float) -
     """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``)."""
     actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(WorkerActor)
     return actor_class.remote(config, num_cpus)
+
+
+def start_ready_actor(
+    config: WorkerConfig, num_cpus: float, num_gpus: float, timeout_s: float = READY_TIMEOUT_S
+) -> tuple[Any, WorkerInfo]:
+    """Start one actor and wait until it is warm (used to replace a lost actor)."""
+    actors, infos = start_pool(config, 1, num_cpus, num_gpus, timeout_s)
+    return actors[0], infos[0]
+
+
+def start_pool(
+    config: WorkerConfig,
+    count: int | None,
+    num_cpus: float,
+    num_gpus: float,
+    timeout_s: float = READY_TIMEOUT_S,
+) -> tuple[list[Any], list[WorkerInfo]]:
+    """Start ``count`` actors (None: fill the cluster) and wait until each is warm.
+
+    A start-up error (a corrupt checkpoint, a refused GPU chain) stops every actor of the pool and is raised
+    as the original, typed error; an actor shape no node can host is refused before anything starts.
+    """
+    check_feasible(num_cpus, num_gpus)
+    count = count or default_actor_count(num_cpus, num_gpus)
+    actors = [start_worker_actor(config, num_cpus, num_gpus) for _ in range(count)]
+    try:
+        infos = ray.get([actor.ready.remote() for actor in actors], timeout=timeout_s)
+    except BaseException as exc:
+        for actor in actors:
+            ray.kill(actor)
+        if isinstance(exc, RayTaskError) and isinstance(exc.cause, DistributedOnnxError):
+            raise exc.cause from None
+        raise
+    for info in infos:
+        logger.info(
+            "Worker ready: providers=%s gpus=%s threads=%s", info.providers, info.gpu_ids, info.intra_op_num_threads
+        )
+    return actors, list(infos)
+
+
+def check_feasible(num_cpus: float, num_gpus: float) -> None:
+    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes."""
+    nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+    fits = any(
+        node["Resources"].get("CPU", 0) >= num_cpus and node["Resources"].get("GPU", 0) >= num_gpus for node in nodes
+    )
+    if not fits:
+        shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
+        raise ConfigError(
+            f"No node can host an actor with {num_cpus} CPU and {num_gpus} GPU; nodes have {shapes}. "
+            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
+            key="gpus_per_actor" if num_gpus else "cpus_per_actor",
+        )
+
+
+def default_actor_count(num_cpus: float, num_gpus: float) -> int:
+    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share."""
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    if num_gpus > 0:
+        return max(1, int(resources.get("GPU", 0) / num_gpus))
+    return max(1, int(resources.get("CPU", 1) / num_cpus))

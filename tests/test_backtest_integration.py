@@ -35,9 +35,9 @@ from backtest_data import (  # noqa: E402
 from graphs import tiny_chronos2_metadata, tiny_chronos2_model  # noqa: E402
 from ray.exceptions import RayActorError  # noqa: E402
 
+from distributed_onnx import actors as actors_module  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.backtest import outputs  # noqa: E402
-from distributed_onnx.backtest import run as backtest_run  # noqa: E402
 from distributed_onnx.backtest.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
@@ -137,7 +137,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
     """Kills the pool's first actor right after the first part is written (inside the run's own callback)."""
     started: list[Any] = []
     writes: list[int] = []
-    real_start, real_write = backtest_run.start_worker_actor, outputs.write_part
+    real_start, real_write = actors_module.start_worker_actor, outputs.write_part
 
     def start_and_record(*args: Any, **kwargs: Any) -> Any:
         started.append(real_start(*args, **kwargs))
@@ -151,7 +151,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
             _wait_dead(started[0])
         return path
 
-    monkeypatch.setattr(backtest_run, "start_worker_actor", start_and_record)
+    monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
     monkeypatch.setattr(outputs, "write_part", write_then_kill)
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=1)
 

@@ -18,16 +18,15 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import RayTaskError
 
 from distributed_onnx import storage
-from distributed_onnx.actors import start_worker_actor
+from distributed_onnx.actors import start_pool, start_ready_actor
 from distributed_onnx.adapters import adapter_for
 from distributed_onnx.backtest import outputs, report, scoring
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint, file_sha256
 from distributed_onnx.dispatch import dispatch
-from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
+from distributed_onnx.errors import BatchError, ConfigError
 from distributed_onnx.local_ray import connect
 from distributed_onnx.progress import Progress
 from distributed_onnx.table import SeriesTable, load_series
@@ -37,7 +36,6 @@ from distributed_onnx.worker import WorkerConfig, WorkerInfo, check_run_fits_mod
 
 logger = logging.getLogger(__name__)
 
-READY_TIMEOUT_S = 600.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -200,7 +198,10 @@ class _BacktestRun:
         return BacktestResult(summary, metrics, self.failures)
 
     def _dispatch(self, done: set[int]) -> dict[str, Any]:
-        actors, self.infos = _start_pool(self.plan)
+        settings = self.plan.settings
+        actors, self.infos = start_pool(
+            self._worker_config(), settings.actors, settings.cpus_per_actor, settings.gpus_per_actor
+        )
         self.actors = actors
         self.dispatch_started = time.perf_counter()
         try:
@@ -218,6 +219,9 @@ class _BacktestRun:
             for actor in actors:
                 ray.kill(actor)
         return dict(stats.__dict__)
+
+    def _worker_config(self) -> WorkerConfig:
+        return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
 
     def _submit(self, actor: Any, planned: PlannedBatch) -> Any:
         batch = self.pending.setdefault(planned.index, self.plan.pack(planned))
@@ -240,7 +244,8 @@ class _BacktestRun:
 
     def _replace_actor(self) -> Any | None:
         try:
-            actor, info = _start_actor(self.plan)
+            settings = self.plan.settings
+            actor, info = start_ready_actor(self._worker_config(), settings.cpus_per_actor, settings.gpus_per_actor)
         except Exception:
             logger.warning("Could not start a replacement actor", exc_info=True)
             return None
@@ -286,66 +291,6 @@ class _BacktestRun:
                 for failure in self.failures
             ],
         }
-
-
-def _start_actor(plan: RunPlan) -> tuple[Any, WorkerInfo]:
-    settings = plan.settings
-    config = WorkerConfig(checkpoint=plan.checkpoint.weights_path, providers=settings.providers)
-    actor = start_worker_actor(config, settings.cpus_per_actor, settings.gpus_per_actor)
-    return actor, ray.get(actor.ready.remote(), timeout=READY_TIMEOUT_S)
-
-
-def _start_pool(plan: RunPlan) -> tuple[list[Any], list[WorkerInfo]]:
-    """Start the actors and wait until each is warm; a start-up error stops them all and is raised as is."""
-    settings = plan.settings
-    _check_feasible(settings.cpus_per_actor, settings.gpus_per_actor)
-    count = settings.actors or default_actor_count(settings.cpus_per_actor, settings.gpus_per_actor)
-    config = WorkerConfig(checkpoint=plan.checkpoint.weights_path, providers=settings.providers)
-    actors = [start_worker_actor(config, settings.cpus_per_actor, settings.gpus_per_actor) for _ in range(count)]
-    try:
-        infos = ray.get([actor.ready.remote() for actor in actors], timeout=READY_TIMEOUT_S)
-    except RayTaskError as exc:
-        for actor in actors:
-            ray.kill(actor)
-        if isinstance(exc.cause, DistributedOnnxError):
-            raise exc.cause from None
-        raise
-    except BaseException:
-        for actor in actors:
-            ray.kill(actor)
-        raise
-    for info in infos:
-        logger.info(
-            "Worker ready: providers=%s gpus=%s threads=%s",
-            info.providers,
-            info.gpu_ids,
-            info.intra_op_num_threads,
-        )
-    return actors, list(infos)
-
-
-def _check_feasible(cpus_per_actor: float, gpus_per_actor: float) -> None:
-    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes."""
-    nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
-    fits = any(
-        node["Resources"].get("CPU", 0) >= cpus_per_actor and node["Resources"].get("GPU", 0) >= gpus_per_actor
-        for node in nodes
-    )
-    if not fits:
-        shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
-        raise ConfigError(
-            f"No node can host an actor with {cpus_per_actor} CPU and {gpus_per_actor} GPU; nodes have {shapes}. "
-            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
-            key="gpus_per_actor" if gpus_per_actor else "cpus_per_actor",
-        )
-
-
-def default_actor_count(cpus_per_actor: float, gpus_per_actor: float) -> int:
-    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share."""
-    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    if gpus_per_actor > 0:
-        return max(1, int(resources.get("GPU", 0) / gpus_per_actor))
-    return max(1, int(resources.get("CPU", 1) / cpus_per_actor))
 
 
 def _digest(document: dict[str, Any]) -> str:
