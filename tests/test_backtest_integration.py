@@ -421,3 +421,20 @@ def test_cli_gpu_providers_without_gpus_per_actor_exit_2_before_any_actor(
     assert err.startswith("error: ") and "\n" not in err
     assert "cuda" in err and "gpus_per_actor" in err
     assert not output.exists()
+
+
+def test_corrupt_weights_stop_the_pool_with_a_typed_error(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The metadata records the sha256 of these (corrupt) bytes, so resolving passes and the actors are the
+    # first to open the graph: their start-up error must come back typed, not as a dead-actor traceback.
+    write_checkpoint(tmp_path / "broken.onnx", b"not an onnx graph", tiny_chronos2_metadata())
+    output = tmp_path / "run"
+    argv = ["backtest", "--checkpoint", str(tmp_path / "broken.onnx"), "--data", str(data), "--output", str(output)]
+
+    code = cli.main([*argv, "--actors", "2", "--n-windows", "2", "--no-progress"])
+
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "cannot load checkpoint weights" in err and "broken.onnx" in err
+    assert not list((output / "forecasts").glob("part-*.parquet"))
