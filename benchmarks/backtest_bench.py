@@ -277,7 +277,8 @@ def render(report: dict[str, Any]) -> str:
         f"Machine: {report['machine']['cpus']} CPUs, {report['machine']['platform']}; "
         f"rows per batch {report['rows_per_batch']}; 2 actors x 1 CPU x 1 ORT thread for the Ray modes.",
         "",
-        "| model | windows | mode | windows/s | vs loop 1t | vs loop 2t | vs Ray Data | first forecast s | peak RSS MB |",
+        "| model | windows | mode | windows/s | vs loop 1t | vs loop 2t | vs Ray Data | first forecast s "
+        "| peak RSS MB |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["runs"]:

@@ -1,0 +1,159 @@
+"""HTTP plumbing of the deployment, without Ray: the FastAPI app, body reading with a size limit, error mapping.
+
+Every error leaves as ``{"error": "..."}`` with a 4xx naming the field or tensor (the Open Inference
+Protocol's error shape), never a 500 for bad input:
+
+==============================================  ====
+malformed JSON                                  400
+missing/extra field, wrong type, NaN/inf        422
+bad tensor (datatype, shape, name, NaN)         422  (``InputValidationError``)
+other project error on the request (settings)   422  (``ConfigError``)
+unknown model name, unknown route               404
+body above ``max_body_bytes``                   413
+backend closed                                  503
+model failed on valid input                     500  (``InferenceError``; a bug or a broken model)
+overload (``max_queued_requests``)              503 + Retry-After, written by Serve's proxy (text body)
+==============================================  ====
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from distributed_onnx.errors import (
+    BackendClosedError,
+    ConfigError,
+    DistributedOnnxError,
+    InferenceError,
+    InputValidationError,
+)
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class HttpError(Exception):
+    """An HTTP error with a status code and the message for ``{"error": ...}``."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(status_code, message)
+        self.status_code = status_code
+        self.message = message
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status an exception maps to (see the module docstring)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return 499  # the client went away (nginx's code, which Serve's proxy uses too)
+    if isinstance(exc, HttpError | StarletteHTTPException):
+        return exc.status_code
+    if isinstance(exc, RequestValidationError | InputValidationError | ConfigError):
+        return 422
+    if isinstance(exc, BackendClosedError):
+        return 503
+    if isinstance(exc, InferenceError):
+        return 500
+    if isinstance(exc, DistributedOnnxError):
+        return 422
+    return 500
+
+
+def error_response(status_code: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status_code, headers=headers)
+
+
+async def read_body(request: Request, max_body_bytes: int) -> bytes:
+    """The request body, refusing (413) one above ``max_body_bytes`` by its Content-Length or as it streams."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+        raise HttpError(413, f"Request body is {declared} bytes, the limit is {max_body_bytes} bytes (max_body_bytes).")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise HttpError(413, f"Request body exceeds the limit of {max_body_bytes} bytes (max_body_bytes).")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(body: bytes, model: type[ModelT]) -> ModelT:
+    """Validate a JSON body: 400 for malformed JSON, 422 naming each offending field otherwise.
+
+    Parsed by pydantic's own JSON parser straight into the model: for a 64-series request that is ~2 ms
+    against ~8 ms for ``json.loads`` plus validation (measured here).
+    """
+    if not body.strip():
+        raise HttpError(400, "Request body is empty; send a JSON object.")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        invalid = next((error for error in errors if error["type"] == "json_invalid"), None)
+        if invalid is not None:
+            raise HttpError(400, f"Request body is not valid JSON: {invalid['msg']}") from None
+        if any(error["type"] == "model_type" and not error["loc"] for error in errors):
+            raise HttpError(422, "Request body must be a JSON object.") from None
+        raise HttpError(422, describe_validation(errors)) from None
+
+
+def describe_validation(errors: Any) -> str:
+    """Pydantic/FastAPI errors as one line: ``series.0.y.3: Input should be a finite number; ...``."""
+    parts = []
+    for error in list(errors)[:10]:
+        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error as ``{"error": ...}`` with the status of :func:`status_of`."""
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, HttpError):
+            return error_response(exc.status_code, exc.message)
+        assert isinstance(exc, StarletteHTTPException)
+        return error_response(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(422, describe_validation(exc.errors()))
+
+    async def on_project_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(status_of(exc), str(exc))
+
+    app.add_exception_handler(HttpError, on_http_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(DistributedOnnxError, on_project_error)
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON body that the route reads itself (to enforce the size limit first)."""
+    reference = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": reference}}}}
+
+
+def install_openapi_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    """Add ``models`` (and the models they use) to the OpenAPI components, for :func:`json_body` references."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = build()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            schemas[model.__name__] = schema
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

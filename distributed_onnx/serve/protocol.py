@@ -1,0 +1,149 @@
+"""Open Inference Protocol (KServe v2) tensors <-> numpy, checked against the model's tensor specs.
+
+Pure code (numpy and the backend's :class:`TensorSpec` only): every message names the tensor, what the model
+takes and what was sent, and every problem is an :class:`InputValidationError`, which the HTTP layer turns
+into a 4xx. Names, ranks, fixed dimensions, shared symbolic axes and NaN/inf are then checked once more by
+the backend's own validation, the same code the backtest's batches pass through.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from distributed_onnx.backend.validation import TensorSpec, validate_inputs
+from distributed_onnx.errors import InputValidationError
+from distributed_onnx.serve.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
+
+#: v2 datatype -> numpy dtype; the inverse names a model's tensors in ``GET /v2/models/{name}``.
+DATATYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(dtype)
+    for name, dtype in {
+        "BOOL": np.bool_,
+        "UINT8": np.uint8,
+        "UINT16": np.uint16,
+        "UINT32": np.uint32,
+        "UINT64": np.uint64,
+        "INT8": np.int8,
+        "INT16": np.int16,
+        "INT32": np.int32,
+        "INT64": np.int64,
+        "FP16": np.float16,
+        "FP32": np.float32,
+        "FP64": np.float64,
+    }.items()
+}
+_BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items()}
+
+# Which kinds of JSON values each numpy kind accepts ("b" bool, "i"/"u" integers, "f" floats).
+_ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+def datatype_of(dtype: np.dtype[Any]) -> str:
+    """The v2 datatype of a numpy dtype (``float32`` -> ``FP32``)."""
+    try:
+        return _BY_DTYPE[np.dtype(dtype)]
+    except KeyError:
+        raise InputValidationError(f"numpy dtype {dtype} has no Open Inference Protocol datatype") from None
+
+
+def tensor_metadata(spec: TensorSpec) -> TensorMetadata:
+    """A graph tensor as ``GET /v2/models/{name}`` describes it (-1 for a dynamic axis)."""
+    shape = [dim if isinstance(dim, int) else -1 for dim in spec.shape]
+    return TensorMetadata(name=spec.name, datatype=datatype_of(spec.dtype), shape=shape)
+
+
+def decode_tensor(tensor: InferInputTensor) -> np.ndarray:
+    """One v2 input tensor as a numpy array of its declared datatype and shape."""
+    name = tensor.name
+    if tensor.parameters and any(key in tensor.parameters for key in ("binary_data_size", "shared_memory_region")):
+        raise InputValidationError(
+            f"Input {name!r}: binary and shared-memory tensor data are not supported; send 'data' as JSON "
+            "(tritonclient: set_data_from_numpy(array, binary_data=False)).",
+            tensor=name,
+        )
+    dtype = DATATYPES[tensor.datatype]
+    expected = math.prod(tensor.shape)
+    try:
+        values = np.asarray(tensor.data)
+    except ValueError as exc:  # ragged nesting
+        raise InputValidationError(f"Input {name!r}: 'data' is not a rectangular array: {exc}", tensor=name) from None
+    if values.size != expected:
+        raise InputValidationError(
+            f"Input {name!r}: shape {tensor.shape} holds {expected} values, 'data' has {values.size}.", tensor=name
+        )
+    if values.size and values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+        wanted = {"b": "true/false", "i": "integers", "u": "integers", "f": "numbers"}[dtype.kind]
+        raise InputValidationError(
+            f"Input {name!r}: datatype {tensor.datatype} takes {wanted}, 'data' holds {_describe(values)}.",
+            tensor=name,
+        )
+    if values.ndim > 1 and list(values.shape) != tensor.shape:
+        raise InputValidationError(
+            f"Input {name!r}: nested 'data' has shape {list(values.shape)}, the tensor declares {tensor.shape}.",
+            tensor=name,
+        )
+    if (
+        dtype.kind in "iu"
+        and values.size
+        and (values.min() < np.iinfo(dtype).min or values.max() > np.iinfo(dtype).max)
+    ):
+        raise InputValidationError(f"Input {name!r}: values out of range for {tensor.datatype}.", tensor=name)
+    return values.astype(dtype, copy=False).reshape(tensor.shape)
+
+
+def decode_inputs(tensors: Sequence[InferInputTensor], specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+    """All input tensors of a request, checked against the model: names, datatypes, ranks, dims, NaN/inf."""
+    names = [tensor.name for tensor in tensors]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InputValidationError(f"Input(s) {duplicates} given more than once.", tensor=duplicates[0])
+    by_name = {spec.name: spec for spec in specs}
+    arrays: dict[str, np.ndarray] = {}
+    for tensor in tensors:
+        spec = by_name.get(tensor.name)
+        if spec is not None and DATATYPES[tensor.datatype] != spec.dtype:
+            raise InputValidationError(
+                f"Input {tensor.name!r} has datatype {tensor.datatype}, the model takes "
+                f"{datatype_of(spec.dtype)} ({spec.describe()}).",
+                tensor=tensor.name,
+            )
+        arrays[tensor.name] = decode_tensor(tensor)
+    validate_inputs(arrays, specs, check_finite=True)
+    return arrays
+
+
+def select_outputs(available: Iterable[str], requested: Sequence[RequestedOutput] | None) -> list[str]:
+    """The output names to return: all of them, or those requested (an unknown one is a 4xx naming it)."""
+    names = list(available)
+    if not requested:
+        return names
+    unknown = [output.name for output in requested if output.name not in names]
+    if unknown:
+        raise InputValidationError(f"Requested output(s) {unknown} do not exist; the model has {names}.")
+    return [output.name for output in requested]
+
+
+def encode_outputs(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> list[InferOutputTensor]:
+    """Model outputs as v2 tensors: datatype, shape and flat row-major data."""
+    encoded = []
+    for name in names:
+        value = np.asarray(outputs[name])
+        encoded.append(
+            InferOutputTensor.model_construct(
+                name=name,
+                shape=list(value.shape),
+                datatype=datatype_of(value.dtype),
+                parameters=None,
+                data=value.reshape(-1).tolist(),
+            )
+        )
+    return encoded
+
+
+def _describe(values: np.ndarray) -> str:
+    kind = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings", "O": "mixed values"}
+    return kind.get(values.dtype.kind, f"values of type {values.dtype}")

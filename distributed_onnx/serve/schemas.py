@@ -1,0 +1,133 @@
+"""Wire schemas of the online deployment: ``/v1/forecast`` and the Open Inference Protocol (KServe v2) JSON.
+
+Every request model forbids unknown fields, so a typo is a 4xx naming the field rather than a silently
+ignored option. Floats in a forecast history may be ``null`` (missing) but never NaN or infinite. v2 tensor
+``data`` is kept as received (flat row-major, or nested as the protocol also allows) and checked against
+``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.protocol`, which names the tensor at fault.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.quantiles import validate_quantiles
+
+#: Datatypes of the Open Inference Protocol this deployment maps to numpy (BYTES and BF16 are not supported).
+Datatype = Literal[
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"
+]
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------- /v1/forecast
+
+
+class SeriesHistory(_Strict):
+    """One series' history, oldest first, on the checkpoint's grid."""
+
+    series_id: str = Field(min_length=1, max_length=256, description="Echoed back in the forecast.")
+    y: list[FiniteFloat | None] = Field(
+        min_length=1,
+        description="History, oldest first; null = missing. Longer than the context: the last context_length "
+        "values are used, as a backtest window would use them.",
+    )
+    start: datetime | None = Field(
+        default=None, description="Timestamp of y[0] (UTC if naive); when given, forecasts carry timestamps."
+    )
+
+
+class ForecastRequest(_Strict):
+    """Quantile forecasts for many series at once (the efficient way to use a replica on CPU)."""
+
+    series: list[SeriesHistory] = Field(min_length=1, description="The series to forecast.")
+    horizon: int | None = Field(default=None, gt=0, description="Steps to forecast; default: the checkpoint's.")
+    quantiles: list[float] | None = Field(
+        default=None, description="Levels in (0, 1), ascending; default: the checkpoint's native ones."
+    )
+
+    @field_validator("quantiles")
+    @classmethod
+    def _valid_quantiles(cls, value: list[float] | None) -> list[float] | None:
+        if value is None:
+            return None
+        try:
+            return list(validate_quantiles(value))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class SeriesForecast(BaseModel):
+    series_id: str
+    quantiles: dict[str, list[float]] = Field(description="Level (e.g. '0.1') -> horizon values.")
+    timestamps: list[datetime] | None = Field(default=None, description="Present when the request gave start.")
+
+
+class ForecastResponse(BaseModel):
+    model: str = Field(description="The checkpoint's file stem.")
+    forecasts: list[SeriesForecast]
+
+
+# --------------------------------------------------------------------------- Open Inference Protocol (v2)
+
+
+class InferInputTensor(_Strict):
+    name: str = Field(min_length=1)
+    shape: list[Annotated[int, Field(ge=0)]]
+    datatype: Datatype
+    parameters: dict[str, Any] | None = None
+    data: list[Any] = Field(description="Row-major tensor data (flat, or nested to the tensor's rank).")
+
+
+class RequestedOutput(_Strict):
+    name: str = Field(min_length=1)
+    parameters: dict[str, Any] | None = None
+
+
+class InferRequest(_Strict):
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[InferInputTensor] = Field(min_length=1)
+    outputs: list[RequestedOutput] | None = None
+
+
+class InferOutputTensor(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any]
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[InferOutputTensor]
+
+
+class TensorMetadata(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int] = Field(description="-1 marks a dynamic axis.")
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str] = Field(default_factory=list)
+    platform: str = "onnxruntime_onnx"
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What was wrong, naming the field or tensor.")

@@ -1,0 +1,398 @@
+"""The online deployment over real HTTP on 127.0.0.1: answers, the bad-input battery, overload, tritonclient.
+
+Integration tier: a real local Ray (the shared 2-CPU test instance), real Serve, real ORT sessions. Two
+applications run side by side: the reference checkpoint (the main one) and the tiny graph with a one-slot
+queue, to provoke the overload 503 on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve")
+pytest.importorskip("onnxruntime")
+
+from conftest import RAY_TEST_RESOURCES
+
+from distributed_onnx.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.worker import InferenceWorker, WorkerConfig
+
+pytestmark = pytest.mark.integration
+
+# The bundled reference model (the earlier MLP stands in while a rebuilt one is not on disk yet).
+CHECKPOINT = (
+    REFERENCE_CHECKPOINT
+    if REFERENCE_CHECKPOINT.exists()
+    else REFERENCE_CHECKPOINT.with_name("taylor_chronos2_mlp.onnx")
+)
+MODEL = CHECKPOINT.stem
+METADATA = LocalCheckpoint(path=CHECKPOINT).resolve().metadata
+CONTEXT, HORIZON = METADATA.context_length, METADATA.horizon_length
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def base_url(tiny_checkpoint: ResolvedCheckpoint) -> Iterator[str]:
+    """Serve on a free loopback port with the main app at / and a tiny overload-prone app at /overload."""
+    import ray
+    from ray import serve
+
+    from distributed_onnx.serve.app import build_app
+    from distributed_onnx.serve.settings import ServeSettings
+
+    if not ray.is_initialized():  # what the shared ray_session fixture does, at module scope
+        ray.init(
+            **RAY_TEST_RESOURCES,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
+    main = ServeSettings(checkpoint=CHECKPOINT, port=port, max_batch_size=8, batch_wait_ms=2, health_check_period_s=2)
+    overload = ServeSettings(
+        checkpoint=tiny_checkpoint.weights_path,
+        port=port,
+        cpus_per_replica=0.5,
+        max_batch_size=1,
+        max_ongoing_requests=1,
+        max_queued_requests=1,
+        retry_after_s=2,
+        warm_up_rows=0,
+    )
+    serve.run(build_app(main), name="main", route_prefix="/", blocking=False)
+    serve.run(build_app(overload), name="overload", route_prefix="/overload", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield url
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def local_worker() -> InferenceWorker:
+    """The backtest's worker in this process, one thread like a replica's."""
+    config = WorkerConfig(
+        checkpoint=CHECKPOINT,
+        providers=[CpuProvider()],
+        session_options=SessionOptionsConfig(intra_op_num_threads=1, allow_spinning=False),
+    )
+    return InferenceWorker.from_config(config)
+
+
+# ------------------------------------------------------------------------------------------ health, docs
+
+
+def test_health_metadata_and_docs(client: httpx.Client) -> None:
+    assert client.get("/v2/health/live").status_code == 200
+    assert client.get("/v2/health/ready").json() == {"ready": True}
+    assert client.get(f"/v2/models/{MODEL}/ready").status_code == 200
+    metadata = client.get(f"/v2/models/{MODEL}").json()
+    assert metadata["name"] == MODEL
+    inputs = {tensor["name"]: tensor for tensor in metadata["inputs"]}
+    assert inputs["context"]["datatype"] == "FP32" and inputs["context"]["shape"][-1] == CONTEXT
+    assert inputs["group_ids"]["datatype"] == "INT64"
+    assert metadata["outputs"][0]["name"] == "quantile_preds"
+    assert client.get("/docs").status_code == 200
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/forecast"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/ForecastRequest"}
+    assert "SeriesHistory" in spec["components"]["schemas"]
+
+
+# ------------------------------------------------------------------------------------------ forecasts
+
+
+def backtest_windows(tmp_path: Path, n_windows: int) -> tuple[Any, Any, list[Any]]:
+    """The backtest's own plan and packed batch for the last ``n_windows`` origins (stride one day)."""
+    from distributed_onnx.backtest.run import prepare
+    from distributed_onnx.backtest.settings import BacktestSettings
+
+    plan = prepare(BacktestSettings(checkpoint=CHECKPOINT, output=tmp_path / "run", n_windows=n_windows, stride=48))
+    planned = next(plan.batches())
+    return plan, plan.pack(planned), [plan.table.series[int(i)] for i in planned.series_index]
+
+
+def test_forecast_equals_the_backtest_forecast_of_the_same_window(
+    client: httpx.Client, local_worker: InferenceWorker, tmp_path: Path
+) -> None:
+    plan, batch, series = backtest_windows(tmp_path, n_windows=3)
+    planned = next(plan.batches())
+    expected = local_worker.forecast_batch(batch, plan.spec.context_length, plan.spec.horizon, plan.quantiles)
+    histories = []
+    for index, (item, origin) in enumerate(zip(series, planned.origin_index, strict=True)):
+        # the whole history up to the origin (longer than the context: its last CONTEXT values are used)
+        y = [None if np.isnan(v) else float(v) for v in item.values[: int(origin)]]
+        histories.append({"series_id": f"w{index}", "y": y})
+    response = client.post("/v1/forecast", json={"series": histories})
+    assert response.status_code == 200, response.text
+    document = response.json()
+    assert document["model"] == MODEL
+    for index, forecast in enumerate(document["forecasts"]):
+        assert forecast["series_id"] == f"w{index}"
+        assert "timestamps" not in forecast or forecast["timestamps"] is None
+        got = np.array([forecast["quantiles"][format(q, "g")] for q in plan.quantiles], dtype=np.float32).T
+        np.testing.assert_array_equal(got, expected[index])
+
+
+def test_forecast_with_horizon_quantiles_timestamps_and_gaps(
+    client: httpx.Client, local_worker: InferenceWorker
+) -> None:
+    rng = np.random.default_rng(0)
+    y: list[float | None] = [float(v) for v in 30000 + 1000 * rng.standard_normal(100)]
+    y[10] = y[50] = None
+    body = {
+        "series": [{"series_id": "a", "y": y, "start": "2024-01-01T00:00:00Z"}],
+        "horizon": 12,
+        "quantiles": [0.05, 0.25, 0.5, 0.9],
+    }
+    response = client.post("/v1/forecast", json=body)
+    assert response.status_code == 200, response.text
+    forecast = response.json()["forecasts"][0]
+    assert list(forecast["quantiles"]) == ["0.05", "0.25", "0.5", "0.9"]
+    assert all(len(values) == 12 for values in forecast["quantiles"].values())
+    assert forecast["timestamps"][0] == "2024-01-03T02:00:00Z"  # 100 half-hours after the start
+    context = np.array([[np.nan if v is None else v for v in y]], dtype=np.float32)
+    expected = local_worker.forecast(context, 12, [0.05, 0.25, 0.5, 0.9])[0]
+    got = np.array(list(forecast["quantiles"].values()), dtype=np.float32).T
+    np.testing.assert_array_equal(got, expected)
+    stamps = forecast["timestamps"]
+    assert len(stamps) == 12
+    assert stamps[1] > stamps[0]
+
+
+# ------------------------------------------------------------------------------------------ Open Inference Protocol
+
+
+def chronos_inputs(rows: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {
+        "context": rng.standard_normal((rows, CONTEXT)).astype(np.float32),
+        "attention_mask": np.ones((rows, CONTEXT), dtype=np.float32),
+        "group_ids": np.arange(rows, dtype=np.int64),
+        "future_covariates": np.zeros((rows, HORIZON), dtype=np.float32),
+        "future_covariates_mask": np.zeros((rows, HORIZON), dtype=np.float32),
+    }
+
+
+def v2_body(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    datatypes = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
+    return {
+        "inputs": [
+            {
+                "name": name,
+                "shape": list(value.shape),
+                "datatype": datatypes[value.dtype],
+                "data": value.ravel().tolist(),
+            }
+            for name, value in inputs.items()
+        ]
+    }
+
+
+def test_v2_infer_matches_the_backend(client: httpx.Client, local_worker: InferenceWorker) -> None:
+    inputs = chronos_inputs()
+    response = client.post(f"/v2/models/{MODEL}/infer", json=v2_body(inputs) | {"id": "r1"})
+    assert response.status_code == 200, response.text
+    document = response.json()
+    assert document["model_name"] == MODEL and document["id"] == "r1"
+    (output,) = document["outputs"]
+    assert output["name"] == "quantile_preds" and output["datatype"] == "FP32" and output["shape"] == [2, 9, HORIZON]
+    expected = local_worker.backend.run(inputs)["quantile_preds"]
+    np.testing.assert_array_equal(np.array(output["data"], dtype=np.float32).reshape(2, 9, HORIZON), expected)
+
+
+def test_tritonclient_http_round_trip(base_url: str, local_worker: InferenceWorker) -> None:
+    http = pytest.importorskip("tritonclient.http")
+    client = http.InferenceServerClient(url=base_url.removeprefix("http://"))
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready(MODEL)
+    metadata = client.get_model_metadata(MODEL)
+    assert [tensor["name"] for tensor in metadata["outputs"]] == ["quantile_preds"]
+    inputs = chronos_inputs(3)
+    infer_inputs = []
+    for name, value in inputs.items():
+        tensor = http.InferInput(name, list(value.shape), "FP32" if value.dtype == np.float32 else "INT64")
+        tensor.set_data_from_numpy(value, binary_data=False)
+        infer_inputs.append(tensor)
+    result = client.infer(MODEL, infer_inputs, outputs=[http.InferRequestedOutput("quantile_preds", binary_data=False)])
+    np.testing.assert_array_equal(result.as_numpy("quantile_preds"), local_worker.backend.run(inputs)["quantile_preds"])
+    with pytest.raises(Exception, match="Unknown model"):
+        client.infer("nope", infer_inputs)
+    client.close()
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+GOOD_SERIES = {"series_id": "a", "y": [1.0, 2.0, 3.0]}
+
+
+def _v2_with(**changes: Any) -> dict[str, Any]:
+    body = v2_body(chronos_inputs(1))
+    body["inputs"][0] = body["inputs"][0] | changes
+    return body
+
+
+BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
+    # (id, path, body (bytes = raw), status, text the error must contain)
+    ("malformed-json", "/v1/forecast", b'{"series": [', 400, "not valid JSON"),
+    ("empty-body", "/v1/forecast", b"", 400, "empty"),
+    ("not-an-object", "/v1/forecast", b"[1, 2]", 422, "JSON object"),
+    ("missing-series", "/v1/forecast", {"horizon": 4}, 422, "series"),
+    ("extra-field", "/v1/forecast", {"series": [GOOD_SERIES], "colour": "red"}, 422, "colour"),
+    ("extra-series-field", "/v1/forecast", {"series": [GOOD_SERIES | {"x": 1}]}, 422, "series.0.x"),
+    ("y-wrong-type", "/v1/forecast", {"series": [{"series_id": "a", "y": "abc"}]}, 422, "series.0.y"),
+    ("y-string-value", "/v1/forecast", {"series": [{"series_id": "a", "y": [1.0, "x"]}]}, 422, "series.0.y.1"),
+    ("y-nan", "/v1/forecast", b'{"series": [{"series_id": "a", "y": [1.0, NaN]}]}', 422, "series.0.y.1"),
+    ("y-inf", "/v1/forecast", b'{"series": [{"series_id": "a", "y": [Infinity]}]}', 422, "series.0.y.0"),
+    ("y-empty", "/v1/forecast", {"series": [{"series_id": "a", "y": []}]}, 422, "series.0.y"),
+    (
+        "y-all-null",
+        "/v1/forecast",
+        {"series": [GOOD_SERIES, {"series_id": "b", "y": [None, None]}]},
+        422,
+        "series[1].y",
+    ),
+    ("no-series", "/v1/forecast", {"series": []}, 422, "series"),
+    ("horizon-too-long", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": HORIZON + 1}, 422, "horizon"),
+    ("horizon-zero", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": 0}, 422, "horizon"),
+    ("horizon-float", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": 2.5}, 422, "horizon"),
+    ("quantile-one", "/v1/forecast", {"series": [GOOD_SERIES], "quantiles": [0.5, 1.0]}, 422, "quantiles"),
+    ("quantile-zero", "/v1/forecast", {"series": [GOOD_SERIES], "quantiles": [0.0]}, 422, "quantiles"),
+    ("quantile-unsorted", "/v1/forecast", {"series": [GOOD_SERIES], "quantiles": [0.9, 0.1]}, 422, "quantiles"),
+    ("bad-start", "/v1/forecast", {"series": [GOOD_SERIES | {"start": "yesterday"}]}, 422, "series.0.start"),
+    ("unknown-model", "/v2/models/nope/infer", v2_body(chronos_inputs(1)), 404, "nope"),
+    ("v2-malformed", f"/v2/models/{MODEL}/infer", b"{", 400, "not valid JSON"),
+    ("v2-no-inputs", f"/v2/models/{MODEL}/infer", {"inputs": []}, 422, "inputs"),
+    ("v2-extra-field", f"/v2/models/{MODEL}/infer", v2_body(chronos_inputs(1)) | {"x": 1}, 422, "x"),
+    ("v2-bad-datatype", f"/v2/models/{MODEL}/infer", _v2_with(datatype="FP99"), 422, "inputs.0.datatype"),
+    ("v2-wrong-datatype", f"/v2/models/{MODEL}/infer", _v2_with(datatype="FP64"), 422, "'context'"),
+    ("v2-shape-mismatch", f"/v2/models/{MODEL}/infer", _v2_with(shape=[1, CONTEXT - 1]), 422, "'context'"),
+    ("v2-wrong-dim", f"/v2/models/{MODEL}/infer", _v2_with(shape=[2, CONTEXT // 2]), 422, "'context'"),
+    ("v2-strings", f"/v2/models/{MODEL}/infer", _v2_with(data=["a"] * CONTEXT), 422, "'context'"),
+    ("v2-unknown-input", f"/v2/models/{MODEL}/infer", _v2_with(name="ctx"), 422, "ctx"),
+    (
+        "v2-nan",
+        f"/v2/models/{MODEL}/infer",
+        json.dumps(_v2_with(data=[float("nan")] * CONTEXT)).encode(),
+        422,
+        "'context'",
+    ),
+    (
+        "v2-unknown-output",
+        f"/v2/models/{MODEL}/infer",
+        v2_body(chronos_inputs(1)) | {"outputs": [{"name": "nope"}]},
+        422,
+        "nope",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "needle"), [case[1:] for case in BAD_REQUESTS], ids=[case[0] for case in BAD_REQUESTS]
+)
+def test_bad_input_is_a_4xx_naming_the_field(
+    client: httpx.Client, path: str, body: Any, status: int, needle: str
+) -> None:
+    if isinstance(body, bytes):
+        response = client.post(path, content=body, headers={"content-type": "application/json"})
+    else:
+        response = client.post(path, json=body)
+    assert response.status_code == status, response.text
+    assert needle in response.json()["error"]
+
+
+def test_unknown_model_and_route_are_404_with_an_error_body(client: httpx.Client) -> None:
+    for path in ("/v2/models/nope", "/v2/models/nope/ready", "/v3/anything"):
+        response = client.get(path)
+        assert response.status_code == 404
+        assert "error" in response.json()
+
+
+def test_body_above_the_limit_is_413(client: httpx.Client) -> None:
+    big = b'{"series": [{"series_id": "a", "y": [' + b"1.0," * (9 * 1024 * 1024 // 4) + b"1.0]}]}"
+    response = client.post("/v1/forecast", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert "max_body_bytes" in response.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit applies while the body streams
+        yield b'{"series": [{"series_id": "a", "y": ['
+        for _ in range(9):
+            yield b"1.0," * (1024 * 1024 // 4)
+        yield b"1.0]}]}"
+
+    response = client.post("/v1/forecast", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+# ------------------------------------------------------------------------------------------ load
+
+
+async def _burst(base_url: str, path: str, body: Any, requests: int, concurrency: int) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one() -> httpx.Response:
+            async with gate:
+                return await client.post(path, json=body)
+
+        return await asyncio.gather(*(one() for _ in range(requests)))
+
+
+def test_concurrent_burst_mixes_good_and_bad_requests_without_5xx(client: httpx.Client, base_url: str) -> None:
+    rng = np.random.default_rng(2)
+    good = {"series": [{"series_id": f"s{i}", "y": rng.standard_normal(600).tolist()} for i in range(4)]}
+    bad = {"series": [GOOD_SERIES], "horizon": 1000}
+
+    async def both() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        return await asyncio.gather(
+            _burst(base_url, "/v1/forecast", good, 120, 32), _burst(base_url, "/v1/forecast", bad, 40, 8)
+        )
+
+    goods, bads = asyncio.run(both())
+    assert {r.status_code for r in goods} <= {200, 503}
+    assert sum(r.status_code == 200 for r in goods) >= 100  # the queue (128) holds this burst
+    assert {r.status_code for r in bads} == {422}  # a bad request fails alone, never its batch
+    first = goods[0].json()["forecasts"]
+    assert all(r.json()["forecasts"] == first for r in goods if r.status_code == 200)
+    assert client.get("/v2/health/ready").status_code == 200
+
+
+def test_overload_answers_503_with_retry_after_and_the_replica_stays_healthy(base_url: str) -> None:
+    body = {"series": [{"series_id": f"s{i}", "y": [float(i)] * 16} for i in range(256)]}
+    responses = asyncio.run(_burst(base_url, "/overload/v1/forecast", body, 60, 30))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 503}, codes
+    assert 200 in codes and 503 in codes, codes
+    rejected = next(r for r in responses if r.status_code == 503)
+    assert rejected.headers["retry-after"] == "2"
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        assert client.get("/overload/v2/health/ready").status_code == 200
+        from ray import serve
+
+        status = serve.status().applications["overload"]
+        assert status.status == "RUNNING"
+        assert status.deployments["OnnxForecastServer"].status == "HEALTHY"

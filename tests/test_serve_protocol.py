@@ -1,0 +1,141 @@
+"""Unit tier of the online deployment: v2 tensor codecs, the forecast codec, batching and settings (no Ray, no ORT)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from distributed_onnx.backend.validation import TensorSpec
+from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, run_jobs
+from distributed_onnx.serve.http import HttpError, parse_body
+from distributed_onnx.serve.protocol import (
+    decode_inputs,
+    decode_tensor,
+    encode_outputs,
+    select_outputs,
+    tensor_metadata,
+)
+from distributed_onnx.serve.schemas import ForecastRequest, InferInputTensor, RequestedOutput, SeriesHistory
+from distributed_onnx.serve.settings import ServeSettings
+
+SPECS = [
+    TensorSpec("context", np.dtype(np.float32), ("rows", 4)),
+    TensorSpec("group_ids", np.dtype(np.int64), ("rows",)),
+]
+
+
+def tensor(name: str, shape: list[int], datatype: str, data: list[object]) -> InferInputTensor:
+    return InferInputTensor.model_validate({"name": name, "shape": shape, "datatype": datatype, "data": data})
+
+
+def test_flat_and_nested_data_decode_to_the_declared_shape_and_dtype() -> None:
+    flat = decode_tensor(tensor("context", [2, 2], "FP32", [1, 2, 3, 4.5]))
+    nested = decode_tensor(tensor("context", [2, 2], "FP32", [[1, 2], [3, 4.5]]))
+    assert flat.dtype == np.float32 and flat.shape == (2, 2)
+    np.testing.assert_array_equal(flat, nested)
+    assert decode_tensor(tensor("m", [2], "BOOL", [True, False])).dtype == np.bool_
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        (tensor("x", [2, 2], "FP32", [1, 2, 3]), "holds 4 values, 'data' has 3"),
+        (tensor("x", [2], "INT64", [1.5, 2]), "takes integers"),
+        (tensor("x", [1], "BOOL", [1]), "takes true/false"),
+        (tensor("x", [2], "FP32", ["a", "b"]), "strings"),
+        (tensor("x", [1], "INT8", [300]), "out of range"),
+        (tensor("x", [2, 2], "FP32", [[1, 2, 3], [4]]), "rectangular"),
+        (tensor("x", [2, 2], "FP32", [[1, 2, 3, 4]]), "nested"),
+    ],
+)
+def test_bad_tensors_name_the_tensor(item: InferInputTensor, needle: str) -> None:
+    with pytest.raises(InputValidationError, match=needle) as caught:
+        decode_tensor(item)
+    assert "'x'" in str(caught.value)
+
+
+def test_inputs_are_checked_against_the_model() -> None:
+    good = [tensor("context", [1, 4], "FP32", [0, 1, 2, 3]), tensor("group_ids", [1], "INT64", [0])]
+    assert set(decode_inputs(good, SPECS)) == {"context", "group_ids"}
+    with pytest.raises(InputValidationError, match="'context' has datatype FP64"):
+        decode_inputs([tensor("context", [1, 4], "FP64", [0, 1, 2, 3]), good[1]], SPECS)
+    with pytest.raises(InputValidationError, match="missing"):
+        decode_inputs(good[:1], SPECS)
+    with pytest.raises(InputValidationError, match="more than once"):
+        decode_inputs([good[0], good[0], good[1]], SPECS)
+    with pytest.raises(InputValidationError, match="NaN"):
+        decode_inputs([tensor("context", [1, 4], "FP32", [0, 1, float("nan"), 3]), good[1]], SPECS)
+    with pytest.raises(InputValidationError, match="binary"):
+        decode_inputs([good[0].model_copy(update={"parameters": {"binary_data_size": 16}}), good[1]], SPECS)
+
+
+def test_metadata_and_outputs_use_v2_datatypes() -> None:
+    assert tensor_metadata(SPECS[0]).model_dump() == {"name": "context", "datatype": "FP32", "shape": [-1, 4]}
+    (out,) = encode_outputs({"y": np.arange(6, dtype=np.float32).reshape(2, 3)}, ["y"])
+    assert (out.datatype, out.shape, out.data) == ("FP32", [2, 3], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    assert select_outputs(["a", "b"], None) == ["a", "b"]
+    with pytest.raises(InputValidationError, match="nope"):
+        select_outputs(["a"], [RequestedOutput(name="nope")])
+
+
+def test_history_block_keeps_the_last_context_values_and_pads_on_the_left() -> None:
+    series = [SeriesHistory(series_id="a", y=[1.0, None, 3.0, 4.0, 5.0]), SeriesHistory(series_id="b", y=[7.0])]
+    block = history_block(series, context_length=3)
+    assert block.dtype == np.float32
+    np.testing.assert_array_equal(block, [[3.0, 4.0, 5.0], [np.nan, np.nan, 7.0]])
+    with pytest.raises(InputValidationError, match=r"series\[0\]\.y"):
+        history_block([SeriesHistory(series_id="a", y=[1.0, None, None])], context_length=2)
+
+
+class RecordingForecast:
+    """A fake ``InferenceWorker.forecast``: the forecast of each row is its last observed value."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, int], int, tuple[float, ...]]] = []
+
+    def __call__(self, context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
+        self.calls.append((context.shape, horizon, tuple(quantiles)))
+        last = np.array([row[np.isfinite(row)][-1] for row in context], dtype=np.float32)
+        return np.broadcast_to(last[:, None, None], (len(context), horizon, len(quantiles))).copy()
+
+
+def test_run_jobs_merges_jobs_with_the_same_settings_and_splits_results_in_order() -> None:
+    jobs = [
+        ForecastJob(np.array([[1.0, 2.0]], dtype=np.float32), 4, (0.5,)),
+        ForecastJob(np.array([[3.0], [4.0]], dtype=np.float32), 4, (0.5,)),
+        ForecastJob(np.array([[5.0]], dtype=np.float32), 2, (0.1, 0.9)),
+    ]
+    fake = RecordingForecast()
+    results = run_jobs(fake, jobs)
+    assert fake.calls == [((3, 2), 4, (0.5,)), ((1, 1), 2, (0.1, 0.9))]
+    assert [r.shape for r in results] == [(1, 4, 1), (2, 4, 1), (1, 2, 2)]
+    assert [float(r[i, 0, 0]) for r in results for i in range(len(r))] == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_timestamps_follow_the_history() -> None:
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    assert forecast_timestamps(start, 2, 2, 30) == ["2024-01-01T01:00:00Z", "2024-01-01T01:30:00Z"]
+
+
+def test_parse_body_maps_json_and_schema_errors() -> None:
+    with pytest.raises(HttpError, match="not valid JSON") as caught:
+        parse_body(b"{", ForecastRequest)
+    assert caught.value.status_code == 400
+    with pytest.raises(HttpError, match=r"quantiles") as caught:
+        parse_body(b'{"series": [{"series_id": "a", "y": [1]}], "quantiles": [1.5]}', ForecastRequest)
+    assert caught.value.status_code == 422
+
+
+def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
+    assert ServeSettings(max_batch_size=64).ongoing_requests == 128
+    assert ServeSettings(max_batch_size=1).ongoing_requests == 64
+    options = ServeSettings(gpus_per_replica=0.5, replicas=2).deployment_options()
+    assert options["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 0.5}
+    assert options["backpressure_config"].retry_after_s == 1.0
+    assert ServeSettings().host == "127.0.0.1"
+    with pytest.raises(ConfigError, match="colour"):
+        ServeSettings.from_sources({"colour": "red"})
