@@ -153,6 +153,7 @@ class _BacktestRun:
         self.first_result_s: float | None = None
         self.started = started
         self.dispatch_started = started
+        self.dispatch_finished = started
         self.progress = Progress(self.counts.planned, enabled=plan.settings.progress)
 
     def run(self) -> BacktestResult:
@@ -177,7 +178,7 @@ class _BacktestRun:
             finally:
                 if started_ray:
                     ray.shutdown()
-        dispatch_s = time.perf_counter() - self.dispatch_started
+        dispatch_s = self.dispatch_finished - self.dispatch_started
         metrics = scoring.score(
             output, plan.table, plan.checkpoint.name, plan.quantiles, plan.spec.horizon, plan.seasonality
         )
@@ -215,6 +216,8 @@ class _BacktestRun:
                 max_in_flight_per_actor=self.plan.settings.max_in_flight_per_actor,
                 replace_actor=self._replace_actor,
             )
+            # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
+            self.dispatch_finished = time.perf_counter()
         finally:
             for actor in actors:
                 ray.kill(actor)
