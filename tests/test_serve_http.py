@@ -244,6 +244,164 @@ def test_tritonclient_http_round_trip(base_url: str, local_worker: InferenceWork
     client.close()
 
 
+# ------------------------------------------------------------------------------------------ binary tensor data
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def triton_inputs(http: Any, inputs: dict[str, np.ndarray], json_names: tuple[str, ...] = ()) -> list[Any]:
+    """tritonclient inputs with its default binary data, except ``json_names`` (sent as JSON ``data``)."""
+    tensors = []
+    for name, value in inputs.items():
+        tensor = http.InferInput(name, list(value.shape), "FP32" if value.dtype == np.float32 else "INT64")
+        if name in json_names:
+            tensor.set_data_from_numpy(value, binary_data=False)
+        else:
+            tensor.set_data_from_numpy(value)  # the default: binary_data=True
+        tensors.append(tensor)
+    return tensors
+
+
+def test_tritonclient_http_default_binary_round_trip(
+    client: httpx.Client, base_url: str, local_worker: InferenceWorker
+) -> None:
+    http = pytest.importorskip("tritonclient.http")
+    triton = http.InferenceServerClient(url=base_url.removeprefix("http://"))
+    assert "binary_tensor_data" in triton.get_server_metadata()["extensions"]
+    inputs = chronos_inputs(3)
+    expected = local_worker.backend.run(inputs)["quantile_preds"]
+    as_json = client.post(f"/v2/models/{MODEL}/infer", json=v2_body(inputs)).json()["outputs"][0]
+    np.testing.assert_array_equal(np.array(as_json["data"], dtype=np.float32).reshape(as_json["shape"]), expected)
+    # no outputs named: tritonclient asks for all of them as binary (binary_data_output)
+    for outputs in (None, [http.InferRequestedOutput("quantile_preds")]):
+        result = triton.infer(MODEL, triton_inputs(http, inputs), outputs=outputs, request_id="b1")
+        assert result.get_response()["id"] == "b1"
+        assert result.get_output("quantile_preds")["parameters"] == {"binary_data_size": expected.nbytes}
+        got = result.as_numpy("quantile_preds")
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    triton.close()
+
+
+def test_tritonclient_http_mixed_binary_and_json_inputs(base_url: str, local_worker: InferenceWorker) -> None:
+    http = pytest.importorskip("tritonclient.http")
+    triton = http.InferenceServerClient(url=base_url.removeprefix("http://"))
+    inputs = chronos_inputs(2)
+    expected = local_worker.backend.run(inputs)["quantile_preds"]
+    for json_names in (("group_ids", "attention_mask"), ("context",)):
+        tensors = triton_inputs(http, inputs, json_names)
+        result = triton.infer(MODEL, tensors, outputs=[http.InferRequestedOutput("quantile_preds", binary_data=False)])
+        assert not result.get_output("quantile_preds").get("parameters")  # JSON data, as asked
+        np.testing.assert_array_equal(result.as_numpy("quantile_preds"), expected)
+    triton.close()
+
+
+def binary_request(inputs: dict[str, np.ndarray], **fields: Any) -> tuple[dict[str, Any], bytes]:
+    """A v2 JSON header sending every input as binary data (in input order), and the bytes that follow it."""
+    header = v2_body(inputs) | fields
+    for tensor, value in zip(header["inputs"], inputs.values(), strict=True):
+        del tensor["data"]
+        tensor["parameters"] = {"binary_data_size": value.nbytes}
+    return header, b"".join(value.astype(value.dtype.newbyteorder("<")).tobytes() for value in inputs.values())
+
+
+def post_binary(
+    client: httpx.Client, header: dict[str, Any], payload: bytes, header_length: int | None = None
+) -> httpx.Response:
+    head = json.dumps(header).encode()
+    length = len(head) if header_length is None else header_length
+    return client.post(
+        f"/v2/models/{MODEL}/infer",
+        content=head + payload,
+        headers={HEADER_LENGTH: str(length), "content-type": "application/octet-stream"},
+    )
+
+
+def test_binary_data_output_returns_raw_outputs_after_the_json_header(
+    client: httpx.Client, local_worker: InferenceWorker
+) -> None:
+    inputs = chronos_inputs(2)
+    expected = local_worker.backend.run(inputs)["quantile_preds"]
+    header, payload = binary_request(inputs, parameters={"binary_data_output": True})
+    response = post_binary(client, header, payload)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/octet-stream"
+    length = int(response.headers[HEADER_LENGTH])
+    (output,) = json.loads(response.content[:length])["outputs"]
+    assert output == {
+        "name": "quantile_preds",
+        "shape": list(expected.shape),
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": expected.nbytes},
+    }
+    assert len(response.content) == length + expected.nbytes
+    np.testing.assert_array_equal(
+        np.frombuffer(response.content[length:], dtype="<f4").reshape(expected.shape), expected
+    )
+    # binary inputs without binary outputs: a plain JSON response, no header
+    header, payload = binary_request(inputs)
+    response = post_binary(client, header, payload)
+    assert response.status_code == 200 and HEADER_LENGTH.lower() not in response.headers
+    assert response.headers["content-type"] == "application/json"
+    np.testing.assert_array_equal(np.array(response.json()["outputs"][0]["data"], dtype=np.float32), expected.ravel())
+
+
+def _malformed(case: str) -> tuple[dict[str, Any], bytes, int | None]:
+    inputs = chronos_inputs(1)
+    header, payload = binary_request(inputs)
+    if case == "header-beyond-body":
+        return header, payload, len(json.dumps(header)) + len(payload) + 1
+    if case == "size-vs-shape":
+        header["inputs"][0]["parameters"]["binary_data_size"] -= 4
+        return header, payload[4:], None
+    if case == "past-the-end":
+        return header, payload[:-4], None
+    if case == "leftover-bytes":
+        return header, payload + b"\0" * 4, None
+    if case == "bytes-datatype":
+        header["inputs"][0]["datatype"] = "BYTES"
+        return header, payload, None
+    raise AssertionError(case)
+
+
+MALFORMED_BINARY = [
+    # (case, status, texts the error must contain)
+    ("header-beyond-body", 422, [HEADER_LENGTH]),
+    ("size-vs-shape", 422, ["'context'", "binary_data_size"]),
+    ("past-the-end", 422, ["'future_covariates_mask'", "runs past the end"]),
+    ("leftover-bytes", 422, ["'future_covariates_mask'", "4 bytes after"]),
+    ("bytes-datatype", 422, ["'context'", "BYTES"]),
+]
+
+
+@pytest.mark.parametrize(("case", "status", "needles"), MALFORMED_BINARY, ids=[case[0] for case in MALFORMED_BINARY])
+def test_malformed_binary_data_is_a_4xx_naming_the_tensor(
+    client: httpx.Client, case: str, status: int, needles: list[str]
+) -> None:
+    header, payload, length = _malformed(case)
+    response = post_binary(client, header, payload, length)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert all(needle in error for needle in needles), error
+
+
+def test_binary_sizes_without_the_header_length_header_are_a_4xx(client: httpx.Client) -> None:
+    header, payload = binary_request(chronos_inputs(1))
+    response = client.post(f"/v2/models/{MODEL}/infer", content=json.dumps(header).encode() + payload)
+    assert response.status_code in {400, 422}, response.text
+    assert "error" in response.json()
+    response = client.post(f"/v2/models/{MODEL}/infer", json=header)  # the JSON alone: sizes but no bytes
+    assert response.status_code == 422 and "'context'" in response.json()["error"]
+    assert HEADER_LENGTH in response.json()["error"]
+
+
+def test_binary_body_above_the_limit_is_413(client: httpx.Client) -> None:
+    header, _ = binary_request(chronos_inputs(1))
+    response = post_binary(client, header, b"\0" * (9 * 1024 * 1024))
+    assert response.status_code == 413
+    assert "max_body_bytes" in response.json()["error"]
+
+
 # ------------------------------------------------------------------------------------------ bad input
 
 GOOD_SERIES = {"series_id": "a", "y": [1.0, 2.0, 3.0]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -10,6 +11,7 @@ import pytest
 
 from distributed_onnx.backend.validation import TensorSpec
 from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.serve.binary import binary_outputs, encode_response, slice_inputs, split_body
 from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, run_jobs
 from distributed_onnx.serve.http import HttpError, parse_body
 from distributed_onnx.serve.protocol import (
@@ -19,7 +21,13 @@ from distributed_onnx.serve.protocol import (
     select_outputs,
     tensor_metadata,
 )
-from distributed_onnx.serve.schemas import ForecastRequest, InferInputTensor, RequestedOutput, SeriesHistory
+from distributed_onnx.serve.schemas import (
+    ForecastRequest,
+    InferInputTensor,
+    InferRequest,
+    RequestedOutput,
+    SeriesHistory,
+)
 from distributed_onnx.serve.settings import ServeSettings
 
 SPECS = [
@@ -80,6 +88,113 @@ def test_metadata_and_outputs_use_v2_datatypes() -> None:
     assert select_outputs(["a", "b"], None) == ["a", "b"]
     with pytest.raises(InputValidationError, match="nope"):
         select_outputs(["a"], [RequestedOutput(name="nope")])
+
+
+# ------------------------------------------------------------------------------ binary tensor data extension
+
+
+def binary_tensor(name: str, shape: list[int], datatype: str, size: object) -> InferInputTensor:
+    return InferInputTensor.model_validate(
+        {"name": name, "shape": shape, "datatype": datatype, "parameters": {"binary_data_size": size}}
+    )
+
+
+def test_split_body_takes_the_json_header_and_refuses_a_length_beyond_the_body() -> None:
+    assert split_body(b'{"a": 1}xyz', "8") == (b'{"a": 1}', b"xyz")
+    assert split_body(b"{}", "2") == (b"{}", b"")
+    for length in ("12", "0", "-1", "abc", ""):
+        with pytest.raises(InputValidationError, match="Inference-Header-Content-Length"):
+            split_body(b'{"a": 1}xyz', length)
+
+
+def test_mixed_binary_and_json_inputs_decode_like_json_ones() -> None:
+    context = np.arange(8, dtype=np.float32).reshape(2, 4) / 3
+    groups = np.array([0, 1], dtype=np.int64)
+    tensors = [binary_tensor("context", [2, 4], "FP32", 32), tensor("group_ids", [2], "INT64", [0, 1])]
+    raw = slice_inputs(tensors, context.astype("<f4").tobytes())
+    assert raw == [context.tobytes(), None]
+    arrays = decode_inputs(tensors, SPECS, raw)
+    np.testing.assert_array_equal(arrays["context"], context)
+    np.testing.assert_array_equal(arrays["group_ids"], groups)
+    assert arrays["context"].dtype == np.float32 and arrays["context"].flags.writeable
+    # both binary, in input order; the same arrays as JSON data give the same result
+    both = [tensors[0], binary_tensor("group_ids", [2], "INT64", 16)]
+    payload = context.tobytes() + groups.astype("<i8").tobytes()
+    decoded = decode_inputs(both, SPECS, slice_inputs(both, payload))
+    as_json = decode_inputs([tensor("context", [2, 4], "FP32", context.ravel().tolist()), tensors[1]], SPECS)
+    for name in ("context", "group_ids"):
+        np.testing.assert_array_equal(decoded[name], as_json[name])
+    assert decode_tensor(binary_tensor("m", [3], "BOOL", 3), b"\x01\x00\x01").tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("tensors", "payload", "needle"),
+    [
+        ([binary_tensor("x", [2, 2], "FP32", 12)], b"\0" * 12, "'x': binary_data_size is 12 bytes"),
+        ([binary_tensor("x", [2], "FP32", 8)], b"\0" * 4, "'x': binary_data_size 8 runs past the end"),
+        ([binary_tensor("x", [2], "FP32", 8)], b"\0" * 10, r"2 bytes after the binary data of input\(s\) \['x'\]"),
+        ([binary_tensor("x", [2], "FP32", "8")], b"\0" * 8, "'x': binary_data_size must be a byte count"),
+        ([binary_tensor("x", [2], "FP32", -1)], b"", "'x': binary_data_size must be a byte count"),
+        ([binary_tensor("x", [1], "BYTES", 5)], b"\0\0\0\0\0", "'x': datatype BYTES is not supported"),
+        (
+            [tensor("x", [1], "FP32", [1.0]).model_copy(update={"parameters": {"binary_data_size": 4}})],
+            b"\0" * 4,
+            "'x' has both 'data' and binary_data_size",
+        ),
+    ],
+    ids=["size-vs-shape", "past-the-end", "leftover", "size-string", "size-negative", "bytes", "data-and-binary"],
+)
+def test_bad_binary_framing_names_the_tensor(tensors: list[InferInputTensor], payload: bytes, needle: str) -> None:
+    with pytest.raises(InputValidationError, match=needle):
+        slice_inputs(tensors, payload)
+
+
+def test_bad_binary_values_name_the_tensor() -> None:
+    with pytest.raises(InputValidationError, match="'m': BOOL binary data"):
+        decode_tensor(binary_tensor("m", [1], "BOOL", 1), b"\x02")
+    with pytest.raises(InputValidationError, match="'x': 3 bytes of binary data"):
+        decode_tensor(binary_tensor("x", [1], "FP32", 3), b"\0\0\0")
+    with pytest.raises(InputValidationError, match="'x': datatype BYTES is not supported"):
+        decode_tensor(tensor("x", [1], "BYTES", ["a"]))
+    shared = tensor("x", [1], "FP32", [1.0]).model_copy(update={"parameters": {"shared_memory_region": "r"}})
+    with pytest.raises(InputValidationError, match="'x': shared-memory"):
+        decode_tensor(shared)
+    with pytest.raises(InputValidationError, match="'x' has no 'data'"):
+        decode_tensor(InferInputTensor.model_validate({"name": "x", "shape": [1], "datatype": "FP32"}))
+    nan = np.array([[0, np.nan, 0, 0]], dtype=np.float32).tobytes()
+    with pytest.raises(InputValidationError, match="NaN"):
+        decode_inputs(
+            [binary_tensor("context", [1, 4], "FP32", 16), tensor("group_ids", [1], "INT64", [0])], SPECS, [nan, None]
+        )
+
+
+def test_binary_outputs_follow_binary_data_output_and_each_outputs_override() -> None:
+    def request(parameters: object = None, outputs: object = None) -> InferRequest:
+        body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}
+        return InferRequest.model_validate(body | {"parameters": parameters, "outputs": outputs})
+
+    assert binary_outputs(request(), ["a", "b"]) == set()
+    assert binary_outputs(request({"binary_data_output": True}), ["a", "b"]) == {"a", "b"}
+    outputs = [{"name": "a", "parameters": {"binary_data": True}}, {"name": "b"}]
+    assert binary_outputs(request(None, outputs), ["a", "b"]) == {"a"}
+    outputs = [{"name": "a", "parameters": {"binary_data": False}}, {"name": "b"}]
+    assert binary_outputs(request({"binary_data_output": True}, outputs), ["a", "b"]) == {"b"}
+    with pytest.raises(InputValidationError, match=r"'a'.*binary_data"):
+        binary_outputs(request(None, [{"name": "a", "parameters": {"binary_data": "yes"}}]), ["a"])
+
+
+def test_encode_response_puts_binary_outputs_after_the_json_header() -> None:
+    outputs = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([True, False])}
+    body, length = encode_response({"model_name": "m"}, outputs, ["a", "b"], set())
+    assert length is None and json.loads(body)["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    body, length = encode_response({"model_name": "m", "id": "r"}, outputs, ["a", "b"], {"a"})
+    assert length is not None
+    header = json.loads(body[:length])
+    assert header["id"] == "r"
+    binary, plain = header["outputs"]
+    assert binary == {"name": "a", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}}
+    assert plain["data"] == [True, False]
+    np.testing.assert_array_equal(np.frombuffer(body[length:], dtype="<f4").reshape(2, 3), outputs["a"])
 
 
 def test_history_block_keeps_the_last_context_values_and_pads_on_the_left() -> None:

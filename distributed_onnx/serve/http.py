@@ -7,6 +7,7 @@ Protocol's error shape), never a 500 for bad input:
 malformed JSON                                  400
 missing/extra field, wrong type, NaN/inf        422
 bad tensor (datatype, shape, name, NaN)         422  (``InputValidationError``)
+bad binary tensor data (sizes, header length)   422  (``InputValidationError``, naming the tensor)
 other project error on the request (settings)   422  (``ConfigError``)
 unknown model name, unknown route               404
 body above ``max_body_bytes``                   413
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -34,6 +35,8 @@ from distributed_onnx.errors import (
     InferenceError,
     InputValidationError,
 )
+from distributed_onnx.serve.binary import HEADER_LENGTH, slice_inputs, split_body
+from distributed_onnx.serve.schemas import InferRequest
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -101,6 +104,27 @@ def parse_body(body: bytes, model: type[ModelT]) -> ModelT:
         if any(error["type"] == "model_type" and not error["loc"] for error in errors):
             raise HttpError(422, "Request body must be a JSON object.") from None
         raise HttpError(422, describe_validation(errors)) from None
+
+
+async def read_infer_request(request: Request, max_body_bytes: int) -> tuple[InferRequest, list[bytes | None] | None]:
+    """A v2 infer request and, when sent with the binary extension, each input's raw bytes (``None``: JSON).
+
+    The size limit applies to the whole body, JSON header and binary data together.
+    """
+    body = await read_body(request, max_body_bytes)
+    header_length = request.headers.get(HEADER_LENGTH)
+    if header_length is None:
+        return parse_body(body, InferRequest), None
+    header, payload = split_body(body, header_length)
+    parsed = parse_body(header, InferRequest)
+    return parsed, slice_inputs(parsed.inputs, payload)
+
+
+def infer_response(body: bytes, header_length: int | None) -> Response:
+    """A v2 infer response: JSON, or a JSON header of ``header_length`` bytes followed by binary outputs."""
+    if header_length is None:
+        return Response(body, media_type="application/json")
+    return Response(body, media_type="application/octet-stream", headers={HEADER_LENGTH: str(header_length)})
 
 
 def describe_validation(errors: Any) -> str:

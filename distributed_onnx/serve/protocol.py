@@ -3,7 +3,9 @@
 Pure code (numpy and the backend's :class:`TensorSpec` only): every message names the tensor, what the model
 takes and what was sent, and every problem is an :class:`InputValidationError`, which the HTTP layer turns
 into a 4xx. Names, ranks, fixed dimensions, shared symbolic axes and NaN/inf are then checked once more by
-the backend's own validation, the same code the backtest's batches pass through.
+the backend's own validation, the same code the backtest's batches pass through. Data comes as JSON
+``data`` or, with Triton's binary tensor data extension, as raw bytes that :mod:`distributed_onnx.serve.binary`
+cut out of the body; both go through the same checks here.
 """
 
 from __future__ import annotations
@@ -50,22 +52,48 @@ def datatype_of(dtype: np.dtype[Any]) -> str:
         raise InputValidationError(f"numpy dtype {dtype} has no Open Inference Protocol datatype") from None
 
 
+def numpy_dtype(tensor: InferInputTensor) -> np.dtype[Any]:
+    """The numpy dtype of an input's datatype; BYTES and BF16 are refused naming the tensor (no model takes them)."""
+    try:
+        return DATATYPES[tensor.datatype]
+    except KeyError:
+        raise InputValidationError(
+            f"Input {tensor.name!r}: datatype {tensor.datatype} is not supported; this server takes "
+            f"{sorted(DATATYPES)} tensors.",
+            tensor=tensor.name,
+        ) from None
+
+
 def tensor_metadata(spec: TensorSpec) -> TensorMetadata:
     """A graph tensor as ``GET /v2/models/{name}`` describes it (-1 for a dynamic axis)."""
     shape = [dim if isinstance(dim, int) else -1 for dim in spec.shape]
     return TensorMetadata(name=spec.name, datatype=datatype_of(spec.dtype), shape=shape)
 
 
-def decode_tensor(tensor: InferInputTensor) -> np.ndarray:
-    """One v2 input tensor as a numpy array of its declared datatype and shape."""
+def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndarray:
+    """One v2 input tensor as a numpy array of its declared datatype and shape.
+
+    ``raw`` is the tensor's binary data (little-endian, row-major), its size already checked against the
+    shape by :func:`distributed_onnx.serve.binary.slice_inputs`; without it the data is the JSON ``data``.
+    """
     name = tensor.name
-    if tensor.parameters and any(key in tensor.parameters for key in ("binary_data_size", "shared_memory_region")):
+    dtype = numpy_dtype(tensor)
+    parameters = tensor.parameters or {}
+    if "shared_memory_region" in parameters:
         raise InputValidationError(
-            f"Input {name!r}: binary and shared-memory tensor data are not supported; send 'data' as JSON "
-            "(tritonclient: set_data_from_numpy(array, binary_data=False)).",
+            f"Input {name!r}: shared-memory tensor data is not supported; send JSON 'data' or binary data.",
             tensor=name,
         )
-    dtype = DATATYPES[tensor.datatype]
+    if raw is not None:
+        return _from_bytes(tensor, dtype, raw)
+    if "binary_data_size" in parameters:
+        raise InputValidationError(
+            f"Input {name!r} has binary_data_size but the request has no Inference-Header-Content-Length "
+            "header saying where its binary data starts.",
+            tensor=name,
+        )
+    if tensor.data is None:
+        raise InputValidationError(f"Input {name!r} has no 'data' (nor binary_data_size).", tensor=name)
     expected = math.prod(tensor.shape)
     try:
         values = np.asarray(tensor.data)
@@ -95,23 +123,28 @@ def decode_tensor(tensor: InferInputTensor) -> np.ndarray:
     return values.astype(dtype, copy=False).reshape(tensor.shape)
 
 
-def decode_inputs(tensors: Sequence[InferInputTensor], specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
-    """All input tensors of a request, checked against the model: names, datatypes, ranks, dims, NaN/inf."""
+def decode_inputs(
+    tensors: Sequence[InferInputTensor], specs: Sequence[TensorSpec], raw: Sequence[bytes | None] | None = None
+) -> dict[str, np.ndarray]:
+    """All input tensors of a request, checked against the model: names, datatypes, ranks, dims, NaN/inf.
+
+    ``raw`` holds each tensor's binary data (``None`` for a JSON tensor), as :func:`binary.slice_inputs` cuts it.
+    """
     names = [tensor.name for tensor in tensors]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise InputValidationError(f"Input(s) {duplicates} given more than once.", tensor=duplicates[0])
     by_name = {spec.name: spec for spec in specs}
     arrays: dict[str, np.ndarray] = {}
-    for tensor in tensors:
+    for index, tensor in enumerate(tensors):
         spec = by_name.get(tensor.name)
-        if spec is not None and DATATYPES[tensor.datatype] != spec.dtype:
+        if spec is not None and numpy_dtype(tensor) != spec.dtype:
             raise InputValidationError(
                 f"Input {tensor.name!r} has datatype {tensor.datatype}, the model takes "
                 f"{datatype_of(spec.dtype)} ({spec.describe()}).",
                 tensor=tensor.name,
             )
-        arrays[tensor.name] = decode_tensor(tensor)
+        arrays[tensor.name] = decode_tensor(tensor, None if raw is None else raw[index])
     validate_inputs(arrays, specs, check_finite=True)
     return arrays
 
@@ -142,6 +175,19 @@ def encode_outputs(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> l
             )
         )
     return encoded
+
+
+def _from_bytes(tensor: InferInputTensor, dtype: np.dtype[Any], raw: bytes) -> np.ndarray:
+    if len(raw) != math.prod(tensor.shape) * dtype.itemsize:  # before frombuffer, which fails on a partial value
+        raise InputValidationError(
+            f"Input {tensor.name!r}: {len(raw)} bytes of binary data do not fill shape {tensor.shape} of "
+            f"{tensor.datatype}.",
+            tensor=tensor.name,
+        )
+    if dtype.kind == "b" and np.frombuffer(raw, dtype=np.uint8).max(initial=0) > 1:
+        raise InputValidationError(f"Input {tensor.name!r}: BOOL binary data must be bytes 0 or 1.", tensor=tensor.name)
+    values = np.frombuffer(raw, dtype=dtype.newbyteorder("<"))
+    return values.astype(dtype).reshape(tensor.shape)  # a writable, native-order copy
 
 
 def _describe(values: np.ndarray) -> str:

@@ -16,9 +16,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.quantiles import validate_quantiles
 
-#: Datatypes of the Open Inference Protocol this deployment maps to numpy (BYTES and BF16 are not supported).
+#: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
+#: :mod:`distributed_onnx.serve.protocol`) names the tensor; every other one maps to numpy.
 Datatype = Literal[
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
 ]
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -83,8 +97,13 @@ class InferInputTensor(_Strict):
     name: str = Field(min_length=1)
     shape: list[Annotated[int, Field(ge=0)]]
     datatype: Datatype
-    parameters: dict[str, Any] | None = None
-    data: list[Any] = Field(description="Row-major tensor data (flat, or nested to the tensor's rank).")
+    parameters: dict[str, Any] | None = Field(
+        default=None, description="binary_data_size: the tensor's bytes follow the JSON header (binary extension)."
+    )
+    data: list[Any] | None = Field(
+        default=None,
+        description="Row-major tensor data (flat, or nested to the tensor's rank); absent for binary data.",
+    )
 
 
 class RequestedOutput(_Strict):
@@ -104,7 +123,7 @@ class InferOutputTensor(BaseModel):
     shape: list[int]
     datatype: str
     parameters: dict[str, Any] | None = None
-    data: list[Any]
+    data: list[Any] | None = Field(default=None, description="Absent when parameters.binary_data_size is set.")
 
 
 class InferResponse(BaseModel):
