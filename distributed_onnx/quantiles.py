@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import AfterValidator
 
 from distributed_onnx.errors import ConfigError
 
@@ -136,3 +137,17 @@ def central_intervals(quantiles: Sequence[float]) -> list[tuple[float, float]]:
         if upper is not None and (not pairs or abs(pairs[-1][0] - q) > LEVEL_TOLERANCE):
             pairs.append((q, upper))
     return pairs
+
+
+def _checked_levels(value: list[float] | None) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        return list(validate_quantiles(value))
+    except ConfigError as exc:
+        # A ValueError, so pydantic reports it like any invalid value: with the field (and file) it came from.
+        raise ValueError(exc.message) from exc
+
+
+#: Optional requested quantile levels in settings and requests: strictly inside (0, 1), ascending.
+QuantileLevels = Annotated[list[float] | None, AfterValidator(_checked_levels)]

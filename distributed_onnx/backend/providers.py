@@ -8,9 +8,9 @@ option dicts. The ``kind`` tag lets a chain round-trip through YAML/JSON setting
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 #: ONNX Runtime's provider form: ``(provider_name, provider_options)``.
 OrtProvider = tuple[str, dict[str, str]]
@@ -146,6 +146,15 @@ _BY_KIND: dict[str, type[_ProviderConfig]] = {
 }
 
 
+def parse_provider_chain(value: Any) -> Any:
+    """``"cuda,cpu"`` or ``["cuda", {...}]`` -> provider configs; anything else is left to pydantic."""
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        return [provider_from_kind(item) if isinstance(item, str) else item for item in value]
+    return value
+
+
 def provider_from_kind(kind: str) -> ExecutionProvider:
     """The default config of a provider named by its tag (``"cuda"``), for command-line flags."""
     try:
@@ -154,6 +163,10 @@ def provider_from_kind(kind: str) -> ExecutionProvider:
         msg = f"Unknown execution provider {kind!r}; expected one of {sorted(_BY_KIND)}"
         raise ValueError(msg) from None
     return provider  # type: ignore[return-value]
+
+
+#: An optional provider chain in settings: accepts configs, tags (``["cuda", "cpu"]``) or ``"cuda,cpu"``.
+ProviderChain = Annotated[list[ExecutionProvider] | None, BeforeValidator(parse_provider_chain)]
 
 
 class SessionOptionsConfig(BaseModel):

@@ -14,9 +14,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from distributed_onnx import storage
-from distributed_onnx.backend.providers import ExecutionProvider, provider_from_kind
+from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.quantiles import validate_quantiles
+from distributed_onnx.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 
 
@@ -38,29 +38,20 @@ class BacktestSettings(BaseModel):
     stride: int = Field(default=1, gt=0, description="Steps between consecutive origins.")
     start: datetime | None = Field(default=None, description="First origin (with end); naive means UTC.")
     end: datetime | None = Field(default=None, description="Last origin (with start).")
-    quantiles: list[float] | None = Field(default=None, description="Default: the checkpoint's native ones.")
+    quantiles: QuantileLevels = Field(default=None, description="Default: the checkpoint's native ones.")
     covariates: list[str] = Field(default_factory=list, description="Known-future covariate columns.")
     seasonality: int | None = Field(default=None, gt=0, description="Steps; default one day.")
     min_context_coverage: float = Field(default=0.0, ge=0.0, le=1.0, description="Minimum observed share.")
     actors: int | None = Field(default=None, gt=0, description="Worker actors; default fills the cluster.")
     cpus_per_actor: float = Field(default=1.0, gt=0, description="CPUs per actor; sets ORT's threads.")
     gpus_per_actor: float = Field(default=0.0, ge=0, description="GPUs per actor; fractions share a GPU.")
-    providers: list[ExecutionProvider] | None = Field(
+    providers: ProviderChain = Field(
         default=None, description="Explicit provider chain (strict); default: the policy's (graceful)."
     )
     rows_per_batch: int = Field(default=256, gt=0, description="Windows per dispatched batch.")
     max_in_flight_per_actor: int = Field(default=2, gt=0, description="Batches queued on each actor.")
     address: str | None = Field(default=None, description="Ray address; default: an embedded local Ray.")
     progress: bool | None = Field(default=None, description="Progress bar; default: when stderr is a terminal.")
-
-    @field_validator("providers", mode="before")
-    @classmethod
-    def _provider_names(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part for part in value.split(",") if part.strip()]
-        if isinstance(value, list):
-            return [provider_from_kind(item) if isinstance(item, str) else item for item in value]
-        return value
 
     @field_validator("data", "output", mode="before")
     @classmethod
@@ -76,17 +67,6 @@ class BacktestSettings(BaseModel):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
-
-    @field_validator("quantiles")
-    @classmethod
-    def _valid_quantiles(cls, value: list[float] | None) -> list[float] | None:
-        if value is None:
-            return None
-        try:
-            return list(validate_quantiles(value))
-        except ConfigError as exc:
-            # A ValueError, so from_sources reports it like any invalid value: with the file and the key.
-            raise ValueError(exc.message) from exc
 
     @field_validator("start", "end")
     @classmethod

@@ -11,10 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from distributed_onnx.errors import ConfigError
-from distributed_onnx.quantiles import validate_quantiles
+from distributed_onnx.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
 #: :mod:`distributed_onnx.serve.protocol`) names the tensor; every other one maps to numpy.
@@ -64,19 +63,9 @@ class ForecastRequest(_Strict):
 
     series: list[SeriesHistory] = Field(min_length=1, description="The series to forecast.")
     horizon: int | None = Field(default=None, gt=0, description="Steps to forecast; default: the checkpoint's.")
-    quantiles: list[float] | None = Field(
+    quantiles: QuantileLevels = Field(
         default=None, description="Levels in (0, 1), ascending; default: the checkpoint's native ones."
     )
-
-    @field_validator("quantiles")
-    @classmethod
-    def _valid_quantiles(cls, value: list[float] | None) -> list[float] | None:
-        if value is None:
-            return None
-        try:
-            return list(validate_quantiles(value))
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
 
 
 class SeriesForecast(BaseModel):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from distributed_onnx.backend.providers import ExecutionProvider, provider_from_kind
+from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.worker import WorkerConfig
@@ -32,7 +32,7 @@ class ServeSettings(BaseModel):
     replicas: int = Field(default=1, gt=0, description="Replicas, each owning one ONNX Runtime session.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
     gpus_per_replica: float = Field(default=0.0, ge=0, description="GPUs per replica; fractions share a GPU.")
-    providers: list[ExecutionProvider] | None = Field(
+    providers: ProviderChain = Field(
         default=None, description="Explicit provider chain (strict); default: the policy's (graceful)."
     )
     max_batch_size: int = Field(
@@ -53,15 +53,6 @@ class ServeSettings(BaseModel):
     health_check_period_s: float = Field(default=10.0, gt=0, description="Seconds between replica health checks.")
     health_check_timeout_s: float = Field(default=30.0, gt=0, description="A health check slower than this fails.")
     warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run at replica start (0 skips).")
-
-    @field_validator("providers", mode="before")
-    @classmethod
-    def _provider_names(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part for part in value.split(",") if part.strip()]
-        if isinstance(value, list):
-            return [provider_from_kind(item) if isinstance(item, str) else item for item in value]
-        return value
 
     @property
     def model_name(self) -> str:
