@@ -252,6 +252,9 @@ def main() -> int:  # noqa: PLR0915 - one linear script: setup, anchors, cells, 
     print("in-process anchor ...", flush=True)
     results["in_process"] = in_process(checkpoint, single, many, args.requests)
 
+    from distributed_onnx.local_ray import use_loopback_only
+
+    use_loopback_only()  # else Ray 2.60 advertises the machine's address (distributed_onnx/local_ray.py)
     ray.init(
         num_cpus=8, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False, configure_logging=False
     )

@@ -119,8 +119,10 @@ def main() -> int:  # noqa: PLR0915 - one linear script of guarded checks
         import ray
 
         from distributed_onnx.actors import start_worker_actor
+        from distributed_onnx.local_ray import use_loopback_only
         from distributed_onnx.worker import WorkerConfig
 
+        use_loopback_only()
         ray.init(num_gpus=1, num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False)
         try:
             actor = start_worker_actor(WorkerConfig(checkpoint=REFERENCE), 2, 1)  # policy chain (providers=None)
