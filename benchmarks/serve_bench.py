@@ -232,8 +232,6 @@ def main() -> int:  # noqa: PLR0915 - one linear script: setup, anchors, cells, 
     from distributed_onnx.serve.settings import ServeSettings
 
     checkpoint = args.checkpoint or REFERENCE_CHECKPOINT
-    if not checkpoint.exists():  # the reference model is being rebuilt: fall back to the earlier one
-        checkpoint = REFERENCE_CHECKPOINT.with_name("taylor_chronos2_mlp.onnx")
     metadata = LocalCheckpoint(path=checkpoint).resolve().metadata
     rng = np.random.default_rng(0)
     single = history(rng, metadata.context_length)

@@ -102,8 +102,6 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
 
 @pytest.mark.usefixtures("ray_session")
 def test_reference_checkpoint_distributed_equals_in_process(tmp_path: Path) -> None:
-    if not REFERENCE_CHECKPOINT.is_file():
-        pytest.skip(f"the bundled reference checkpoint {REFERENCE_CHECKPOINT.name} is not built in this checkout")
     settings = settings_for(
         REFERENCE_CHECKPOINT,
         REFERENCE_DATASET,

@@ -30,12 +30,7 @@ from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
 pytestmark = pytest.mark.integration
 
-# The bundled reference model (the earlier MLP stands in while a rebuilt one is not on disk yet).
-CHECKPOINT = (
-    REFERENCE_CHECKPOINT
-    if REFERENCE_CHECKPOINT.exists()
-    else REFERENCE_CHECKPOINT.with_name("taylor_chronos2_mlp.onnx")
-)
+CHECKPOINT = REFERENCE_CHECKPOINT
 MODEL = CHECKPOINT.stem
 METADATA = LocalCheckpoint(path=CHECKPOINT).resolve().metadata
 CONTEXT, HORIZON = METADATA.context_length, METADATA.horizon_length
