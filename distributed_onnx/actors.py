@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,6 +170,18 @@ def check_feasible(num_cpus: float, num_gpus: float) -> None:
             "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
             key="gpus_per_actor" if num_gpus else "cpus_per_actor",
         )
+
+
+def wait_for_room(num_cpus: float, num_gpus: float, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Whether the cluster has (or gets within ``timeout_s``) the free CPUs/GPUs for one more actor."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+        if free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def default_actor_count(num_cpus: float, num_gpus: float) -> int:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import ray
 
 from distributed_onnx import storage
-from distributed_onnx.actors import start_pool, start_ready_actor
+from distributed_onnx.actors import start_pool, start_ready_actor, wait_for_room
 from distributed_onnx.adapters import adapter_for
 from distributed_onnx.backtest import outputs, report, scoring
 from distributed_onnx.backtest.settings import BacktestSettings
@@ -37,6 +37,8 @@ from distributed_onnx.worker import WorkerConfig, WorkerInfo, check_run_fits_mod
 logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: How long a lost actor's replacement may wait for the resources the dead actor released.
+REPLACEMENT_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ class _BacktestRun:
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
             self.dispatch_finished = time.perf_counter()
         finally:
-            for actor in actors:
+            for actor in self.actors:  # the pool and every replacement
                 ray.kill(actor)
         return dict(stats.__dict__)
 
@@ -227,7 +229,9 @@ class _BacktestRun:
         return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
 
     def _submit(self, actor: Any, planned: PlannedBatch) -> Any:
-        batch = self.pending.setdefault(planned.index, self.plan.pack(planned))
+        batch = self.pending.get(planned.index)
+        if batch is None:  # first attempt; a retry re-sends the batch already packed
+            batch = self.pending[planned.index] = self.plan.pack(planned)
         spec = self.plan.spec
         return actor.forecast_batch.remote(batch, spec.context_length, spec.horizon, self.plan.quantiles)
 
@@ -246,8 +250,16 @@ class _BacktestRun:
         self.failures.append({"batch": planned.index, "error": str(error), "window_ids": window_ids})
 
     def _replace_actor(self) -> Any | None:
+        """A new actor for a lost one, if the cluster has room for it now; None lets the pool shrink.
+
+        Without the check, a full cluster (the lost node's work already moved elsewhere) would block the run
+        for the whole readiness timeout waiting for a placement.
+        """
+        settings = self.plan.settings
+        if not wait_for_room(settings.cpus_per_actor, settings.gpus_per_actor, REPLACEMENT_WAIT_S):
+            logger.warning("No room for a replacement actor; continuing with the remaining ones")
+            return None
         try:
-            settings = self.plan.settings
             actor, info = start_ready_actor(self._worker_config(), settings.cpus_per_actor, settings.gpus_per_actor)
         except Exception:
             logger.warning("Could not start a replacement actor", exc_info=True)
