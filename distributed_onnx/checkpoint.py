@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from distributed_onnx import storage
 from distributed_onnx.errors import (
     CheckpointIntegrityError,
     CheckpointMetadataError,
@@ -140,7 +139,7 @@ class LocalCheckpoint(BaseModel):
             )
         metadata = read_metadata(metadata_path)
         if metadata.sha256 is not None:
-            actual = file_sha256(self.path)
+            actual = storage.sha256(self.path)
             if actual != metadata.sha256:
                 raise CheckpointIntegrityError(
                     f"Checkpoint weights {self.path} have sha256 {actual}, but {metadata_path} records "
@@ -171,15 +170,6 @@ def read_metadata(path: Path) -> CheckpointMetadata:
         ) from exc
 
 
-def file_sha256(path: Path, chunk_bytes: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks so large weights do not need to fit in memory twice."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def write_checkpoint(path: Path, model: bytes, metadata: CheckpointMetadata) -> ResolvedCheckpoint:
     """Write ``model`` (a serialized ONNX graph) and its metadata atomically, recording the sha256.
 
@@ -188,21 +178,7 @@ def write_checkpoint(path: Path, model: bytes, metadata: CheckpointMetadata) -> 
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     stamped = metadata.model_copy(update={"sha256": hashlib.sha256(model).hexdigest()})
-    _write_atomically(path, model)
+    storage.write_bytes(path, model)
     document = stamped.model_dump(mode="json", exclude_none=True)
-    _write_atomically(default_metadata_path(path), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    storage.write_bytes(default_metadata_path(path), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
     return ResolvedCheckpoint(weights_path=path, metadata=stamped)
-
-
-def _write_atomically(path: Path, payload: bytes) -> None:
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False)
-    try:
-        with handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)  # NamedTemporaryFile creates 0600; a checkpoint is shared, read-only data
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise

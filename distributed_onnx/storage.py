@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -154,36 +156,43 @@ def read_parquet(location: Location, columns: list[str] | None = None) -> pa.Tab
         return pq.read_table(source, columns=columns)
 
 
-def write_bytes(location: Location, payload: bytes) -> None:
-    """Write ``payload`` atomically (see the module docstring)."""
-    path = local_path(location)
-    if path is None:
-        fs, inner = filesystem(location)
-        with fs.open_output_stream(inner) as stream:
-            stream.write(payload)
-        return
+@contextmanager
+def _replaced_atomically(path: Path) -> Iterator[str]:
+    """A temporary name beside ``path`` to write to; renamed onto ``path`` only if the block succeeds.
+
+    The file is made world-readable (a temporary file starts as 0600): outputs and checkpoints are shared data.
+    """
     handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".tmp-{path.name}.", delete=False)
+    handle.close()
     try:
-        with handle:
-            handle.write(payload)
+        yield handle.name
+        os.chmod(handle.name, 0o644)
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
 
 
+def write_bytes(location: Location, payload: bytes) -> None:
+    """Write ``payload`` atomically (see the module docstring), flushed to disk before the rename."""
+    path = local_path(location)
+    if path is None:
+        fs, inner = filesystem(location)
+        with fs.open_output_stream(inner) as stream:
+            stream.write(payload)
+        return
+    with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def write_parquet(location: Location, table: pa.Table, **options: Any) -> None:
     """Write ``table`` as Parquet atomically; ``options`` go to ``pyarrow.parquet.write_table``."""
     path = local_path(location)
     if path is not None:
-        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", suffix=".parquet", delete=False)
-        handle.close()
-        try:
-            pq.write_table(table, handle.name, **options)
-            os.replace(handle.name, path)
-        except BaseException:
-            Path(handle.name).unlink(missing_ok=True)
-            raise
+        with _replaced_atomically(path) as temporary:
+            pq.write_table(table, temporary, **options)
         return
     # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
     sink = pa.BufferOutputStream()

@@ -53,7 +53,7 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
                 key="output",
             )
         return
-    write_atomically(path, json.dumps({"fingerprint": fingerprint, **manifest}, indent=2, default=str).encode())
+    storage.write_bytes(path, json.dumps({"fingerprint": fingerprint, **manifest}, indent=2, default=str).encode())
 
 
 def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequence[float], step_us: int) -> pa.Table:
@@ -90,14 +90,6 @@ def write_part(output: Location, batch_index: int, table: pa.Table) -> Location:
     # the id columns get dictionaries; lz4 wrote 68k windows/s against zstd's 37k, for files 30% larger.
     storage.write_parquet(path, table, compression="lz4", use_dictionary=["series_id", "window_id"])
     return path
-
-
-def write_parquet_atomically(path: Location, table: pa.Table) -> None:
-    storage.write_parquet(path, table)
-
-
-def write_atomically(path: Location, payload: bytes) -> None:
-    storage.write_bytes(path, payload)
 
 
 def clean_partials(output: Location) -> None:

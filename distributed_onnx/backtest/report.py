@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.backtest.outputs import part_files, write_atomically
+from distributed_onnx.backtest.outputs import part_files
 from distributed_onnx.backtest.scoring import NAIVE_MODEL
 from distributed_onnx.quantiles import central_intervals, quantile_column_name
 
@@ -50,7 +50,7 @@ def write_report(
         "</style></head><body>" + "\n".join(sections) + "</body></html>"
     )
     path = storage.join(output, "report.html")
-    write_atomically(path, page.encode())
+    storage.write_bytes(path, page.encode())
     return path
 
 

@@ -24,7 +24,7 @@ from distributed_onnx.actors import start_pool, start_ready_actor, wait_for_room
 from distributed_onnx.adapters import adapter_for
 from distributed_onnx.backtest import outputs, report, scoring
 from distributed_onnx.backtest.settings import BacktestSettings
-from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint, file_sha256
+from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.dispatch import dispatch
 from distributed_onnx.errors import BatchError, ConfigError
 from distributed_onnx.local_ray import connect
@@ -113,7 +113,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     except ValueError as exc:
         raise ConfigError(f"Invalid window settings: {exc}") from exc
-    weights_sha = metadata.sha256 or file_sha256(checkpoint.weights_path)
+    weights_sha = metadata.sha256 or storage.sha256(checkpoint.weights_path)
     window_config = {
         "checkpoint_sha256": weights_sha,
         "context_length": context_length,
@@ -184,14 +184,14 @@ class _BacktestRun:
         metrics = scoring.score(
             output, plan.table, plan.checkpoint.name, plan.quantiles, plan.spec.horizon, plan.seasonality
         )
-        outputs.write_parquet_atomically(storage.join(output, "metrics.parquet"), metrics)
+        storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
         summary = self._summary(done, done_windows, stats, dispatch_s)
         summary_json = json.dumps(summary, indent=2, default=str).encode()
-        outputs.write_atomically(storage.join(output, "summary.json"), summary_json)
+        storage.write_bytes(storage.join(output, "summary.json"), summary_json)
         report.write_report(output, summary, metrics, plan.quantiles)
         if self.failures:
             failed_path = storage.join(output, "failed_windows.json")
-            outputs.write_atomically(failed_path, json.dumps(self.failures, indent=2).encode())
+            storage.write_bytes(failed_path, json.dumps(self.failures, indent=2).encode())
             first = self.failures[0]
             raise BatchError(
                 f"{len(self.failures)} batch(es) failed; their window ids are in {failed_path}. "
