@@ -23,6 +23,7 @@ from distributed_onnx.errors import (
     CheckpointIntegrityError,
     CheckpointMetadataError,
     CheckpointNotFoundError,
+    describe_validation,
 )
 
 #: The OpenSTEF metadata layout this package reads and writes.
@@ -162,11 +163,8 @@ def read_metadata(path: Path) -> CheckpointMetadata:
     try:
         return CheckpointMetadata.model_validate(document)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
-        )
         raise CheckpointMetadataError(
-            f"Checkpoint metadata {path} violates the schema: {problems}", path=str(path)
+            f"Checkpoint metadata {path} violates the schema: {describe_validation(exc.errors())}", path=str(path)
         ) from exc
 
 

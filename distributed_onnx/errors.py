@@ -27,6 +27,7 @@ in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -46,6 +47,19 @@ class DistributedOnnxError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+def describe_validation(errors: Iterable[Mapping[str, Any]], *, root: str = "<root>", limit: int = 10) -> str:
+    """Pydantic's validation errors as one line naming each field: ``series.0.y.3: Input should be ...; ...``.
+
+    Used wherever a pydantic model meets outside input (metadata files, settings, HTTP bodies), so every such
+    message reads the same; FastAPI's leading ``body`` location is dropped.
+    """
+    parts = []
+    for error in list(errors)[:limit]:
+        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        parts.append(f"{location or root}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
 
 
 def _rebuild(cls: type[DistributedOnnxError], message: str, fields: dict[str, Any]) -> DistributedOnnxError:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from distributed_onnx import storage
 from distributed_onnx.backend.providers import ProviderChain
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 
@@ -87,7 +87,7 @@ class BacktestSettings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())
+            problems = describe_validation(exc.errors())
             raise ConfigError(f"Invalid backtest settings ({source} and flags): {problems}") from exc
 
 

@@ -34,6 +34,7 @@ from distributed_onnx.errors import (
     DistributedOnnxError,
     InferenceError,
     InputValidationError,
+    describe_validation,
 )
 from distributed_onnx.serve.binary import HEADER_LENGTH, slice_inputs, split_body
 from distributed_onnx.serve.schemas import InferRequest
@@ -103,7 +104,7 @@ def parse_body(body: bytes, model: type[ModelT]) -> ModelT:
             raise HttpError(400, f"Request body is not valid JSON: {invalid['msg']}") from None
         if any(error["type"] == "model_type" and not error["loc"] for error in errors):
             raise HttpError(422, "Request body must be a JSON object.") from None
-        raise HttpError(422, describe_validation(errors)) from None
+        raise HttpError(422, describe_validation(errors, root="body")) from None
 
 
 async def read_infer_request(request: Request, max_body_bytes: int) -> tuple[InferRequest, list[bytes | None] | None]:
@@ -127,15 +128,6 @@ def infer_response(body: bytes, header_length: int | None) -> Response:
     return Response(body, media_type="application/octet-stream", headers={HEADER_LENGTH: str(header_length)})
 
 
-def describe_validation(errors: Any) -> str:
-    """Pydantic/FastAPI errors as one line: ``series.0.y.3: Input should be a finite number; ...``."""
-    parts = []
-    for error in list(errors)[:10]:
-        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    return "; ".join(parts)
-
-
 def install_error_handlers(app: FastAPI) -> None:
     """Every error as ``{"error": ...}`` with the status of :func:`status_of`."""
 
@@ -147,7 +139,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return error_response(422, describe_validation(exc.errors()))
+        return error_response(422, describe_validation(exc.errors(), root="body"))
 
     async def on_project_error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(status_of(exc), str(exc))

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from distributed_onnx.backend.providers import ProviderChain
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.worker import WorkerConfig
 
@@ -97,5 +97,5 @@ class ServeSettings(BaseModel):
         try:
             return cls.model_validate(given)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())
+            problems = describe_validation(exc.errors())
             raise ConfigError(f"Invalid serve settings ({source}): {problems}") from exc
