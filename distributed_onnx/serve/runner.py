@@ -6,6 +6,7 @@ Serve and Ray down on exit; with ``address`` it deploys to that cluster and dele
 
 from __future__ import annotations
 
+import http.client
 import logging
 import signal
 import threading
@@ -13,7 +14,6 @@ import time
 from types import FrameType
 from typing import Any
 
-import httpx
 import ray
 from ray import serve
 
@@ -56,11 +56,16 @@ def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
     url = f"http://{host}:{settings.port}/v2/health/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
+        connection = http.client.HTTPConnection(host, settings.port, timeout=2.0)
         try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
+            connection.request("GET", "/v2/health/ready")
+            if connection.getresponse().status == 200:
                 return
-        except httpx.HTTPError:
+        except OSError:
             pass
+        finally:
+            connection.close()
         time.sleep(0.2)
     raise ConfigError(f"the deployment did not become ready within {timeout_s} s ({url})")
 
