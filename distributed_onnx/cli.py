@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     backtest.add_argument("--gpus-per-actor", type=float)
     backtest.add_argument("--providers", help="explicit provider chain, e.g. cuda,cpu (strict)")
     backtest.add_argument("--rows-per-batch", type=int)
+    backtest.add_argument("--windows-per-part", type=int, help="windows per unit of work / Parquet part")
+    backtest.add_argument("--part-timeout-s", type=float, help="deadline of one attempt at a part")
+    backtest.add_argument("--series-transport", choices=["auto", "object_store", "input_file"])
     backtest.add_argument("--max-in-flight-per-actor", type=int)
     backtest.add_argument("--address", help="Ray address (default: an embedded local Ray on 127.0.0.1)")
     backtest.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
@@ -128,6 +131,9 @@ _BACKTEST_KEYS = [
     "gpus_per_actor",
     "providers",
     "rows_per_batch",
+    "windows_per_part",
+    "part_timeout_s",
+    "series_transport",
     "max_in_flight_per_actor",
     "address",
     "progress",

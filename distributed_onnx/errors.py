@@ -19,7 +19,9 @@ catch the family with one clause and the CLI can turn it into a one-line message
     ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims, NaN)
     ├── InferenceError                 ONNX Runtime failed while running valid-looking inputs
     ├── DataError                      the input table is unusable (names the file and rows)
-    └── BatchError                     a dispatched batch failed (names its window ids)
+    ├── StorageError                   a part could not be written after its retries (names the path)
+    ├── WorkerStartError               worker actors did not become ready in time (names what was asked)
+    └── BatchError                     dispatched work failed (names the parts; their windows are listed)
 
 Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
 in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
@@ -134,5 +136,13 @@ class DataError(DistributedOnnxError):
     """The input table cannot be used as it is."""
 
 
+class StorageError(DistributedOnnxError):
+    """Writing a run file failed after its retries; the run records the part as failed and stays resumable."""
+
+
+class WorkerStartError(DistributedOnnxError):
+    """Worker actors did not become ready within their timeout (no room in the cluster, or a slow start)."""
+
+
 class BatchError(DistributedOnnxError):
-    """A dispatched batch failed; ``window_ids`` lists the windows it carried."""
+    """Dispatched work failed: ``failed_batches`` lists the parts; ``failed_windows.json`` their window ids."""

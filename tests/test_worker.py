@@ -10,6 +10,7 @@ import pytest
 from distributed_onnx.backend.protocol import InferenceBackend
 from distributed_onnx.checkpoint import CheckpointMetadata
 from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.series_source import SeriesStore
 from distributed_onnx.table import Series, SeriesTable
 from distributed_onnx.tensors import pack_batch
 from distributed_onnx.windows import PlannedBatch
@@ -172,7 +173,7 @@ def test_forecast_batch_decodes_an_arrow_batch() -> None:
     values = np.arange(20, dtype=np.float64)
     table = SeriesTable([Series("a", 0, step_us, values, np.empty((0, 20)))], [], 15, "<test>")
     planned = PlannedBatch(0, np.zeros(2, dtype=np.int64), np.array([5, 12], dtype=np.int64))
-    batch = pack_batch(table, planned, 4, 2, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, 4, 2, "fp")
     out = worker.forecast_batch(batch, 4, 2, [0.5])
     assert out.shape == (2, 2, 1)
     np.testing.assert_array_equal(backend.calls[0]["context"][1], [0, 0, 0, 0, 8, 9, 10, 11])

@@ -13,19 +13,22 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.backtest.outputs import part_files
-from distributed_onnx.backtest.scoring import NAIVE_MODEL
-from distributed_onnx.quantiles import central_intervals, quantile_column_name
+from distributed_onnx.backtest.fans import FanWindow
+from distributed_onnx.backtest.merge import NAIVE_MODEL
+from distributed_onnx.quantiles import central_intervals
 
 WIDTH, HEIGHT, PAD = 640, 220, 36
 COLORS = {"model": "#1f6fb4", NAIVE_MODEL: "#d1495b"}
 
 
 def write_report(
-    output: storage.Location, summary: dict[str, Any], metrics: pa.Table, quantiles: Sequence[float]
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: Sequence[float],
+    fans: Sequence[FanWindow] = (),
 ) -> storage.Location:
     model = summary["model"]
     rows = metrics.to_pylist()
@@ -38,7 +41,7 @@ def write_report(
         "<h2>MAE by lead</h2>",
         _by_lead_plot(rows, model, "mae"),
         "<h2>Forecast fans (a few windows)</h2>",
-        *_fans(output, quantiles),
+        *_fans(fans, quantiles),
         "<details><summary>summary.json</summary><pre>"
         + html.escape(json.dumps(summary, indent=2, default=str))
         + "</pre></details>",
@@ -132,17 +135,13 @@ def _by_lead_plot(rows: list[dict[str, Any]], model: str, metric: str) -> str:
     return _svg(body, f"{metric} by lead: blue = {model}, red = seasonal naive; y axis from 0")
 
 
-def _fans(output: storage.Location, quantiles: Sequence[float], count: int = 3) -> list[str]:
-    parts = part_files(output)
-    if not parts:
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float]) -> list[str]:
+    if not fans:
         return ["<p>(no forecasts)</p>"]
-    table = storage.read_parquet(parts[-1])
-    window_ids = pc.unique(table.column("window_id")).to_pylist()
     figures = []
-    for window_id in window_ids[-count:]:
-        rows = table.filter(pc.equal(table.column("window_id"), window_id))
-        actual = rows.column("y").to_numpy(zero_copy_only=False).astype(float)
-        bands = {q: rows.column(quantile_column_name(q)).to_numpy().astype(float) for q in quantiles}
+    for fan in fans:
+        actual = fan.actual
+        bands = fan.quantiles
         stacked = np.concatenate([actual[np.isfinite(actual)], *bands.values()])
         low, high = float(stacked.min()), float(stacked.max())
         xs = _scale(np.arange(len(actual), dtype=float), 0, max(len(actual) - 1, 1), WIDTH)
@@ -157,7 +156,7 @@ def _fans(output: storage.Location, quantiles: Sequence[float], count: int = 3) 
         if 0.5 in bands:
             body += _polyline(xs, _scale(bands[0.5], low, high, HEIGHT, invert=True), COLORS["model"], 2)
         body += _polyline(xs, _scale(actual, low, high, HEIGHT, invert=True), "#222", 1.5)
-        series_id = rows.column("series_id")[0].as_py()
-        origin = rows.column("origin")[0].as_py()
-        figures.append(_svg(body, f"{series_id} from {origin}: actual (black), median and central intervals (blue)"))
+        origin = np.datetime64(fan.origin_us, "us")
+        caption = f"{fan.series_id} from {origin}Z ({fan.label}): actual (black), median and central intervals (blue)"
+        figures.append(_svg(body, caption))
     return figures

@@ -18,6 +18,7 @@ from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+from distributed_onnx.series_source import SeriesTransport
 
 
 class BacktestSettings(BaseModel):
@@ -48,8 +49,24 @@ class BacktestSettings(BaseModel):
     providers: ProviderChain = Field(
         default=None, description="Explicit provider chain (strict); default: the policy's (graceful)."
     )
-    rows_per_batch: int = Field(default=256, gt=0, description="Windows per dispatched batch.")
-    max_in_flight_per_actor: int = Field(default=2, gt=0, description="Batches queued on each actor.")
+    rows_per_batch: int = Field(default=256, gt=0, description="Windows per model call (the ORT batch size).")
+    windows_per_part: int | None = Field(
+        default=None,
+        gt=0,
+        description="Windows per unit of work (one Parquet part); default: about 64 parts, 1-64 batches each.",
+    )
+    max_in_flight_per_actor: int = Field(default=2, gt=0, description="Parts queued on each actor.")
+    part_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one attempt at a part (a hung actor is killed and the part retried); "
+        "default: 10x the slowest part so far, at least 120 s (30 min before any part finished).",
+    )
+    series_transport: SeriesTransport = Field(
+        default=SeriesTransport.AUTO,
+        description="How actors get the series: object_store (once per run), input_file (each actor reads "
+        "its series' row groups), or auto (object store while the series fit a quarter of it).",
+    )
     address: str | None = Field(default=None, description="Ray address; default: an embedded local Ray.")
     progress: bool | None = Field(default=None, description="Progress bar; default: when stderr is a terminal.")
 
