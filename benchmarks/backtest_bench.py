@@ -302,8 +302,8 @@ def main() -> None:
             "reference": str(REFERENCE_CHECKPOINT),
             "tiny": str(write_tiny_chronos2(Path(tmp), context_length=16, output_patch_size=4).weights_path),
         }
-        for model, size, modes in SCENARIOS:
-            size = int(size * args.scale)
+        for model, planned_size, modes in SCENARIOS:
+            size = int(planned_size * args.scale)
             data = Path(tmp) / f"data_{size}.parquet"
             n_series, per_series = make_dataset(data, size)
             runs = {}
@@ -358,7 +358,8 @@ def render(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"Driver peak RSS from {sizes[0]:,} to {sizes[-1]:,} windows (tiny model, CLI): "
-            f"{low['peak_rss_mb']:.0f} -> {high['peak_rss_mb']:.0f} MB ({high['peak_rss_mb'] / low['peak_rss_mb']:.2f}x).",
+            f"{low['peak_rss_mb']:.0f} -> {high['peak_rss_mb']:.0f} MB "
+            f"({high['peak_rss_mb'] / low['peak_rss_mb']:.2f}x).",
         ]
     cli = [
         entry["modes"]["cli_2_actors"]
@@ -367,8 +368,8 @@ def render(report: dict[str, Any]) -> str:
     ]
     if cli:
         lines.append(
-            f"Per unit of work the driver sends {max(c['descriptor_bytes'] for c in cli)} bytes (a part descriptor) and "
-            f"receives a receipt of at most {max(c['receipt_bytes'] for c in cli)} bytes; the series go to the object "
+            f"Per unit of work the driver sends {max(c['descriptor_bytes'] for c in cli)} bytes (a part descriptor) "
+            f"and receives a receipt of at most {max(c['receipt_bytes'] for c in cli)} bytes; the series go to the object "
             "store once per run."
         )
     lines += [
