@@ -369,8 +369,8 @@ def render(report: dict[str, Any]) -> str:
     if cli:
         lines.append(
             f"Per unit of work the driver sends {max(c['descriptor_bytes'] for c in cli)} bytes (a part descriptor) "
-            f"and receives a receipt of at most {max(c['receipt_bytes'] for c in cli)} bytes; the series go to the object "
-            "store once per run."
+            f"and receives a receipt of at most {max(c['receipt_bytes'] for c in cli)} bytes; the series go to the "
+            "object store once per run."
         )
     lines += [
         "",
