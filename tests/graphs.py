@@ -156,7 +156,7 @@ UPSTREAM_INPUTS = ["context", "group_ids", "attention_mask", "future_covariates"
 
 
 def tiny_upstream_chronos2_model(
-    context_length: int = 16, output_patch_size: int = 4, horizon_patches: int = 2
+    context_length: int = 16, output_patch_size: int = 4, horizon_patches: int = 2, num_output_patches: bool = False
 ) -> onnx.ModelProto:
     """Exactly the signature of amazon-science/chronos-forecasting ``scripts/onnx/export_chronos2_to_onnx.py``.
 
@@ -167,7 +167,9 @@ def tiny_upstream_chronos2_model(
     ignores the mask), weighted by ``attention_mask``; a future value is known where it is not NaN. Every
     quantile of a row is ``sum(context * mask over non-NaN) / count(non-NaN)`` plus the mean of the known
     future values of its whole group (itself included), plus a fixed offset per level. A zero where NaN
-    belongs (in the context or in any future row of the group) changes the result.
+    belongs (in the context or in any future row of the group) changes the result. With
+    ``num_output_patches``, the graph also takes that int64 scalar (as some legacy exports do) and adds 1000
+    times its value, so a test sees what was fed.
     """
     horizon = output_patch_size * horizon_patches
     f = TensorProto.FLOAT
@@ -215,8 +217,16 @@ def tiny_upstream_chronos2_model(
         _const("offsets", UPSTREAM_OFFSETS.reshape(1, -1, 1)),
         helper.make_node("Add", ["center3", "offsets"], ["per_q"]),  # [B, 21, 1]
         _const("ones_h", np.ones((1, 1, horizon), dtype=np.float32)),
-        helper.make_node("Mul", ["per_q", "ones_h"], ["quantile_preds"]),
+        helper.make_node("Mul", ["per_q", "ones_h"], ["scaled_preds" if num_output_patches else "quantile_preds"]),
     ]
+    if num_output_patches:
+        inputs.append(helper.make_tensor_value_info("num_output_patches", TensorProto.INT64, []))
+        nodes += [
+            helper.make_node("Cast", ["num_output_patches"], ["patches_f"], to=f),
+            _const("thousand", np.array(1000.0, dtype=np.float32)),
+            helper.make_node("Mul", ["patches_f", "thousand"], ["patches_signal"]),
+            helper.make_node("Add", ["scaled_preds", "patches_signal"], ["quantile_preds"]),
+        ]
     graph = helper.make_graph(nodes, "tiny_upstream_chronos2", inputs, [output])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -236,9 +246,12 @@ def tiny_upstream_chronos2_metadata(
     )
 
 
-def write_tiny_upstream_chronos2(directory: Path, name: str = "upstream", **sizes: int) -> ResolvedCheckpoint:
-    model = tiny_upstream_chronos2_model(**sizes)
-    metadata = tiny_upstream_chronos2_metadata(**sizes)
+def write_tiny_upstream_chronos2(
+    directory: Path, name: str = "upstream", num_output_patches: bool = False, **sizes: int
+) -> ResolvedCheckpoint:
+    model = tiny_upstream_chronos2_model(**sizes, num_output_patches=num_output_patches)
+    names = [*UPSTREAM_INPUTS, "num_output_patches"] if num_output_patches else UPSTREAM_INPUTS
+    metadata = tiny_upstream_chronos2_metadata(**sizes, input_names=names)
     return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), metadata)
 
 

@@ -72,6 +72,17 @@ def test_worker_feeds_the_upstream_contract(upstream: ResolvedCheckpoint) -> Non
         np.testing.assert_allclose(forecasts[window], np.broadcast_to(expected, (HORIZON, 21)), rtol=1e-5)
 
 
+def test_legacy_export_with_num_output_patches_is_fed_the_traced_value(tmp_path: Path) -> None:
+    legacy = write_tiny_upstream_chronos2(tmp_path, num_output_patches=True)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=legacy.weights_path))
+    context = np.arange(CONTEXT, dtype=np.float32)[None, :]
+
+    forecasts = worker.forecast(context, HORIZON, UPSTREAM_QUANTILES)
+
+    expected = upstream_expected(context[0].astype(np.float64)) + 1000.0 * 2  # horizon_patches = 2
+    np.testing.assert_allclose(forecasts[0], np.broadcast_to(expected, (HORIZON, 21)), rtol=1e-5)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_backtest_runs_the_upstream_export_unchanged(upstream: ResolvedCheckpoint, tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "load.parquet")
