@@ -16,7 +16,8 @@ catch the family with one clause and the CLI can turn it into a one-line message
     │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
     │   └── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
     ├── BackendClosedError             ``run`` after ``close``
-    ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims, NaN)
+    ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims) or the
+    │                                  model family's value rule (NaN/inf)
     ├── InferenceError                 ONNX Runtime failed while running valid-looking inputs
     ├── DataError                      the input table is unusable (names the file and rows)
     ├── StorageError                   a part could not be written after its retries (names the path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -327,7 +328,7 @@ def test_window_ids_stable_and_distinct() -> None:
     ids = window_ids(series_ids, origins, "run-1")
     assert ids == window_ids(series_ids.copy(), origins.copy(), "run-1")
     assert len(set(ids)) == 4
-    assert all(len(window_id) == 16 and set(window_id) <= set("0123456789abcdef") for window_id in ids)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", window_id) for window_id in ids)  # 8 bytes, lowercase hex
     other_run = window_ids(series_ids, origins, "run-2")
     assert not set(ids) & set(other_run)
 

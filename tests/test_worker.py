@@ -179,10 +179,14 @@ def test_forecast_batch_decodes_an_arrow_batch() -> None:
     np.testing.assert_array_equal(backend.calls[0]["context"][1], [0, 0, 0, 0, 8, 9, 10, 11])
 
 
-def test_warm_up_and_close() -> None:
-    worker, backend = _worker()
-    assert worker.warm_up(rows=3) >= 0.0
-    assert backend.calls[0]["context"].shape == (3, MODEL_CONTEXT)
+def test_warm_up_runs_one_all_missing_batch_then_close() -> None:
+    worker, backend = _worker("chronos2")
+    worker.warm_up(rows=3)  # returns seconds; not asserted (tests never assert on wall time)
+    (call,) = backend.calls  # exactly one model call, over the model's whole grid
+    assert call["context"].shape == (3, MODEL_CONTEXT)
+    assert call["future_covariates"].shape == (3, MODEL_HORIZON)
+    np.testing.assert_array_equal(call["attention_mask"], np.tile([0.0] * (MODEL_CONTEXT - 1) + [1.0], (3, 1)))
+    np.testing.assert_array_equal(call["context"], 0.0)  # all missing but one observed 0 per row
     assert worker.info().model_name == "fake"
     worker.close()
     assert backend.closed

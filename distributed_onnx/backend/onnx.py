@@ -64,6 +64,9 @@ _ORT_TYPES: dict[str, np.dtype[Any]] = {
         "int32": np.int32,
         "int64": np.int64,
         "uint8": np.uint8,
+        "uint16": np.uint16,
+        "uint32": np.uint32,
+        "uint64": np.uint64,
         "bool": np.bool_,
     }.items()
 }
@@ -82,15 +85,14 @@ def runtime_version() -> str:
 class OnnxBackend:
     """An :class:`~distributed_onnx.backend.protocol.InferenceBackend` over one ONNX Runtime session."""
 
-    def __init__(self, metadata: CheckpointMetadata, session: Any, *, check_finite: bool = True) -> None:
+    def __init__(self, metadata: CheckpointMetadata, session: Any) -> None:
         """Wrap a session the caller built and owns; prefer :meth:`from_checkpoint`.
 
-        ``check_finite`` rejects NaN/inf in float inputs: the model contract zero-fills missing values and
-        masks them, so a NaN reaching the graph is a bug upstream that would silently poison a forecast.
+        Inputs are checked for what ORT would reject (names, dtypes, ranks, fixed dims), not for their values:
+        which values may be NaN is the model family's rule (:mod:`distributed_onnx.adapters`).
         """
         self._metadata = metadata
         self._session: Any | None = session
-        self._check_finite = check_finite
         self._input_specs = [_spec(node) for node in session.get_inputs()]
         self._output_specs = [_spec(node) for node in session.get_outputs()]
         self._output_names = [spec.name for spec in self._output_specs]
@@ -106,7 +108,6 @@ class OnnxBackend:
         policy: ProviderPolicy | None = None,
         *,
         host: HostCapabilities | None = None,
-        check_finite: bool = True,
     ) -> OnnxBackend:
         """Load ``checkpoint`` into a new session.
 
@@ -142,7 +143,7 @@ class OnnxBackend:
         logger.info("Session for %s built; realized providers %s", checkpoint.weights_path.name, realized)
         check_realized(chain, realized, strict=strict)
         _check_graph(checkpoint, session)
-        return cls(checkpoint.metadata, session, check_finite=check_finite)
+        return cls(checkpoint.metadata, session)
 
     @property
     def metadata(self) -> CheckpointMetadata:
@@ -169,7 +170,7 @@ class OnnxBackend:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Validate ``inputs`` and run the model; outputs come back as host numpy arrays."""
         session = self._require_session()
-        validate_inputs(inputs, self._input_specs, check_finite=self._check_finite)
+        validate_inputs(inputs, self._input_specs)
         if self.uses_io_binding:
             binding = self._bind(session, inputs)
             return dict(zip(self._output_names, binding.copy_outputs_to_cpu(), strict=True))
@@ -189,7 +190,7 @@ class OnnxBackend:
             import torch
         except ImportError as exc:
             raise MissingExtraError.for_package("torch", "export") from exc
-        validate_inputs(inputs, self._input_specs, check_finite=False)
+        validate_inputs(inputs, self._input_specs)
         binding = self._bind(session, inputs)
         values = binding.get_outputs()
         return {

@@ -165,6 +165,7 @@ class OnnxForecastServer:
         self._check_name(name)
         parsed, raw = await read_infer_request(request, self._settings.max_body_bytes)
         inputs = decode_inputs(parsed.inputs, self._input_specs, raw)
+        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (DESIGN.md, Model families)
         names = select_outputs((spec.name for spec in self._output_specs), parsed.outputs)
         binary = binary_outputs(parsed, names)
         started = time.perf_counter()
