@@ -22,6 +22,7 @@ from distributed_onnx.backtest.part import PartJob
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.quantiles import ClampedLevel, clamped_levels, describe_clamped
 from distributed_onnx.series_source import SeriesSource
 from distributed_onnx.table import SeriesTable, load_series
 from distributed_onnx.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
@@ -53,6 +54,7 @@ class RunPlan:
     windows: WindowPlan
     windows_per_part: int
     notes: list[str] = field(default_factory=list)
+    clamped: list[ClampedLevel] = field(default_factory=list)
 
     @property
     def step_us(self) -> int:
@@ -122,6 +124,9 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         raise ConfigError(f"Invalid window settings: {exc}") from exc
     windows = plan_windows(table.series, spec)
     notes = _plan_notes(windows, spec)
+    clamped = clamped_levels(quantiles, metadata.native_quantiles)
+    if clamped:
+        notes.append(describe_clamped(clamped, metadata.native_quantiles))
     for note in notes:
         logger.warning("%s", note)
     windows_per_part = settings.windows_per_part or default_windows_per_part(windows.planned, settings.rows_per_batch)
@@ -157,6 +162,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         windows,
         windows_per_part,
         notes,
+        clamped,
     )
 
 

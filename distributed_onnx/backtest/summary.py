@@ -135,6 +135,7 @@ def build_summary(
             "windows_done_before": done_windows,
         },
         "computed_by": computed_by,
+        "quantile_clamping": [level.as_record() for level in plan.clamped],
         "notes": list(plan.notes),
         "failed_parts": [
             {"part": failure["part"], "error": failure["error"], "windows": failure["windows"]}
