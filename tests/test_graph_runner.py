@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from capture_graphs import group_feed, write_group_count
+from graphs import write_tiny_context_quantiles
 
 from distributed_onnx import OnnxBackend
 from distributed_onnx.backend.buckets import BucketPlan
@@ -37,14 +38,26 @@ def batch(rows: int) -> dict[str, np.ndarray]:
 
 
 def runner(
-    checkpoint: ResolvedCheckpoint, transfers: str, buckets: tuple[int, ...] = (4, 16), strict: bool = True
+    checkpoint: ResolvedCheckpoint,
+    transfers: str,
+    buckets: tuple[int, ...] = (4, 16),
+    strict: bool = True,
+    copy_threads: int = 1,
 ) -> tuple[ort.InferenceSession, GraphRunner]:
     session = ort.InferenceSession(str(checkpoint.weights_path), providers=["CPUExecutionProvider"])
     specs = OnnxBackend(checkpoint.metadata, session)
     plan = BucketPlan(buckets, strict=strict)
-    return session, GraphRunner(
-        session, ort, specs.input_specs, specs.output_specs, plan, device_type="cpu", transfers=transfers
+    graphs = GraphRunner(
+        session,
+        ort,
+        specs.input_specs,
+        specs.output_specs,
+        plan,
+        device_type="cpu",
+        transfers=transfers,  # type: ignore[arg-type]
+        copy_threads=copy_threads,
     )
+    return session, graphs
 
 
 @pytest.fixture
@@ -117,6 +130,16 @@ def test_policy_plan_runs_a_large_batch_without_graph_and_says_so_once(
 def test_an_empty_batch_gives_empty_outputs(tiny_checkpoint: ResolvedCheckpoint, transfers: str) -> None:
     _, graphs = runner(tiny_checkpoint, transfers)
     assert graphs.run(batch(0))["quantile_preds"].shape == (0, 9, 8)
+
+
+def test_large_inputs_are_staged_by_several_threads(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    session, graphs = runner(write_tiny_context_quantiles(tmp_path), "torch", buckets=(20_000,), copy_threads=3)
+    context = np.random.default_rng(0).normal(size=(17_000, 16)).astype(np.float32)  # 1.1 MB: split three ways
+    np.testing.assert_array_equal(
+        graphs.run({"context": context})["quantiles"], session.run(None, {"context": context})[0]
+    )
+    graphs.close()
 
 
 def test_inputs_disagreeing_on_rows_are_refused(tiny_checkpoint: ResolvedCheckpoint) -> None:

@@ -60,6 +60,7 @@ class GraphRunner:
         device_type: str = "cuda",
         device_id: int = 0,
         transfers: TransferKind = "auto",
+        copy_threads: int = 1,
     ) -> None:
         self._session = session
         self._ort = ort_api
@@ -67,7 +68,7 @@ class GraphRunner:
         self._outputs = list(output_specs)
         self._output_names = [spec.name for spec in self._outputs]
         self._plan = plan
-        self._transfers = make_transfers(transfers, ort_api, device_type, device_id)
+        self._transfers = make_transfers(transfers, ort_api, device_type, device_id, copy_threads)
         self._buckets: dict[int, _Bucket] = {}
         self._without_graph = self._run_options("-1")
         self._warned_oversize = False
@@ -121,6 +122,7 @@ class GraphRunner:
     def close(self) -> None:
         """Drop the buffers and bindings (their graphs go with the session)."""
         self._buckets.clear()
+        self._transfers.close()
         self._session = None
 
     def _bucket(self, rows: int) -> _Bucket | None:

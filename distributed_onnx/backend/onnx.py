@@ -16,6 +16,7 @@ asynchronous copies, graph replay, output back: 594k; inputs already on the devi
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -281,7 +282,11 @@ class OnnxBackend:
         specs = self._input_specs, self._output_specs
         settle(capture_problems(*specs), strict=True, checkpoint="this session")  # from_checkpoint fell back already
         plan = BucketPlan(effective_buckets(buckets, fixed_batch(self._input_specs)), strict=strict)
-        return GraphRunner(self._session, ort, *specs, plan, device_id=self._device_id, transfers=transfers)
+        # Host copies into the staging buffers use the session's CPU share (its intra-op pool idles on CUDA).
+        threads = self._require_session().get_session_options().intra_op_num_threads or min(4, os.cpu_count() or 1)
+        return GraphRunner(
+            self._session, ort, *specs, plan, device_id=self._device_id, transfers=transfers, copy_threads=threads
+        )
 
     def _inference_error(self, inputs: Mapping[str, Any], exc: Exception) -> InferenceError:
         shapes = {name: tuple(getattr(value, "shape", ())) for name, value in inputs.items()}

@@ -8,8 +8,10 @@ pinned host buffers into the bound device tensors 373k / 594k; plain ``session.r
 - :class:`TorchTransfers` (torch with CUDA importable): device buffers are torch tensors bound by pointer.
   Host arrays the caller allocated pinned (:meth:`host_buffer`, which the backend offers as
   ``empty_host_array``) are copied straight to the device; other numpy arrays are first copied into a pinned
-  staging buffer. Each input's copy is queued asynchronously, so one input's transfer overlaps the next one's
-  host copy. Outputs come back by one copy into fresh pinned memory, which the caller then owns.
+  staging buffer, split over ``copy_threads`` threads for large arrays (numpy releases the GIL while copying;
+  that host copy is what separates the numpy path from the pinned one). Each input's transfer is queued
+  asynchronously and overlaps the next input's host copy. Outputs come back by one copy into fresh pinned
+  memory, which the caller then owns.
 - :class:`OrtTransfers` (ORT alone, also the CPU stand-in the tests use): device OrtValues updated in place
   from host arrays padded in a staging buffer; outputs by ``.numpy()``. ORT's Python API refuses
   ``cuda_pinned`` OrtValues ("Unsupported device type"), so this path cannot pin.
@@ -20,7 +22,9 @@ and every returned array is new memory, so the caller may refill its inputs and 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -30,8 +34,13 @@ from distributed_onnx.errors import InputValidationError, MissingExtraError
 
 TransferKind = Literal["auto", "torch", "ort"]
 
+#: Host copies at least this large are split over the copy threads; smaller ones are not worth a hand-off.
+PARALLEL_COPY_BYTES = 1 << 20
 
-def make_transfers(kind: TransferKind, ort_api: Any, device_type: str, device_id: int) -> TorchTransfers | OrtTransfers:
+
+def make_transfers(
+    kind: TransferKind, ort_api: Any, device_type: str, device_id: int, copy_threads: int = 1
+) -> TorchTransfers | OrtTransfers:
     """``auto``: torch when it is importable and, for a CUDA device, has CUDA; else ORT alone."""
     if kind == "ort":
         return OrtTransfers(ort_api, device_type, device_id)
@@ -43,7 +52,7 @@ def make_transfers(kind: TransferKind, ort_api: Any, device_type: str, device_id
         return OrtTransfers(ort_api, device_type, device_id)
     if kind == "auto" and device_type == "cuda" and not torch.cuda.is_available():
         return OrtTransfers(ort_api, device_type, device_id)
-    return TorchTransfers(device_type, device_id)
+    return TorchTransfers(device_type, device_id, copy_threads)
 
 
 class TorchTransfers:
@@ -51,13 +60,15 @@ class TorchTransfers:
 
     name = "torch"
 
-    def __init__(self, device_type: str, device_id: int) -> None:
+    def __init__(self, device_type: str, device_id: int, copy_threads: int = 1) -> None:
         import torch
 
         self._torch = torch
         self._device = torch.device(device_type, device_id) if device_type == "cuda" else torch.device("cpu")
         self._cuda = device_type == "cuda"
         self.device_id = device_id
+        self._threads = max(1, copy_threads)
+        self._pool: ThreadPoolExecutor | None = None
 
     def device_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         return self._torch.empty(shape, dtype=self._torch_dtype(dtype), device=self._device)
@@ -113,8 +124,25 @@ class TorchTransfers:
         if name not in staging:
             staging[name] = self._torch.empty(tuple(target.shape), dtype=target.dtype, pin_memory=self._cuda)
         stage = staging[name][:rows]
-        np.copyto(stage.numpy(), value)
+        self._copy(stage.numpy(), value)
         return stage
+
+    def _copy(self, target: np.ndarray, source: np.ndarray) -> None:
+        """``np.copyto``, split by rows over the copy threads when the array is large."""
+        if self._threads == 1 or source.nbytes < PARALLEL_COPY_BYTES or source.shape[0] < self._threads:
+            np.copyto(target, source)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="distributed-onnx-staging")
+        bounds = np.linspace(0, source.shape[0], self._threads + 1).astype(int)
+        parts = itertools.pairwise(bounds.tolist())
+        for copy in [self._pool.submit(np.copyto, target[a:b], source[a:b]) for a, b in parts]:
+            copy.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def _pinned(self, array: np.ndarray) -> Any | None:
         """``array`` as a tensor when it lies in pinned memory torch allocated (``host_buffer``), else None."""
@@ -184,6 +212,9 @@ class OrtTransfers:
 
     def read_on_device(self, device: Mapping[str, Any], rows: int) -> dict[str, Any]:
         raise MissingExtraError.for_package("torch", "export")
+
+    def close(self) -> None:
+        """Nothing to release beyond the buffers the buckets hold."""
 
 
 def _host_array(name: str, value: Any) -> np.ndarray:
