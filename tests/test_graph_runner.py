@@ -8,6 +8,7 @@ batches) with both transfer strategies; only the graph capture itself needs a GP
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,21 @@ def test_large_inputs_are_staged_by_several_threads(tmp_path: Path) -> None:
         graphs.run({"context": context})["quantiles"], session.run(None, {"context": context})[0]
     )
     graphs.close()
+
+
+@pytest.mark.parametrize("transfers", TRANSFERS)
+def test_concurrent_callers_each_get_their_own_outputs(tiny_checkpoint: ResolvedCheckpoint, transfers: str) -> None:
+    session, graphs = runner(tiny_checkpoint, transfers)
+    feeds = [batch(3) | {"context": batch(3)["context"] + 10.0 * index} for index in range(4)]
+    expected = [session.run(None, feed)[0] for feed in feeds]
+
+    def call(index: int) -> bool:
+        return all(
+            np.allclose(graphs.run(feeds[index])["quantile_preds"], expected[index], rtol=1e-6) for _ in range(25)
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(call, range(4)))
 
 
 def test_inputs_disagreeing_on_rows_are_refused(tiny_checkpoint: ResolvedCheckpoint) -> None:

@@ -8,8 +8,9 @@ a bucket captures its graph (ORT runs it normally once, then captures).
 
 Also here, for sessions without graphs: :func:`run_bound_in_place`, which binds device tensors (torch) where
 they lie. Nothing here imports onnxruntime: ``backend/onnx.py`` hands over the session and the ORT module.
-Not thread-safe (ORT's graph replay is not): one ``run`` at a time, as the backend's contract says. Another
-thread may fill the next batch meanwhile, with one caveat: ORT captures in CUDA's global capture mode, in which
+ORT's graph replay is not thread-safe and the buckets' buffers are shared, so calls are serialised (one ``run``
+at a time is the backend's contract anyway; the lock only makes a second caller wait). Another thread may fill
+the next batch meanwhile, with one caveat: ORT captures in CUDA's global capture mode, in which
 any other thread's CUDA call (a pinned allocation, a synchronize) breaks the capture. So a bucket's first batch
 holds a lock that :meth:`GraphRunner.empty_host_array` waits for; other CUDA work in other threads must avoid it.
 """
@@ -73,6 +74,7 @@ class GraphRunner:
         self._without_graph = self._run_options("-1")
         self._warned_oversize = False
         self._capturing = threading.Lock()
+        self._running = threading.Lock()
 
     @property
     def plan(self) -> BucketPlan:
@@ -91,25 +93,27 @@ class GraphRunner:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """One validated batch -> host outputs of its real rows (new arrays the caller owns)."""
         rows = batch_rows(inputs, self._inputs)
-        bucket = self._bucket(rows)
-        if bucket is None:
-            return self._run_without_graph(inputs, rows)
-        self._transfers.write(inputs, bucket.inputs, bucket.staging, rows)
-        self._replay(bucket, rows)
-        return self._transfers.read(bucket.outputs, rows)
+        with self._running:
+            bucket = self._bucket(rows)
+            if bucket is None:
+                return self._run_without_graph(inputs, rows)
+            self._transfers.write(inputs, bucket.inputs, bucket.staging, rows)
+            self._replay(bucket, rows)
+            return self._transfers.read(bucket.outputs, rows)
 
     def run_on_device(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Like :meth:`run`, but the outputs stay on the device as new torch tensors."""
         rows = batch_rows(inputs, self._inputs)
-        bucket = self._bucket(rows)
-        if bucket is None:
-            import torch
+        with self._running:
+            bucket = self._bucket(rows)
+            if bucket is None:
+                import torch
 
-            device = torch.device("cuda", self._transfers.device_id)
-            return {k: torch.from_numpy(v).to(device) for k, v in self._run_without_graph(inputs, rows).items()}
-        self._transfers.write(inputs, bucket.inputs, bucket.staging, rows)
-        self._replay(bucket, rows)
-        return self._transfers.read_on_device(bucket.outputs, rows)
+                device = torch.device("cuda", self._transfers.device_id)
+                return {k: torch.from_numpy(v).to(device) for k, v in self._run_without_graph(inputs, rows).items()}
+            self._transfers.write(inputs, bucket.inputs, bucket.staging, rows)
+            self._replay(bucket, rows)
+            return self._transfers.read_on_device(bucket.outputs, rows)
 
     def empty_host_array(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
         """A host array that :meth:`run` copies to the device without staging (pinned, with torch on CUDA).
