@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: backtest test lint typecheck check bench-backtest bench-serve clean
+.PHONY: backtest test lint typecheck check bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench-backtest: $(BIN)/.bench-installed
 
 bench-serve: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/serve_bench.py
+
+# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see ../shared/gpu/README.md.
+bench-gpu:
+	$(PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) runs

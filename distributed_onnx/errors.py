@@ -14,7 +14,8 @@ catch the family with one clause and the CLI can turn it into a one-line message
     │   └── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
     ├── ProviderError
     │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
-    │   └── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
+    │   ├── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
+    │   └── GraphCaptureError          an explicit chain asked for CUDA graphs this checkpoint cannot use
     ├── BackendClosedError             ``run`` after ``close``
     ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims) or the
     │                                  model family's value rule (NaN/inf)
@@ -119,6 +120,10 @@ class ProviderUnavailableError(ProviderError):
 
 class ProviderNotAllowedError(ProviderError):
     """A GPU provider was requested in a process that holds no GPU."""
+
+
+class GraphCaptureError(ProviderError):
+    """An explicit chain asked for CUDA graphs (``CudaProvider.cuda_graph``) this checkpoint or batch cannot use."""
 
 
 class BackendClosedError(DistributedOnnxError):
