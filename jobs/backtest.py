@@ -7,8 +7,9 @@ codes (0 done, 2 bad input, 1 a run that failed part-way), plus two cluster defa
 - when neither the config nor a flag sets ``gpus_per_actor`` and the cluster has GPUs, each actor takes one
   GPU, so the pool is one actor per GPU of the cluster (``actors`` in the config overrides the count).
 
-``data`` and ``output`` must be reachable from the driver's node under the same name on every run: a shared
-filesystem path or a URL (``s3://bucket/runs/x``). The driver writes every output file itself.
+``output`` must be reachable from every node under the same name on every run (a shared filesystem path or a
+URL such as ``s3://bucket/runs/x``): the actors write the forecast parts there, the driver the summaries.
+``data`` is read by the driver (and, with ``series_transport: input_file``, by the actors too).
 """
 
 from __future__ import annotations
