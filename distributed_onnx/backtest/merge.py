@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from distributed_onnx.backtest.fans import FanPicker, FanWindow
 from distributed_onnx.backtest.sums import PartSums
@@ -60,14 +61,10 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
     index = {series.series_id: i for i, series in enumerate(plan.table.series)}
     metric = "mase" if any(abs(q - 0.5) < 1e-9 for q in plan.quantiles) else "sql"
-    rows = metrics.filter(
-        pa.compute.and_(
-            pa.compute.equal(metrics["scope"], "series"),
-            pa.compute.and_(
-                pa.compute.equal(metrics["metric"], metric), pa.compute.equal(metrics["model"], plan.checkpoint.name)
-            ),
-        )
-    ).to_pylist()
+    wanted = (
+        (pc.field("scope") == "series") & (pc.field("metric") == metric) & (pc.field("model") == plan.checkpoint.name)
+    )
+    rows = metrics.filter(wanted).to_pylist()
     series_scores = {index[row["series_id"]]: row["value"] for row in rows if row["series_id"] in index}
     picked = sums.fans().pick(series_scores)
     labels = {

@@ -115,9 +115,18 @@ class _BacktestRun:
         self.dispatch_cpu_s = 0.0
         self.slowest_part_s = 0.0
         self.stats = DispatchStats()
+        self.cpu_phases: dict[str, float] = {}
+        self._cpu_mark = 0.0
+
+    def _phase(self, name: str) -> None:
+        """Charge the driver CPU since the last mark to ``name`` (summary.json: ``driver_cpu_phases_s``)."""
+        now = driver_cpu_s()
+        self.cpu_phases[name] = round(self.cpu_phases.get(name, 0.0) + now - self._cpu_mark, 4)
+        self._cpu_mark = now
 
     def run(self) -> BacktestResult:
         plan, output = self.plan, self.output
+        self._phase("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
         outputs.clean_partials(output)
         earlier = previous_summary(output, plan.run_fingerprint)
@@ -134,20 +143,25 @@ class _BacktestRun:
         progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
         if todo:
             started_ray = connect(plan.settings.address)
+            self._phase("ray_start")
             try:
                 self._dispatch(todo, progress)
             finally:
                 if started_ray:
                     ray.shutdown()
+            self._phase("ray_stop")
         failed = {failure["part"] for failure in self.failures}
         for part in todo:
             if part.index not in failed:
                 self._merge_written(part)
         metrics = self.sums.metrics_table(plan.checkpoint.name)
         storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
+        self._phase("merge")
         summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
         report.write_report(output, summary, metrics, plan.quantiles, fan_windows(self.sums, plan, metrics))
+        self._phase("report")
         summary["timing"]["driver_cpu_s"] = driver_cpu_s()
+        summary["timing"]["driver_cpu_phases_s"] = self.cpu_phases
         summary["timing"]["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         write_summary(output, summary)
         if self.failures:
@@ -218,6 +232,7 @@ class _BacktestRun:
         )
         self.actors = list(actors)
         self._progress = progress
+        self._phase("series_and_pool")
         cpu_before, clock_before = driver_cpu_s(), time.perf_counter()
         progress.start()
         try:
@@ -236,6 +251,7 @@ class _BacktestRun:
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
             self.dispatch_s = time.perf_counter() - clock_before
             self.dispatch_cpu_s = driver_cpu_s() - cpu_before
+            self._phase("dispatch")
         finally:
             for actor in self.actors:  # the pool and every replacement
                 ray.kill(actor)
