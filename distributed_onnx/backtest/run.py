@@ -31,7 +31,8 @@ from distributed_onnx.backtest.plan import RunPlan, prepare
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.backtest.summary import build_summary, previous_summary, write_summary
 from distributed_onnx.backtest.sums import read_done_part
-from distributed_onnx.dispatch import DispatchStats, dispatch
+from distributed_onnx.dispatch import dispatch
+from distributed_onnx.dispatch_state import DispatchStats
 from distributed_onnx.errors import BatchError
 from distributed_onnx.local_ray import connect
 from distributed_onnx.progress import Progress
