@@ -6,6 +6,7 @@ that importing the package does not load ONNX Runtime.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.backend import (
@@ -31,7 +32,10 @@ from distributed_onnx.errors import DistributedOnnxError
 if TYPE_CHECKING:
     from distributed_onnx.backend.onnx import OnnxBackend
 
-__version__ = "0.1.0"
+try:  # one source of the version: pyproject.toml, through the installed metadata
+    __version__ = _metadata.version("distributed-onnx")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "CheckpointMetadata",

@@ -6,6 +6,10 @@ advertised 192.0.2.2 and its GCS, raylet and agents listened there and on all in
 loopback when multi-node clustering is off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the switch Ray uses
 on macOS/Windows); with it, every listening socket of the embedded instance was on 127.0.0.1 (``ss -ltnp``).
 A single-machine instance needs no clustering, so :func:`use_loopback_only` turns it off.
+
+Ray's own console logging (its token-authentication notice, start-up lines) would land on top of a command's
+progress line: the commands call :func:`quiet_ray_logging`, and :func:`connect` never lets ``ray.init``
+reconfigure logging, so the choice holds.
 """
 
 from __future__ import annotations
@@ -32,6 +36,16 @@ def use_loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def quiet_ray_logging(*, quiet: bool = True) -> None:
+    """Ray's driver-side logger (``ray``, Serve's included) at ERROR when ``quiet``, else at Ray's default INFO.
+
+    Importing Ray sets that logger up (its own handler, INFO, no propagation), so this must run after the
+    import, which this module's own ``import ray`` guarantees. Output of our actors still reaches the console
+    (``log_to_driver``): a provider fall-back warning there is ours, not Ray's chatter.
+    """
+    logging.getLogger("ray").setLevel(logging.ERROR if quiet else logging.INFO)
+
+
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
@@ -41,7 +55,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
     use_loopback_only()
     ray.init(
