@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import ray
 from ray._private import ray_constants
@@ -67,3 +68,9 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     )
     logger.info("Started an embedded local Ray on %s", LOOPBACK)
     return True
+
+
+def alive_nodes() -> int:
+    """Nodes of the connected Ray that are alive (1 for the embedded instance)."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return sum(1 for node in nodes if node.get("Alive"))
