@@ -1,163 +1,405 @@
-"""``report.html``: a self-contained page a person reads after a backtest (inline SVG, no plotting library).
+"""``report.html``: the one self-contained page a forecasting team reads after a backtest (works offline).
 
-Shows the run, the headline metrics of the model next to the seasonal-naive baseline, the metric by lead,
-and forecast fans for a few windows. Plots are simple polylines, so the page needs nothing but a browser.
+From top to bottom: headline scores against the seasonal-naive baseline, forecast fans of the windows the
+run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
+per-series table ranked by MASE, throughput, and provenance (checkpoint sha256, providers, versions,
+settings). Figures come from :mod:`distributed_onnx.backtest.report_plots` (matplotlib, inline SVG); the page
+has no external resource. The report reads no forecast part itself: the run hands it the few
+:class:`FanWindow` it chose, so its cost does not grow with the run.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.backtest.outputs import part_files
+from distributed_onnx.backtest import report_plots
 from distributed_onnx.backtest.scoring import NAIVE_MODEL
-from distributed_onnx.quantiles import central_intervals, quantile_column_name
+from distributed_onnx.quantiles import LEVEL_TOLERANCE, central_intervals
 
-WIDTH, HEIGHT, PAD = 640, 220, 36
-COLORS = {"model": "#1f6fb4", NAIVE_MODEL: "#d1495b"}
+#: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
+MAX_TABLE_SERIES = 200
+_HEADLINE_METRICS = ("mase", "wql", "mae", "rmse", "sql")
+
+
+@dataclass(frozen=True)
+class FanWindow:
+    """One window to draw as a fan, picked and read by the run."""
+
+    series_id: str
+    label: str  # why it was picked: "best MASE", "typical", "worst MASE", "latest", ...
+    origin_us: int  # first forecast timestamp, UTC microseconds
+    step_us: int  # grid step
+    history: np.ndarray  # float64 [C]: the C steps before the origin, oldest first, NaN = missing
+    actual: np.ndarray  # float64 [H]: NaN = unknown
+    quantiles: dict[float, np.ndarray]  # requested level -> float [H]
+    mase: float | None
+
+
+class _Scores:
+    """The long metrics table indexed by scope: ``value(model, metric, quantile=None, series=None)``, by lead."""
+
+    def __init__(self, metrics: pa.Table) -> None:
+        self.cells: dict[tuple[str, str, str | None, float | None], float] = {}
+        self.counts: dict[tuple[str, str | None], int] = {}
+        leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
+        self.series_ids: list[str] = []
+        for row in metrics.to_pylist():
+            quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)
+            if row["scope"] == "lead":
+                leads[(row["model"], row["metric"], quantile)].append((int(row["lead"]), float(row["value"])))
+                continue
+            series = row["series_id"] if row["scope"] == "series" else None
+            self.cells[(row["model"], row["metric"], series, quantile)] = float(row["value"])
+            if row["metric"] == "mae":
+                self.counts[(row["model"], series)] = int(row["n"])
+            if series is not None and row["metric"] == "mae" and series not in self.series_ids:
+                self.series_ids.append(series)
+        self.leads = {key: sorted(points) for key, points in leads.items()}
+
+    def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
+        key = (model, metric, series, None if quantile is None else round(quantile, 9))
+        return self.cells.get(key)
+
+    def by_lead(self, model: str, metric: str, quantile: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        points = self.leads.get((model, metric, None if quantile is None else round(quantile, 9)))
+        if not points:
+            return None
+        leads, values = zip(*points, strict=True)
+        return np.asarray(leads, dtype=float), np.asarray(values, dtype=float)
 
 
 def write_report(
-    output: storage.Location, summary: dict[str, Any], metrics: pa.Table, quantiles: Sequence[float]
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: Sequence[float],
+    fans: Sequence[FanWindow] = (),
 ) -> storage.Location:
-    model = summary["model"]
-    rows = metrics.to_pylist()
-    headline = _headline(rows, model)
+    """Write ``output/report.html`` and return its location."""
+    model = str(summary["model"])
+    scores = _Scores(metrics)
+    clamped = _clamped_levels(summary)
+    step_us = fans[0].step_us if fans else None
     sections = [
-        f"<h1>Backtest of {html.escape(model)}</h1>",
-        _run_table(summary),
-        "<h2>Model vs seasonal naive (global)</h2>",
-        headline,
-        "<h2>MAE by lead</h2>",
-        _by_lead_plot(rows, model, "mae"),
-        "<h2>Forecast fans (a few windows)</h2>",
-        *_fans(output, quantiles),
+        f"<h1>Backtest of {_e(model)}</h1>",
+        f"<p class='lede'>{_e(_lede(summary, step_us))}</p>",
+        *_notes(summary),
+        "<h2>Scores against seasonal naive</h2>",
+        _headline(scores, model),
+        "<h2>Forecasts</h2>",
+        _fans(fans, quantiles, clamped),
+        "<h2>Skill by lead</h2>",
+        _skill(scores, model, step_us),
+        "<h2>Calibration of the central intervals</h2>",
+        _calibration(scores, model, quantiles, clamped, _lead_label(step_us)),
+        "<h2>Series, ranked by MASE</h2>",
+        _series_table(scores, model),
+        "<h2>Throughput</h2>",
+        _throughput(summary),
+        "<h2>Provenance</h2>",
+        _provenance(summary),
         "<details><summary>summary.json</summary><pre>"
-        + html.escape(json.dumps(summary, indent=2, default=str))
+        + _e(json.dumps(summary, indent=2, default=str))
         + "</pre></details>",
     ]
     page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Backtest report</title><style>"
-        "body{font-family:system-ui,sans-serif;margin:2em;max-width:760px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#f4f4f4}"
-        "</style></head><body>" + "\n".join(sections) + "</body></html>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>Backtest of {_e(model)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(sections)
+        + f"<script>{_SORT_SCRIPT}</script></body></html>"
     )
     path = storage.join(output, "report.html")
     storage.write_bytes(path, page.encode())
     return path
 
 
-def _headline(rows: list[dict[str, Any]], model: str) -> str:
-    def value(name: str, metric: str) -> float | None:
-        for row in rows:
-            if (
-                row["model"] == name
-                and row["scope"] == "global"
-                and row["metric"] == metric
-                and row["quantile"] is None
-            ):
-                return float(row["value"])
-        return None
-
-    lines = ["<table><tr><th>metric</th><th>model</th><th>seasonal naive</th><th>ratio</th></tr>"]
-    for metric in ("mae", "rmse", "mase", "sql", "wql"):
-        ours, naive = value(model, metric), value(NAIVE_MODEL, metric)
-        if ours is None:
-            continue
-        ratio = f"{ours / naive:.3f}" if naive else "-"
-        naive_text = f"{naive:.4g}" if naive is not None else "-"
-        lines.append(f"<tr><th>{metric}</th><td>{ours:.4g}</td><td>{naive_text}</td><td>{ratio}</td></tr>")
-    return "".join(lines) + "</table>"
+def _e(value: Any) -> str:
+    return html.escape(str(value))
 
 
-def _run_table(summary: dict[str, Any]) -> str:
-    windows, timing = summary["windows"], summary["timing"]
-    providers = sorted({", ".join(actor["providers"]) for actor in summary["actors"]}) or ["(resumed: none started)"]
-    items = {
-        "checkpoint sha256": summary["checkpoint_sha256"],
-        "windows planned / skipped / failed": f"{windows['planned']} / {windows['skipped_context_coverage']} / "
-        f"{windows['failed']}",
-        "actors": len(summary["actors"]),
-        "providers": "; ".join(providers),
-        "windows/s": f"{timing['windows_per_s']:.0f}" if timing["windows_per_s"] else "-",
-    }
-    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items())
-    return f"<table>{cells}</table>"
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
 
 
-def _scale(values: np.ndarray, low: float, high: float, size: float, invert: bool = False) -> np.ndarray:
-    span = (high - low) or 1.0
-    scaled = (values - low) / span * (size - 2 * PAD) + PAD
-    return size - scaled if invert else scaled
+def _skill_value(model: float | None, naive: float | None) -> float | None:
+    return None if model is None or not naive else 1.0 - model / naive
 
 
-def _polyline(xs: np.ndarray, ys: np.ndarray, color: str, width: float = 1.5) -> str:
-    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True) if np.isfinite(y))
-    return f"<polyline fill='none' stroke='{color}' stroke-width='{width}' points='{points}'/>"
+def _clamped_levels(summary: dict[str, Any]) -> dict[float, float]:
+    return {float(item["requested"]): float(item["used"]) for item in summary.get("quantile_clamping") or []}
 
 
-def _svg(body: str, caption: str) -> str:
+def _is_clamped(level: float, clamped: dict[float, float]) -> bool:
+    return any(abs(level - requested) <= LEVEL_TOLERANCE for requested in clamped)
+
+
+def _lede(summary: dict[str, Any], step_us: int | None) -> str:
+    resolved, windows = summary.get("resolved", {}), summary.get("windows", {})
+    step = f" of {step_us // 60_000_000} min" if step_us else ""
     return (
-        f"<figure><svg width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} {HEIGHT}' "
-        f"xmlns='http://www.w3.org/2000/svg'><rect width='100%' height='100%' fill='white' stroke='#ddd'/>"
-        f"{body}</svg><figcaption>{html.escape(caption)}</figcaption></figure>"
+        f"{windows.get('planned', '?')} windows over {resolved.get('series', '?')} series, horizon "
+        f"{resolved.get('horizon', '?')} steps{step}, context {resolved.get('context_length', '?')} steps, "
+        f"seasonality {resolved.get('seasonality', '?')} steps; data {summary.get('data', '?')}."
     )
 
 
-def _by_lead_plot(rows: list[dict[str, Any]], model: str, metric: str) -> str:
-    series: dict[str, np.ndarray] = {}
-    for name in (model, NAIVE_MODEL):
-        points = sorted(
-            (r["lead"], r["value"])
-            for r in rows
-            if r["model"] == name and r["scope"] == "lead" and r["metric"] == metric
+def _notes(summary: dict[str, Any]) -> list[str]:
+    notes = [str(note) for note in summary.get("notes") or []]
+    for item in summary.get("quantile_clamping") or []:
+        notes.append(
+            f"Quantile {item['requested']:g} lies outside the checkpoint's native range: "
+            f"it is forecast as {item['used']:g} (intervals using it are marked clamped)."
         )
-        if points:
-            series[name] = np.array(points, dtype=float)
-    if not series:
-        return "<p>(no lead metrics)</p>"
-    all_points = np.concatenate(list(series.values()))
-    body = ""
-    for name, block in series.items():
-        xs = _scale(block[:, 0], all_points[:, 0].min(), all_points[:, 0].max(), WIDTH)
-        ys = _scale(block[:, 1], 0.0, float(np.nanmax(all_points[:, 1])), HEIGHT, invert=True)
-        body += _polyline(xs, ys, COLORS["model" if name == model else NAIVE_MODEL], 2)
-    return _svg(body, f"{metric} by lead: blue = {model}, red = seasonal naive; y axis from 0")
+    if not notes:
+        return []
+    return ["<ul class='notes'>" + "".join(f"<li>{_e(note)}</li>" for note in notes) + "</ul>"]
 
 
-def _fans(output: storage.Location, quantiles: Sequence[float], count: int = 3) -> list[str]:
-    parts = part_files(output)
-    if not parts:
-        return ["<p>(no forecasts)</p>"]
-    table = storage.read_parquet(parts[-1])
-    window_ids = pc.unique(table.column("window_id")).to_pylist()
+def _headline(scores: _Scores, model: str) -> str:
+    rows = []
+    for metric in _HEADLINE_METRICS:
+        ours, naive = scores.value(model, metric), scores.value(NAIVE_MODEL, metric)
+        if ours is None:
+            continue
+        skill = _skill_value(ours, naive)
+        rows.append(
+            f"<tr><th>{metric.upper()}</th><td>{_number(ours)}</td><td>{_number(naive)}</td>"
+            f"<td>{_number(skill, 3)}</td></tr>"
+        )
+    return (
+        "<table><tr><th>metric</th><th>model</th><th>seasonal naive</th><th>skill (1 - model/naive)</th></tr>"
+        + "".join(rows)
+        + "</table><p class='hint'>Lower is better for every metric; skill above 0 beats the baseline. "
+        "Definitions: the docstrings of distributed_onnx/metrics.py.</p>"
+    )
+
+
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float]) -> str:
+    if not fans:
+        return "<p>(no forecast windows were handed to the report)</p>"
     figures = []
-    for window_id in window_ids[-count:]:
-        rows = table.filter(pc.equal(table.column("window_id"), window_id))
-        actual = rows.column("y").to_numpy(zero_copy_only=False).astype(float)
-        bands = {q: rows.column(quantile_column_name(q)).to_numpy().astype(float) for q in quantiles}
-        stacked = np.concatenate([actual[np.isfinite(actual)], *bands.values()])
-        low, high = float(stacked.min()), float(stacked.max())
-        xs = _scale(np.arange(len(actual), dtype=float), 0, max(len(actual) - 1, 1), WIDTH)
-        body = ""
-        for lower, upper in central_intervals(quantiles):
-            top = _scale(bands[upper], low, high, HEIGHT, invert=True)
-            bottom = _scale(bands[lower], low, high, HEIGHT, invert=True)
-            points = " ".join(
-                f"{x:.1f},{y:.1f}" for x, y in [*zip(xs, top, strict=True), *zip(xs[::-1], bottom[::-1], strict=True)]
+    for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
+        by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
+        bands = [
+            (
+                low,
+                high,
+                by_level[round(low, 9)],
+                by_level[round(high, 9)],
+                _is_clamped(low, clamped) or _is_clamped(high, clamped),
             )
-            body += f"<polygon points='{points}' fill='{COLORS['model']}' fill-opacity='0.15'/>"
-        if 0.5 in bands:
-            body += _polyline(xs, _scale(bands[0.5], low, high, HEIGHT, invert=True), COLORS["model"], 2)
-        body += _polyline(xs, _scale(actual, low, high, HEIGHT, invert=True), "#222", 1.5)
-        series_id = rows.column("series_id")[0].as_py()
-        origin = rows.column("origin")[0].as_py()
-        figures.append(_svg(body, f"{series_id} from {origin}: actual (black), median and central intervals (blue)"))
-    return figures
+            for low, high in central_intervals(quantiles)
+            if round(low, 9) in by_level and round(high, 9) in by_level
+        ]
+        origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        mase = "" if window.mase is None else f", MASE {window.mase:.3g}"
+        title = f"{window.series_id} · {window.label} · origin {origin}{mase}"
+        figure = report_plots.fan(
+            report_plots.Fan(
+                title,
+                window.origin_us,
+                window.step_us,
+                np.asarray(window.history, float),
+                np.asarray(window.actual, float),
+                bands,
+                by_level.get(0.5),
+            )
+        )
+        figures.append(f"<figure class='fan'>{figure}</figure>")
+    return "<div class='fans'>" + "".join(figures) + "</div>"
+
+
+def _skill(scores: _Scores, model: str, step_us: int | None) -> str:
+    curves: dict[str, dict[str, np.ndarray]] = {model: {}, NAIVE_MODEL: {}}
+    leads = None
+    for name, curve in curves.items():
+        for metric in ("mase", "wql"):
+            found = scores.by_lead(name, metric)
+            if found is not None:
+                leads, curve[metric] = found
+    if leads is None:
+        return "<p>(no metrics by lead)</p>"
+    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, _lead_label(step_us))
+
+
+def _lead_label(step_us: int | None) -> str:
+    return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
+
+
+def _calibration(
+    scores: _Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
+) -> str:
+    intervals = [(low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low)]
+    if not intervals:
+        return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
+    nominal = np.array([1 - 2 * low for low, _ in intervals])
+    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
+    marks = np.array([_is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals])
+    labels = [f"{n:.0%}" for n in nominal]
+    per_series = [
+        (1 - 2 * low, value)
+        for series in scores.series_ids
+        for low, _ in intervals
+        if (value := scores.value(model, "coverage", low, series)) is not None
+    ]
+    rows = "".join(
+        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
+        f"<td>{e - n:+.3f}</td></tr>"
+        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
+    )
+    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
+    curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
+    by_lead = None
+    if all(curve is not None for curve in curves):
+        by_lead = (curves[0][0], [curve[1] for curve in curves if curve is not None]) if curves[0] else None
+    series_points = per_series if len(scores.series_ids) > 1 else ()
+    figure = report_plots.calibration(nominal, empirical, marks, labels, series_points, by_lead, lead_label)
+    return f"<div class='side'>{figure}{table}</div>"
+
+
+def _series_table(scores: _Scores, model: str) -> str:
+    rows = []
+    for series in scores.series_ids:
+        mase, naive_mase = scores.value(model, "mase", series=series), scores.value(NAIVE_MODEL, "mase", series=series)
+        wql, naive_wql = scores.value(model, "wql", series=series), scores.value(NAIVE_MODEL, "wql", series=series)
+        rows.append(
+            (
+                series,
+                mase,
+                naive_mase,
+                _skill_value(mase, naive_mase),
+                wql,
+                naive_wql,
+                _skill_value(wql, naive_wql),
+                scores.value(model, "mae", series=series),
+                scores.counts.get((model, series)),
+            )
+        )
+    rows.sort(key=lambda row: (row[1] is None, row[1] if row[1] is not None else 0.0))
+    note = ""
+    if len(rows) > MAX_TABLE_SERIES:
+        half = MAX_TABLE_SERIES // 2
+        note = (
+            f"<p class='hint'>{len(rows)} series: the {half} best and {half} worst by MASE (all: metrics.parquet).</p>"
+        )
+        rows = rows[:half] + rows[-half:]
+    header = [
+        "rank",
+        "series",
+        "MASE",
+        "MASE naive",
+        "MASE skill",
+        "WQL",
+        "WQL naive",
+        "WQL skill",
+        "MAE",
+        "scored pairs",
+    ]
+    body = "".join(
+        f"<tr><td>{rank}</td><th>{_e(row[0])}</th>"
+        + "".join(f"<td>{_number(v)}</td>" for v in row[1:8])
+        + f"<td>{row[8] if row[8] is not None else '-'}</td></tr>"
+        for rank, row in enumerate(rows, start=1)
+    )
+    head = "".join(f"<th>{name}</th>" for name in header)
+    return f"{note}<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" + (
+        "<p class='hint'>Click a column to sort. Skill = 1 - model/naive.</p>"
+    )
+
+
+def _kv_table(items: dict[str, Any]) -> str:
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items.items() if v is not None)
+    return f"<table class='kv'>{cells}</table>"
+
+
+def _providers(actors: Sequence[dict[str, Any]]) -> str:
+    chains = sorted({", ".join(actor.get("providers", [])) for actor in actors})
+    return "; ".join(chains) if chains else "-"
+
+
+def _throughput(summary: dict[str, Any]) -> str:
+    timing, windows, batches = summary.get("timing", {}), summary.get("windows", {}), summary.get("batches", {})
+    actors = summary.get("actors") or []
+    items: dict[str, Any] = {
+        "windows per second": _number(timing.get("windows_per_s")),
+        "windows planned / run now / done before / skipped / failed": " / ".join(
+            str(windows.get(key, "-"))
+            for key in ("planned", "run_now", "done_before", "skipped_context_coverage", "failed")
+        ),
+        "batches planned / retried / failed, actors lost": f"{batches.get('planned', '-')} / "
+        f"{batches.get('retried', '-')} / {batches.get('failed', '-')}, {batches.get('actors_lost', '-')}",
+        "actors (providers)": f"{len(actors)} ({_providers(actors)})",
+        "dispatch / total / first forecast (s)": " / ".join(
+            _number(timing.get(key), 3) for key in ("dispatch_s", "total_s", "first_forecast_s")
+        ),
+    }
+    resume = summary.get("resume") or {}
+    if resume.get("resumed"):
+        computed = resume.get("computed_by") or {}
+        items["resumed: parts computed by"] = (
+            f"{computed.get('actors', '?')} actors ({', '.join(computed.get('providers') or []) or '-'}) "
+            f"at {_number(computed.get('windows_per_s'))} windows/s"
+        )
+    return _kv_table(items)
+
+
+def _provenance(summary: dict[str, Any]) -> str:
+    versions = summary.get("versions") or {}
+    items: dict[str, Any] = {
+        "model": summary.get("model"),
+        "checkpoint": summary.get("checkpoint"),
+        "checkpoint sha256": summary.get("checkpoint_sha256") or "(not recorded in the metadata)",
+        "data": summary.get("data"),
+        "run fingerprint": summary.get("run_fingerprint"),
+        "providers": _providers(summary.get("actors") or []),
+        **{f"{name} version": version for name, version in versions.items()},
+    }
+    return _kv_table(items) + "<h3>Settings</h3>" + _settings(summary)
+
+
+def _settings(summary: dict[str, Any]) -> str:
+    """Every setting as given; an unset one shows the value the run resolved for it, when there is one."""
+    resolved = summary.get("resolved") or {}
+    cells = []
+    for key, value in (summary.get("settings") or {}).items():
+        if value is None:
+            shown = f"default: {json.dumps(resolved[key])}" if key in resolved else "default"
+        else:
+            shown = json.dumps(value)
+        cells.append(f"<div class='key'>{_e(key)}</div><div class='value'>{_e(shown)}</div>")
+    return f"<div class='settings'>{''.join(cells)}</div>"
+
+
+_CSS = (
+    "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1140px;padding:0 1em;"
+    "color:#222}h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"
+    ".lede{color:#555}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 9px;"
+    "text-align:right}th{background:#f6f6f6;font-weight:600}.kv th{text-align:left}.kv td{text-align:left;"
+    "font-family:ui-monospace,monospace;font-size:90%;word-break:break-all}.hint{color:#666;font-size:90%}"
+    ".fans{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:10px}figure{margin:0}"
+    "svg{max-width:100%;height:auto}.side{display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap}"
+    ".sortable th{cursor:pointer}.notes{background:#fff8e5;border:1px solid #f0d98c;padding:.6em 2em}"
+    "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
+    ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:3px 14px;font-size:90%}"
+    ".settings .key{font-weight:600}.settings .value{font-family:ui-monospace,monospace;word-break:break-all}"
+    ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 12px;font-size:90%}"
+    ".settings .key{font-weight:600}.settings .value{font-family:ui-monospace,monospace;word-break:break-all}"
+)
+# Sorts a table.sortable by the clicked column (numbers numerically, '-' last); no library, works offline.
+_SORT_SCRIPT = (
+    "document.querySelectorAll('table.sortable th').forEach(function(th,col){th.addEventListener('click',"
+    "function(){var body=th.closest('table').tBodies[0],rows=Array.from(body.rows),up=th.dataset.up!=='1';"
+    "th.dataset.up=up?'1':'0';function key(r){var t=r.cells[col].textContent,n=parseFloat(t);"
+    "return isNaN(n)?(t==='-'?Infinity:t):n}rows.sort(function(a,b){var x=key(a),y=key(b);"
+    "return (x<y?-1:x>y?1:0)*(up?1:-1)});rows.forEach(function(r){body.appendChild(r)})})});"
+)
