@@ -28,7 +28,7 @@ ORIGIN_US = 1_700_000_000 * 1_000_000
 SERIES = {"north-substation": 0.5, "south-feeder": 4.0}  # forecast noise: north is the good one
 
 
-def _metrics(series: dict[str, float] = SERIES) -> pa.Table:
+def _metrics(series: dict[str, float] = SERIES, naive_lacks_last_lead: bool = False) -> pa.Table:
     rng = np.random.default_rng(7)
     model, naive = MetricsAccumulator(QUANTILES, HORIZON), MetricsAccumulator(QUANTILES, HORIZON)
     for series_id, noise in series.items():
@@ -38,6 +38,8 @@ def _metrics(series: dict[str, float] = SERIES) -> pa.Table:
         spread = np.array([-2.0, -1.3, 0.0, 1.3, 2.0])
         forecast = median[..., None] + spread
         naive_point = actual + rng.normal(0, 2.0, (windows, HORIZON))
+        if naive_lacks_last_lead:  # no scored pair there: the metrics table has no row for that lead
+            naive_point[:, -1] = np.nan
         scale = np.full(windows, 1.5)
         ids = [series_id] * windows
         model.update(ids, actual, forecast, scale)
@@ -204,3 +206,11 @@ def test_many_series_show_the_best_and_worst(tmp_path: Path, monkeypatch: pytest
     table = page[page.index("<table class='sortable'>") :]
     assert re.findall(r"<tr><td>\d+</td><th>([^<]+)</th>", table) == ["a", "d"]
     assert "4 series: the 1 best and 1 worst by MASE (all: metrics.parquet)" in _text(page)[0]
+
+
+def test_a_lead_without_scores_for_one_model_leaves_a_gap(tmp_path: Path) -> None:
+    metrics = _metrics(naive_lacks_last_lead=True)
+    naive_leads = {row["lead"] for row in metrics.to_pylist() if row["model"] == NAIVE_MODEL and row["scope"] == "lead"}
+    assert naive_leads == set(range(1, HORIZON))  # the case: the naive has one lead fewer than the model
+    page = Path(write_report(tmp_path, _summary(), metrics, QUANTILES, _fans())).read_text()
+    assert "MASE by lead" in _text(page)[0]

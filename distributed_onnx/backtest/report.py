@@ -65,17 +65,21 @@ class _Scores:
             if series is not None and row["metric"] == "mae" and series not in self.series_ids:
                 self.series_ids.append(series)
         self.leads = {key: sorted(points) for key, points in leads.items()}
+        self.max_lead = max((lead for points in leads.values() for lead, _ in points), default=0)
 
     def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
         key = (model, metric, series, None if quantile is None else round(quantile, 9))
         return self.cells.get(key)
 
     def by_lead(self, model: str, metric: str, quantile: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Values on the common grid of leads 1..max (NaN where this model has no value: no scored pair)."""
         points = self.leads.get((model, metric, None if quantile is None else round(quantile, 9)))
         if not points:
             return None
-        leads, values = zip(*points, strict=True)
-        return np.asarray(leads, dtype=float), np.asarray(values, dtype=float)
+        values = np.full(self.max_lead, np.nan)
+        for lead, value in points:
+            values[lead - 1] = value
+        return np.arange(1, self.max_lead + 1, dtype=float), values
 
 
 def write_report(
@@ -259,9 +263,8 @@ def _calibration(
     )
     table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
     curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
-    by_lead = None
-    if all(curve is not None for curve in curves):
-        by_lead = (curves[0][0], [curve[1] for curve in curves if curve is not None]) if curves[0] else None
+    found = [curve for curve in curves if curve is not None]
+    by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
     series_points = per_series if len(scores.series_ids) > 1 else ()
     figure = report_plots.calibration(nominal, empirical, marks, labels, series_points, by_lead, lead_label)
     return f"<div class='side'>{figure}{table}</div>"
