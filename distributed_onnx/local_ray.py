@@ -38,13 +38,19 @@ def use_loopback_only() -> None:
 
 
 def quiet_ray_logging(*, quiet: bool = True) -> None:
-    """Ray's driver-side logger (``ray``, Serve's included) at ERROR when ``quiet``, else at Ray's default INFO.
+    """Ray's own console logging at ERROR when ``quiet``, else at Ray's default INFO.
 
-    Importing Ray sets that logger up (its own handler, INFO, no propagation), so this must run after the
-    import, which this module's own ``import ray`` guarantees. Output of our actors still reaches the console
-    (``log_to_driver``): a provider fall-back warning there is ours, not Ray's chatter.
+    Importing Ray (and Ray Serve) sets up their driver-side loggers (``ray``, ``ray.serve``: own handler, INFO,
+    no propagation), so this must run after those imports, which this module's ``import ray`` guarantees for
+    Ray; a command that serves imports Serve first. When quiet, the Serve actors an embedded Ray starts (its
+    controller, proxy, replicas) log to their files under the session's log directory instead of streaming
+    to this console (``RAY_SERVE_LOG_TO_STDERR=0``, unless set already); the backtest's actors still stream
+    their output (``log_to_driver``): a provider fall-back warning there is ours, not Ray's chatter.
     """
-    logging.getLogger("ray").setLevel(logging.ERROR if quiet else logging.INFO)
+    for name in ("ray", "ray.serve"):
+        logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.INFO)
+    if quiet:
+        os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:

@@ -19,24 +19,30 @@ RAY_LINE = re.compile(r"\t(DEBUG|INFO|WARNING|ERROR) \S+\.py:\d+ -- ")
 
 
 @pytest.fixture
-def ray_logger_level() -> Iterator[None]:
-    ray_logger = logging.getLogger("ray")
-    level = ray_logger.level
+def ray_logger_level(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("RAY_SERVE_LOG_TO_STDERR", raising=False)  # restored (absent) after the test
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.serve")]
+    levels = [logger.level for logger in loggers]
     yield
-    ray_logger.setLevel(level)
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 @pytest.mark.usefixtures("ray_logger_level")
 def test_quiet_ray_logging_hides_rays_warnings_and_verbose_shows_them(capsys: pytest.CaptureFixture[str]) -> None:
+    from ray import serve  # noqa: F401  (sets up Serve's driver-side logger, as the serve command does)
+
     from distributed_onnx.local_ray import quiet_ray_logging
 
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")  # where Ray logs it
     quiet_ray_logging(quiet=True)
     notice.warning("Token authentication is enabled for this Ray cluster.")
     notice.error("a real Ray error")
+    logging.getLogger("ray.serve").info('Started Serve in namespace "serve".')
     err = capsys.readouterr().err
-    assert "Token authentication" not in err
+    assert "Token authentication" not in err and "Started Serve" not in err
     assert "a real Ray error" in err
+    assert os.environ["RAY_SERVE_LOG_TO_STDERR"] == "0"  # Serve's actors log to their files
 
     quiet_ray_logging(quiet=False)
     notice.warning("Token authentication is enabled for this Ray cluster.")
