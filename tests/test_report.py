@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from distributed_onnx.backtest import report
+from distributed_onnx.backtest import report_tables
 from distributed_onnx.backtest.report import FanWindow, write_report
 from distributed_onnx.backtest.scoring import NAIVE_MODEL
 from distributed_onnx.metrics import MetricsAccumulator
@@ -200,7 +200,7 @@ def test_without_fans_the_rest_still_renders(tmp_path: Path) -> None:
 
 
 def test_many_series_show_the_best_and_worst(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report, "MAX_TABLE_SERIES", 2)
+    monkeypatch.setattr(report_tables, "MAX_TABLE_SERIES", 2)
     noise = {"a": 0.1, "b": 1.0, "c": 2.0, "d": 8.0}
     page = Path(write_report(tmp_path, _summary(), _metrics(noise), QUANTILES, [])).read_text()
     table = page[page.index("<table class='sortable'>") :]
