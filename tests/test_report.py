@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from distributed_onnx.backtest import report_tables
-from distributed_onnx.backtest.report import FanWindow, write_report
 from distributed_onnx.backtest.merge import NAIVE_MODEL
+from distributed_onnx.backtest.report import FanWindow, write_report
 from distributed_onnx.metrics import MetricsAccumulator
 
 MODEL = "tiny_model"
@@ -165,19 +165,22 @@ def test_clamped_levels_are_marked(tmp_path: Path) -> None:
 
 def test_provenance_versions_resume_and_notes_when_present(tmp_path: Path) -> None:
     versions = {"onnxruntime": "1.32.0", "ray": "2.60.0", "distributed_onnx": "0.1.0", "python": "3.11.7"}
-    resume = {
-        "resumed": True,
-        "computed_by": {"actors": 4, "providers": ["CUDAExecutionProvider"], "windows_per_s": 5e4},
-    }
-    summary = _summary(versions=versions, resume=resume, notes=["n_windows 100000 capped at 3936 per series"])
+    resume = {"resumed": True, "parts_done_before": 7, "windows_done_before": 700}
+    computed_by = [
+        {"windows": 900, "actors": 4, "providers": ["CUDAExecutionProvider"], "windows_per_s": 5e4, "finished_at": "t1"}
+    ]
+    summary = _summary(
+        versions=versions, resume=resume, computed_by=computed_by, notes=["n_windows 100000 capped at 3936 per series"]
+    )
     text, _ = _text(_page(tmp_path, summary))
     assert "ab" * 32 in text
     assert "onnxruntime version 1.32.0" in text and "ray version 2.60.0" in text
     assert "CUDAExecutionProvider, CPUExecutionProvider" in text
-    assert "resumed: parts computed by 4 actors (CUDAExecutionProvider) at 5e+04 windows/s" in text
+    assert "resumed 7 parts were done before this run" in text
+    assert "computed by run 1 900 windows on 4 actors (CUDAExecutionProvider) at 5e+04 windows/s" in text
     assert "n_windows 100000 capped at 3936 per series" in text
     assert "horizon default: 6" in text  # an unset setting shows what the run resolved
-    assert "windows per second 8" in text
+    assert "windows per second (dispatch) 8" in text
 
 
 def test_the_page_loads_nothing_from_elsewhere(tmp_path: Path) -> None:

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from distributed_onnx import storage
 from distributed_onnx.adapters import adapter_for
 from distributed_onnx.backtest.fans import fan_series
 from distributed_onnx.backtest.part import PartJob
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.quantiles import ClampedLevel, clamped_levels, describe_clamped
 from distributed_onnx.series_source import SeriesSource
 from distributed_onnx.table import SeriesTable, load_series
@@ -120,8 +122,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             end_us=_micros(settings.end),
             min_context_coverage=settings.min_context_coverage,
         )
-    except ValueError as exc:
-        raise ConfigError(f"Invalid window settings: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigError(f"Invalid window settings: {describe_validation(exc.errors())}") from exc
     windows = plan_windows(table.series, spec)
     notes = _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)

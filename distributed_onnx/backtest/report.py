@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.backtest import report_plots, report_tables
-from distributed_onnx.backtest.report_tables import Scores, escape
 from distributed_onnx.backtest.fans import FanWindow
 from distributed_onnx.backtest.merge import NAIVE_MODEL
+from distributed_onnx.backtest.report_tables import Scores, escape
 from distributed_onnx.quantiles import LEVEL_TOLERANCE, central_intervals
 
 

@@ -56,15 +56,31 @@ class Fan:
 def _svg(figure: Figure) -> str:
     buffer = io.StringIO()
     with rc_context(_RC):
-        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
     return text[text.index("<svg") :]  # drop the XML declaration and DOCTYPE: the SVG is inlined in HTML
 
 
-def _figure(width_in: float, height_in: float, columns: int = 1) -> tuple[Figure, list[Axes]]:
+def _figure(
+    width_in: float, height_in: float, columns: int = 1, *, bottom_in: float = 0.5, gap_in: float = 0.8
+) -> tuple[Figure, list[Axes]]:
+    """A figure with fixed margins (in inches: room for tick labels, axis labels, titles and a bottom legend).
+
+    Fixed, not matplotlib's constrained layout or a tight bounding box: those re-measure every text element
+    several times and made the report take 3.5 s of the driver's CPU instead of 1.5 s (measured).
+    """
+    left_in, right_in, top_in = 0.75, 0.15, 0.32
     with rc_context(_RC):
-        figure = Figure(figsize=(width_in, height_in), layout="constrained")
+        figure = Figure(figsize=(width_in, height_in))
         axes = figure.subplots(1, columns, squeeze=False)[0]
+        plot_width = (width_in - left_in - right_in - gap_in * (columns - 1)) / columns
+        figure.subplots_adjust(
+            left=left_in / width_in,
+            right=1 - right_in / width_in,
+            top=1 - top_in / height_in,
+            bottom=bottom_in / height_in,
+            wspace=gap_in / plot_width if columns > 1 else 0.0,
+        )
     return figure, list(axes)
 
 
@@ -75,7 +91,7 @@ def _times(start_us: int, step_us: int, count: int) -> np.ndarray:
 def fan(window: Fan) -> str:
     """History, actuals, central intervals (widest palest) and the median of one window, on a UTC time axis."""
     with rc_context(_RC):
-        figure, (axis,) = _figure(5.6, 3.3)
+        figure, (axis,) = _figure(5.6, 3.6, bottom_in=1.05)
         horizon = window.actual.shape[0]
         history = window.history[-HISTORY_HORIZONS * max(horizon, 1) :]
         past = _times(window.origin_us - history.shape[0] * window.step_us, window.step_us, history.shape[0])
@@ -104,7 +120,7 @@ def fan(window: Fan) -> str:
         axis.set_xlabel("time (UTC)")
         axis.set_ylabel("y (units of the data)")
         axis.set_title(window.title, loc="left", fontsize=9)
-        figure.legend(loc="outside lower center", fontsize=7, ncols=3, frameon=False)
+        figure.legend(loc="lower center", fontsize=7, ncols=3, frameon=False)
     return _svg(figure)
 
 

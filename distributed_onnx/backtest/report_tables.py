@@ -160,27 +160,34 @@ def _providers(actors: Sequence[dict[str, Any]]) -> str:
 
 
 def throughput(summary: dict[str, Any]) -> str:
-    timing, windows, batches = summary.get("timing", {}), summary.get("windows", {}), summary.get("batches", {})
+    timing, windows, parts = summary.get("timing", {}), summary.get("windows", {}), summary.get("parts", {})
     actors = summary.get("actors") or []
     items: dict[str, Any] = {
-        "windows per second": number(timing.get("windows_per_s")),
+        "windows per second (dispatch)": number(timing.get("windows_per_s")),
         "windows planned / run now / done before / skipped / failed": " / ".join(
             str(windows.get(key, "-"))
             for key in ("planned", "run_now", "done_before", "skipped_context_coverage", "failed")
         ),
-        "batches planned / retried / failed, actors lost": f"{batches.get('planned', '-')} / "
-        f"{batches.get('retried', '-')} / {batches.get('failed', '-')}, {batches.get('actors_lost', '-')}",
+        "parts planned / done before / retried / failed, actors lost": " / ".join(
+            str(parts.get(key, "-")) for key in ("planned", "done_before", "retried", "failed")
+        )
+        + f", {parts.get('actors_lost', '-')}",
         "actors (providers)": f"{len(actors)} ({_providers(actors)})",
         "dispatch / total / first forecast (s)": " / ".join(
             number(timing.get(key), 3) for key in ("dispatch_s", "total_s", "first_forecast_s")
         ),
+        "driver CPU: whole run / dispatch (s)": " / ".join(
+            number(timing.get(key), 3) for key in ("driver_cpu_s", "driver_cpu_dispatch_s")
+        ),
     }
     resume = summary.get("resume") or {}
     if resume.get("resumed"):
-        computed = resume.get("computed_by") or {}
-        items["resumed: parts computed by"] = (
-            f"{computed.get('actors', '?')} actors ({', '.join(computed.get('providers') or []) or '-'}) "
-            f"at {number(computed.get('windows_per_s'))} windows/s"
+        items["resumed"] = f"{resume.get('parts_done_before', '?')} parts were done before this run"
+    for number_, record in enumerate(summary.get("computed_by") or [], start=1):
+        items[f"computed by run {number_}"] = (
+            f"{record.get('windows', '?')} windows on {record.get('actors', '?')} actors "
+            f"({'; '.join(record.get('providers') or []) or '-'}) at {number(record.get('windows_per_s'))} "
+            f"windows/s, finished {record.get('finished_at', '?')}"
         )
     return _kv_table(items)
 

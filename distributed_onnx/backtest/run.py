@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from distributed_onnx import storage
 from distributed_onnx.actors import has_room, start_pool, start_worker_actor
-from distributed_onnx.backtest import outputs, report
+from distributed_onnx.backtest import outputs
+from distributed_onnx.backtest.fans import FanWindow
 from distributed_onnx.backtest.merge import RunSums, fan_windows
 from distributed_onnx.backtest.part import PartJob, PartReceipt, PartRunner
 from distributed_onnx.backtest.plan import RunPlan, prepare
@@ -67,6 +69,21 @@ def run_backtest(settings: BacktestSettings) -> BacktestResult:
 def build_part_runner(worker: InferenceWorker, job: PartJob, info: WorkerInfo) -> PartRunner:
     """The actors' job factory (module level, so Ray pickles it by reference)."""
     return PartRunner(worker, job, node_id=info.node_id)
+
+
+def render_report(
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: list[float],
+    fans: list[FanWindow],
+) -> float:
+    """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
+    started = time.process_time()
+    from distributed_onnx.backtest import report  # matplotlib: loaded only where the report is drawn
+
+    report.write_report(output, summary, metrics, quantiles, fans)
+    return time.process_time() - started
 
 
 def driver_cpu_s() -> float:
@@ -142,25 +159,25 @@ class _BacktestRun:
             len(self.parts) - len(todo),
         )
         progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
-        if todo:
-            started_ray = connect(plan.settings.address)
-            self._phase("ray_start")
-            try:
+        started_ray = False
+        try:
+            if todo:
+                started_ray = connect(plan.settings.address)
+                self._phase("ray_start")
                 self._dispatch(todo, progress)
-            finally:
-                if started_ray:
-                    ray.shutdown()
-            self._phase("ray_stop")
-        failed = {failure["part"] for failure in self.failures}
-        for part in todo:
-            if part.index not in failed:
-                self._merge_written(part)
-        metrics = self.sums.metrics_table(plan.checkpoint.name)
-        storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
-        self._phase("merge")
-        summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
-        report.write_report(output, summary, metrics, plan.quantiles, fan_windows(self.sums, plan, metrics))
-        self._phase("report")
+            failed = {failure["part"] for failure in self.failures}
+            for part in todo:
+                if part.index not in failed:
+                    self._merge_written(part)
+            metrics = self.sums.metrics_table(plan.checkpoint.name)
+            storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
+            self._phase("merge")
+            summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
+            self._report(summary, metrics)
+        finally:
+            if started_ray:
+                ray.shutdown()
+        self._phase("ray_stop")
         summary["timing"]["driver_cpu_s"] = driver_cpu_s()
         summary["timing"]["driver_cpu_phases_s"] = self.cpu_phases
         summary["timing"]["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -168,6 +185,29 @@ class _BacktestRun:
         if self.failures:
             self._raise_failures()
         return BacktestResult(summary, metrics, self.failures)
+
+    def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
+        """Draw report.html: in a Ray worker while Ray is up (the driver only coordinates), else here.
+
+        A report that cannot be drawn is a note in summary.json, never a lost run: the parts, the metrics and
+        the summary are the results.
+        """
+        plan = self.plan
+        fans = fan_windows(self.sums, plan, metrics)
+        arguments = (self.output, summary, metrics, plan.quantiles, fans)
+        try:
+            if ray.is_initialized():
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+                task = ray.remote(num_cpus=0, max_retries=1)(render_report).options(scheduling_strategy=here)
+                cpu_s = ray.get(task.remote(*arguments))
+            else:
+                cpu_s = render_report(*arguments)
+            summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
+            summary["timing"]["report_drawn_by"] = "ray worker" if ray.is_initialized() else "driver"
+        except Exception as exc:  # matplotlib, storage: whatever failed, the run's results stand
+            logger.error("Could not write report.html: %s", exc)
+            summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
+        self._phase("report")
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
