@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--providers", help="explicit provider chain, e.g. cuda,cpu (strict)")
     serve.add_argument("--max-batch-size", type=int, help="forecast requests per model call; 1 = off (default 16)")
     serve.add_argument("--batch-wait-ms", type=float, help="how long a batch waits to fill (default 1)")
+    serve.add_argument("--rows-per-batch", type=int, help="windows per model call; larger work is split (default 1024)")
     serve.add_argument("--max-queued-requests", type=int, help="queue before overload answers 503 (default 128)")
     serve.add_argument("--max-body-bytes", type=int, help="request body limit; larger gets 413 (default 8 MB)")
     serve.add_argument("--request-timeout-s", type=float, help="end-to-end request timeout (default 30)")
@@ -168,6 +169,7 @@ _SERVE_KEYS = [
     "providers",
     "max_batch_size",
     "batch_wait_ms",
+    "rows_per_batch",
     "max_queued_requests",
     "max_body_bytes",
     "request_timeout_s",

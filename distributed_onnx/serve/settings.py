@@ -41,6 +41,9 @@ class ServeSettings(BaseModel):
     batch_wait_ms: float = Field(
         default=1.0, ge=0, description="How long a batch waits to fill; one lone client pays at most this."
     )
+    rows_per_batch: int = Field(
+        default=1024, gt=0, description="Windows per model call: merged or large requests are split into such chunks."
+    )
     max_ongoing_requests: int | None = Field(
         default=None, gt=0, description="Requests a replica holds at once; default max(64, 2 x max_batch_size)."
     )
@@ -53,6 +56,12 @@ class ServeSettings(BaseModel):
     health_check_period_s: float = Field(default=10.0, gt=0, description="Seconds between replica health checks.")
     health_check_timeout_s: float = Field(default=30.0, gt=0, description="A health check slower than this fails.")
     warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run at replica start (0 skips).")
+    max_consecutive_model_failures: int = Field(
+        default=3,
+        gt=0,
+        description="Model calls failing in a row (on valid input) before the replica reports not ready and "
+        "Serve replaces it; one success resets the count.",
+    )
 
     @property
     def model_name(self) -> str:
@@ -84,6 +93,9 @@ class ServeSettings(BaseModel):
             "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=self.retry_after_s),
             "health_check_period_s": self.health_check_period_s,
             "health_check_timeout_s": self.health_check_timeout_s,
+            # How often a stopping replica checks for in-flight requests; Serve's 2 s default made every exit
+            # wait 2 s more than the requests needed (measured).
+            "graceful_shutdown_wait_loop_s": 0.1,
             "ray_actor_options": {"num_cpus": self.cpus_per_replica, "num_gpus": self.gpus_per_replica},
         }
 
