@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--checkpoint", type=Path, help="the .onnx checkpoint (default: the bundled one)")
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port, KServe v2 GRPCInferenceService (default 8001)")
+    serve.add_argument("--ingress", help="auto (default), direct, haproxy or proxy (Serve's Python proxy)")
     serve.add_argument("--replicas", type=int, help="replicas, one ONNX Runtime session each (default 1)")
     serve.add_argument("--cpus-per-replica", type=float, help="CPUs per replica; sets ORT's threads (default 1)")
     serve.add_argument("--gpus-per-replica", type=float, help="GPUs per replica, fractions share one (default 0)")
@@ -163,6 +165,8 @@ _SERVE_KEYS = [
     "checkpoint",
     "host",
     "port",
+    "grpc_port",
+    "ingress",
     "replicas",
     "cpus_per_replica",
     "gpus_per_replica",

@@ -23,6 +23,8 @@ traffic's own calls (:mod:`distributed_onnx.serve.health`).
 # No ``from __future__ import annotations`` here: Serve pickles the FastAPI app to the replicas, and route
 # annotations left as strings come back as unresolvable ForwardRefs there (/openapi.json failed - measured).
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,21 @@ from distributed_onnx.actors import PinnedWorker
 from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH, binary_outputs, encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, encode_forecasts, plan_job, run_jobs
+from distributed_onnx.serve.grpc_api import (
+    grpc_code,
+    infer_inputs,
+    metadata_response,
+    model_infer_response,
+    requested_outputs,
+)
+from distributed_onnx.serve.grpc_messages import (
+    ModelInferResponse,
+    ModelMetadataResponse,
+    ModelReadyResponse,
+    ServerLiveResponse,
+    ServerMetadataResponse,
+    ServerReadyResponse,
+)
 from distributed_onnx.serve.health import ModelHealth
 from distributed_onnx.serve.http import (
     HttpError,
@@ -66,6 +83,7 @@ from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.telemetry import ServeMetrics
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,7 @@ class OnnxForecastServer:
         self._codec_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codec")
         self._health = ModelHealth(settings.max_consecutive_model_failures)
         self._forecasts_in_flight = 0  # /v1/forecast requests between validation and their result
+        self._admitted = 0  # requests inside this replica (forecast, infer, gRPC ModelInfer)
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
         self._forecast_windows.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)  # type: ignore[attr-defined]
 
@@ -185,6 +204,62 @@ class OnnxForecastServer:
     )
     async def forecast(self, request: Request) -> Response:
         return await self._observe("forecast", self._forecast, request)
+
+    # ------------------------------------------------------------- KServe v2 over gRPC (grpc_messages)
+
+    async def ServerLive(self, request: Any) -> Any:  # noqa: N802 - gRPC method names
+        return ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any) -> Any:  # noqa: N802
+        return ServerReadyResponse(ready=self._health.ready)
+
+    async def ModelReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self._grpc(grpc_context, ModelReadyResponse(), self._grpc_model_ready, request)
+
+    async def ServerMetadata(self, request: Any) -> Any:  # noqa: N802
+        return ServerMetadataResponse(name=APP_NAME, version=api.version, extensions=[])
+
+    async def ModelMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self._grpc(grpc_context, ModelMetadataResponse(), self._grpc_model_metadata, request)
+
+    async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        return await self._grpc(
+            grpc_context, ModelInferResponse(), self._observe, "grpc_infer", self._grpc_infer, request
+        )
+
+    async def _grpc(self, context: Any, empty: Any, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Run a gRPC method; an error sets the status code (as Triton's) and the same message as over HTTP."""
+        try:
+            return await handler(*args)
+        except Exception as exc:
+            if status_of(exc) >= 500 and not isinstance(exc, HttpError | InferenceError | BackendClosedError):
+                logger.exception("Unexpected error in a gRPC call")
+            context.set_code(grpc_code(status_of(exc)))
+            context.set_details(exc.message if isinstance(exc, HttpError) else f"{exc}")
+            return empty
+
+    async def _grpc_model_ready(self, request: Any) -> Any:
+        self._check_name(request.name)
+        return ModelReadyResponse(ready=self._health.ready)
+
+    async def _grpc_model_metadata(self, request: Any) -> Any:
+        return metadata_response(await self.model_metadata(request.name))
+
+    async def _grpc_infer(self, request: Any) -> Any:
+        self._check_name(request.model_name)
+        if request.ByteSize() > OFFLOAD_BODY_BYTES:
+            call = await self._run_codec(self._plan_grpc_infer, request)
+        else:
+            call = self._plan_grpc_infer(request)
+        started = time.perf_counter()
+        outputs = await self._run_model(run_checked, self._worker.backend.run, call.inputs, call.names)
+        self._metrics.compute("grpc_infer", (time.perf_counter() - started) * 1000.0)
+        return model_infer_response(self._name, request.id, outputs, call.names)
+
+    def _plan_grpc_infer(self, request: Any) -> InferCall:
+        tensors, raw = infer_inputs(request)
+        names = select_outputs((spec.name for spec in self._output_specs), requested_outputs(request))
+        return InferCall(decode_inputs(tensors, self._input_specs, raw), names, set(), {})
 
     # ------------------------------------------------------------------------------------- internals
 
@@ -263,17 +338,27 @@ class OnnxForecastServer:
         )
         return results
 
-    async def _observe(self, endpoint: str, handler: Callable[..., Awaitable[Response]], *args: Any) -> Response:
+    async def _observe(self, endpoint: str, handler: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Admit (or refuse: overload), run and count one request; the code recorded is the HTTP status."""
         started = time.perf_counter()
         code = 500
+        self._admitted += 1
         try:
-            response = await handler(*args)
-            code = response.status_code
-            return response
+            if self._admitted > self._settings.admission_limit:
+                raise HttpError(
+                    503,
+                    f"Overloaded: this replica holds {self._settings.admission_limit} requests "
+                    "(max_ongoing_requests + max_queued_requests); retry later.",
+                    {"Retry-After": str(math.ceil(self._settings.retry_after_s))},
+                )
+            result = await handler(*args)
+            code = getattr(result, "status_code", 200)
+            return result
         except BaseException as exc:
             code = status_of(exc)
             raise
         finally:
+            self._admitted -= 1
             self._metrics.request(endpoint, code, (time.perf_counter() - started) * 1000.0)
 
     async def _run_model(self, function: Callable[..., T], *args: Any) -> T:

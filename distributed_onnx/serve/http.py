@@ -14,7 +14,7 @@ body above ``max_body_bytes``                   413
 backend closed                                  503
 model failed on valid input                     500  (``InferenceError``; every request of a failed batch)
 any other exception (a bug)                     500  (caught by the catch-all handler, still JSON)
-overload (``max_queued_requests``)              503 + Retry-After, written by Serve's proxy (text body)
+overload (``max_queued_requests``)              503 + Retry-After (the replica's own admission check)
 ==============================================  ====
 """
 
@@ -48,10 +48,11 @@ logger = logging.getLogger(__name__)
 class HttpError(Exception):
     """An HTTP error with a status code and the message for ``{"error": ...}``."""
 
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(status_code, message)
+    def __init__(self, status_code: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code, message, headers)
         self.status_code = status_code
         self.message = message
+        self.headers = headers
 
 
 def status_of(exc: BaseException) -> int:
@@ -135,7 +136,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, HttpError):
-            return error_response(exc.status_code, exc.message)
+            return error_response(exc.status_code, exc.message, exc.headers)
         assert isinstance(exc, StarletteHTTPException)
         return error_response(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 

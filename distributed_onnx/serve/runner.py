@@ -27,21 +27,45 @@ from distributed_onnx.checkpoint import LocalCheckpoint
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
+from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
+from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress
 from distributed_onnx.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 
 
-def start(settings: ServeSettings) -> bool:
-    """Connect to (or start) Ray, start Serve's proxy and deploy; returns True if this call started Ray."""
-    started_ray = connect(settings.address)
-    deploy(settings)
-    return started_ray
+def choose_ingress(settings: ServeSettings) -> IngressPlan:
+    """The ingress for these settings on this machine (see :mod:`distributed_onnx.serve.ingress`)."""
+    embedded = not (settings.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
+    wants_haproxy = settings.ingress == "haproxy" or (settings.ingress == "auto" and settings.replicas > 1)
+    return plan_ingress(
+        settings.ingress,
+        replicas=settings.replicas,
+        host=settings.host,
+        port=settings.port,
+        grpc_port=settings.grpc_port,
+        embedded=embedded,
+        haproxy_binary=haproxy_binary() if embedded and wants_haproxy else None,
+        free_port=free_port,
+        free_range=free_range,
+    )
 
 
-def deploy(settings: ServeSettings) -> None:
-    """Start Serve's HTTP proxy (if not running) and deploy the application at ``/`` (Ray must be connected)."""
-    serve.start(http_options=settings.http_options())
+def deploy(settings: ServeSettings, plan: IngressPlan) -> None:
+    """Start Serve (if not running) with ``plan``'s ports and deploy the application at ``/`` (Ray connected).
+
+    HTTP and the KServe v2 gRPC service are both served; with direct ingress or HAProxy the proxy's own ports
+    are free loopback ports nobody calls, the user's ones being the replica's or HAProxy's.
+    """
+    from ray.serve.config import gRPCOptions
+
+    grpc_options = gRPCOptions(
+        port=plan.proxy_grpc_port,
+        grpc_servicer_functions=[SERVICER_FUNCTION],
+        request_timeout_s=settings.request_timeout_s,
+    )
+    http_options = settings.http_options() | {"port": plan.proxy_http_port}
+    serve.start(http_options=http_options, grpc_options=grpc_options)
     serve.run(build_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
 
 
@@ -55,6 +79,7 @@ def preflight(settings: ServeSettings) -> None:
         return
     LocalCheckpoint(path=settings.checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
     check_port_free(settings.host, settings.port, "port")
+    check_port_free(settings.host, settings.grpc_port, "grpc_port")
 
 
 def check_port_free(host: str, port: int, key: str) -> None:
@@ -135,6 +160,10 @@ def serve_forever(settings: ServeSettings) -> int:
     started_ray = False
     deployed = False
     preflight(settings)
+    plan = choose_ingress(settings)
+    # Serve's processes read the ingress switches from their environment when they start: set them first.
+    os.environ.update(plan.environment)
+    logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
         started_ray = connect(settings.address)
         # ray.init installs its own SIGTERM handlers (a Python one that exits, and a C-level one that aborts
@@ -142,7 +171,7 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
         deployed = True
-        deploy(settings)
+        deploy(settings, plan)
         wait_ready(settings)
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
@@ -150,7 +179,11 @@ def serve_forever(settings: ServeSettings) -> int:
             settings.host,
             settings.port,
         )
-        print(f"ready: http://{settings.host}:{settings.port}/v1/forecast  (docs: /docs)", flush=True)
+        print(
+            f"ready: http://{settings.host}:{settings.port}/v1/forecast (docs: /docs), "
+            f"gRPC {settings.host}:{settings.grpc_port} (KServe v2); ingress: {plan.mode}",
+            flush=True,
+        )
         while not stop_requested.wait(0.5):
             pass
     finally:

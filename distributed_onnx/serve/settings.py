@@ -15,9 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.serve.ingress import IngressMode
 from distributed_onnx.worker import WorkerConfig
 
 LOOPBACK = "127.0.0.1"
+#: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
+#: a rejection takes microseconds, so few are ever inside at once.
+ADMISSION_MARGIN = 64
 
 
 class ServeSettings(BaseModel):
@@ -27,7 +31,15 @@ class ServeSettings(BaseModel):
 
     checkpoint: Path = Field(default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint to serve.")
     host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
-    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the proxy.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
+    grpc_port: int = Field(
+        default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
+    )
+    ingress: IngressMode = Field(
+        default="auto",
+        description="How traffic reaches the replicas: auto (direct for one replica, haproxy for several), direct, "
+        "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
+    )
     address: str | None = Field(default=None, description="Ray address; default: an embedded local Ray.")
     replicas: int = Field(default=1, gt=0, description="Replicas, each owning one ONNX Runtime session.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
@@ -48,7 +60,10 @@ class ServeSettings(BaseModel):
         default=None, gt=0, description="Requests a replica holds at once; default max(64, 2 x max_batch_size)."
     )
     max_queued_requests: int = Field(
-        default=128, gt=0, description="Requests waiting for a replica before new ones get 503 + Retry-After."
+        default=128,
+        gt=0,
+        description="Requests waiting in a replica (beyond max_ongoing_requests) before new ones get 503 + "
+        "Retry-After (HTTP) or UNAVAILABLE (gRPC).",
     )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After of an overload 503.")
     request_timeout_s: float = Field(default=30.0, gt=0, description="End-to-end HTTP timeout (408 after).")
@@ -79,6 +94,15 @@ class ServeSettings(BaseModel):
         """
         return self.max_ongoing_requests or max(64, 2 * self.max_batch_size)
 
+    @property
+    def admission_limit(self) -> int:
+        """Requests a replica holds (running or waiting inside it) before it answers 503 / UNAVAILABLE itself.
+
+        The replica's own check, so an overload answer is JSON with Retry-After on HTTP and UNAVAILABLE on gRPC
+        on every ingress; Serve's own limits sit above it (``deployment_options``) and only catch the excess.
+        """
+        return self.ongoing_requests + self.max_queued_requests
+
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(checkpoint=self.checkpoint, providers=self.providers, warm_up_rows=self.warm_up_rows)
 
@@ -88,7 +112,8 @@ class ServeSettings(BaseModel):
 
         return {
             "num_replicas": self.replicas,
-            "max_ongoing_requests": self.ongoing_requests,
+            # Room above the replica's own admission limit, so that requests reach its check and get its answer.
+            "max_ongoing_requests": self.admission_limit + max(ADMISSION_MARGIN, self.admission_limit),
             "max_queued_requests": self.max_queued_requests,
             "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=self.retry_after_s),
             "health_check_period_s": self.health_check_period_s,
