@@ -45,6 +45,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+GRPC_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def base_url(tiny_checkpoint: ResolvedCheckpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Serve on a free loopback port: the main app at /, an overload-prone one at /overload, /failing."""
@@ -63,7 +66,12 @@ def base_url(tiny_checkpoint: ResolvedCheckpoint, tmp_path_factory: pytest.TempP
             configure_logging=False,
         )
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
+    from ray.serve.config import gRPCOptions
+
+    from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
+
+    grpc_options = gRPCOptions(port=GRPC_PORT, grpc_servicer_functions=[SERVICER_FUNCTION])
+    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60}, grpc_options=grpc_options)
     main = ServeSettings(checkpoint=CHECKPOINT, port=port, max_batch_size=8, batch_wait_ms=2, health_check_period_s=2)
     overload = ServeSettings(
         checkpoint=tiny_checkpoint.weights_path,
@@ -635,8 +643,9 @@ def test_overload_answers_503_with_retry_after_and_the_replica_stays_healthy(bas
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503}, codes
     assert 200 in codes and 503 in codes, codes
-    rejected = next(r for r in responses if r.status_code == 503)
-    assert rejected.headers["retry-after"] == "2"
+    rejected = [r for r in responses if r.status_code == 503]
+    assert all("Overloaded" in r.json()["error"] for r in rejected)  # the replica's own JSON answer
+    assert {r.headers["retry-after"] for r in rejected} == {"2"}
     with httpx.Client(base_url=base_url, timeout=30) as client:
         assert client.get("/overload/v2/health/ready").status_code == 200
         from ray import serve
@@ -644,3 +653,86 @@ def test_overload_answers_503_with_retry_after_and_the_replica_stays_healthy(bas
         status = serve.status().applications["overload"]
         assert status.status == "RUNNING"
         assert status.deployments["OnnxForecastServer"].status == "HEALTHY"
+
+
+# ------------------------------------------------------------------------------------------ KServe v2 over gRPC
+
+
+def grpc_client(application: str) -> tuple[Any, dict[str, str]]:
+    grpc = pytest.importorskip("tritonclient.grpc")
+    # Serve's gRPC proxy routes by the "application" metadata when several applications run
+    return grpc.InferenceServerClient(f"127.0.0.1:{GRPC_PORT}"), {"application": application}
+
+
+def grpc_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:
+    grpc = pytest.importorskip("tritonclient.grpc")
+    tensors = []
+    for name, value in inputs.items():
+        tensor = grpc.InferInput(name, list(value.shape), "FP32" if value.dtype == np.float32 else "INT64")
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    return tensors
+
+
+def test_tritonclient_grpc_through_serves_proxy_equals_http(client: httpx.Client) -> None:
+    triton, headers = grpc_client("main")
+    assert triton.is_server_live(headers=headers) and triton.is_server_ready(headers=headers)
+    assert triton.is_model_ready(MODEL, headers=headers)
+    metadata = triton.get_model_metadata(MODEL, headers=headers)
+    assert [tensor.name for tensor in metadata.outputs] == ["quantile_preds"]
+    inputs = chronos_inputs(3)
+    result = triton.infer(MODEL, grpc_inputs(inputs), request_id="g1", headers=headers)
+    assert result.get_response().id == "g1"
+    over_http = client.post(f"/v2/models/{MODEL}/infer", json=v2_body(inputs)).json()["outputs"][0]
+    np.testing.assert_array_equal(
+        result.as_numpy("quantile_preds"), np.array(over_http["data"], dtype=np.float32).reshape(over_http["shape"])
+    )
+    triton.close()
+
+
+def test_grpc_errors_carry_the_http_paths_messages_as_status_codes() -> None:
+    from tritonclient.utils import InferenceServerException
+
+    triton, headers = grpc_client("main")
+    inputs = chronos_inputs(1)
+    with pytest.raises(InferenceServerException, match=r"NOT_FOUND.*Unknown model 'nope'"):
+        triton.infer("nope", grpc_inputs(inputs), headers=headers)
+    inputs["context"] = inputs["context"][:, 1:]
+    with pytest.raises(InferenceServerException, match=r"INVALID_ARGUMENT.*'context'"):
+        triton.infer(MODEL, grpc_inputs(inputs), headers=headers)
+    triton.close()
+
+
+def test_grpc_overload_answers_unavailable_and_the_replica_stays_healthy(base_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tritonclient.utils import InferenceServerException
+
+    rows = 256
+    inputs = {
+        "context": np.ones((rows, 16), dtype=np.float32),
+        "attention_mask": np.ones((rows, 16), dtype=np.float32),
+        "group_ids": np.arange(rows, dtype=np.int64),
+        "future_covariates": np.zeros((rows, 8), dtype=np.float32),
+        "future_covariates_mask": np.zeros((rows, 8), dtype=np.float32),
+    }
+    model = "tiny"
+
+    def one(_: int) -> str:
+        triton, headers = grpc_client("overload")
+        try:
+            triton.infer(model, grpc_inputs(inputs), headers=headers)
+            return "OK"
+        except InferenceServerException as exc:
+            return str(exc)
+        finally:
+            triton.close()
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        outcomes = list(pool.map(one, range(60)))
+    assert "OK" in outcomes, outcomes
+    refused = [outcome for outcome in outcomes if outcome != "OK"]
+    assert refused, "no request was refused: the burst did not overload the one-slot replica"
+    assert all("UNAVAILABLE" in outcome and "Overloaded" in outcome for outcome in refused), set(refused)
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        assert client.get("/overload/v2/health/ready").status_code == 200

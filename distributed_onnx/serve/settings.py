@@ -112,9 +112,11 @@ class ServeSettings(BaseModel):
 
         return {
             "num_replicas": self.replicas,
-            # Room above the replica's own admission limit, so that requests reach its check and get its answer.
+            # Room above the replica's own admission limit, so that requests reach its check and get its answer:
+            # Serve also counts requests in its router while it picks a replica, and with a queue of 1 a burst
+            # of 30 got Serve's text 503s (measured).
             "max_ongoing_requests": self.admission_limit + max(ADMISSION_MARGIN, self.admission_limit),
-            "max_queued_requests": self.max_queued_requests,
+            "max_queued_requests": self.admission_limit + ADMISSION_MARGIN,
             "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=self.retry_after_s),
             "health_check_period_s": self.health_check_period_s,
             "health_check_timeout_s": self.health_check_timeout_s,
