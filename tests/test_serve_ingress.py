@@ -210,3 +210,21 @@ def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -
         output = server.stop()
     assert server.process.returncode == 0, output
     assert "ingress: haproxy" in output, output
+
+
+def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None:
+    from pathlib import Path
+
+    import yaml
+    from ray.serve.config import gRPCOptions
+    from ray.serve.schema import ServeDeploySchema
+
+    from distributed_onnx.serve.grpc_messages import add_inference_service
+    from distributed_onnx.serve.settings import ServeSettings
+
+    document = yaml.safe_load((Path(__file__).resolve().parent.parent / "jobs" / "serve.yaml").read_text())
+    ServeDeploySchema.model_validate(document)
+    (application,) = document["applications"]
+    settings = ServeSettings.from_sources(application["args"], source="jobs/serve.yaml")
+    assert settings.grpc_port == document["grpc_options"]["port"]
+    assert gRPCOptions(**document["grpc_options"]).grpc_servicer_func_callable == [add_inference_service]

@@ -334,3 +334,52 @@ def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
     assert ServeSettings().host == "127.0.0.1"
     with pytest.raises(ConfigError, match="colour"):
         ServeSettings.from_sources({"colour": "red"})
+
+
+# ------------------------------------------------------------------------------------------ KServe v2 over gRPC
+
+
+def test_grpc_requests_decode_like_http_ones_from_contents_and_raw_bytes() -> None:
+    from distributed_onnx.serve.grpc_api import infer_inputs, model_infer_response, requested_outputs
+    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+
+    context = np.arange(8, dtype=np.float32).reshape(2, 4)
+    typed = ModelInferRequest(model_name="m")
+    tensor = typed.inputs.add(name="context", datatype="FP32", shape=[2, 4])
+    tensor.contents.fp32_contents.extend(context.ravel().tolist())
+    typed.inputs.add(name="group_ids", datatype="INT64", shape=[2]).contents.int64_contents.extend([0, 1])
+    typed.outputs.add(name="group_ids")
+    raw = ModelInferRequest(model_name="m")
+    raw.inputs.add(name="context", datatype="FP32", shape=[2, 4])
+    raw.inputs.add(name="group_ids", datatype="INT64", shape=[2])
+    raw.raw_input_contents.extend([context.tobytes(), np.array([0, 1], dtype="<i8").tobytes()])
+    for request in (typed, raw):
+        tensors, payload = infer_inputs(request)
+        arrays = decode_inputs(tensors, SPECS, payload)
+        np.testing.assert_array_equal(arrays["context"], context)
+        np.testing.assert_array_equal(arrays["group_ids"], [0, 1])
+    assert requested_outputs(typed) == [RequestedOutput(name="group_ids")] and requested_outputs(raw) is None
+    response = model_infer_response("m", "r1", {"q": context}, ["q"])
+    assert (response.id, response.outputs[0].datatype, list(response.outputs[0].shape)) == ("r1", "FP32", [2, 4])
+    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], "<f4").reshape(2, 4), context)
+
+
+def test_bad_grpc_requests_name_the_tensor() -> None:
+    from distributed_onnx.serve.grpc_api import infer_inputs
+    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+
+    request = ModelInferRequest(model_name="m")
+    request.inputs.add(name="context", datatype="FP32", shape=[1, 4])
+    request.inputs.add(name="group_ids", datatype="INT64", shape=[1])
+    request.raw_input_contents.append(b"\0" * 16)
+    with pytest.raises(InputValidationError, match="raw_input_contents has 1 entries for 2 inputs"):
+        infer_inputs(request)
+    request.inputs[1].datatype = "FP99"
+    del request.raw_input_contents[:]
+    with pytest.raises(InputValidationError, match=r"inputs\.1\.datatype"):
+        infer_inputs(request)
+    short = ModelInferRequest(model_name="m")
+    short.inputs.add(name="context", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([1.0, 2.0])
+    tensors, payload = infer_inputs(short)
+    with pytest.raises(InputValidationError, match="'context'"):
+        decode_inputs(tensors, SPECS[:1], payload)

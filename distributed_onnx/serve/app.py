@@ -247,7 +247,10 @@ class OnnxForecastServer:
 
     async def _grpc_infer(self, request: Any) -> Any:
         self._check_name(request.model_name)
-        if request.ByteSize() > OFFLOAD_BODY_BYTES:
+        size = request.ByteSize()
+        if size > self._settings.max_body_bytes:
+            raise HttpError(413, f"Request is {size} bytes, the limit is {self._settings.max_body_bytes} bytes.")
+        if size > OFFLOAD_BODY_BYTES:
             call = await self._run_codec(self._plan_grpc_infer, request)
         else:
             call = self._plan_grpc_infer(request)

@@ -24,7 +24,7 @@ from distributed_onnx.serve.schemas import InferInputTensor, ModelMetadata, Requ
 GRPC_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     404: grpc.StatusCode.NOT_FOUND,
-    413: grpc.StatusCode.INVALID_ARGUMENT,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,  # what gRPC itself answers for a message above its limit
     422: grpc.StatusCode.INVALID_ARGUMENT,
     499: grpc.StatusCode.CANCELLED,
     503: grpc.StatusCode.UNAVAILABLE,

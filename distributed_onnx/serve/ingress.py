@@ -33,6 +33,18 @@ IngressMode = Literal["auto", "direct", "haproxy", "proxy"]
 #: and stops with it.
 DRAIN_PERIOD_S = "0"
 
+#: Ray Serve's per-request costs that its own "throughput optimized" mode turns off (the same switches, set one by
+#: one so that nothing else changes). Measured here, direct ingress, 1 series per request, 32 clients: 201 req/s
+#: with Ray's defaults, 381 req/s with these (the anchor ran at 372-595 req/s in the same runs).
+#: - user code on the replica's own event loop, not a second loop in another thread: each ASGI message crossed
+#:   threads. Safe here because nothing the app runs on the loop blocks (model and large codecs in threads).
+#: - access log lines buffered and kept out of stderr, which Ray streamed to the driver's console per request.
+THROUGHPUT = {
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
+    "RAY_SERVE_LOG_TO_STDERR": "0",
+}
+
 
 @dataclass(frozen=True)
 class IngressPlan:
@@ -71,12 +83,13 @@ def plan_ingress(
     if mode == "direct" and replicas > 1:
         mode, reason = "proxy", f"direct ingress serves one replica per port, {replicas} were asked"
     if mode == "proxy":
-        return IngressPlan("proxy", reason, port, grpc_port, _pinning(host))
+        return IngressPlan("proxy", reason, port, grpc_port, {**THROUGHPUT, **_pinning(host)})
     common = {
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": DRAIN_PERIOD_S,
         # Ports released by a stopped replica are held out of the pool for 150 s by default (for stale HAProxy
         # workers); with a one-port range a replacement replica would wait that long for its port.
         "RAY_SERVE_PORT_QUARANTINE_S": "0",
+        **THROUGHPUT,
         **_pinning("127.0.0.1"),
     }
     if mode == "direct":
