@@ -13,11 +13,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from listening import process_tree
 
 from distributed_onnx.serve.ingress import plan_ingress
 
@@ -206,15 +208,27 @@ def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -
         result = triton.infer("tiny", triton_inputs(grpc, chronos_inputs(2, 16, 8)))
         assert result.as_numpy("quantile_preds").shape == (2, 9, 8)
         triton.close()
+        tree = process_tree(server.process.pid) - {server.process.pid}
+        assert any("haproxy" in command(pid) for pid in tree), "no haproxy process under serve"
     finally:
         output = server.stop()
     assert server.process.returncode == 0, output
     assert "ingress: haproxy" in output, output
+    left = {pid: command(pid) for pid in tree if command(pid)}
+    assert not left, f"processes left after serve exited: {left}"
+
+
+def command(pid: int) -> str:
+    """A live process's command line ('' once it is gone or a zombie)."""
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return ""
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None:
-    from pathlib import Path
-
     import yaml
     from ray.serve.config import gRPCOptions
     from ray.serve.schema import ServeDeploySchema
@@ -228,3 +242,38 @@ def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None
     settings = ServeSettings.from_sources(application["args"], source="jobs/serve.yaml")
     assert settings.grpc_port == document["grpc_options"]["port"]
     assert gRPCOptions(**document["grpc_options"]).grpc_servicer_func_callable == [add_inference_service]
+
+
+@pytest.mark.integration
+def test_with_direct_ingress_concurrent_forecasts_still_merge_into_one_model_call(tmp_path: Path) -> None:
+    """Sixteen concurrent requests, one poisoned (``failing_graph``): the poisoned call's error names its batch.
+
+    One request finds the replica idle and runs alone; the others arrive while it runs and wait for a batch
+    (up to 16 requests or 500 ms), so the poison's batch holds more than one request unless the 16 requests
+    trickle in over more than half a second.
+    """
+    import asyncio
+    import re
+
+    from failing_graph import POISON, write_failing_chronos2
+
+    checkpoint = write_failing_chronos2(tmp_path)
+    server = Server("--checkpoint", str(checkpoint.weights_path), "--batch-wait-ms", "500")
+    try:
+        bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k + 1)] * 16}]} for k in range(16)]
+        bodies[9]["series"][0]["y"][-1] = 2 * POISON
+
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                return await asyncio.gather(*(client.post("/v1/forecast", json=body) for body in bodies))
+
+        responses = asyncio.run(burst())
+        failed = [response for response in responses if response.status_code != 200]
+        assert responses[9] in failed and {r.status_code for r in failed} == {500}
+        (error,) = {response.json()["error"] for response in failed}
+        match = re.search(r"a batch of (\d+) requests", error)
+        assert match is not None, error  # the poisoned request was merged with others
+        assert int(match.group(1)) == len(failed) >= 2
+    finally:
+        output = server.stop()
+    assert "ingress: direct" in output, output
