@@ -334,6 +334,14 @@ def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
     assert ServeSettings().host == "127.0.0.1"
     with pytest.raises(ConfigError, match="colour"):
         ServeSettings.from_sources({"colour": "red"})
+    with pytest.raises(ConfigError, match="port and grpc_port are both 9000"):
+        ServeSettings.from_sources({"port": 9000, "grpc_port": 9000})
+    with pytest.raises(ConfigError, match="ingress"):
+        ServeSettings.from_sources({"ingress": "nginx"})
+    limits = ServeSettings(max_ongoing_requests=4, max_queued_requests=6)
+    assert limits.admission_limit == 10
+    options = limits.deployment_options()  # Serve's own limits above the replica's, so the replica answers
+    assert options["max_ongoing_requests"] > 10 and options["max_queued_requests"] > 10
 
 
 # ------------------------------------------------------------------------------------------ KServe v2 over gRPC

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.errors import ConfigError, describe_validation
@@ -77,6 +77,12 @@ class ServeSettings(BaseModel):
         description="Model calls failing in a row (on valid input) before the replica reports not ready and "
         "Serve replaces it; one success resets the count.",
     )
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServeSettings:
+        if self.port == self.grpc_port:
+            raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
+        return self
 
     @property
     def model_name(self) -> str:
