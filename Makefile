@@ -1,22 +1,44 @@
 # Two entry points a fresh machine needs (see README): `make backtest` and `make test`.
-# Each creates .venv on first use; later runs reuse it until pyproject.toml changes.
+# Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
+#
+# - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
+# - `make test` (and lint, typecheck) add the `dev` and `export` extras. The export extra needs torch, and on
+#   Linux PyPI's torch wheel is the CUDA build (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is
+#   installed first from PyTorch's CPU index with a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere
+#   (macOS) PyPI's wheel is the CPU build and there is no `+cpu` variant. Override TORCH_INDEX= to use only
+#   the configured indexes, or TORCH_SPEC to pick another build.
+# - `make check-install` resolves the main job's install against PyPI (pip --dry-run --report) and fails on
+#   any CUDA package: the evidence that a fresh clone installs none.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch is pinned to the CPU build that this project's machines carry on disk; an unpinned torch
-# would pull a multi-GB CUDA build.
-TORCH_CPU ?= torch==2.13.0
+TORCH_VERSION ?= 2.13.0
+ifeq ($(shell uname -s),Linux)
+TORCH_SPEC ?= torch==$(TORCH_VERSION)+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+else
+TORCH_SPEC ?= torch==$(TORCH_VERSION)
+TORCH_INDEX ?=
+endif
 
-.PHONY: backtest test lint typecheck check bench-backtest bench-serve clean
+.PHONY: backtest test lint typecheck check check-install bench-backtest bench-serve bench-gpu clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export]"
+
+# What the main job needs: the package, its core dependencies and ONNX Runtime (CPU).
+$(BIN)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[cpu]"
 	touch $@
 
-backtest: $(BIN)/.installed
+# What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
+$(BIN)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export]"
+	touch $@ $(BIN)/.installed-run
+
+backtest: $(BIN)/.installed-run
 	$(BIN)/distributed-onnx backtest --output runs/reference --n-windows 913 --stride 1
 
 test: $(BIN)/.installed
@@ -31,6 +53,9 @@ typecheck: $(BIN)/.installed
 
 check: lint typecheck test
 
+check-install: $(BIN)/.installed-run
+	$(BIN)/python scripts/check_install.py
+
 $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,bench]"
 	touch $@
@@ -40,6 +65,10 @@ bench-backtest: $(BIN)/.bench-installed
 
 bench-serve: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/serve_bench.py
+
+# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see ../shared/gpu/README.md.
+bench-gpu:
+	$(PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) runs

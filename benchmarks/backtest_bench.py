@@ -1,12 +1,16 @@
-"""Backtest throughput, side by side in one run: our dispatcher vs a single-process ORT loop vs Ray Data.
+"""Backtest throughput and driver cost, side by side in one run: the CLI on 2 actors vs plain loops vs Ray Data.
 
-Every mode does the same work on the same windows: plan -> pack Arrow batches -> forecast with the same
-model, threads and batch size -> build the forecast table -> write one Parquet part per batch. Each mode runs
-in its own subprocess, so its peak RSS (the driver's, for the Ray modes) is its own.
+Every mode does the same work on the same windows: pack each model batch into Arrow, forecast with the same
+model, threads and batch size, build the forecast table, write one Parquet part per unit, score the model and
+the seasonal-naive baseline. The plain loops run the actors' own part runner in one process, with no Ray
+(1 and 2 ORT threads); the CLI mode is ``distributed-onnx backtest`` itself, a subprocess measured from the
+outside (whole process) and from its own ``summary.json`` (dispatch phase, driver CPU by ``getrusage``, driver
+peak RSS); Ray Data's ``map_batches`` packs and forecasts in an actor pool of 2 and writes from the driver.
+Each mode runs in its own subprocess, so its peak RSS is its own.
 
 Reproduce (about 10 minutes on a 2-core machine)::
 
-    make bench-backtest          # = .venv/bin/python benchmarks/backtest_bench.py --sizes 20000 100000
+    make bench-backtest          # = .venv/bin/python benchmarks/backtest_bench.py
 
 Results go to benchmarks/results/backtest.{json,md}.
 """
@@ -31,11 +35,13 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+CLI = str(Path(sys.executable).parent / "distributed-onnx")
 WINDOWS_PER_SERIES = 3000
+ROWS_PER_BATCH = 256
 
 
-def make_dataset(path: Path, n_windows: int) -> int:
-    """Copies of the bundled Taylor series (scaled, with noise) so the plan has ``n_windows`` windows."""
+def make_dataset(path: Path, n_windows: int) -> tuple[int, int]:
+    """Copies of the bundled Taylor series (scaled, with noise) so the plan has about ``n_windows`` windows."""
     from distributed_onnx.resources import REFERENCE_DATASET
 
     base = pq.read_table(REFERENCE_DATASET)
@@ -55,7 +61,7 @@ def make_dataset(path: Path, n_windows: int) -> int:
             )
         )
     pq.write_table(pa.concat_tables(tables), path)
-    return n_series
+    return n_series, -(-n_windows // n_series)
 
 
 def settings_for(args: argparse.Namespace, output: Path) -> Any:
@@ -66,7 +72,7 @@ def settings_for(args: argparse.Namespace, output: Path) -> Any:
         data=Path(args.data),
         output=output,
         n_windows=args.n_windows_per_series,
-        rows_per_batch=args.rows_per_batch,
+        rows_per_batch=ROWS_PER_BATCH,
         actors=2,
         cpus_per_actor=1,
         progress=False,
@@ -74,10 +80,12 @@ def settings_for(args: argparse.Namespace, output: Path) -> Any:
 
 
 def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, Any]:
-    """The plain single-process loop: the same packing, model call, table and writes, no Ray."""
+    """The plain single-process loop: the actors' own part runner over every part, no Ray."""
     from distributed_onnx.backend.providers import SessionOptionsConfig
     from distributed_onnx.backtest import outputs
-    from distributed_onnx.backtest.run import prepare
+    from distributed_onnx.backtest.part import PartRunner
+    from distributed_onnx.backtest.plan import prepare
+    from distributed_onnx.series_source import SeriesStore
     from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
     started = time.perf_counter()
@@ -85,34 +93,69 @@ def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, 
     options = SessionOptionsConfig(intra_op_num_threads=threads, allow_spinning=False)
     worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path, session_options=options))
     worker.warm_up()
-    (output / outputs.FORECASTS_DIR).mkdir(parents=True, exist_ok=True)
+    outputs.prepare_output(output, plan.run_fingerprint, {})
+    runner = PartRunner(worker, plan.job(SeriesStore.from_table(plan.table)))
     loop_started = time.perf_counter()
     first = None
     windows = 0
-    for planned in plan.batches():
-        batch = plan.pack(planned)
-        forecasts = worker.forecast_batch(batch, plan.spec.context_length, plan.spec.horizon, plan.quantiles)
-        outputs.write_part(
-            output, planned.index, outputs.forecast_table(batch, forecasts, plan.quantiles, plan.step_us)
-        )
-        windows += planned.n_windows
+    for part in plan.parts():
+        windows += runner.run(part).windows
         first = first or time.perf_counter() - started
     elapsed = time.perf_counter() - loop_started
-    return {"windows": windows, "seconds": elapsed, "windows_per_s": windows / elapsed, "first_forecast_s": first}
+    return {
+        "windows": windows,
+        "seconds": elapsed,
+        "windows_per_s": windows / elapsed,
+        "first_forecast_s": first,
+        "process_s": time.perf_counter() - started,
+    }
 
 
-def run_dispatcher(args: argparse.Namespace, output: Path) -> dict[str, Any]:
-    from distributed_onnx.backtest.run import run_backtest
-
-    result = run_backtest(settings_for(args, output))
-    timing = result.summary["timing"]
-    windows = result.summary["windows"]["run_now"]
+def run_cli(args: argparse.Namespace, output: Path) -> dict[str, Any]:
+    """``distributed-onnx backtest`` as a user runs it: a whole process, an embedded Ray, 2 actors."""
+    command = [
+        CLI,
+        "backtest",
+        "--checkpoint",
+        args.checkpoint,
+        "--data",
+        args.data,
+        "--output",
+        str(output),
+        "--n-windows",
+        str(args.n_windows_per_series),
+        "--rows-per-batch",
+        str(ROWS_PER_BATCH),
+        "--actors",
+        "2",
+        "--cpus-per-actor",
+        "1",
+        "--no-progress",
+    ]
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT, check=False)
+    process_s = time.perf_counter() - started
+    if completed.returncode != 0:
+        return {"error": completed.stderr[-2000:]}
+    summary = json.loads((output / "summary.json").read_text())
+    timing, windows = summary["timing"], summary["windows"]["run_now"]
     return {
         "windows": windows,
         "seconds": timing["dispatch_s"],
         "windows_per_s": timing["windows_per_s"],
+        "process_s": process_s,
+        "process_windows_per_s": windows / process_s,
         "first_forecast_s": timing["first_forecast_s"],
-        "outside_dispatch_s": timing["total_s"] - timing["dispatch_s"],  # Ray + actors start/stop, scoring, report
+        "driver_cpu_s": timing["driver_cpu_s"],
+        "driver_cpu_us_per_window": 1e6 * timing["driver_cpu_s"] / windows,
+        "driver_cpu_dispatch_s": timing["driver_cpu_dispatch_s"],
+        "driver_cpu_dispatch_us_per_window": timing["driver_cpu_dispatch_us_per_window"],
+        "peak_rss_mb": timing["driver_peak_rss_mb"],
+        "parts": summary["parts"]["planned"],
+        "descriptor_bytes": summary["transport"]["descriptor_bytes"],
+        "receipt_bytes": summary["transport"]["receipt_bytes"],
+        "series_bytes": summary["transport"]["series_bytes"],
+        "actor_stage_s": timing["actor_stage_s"],
     }
 
 
@@ -123,15 +166,19 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     from ray.data import ActorPoolStrategy
 
     from distributed_onnx.backtest import outputs
-    from distributed_onnx.backtest.run import prepare
+    from distributed_onnx.backtest.plan import prepare
     from distributed_onnx.local_ray import connect
+    from distributed_onnx.series_source import SeriesStore
+    from distributed_onnx.tensors import pack_batch
+    from distributed_onnx.windows import PlannedBatch, batches, plan_series
 
     started = time.perf_counter()
     plan = prepare(settings_for(args, output))
     connect(None)
-    (output / outputs.FORECASTS_DIR).mkdir(parents=True, exist_ok=True)
+    outputs.prepare_output(output, plan.run_fingerprint, {})
     checkpoint = str(plan.checkpoint.weights_path)
-    spec, quantiles, step_us = plan.spec, plan.quantiles, plan.step_us
+    spec, quantiles, step_us, fingerprint = plan.spec, plan.quantiles, plan.step_us, plan.window_fingerprint
+    store_ref = ray.put(SeriesStore.from_table(plan.table))
 
     class Forecaster:
         def __init__(self) -> None:
@@ -149,14 +196,15 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
             return outputs.forecast_table(record, forecasts, quantiles, step_us)
 
     def pack(rows: dict[str, np.ndarray]) -> pa.Table:
-        # Each row describes one planned batch (its windows' series and origins); packing happens in the pool.
-        from distributed_onnx.windows import PlannedBatch
-
+        # Each row describes one model batch (its windows' series and origins); packing happens in the pool.
+        store = ray.get(store_ref)
         planned = PlannedBatch(int(rows["index"][0]), rows["series"][0], rows["origins"][0])
-        return pa.Table.from_batches([plan.pack(planned)])
+        return pa.Table.from_batches([pack_batch(store, planned, spec.context_length, spec.horizon, fingerprint)])
 
+    segments = [(i, plan_series(series, spec).origins) for i, series in enumerate(plan.table.series)]
     described = [
-        {"index": batch.index, "series": batch.series_index, "origins": batch.origin_index} for batch in plan.batches()
+        {"index": number, "series": batch.series_index, "origins": batch.origin_index}
+        for number, batch in enumerate(batches(segments, ROWS_PER_BATCH))
     ]
     dataset = (
         # from_items: the descriptions live in the object store, so no read task competes with the actor pool
@@ -165,7 +213,7 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
         .map_batches(pack, batch_size=1, batch_format="numpy")
         .map_batches(
             Forecaster,
-            batch_size=args.rows_per_batch,
+            batch_size=ROWS_PER_BATCH,
             batch_format="pyarrow",
             compute=ActorPoolStrategy(size=2),
             num_cpus=1,
@@ -177,15 +225,12 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     first_windows = 0
     windows = 0
     for index, table in enumerate(dataset.iter_batches(batch_size=None, batch_format="pyarrow")):
-        outputs.write_part(output, index, table)
+        outputs.write_part(output, index, table, {"part": index})
         windows += table.num_rows // spec.horizon
         if first is None:
             first, first_at, first_windows = time.perf_counter() - started, time.perf_counter(), windows
     finished = time.perf_counter()
     ray.shutdown()
-    # Ray Data starts its actor pool lazily, inside the first iteration, so its windows/s includes that start
-    # (the dispatcher's excludes its own). Its rate after its first result is reported beside it, when its
-    # results streamed (at 20k windows it delivered nearly everything in one burst: no rate to read).
     after_first = finished - first_at
     streamed = first_windows < windows / 2 and after_first > 0
     return {
@@ -194,41 +239,36 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
         "windows_per_s": windows / (finished - loop_started),
         "windows_per_s_after_first_result": (windows - first_windows) / after_first if streamed else None,
         "first_forecast_s": first,
+        "process_s": finished - started,
     }
 
 
 MODES = {
     "loop_1_thread": lambda a, o: run_loop(a, o, 1),
     "loop_2_threads": lambda a, o: run_loop(a, o, 2),
-    "dispatcher_2_actors": run_dispatcher,
+    "cli_2_actors": run_cli,
     "ray_data_map_batches": run_ray_data,
 }
+#: (model, approximate windows, modes): the throughput comparison, then the driver's memory at 10x the windows.
+SCENARIOS = [
+    ("reference", 150_000, ["loop_1_thread", "loop_2_threads", "cli_2_actors", "ray_data_map_batches"]),
+    ("tiny", 150_000, ["loop_1_thread", "cli_2_actors", "ray_data_map_batches"]),
+    ("tiny", 100_000, ["cli_2_actors"]),
+    ("tiny", 1_000_000, ["cli_2_actors"]),
+]
 
 
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = MODES[args.mode](args, Path(tmp) / "run")
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result.setdefault("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("RESULT " + json.dumps(result))
 
 
-def run_mode(mode: str, data: Path, checkpoint: str, n_windows_per_series: int, rows_per_batch: int) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        __file__,
-        "--child",
-        "--mode",
-        mode,
-        "--data",
-        str(data),
-        "--checkpoint",
-        checkpoint,
-        "--n-windows-per-series",
-        str(n_windows_per_series),
-        "--rows-per-batch",
-        str(rows_per_batch),
-    ]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT, check=False)
+def run_mode(mode: str, data: Path, checkpoint: str, n_windows_per_series: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", "--mode", mode, "--data", str(data), "--checkpoint", checkpoint]
+    command += ["--n-windows-per-series", str(n_windows_per_series)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, check=False)
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
             return dict(json.loads(line.removeprefix("RESULT ")))
@@ -237,111 +277,117 @@ def run_mode(mode: str, data: Path, checkpoint: str, n_windows_per_series: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
-    parser.add_argument("--rows-per-batch", type=int, default=256)
-    parser.add_argument("--checkpoint", default=None)
-    parser.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True, help="also the tiny model")
-    parser.add_argument("--modes", nargs="+", default=list(MODES))
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every scenario's windows (quick runs)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--n-windows-per-series", type=int, default=WINDOWS_PER_SERIES, help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--n-windows-per-series", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
-    models = {"reference": args.checkpoint or str(REFERENCE_CHECKPOINT)}
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "rows_per_batch": args.rows_per_batch,
+        "rows_per_batch": ROWS_PER_BATCH,
         "runs": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
-        if args.tiny:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from graphs import write_tiny_chronos2
+        sys.path.insert(0, str(ROOT / "tests"))
+        from graphs import write_tiny_chronos2
 
-            models["tiny"] = str(write_tiny_chronos2(Path(tmp), context_length=16, output_patch_size=4).weights_path)
-        for size in args.sizes:
+        models = {
+            "reference": str(REFERENCE_CHECKPOINT),
+            "tiny": str(write_tiny_chronos2(Path(tmp), context_length=16, output_patch_size=4).weights_path),
+        }
+        for model, planned_size, modes in SCENARIOS:
+            size = int(planned_size * args.scale)
             data = Path(tmp) / f"data_{size}.parquet"
-            n_series = make_dataset(data, size)
-            per_series = -(-size // n_series)
-            for model, checkpoint in models.items():
-                if model == "tiny" and size != args.sizes[0]:
-                    continue
-                runs = {}
-                for mode in args.modes:
-                    runs[mode] = run_mode(mode, data, checkpoint, per_series, args.rows_per_batch)
-                    print(f"{model} {size} {mode}: {runs[mode]}", flush=True)
-                entry = {"model": model, "windows": per_series * n_series, "series": n_series, "modes": runs}
-                report["runs"].append(entry)
-                print(json.dumps(entry, indent=2), flush=True)
+            n_series, per_series = make_dataset(data, size)
+            runs = {}
+            for mode in modes:
+                runs[mode] = run_mode(mode, data, models[model], per_series)
+                print(f"{model} {size} {mode}: {runs[mode]}", flush=True)
+            report["runs"].append({"model": model, "windows": per_series * n_series, "series": n_series, "modes": runs})
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "backtest.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "backtest.md").write_text(render(report))
 
 
+def _fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [
-        "# Backtest throughput",
+        "# Backtest throughput and driver cost",
         "",
         "Reproduce: `make bench-backtest` (`.venv/bin/python benchmarks/backtest_bench.py`). "
         f"Machine: {report['machine']['cpus']} CPUs, {report['machine']['platform']}; "
-        f"rows per batch {report['rows_per_batch']}; 2 actors x 1 CPU x 1 ORT thread for the Ray modes.",
+        f"rows per batch {report['rows_per_batch']}; the CLI runs 2 actors x 1 CPU x 1 ORT thread.",
         "",
-        "| model | windows | mode | windows/s | vs loop 1t | vs loop 2t | vs Ray Data | first forecast s "
-        "| peak RSS MB |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| model | windows | mode | windows/s | vs loop 1t | whole process windows/s | vs loop 1t "
+        "| first forecast s | driver CPU us/window (dispatch) | driver peak RSS MB |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for entry in report["runs"]:
         modes = entry["modes"]
-        base1 = modes.get("loop_1_thread", {}).get("windows_per_s")
-        base2 = modes.get("loop_2_threads", {}).get("windows_per_s")
-        data = modes.get("ray_data_map_batches", {}).get("windows_per_s")
+        base = modes.get("loop_1_thread", {}).get("windows_per_s")
         for mode, result in modes.items():
             if "error" in result:
-                lines.append(f"| {entry['model']} | {entry['windows']} | {mode} | error | | | | | |")
+                lines.append(f"| {entry['model']} | {entry['windows']} | {mode} | error | | | | | | |")
                 continue
             rate = result["windows_per_s"]
-
-            def ratio(base: float | None, rate: float = rate) -> str:
-                return f"{rate / base:.2f}x" if base else "-"
-
+            whole = result.get("process_windows_per_s")
+            cpu = result.get("driver_cpu_us_per_window")
+            dispatch_cpu = result.get("driver_cpu_dispatch_us_per_window")
             lines.append(
-                f"| {entry['model']} | {entry['windows']} | {mode} | {rate:,.0f} | {ratio(base1)} | {ratio(base2)} | "
-                f"{ratio(data)} | {result['first_forecast_s']:.1f} | {result['peak_rss_mb']:.0f} |"
+                f"| {entry['model']} | {entry['windows']:,} | {mode} | {rate:,.0f} | "
+                f"{_fmt(rate / base if base else None, '.2f', 'x')} | {_fmt(whole)} | "
+                f"{_fmt(whole / base if whole and base else None, '.2f', 'x')} | {result['first_forecast_s']:.1f} | "
+                f"{_fmt(cpu, '.1f')} ({_fmt(dispatch_cpu, '.2f')}) | {result['peak_rss_mb']:.0f} |"
             )
+    tiny = {
+        entry["windows"]: entry["modes"].get("cli_2_actors", {}) for entry in report["runs"] if entry["model"] == "tiny"
+    }
+    sizes = sorted(size for size, result in tiny.items() if "peak_rss_mb" in result)
+    if len(sizes) >= 2:
+        low, high = tiny[sizes[0]], tiny[sizes[-1]]
+        lines += [
+            "",
+            f"Driver peak RSS from {sizes[0]:,} to {sizes[-1]:,} windows (tiny model, CLI): "
+            f"{low['peak_rss_mb']:.0f} -> {high['peak_rss_mb']:.0f} MB "
+            f"({high['peak_rss_mb'] / low['peak_rss_mb']:.2f}x).",
+        ]
+    cli = [
+        entry["modes"]["cli_2_actors"]
+        for entry in report["runs"]
+        if "descriptor_bytes" in entry["modes"].get("cli_2_actors", {})
+    ]
+    if cli:
+        lines.append(
+            f"Per unit of work the driver sends {max(c['descriptor_bytes'] for c in cli)} bytes (a part descriptor) "
+            f"and receives a receipt of at most {max(c['receipt_bytes'] for c in cli)} bytes; the series go to the "
+            "object store once per run."
+        )
     lines += [
         "",
-        "- Every mode does the same work per batch: pack the windows into an Arrow batch, forecast (same model, ORT",
-        "  threads and batch size), build the forecast table, write one Parquet part. The loops run it in one",
-        "  process; the dispatcher and Ray Data run the forecasts in 2 actors (1 CPU, 1 ORT thread each) and write",
-        "  from the driver. Scoring and the report (dispatcher only) are not timed.",
-        "- windows/s counts from the moment the workers are ready to the last part written. Ray Data starts its",
-        "  actors lazily inside the run, so its figure includes that start; its rate after its first result is",
-        "  listed below where its results streamed.",
-        "  *first forecast* is from the start of the mode, Ray start-up and actor warm-up included.",
+        "- Same work in every mode: pack, forecast, forecast table, one Parquet part per unit of work; the loops and",
+        "  the CLI's actors also score every part into mergeable sums (Ray Data's pipeline does not score).",
+        "- *windows/s* counts the work phase: the loops from their first part to the last; the CLI its dispatch phase",
+        "  (first part sent to last receipt, its summary.json's windows_per_s); Ray Data from its first request to",
+        "  the last part written, its lazy actor start included. *whole process* is the wall time of the process,",
+        "  Python start, Ray start-up, actor warm-up, metrics and report included.",
+        "- *driver CPU* is `getrusage(RUSAGE_SELF)` of the CLI's driver process (user + system, all its threads):",
+        "  over the whole run, and in brackets during the dispatch phase alone; per window computed.",
+        "- *first forecast* is from the start of the mode's process, Ray start-up and actor warm-up included.",
         "- *peak RSS* is the driver process's (ru_maxrss); the actors' memory is not included.",
-        *[
-            f"- Ray Data after its first result, {entry['model']} {entry['windows']} windows: "
-            f"{rate:,.0f} windows/s (dispatcher: {entry['modes']['dispatcher_2_actors']['windows_per_s'] / rate:.2f}x)"
-            for entry in report["runs"]
-            if (rate := entry["modes"].get("ray_data_map_batches", {}).get("windows_per_s_after_first_result"))
-            and "windows_per_s" in entry["modes"].get("dispatcher_2_actors", {})
-        ],
-        "- `tiny` is a 16-step-context graph (tests/graphs.py): inference costs nothing, so it measures the per-batch",
-        "  overhead of each mode (Ray ~2-5 ms per call on this machine).",
-        "- The machine has 2 cores shared by the driver, the actors and Ray's own processes; repeated runs varied",
-        "  by about 10%.",
+        "- `tiny` is a 16-step-context graph (tests/graphs.py): inference costs nothing, so it measures each mode's",
+        "  overhead. The machine has 2 cores shared by the driver, the actors and Ray's own processes.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def rerender() -> None:
-    """Rewrite the Markdown from the committed JSON (after editing the notes, without re-measuring)."""
-    (RESULTS / "backtest.md").write_text(render(json.loads((RESULTS / "backtest.json").read_text())))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
 """distributed_onnx: run ONNX forecasting checkpoints at scale on Ray, offline (backtests) and online (Serve).
 
 The public names below are stable; everything else is internal. :class:`OnnxBackend` is imported lazily so
-that importing the package does not load ONNX Runtime.
+that importing the package does not load ONNX Runtime, and :func:`backtest` imports Ray only when called.
+
+``distributed_onnx.backtest`` is the API function, although a subpackage of that name exists: the
+subpackage is imported first, so the import system never rebinds the name to it. Import from the subpackage
+with ``from distributed_onnx.backtest.run import ...`` (``import distributed_onnx.backtest.run as m`` would
+look the name up on the function; tests/test_api.py guards the repository against that form).
 """
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
+import distributed_onnx.backtest as _backtest_package  # noqa: F401  (bound first: see the docstring)
+from distributed_onnx.api import Backtest, backtest
 from distributed_onnx.backend import (
     CoreMLProvider,
     CpuProvider,
@@ -31,9 +39,13 @@ from distributed_onnx.errors import DistributedOnnxError
 if TYPE_CHECKING:
     from distributed_onnx.backend.onnx import OnnxBackend
 
-__version__ = "0.1.0"
+try:  # one source of the version: pyproject.toml, through the installed metadata
+    __version__ = _metadata.version("distributed-onnx")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
+    "Backtest",
     "CheckpointMetadata",
     "CoreMLProvider",
     "CpuProvider",
@@ -49,6 +61,7 @@ __all__ = [
     "ResolvedCheckpoint",
     "SessionOptionsConfig",
     "TensorRTProvider",
+    "backtest",
     "write_checkpoint",
 ]
 

@@ -4,24 +4,27 @@ Inside the actor (after Ray has set ``CUDA_VISIBLE_DEVICES``) it reads which GPU
 providers when it holds none (since Ray 2.60 such an actor sees every GPU of its node), addresses its GPU by
 the *local* index 0, sizes ONNX Runtime's thread pool from its CPU share with spinning off, warms up and
 reports what it realized. The worker class itself stays Ray-free; it is made remote only here.
+
+A caller above this layer (the backtest) hands the actor a *job*: a Ray-free factory that builds, next to the
+worker, the object that does one unit of work (``job.run(item)``), plus the job's input, sent once per actor
+through the object store. The actor layer never learns what a backtest is.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import GetTimeoutError, RayTaskError
 
 from distributed_onnx.backend.policy import HostCapabilities
 from distributed_onnx.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
-from distributed_onnx.errors import ConfigError, DistributedOnnxError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
 from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
 logger = logging.getLogger(__name__)
@@ -65,33 +68,57 @@ class PinnedWorker:
         return self.worker.forecast_batch(batch, context_length, horizon, quantiles)
 
 
+class Job(Protocol):
+    """One unit of work at a time, next to the worker: ``run(item)`` returns a small receipt."""
+
+    def run(self, item: Any) -> Any: ...
+
+
+#: Builds an actor's job from its worker, the job's input (resolved from the object store) and its placement.
+JobFactory = Callable[[InferenceWorker, Any, WorkerInfo], Job]
+
+
 class WorkerActor:
-    """The backtest's actor: a :class:`PinnedWorker` whose start-up errors surface from :meth:`ready`.
+    """The backtest's actor: a :class:`PinnedWorker` (plus an optional job) whose start-up errors surface from
+    :meth:`ready`.
 
     An exception in an actor's ``__init__`` kills the actor and reaches the caller only as text inside
     ``ActorDiedError``; keeping it and raising it from ``ready()`` hands the driver the original, typed
     error (a corrupt checkpoint, a refused GPU chain) to report cleanly.
     """
 
-    def __init__(self, config: WorkerConfig, num_cpus: float) -> None:
+    def __init__(
+        self, config: WorkerConfig, num_cpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+    ) -> None:
         self._pinned: PinnedWorker | None = None
+        self._job: Job | None = None
         self._error: DistributedOnnxError | None = None
         try:
             self._pinned = PinnedWorker(config, num_cpus)
+            if job_factory is not None:
+                self._job = job_factory(self._pinned.worker, job_input, self._pinned.ready())
         except DistributedOnnxError as exc:
             self._error = exc
 
     def ready(self) -> WorkerInfo:
-        if self._pinned is None:
-            raise self._error or DistributedOnnxError("worker failed to start")
-        return self._pinned.ready()
+        return self._started().ready()
+
+    def run(self, item: Any) -> Any:
+        """One unit of the job (a backtest part); errors travel back typed."""
+        self._started()
+        if self._job is None:
+            raise DistributedOnnxError("this worker actor was started without a job")
+        return self._job.run(item)
 
     def forecast_batch(
         self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
     ) -> np.ndarray:
-        if self._pinned is None:
+        return self._started().forecast_batch(batch, context_length, horizon, quantiles)
+
+    def _started(self) -> PinnedWorker:
+        if self._pinned is None or self._error is not None:
             raise self._error or DistributedOnnxError("worker failed to start")
-        return self._pinned.forecast_batch(batch, context_length, horizon, quantiles)
+        return self._pinned
 
 
 def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
@@ -113,18 +140,15 @@ def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0
     return {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts, "max_concurrency": 1}
 
 
-def start_worker_actor(config: WorkerConfig, num_cpus: float, num_gpus: float) -> Any:
-    """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``)."""
+def start_worker_actor(
+    config: WorkerConfig, num_cpus: float, num_gpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+) -> Any:
+    """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``).
+
+    ``job_input`` may be an ObjectRef: Ray resolves it in the actor (numpy buffers map zero-copy).
+    """
     actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(WorkerActor)
-    return actor_class.remote(config, num_cpus)
-
-
-def start_ready_actor(
-    config: WorkerConfig, num_cpus: float, num_gpus: float, timeout_s: float = READY_TIMEOUT_S
-) -> tuple[Any, WorkerInfo]:
-    """Start one actor and wait until it is warm (used to replace a lost actor)."""
-    actors, infos = start_pool(config, 1, num_cpus, num_gpus, timeout_s)
-    return actors[0], infos[0]
+    return actor_class.remote(config, num_cpus, job_factory, job_input)
 
 
 def start_pool(
@@ -133,28 +157,48 @@ def start_pool(
     num_cpus: float,
     num_gpus: float,
     timeout_s: float = READY_TIMEOUT_S,
+    job_factory: JobFactory | None = None,
+    job_input: Any = None,
 ) -> tuple[list[Any], list[WorkerInfo]]:
     """Start ``count`` actors (None: fill the cluster) and wait until each is warm.
 
     A start-up error (a corrupt checkpoint, a refused GPU chain) stops every actor of the pool and is raised
-    as the original, typed error; an actor shape no node can host is refused before anything starts.
+    as the original, typed error; an actor shape no node can host is refused before anything starts; actors
+    not ready within ``timeout_s`` are a :class:`WorkerStartError` naming how many were and what was asked.
     """
     check_feasible(num_cpus, num_gpus)
     count = count or default_actor_count(num_cpus, num_gpus)
-    actors = [start_worker_actor(config, num_cpus, num_gpus) for _ in range(count)]
+    actors = [start_worker_actor(config, num_cpus, num_gpus, job_factory, job_input) for _ in range(count)]
+    readiness = [actor.ready.remote() for actor in actors]
     try:
-        infos = ray.get([actor.ready.remote() for actor in actors], timeout=timeout_s)
+        infos = ray.get(readiness, timeout=timeout_s)
     except BaseException as exc:
+        ready_now, _ = ray.wait(readiness, num_returns=len(readiness), timeout=0)
         for actor in actors:
             ray.kill(actor)
         if isinstance(exc, RayTaskError) and isinstance(exc.cause, DistributedOnnxError):
             raise exc.cause from None
+        if isinstance(exc, GetTimeoutError):
+            free = {k: v for k, v in ray.available_resources().items() if k in {"CPU", "GPU"}}  # type: ignore[no-untyped-call]
+            raise WorkerStartError(
+                f"{len(ready_now)} of {count} worker actors ({num_cpus} CPU, {num_gpus} GPU each) were ready after "
+                f"{timeout_s:g} s; the cluster has {free} free. Lower --actors or the per-actor resources, or "
+                "raise the timeout for slow starts.",
+                ready=len(ready_now),
+                requested=count,
+            ) from None
         raise
     for info in infos:
         logger.info(
             "Worker ready: providers=%s gpus=%s threads=%s", info.providers, info.gpu_ids, info.intra_op_num_threads
         )
     return actors, list(infos)
+
+
+def has_room(num_cpus: float, num_gpus: float) -> bool:
+    """Whether the cluster has the free CPUs/GPUs for one more actor right now (never blocks)."""
+    free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+    return free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus
 
 
 def check_feasible(num_cpus: float, num_gpus: float) -> None:
@@ -170,18 +214,6 @@ def check_feasible(num_cpus: float, num_gpus: float) -> None:
             "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
             key="gpus_per_actor" if num_gpus else "cpus_per_actor",
         )
-
-
-def wait_for_room(num_cpus: float, num_gpus: float, timeout_s: float, poll_s: float = 0.2) -> bool:
-    """Whether the cluster has (or gets within ``timeout_s``) the free CPUs/GPUs for one more actor."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
-        if free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)
 
 
 def default_actor_count(num_cpus: float, num_gpus: float) -> int:

@@ -14,7 +14,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,8 +28,6 @@ from distributed_onnx.errors import (
 
 #: The OpenSTEF metadata layout this package reads and writes.
 METADATA_SCHEMA_VERSION = 2
-
-Quantile = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class CheckpointMetadata(BaseModel):
@@ -45,8 +43,8 @@ class CheckpointMetadata(BaseModel):
     model_family: str = Field(description="Model family identifier, e.g. 'chronos2'; selects the adapter.")
     input_names: list[str] = Field(min_length=1, description="Ordered names of the model's input tensors.")
     output_name: str = Field(description="Name of the model's quantile-prediction output tensor.")
-    native_quantiles: list[Quantile] = Field(
-        min_length=1, description="Quantile levels the model natively emits, in ascending order."
+    native_quantiles: list[float] = Field(
+        min_length=1, description="Quantile levels the model natively emits: strictly inside (0, 1), ascending."
     )
     context_length: int = Field(gt=0, description="Historical timesteps the model consumes as context.")
     output_patch_size: int = Field(gt=0, description="Timesteps produced per output patch.")
@@ -80,7 +78,15 @@ class CheckpointMetadata(BaseModel):
 
     @field_validator("native_quantiles")
     @classmethod
-    def _ascending(cls, value: list[float]) -> list[float]:
+    def _usable_levels(cls, value: list[float]) -> list[float]:
+        # Checked here, once, rather than by every forecast that maps native levels onto requested ones.
+        outside = [q for q in value if not 0.0 < q < 1.0]
+        if outside:
+            msg = (
+                f"native_quantiles must lie strictly between 0 and 1, got {outside} in {value}: levels 0 and 1 are "
+                "the unbounded ends of a distribution, which no model predicts; fix the checkpoint's metadata"
+            )
+            raise ValueError(msg)
         if any(b <= a for a, b in itertools.pairwise(value)):
             msg = f"native_quantiles must be strictly ascending, got {value}"
             raise ValueError(msg)

@@ -14,12 +14,16 @@ catch the family with one clause and the CLI can turn it into a one-line message
     │   └── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
     ├── ProviderError
     │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
-    │   └── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
+    │   ├── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
+    │   └── GraphCaptureError          an explicit chain asked for CUDA graphs this checkpoint cannot use
     ├── BackendClosedError             ``run`` after ``close``
-    ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims, NaN)
+    ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims) or the
+    │                                  model family's value rule (NaN/inf)
     ├── InferenceError                 ONNX Runtime failed while running valid-looking inputs
     ├── DataError                      the input table is unusable (names the file and rows)
-    └── BatchError                     a dispatched batch failed (names its window ids)
+    ├── StorageError                   a part could not be written after its retries (names the path)
+    ├── WorkerStartError               worker actors did not become ready in time (names what was asked)
+    └── BatchError                     dispatched work failed (names the parts; their windows are listed)
 
 Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
 in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
@@ -118,6 +122,10 @@ class ProviderNotAllowedError(ProviderError):
     """A GPU provider was requested in a process that holds no GPU."""
 
 
+class GraphCaptureError(ProviderError):
+    """An explicit chain asked for CUDA graphs (``CudaProvider.cuda_graph``) this checkpoint or batch cannot use."""
+
+
 class BackendClosedError(DistributedOnnxError):
     """The backend was used after ``close()``."""
 
@@ -134,5 +142,13 @@ class DataError(DistributedOnnxError):
     """The input table cannot be used as it is."""
 
 
+class StorageError(DistributedOnnxError):
+    """Writing a run file failed after its retries; the run records the part as failed and stays resumable."""
+
+
+class WorkerStartError(DistributedOnnxError):
+    """Worker actors did not become ready within their timeout (no room in the cluster, or a slow start)."""
+
+
 class BatchError(DistributedOnnxError):
-    """A dispatched batch failed; ``window_ids`` lists the windows it carried."""
+    """Dispatched work failed: ``failed_batches`` lists the parts; ``failed_windows.json`` their window ids."""

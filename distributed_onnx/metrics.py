@@ -19,7 +19,7 @@ baseline (scored by a second accumulator) come from :mod:`distributed_onnx.naive
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -215,6 +215,39 @@ class MetricsAccumulator:
         self.n_missing_pairs += other.n_missing_pairs
         self.n_unscaled_windows += other.n_unscaled_windows
         return self
+
+    def state(self, prefix: str = "") -> dict[str, npt.NDArray[Any]]:
+        """Every sum as a plain array (no objects, no pickle), for a part's sums file; see :meth:`from_state`."""
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "series_ids": np.asarray(self.series_ids, dtype=np.str_),
+            "quantiles": np.asarray(self.quantiles, dtype=np.float64),
+            "horizon": np.asarray(self.horizon, dtype=np.int64),
+            "counters": np.asarray([self.n_windows, self.n_missing_pairs, self.n_unscaled_windows], dtype=np.int64),
+        }
+        for name in _FIELDS:
+            arrays[f"series.{name}"] = self._series[name]
+            arrays[f"leads.{name}"] = self._leads[name]
+        return {prefix + key: value for key, value in arrays.items()}
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, npt.NDArray[Any]], prefix: str = "") -> MetricsAccumulator:
+        """Rebuild an accumulator from :meth:`state`; a missing or misshapen array raises ``DataError``."""
+        try:
+            restored = cls([float(q) for q in arrays[prefix + "quantiles"]], int(arrays[prefix + "horizon"]))
+            series_ids = [str(sid) for sid in arrays[prefix + "series_ids"]]
+            restored._rows_of(series_ids)
+            for name in _FIELDS:
+                for scope, target in (("series", restored._series), ("leads", restored._leads)):
+                    value = np.asarray(arrays[f"{prefix}{scope}.{name}"], dtype=np.float64)
+                    if value.shape != target[name].shape:
+                        raise DataError(f"{scope}.{name} has shape {value.shape}, expected {target[name].shape}")
+                    target[name] = value.copy()
+            restored.n_windows, restored.n_missing_pairs, restored.n_unscaled_windows = (
+                int(v) for v in arrays[prefix + "counters"]
+            )
+        except KeyError as exc:
+            raise DataError(f"metric sums lack {exc.args[0]!r}") from exc
+        return restored
 
     @property
     def series_ids(self) -> list[str]:

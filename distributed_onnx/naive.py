@@ -18,6 +18,7 @@ import numpy.typing as npt
 from distributed_onnx.errors import ConfigError
 
 __all__ = [
+    "SeasonalScaler",
     "broadcast_quantiles",
     "seasonal_naive_batch",
     "seasonal_naive_forecast",
@@ -56,32 +57,48 @@ def seasonal_scale(history: npt.ArrayLike, m: int) -> float:
     return float(diff[observed].mean())
 
 
+class SeasonalScaler:
+    """``seasonal_scale(values[:origin], m)`` for any origin of one series, in O(1) per window.
+
+    Prefix sums of ``|y_t - y_(t-m)|`` and of the pair counts are built once per series (an actor scoring many
+    parts of one long series builds them once, not once per batch); recomputing the scale per window would be
+    quadratic in the series length.
+    """
+
+    def __init__(self, values: npt.ArrayLike, m: int) -> None:
+        _check_season(m)
+        y = _as_series(values, "values")
+        self.n_points = int(y.size)
+        self.m = m
+        diff = np.abs(y[m:] - y[:-m]) if y.size > m else np.zeros(0)
+        observed = np.isfinite(diff)
+        self._sums = np.concatenate(([0.0], np.cumsum(np.where(observed, diff, 0.0))))
+        self._counts = np.concatenate(([0], np.cumsum(observed)))
+        self._pairs = diff.size
+
+    def scales(self, origins: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """The scale of the windows whose first forecast step is at each of ``origins`` (NaN: no pair)."""
+        positions = np.asarray(origins, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() > self.n_points):
+            raise ConfigError(
+                f"origins must be positions within 0..{self.n_points}; got {positions.min()}..{positions.max()}.",
+                key="origins",
+            )
+        # Pair j compares y[j + m] with y[j]; it lies before the origin when j + m < origin.
+        upto = np.clip(positions - self.m, 0, self._pairs)
+        n = self._counts[upto]
+        scale = np.full(positions.shape, np.nan)
+        has_pair = n > 0
+        scale[has_pair] = self._sums[upto][has_pair] / n[has_pair]
+        return scale
+
+
 def seasonal_scales(values: npt.ArrayLike, origins: npt.ArrayLike, m: int) -> npt.NDArray[np.float64]:
     """``seasonal_scale(values[:origin], m)`` for many origin positions of one series at once.
 
-    A backtest has many windows per series; recomputing the scale per window is quadratic in the series
-    length. Prefix sums of ``|y_t - y_(t-m)|`` and of the pair counts make every window O(1).
     ``origins`` are integer positions into ``values`` (the index of each window's first forecast step).
     """
-    _check_season(m)
-    y = _as_series(values, "values")
-    positions = np.asarray(origins, dtype=np.int64)
-    if positions.size and (positions.min() < 0 or positions.max() > y.size):
-        raise ConfigError(
-            f"origins must be positions within 0..{y.size}; got {positions.min()}..{positions.max()}.",
-            key="origins",
-        )
-    diff = np.abs(y[m:] - y[:-m]) if y.size > m else np.zeros(0)
-    observed = np.isfinite(diff)
-    sums = np.concatenate(([0.0], np.cumsum(np.where(observed, diff, 0.0))))
-    counts = np.concatenate(([0], np.cumsum(observed)))
-    # Pair j compares y[j + m] with y[j]; it lies before the origin when j + m < origin.
-    upto = np.clip(positions - m, 0, diff.size)
-    n = counts[upto]
-    scale = np.full(positions.shape, np.nan)
-    has_pair = n > 0
-    scale[has_pair] = sums[upto][has_pair] / n[has_pair]
-    return scale
+    return SeasonalScaler(values, m).scales(origins)
 
 
 def seasonal_naive_batch(last_season: npt.ArrayLike, horizon: int) -> npt.NDArray[np.float64]:

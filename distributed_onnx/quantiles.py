@@ -8,7 +8,9 @@ backtest and the online deployment produce the same numbers for the same window:
   ``q0.5`` is bit-identical to the model's output;
 - levels between two native ones are linearly interpolated;
 - levels outside the native range are clamped to the nearest native level: extrapolating a quantile fan is
-  unreliable, and a constant tail is what Chronos and GluonTS do too.
+  unreliable, and a constant tail is what Chronos and GluonTS do too. Clamping changes what a level means (a
+  requested 0.05/0.95 interval is really the model's 0.1/0.9 one, so its coverage is not a 90% interval's),
+  so :func:`clamped_levels` says which requested levels are clamped and to what, for warnings and reports.
 
 Pure numpy; no Ray, no ONNX Runtime.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -30,7 +33,10 @@ LEVEL_TOLERANCE = 1e-9
 
 __all__ = [
     "LEVEL_TOLERANCE",
+    "ClampedLevel",
     "central_intervals",
+    "clamped_levels",
+    "describe_clamped",
     "interpolate_quantiles",
     "quantile_column_name",
     "validate_quantiles",
@@ -119,6 +125,47 @@ def interpolate_quantiles(
         high = values[..., upper[between]].astype(np.float64)
         result[..., between] = (low + weight[between] * (high - low)).astype(out_dtype)
     return result
+
+
+@dataclass(frozen=True)
+class ClampedLevel:
+    """A requested level outside the model's native range, and the native level whose values it gets."""
+
+    requested: float
+    served_by: float
+
+    def as_record(self) -> dict[str, float]:
+        """``{"requested": 0.05, "served_by": 0.1}``: the form a summary file records."""
+        return {"requested": self.requested, "served_by": self.served_by}
+
+
+def clamped_levels(requested: Sequence[float], native: Sequence[float]) -> list[ClampedLevel]:
+    """The requested levels that :func:`interpolate_quantiles` clamps, each with the native level it copies.
+
+    A level is clamped when it lies below the lowest or above the highest native level by more than
+    :data:`LEVEL_TOLERANCE` (within it, it *is* that native level). Ascending, like ``requested``; empty when
+    every requested level lies inside the native range.
+    """
+    nat = validate_quantiles(native, "native quantiles")
+    req = validate_quantiles(requested, "requested quantiles")
+    lowest, highest = nat[0], nat[-1]
+    clamped = []
+    for level in req:
+        if level < lowest - LEVEL_TOLERANCE:
+            clamped.append(ClampedLevel(level, lowest))
+        elif level > highest + LEVEL_TOLERANCE:
+            clamped.append(ClampedLevel(level, highest))
+    return clamped
+
+
+def describe_clamped(clamped: Sequence[ClampedLevel], native: Sequence[float]) -> str:
+    """One line for a warning: which levels are clamped to what, and what that does to their intervals."""
+    pairs = ", ".join(f"{c.requested:g} -> {c.served_by:g}" for c in clamped)
+    return (
+        f"requested quantile level(s) outside the model's native range {native[0]:g}..{native[-1]:g} are clamped "
+        f"to the nearest native level ({pairs}): their forecasts are the native level's, so an interval built on "
+        "them is narrower than its name says (its coverage is that of the native interval)"
+    )
 
 
 def central_intervals(quantiles: Sequence[float]) -> list[tuple[float, float]]:

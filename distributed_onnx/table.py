@@ -4,6 +4,13 @@ Reads Parquet or CSV with pyarrow, checks the contract of DESIGN.md (required co
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
 downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
 names the file and, where rows are at fault, the rows (0-based data rows).
+
+The dense grid is sized by each series' time span, not by its rows, so its memory is bounded here: a series
+may hold at most :data:`GRID_POINTS_PER_ROW` grid points per row of data (plus :data:`GRID_SLACK_POINTS`).
+One stray timestamp decades away (an epoch-zero parse, a typo in the year) would otherwise allocate the whole
+span (50 years at 5 minutes is 5.3 M points, 42 MB per column, per series), and a forecast across that hole
+would be meaningless anyway; so it is refused, naming the rows on both sides of the largest gap, rather
+than silently trimmed (which row is the stray one is the user's call, and dropping data silently would not be).
 """
 
 from __future__ import annotations
@@ -23,8 +30,14 @@ from distributed_onnx.errors import DataError
 logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
+#: A series' dense grid may hold this many points per row of data: at most 90% of it missing.
+GRID_POINTS_PER_ROW = 10
+#: ... plus this many, so that short series with a few gaps are never refused.
+GRID_SLACK_POINTS = 1_000
 _US_PER_MINUTE = 60_000_000
 _MAX_ROWS_IN_MESSAGE = 5
+#: Microseconds per unit of an Arrow timestamp type (``ns`` is handled apart: it may not divide evenly).
+_US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
 @dataclass
@@ -102,7 +115,7 @@ def series_from_table(
     if table.num_rows == 0:
         raise DataError(f"{source}: the data has no rows.", path=source)
 
-    series_ids = pc.cast(table["series_id"], pa.string()).to_numpy(zero_copy_only=False)
+    series_ids = _series_ids(table["series_id"], source)
     timestamps = _timestamps_us(table["timestamp"], source)
     values = _floats(table, "y", source)
     covariate_values = [_floats(table, name, source) for name in covariates]
@@ -134,6 +147,7 @@ def series_from_table(
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
+    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us, source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -165,13 +179,31 @@ def series_from_table(
     return SeriesTable(result, list(covariates), resolution_minutes, source)
 
 
+def _series_ids(column: pa.ChunkedArray, source: str) -> np.ndarray:
+    """``series_id`` as a numpy array of str; null ids are refused naming their rows (np.lexsort cannot sort None)."""
+    try:
+        ids = pc.cast(column, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(f"{source}: column 'series_id' must hold strings, found {column.type}.", path=source) from exc
+    if ids.null_count:
+        rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
+        raise DataError(
+            f"{source}: empty series_id at rows {_rows(rows)}; every row must name its series.",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    # Through a dictionary: Arrow's own string -> numpy conversion imports pandas (0.3 s of the driver's CPU,
+    # measured), and the few distinct ids become one Python string each instead of one per row.
+    encoded = ids.combine_chunks().dictionary_encode()
+    distinct = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
+    return distinct[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
 def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
+    """``timestamp`` as int64 UTC microseconds; a value that they cannot hold exactly is an error naming rows."""
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        try:
-            column = pc.cast(column, pa.timestamp("us", tz="UTC"))
-        except pa.ArrowInvalid as exc:
-            raise DataError(f"{source}: column 'timestamp' has values that are not timestamps: {exc}") from exc
+        column = _parse_timestamps(column, source)
         kind = column.type
     if not pa.types.is_timestamp(kind):
         raise DataError(f"{source}: column 'timestamp' must hold timestamps, found {kind}.", path=source)
@@ -180,7 +212,79 @@ def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
     if column.null_count:
         rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
         raise DataError(f"{source}: empty timestamps at rows {_rows(rows)}.", path=source)
-    return pc.cast(column, pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    # The integer behind an Arrow timestamp is the UTC instant in the type's unit, whatever its time zone.
+    raw = pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False)
+    if kind.unit == "ns":
+        fractional = raw % 1_000 != 0
+        if fractional.any():
+            rows = np.flatnonzero(fractional)
+            example = str(np.datetime64(int(raw[rows[0]]), "ns")) + "Z"
+            raise DataError(
+                f"{source}: timestamps with sub-microsecond parts at rows {_rows(rows)} (e.g. {example}): they lie "
+                "on no minute grid. Round them to the data's resolution.",
+                path=source,
+                rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+            )
+        return raw // 1_000
+    factor = _US_PER_UNIT[kind.unit]
+    out_of_range = np.abs(raw) > np.iinfo(np.int64).max // factor
+    if out_of_range.any():
+        rows = np.flatnonzero(out_of_range)
+        raise DataError(
+            f"{source}: timestamps out of range at rows {_rows(rows)} (more than 292,000 years from 1970).",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    return raw * factor
+
+
+def _parse_timestamps(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
+    """Strings -> timestamps: microseconds when every value fits them, else nanoseconds (checked by the caller)."""
+    try:
+        return pc.cast(column, pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid as exc:
+        try:  # nine fractional digits do not parse as microseconds; as nanoseconds the rows can be named
+            return pc.cast(column, pa.timestamp("ns", tz="UTC"))
+        except pa.ArrowInvalid:
+            pass
+        raise DataError(f"{source}: column 'timestamp' has values that are not timestamps: {exc}", path=source) from exc
+
+
+def _check_grid_sizes(
+    sorted_ids: np.ndarray,
+    sorted_ts: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    step_us: int,
+    source: str,
+) -> None:
+    """Refuse a series whose dense grid would dwarf its rows (see the module docstring), before allocating it."""
+    n_rows = ends - starts
+    n_points = (sorted_ts[ends - 1] - sorted_ts[starts]) // step_us + 1
+    too_sparse = np.flatnonzero(n_points > GRID_POINTS_PER_ROW * n_rows + GRID_SLACK_POINTS)
+    if not too_sparse.size:
+        return
+    first = int(too_sparse[0])
+    start, end = int(starts[first]), int(ends[first])
+    widest = start + int(np.argmax(np.diff(sorted_ts[start:end])))
+    before, after = int(order[widest]), int(order[widest + 1])
+    gap_us = int(sorted_ts[widest + 1] - sorted_ts[widest])
+    others = f" ({too_sparse.size - 1} more series like it)" if too_sparse.size > 1 else ""
+    raise DataError(
+        f"{source}: series {str(sorted_ids[start])!r} spans {int(n_points[first]):,} grid steps for "
+        f"{int(n_rows[first]):,} rows{others}: its largest gap, {gap_us // step_us:,} steps ({_duration(gap_us)}), "
+        f"lies between rows {before} ({_iso(int(sorted_ts[widest]))}) and {after} "
+        f"({_iso(int(sorted_ts[widest + 1]))}). A timestamp that far away is usually a wrong one: fix or drop "
+        f"those rows (a series may be at most {1 - 1 / GRID_POINTS_PER_ROW:.0%} missing).",
+        path=source,
+        rows=[before, after],
+    )
+
+
+def _duration(span_us: int) -> str:
+    days = span_us / (86_400 * 1_000_000)
+    return f"{days / 365.25:,.1f} years" if days >= 365.25 else f"{days:,.1f} days"
 
 
 def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:

@@ -1,9 +1,10 @@
-"""Arrow codecs for dispatched batches: planned windows -> RecordBatch -> numpy blocks (no copies).
+"""Arrow codecs for model batches: planned windows -> RecordBatch -> numpy blocks (no copies).
 
-A batch carries each window's context and target as fixed-size-list columns, so a batch is a handful of
-contiguous buffers. Every batch is built from fresh numpy arrays: a *slice* of a large RecordBatch would
-pickle with its whole parent buffer (DESIGN.md measured 40 MB for 32 rows) and travel through Ray with it.
-Missing values travel as NaN, not as Arrow nulls, so the receiving side can view the buffers zero-copy.
+The actor that runs a part packs each model batch from the series it holds. A batch carries each window's
+context and target as fixed-size-list columns, so a batch is a handful of contiguous buffers built from fresh
+numpy arrays: a *slice* of a large RecordBatch would pickle with its whole parent buffer (DESIGN.md measured
+40 MB for 32 rows) if it ever travelled. Missing values are NaN, not Arrow nulls, so the buffers decode
+zero-copy.
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from distributed_onnx.table import SeriesTable
-from distributed_onnx.windows import PlannedBatch, window_ids
+from distributed_onnx.series_source import SeriesSource
+from distributed_onnx.windows import PlannedBatch, series_key, window_id_array
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 @dataclass(frozen=True)
 class WindowBlock:
-    """A batch of windows as numpy blocks (views on the Arrow buffers where possible)."""
+    """A batch of windows as numpy blocks (views on the Arrow buffers); ids decode only when asked for."""
 
-    window_ids: list[str]
-    series_ids: list[str]
+    batch: pa.RecordBatch
     origins_us: np.ndarray  # int64 [W]
     context: np.ndarray  # float32 [W, C], NaN = missing
     target: np.ndarray  # float64 [W, H], NaN = unknown
@@ -32,49 +32,84 @@ class WindowBlock:
 
     @property
     def n_windows(self) -> int:
-        return len(self.window_ids)
+        return int(self.batch.num_rows)
+
+    @property
+    def window_ids(self) -> list[str]:
+        return list(self.batch.column("window_id").to_pylist())
+
+    @property
+    def series_ids(self) -> list[str]:
+        return list(self.batch.column("series_id").to_pylist())
 
 
 def gather_blocks(values: np.ndarray, origins: np.ndarray, before: int, after: int) -> np.ndarray:
-    """``values[o - before : o + after]`` for every origin ``o``, NaN outside the series, as one copy."""
-    padded = np.concatenate([np.full(before, np.nan), values, np.full(after, np.nan)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, before + after)
-    return windows[origins]  # fancy indexing copies: the result owns fresh memory
+    """``values[o - before : o + after]`` for every origin ``o``, NaN outside the series, as one fresh copy.
+
+    Only the span the origins cover is padded (not the whole series per batch, which dominated packing of long
+    series). Origins must lie in ``0..len(values)`` (one step past the data is the latest window there is).
+    """
+    origins = np.asarray(origins, dtype=np.int64)
+    width = before + after
+    if origins.size == 0:
+        return np.empty((0, width), dtype=values.dtype)
+    low, high = int(origins.min()), int(origins.max())
+    if low < 0 or high > values.shape[0]:
+        raise ValueError(f"origins must lie in 0..{values.shape[0]} (the series' steps), got {low}..{high}")
+    first, last = low - before, high + after  # the span to copy, [first, last)
+    segment = np.full(last - first, np.nan, dtype=values.dtype)
+    inside_lo, inside_hi = max(first, 0), min(last, values.shape[0])
+    segment[inside_lo - first : inside_hi - first] = values[inside_lo:inside_hi]
+    windows = np.lib.stride_tricks.sliding_window_view(segment, width)
+    return windows[origins - low]  # row i starts at first + i; fancy indexing copies: fresh memory
 
 
 def pack_batch(
-    table: SeriesTable, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
+    source: SeriesSource, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
 ) -> pa.RecordBatch:
     """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks."""
-    contexts, targets, covariates, series_ids, origins_us = [], [], [], [], []
-    n_covariates = len(table.covariate_names)
-    for series_index in np.unique(planned.series_index):
-        rows = planned.series_index == series_index
-        series = table.series[int(series_index)]
+    contexts, targets, covariates, origins_us, keys = [], [], [], [], []
+    series_rows: list[tuple[str, int]] = []
+    n_covariates = 0
+    # Windows of a batch are grouped by series (the plan runs series after series): one gather per series.
+    cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
+    for rows in np.split(np.arange(planned.n_windows), cuts):
+        if rows.size == 0:
+            continue
+        series = source.series(int(planned.series_index[rows[0]]))
         origins = planned.origin_index[rows]
         block = gather_blocks(series.values, origins, context_length, horizon)
         contexts.append(block[:, :context_length])
         targets.append(block[:, context_length:])
+        n_covariates = series.covariates.shape[0]
         if n_covariates:
             covariates.append(
                 np.stack([gather_blocks(row, origins, context_length, horizon) for row in series.covariates], 1)
             )
-        series_ids.extend([series.series_id] * int(rows.sum()))
+        series_rows.append((series.series_id, rows.size))
         origins_us.append(np.asarray(series.timestamp_us(origins), dtype=np.int64))
-    origin_array = np.concatenate(origins_us)
-    ids = np.asarray(series_ids, dtype=object)
+        keys.append(np.full(rows.size, series_key(series.series_id, run_fingerprint), dtype=np.uint64))
+    origin_array = np.concatenate(origins_us) if origins_us else np.empty(0, dtype=np.int64)
+    series_ids = pa.DictionaryArray.from_arrays(
+        np.repeat(np.arange(len(series_rows), dtype=np.int32), [count for _, count in series_rows]),
+        pa.array([series_id for series_id, _ in series_rows], pa.string()),
+    )
     columns = {
-        "window_id": pa.array(window_ids(ids, origin_array, run_fingerprint), pa.string()),
-        "series_id": pa.array(series_ids, pa.string()),
+        "window_id": window_id_array(np.concatenate(keys) if keys else np.empty(0, np.uint64), origin_array),
+        "series_id": series_ids.cast(pa.string()),
         "origin": pa.array(origin_array, TIMESTAMP),
-        "context": _fixed_lists(np.concatenate(contexts).astype(np.float32), context_length),
-        "target": _fixed_lists(np.concatenate(targets), horizon),
+        "context": _fixed_lists(_stack(contexts, context_length).astype(np.float32), context_length),
+        "target": _fixed_lists(_stack(targets, horizon), horizon),
     }
     if n_covariates:
         columns["covariates"] = _fixed_lists(
             np.concatenate(covariates).astype(np.float32), n_covariates * (context_length + horizon)
         )
     return pa.RecordBatch.from_pydict(columns)
+
+
+def _stack(blocks: list[np.ndarray], width: int) -> np.ndarray:
+    return np.concatenate(blocks) if blocks else np.empty((0, width))
 
 
 def unpack_batch(batch: pa.RecordBatch, context_length: int, horizon: int) -> WindowBlock:
@@ -85,8 +120,7 @@ def unpack_batch(batch: pa.RecordBatch, context_length: int, horizon: int) -> Wi
         flat = _values(batch.column("covariates"))
         covariates = flat.reshape(n_windows, -1, context_length + horizon)
     return WindowBlock(
-        window_ids=batch.column("window_id").to_pylist(),
-        series_ids=batch.column("series_id").to_pylist(),
+        batch=batch,
         origins_us=batch.column("origin").cast(pa.int64()).to_numpy(),
         context=_values(batch.column("context")).reshape(n_windows, context_length),
         target=_values(batch.column("target")).reshape(n_windows, horizon),

@@ -1,22 +1,25 @@
-"""Backtest window planning: pure, deterministic and streaming.
+"""Backtest window planning: pure, deterministic, and sized by series, never by windows.
 
 A window's *origin* is its first forecast step; ``cutoff = origin - resolution`` is its last context step
 (Nixtla's convention). Its context is the ``context_length`` steps before the origin, its target the
-``horizon`` steps from the origin. Windows are addressed by (series index, origin index into that series'
-dense grid); :func:`plan_batches` yields them in fixed-size groups without ever holding the whole plan, so
-driver memory does not grow with the number of windows.
+``horizon`` steps from the origin. The windows of a run form one sequence: series after series, origins
+ascending. The driver keeps only each series' window count (:class:`WindowPlan`), cuts the sequence into
+parts of consecutive windows (:class:`PartSpec`: three integers) and sends those; the actor that runs a part
+recomputes the part's origins from the series data it holds (:func:`plan_series` is a pure function of the
+series and the spec), so nothing per window ever leaves the driver, and a rerun plans the same parts.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distributed_onnx.table import Series, SeriesTable
+from distributed_onnx.table import Series
 
 
 class WindowSpec(BaseModel):
@@ -48,8 +51,17 @@ class WindowSpec(BaseModel):
 
 
 @dataclass(frozen=True)
+class SeriesPlan:
+    """The windows of one series: kept origin indices (ascending) and what was left out, and why."""
+
+    origins: np.ndarray  # int64 [n]
+    skipped: int  # too little observed context (min_context_coverage, or none at all)
+    capped: int  # asked for by n_windows but before the series has any history
+
+
+@dataclass(frozen=True)
 class PlannedBatch:
-    """Windows of one dispatched batch: parallel arrays of series index and origin index."""
+    """Windows of one model batch: parallel arrays of series index and origin index."""
 
     index: int
     series_index: np.ndarray  # int64 [W]
@@ -60,16 +72,64 @@ class PlannedBatch:
         return int(self.origin_index.shape[0])
 
 
-@dataclass
-class PlanCounts:
-    """Running counts of the plan, filled in while it streams."""
+@dataclass(frozen=True)
+class PartSpec:
+    """A unit of work: windows ``[start, stop)`` of the run's window sequence, written as part ``index``.
 
-    planned: int = 0
-    skipped: int = 0
+    Three integers on purpose: this is all that crosses from the driver to an actor per unit of work.
+    """
+
+    index: int
+    start: int
+    stop: int
+
+    @property
+    def n_windows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How many windows each series has; ``offsets[s]`` is the position of series ``s``' first window."""
+
+    counts: np.ndarray  # int64 [S]
+    offsets: np.ndarray  # int64 [S + 1]
+    skipped: int
+    capped: int
+    capped_series: tuple[str, ...]  # a few series whose n_windows was capped, for the log
+
+    @property
+    def planned(self) -> int:
+        return int(self.offsets[-1])
+
+    def parts(self, windows_per_part: int) -> list[PartSpec]:
+        """The run's units of work: consecutive runs of ``windows_per_part`` windows (the last may be short)."""
+        if windows_per_part < 1:
+            raise ValueError(f"windows_per_part must be >= 1, got {windows_per_part}")
+        starts = range(0, self.planned, windows_per_part)
+        return [
+            PartSpec(index, start, min(start + windows_per_part, self.planned)) for index, start in enumerate(starts)
+        ]
+
+    def segments(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(series_index, first, last)`` slices of each series' kept origins that make up windows [start, stop)."""
+        series = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        position = start
+        while position < stop:
+            series_start, series_stop = int(self.offsets[series]), int(self.offsets[series + 1])
+            end = min(stop, series_stop)
+            if end > position:
+                yield series, position - series_start, end - series_start
+            position = max(position, end)
+            series += 1
 
 
 def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
     """Origin indices of one series (ascending), before the context-coverage filter."""
+    return _candidate_origins(series, spec)[0]
+
+
+def _candidate_origins(series: Series, spec: WindowSpec) -> tuple[np.ndarray, int]:
     n = series.n_points
     if spec.n_windows is not None:
         last = n - spec.horizon
@@ -81,7 +141,9 @@ def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
     else:
         origins = np.empty(0, dtype=np.int64)
     # An origin needs at least one step of history and may sit at most one step past the data.
-    return origins[(origins >= 1) & (origins <= n)]
+    inside = (origins >= 1) & (origins <= n)
+    capped = int((~inside).sum()) if spec.n_windows is not None else 0
+    return origins[inside], capped
 
 
 def context_coverage(series: Series, origins: np.ndarray, context_length: int) -> np.ndarray:
@@ -91,44 +153,90 @@ def context_coverage(series: Series, origins: np.ndarray, context_length: int) -
     return (observed[origins] - observed[lo]) / context_length
 
 
-def plan_batches(
-    table: SeriesTable, spec: WindowSpec, rows_per_batch: int, counts: PlanCounts | None = None
-) -> Iterator[PlannedBatch]:
-    """Stream the plan as batches of ``rows_per_batch`` windows, series after series, origins ascending.
+def plan_series(series: Series, spec: WindowSpec) -> SeriesPlan:
+    """The kept windows of one series: candidates with observed context of at least ``min_context_coverage``.
 
-    Windows with no observed context, or less than ``min_context_coverage``, are skipped and counted.
-    The order (and so every batch's content and index) is a pure function of the inputs: a rerun plans the
-    same batches, which is what lets a rerun skip the batches already written.
+    Pure: the driver calls it to count windows, and the actor that runs a part calls it again on the same
+    series to find the part's origins, so the two always agree.
     """
-    counts = counts if counts is not None else PlanCounts()
-    pending_series: list[np.ndarray] = []
-    pending_origins: list[np.ndarray] = []
-    pending = 0
-    batch_index = 0
-    for series_index, series in enumerate(table.series):
-        origins = series_origins(series, spec)
-        coverage = context_coverage(series, origins, spec.context_length)
-        keep = (coverage > 0) & (coverage >= spec.min_context_coverage)
-        counts.skipped += int((~keep).sum())
-        origins = origins[keep]
-        counts.planned += int(origins.shape[0])
-        while origins.size:
-            take = min(rows_per_batch - pending, origins.size)
-            pending_series.append(np.full(take, series_index, dtype=np.int64))
-            pending_origins.append(origins[:take])
-            origins = origins[take:]
-            pending += take
-            if pending == rows_per_batch:
-                yield PlannedBatch(batch_index, np.concatenate(pending_series), np.concatenate(pending_origins))
-                batch_index += 1
-                pending_series, pending_origins, pending = [], [], 0
-    if pending:
-        yield PlannedBatch(batch_index, np.concatenate(pending_series), np.concatenate(pending_origins))
+    origins, capped = _candidate_origins(series, spec)
+    coverage = context_coverage(series, origins, spec.context_length)
+    keep = (coverage > 0) & (coverage >= spec.min_context_coverage)
+    return SeriesPlan(origins[keep], int((~keep).sum()), capped)
 
 
-def window_ids(series_ids: np.ndarray, origins_us: np.ndarray, run_fingerprint: str) -> list[str]:
-    """Stable window ids: a digest of (series id, origin, run configuration)."""
-    return [
-        hashlib.blake2b(f"{sid}|{origin}|{run_fingerprint}".encode(), digest_size=8).hexdigest()
-        for sid, origin in zip(series_ids.tolist(), origins_us.tolist(), strict=True)
-    ]
+def plan_windows(series: Iterable[Series], spec: WindowSpec) -> WindowPlan:
+    """Count every series' windows: memory grows with the number of series, never with windows."""
+    counts: list[int] = []
+    skipped = capped = 0
+    capped_series: list[str] = []
+    for one in series:
+        plan = plan_series(one, spec)
+        counts.append(int(plan.origins.shape[0]))
+        skipped += plan.skipped
+        capped += plan.capped
+        if plan.capped and len(capped_series) < 3:
+            capped_series.append(one.series_id)
+    counts_array = np.asarray(counts, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts_array)]).astype(np.int64)
+    return WindowPlan(counts_array, offsets, skipped, capped, tuple(capped_series))
+
+
+def batches(segments: Sequence[tuple[int, np.ndarray]], rows_per_batch: int) -> Iterator[PlannedBatch]:
+    """Cut ``(series_index, origins)`` segments into model batches of ``rows_per_batch`` windows."""
+    if not segments:
+        return
+    series_index = np.concatenate([np.full(len(origins), s, dtype=np.int64) for s, origins in segments])
+    origin_index = np.concatenate([np.asarray(origins, dtype=np.int64) for _, origins in segments])
+    for number, start in enumerate(range(0, len(origin_index), rows_per_batch)):
+        stop = start + rows_per_batch
+        # Copies, not views: a batch must not keep the whole part's arrays alive (or ship them, if pickled).
+        yield PlannedBatch(number, series_index[start:stop].copy(), origin_index[start:stop].copy())
+
+
+# --- window ids ---------------------------------------------------------------------------------------------
+
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def series_key(series_id: str, run_fingerprint: str) -> int:
+    """A 64-bit digest of (series id, run configuration): hashed once per series, not per window."""
+    digest = hashlib.blake2b(f"{series_id}|{run_fingerprint}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def window_id_array(keys: np.ndarray, origins_us: np.ndarray) -> pa.StringArray:
+    """Stable window ids, 16 hex digits: splitmix64 of (series key, origin), vectorised over windows.
+
+    ``keys`` holds each window's :func:`series_key`. Hashing a string per window in Python cost the driver
+    more than anything else per batch (measured); this is a few numpy passes, and the hex text is built
+    straight into one Arrow buffer.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    origins = np.asarray(origins_us, dtype=np.int64)
+    if keys.shape != origins.shape:
+        raise ValueError(f"{keys.shape[0]} series keys for {origins.shape[0]} origins")
+    with np.errstate(over="ignore"):
+        z = keys ^ (origins.view(np.uint64) * _GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * _MIX_1
+        z = (z ^ (z >> np.uint64(27))) * _MIX_2
+        z = z ^ (z >> np.uint64(31))
+    nibbles = z.astype(">u8").view(np.uint8).reshape(-1, 8)
+    text = np.empty((len(z), 16), dtype=np.uint8)
+    text[:, 0::2] = _HEX[nibbles >> 4]
+    text[:, 1::2] = _HEX[nibbles & 0x0F]
+    offsets = np.arange(0, 16 * len(z) + 1, 16, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
+
+
+def window_ids(series_ids: Sequence[str] | np.ndarray, origins_us: np.ndarray, run_fingerprint: str) -> list[str]:
+    """The ids of windows given as (series id, origin) pairs; for reports and tests (the hot path uses arrays)."""
+    ids = list(series_ids)
+    if len(ids) != len(origins_us):
+        raise ValueError(f"{len(ids)} series ids for {len(origins_us)} origins")
+    cache: dict[str, int] = {}
+    keys = np.asarray([cache.setdefault(s, series_key(s, run_fingerprint)) for s in ids], dtype=np.uint64)
+    return list(window_id_array(keys, np.asarray(origins_us, dtype=np.int64)).to_pylist())

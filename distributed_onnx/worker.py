@@ -87,6 +87,11 @@ class InferenceWorker:
         return self._backend
 
     @property
+    def adapter(self) -> ModelAdapter:
+        """The model family's adapter (its tensor layout and its rule for NaN/inf in tensors)."""
+        return self._adapter
+
+    @property
     def model_name(self) -> str:
         return self._model_name
 

@@ -1,20 +1,23 @@
 """Cluster entry point of the backtest: ``ray job submit --working-dir . -- python jobs/backtest.py --config ...``.
 
-Thin on purpose: the same settings as ``distributed-onnx backtest`` (YAML < flags), the same run, the same exit
-codes (0 done, 2 bad input, 1 a run that failed part-way), plus two cluster defaults:
+Thin on purpose: the same settings as ``distributed-onnx backtest`` (YAML < environment < flags), the same run,
+the same exit codes (0 done, 2 bad input, 1 a run that failed part-way), plus two cluster defaults:
 
 - it joins the cluster it was submitted to (``ray job submit`` sets ``RAY_ADDRESS`` for this driver);
-- when neither the config nor a flag sets ``gpus_per_actor`` and the cluster has GPUs, each actor takes one
-  GPU, so the pool is one actor per GPU of the cluster (``actors`` in the config overrides the count).
+- when neither the config, the environment nor a flag sets ``gpus_per_actor`` and the cluster has GPUs, each
+  actor takes one GPU, so the pool is one actor per GPU of the cluster (``actors`` in the config overrides the
+  count).
 
-``data`` and ``output`` must be reachable from the driver's node under the same name on every run: a shared
-filesystem path or a URL (``s3://bucket/runs/x``). The driver writes every output file itself.
+``output`` must be reachable from every node under the same name on every run (a shared filesystem path or a
+URL such as ``s3://bucket/runs/x``): the actors write the forecast parts there, the driver the summaries.
+``data`` is read by the driver (and, with ``series_transport: input_file``, by the actors too).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from distributed_onnx import cli
 from distributed_onnx.backtest.settings import read_yaml
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.local_ray import connect
+from distributed_onnx.settings_sources import ENV_PREFIX
 
 logger = logging.getLogger("distributed_onnx.jobs")
 
@@ -37,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         configured = read_yaml(args.config)
         connect(configured.get("address"))
-        if "gpus_per_actor" not in configured and not any(flag.startswith("--gpus-per-actor") for flag in overrides):
+        given = "gpus_per_actor" in configured or f"{ENV_PREFIX}GPUS_PER_ACTOR" in os.environ
+        if not given and not any(flag.startswith("--gpus-per-actor") for flag in overrides):
             gpus = _cluster_gpus()
             if gpus:
                 logger.info("The cluster has %g GPUs: one actor per GPU", gpus)

@@ -14,8 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from distributed_onnx.backtest import outputs
-from distributed_onnx.backtest.run import prepare
+from distributed_onnx.backtest.part import PartRunner
+from distributed_onnx.backtest.plan import RunPlan, prepare
 from distributed_onnx.backtest.settings import BacktestSettings
+from distributed_onnx.series_source import SeriesStore
+from distributed_onnx.tensors import pack_batch
+from distributed_onnx.windows import PlannedBatch, batches, plan_series, window_ids
 from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
 STEP_US = 30 * 60 * 1_000_000
@@ -88,22 +92,56 @@ def settings_for(checkpoint: Path, data: Path, output: Path, **overrides: object
 
 
 def in_process_forecasts(settings: BacktestSettings) -> pa.Table:
-    """The same plan as the distributed run, forecast by one in-process worker, batch after batch."""
+    """The same windows as the distributed run, forecast by one in-process worker from its own packing.
+
+    Independent of the part machinery: every planned window, packed one batch per series, forecast, tabled.
+    """
     plan = prepare(settings)
     worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path))
-    parts = []
-    for planned in plan.batches():
-        batch = plan.pack(planned)
+    store = SeriesStore.from_table(plan.table)
+    tables = []
+    for series_index, series in enumerate(plan.table.series):
+        origins = plan_series(series, plan.spec).origins
+        if not origins.size:
+            continue
+        planned = PlannedBatch(series_index, np.full(origins.size, series_index, dtype=np.int64), origins)
+        batch = pack_batch(store, planned, plan.spec.context_length, plan.spec.horizon, plan.window_fingerprint)
         forecasts = worker.forecast_batch(batch, plan.spec.context_length, plan.spec.horizon, plan.quantiles)
-        parts.append(outputs.forecast_table(batch, forecasts, plan.quantiles, plan.step_us))
+        tables.append(outputs.forecast_table(batch, forecasts, plan.quantiles, plan.step_us))
     worker.close()
-    return sort_forecasts(pa.concat_tables(parts))
+    return sort_forecasts(pa.concat_tables(tables))
+
+
+def first_batch(plan: RunPlan) -> tuple[PlannedBatch, pa.RecordBatch]:
+    """The first model batch of the first part, planned and packed exactly as the part's actor does it."""
+    part = plan.parts()[0]
+    segments = [
+        (series, plan_series(plan.table.series[series], plan.spec).origins[lo:hi])
+        for series, lo, hi in plan.windows.segments(part.start, part.stop)
+    ]
+    planned = next(batches(segments, plan.settings.rows_per_batch))
+    store = SeriesStore.from_table(plan.table)
+    spec = plan.spec
+    return planned, pack_batch(store, planned, spec.context_length, spec.horizon, plan.window_fingerprint)
+
+
+def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | None = None) -> RunPlan:
+    """Every part of the plan run by one in-process :class:`PartRunner` (what each actor does), no Ray."""
+    plan = prepare(settings)
+    outputs.prepare_output(settings.output, plan.run_fingerprint, {})
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path))
+    runner = PartRunner(worker, plan.job(SeriesStore.from_table(plan.table), overlap_packing))
+    for part in plan.parts():
+        runner.run(part)
+    worker.close()
+    return plan
 
 
 def read_forecasts(output: Path | str) -> pa.Table:
     """Every forecast part of a (local) run directory, in (window_id, lead) order."""
     paths = sorted((Path(output) / outputs.FORECASTS_DIR).glob("part-*.parquet"))
-    return sort_forecasts(pa.concat_tables([pq.read_table(path) for path in paths]))
+    tables = [pq.read_table(path) for path in paths]
+    return sort_forecasts(pa.concat_tables([table.replace_schema_metadata(None) for table in tables]))
 
 
 def sort_forecasts(table: pa.Table) -> pa.Table:
@@ -111,5 +149,10 @@ def sort_forecasts(table: pa.Table) -> pa.Table:
 
 
 def planned_window_ids(settings: BacktestSettings) -> list[str]:
+    """Every planned window's id, in plan order (series after series, origins ascending)."""
     plan = prepare(settings)
-    return [wid for planned in plan.batches() for wid in plan.pack(planned).column("window_id").to_pylist()]
+    ids: list[str] = []
+    for series in plan.table.series:
+        origins = plan_series(series, plan.spec).origins
+        ids += window_ids([series.series_id] * origins.size, series.timestamp_us(origins), plan.window_fingerprint)
+    return ids

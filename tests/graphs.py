@@ -145,3 +145,177 @@ def write_tiny_context_quantiles(directory: Path, context_length: int = 16, hori
     )
     model = tiny_context_quantiles_model(context_length, horizon)
     return write_checkpoint(directory / "tiny_plain.onnx", model.SerializeToString(), metadata)
+
+
+# --- the upstream Chronos-2 export's signature -------------------------------------------------------------
+
+#: The 21 levels Chronos-2 emits (amazon/chronos-2 ``chronos_config.quantiles``).
+UPSTREAM_QUANTILES = [0.01, 0.05, *(round(0.1 + 0.05 * i, 2) for i in range(17)), 0.95, 0.99]
+UPSTREAM_OFFSETS = np.array([(q - 0.5) * 10.0 for q in UPSTREAM_QUANTILES], dtype=np.float32)
+UPSTREAM_INPUTS = ["context", "group_ids", "attention_mask", "future_covariates"]
+
+
+def tiny_upstream_chronos2_model(
+    context_length: int = 16, output_patch_size: int = 4, horizon_patches: int = 2, num_output_patches: bool = False
+) -> onnx.ModelProto:
+    """Exactly the signature of amazon-science/chronos-forecasting ``scripts/onnx/export_chronos2_to_onnx.py``.
+
+    Inputs ``context`` f32[batch_size, C], ``group_ids`` i64[batch_size], ``attention_mask`` f32[batch_size, C],
+    ``future_covariates`` f32[batch_size, H] (NaN = unknown); output ``quantile_preds`` f32[batch_size, 21, H];
+    only the batch axis is dynamic, as the exporter traces it. The arithmetic follows the upstream model where
+    it matters to an adapter: the row level comes from the non-NaN context values (upstream ``InstanceNorm``
+    ignores the mask), weighted by ``attention_mask``; a future value is known where it is not NaN. Every
+    quantile of a row is ``sum(context * mask over non-NaN) / count(non-NaN)`` plus the mean of the known
+    future values of its whole group (itself included), plus a fixed offset per level. A zero where NaN
+    belongs (in the context or in any future row of the group) changes the result. With
+    ``num_output_patches``, the graph also takes that int64 scalar (as some legacy exports do) and adds 1000
+    times its value, so a test sees what was fed.
+    """
+    horizon = output_patch_size * horizon_patches
+    f = TensorProto.FLOAT
+    batch = "batch_size"
+    inputs = [
+        helper.make_tensor_value_info("context", f, [batch, context_length]),
+        helper.make_tensor_value_info("group_ids", TensorProto.INT64, [batch]),
+        helper.make_tensor_value_info("attention_mask", f, [batch, context_length]),
+        helper.make_tensor_value_info("future_covariates", f, [batch, horizon]),
+    ]
+    output = helper.make_tensor_value_info("quantile_preds", f, [batch, len(UPSTREAM_QUANTILES), horizon])
+    nodes = [
+        _const("zero", np.array(0.0, dtype=np.float32)),
+        _const("one", np.array(1.0, dtype=np.float32)),
+        _const("axis0", np.array([0], dtype=np.int64)),
+        _const("axis1", np.array([1], dtype=np.int64)),
+        _const("axis2", np.array([2], dtype=np.int64)),
+        # level = sum(where(nan, 0, context) * mask) / max(count(not nan), 1)
+        helper.make_node("IsNaN", ["context"], ["ctx_nan"]),
+        helper.make_node("Where", ["ctx_nan", "zero", "context"], ["ctx_clean"]),
+        helper.make_node("Not", ["ctx_nan"], ["ctx_known"]),
+        helper.make_node("Cast", ["ctx_known"], ["ctx_known_f"], to=f),
+        helper.make_node("Mul", ["ctx_clean", "attention_mask"], ["ctx_masked"]),
+        helper.make_node("ReduceSum", ["ctx_masked", "axis1"], ["ctx_total"], keepdims=1),
+        helper.make_node("ReduceSum", ["ctx_known_f", "axis1"], ["ctx_count"], keepdims=1),
+        helper.make_node("Max", ["ctx_count", "one"], ["ctx_safe"]),
+        helper.make_node("Div", ["ctx_total", "ctx_safe"], ["level"]),  # [B, 1]
+        # group signal: mean of the known (non-NaN) future values of every row of the group
+        helper.make_node("IsNaN", ["future_covariates"], ["fc_nan"]),
+        helper.make_node("Where", ["fc_nan", "zero", "future_covariates"], ["fc_clean"]),
+        helper.make_node("Not", ["fc_nan"], ["fc_known"]),
+        helper.make_node("Cast", ["fc_known"], ["fc_known_f"], to=f),
+        helper.make_node("ReduceSum", ["fc_clean", "axis1"], ["fc_sum"], keepdims=1),
+        helper.make_node("ReduceSum", ["fc_known_f", "axis1"], ["fc_cnt"], keepdims=1),
+        helper.make_node("Unsqueeze", ["group_ids", "axis1"], ["g_col"]),
+        helper.make_node("Unsqueeze", ["group_ids", "axis0"], ["g_row"]),
+        helper.make_node("Equal", ["g_col", "g_row"], ["same_bool"]),
+        helper.make_node("Cast", ["same_bool"], ["same"], to=f),  # [B, B]
+        helper.make_node("MatMul", ["same", "fc_sum"], ["grp_sum"]),
+        helper.make_node("MatMul", ["same", "fc_cnt"], ["grp_cnt"]),
+        helper.make_node("Max", ["grp_cnt", "one"], ["grp_safe"]),
+        helper.make_node("Div", ["grp_sum", "grp_safe"], ["cov_signal"]),
+        helper.make_node("Add", ["level", "cov_signal"], ["center"]),
+        helper.make_node("Unsqueeze", ["center", "axis2"], ["center3"]),  # [B, 1, 1]
+        _const("offsets", UPSTREAM_OFFSETS.reshape(1, -1, 1)),
+        helper.make_node("Add", ["center3", "offsets"], ["per_q"]),  # [B, 21, 1]
+        _const("ones_h", np.ones((1, 1, horizon), dtype=np.float32)),
+        helper.make_node("Mul", ["per_q", "ones_h"], ["scaled_preds" if num_output_patches else "quantile_preds"]),
+    ]
+    if num_output_patches:
+        inputs.append(helper.make_tensor_value_info("num_output_patches", TensorProto.INT64, []))
+        nodes += [
+            helper.make_node("Cast", ["num_output_patches"], ["patches_f"], to=f),
+            _const("thousand", np.array(1000.0, dtype=np.float32)),
+            helper.make_node("Mul", ["patches_f", "thousand"], ["patches_signal"]),
+            helper.make_node("Add", ["scaled_preds", "patches_signal"], ["quantile_preds"]),
+        ]
+    graph = helper.make_graph(nodes, "tiny_upstream_chronos2", inputs, [output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def tiny_upstream_chronos2_metadata(
+    context_length: int = 16, output_patch_size: int = 4, horizon_patches: int = 2, **overrides: object
+) -> CheckpointMetadata:
+    """The metadata a user writes beside an upstream export: the four input names and the 21 levels."""
+    return tiny_chronos2_metadata(
+        context_length,
+        output_patch_size,
+        horizon_patches,
+        **({"input_names": UPSTREAM_INPUTS, "native_quantiles": UPSTREAM_QUANTILES} | overrides),
+    )
+
+
+def write_tiny_upstream_chronos2(
+    directory: Path, name: str = "upstream", num_output_patches: bool = False, **sizes: int
+) -> ResolvedCheckpoint:
+    model = tiny_upstream_chronos2_model(**sizes, num_output_patches=num_output_patches)
+    names = [*UPSTREAM_INPUTS, "num_output_patches"] if num_output_patches else UPSTREAM_INPUTS
+    metadata = tiny_upstream_chronos2_metadata(**sizes, input_names=names)
+    return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), metadata)
+
+
+def upstream_expected(context: np.ndarray, group_futures: list[np.ndarray] | None = None) -> np.ndarray:
+    """What the tiny upstream graph answers for one target row, in numpy: ``[21]`` levels (NaN = missing).
+
+    ``context`` is the target row on the model grid; ``group_futures`` the future rows of its group's
+    covariates (the target's own future is unknown, so it adds nothing).
+    """
+    known = ~np.isnan(context)
+    level = float(context[known].sum() / max(int(known.sum()), 1))
+    futures = np.concatenate(group_futures) if group_futures else np.zeros(0)
+    observed = futures[~np.isnan(futures)]
+    signal = float(observed.sum() / max(observed.size, 1))
+    return level + signal + UPSTREAM_OFFSETS.astype(np.float64)
+
+
+# --- generic graphs: dtypes and values the backend must not refuse ------------------------------------------
+
+
+def _write_generic(
+    directory: Path, name: str, model: onnx.ModelProto, inputs: list[str], output: str
+) -> ResolvedCheckpoint:
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    metadata = CheckpointMetadata(
+        model_family="generic",
+        input_names=inputs,
+        output_name=output,
+        native_quantiles=[0.5],
+        context_length=4,
+        output_patch_size=1,
+        horizon_patches=1,
+        resolution_minutes=30,
+    )
+    return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), metadata)
+
+
+def write_unsigned_inputs(directory: Path) -> ResolvedCheckpoint:
+    """``a`` u16[rows], ``b`` u32[rows], ``c`` u64[rows] -> ``total`` f64[rows] = a + b + c."""
+    inputs = [
+        helper.make_tensor_value_info(name, kind, ["rows"])
+        for name, kind in (("a", TensorProto.UINT16), ("b", TensorProto.UINT32), ("c", TensorProto.UINT64))
+    ]
+    nodes = [helper.make_node("Cast", [name], [f"{name}_f"], to=TensorProto.DOUBLE) for name in "abc"]
+    nodes += [helper.make_node("Add", ["a_f", "b_f"], ["ab"]), helper.make_node("Add", ["ab", "c_f"], ["total"])]
+    output = helper.make_tensor_value_info("total", TensorProto.DOUBLE, ["rows"])
+    graph = helper.make_graph(nodes, "unsigned_inputs", inputs, [output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _write_generic(directory, "unsigned", model, ["a", "b", "c"], "total")
+
+
+def write_additive_mask(directory: Path, width: int = 4) -> ResolvedCheckpoint:
+    """``scores`` + an additive ``attention_mask`` (0 or -inf, as transformer exports take it) -> softmax."""
+    f = TensorProto.FLOAT
+    inputs = [
+        helper.make_tensor_value_info("scores", f, ["rows", width]),
+        helper.make_tensor_value_info("attention_mask", f, ["rows", width]),
+    ]
+    nodes = [
+        helper.make_node("Add", ["scores", "attention_mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
+    ]
+    output = helper.make_tensor_value_info("weights", f, ["rows", width])
+    graph = helper.make_graph(nodes, "additive_mask", inputs, [output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _write_generic(directory, "additive_mask", model, ["scores", "attention_mask"], "weights")

@@ -7,28 +7,22 @@ ONNX Runtime (the CPU build) realizes the CPU provider. Every actor a test start
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
-from backtest_data import settings_for, write_dataset  # noqa: E402
 from ray.exceptions import RayActorError  # noqa: E402
 
-from distributed_onnx.actors import start_worker_actor  # noqa: E402
+from distributed_onnx.actors import start_pool, start_worker_actor  # noqa: E402
 from distributed_onnx.backend.providers import CpuProvider, CudaProvider, SessionOptionsConfig  # noqa: E402
-from distributed_onnx.backtest.run import RunPlan, prepare  # noqa: E402
 from distributed_onnx.checkpoint import ResolvedCheckpoint  # noqa: E402
-from distributed_onnx.dispatch import dispatch  # noqa: E402
-from distributed_onnx.errors import BatchError, ProviderNotAllowedError  # noqa: E402
-from distributed_onnx.windows import PlannedBatch  # noqa: E402
-from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo  # noqa: E402
+from distributed_onnx.errors import ProviderNotAllowedError, WorkerStartError  # noqa: E402
+from distributed_onnx.worker import WorkerConfig, WorkerInfo  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
@@ -118,109 +112,16 @@ def test_explicit_thread_count_wins_over_the_cpu_share(actors: ActorRegistry) ->
     assert info.intra_op_num_threads == 3
 
 
-# --- dispatch with a lost actor ----------------------------------------------------------------------------
+# --- pool start-up ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def plan(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> RunPlan:
-    data = write_dataset(tmp_path / "load.parquet")
-    return prepare(settings_for(tiny_checkpoint.weights_path, data, tmp_path / "run", rows_per_batch=1))
-
-
-def expected_forecasts(plan: RunPlan) -> dict[int, np.ndarray]:
-    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path))
-    spec = plan.spec
-    return {
-        planned.index: worker.forecast_batch(plan.pack(planned), spec.context_length, spec.horizon, plan.quantiles)
-        for planned in plan.batches()
-    }
-
-
-class KillAfterFirstResult:
-    """Dispatch callbacks that kill the pool's first actor once the first result is in, and record everything."""
-
-    def __init__(self, plan: RunPlan, victims: list[Any]) -> None:
-        self.plan = plan
-        self.victims = victims
-        self.results: Counter[int] = Counter()
-        self.values: dict[int, np.ndarray] = {}
-        self.failures: list[tuple[int, BaseException]] = []
-
-    def submit(self, actor: Any, planned: PlannedBatch) -> Any:
-        spec = self.plan.spec
-        return actor.forecast_batch.remote(
-            self.plan.pack(planned), spec.context_length, spec.horizon, self.plan.quantiles
-        )
-
-    def on_result(self, planned: PlannedBatch, value: np.ndarray) -> None:
-        self.results[planned.index] += 1
-        self.values[planned.index] = value
-        if sum(self.results.values()) == 1:
-            for victim in self.victims:
-                kill_and_wait(victim)
-
-    def on_failure(self, planned: PlannedBatch, error: BaseException) -> None:
-        self.failures.append((planned.index, error))
-
-
-def run_dispatch(plan: RunPlan, pool: list[Any], callbacks: KillAfterFirstResult, replace: Any) -> Any:
-    return dispatch(
-        plan.batches(),
-        pool,
-        callbacks.submit,
-        callbacks.on_result,
-        callbacks.on_failure,
-        key=lambda planned: planned.index,
-        max_in_flight_per_actor=2,
-        replace_actor=replace,
-        poll_timeout_s=0.5,
-    )
-
-
-def test_killed_actor_is_replaced_and_no_batch_is_lost_or_doubled(actors: ActorRegistry, plan: RunPlan) -> None:
-    pool = [actors.start(), actors.start()]
-    callbacks = KillAfterFirstResult(plan, victims=[pool[0]])
-    replacements: list[Any] = []
-
-    def replace() -> Any:
-        replacements.append(actors.start())
-        return replacements[-1]
-
-    stats = run_dispatch(plan, pool, callbacks, replace)
-
-    expected = expected_forecasts(plan)
-    assert len(expected) == 12  # 12 windows, one per batch: enough left to run after the kill
-    assert callbacks.failures == []
-    assert dict(callbacks.results) == dict.fromkeys(expected, 1)
-    for index, value in expected.items():
-        np.testing.assert_allclose(callbacks.values[index], value, rtol=1e-6)
-    assert stats.actors_lost == 1
-    assert stats.retried >= 1
-    assert len(replacements) == 1
-    assert stats.completed == len(expected)
-    assert stats.submitted == len(expected) + stats.retried
-    assert stats.failed == 0
-
-
-def test_killed_actor_without_replacement_shrinks_the_pool(actors: ActorRegistry, plan: RunPlan) -> None:
-    pool = [actors.start(), actors.start()]
-    callbacks = KillAfterFirstResult(plan, victims=[pool[0]])
-
-    stats = run_dispatch(plan, pool, callbacks, replace=lambda: None)
-
-    assert callbacks.failures == []
-    assert dict(callbacks.results) == {planned.index: 1 for planned in plan.batches()}
-    assert stats.actors_lost == 1
-    assert stats.retried >= 1
-    assert stats.completed == 12
-
-
-def test_every_actor_lost_without_replacement_raises(actors: ActorRegistry, plan: RunPlan) -> None:
-    pool = [actors.start(), actors.start()]
-    callbacks = KillAfterFirstResult(plan, victims=pool)
-
-    with pytest.raises(BatchError, match="Every worker actor died"):
-        run_dispatch(plan, pool, callbacks, replace=lambda: None)
-
-    assert sum(callbacks.results.values()) >= 1
-    assert max(callbacks.results.values()) == 1  # nothing delivered twice, even on the way down
+def test_a_pool_that_cannot_all_start_in_time_is_a_typed_error(tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """Three 1-CPU actors on a 2-CPU Ray: the third is never placed, and the pool says so instead of hanging."""
+    config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
+    with pytest.raises(WorkerStartError, match=r"2 of 3 worker actors \(1 CPU, 0 GPU each\) were ready after 5 s"):
+        start_pool(config, 3, num_cpus=1, num_gpus=0, timeout_s=5)
+    # Every actor of the failed pool was stopped: the CPUs are free again.
+    actors, infos = start_pool(config, 2, num_cpus=1, num_gpus=0, timeout_s=120)
+    assert len(infos) == 2
+    for actor in actors:
+        kill_and_wait(actor)

@@ -7,16 +7,19 @@ import pytest
 
 from distributed_onnx.adapters import (
     Chronos2Adapter,
+    Chronos2Variant,
     ContextQuantilesAdapter,
     ModelAdapter,
     adapter_for,
     base,
+    detect_variant,
     register_adapter,
 )
 from distributed_onnx.checkpoint import CheckpointMetadata
 from distributed_onnx.errors import ConfigError, InputValidationError
 
 CHRONOS2_INPUTS = ["context", "attention_mask", "group_ids", "future_covariates", "future_covariates_mask"]
+UPSTREAM_INPUTS = ["context", "group_ids", "attention_mask", "future_covariates"]
 C, H = 4, 2
 
 
@@ -122,6 +125,141 @@ def test_chronos2_decode_picks_target_rows() -> None:
 
 def test_chronos2_supports_covariates() -> None:
     assert Chronos2Adapter(_metadata()).supports_covariates
+
+
+# --- Chronos-2, the upstream exporter's variant -----------------------------------------------------------
+
+
+def _upstream(**overrides: object) -> Chronos2Adapter:
+    return Chronos2Adapter(_metadata(input_names=UPSTREAM_INPUTS, **overrides))
+
+
+def test_variants_are_read_from_input_names() -> None:
+    assert detect_variant(CHRONOS2_INPUTS) is Chronos2Variant.OPENSTEF
+    assert detect_variant(reversed(UPSTREAM_INPUTS)) is Chronos2Variant.UPSTREAM
+    assert detect_variant(UPSTREAM_INPUTS[:3]) is Chronos2Variant.UPSTREAM_NO_COVARIATES
+    assert detect_variant([*UPSTREAM_INPUTS, "num_output_patches"]) is Chronos2Variant.UPSTREAM
+    assert _upstream().variant is Chronos2Variant.UPSTREAM
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["context", "mask"], [*CHRONOS2_INPUTS, "num_output_patches"], [*UPSTREAM_INPUTS, "future_covariates_mask2"]],
+)
+def test_unknown_chronos2_signatures_are_refused_naming_the_variants(names: list[str]) -> None:
+    with pytest.raises(ConfigError, match="match no known Chronos-2 variant") as caught:
+        Chronos2Adapter(_metadata(input_names=names))
+    assert "future_covariates_mask" in str(caught.value) and "--no_future_covariates" in str(caught.value)
+
+
+def test_upstream_marks_unknowns_with_nan_and_masks_the_context() -> None:
+    context = np.array([[np.nan, 2.0, np.nan, 4.0], [5.0, 6.0, 7.0, 8.0]], dtype=np.float32)
+    inputs, target_rows = _upstream().build_inputs(context, None)
+    assert set(inputs) == set(UPSTREAM_INPUTS)  # no future_covariates_mask
+    np.testing.assert_array_equal(inputs["context"], context)  # NaN kept: upstream normalizes over non-NaN
+    np.testing.assert_array_equal(inputs["attention_mask"], [[0, 1, 0, 1], [1, 1, 1, 1]])
+    assert np.isnan(inputs["future_covariates"]).all()  # the target's future is unknown, not 0
+    np.testing.assert_array_equal(inputs["group_ids"], [0, 1])
+    np.testing.assert_array_equal(target_rows, [0, 1])
+    for name in ("context", "attention_mask", "future_covariates"):
+        assert inputs[name].dtype == np.float32 and inputs[name].flags.c_contiguous
+    assert inputs["future_covariates"].shape == (2, H)
+
+
+def test_upstream_covariate_rows_keep_nan_where_unknown() -> None:
+    context = np.array([[1, 2, 3, 4]], dtype=np.float32)
+    covariates = np.arange(2 * (C + H), dtype=np.float32).reshape(1, 2, C + H) + 100.0
+    covariates[0, 0, C + 1] = np.nan  # a missing known-future value
+    covariates[0, 1, 0] = np.nan  # a missing covariate history value
+    inputs, target_rows = _upstream().build_inputs(context, covariates)
+    np.testing.assert_array_equal(target_rows, [0])
+    np.testing.assert_array_equal(inputs["group_ids"], [0, 0, 0])
+    assert np.isnan(inputs["future_covariates"][0]).all()
+    np.testing.assert_array_equal(inputs["future_covariates"][1], [covariates[0, 0, C], np.nan])
+    np.testing.assert_array_equal(inputs["future_covariates"][2], covariates[0, 1, C:])
+    np.testing.assert_array_equal(inputs["context"][2], covariates[0, 1, :C])
+    np.testing.assert_array_equal(inputs["attention_mask"][2], [0, 1, 1, 1])
+
+
+def test_upstream_padding_rows_are_all_unknown() -> None:
+    inputs, target_rows = _upstream(max_covariates=2).build_inputs(np.ones((1, C), dtype=np.float32), None)
+    np.testing.assert_array_equal(target_rows, [0])
+    assert np.isnan(inputs["context"][1:]).all() and np.isnan(inputs["future_covariates"]).all()
+    np.testing.assert_array_equal(inputs["attention_mask"][1:], 0.0)
+
+
+def test_upstream_without_future_covariates_refuses_covariates() -> None:
+    adapter = Chronos2Adapter(_metadata(input_names=UPSTREAM_INPUTS[:3]))
+    assert not adapter.supports_covariates
+    inputs, _ = adapter.build_inputs(np.ones((2, C), dtype=np.float32), None)
+    assert set(inputs) == set(UPSTREAM_INPUTS[:3])
+    with pytest.raises(InputValidationError, match="no future_covariates input"):
+        adapter.build_inputs(np.ones((1, C), dtype=np.float32), np.zeros((1, 1, C + H), dtype=np.float32))
+
+
+def test_legacy_num_output_patches_scalar_is_fed_the_traced_value() -> None:
+    adapter = Chronos2Adapter(_metadata(input_names=[*UPSTREAM_INPUTS, "num_output_patches"], horizon_patches=3))
+    inputs, _ = adapter.build_inputs(np.ones((2, C), dtype=np.float32), None)
+    scalar = inputs["num_output_patches"]
+    assert scalar.shape == () and scalar.dtype == np.int64 and int(scalar) == 3
+
+
+# --- the NaN/inf rule, owned by the family ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [Chronos2Adapter(_metadata()), _upstream(), ContextQuantilesAdapter(_metadata("context_quantiles"))],
+    ids=["openstef", "upstream", "context_quantiles"],
+)
+def test_infinite_window_values_are_refused_naming_window_and_step(adapter: ModelAdapter) -> None:
+    context = np.ones((3, C), dtype=np.float32)
+    context[2, 1] = -np.inf
+    with pytest.raises(InputValidationError, match=r"'context' holds 1 infinite value\(s\), first at window 2, step 1"):
+        adapter.build_inputs(context, None)
+
+
+def test_infinite_covariate_values_are_refused() -> None:
+    covariates = np.zeros((1, 2, C + H), dtype=np.float32)
+    covariates[0, 1, C] = np.inf
+    for adapter in (Chronos2Adapter(_metadata()), _upstream()):
+        with pytest.raises(InputValidationError, match=r"'covariates'.*window 0, covariate 1, step 4"):
+            adapter.build_inputs(np.ones((1, C), dtype=np.float32), covariates)
+
+
+def _tensors(adapter: Chronos2Adapter) -> dict[str, np.ndarray]:
+    inputs, _ = adapter.build_inputs(np.ones((2, C), dtype=np.float32), None)
+    return {name: value.copy() for name, value in inputs.items()}
+
+
+def test_openstef_tensors_must_be_finite() -> None:
+    adapter = Chronos2Adapter(_metadata())
+    tensors = _tensors(adapter)
+    adapter.check_tensors(tensors)
+    tensors["future_covariates"][1, 0] = np.nan
+    with pytest.raises(
+        InputValidationError, match=r"'future_covariates' holds 1 NaN/inf value\(s\), first at index \(1, 0\)"
+    ):
+        adapter.check_tensors(tensors)
+
+
+def test_upstream_tensors_may_mark_unknowns_with_nan_only_where_the_contract_says() -> None:
+    adapter = _upstream()
+    tensors = _tensors(adapter)
+    tensors["context"][0, 0] = np.nan
+    adapter.check_tensors(tensors)  # NaN context and all-NaN future: the upstream contract
+    for name, value in (("context", np.inf), ("future_covariates", -np.inf), ("attention_mask", np.nan)):
+        broken = {key: array.copy() for key, array in tensors.items()}
+        broken[name][1, 1] = value
+        with pytest.raises(InputValidationError, match=f"'{name}'"):
+            adapter.check_tensors(broken)
+
+
+def test_context_quantiles_tensors_must_be_finite() -> None:
+    adapter = ContextQuantilesAdapter(_metadata("context_quantiles"))
+    adapter.check_tensors({"context": np.zeros((1, C), dtype=np.float32)})
+    with pytest.raises(InputValidationError, match="NaN/inf"):
+        adapter.check_tensors({"context": np.full((1, C), np.nan, dtype=np.float32)})
 
 
 # --- context -> quantiles ---------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from ray.exceptions import RayActorError  # noqa: E402
 from distributed_onnx import actors as actors_module  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.backtest import outputs  # noqa: E402
+from distributed_onnx.backtest import run as run_module  # noqa: E402
 from distributed_onnx.backtest.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
@@ -87,9 +88,13 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
     summary = result.summary
     assert summary["windows"]["planned"] == 12
     assert summary["windows"]["run_now"] == 12
-    assert summary["batches"]["planned"] == 3
-    assert summary["batches"]["completed"] == 3
+    assert summary["parts"]["planned"] == 3
+    assert summary["parts"]["completed"] == 3
     assert len(summary["actors"]) == 2
+    # Per unit of work only a part descriptor crosses to an actor, and only a receipt comes back.
+    assert summary["transport"]["descriptor_bytes"] < 300
+    assert summary["transport"]["receipt_bytes"] < 1000
+    assert summary["transport"]["series_transport"] == "object_store"
     assert json.loads((Path(settings.output) / "summary.json").read_text())["windows"] == summary["windows"]
     assert pq.read_table(Path(settings.output) / "metrics.parquet").equals(result.metrics)
     assert (Path(settings.output) / "report.html").is_file()
@@ -132,37 +137,39 @@ def test_reference_checkpoint_distributed_equals_in_process(tmp_path: Path) -> N
 def test_actor_killed_mid_run_loses_and_doubles_nothing(
     tmp_path: Path, tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kills the pool's first actor right after the first part is written (inside the run's own callback)."""
+    """Kills the pool's first actor as soon as the first part's receipt is in (from the run's own callback)."""
     started: list[Any] = []
-    writes: list[int] = []
-    real_start, real_write = actors_module.start_worker_actor, outputs.write_part
+    receipts: list[int] = []
+    real_start, real_on_result = actors_module.start_worker_actor, run_module._BacktestRun._on_result
 
     def start_and_record(*args: Any, **kwargs: Any) -> Any:
         started.append(real_start(*args, **kwargs))
         return started[-1]
 
-    def write_then_kill(output: Path, batch_index: int, table: pa.Table) -> Path:
-        path = real_write(output, batch_index, table)
-        writes.append(batch_index)
-        if len(writes) == 1:
+    def on_result_then_kill(self: Any, part: Any, receipt: Any) -> None:
+        real_on_result(self, part, receipt)
+        receipts.append(part.index)
+        if len(receipts) == 1:
             ray.kill(started[0], no_restart=True)
             _wait_dead(started[0])
-        return path
 
     monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
-    monkeypatch.setattr(outputs, "write_part", write_then_kill)
+    monkeypatch.setattr(run_module, "start_worker_actor", start_and_record)
+    monkeypatch.setattr(run_module._BacktestRun, "_on_result", on_result_then_kill)
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=1)
 
     result = run_backtest(settings)
 
-    assert sorted(writes) == list(range(12))  # every batch written exactly once
-    batches = result.summary["batches"]
-    assert batches["actors_lost"] == 1
-    assert batches["retried"] >= 1
-    assert batches["completed"] == 12 and batches["failed"] == 0
+    assert sorted(receipts) == list(range(12))  # every part reported exactly once
+    parts = result.summary["parts"]
+    assert parts["actors_lost"] == 1
+    assert parts["retried"] >= 1
+    assert parts["completed"] == 12 and parts["failed"] == 0
+    assert parts["replacements_started"] == 1
     assert len(started) == 3  # two in the pool, one replacement
-    assert len(result.summary["actors"]) == 3
-    assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings))
+    forecasts = read_forecasts(Path(settings.output))
+    assert Counter(forecasts["window_id"].to_pylist()) == dict.fromkeys(planned_window_ids(settings), 8)
+    assert_same_forecasts(forecasts, in_process_forecasts(settings))
     for actor in started:  # the run kills its replacements too, not only the actors it started with
         _wait_dead(actor)
 
@@ -180,14 +187,23 @@ def _wait_dead(actor: Any) -> None:
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_rerun_resumes_missing_parts_and_refuses_other_settings(tmp_path: Path, tiny: Path, data: Path) -> None:
+def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
+    tmp_path: Path, tiny: Path, data: Path
+) -> None:
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=2)
     first = run_backtest(settings)
     complete = read_forecasts(Path(settings.output))
     parts = Path(settings.output) / outputs.FORECASTS_DIR
     assert len(list(parts.glob("part-*.parquet"))) == 6
-    (parts / "part-000001.parquet").unlink()
-    (parts / "part-000004.parquet").unlink()
+    assert len(list(parts.glob("part-*.sums.npz"))) == 6
+    other = settings_for(tiny, data, tmp_path / "other", rows_per_batch=2, quantiles=[0.2, 0.5, 0.8])
+    run_backtest(other)
+    (parts / "part-000001.parquet").unlink()  # missing forecasts, sums left behind
+    torn = parts / "part-000002.parquet"
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])  # a torn copy
+    (parts / "part-000003.sums.npz").write_bytes(b"PK not a zip")  # torn sums
+    for name in ("part-000004.parquet", "part-000004.sums.npz"):  # a foreign part: another run's files
+        (parts / name).write_bytes((Path(other.output) / outputs.FORECASTS_DIR / name).read_bytes())
     partial = parts / ".tmp-killed.parquet"
     partial.write_bytes(b"PAR1 half a file")
 
@@ -195,33 +211,79 @@ def test_rerun_resumes_missing_parts_and_refuses_other_settings(tmp_path: Path, 
 
     assert not partial.exists()
     assert read_forecasts(Path(settings.output)).equals(complete)
-    assert second.metrics.equals(first.metrics)
-    assert second.summary["batches"]["done_before"] == 4
-    assert second.summary["batches"]["submitted"] == 2
-    assert second.summary["windows"]["done_before"] == 8
-    assert second.summary["windows"]["run_now"] == 4
+    assert second.metrics.equals(first.metrics)  # merged in part order: bit-identical
+    assert second.summary["parts"]["done_before"] == 2
+    assert second.summary["parts"]["submitted"] == 4
+    assert second.summary["windows"]["done_before"] == 4
+    assert second.summary["windows"]["run_now"] == 8
+    assert second.summary["resume"]["resumed"] is True
 
-    third = run_backtest(settings)  # nothing left: no actor starts, the metrics are rescored from disk
-    assert third.summary["batches"]["done_before"] == 6
-    assert "submitted" not in third.summary["batches"]
+    third = run_backtest(settings)  # nothing left: no actor starts, the metrics are merged from the sums on disk
+    assert third.summary["parts"]["done_before"] == 6
+    assert third.summary["parts"]["submitted"] == 0
+    assert third.summary["actors"] == []
     assert third.metrics.equals(first.metrics)
+    # The record of who computed the parts survives the rerun that computed nothing.
+    assert [record["windows"] for record in third.summary["computed_by"]] == [12, 8]
+    assert third.summary["computed_by"][0]["providers"] == ["CPUExecutionProvider"]
 
     with pytest.raises(ConfigError, match="holds a backtest with other settings"):
         run_backtest(settings_for(tiny, data, Path(settings.output), rows_per_batch=2, quantiles=[0.2, 0.5, 0.8]))
     assert read_forecasts(Path(settings.output)).equals(complete)
 
 
-# --- 5. a failing batch ------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("ray_session")
+def test_input_file_transport_gives_the_object_store_forecasts(tmp_path: Path, tiny: Path, data: Path) -> None:
+    by_store = settings_for(tiny, data, tmp_path / "store", series_transport="object_store")
+    by_file = settings_for(tiny, data, tmp_path / "file", series_transport="input_file")
+
+    run_backtest(by_store)
+    result = run_backtest(by_file)
+
+    assert result.summary["transport"]["series_transport"] == "input_file"
+    assert read_forecasts(Path(by_file.output)).equals(read_forecasts(Path(by_store.output)))
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_failing_batch_is_reported_and_the_others_are_written(tmp_path: Path, data: Path) -> None:
+def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, tiny: Path, data: Path) -> None:
+    """A real storage error (a directory where the part's file must go) is retried, recorded, never fatal."""
+    settings = settings_for(tiny, data, tmp_path / "run")
+    blocker = Path(settings.output) / outputs.FORECASTS_DIR / "part-000001.parquet"
+    blocker.mkdir(parents=True)
+    (blocker / "keep").write_text("a directory cannot be replaced by a file")
+
+    with pytest.raises(BatchError, match="part 1") as info:
+        run_backtest(settings)
+
+    assert info.value.failed_batches == [1]
+    failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
+    assert "StorageError" in failed[0]["error"] and "failed 3 times" in failed[0]["error"]
+    assert len(failed[0]["window_ids"]) == 4
+    assert {path.name for path in blocker.parent.glob("part-*.parquet") if path.is_file()} == {
+        "part-000000.parquet",
+        "part-000002.parquet",
+    }
+    (blocker / "keep").unlink()
+    blocker.rmdir()
+
+    resumed = run_backtest(settings)
+
+    assert resumed.summary["parts"]["done_before"] == 2
+    assert resumed.summary["windows"]["run_now"] == 4
+    assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings))
+
+
+# --- 5. a failing part -------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, data: Path) -> None:
     fixed = write_checkpoint(
         tmp_path / "fixed.onnx",
         tiny_chronos2_model(rows=4).SerializeToString(),
         tiny_chronos2_metadata(static_shapes=True),
     )
-    # 4 + 4 + 2 windows: only the last batch is not 4 rows, which the fixed graph refuses.
+    # 4 + 4 + 2 windows: only the last part is not 4 rows, which the fixed graph refuses.
     settings = settings_for(fixed.weights_path, data, tmp_path / "run", n_windows=4, rows_per_batch=4)
     planned = planned_window_ids(settings)
     assert len(planned) == 10
@@ -231,15 +293,20 @@ def test_failing_batch_is_reported_and_the_others_are_written(tmp_path: Path, da
 
     assert info.value.failed_batches == [2]
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
-    assert [entry["batch"] for entry in failed] == [2]
+    assert [entry["part"] for entry in failed] == [2]
     assert failed[0]["window_ids"] == planned[8:]
     assert "expected 4" in failed[0]["error"]
-    assert outputs.done_batches(Path(settings.output)) == {0, 1}
+    assert {path.name for path in (Path(settings.output) / outputs.FORECASTS_DIR).glob("part-*")} == {
+        "part-000000.parquet",
+        "part-000000.sums.npz",
+        "part-000001.parquet",
+        "part-000001.sums.npz",
+    }
     assert set(read_forecasts(Path(settings.output))["window_id"].to_pylist()) == set(planned[:8])
     summary = json.loads((Path(settings.output) / "summary.json").read_text())
     assert summary["windows"]["failed"] == 2
     assert summary["windows"]["run_now"] == 8
-    assert (Path(settings.output) / "metrics.parquet").is_file()
+    assert pq.read_table(Path(settings.output) / "metrics.parquet").num_rows > 0
 
 
 # --- 6. bad input, refused before any actor starts ---------------------------------------------------------

@@ -87,7 +87,9 @@ def test_invalid_json_is_a_metadata_error(tmp_path: Path) -> None:
     [
         ({"context_length": 0}, "context_length"),
         ({"native_quantiles": [0.5, 0.1]}, "strictly ascending"),
-        ({"native_quantiles": [0.1, 1.5]}, "native_quantiles.1"),
+        ({"native_quantiles": [0.1, 1.5]}, r"native_quantiles: .*strictly between 0 and 1, got \[1\.5\]"),
+        ({"native_quantiles": [0.0, 0.5, 1.0]}, r"got \[0\.0, 1\.0\] in \[0\.0, 0\.5, 1\.0\]: levels 0 and 1"),
+        ({"native_quantiles": [0.5, 1.0]}, r"strictly between 0 and 1, got \[1\.0\]"),
         ({"precision": "fp8"}, "precision"),
         ({"schema_version": 3}, "schema_version 3 is not supported"),
         ({"input_names": []}, "input_names"),

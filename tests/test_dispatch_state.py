@@ -43,8 +43,8 @@ def test_in_flight_is_bounded_per_actor() -> None:
     assert state.pick_actor() is None
     assert len(state.in_flight) == 4
     assert state.load == {0: 2, 1: 2}
-    actor, item = state.settled("ref-3")
-    assert (actor, item) == (1, "item-3")
+    attempt = state.settled("ref-3")
+    assert (attempt.actor_key, attempt.item) == (1, "item-3")
     assert state.pick_actor() == 1
     assert "ref-3" not in state.in_flight
 
@@ -53,12 +53,33 @@ def test_no_actor_no_pick() -> None:
     assert _state(actors=0).pick_actor() is None
 
 
-def test_retry_queue_is_first_in_first_out() -> None:
-    state = _state()
-    state.retry.append("a")
-    state.retry.append("b")
-    assert state.retry.popleft() == "a"
-    assert list(state.retry) == ["b"]
+def test_a_deadline_runs_from_when_a_call_reaches_the_head_of_its_actor() -> None:
+    state = _state(actors=2, per_actor=2)
+    state.submitted("ref-a", 0, "a", 0, now=0.0, timeout_s=10.0)
+    state.submitted("ref-b", 0, "b", 1, now=1.0, timeout_s=10.0)  # queued behind a on actor 0
+    state.submitted("ref-c", 1, "c", 2, now=2.0)  # no deadline
+    assert state.next_deadline() == 10.0
+    assert state.overdue(now=9.9) == []
+    assert state.overdue(now=10.0) == [0]
+    state.settled("ref-a", now=8.0)  # b starts running at 8, not at its submission (1)
+    assert state.next_deadline() == 18.0
+    assert state.overdue(now=17.0) == []
+    state.settled("ref-b", now=9.0)
+    assert state.next_deadline() == float("inf")
+    assert state.overdue(now=1e12) == []
+
+
+def test_a_lost_actor_charges_only_its_running_call() -> None:
+    state = _state(actors=2, per_actor=3)
+    for i, ref in enumerate(["ref-a", "ref-b", "ref-c"]):
+        state.submitted(ref, 0, ref[-1], i, now=float(i), timeout_s=5.0)
+    state.submitted("ref-d", 1, "d", 3)
+    dropped = state.drop_actor(0)
+    assert [attempt.item for attempt in dropped] == ["a", "b", "c"]
+    assert state.attempts == {0: 1, 1: 0, 2: 0, 3: 1}  # b and c never ran: their attempts are given back
+    assert list(state.in_flight) == ["ref-d"]
+    assert 0 not in state.load
+    assert state.overdue(now=1e12) == []
 
 
 def test_attempts_limit() -> None:
@@ -81,8 +102,8 @@ def test_removed_actor_is_never_picked_and_its_settlements_do_not_revive_it() ->
     state.remove_actor(0)
     assert 0 not in state.load
     assert state.pick_actor() == 1
-    actor, item = state.settled("ref-a")
-    assert (actor, item) == (0, "a")
+    attempt = state.settled("ref-a")
+    assert (attempt.actor_key, attempt.item) == (0, "a")
     assert 0 not in state.load
     assert state.pick_actor() == 1
     state.remove_actor(0)  # removing twice is harmless

@@ -16,18 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from distributed_onnx.actors import start_worker_actor  # noqa: E402
+from distributed_onnx.backtest import run as run_module  # noqa: E402
 from distributed_onnx.backtest.run import run_backtest  # noqa: E402
 from distributed_onnx.backtest.settings import BacktestSettings  # noqa: E402
 from distributed_onnx.checkpoint import ResolvedCheckpoint  # noqa: E402
-from distributed_onnx.dispatch import dispatch  # noqa: E402
-from distributed_onnx.worker import WorkerConfig, WorkerInfo  # noqa: E402
+from distributed_onnx.worker import WorkerInfo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -61,65 +61,66 @@ def _pins(infos: list[WorkerInfo]) -> list[tuple[str | None, tuple[str, ...]]]:
     return [(info.node_id, tuple(info.gpu_ids)) for info in infos]
 
 
-@pytest.mark.timeout(240)
-def test_actors_pin_distinct_gpus_and_survive_losing_a_node(
-    gpu_cluster: tuple[Any, list[Any]], tiny_checkpoint: ResolvedCheckpoint
+@pytest.mark.timeout(300)
+def test_parts_are_written_where_computed_and_losing_a_node_loses_nothing(
+    gpu_cluster: tuple[Any, list[Any]],
+    tiny_checkpoint: ResolvedCheckpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Three nodes (a CPU head, two with 2 fake GPUs); one GPU node is removed after its first finished part."""
+    from test_cluster_job import write_series
+
     cluster, workers = gpu_cluster
-    config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
-
-    def start() -> tuple[Any, WorkerInfo]:
-        actor = start_worker_actor(config, 0.25, 1)
-        return actor, ray.get(actor.ready.remote(), timeout=120)
-
-    started = [start() for _ in range(2 * GPUS_PER_NODE - 1)]  # leave one GPU free for the replacement
-    actors = [actor for actor, _ in started]
-    infos = [info for _, info in started]
-    pins = _pins(infos)
-    assert len(set(pins)) == len(pins), pins
-    assert all(len(gpus) == 1 for _, gpus in pins)
-    assert len({node for node, _ in pins}) == 2, "actors did not spread over both GPU nodes"
-
     node_by_id = {node.node_id: node for node in workers}
-    victim_id = infos[0].node_id
-    assert victim_id in node_by_id
-    completed: Counter[int] = Counter()
-    failed: list[int] = []
-    replacements: list[WorkerInfo] = []
+    removed: list[str] = []
+    real_on_result = run_module._BacktestRun._on_result
 
-    def submit(actor: Any, item: int) -> Any:
-        return actor.ready.remote()  # stands in for a batch: answers where the actor runs
+    def on_result_then_remove_a_node(self: Any, part: Any, receipt: Any) -> None:
+        real_on_result(self, part, receipt)
+        if not removed and receipt.node_id in node_by_id:
+            removed.append(receipt.node_id)
+            cluster.remove_node(node_by_id.pop(receipt.node_id))
 
-    def on_result(item: int, info: WorkerInfo) -> None:
-        completed[item] += 1
-        if info.node_id == victim_id and victim_id in node_by_id:
-            cluster.remove_node(node_by_id.pop(victim_id))
-
-    def replace() -> Any | None:
-        if ray.available_resources().get("GPU", 0) < 1:
-            return None  # no free GPU left: the pool shrinks (as run.py's replacement does on failure)
-        actor, info = start()
-        replacements.append(info)
-        return actor
-
-    stats = dispatch(
-        iter(range(60)),
-        actors,
-        submit,
-        on_result,
-        lambda item, error: failed.append(item),
-        key=lambda item: item,
-        max_in_flight_per_actor=2,
-        replace_actor=replace,
+    monkeypatch.setattr(run_module._BacktestRun, "_on_result", on_result_then_remove_a_node)
+    settings = BacktestSettings(
+        checkpoint=tiny_checkpoint.weights_path,
+        data=write_series(tmp_path / "series.parquet", n_series=4),
+        output=tmp_path / "run",
+        n_windows=12,
+        stride=3,
+        rows_per_batch=1,
+        windows_per_part=1,
+        actors=3,  # one GPU stays free, so a replacement can start on the surviving node
+        cpus_per_actor=0.25,
+        gpus_per_actor=1,
+        progress=False,
     )
 
-    assert victim_id not in node_by_id, "the node was never removed"
-    assert not failed
-    assert sorted(completed) == list(range(60)) and set(completed.values()) == {1}
-    assert stats.actors_lost >= 1 and replacements
-    assert all(info.node_id != victim_id for info in replacements)
-    live = [info for info in infos if info.node_id != victim_id] + replacements
-    assert len(set(_pins(live))) == len(live)
+    result = run_backtest(settings)
+
+    summary = result.summary
+    assert removed, "the node was never removed"
+    assert summary["parts"]["actors_lost"] >= 1
+    assert summary["windows"]["run_now"] == 48 and summary["windows"]["failed"] == 0
+    window_ids: Counter[str] = Counter()
+    writers: Counter[str] = Counter()
+    head_id = ray.get_runtime_context().get_node_id()
+    for path in sorted((tmp_path / "run" / "forecasts").glob("part-*.parquet")):
+        part = pq.read_table(path)
+        window_ids.update(set(part["window_id"].to_pylist()))
+        record = json.loads(part.schema.metadata[b"distributed_onnx.part"])
+        writers[record["node_id"]] += 1
+    assert len(window_ids) == 48 and set(window_ids.values()) == {1}  # every window exactly once
+    # Each part names the node whose actor computed and wrote it: GPU nodes only, never the driver's head.
+    assert head_id not in writers
+    assert set(writers) <= {*node_by_id, *removed}
+    assert len(writers) == 2
+    assert dict(writers) == summary["transport"]["parts_by_node"]  # the receipts say the same
+    # What crosses per unit of work, measured and reported.
+    assert summary["transport"]["descriptor_bytes"] < 300
+    assert summary["transport"]["receipt_bytes"] < 1000
+    assert summary["transport"]["series_transport"] == "object_store"
 
 
 @pytest.mark.timeout(240)

@@ -1,26 +1,30 @@
-"""Unit tier: the backtest's output directory (forecast table layout, atomic parts, resume bookkeeping)."""
+"""Unit tier: the backtest's output directory (forecast table layout, atomic durable parts, footers, cleanup)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from distributed_onnx.backtest import outputs
 from distributed_onnx.backtest.outputs import (
     FORECASTS_DIR,
     MANIFEST,
     clean_partials,
-    done_batches,
+    discard_part,
     forecast_table,
     part_path,
+    part_record,
     prepare_output,
     write_part,
 )
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.series_source import SeriesStore
 from distributed_onnx.table import Series, SeriesTable
 from distributed_onnx.tensors import pack_batch
 from distributed_onnx.windows import PlannedBatch
@@ -39,7 +43,7 @@ def _batch() -> pa.RecordBatch:
     series[0].values[5] = np.nan
     table = SeriesTable(series, [], 15, "<test>")
     planned = PlannedBatch(0, np.array([0, 0, 1]), np.array([4, 8, 5]))
-    return pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+    return pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp")
 
 
 def _forecasts(n_windows: int = 3) -> np.ndarray:
@@ -94,7 +98,6 @@ def test_quantile_columns_named_by_format_g(levels: tuple[float, ...], names: li
     forecasts = np.zeros((3, HORIZON, len(levels)), dtype=np.float32)
     table = forecast_table(_batch(), forecasts, levels, STEP_US)
     assert table.column_names[-len(levels) :] == names
-    assert names == ["q" + format(level, "g") for level in levels]
 
 
 def test_forecast_table_refuses_a_window_count_mismatch() -> None:
@@ -106,42 +109,67 @@ def _listing(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir())
 
 
-def test_write_part_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+RECORD = {"run_fingerprint": "fp", "part": 7, "windows": 3, "node_id": "n1"}
+
+
+def test_write_part_is_atomic_and_records_itself_in_the_footer(tmp_path: Path) -> None:
     prepare_output(tmp_path, "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    path = write_part(tmp_path, 7, table)
-    assert path == part_path(tmp_path, 7) == tmp_path / FORECASTS_DIR / "part-000007.parquet"
+    size = write_part(tmp_path, 7, table, RECORD)
+    path = part_path(tmp_path, 7)
+    assert path == tmp_path / FORECASTS_DIR / "part-000007.parquet"
+    assert size == path.stat().st_size
     assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
-    assert pq.read_table(path).equals(table)
-    write_part(tmp_path, 7, table)  # a rewrite replaces the part
+    assert pq.read_table(path).replace_schema_metadata(None).equals(table)
+    assert part_record(tmp_path, 7) == (RECORD, 9)
+    write_part(tmp_path, 7, table, RECORD)  # a rewrite replaces the part
     assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
 
 
-def test_a_failed_write_leaves_no_part_and_no_temporary_file(tmp_path: Path) -> None:
+def test_a_write_that_fails_half_way_leaves_no_part_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prepare_output(tmp_path, "fp", {})
+    table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
+    written: list[int] = []
 
-    class Unwritable:
-        """Not a table: the Parquet writer fails half-way."""
+    def write_half_then_fail(data: pa.Table, where: Any, **options: Any) -> None:
+        where.write(b"PAR1" + b"\0" * 4096)  # bytes are on disk under the temporary name...
+        written.append(where.tell())
+        raise OSError(28, "No space left on device")  # ...when the disk fills up
 
-        schema = None
-
-    with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow raises
-        write_part(tmp_path, 0, Unwritable())  # type: ignore[arg-type]
+    monkeypatch.setattr(pq, "write_table", write_half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        write_part(tmp_path, 0, table, RECORD)
+    assert written == [4100]
     assert _listing(tmp_path / FORECASTS_DIR) == []
-    assert done_batches(tmp_path) == set()
+    assert part_record(tmp_path, 0) is None
 
 
-def test_done_batches(tmp_path: Path) -> None:
-    assert done_batches(tmp_path / "absent") == set()
+def test_part_record_of_absent_torn_and_foreign_files(tmp_path: Path) -> None:
     prepare_output(tmp_path, "fp", {})
-    assert done_batches(tmp_path) == set()
+    assert part_record(tmp_path, 1) is None
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    for index in (0, 2, 13):
-        write_part(tmp_path, index, table)
+    write_part(tmp_path, 1, table, RECORD)
+    path = part_path(tmp_path, 1)
+    path.write_bytes(path.read_bytes()[:-20])  # torn: the footer is gone
+    assert part_record(tmp_path, 1) is None
+    pq.write_table(table, path)  # foreign: a Parquet file no actor of ours wrote
+    assert part_record(tmp_path, 1) == ({}, 9)
+
+
+def test_cleanup_of_partials_and_discarded_parts(tmp_path: Path) -> None:
+    prepare_output(tmp_path, "fp", {})
+    table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
+    for index in (0, 2):
+        write_part(tmp_path, index, table, RECORD)
+    (tmp_path / FORECASTS_DIR / "part-000002.sums.npz").write_bytes(b"stale")
     (tmp_path / FORECASTS_DIR / ".tmp-abandoned.parquet").write_bytes(b"half")
-    assert done_batches(tmp_path) == {0, 2, 13}
     clean_partials(tmp_path)
-    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000000.parquet", "part-000002.parquet", "part-000013.parquet"]
+    discard_part(tmp_path, 2)
+    discard_part(tmp_path, 5)  # nothing there: nothing to do
+    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000000.parquet"]
+    assert [str(p.name) for p in outputs.part_files(tmp_path)] == ["part-000000.parquet"]
 
 
 def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> None:

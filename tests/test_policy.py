@@ -14,6 +14,7 @@ from distributed_onnx.backend.policy import (
     check_realized,
 )
 from distributed_onnx.backend.providers import (
+    DEFAULT_BATCH_BUCKETS,
     CoreMLProvider,
     CpuProvider,
     CudaProvider,
@@ -86,7 +87,12 @@ def test_providers_compile_to_ort() -> None:
             "cudnn_conv_algo_search": "HEURISTIC",
             "use_tf32": "1",
             "gpu_mem_limit": str(1 << 30),
+            "enable_cuda_graph": "1",
         },
+    )
+    assert CudaProvider(cuda_graph=False, use_tf32=False).to_ort() == (
+        CUDA,
+        {"device_id": "0", "cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"},
     )
     name, options = TensorRTProvider(engine_cache_dir="/c", timing_cache_dir="/t").to_ort()  # type: ignore[arg-type]
     assert name == "TensorrtExecutionProvider"
@@ -105,3 +111,28 @@ def test_provider_from_kind_and_unknown() -> None:
 def test_session_options_reject_negative_threads() -> None:
     with pytest.raises(ValueError, match="intra_op_num_threads"):
         SessionOptionsConfig(intra_op_num_threads=-1)
+
+
+def test_cuda_defaults_keep_orts_tf32_and_turn_graphs_on() -> None:
+    cuda = CudaProvider()
+    assert cuda.use_tf32 and cuda.cuda_graph
+    assert cuda.batch_buckets == DEFAULT_BATCH_BUCKETS == tuple(2**k for k in range(4, 15))
+
+
+def test_batch_buckets_are_sorted_positive_row_counts() -> None:
+    assert CudaProvider(batch_buckets=[1024, 64, 64, 256]).batch_buckets == (64, 256, 1024)  # type: ignore[arg-type]
+    for bad in ([], [0, 64], [-4]):
+        with pytest.raises(ValueError, match="batch_buckets"):
+            CudaProvider(batch_buckets=bad)  # type: ignore[arg-type]
+
+
+def test_cuda_graph_settings_round_trip_through_a_provider_chain() -> None:
+    from pydantic import TypeAdapter
+
+    from distributed_onnx.backend.providers import ProviderChain
+
+    chain = TypeAdapter(ProviderChain).validate_python(
+        [{"kind": "cuda", "cuda_graph": False, "batch_buckets": [256, 1024]}, "cpu"]
+    )
+    assert chain == [CudaProvider(cuda_graph=False, batch_buckets=(256, 1024)), CpuProvider()]
+    assert TypeAdapter(ProviderChain).validate_python("cuda,cpu") == [CudaProvider(), CpuProvider()]

@@ -7,7 +7,10 @@ import pytest
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.quantiles import (
+    ClampedLevel,
     central_intervals,
+    clamped_levels,
+    describe_clamped,
     interpolate_quantiles,
     quantile_column_name,
     validate_quantiles,
@@ -103,3 +106,41 @@ def test_central_intervals() -> None:
     assert central_intervals([0.1, 0.5, 0.8]) == []
     assert central_intervals([0.5]) == []
     assert central_intervals([0.2, 0.8 + 1e-12]) == [(0.2, 0.8 + 1e-12)]
+
+
+# --- which requested levels are clamped ---------------------------------------------------------------------
+
+
+def test_clamped_levels_name_the_level_used() -> None:
+    clamped = clamped_levels([0.01, 0.05, 0.1, 0.5, 0.95], NATIVE)
+    assert clamped == [ClampedLevel(0.01, 0.1), ClampedLevel(0.05, 0.1), ClampedLevel(0.95, 0.9)]
+    assert [c.as_record() for c in clamped][2] == {"requested": 0.95, "served_by": 0.9}
+
+
+def test_levels_inside_the_native_range_are_not_clamped() -> None:
+    assert clamped_levels([0.1, 0.25, 0.5, 0.9], NATIVE) == []
+    assert clamped_levels([1 - 0.9 - 1e-12, 0.9 + 1e-12], NATIVE) == []  # float noise: the native level itself
+
+
+def test_clamped_levels_agree_with_interpolation() -> None:
+    requested = [0.02, 0.1, 0.3, 0.97, 0.99]
+    preds = _fan((5, 4))
+    mapped = interpolate_quantiles(preds, NATIVE, requested)
+    clamped = clamped_levels(requested, NATIVE)
+    assert [c.requested for c in clamped] == [0.02, 0.97, 0.99]
+    for level in clamped:
+        column = requested.index(level.requested)
+        np.testing.assert_array_equal(mapped[..., column], preds[..., NATIVE.index(level.served_by)])
+
+
+def test_clamped_levels_validate_their_inputs() -> None:
+    with pytest.raises(ConfigError, match="requested quantiles"):
+        clamped_levels([0.5, 0.1], NATIVE)
+    with pytest.raises(ConfigError, match="native quantiles"):
+        clamped_levels([0.5], [0.0, 0.5])
+
+
+def test_describe_clamped_is_one_line_naming_each_level() -> None:
+    text = describe_clamped(clamped_levels([0.05, 0.5, 0.95], NATIVE), NATIVE)
+    assert "\n" not in text
+    assert "native range 0.1..0.9" in text and "0.05 -> 0.1, 0.95 -> 0.9" in text

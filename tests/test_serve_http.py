@@ -154,21 +154,22 @@ def test_docs_load_their_assets_from_the_server_itself(client: httpx.Client) -> 
 # ------------------------------------------------------------------------------------------ forecasts
 
 
-def backtest_windows(tmp_path: Path, n_windows: int) -> tuple[Any, Any, list[Any]]:
-    """The backtest's own plan and packed batch for the last ``n_windows`` origins (stride one day)."""
+def backtest_windows(tmp_path: Path, n_windows: int) -> tuple[Any, Any, Any, list[Any]]:
+    """The backtest's own plan and the first model batch of its first part, packed as its actor packs it."""
+    from backtest_data import first_batch
+
     from distributed_onnx.backtest.run import prepare
     from distributed_onnx.backtest.settings import BacktestSettings
 
     plan = prepare(BacktestSettings(checkpoint=CHECKPOINT, output=tmp_path / "run", n_windows=n_windows, stride=48))
-    planned = next(plan.batches())
-    return plan, plan.pack(planned), [plan.table.series[int(i)] for i in planned.series_index]
+    planned, batch = first_batch(plan)
+    return plan, planned, batch, [plan.table.series[int(i)] for i in planned.series_index]
 
 
 def test_forecast_equals_the_backtest_forecast_of_the_same_window(
     client: httpx.Client, local_worker: InferenceWorker, tmp_path: Path
 ) -> None:
-    plan, batch, series = backtest_windows(tmp_path, n_windows=3)
-    planned = next(plan.batches())
+    plan, planned, batch, series = backtest_windows(tmp_path, n_windows=3)
     expected = local_worker.forecast_batch(batch, plan.spec.context_length, plan.spec.horizon, plan.quantiles)
     histories = []
     for index, (item, origin) in enumerate(zip(series, planned.origin_index, strict=True)):

@@ -1,30 +1,57 @@
-"""Unit tier: backtest settings (defaults < YAML file < flags, comma lists, errors naming file and key)."""
+"""Unit tier: command settings (flags > DISTRIBUTED_ONNX_* > YAML > defaults, paths relative to the YAML file,
+flags generated from the models, one-line errors naming file and key)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from pydantic import Field
 
+from distributed_onnx import cli
 from distributed_onnx.backend.providers import provider_from_kind
 from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.settings_sources import ENV_PREFIX, CommandSettings, add_flags, given_flags
 
 
-def _yaml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "backtest.yaml"
+@pytest.fixture(autouse=True)
+def _no_settings_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own DISTRIBUTED_ONNX_* variables must not leak into these tests."""
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+
+
+def _yaml(folder: Path, text: str, name: str = "backtest.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     path.write_text(text)
     return path
 
 
 def _flags(**given: Any) -> dict[str, Any]:
-    """Flags as the CLI passes them: every key present, None when not given."""
+    """Flags as a caller may pass them: None means not given."""
     flags: dict[str, Any] = {"output": None, "n_windows": None, "stride": None, "quantiles": None, "actors": None}
     flags.update(given)
     return flags
+
+
+def _parse(model: type[CommandSettings], argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, model)
+    return given_flags(parser.parse_args(argv))
+
+
+# --- defaults and precedence ------------------------------------------------------------------------------------
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -38,14 +65,41 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.providers is None
 
 
-def test_yaml_overrides_defaults_and_flags_override_yaml(tmp_path: Path) -> None:
-    config = _yaml(tmp_path, "output: from-yaml\nn_windows: 45\nstride: 24\nrows_per_batch: 64\n")
-    settings = BacktestSettings.from_sources(_flags(stride=6), config)
-    assert settings.output == Path("from-yaml")
-    assert settings.n_windows == 45  # YAML over the default
-    assert settings.stride == 6  # flag over YAML
-    assert settings.rows_per_batch == 64
-    assert settings.cpus_per_actor == 1.0  # default where neither says
+def test_precedence_flags_over_environment_over_yaml_over_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _yaml(tmp_path, "output: out\nstride: 2\nrows_per_batch: 64\nactors: 3\nn_windows: 7\n")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_STRIDE", "4")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_ROWS_PER_BATCH", "32")
+    monkeypatch.setenv("distributed_onnx_max_in_flight_per_actor", "5")  # names are case-insensitive
+
+    settings = BacktestSettings.from_sources({"stride": 6}, config, environment=True)
+
+    assert settings.stride == 6  # flag over environment and file
+    assert settings.rows_per_batch == 32  # environment over file
+    assert settings.max_in_flight_per_actor == 5  # environment over default
+    assert settings.actors == 3  # file over default
+    assert settings.cpus_per_actor == 1.0  # default where nobody says
+    # Without environment=True (the Serve config path, the Python API) the variables do not apply.
+    assert BacktestSettings.from_sources({}, config).rows_per_batch == 64
+
+
+def test_direct_construction_reads_only_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRIBUTED_ONNX_STRIDE", "4")
+    assert BacktestSettings(output="out").stride == 1
+    assert ServeSettings().port == 8000
+
+
+def test_environment_lists_and_booleans_read_like_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRIBUTED_ONNX_OUTPUT", "from-env")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_QUANTILES", "0.1, 0.9")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_PROVIDERS", "cpu")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_PROGRESS", "false")
+    settings = BacktestSettings.from_sources({}, environment=True)
+    assert settings.output == Path("from-env")
+    assert settings.quantiles == [0.1, 0.9]
+    assert settings.providers == [provider_from_kind("cpu")]
+    assert settings.progress is False
 
 
 def test_flags_that_are_none_do_not_erase_yaml(tmp_path: Path) -> None:
@@ -62,6 +116,49 @@ def test_yaml_keys_with_dashes(tmp_path: Path) -> None:
     config = _yaml(tmp_path, "output: out\nn-windows: 5\nrows-per-batch: 32\nmin-context-coverage: 0.5\n")
     settings = BacktestSettings.from_sources(_flags(), config)
     assert (settings.n_windows, settings.rows_per_batch, settings.min_context_coverage) == (5, 32, 0.5)
+
+
+# --- paths in a YAML file -------------------------------------------------------------------------------------
+
+
+def test_relative_paths_in_yaml_are_read_from_the_files_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    config = _yaml(project / "configs", "checkpoint: ../models/m.onnx\ndata: series.parquet\noutput: ../runs/a\n")
+    monkeypatch.chdir(tmp_path)  # not the file's folder
+
+    settings = BacktestSettings.from_sources({}, config.relative_to(tmp_path))
+
+    assert Path(settings.checkpoint).resolve() == project / "models" / "m.onnx"
+    assert Path(settings.data).resolve() == project / "configs" / "series.parquet"
+    assert Path(settings.output).resolve() == project / "runs" / "a"
+
+
+def test_urls_and_absolute_paths_in_yaml_stay_as_written(tmp_path: Path) -> None:
+    absolute = tmp_path / "elsewhere" / "d.parquet"
+    config = _yaml(tmp_path / "cfg", f"data: {absolute}\noutput: s3://bucket/runs/x\n")
+    settings = BacktestSettings.from_sources({}, config)
+    assert settings.data == absolute
+    assert settings.output == "s3://bucket/runs/x"
+
+
+def test_relative_paths_from_flags_and_environment_stay_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _yaml(tmp_path / "cfg", "output: from-file\n")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_DATA", "env.parquet")
+    settings = BacktestSettings.from_sources({"output": "from-flag"}, config, environment=True)
+    assert settings.output == Path("from-flag")
+    assert settings.data == Path("env.parquet")
+
+
+def test_serve_checkpoint_in_yaml_is_relative_to_the_file(tmp_path: Path) -> None:
+    config = _yaml(tmp_path / "cfg", "checkpoint: model.onnx\nreplicas: 2\n", name="serve.yaml")
+    settings = ServeSettings.from_sources({}, config)
+    assert settings.checkpoint == tmp_path / "cfg" / "model.onnx"
+    assert settings.replicas == 2
+
+
+# --- values ------------------------------------------------------------------------------------------------------
 
 
 def test_comma_lists_from_flags() -> None:
@@ -86,16 +183,58 @@ def test_comma_string_in_yaml(tmp_path: Path) -> None:
     assert settings.quantiles == [0.1, 0.9]
 
 
+def test_naive_start_and_end_are_read_as_utc(tmp_path: Path) -> None:
+    config = _yaml(tmp_path, "output: out\nstart: 2024-01-01 00:00:00\n")
+    settings = BacktestSettings.from_sources(_flags(end="2024-02-01T12:00:00"), config)
+    assert settings.start == datetime(2024, 1, 1, tzinfo=UTC)
+    assert settings.end == datetime(2024, 2, 1, 12, tzinfo=UTC)
+
+
+def test_aware_start_keeps_its_offset() -> None:
+    settings = BacktestSettings.from_sources(
+        _flags(output="out", start="2024-01-01T02:00:00+02:00", end="2024-01-02T00:00:00Z")
+    )
+    assert settings.start is not None
+    assert settings.start.utcoffset() == timedelta(hours=2)
+    assert settings.start == datetime(2024, 1, 1, tzinfo=UTC)
+    assert settings.start.tzinfo == timezone(timedelta(hours=2))
+
+
+def test_what_summary_json_records_rebuilds_the_same_settings(tmp_path: Path) -> None:
+    """summary.json stores ``model_dump(mode="json")``: read back, it must mean the same run (paths, URLs,
+    timestamps, provider configs)."""
+    settings = BacktestSettings.from_sources(
+        _flags(
+            output="s3://bucket/run",
+            data=str(tmp_path / "d.parquet"),
+            start="2024-01-01T00:00:00",
+            end="2024-01-03T00:00:00+01:00",
+            quantiles="0.1,0.5,0.9",
+            providers="cuda,cpu",
+            gpus_per_actor=0.5,
+            progress=False,
+        )
+    )
+    recorded = json.loads(json.dumps(settings.model_dump(mode="json")))
+    assert BacktestSettings.from_sources(recorded) == settings
+
+
+# --- errors: one line, naming the key and where it came from -----------------------------------------------------
+
+
 def test_unknown_provider_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="providers"):
         BacktestSettings.from_sources(_flags(output="out", providers="cpu,quantum"))
 
 
-def test_unknown_yaml_key_names_key_and_file(tmp_path: Path) -> None:
+def test_unknown_yaml_key_names_key_file_and_the_likely_one(tmp_path: Path) -> None:
     config = _yaml(tmp_path, "output: out\nn_windowz: 3\n")
     with pytest.raises(ConfigError, match="n_windowz") as caught:
         BacktestSettings.from_sources(_flags(), config)
-    assert str(config) in str(caught.value)
+    assert f"[from {config}]" in str(caught.value)
+    assert "did you mean 'n_windows'" in str(caught.value)
+    assert caught.value.key == "n_windowz"
+    assert caught.value.path == str(config)
 
 
 def test_invalid_value_names_key_and_file(tmp_path: Path) -> None:
@@ -105,11 +244,27 @@ def test_invalid_value_names_key_and_file(tmp_path: Path) -> None:
     assert str(config) in str(caught.value)
 
 
-def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
+def test_invalid_value_names_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRIBUTED_ONNX_STRIDE", "zero")
+    with pytest.raises(ConfigError) as caught:
+        BacktestSettings.from_sources({"output": "out"}, environment=True)
+    assert "stride" in str(caught.value)
+    assert "[from environment DISTRIBUTED_ONNX_STRIDE]" in str(caught.value)
+
+
+def test_a_flag_overriding_a_bad_file_value_is_blamed_on_the_flag(tmp_path: Path) -> None:
+    config = _yaml(tmp_path, "output: out\nstride: 3\n")
+    with pytest.raises(ConfigError) as caught:
+        BacktestSettings.from_sources({"stride": "-1"}, config)
+    assert "stride: Input should be greater than 0 [from command line]" in str(caught.value)
+
+
+def test_invalid_yaml_names_the_file_on_one_line(tmp_path: Path) -> None:
     config = _yaml(tmp_path, "output: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML") as caught:
         BacktestSettings.from_sources(_flags(), config)
     assert str(config) in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
@@ -124,9 +279,10 @@ def test_missing_config_file(tmp_path: Path) -> None:
         BacktestSettings.from_sources(_flags(output="out"), tmp_path / "absent.yaml")
 
 
-def test_output_is_required() -> None:
-    with pytest.raises(ConfigError, match="output"):
+def test_missing_output_says_how_to_give_it() -> None:
+    with pytest.raises(ConfigError, match="output: Field required") as caught:
         BacktestSettings.from_sources(_flags())
+    assert "--output, DISTRIBUTED_ONNX_OUTPUT or 'output:' in --config" in str(caught.value)
 
 
 @pytest.mark.parametrize("quantiles", ["0.1,1.0", "0,0.5", "-0.1", "0.5,1.5"])
@@ -142,22 +298,76 @@ def test_invalid_quantiles_from_yaml_name_the_file(tmp_path: Path) -> None:
     assert str(config) in str(caught.value)
 
 
-def test_naive_start_and_end_are_read_as_utc(tmp_path: Path) -> None:
-    config = _yaml(tmp_path, "output: out\nstart: 2024-01-01 00:00:00\n")
-    settings = BacktestSettings.from_sources(_flags(end="2024-02-01T12:00:00"), config)
-    assert settings.start == datetime(2024, 1, 1, tzinfo=UTC)
-    assert settings.end == datetime(2024, 2, 1, 12, tzinfo=UTC)
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"start": "2024-01-01"}, "start is given without end"),
+        ({"end": "2024-01-01"}, "end is given without start"),
+        ({"start": "2024-01-02", "end": "2024-01-01"}, "is before start"),
+        ({"start": "2024-01-01", "end": "2024-01-02", "n_windows": 3}, "either n_windows or start and end"),
+    ],
+)
+def test_window_range_errors_are_settings_errors(given: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected) as caught:
+        BacktestSettings.from_sources({"output": "out", **given})
+    assert "\n" not in str(caught.value)
 
 
-def test_aware_start_keeps_its_offset() -> None:
-    settings = BacktestSettings.from_sources(_flags(output="out", start="2024-01-01T02:00:00+02:00"))
-    assert settings.start is not None
-    assert settings.start.utcoffset() == timedelta(hours=2)
-    assert settings.start == datetime(2024, 1, 1, tzinfo=UTC)
-    assert settings.start.tzinfo == timezone(timedelta(hours=2))
+def test_the_command_reports_start_without_end_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["backtest", "--output", "out", "--start", "2000-08-01"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: Invalid backtest settings: end: ") and "start is given without end" in err
 
 
-def test_settings_are_frozen() -> None:
-    settings = BacktestSettings.from_sources(_flags(output="out"))
-    with pytest.raises(ValueError):
-        settings.stride = 3  # type: ignore[misc]
+# --- flags generated from the models ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [BacktestSettings, ServeSettings])
+def test_every_field_is_a_flag_with_its_description_as_help(model: type[CommandSettings]) -> None:
+    parser = argparse.ArgumentParser(formatter_class=lambda prog: argparse.HelpFormatter(prog, width=10_000))
+    add_flags(parser, model)
+    text = parser.format_help()
+    for name, field in model.model_fields.items():
+        assert f"--{name.replace('_', '-')}" in text, name
+        assert field.description and field.description.strip() in text, name
+
+
+def test_flags_parse_into_settings_and_absent_flags_stay_absent() -> None:
+    flags = _parse(BacktestSettings, ["--output", "o", "--n-windows", "3", "--quantiles", "0.1,0.9", "--no-progress"])
+    assert flags == {"output": "o", "n_windows": "3", "quantiles": "0.1,0.9", "progress": False}
+    settings = BacktestSettings.from_sources(flags)
+    assert (settings.n_windows, settings.quantiles, settings.progress) == (3, [0.1, 0.9], False)
+
+
+def test_a_new_field_is_a_new_flag_without_touching_the_cli() -> None:
+    """How the serve settings grow (a gRPC port, an ingress choice): a field, nothing else."""
+
+    class Grown(ServeSettings):
+        label: ClassVar[str] = "grown settings"
+        grpc_port: int | None = Field(default=None, ge=1, le=65535, description="gRPC port (default: off).")
+
+    settings = Grown.from_sources(_parse(Grown, ["--grpc-port", "9001", "--replicas", "2"]))
+    assert (settings.grpc_port, settings.replicas) == (9001, 2)
+    with pytest.raises(ConfigError, match=r"grpc_port: Input should be less than or equal to 65535 \[from command"):
+        Grown.from_sources(_parse(Grown, ["--grpc-port", "70000"]))
+
+
+def test_the_serve_command_has_every_serve_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = capsys.readouterr().out
+    for name in ServeSettings.model_fields:
+        assert f"--{name.replace('_', '-')}" in text
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from distributed_onnx import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"distributed-onnx {__version__} (python ")
+    assert "onnxruntime " in out and "ray " in out

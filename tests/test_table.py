@@ -134,3 +134,79 @@ def test_non_numeric_and_infinite_values_are_refused() -> None:
     text = pa.table({"series_id": ["a"], "timestamp": pa.array([T0_US], pa.int64()).cast(UTC_TS), "y": ["high"]})
     with pytest.raises(DataError, match="'y' must be numeric"):
         series_from_table(text, 30)
+
+
+# --- inputs that used to crash or blow up memory (issue 10, section 2) -----------------------------------
+
+
+def test_null_series_ids_name_the_rows() -> None:
+    table = _table(["a", "a", "a", "b"], [0, 30, 60, 0], [1.0, 2.0, 3.0, 4.0])
+    table = table.set_column(0, "series_id", pa.array(["a", None, "a", None], pa.string()))
+    with pytest.raises(DataError, match=r"empty series_id at rows \[1, 3\]") as info:
+        series_from_table(table, 30)
+    assert info.value.rows == [1, 3]  # type: ignore[attr-defined]
+
+
+def test_series_ids_that_are_not_strings_are_named() -> None:
+    table = _table(["a"], [0], [1.0]).set_column(0, "series_id", pa.array([[1, 2]], pa.list_(pa.int64())))
+    with pytest.raises(DataError, match=r"'series_id' must hold strings, found list<item: int64>"):
+        series_from_table(table, 30)
+
+
+def test_integer_series_ids_are_read_as_strings() -> None:
+    table = _table(["a", "a"], [0, 30], [1.0, 2.0]).set_column(0, "series_id", pa.array([7, 7], pa.int64()))
+    assert [s.series_id for s in series_from_table(table, 30).series] == ["7"]
+
+
+def test_sub_microsecond_timestamps_name_the_rows() -> None:
+    stamps_ns = np.array([T0_US, T0_US + HALF_HOUR_US, T0_US + 2 * HALF_HOUR_US], dtype=np.int64) * 1_000
+    stamps_ns[2] += 1  # one nanosecond past the grid
+    table = pa.table(
+        {"series_id": ["a"] * 3, "timestamp": pa.array(stamps_ns, pa.timestamp("ns", tz="UTC")), "y": [1.0, 2.0, 3.0]}
+    )
+    with pytest.raises(
+        DataError, match=r"sub-microsecond parts at rows \[2\] \(e\.g\. 2024-01-01T01:00:00\.000000001Z\)"
+    ):
+        series_from_table(table, 30)
+    whole = table.set_column(1, "timestamp", pa.array(stamps_ns - np.array([0, 0, 1]), pa.timestamp("ns", tz="UTC")))
+    assert series_from_table(whole, 30).series[0].start_us == T0_US  # whole microseconds in ns: fine
+
+
+def test_sub_microsecond_timestamp_strings_name_the_rows(tmp_path: Path) -> None:
+    path = tmp_path / "ns.csv"
+    path.write_text(
+        "series_id,timestamp,y\na,2024-01-01T00:00:00Z,1\na,2024-01-01T00:30:00.000000500Z,2\na,2024-01-01T01:00:00Z,3\n"
+    )
+    with pytest.raises(DataError, match=r"sub-microsecond parts at rows \[1\]"):
+        load_series(path, 30)
+
+
+def test_timestamps_beyond_the_microsecond_range_are_named() -> None:
+    seconds = pa.array([0, 10**15], pa.timestamp("s", tz="UTC"))  # 31.7 million years
+    table = pa.table({"series_id": ["a", "a"], "timestamp": seconds, "y": [1.0, 2.0]})
+    with pytest.raises(DataError, match=r"out of range at rows \[1\]"):
+        series_from_table(table, 30)
+
+
+def test_a_stray_timestamp_decades_away_is_refused_before_the_grid_is_allocated() -> None:
+    minutes = [30 * i for i in range(48 * 14)]  # two weeks, half-hourly
+    ys = [float(i) for i in range(len(minutes))]
+    stray = -int((T0 - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() // 60)  # an epoch-zero parse
+    table = _table(["a", *["a"] * len(minutes)], [stray, *minutes], [0.0, *ys])
+    expected = "series 'a' spans 947,376 grid steps for 673 rows: its largest gap, 946,704 steps"
+    with pytest.raises(DataError, match=expected) as info:
+        series_from_table(table, 30)
+    message = str(info.value)
+    assert "between rows 0 (1970-01-01T00:00:00.000000Z) and 1 (2024-01-01T00:00:00.000000Z)" in message
+    assert "54.0 years" in message
+    assert info.value.rows == [0, 1]  # type: ignore[attr-defined]
+
+
+def test_grid_size_bound_is_ten_points_per_row_plus_slack() -> None:
+    positions = list(range(99))  # 99 rows, then one more at the edge of the allowed span
+    allowed = 10 * 100 + 1_000  # GRID_POINTS_PER_ROW * rows + GRID_SLACK_POINTS
+    at_limit = _table(["a"] * 100, [30 * p for p in [*positions, allowed - 1]], [1.0] * 100)
+    assert series_from_table(at_limit, 30).series[0].n_points == allowed
+    beyond = _table(["a"] * 100, [30 * p for p in [*positions, allowed]], [1.0] * 100)
+    with pytest.raises(DataError, match=r"spans 2,001 grid steps for 100 rows: its largest gap, 1,902 steps"):
+        series_from_table(beyond, 30)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pickle
+import tracemalloc
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from distributed_onnx.series_source import SeriesStore
 from distributed_onnx.table import Series, SeriesTable
 from distributed_onnx.tensors import gather_blocks, pack_batch, unpack_batch
 from distributed_onnx.windows import PlannedBatch, window_ids
@@ -28,6 +30,10 @@ def _table(n_points: tuple[int, ...] = (10, 6), n_covariates: int = 0) -> Series
     return SeriesTable(series, [f"c{k}" for k in range(n_covariates)], 60, "<test>")
 
 
+def _store(n_points: tuple[int, ...] = (10, 6), n_covariates: int = 0) -> SeriesStore:
+    return SeriesStore.from_table(_table(n_points, n_covariates))
+
+
 def _planned(pairs: list[tuple[int, int]], index: int = 0) -> PlannedBatch:
     series_index, origin_index = zip(*pairs, strict=True)
     return PlannedBatch(index, np.array(series_index, dtype=np.int64), np.array(origin_index, dtype=np.int64))
@@ -44,7 +50,7 @@ def _expected_block(values: np.ndarray, origin: int, before: int, after: int) ->
 def test_round_trip_pads_context_and_target_with_nan() -> None:
     table = _table()
     planned = _planned([(0, 1), (0, 5), (0, 9), (1, 2), (1, 6)])
-    batch = pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp")
     block = unpack_batch(batch, CONTEXT, HORIZON)
 
     assert block.n_windows == 5
@@ -68,7 +74,7 @@ def test_round_trip_pads_context_and_target_with_nan() -> None:
 def test_round_trip_origins_and_window_ids() -> None:
     table = _table()
     planned = _planned([(0, 3), (1, 4)])
-    batch = pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp")
     block = unpack_batch(batch, CONTEXT, HORIZON)
     expected_origins = np.array([START_US + 3 * STEP_US, START_US + STEP_US + 4 * STEP_US])
     np.testing.assert_array_equal(block.origins_us, expected_origins)
@@ -80,7 +86,7 @@ def test_round_trip_origins_and_window_ids() -> None:
 def test_covariate_blocks_span_context_and_horizon() -> None:
     table = _table(n_covariates=2)
     planned = _planned([(0, 2), (1, 5)])
-    block = unpack_batch(pack_batch(table, planned, CONTEXT, HORIZON, "fp"), CONTEXT, HORIZON)
+    block = unpack_batch(pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp"), CONTEXT, HORIZON)
     assert block.covariates is not None
     assert block.covariates.shape == (2, 2, CONTEXT + HORIZON)
     assert block.covariates.dtype == np.float32
@@ -96,7 +102,7 @@ def test_covariate_blocks_span_context_and_horizon() -> None:
 def test_round_trip_survives_pickling() -> None:
     table = _table(n_covariates=1)
     planned = _planned([(0, 4), (1, 1)])
-    batch = pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp")
     direct = unpack_batch(batch, CONTEXT, HORIZON)
     travelled = unpack_batch(pickle.loads(pickle.dumps(batch)), CONTEXT, HORIZON)
     np.testing.assert_array_equal(direct.context, travelled.context)
@@ -110,7 +116,7 @@ def test_batch_owns_fresh_buffers_so_it_pickles_small() -> None:
     context, horizon = 64, 16
     table = _table((long_series,), n_covariates=1)
     planned = _planned([(0, 500_000), (0, 500_100), (0, 999_990)])
-    batch = pack_batch(table, planned, context, horizon, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, context, horizon, "fp")
     payload = 3 * (context * 4 + horizon * 8 + (context + horizon) * 4 + 16 + 2 + 8)
     size = len(pickle.dumps(batch))
     assert size < 2 * payload + 4096, (size, payload)
@@ -119,7 +125,7 @@ def test_batch_owns_fresh_buffers_so_it_pickles_small() -> None:
 def test_slices_of_a_packed_batch_decode_correctly() -> None:
     table = _table()
     planned = _planned([(0, 1), (0, 2), (0, 3), (1, 1), (1, 2)])
-    batch = pack_batch(table, planned, CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), planned, CONTEXT, HORIZON, "fp")
     whole = unpack_batch(batch, CONTEXT, HORIZON)
     part = unpack_batch(batch.slice(2, 2), CONTEXT, HORIZON)
     np.testing.assert_array_equal(part.context, whole.context[2:4])
@@ -129,7 +135,7 @@ def test_slices_of_a_packed_batch_decode_correctly() -> None:
 
 def test_decode_is_zero_copy() -> None:
     table = _table(n_covariates=1)
-    batch = pack_batch(table, _planned([(0, 3), (1, 2)]), CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), _planned([(0, 3), (1, 2)]), CONTEXT, HORIZON, "fp")
     block = unpack_batch(batch, CONTEXT, HORIZON)
 
     def buffer(name: str, dtype: type) -> np.ndarray:
@@ -144,7 +150,7 @@ def test_decode_is_zero_copy() -> None:
 def test_missing_values_travel_as_nan_not_nulls() -> None:
     table = _table()
     table.series[0].values[2] = np.nan
-    batch = pack_batch(table, _planned([(0, 1), (0, 4)]), CONTEXT, HORIZON, "fp")
+    batch = pack_batch(SeriesStore.from_table(table), _planned([(0, 1), (0, 4)]), CONTEXT, HORIZON, "fp")
     assert batch.column("context").values.null_count == 0
     assert batch.column("target").values.null_count == 0
     block = unpack_batch(batch, CONTEXT, HORIZON)
@@ -197,5 +203,19 @@ def test_gather_blocks_owns_its_memory() -> None:
 def test_gather_blocks_rejects_origins_past_one_step_after_the_data() -> None:
     values = np.arange(6, dtype=np.float64)
     np.testing.assert_array_equal(gather_blocks(values, np.array([6]), 1, 1), [[5.0, np.nan]])
-    with pytest.raises(IndexError):
-        gather_blocks(values, np.array([7]), 1, 1)
+    with pytest.raises(ValueError, match=r"origins must lie in 0\.\.6 \(the series' steps\), got 2\.\.7"):
+        gather_blocks(values, np.array([2, 7]), 1, 1)
+    with pytest.raises(ValueError, match=r"got -1\.\.3"):
+        gather_blocks(values, np.array([-1, 3]), 1, 1)
+
+
+def test_gather_blocks_copies_only_the_span_of_the_origins() -> None:
+    values = np.arange(1_000_000, dtype=np.float64)
+    tracemalloc.start()
+    try:
+        out = gather_blocks(values, np.array([500_000, 500_010]), 8, 4)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out[1], np.arange(500_002, 500_014, dtype=np.float64))
+    assert peak < 100_000  # a whole-series pad would be 8 MB

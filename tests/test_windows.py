@@ -1,16 +1,29 @@
-"""Unit tier: window planning (Nixtla-style counts, start/end ranges, coverage, batching, streaming)."""
+"""Unit tier: window planning (Nixtla-style counts, start/end ranges, coverage, parts, batching, window ids)."""
 
 from __future__ import annotations
 
-import inspect
+import hashlib
+import re
 import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from distributed_onnx.table import Series, SeriesTable
-from distributed_onnx.windows import PlanCounts, WindowSpec, plan_batches, series_origins, window_ids
+from distributed_onnx.windows import (
+    PartSpec,
+    PlannedBatch,
+    WindowSpec,
+    batches,
+    plan_series,
+    plan_windows,
+    series_origins,
+    window_id_array,
+    window_ids,
+)
 
 STEP_US = 15 * 60_000_000
 START_US = 1_700_000_100 * 1_000_000 // STEP_US * STEP_US
@@ -23,6 +36,28 @@ def _series(series_id: str, n_points: int, start_us: int = START_US, values: np.
 
 def _table(*series: Series) -> SeriesTable:
     return SeriesTable(list(series), [], 15, "<test>")
+
+
+@dataclass
+class PlanCounts:
+    planned: int = 0
+    skipped: int = 0
+
+
+def plan_batches(
+    table: SeriesTable, spec: WindowSpec, rows_per_batch: int, counts: PlanCounts | None = None
+) -> Iterator[PlannedBatch]:
+    """What the driver and the actors do together: count, cut parts of one batch, re-plan each part's windows."""
+    plan = plan_windows(table.series, spec)
+    if counts is not None:
+        counts.planned, counts.skipped = plan.planned, plan.skipped
+    for part in plan.parts(rows_per_batch):
+        segments = [
+            (series, plan_series(table.series[series], spec).origins[lo:hi])
+            for series, lo, hi in plan.segments(part.start, part.stop)
+        ]
+        for batch in batches(segments, rows_per_batch):
+            yield PlannedBatch(part.index, batch.series_index, batch.origin_index)
 
 
 def _windows(table: SeriesTable, spec: WindowSpec, rows_per_batch: int = 1000) -> list[tuple[int, int]]:
@@ -174,43 +209,58 @@ def test_plan_is_deterministic() -> None:
         np.testing.assert_array_equal(a.origin_index, b.origin_index)
 
 
-# --- streaming --------------------------------------------------------------------------------------------
+# --- parts -----------------------------------------------------------------------------------------------
 
 
-def test_plan_batches_is_a_lazy_generator() -> None:
-    spec = WindowSpec(context_length=2, horizon=1, n_windows=3)
-    counts = PlanCounts()
-    plan = plan_batches(_table(_series("a", 10), _series("b", 10)), spec, 2, counts)
-    assert inspect.isgenerator(plan)
-    assert counts.planned == 0  # nothing planned before the first batch is asked for
-    next(plan)
-    assert counts.planned == 3  # only the first series so far
+def test_parts_cut_the_window_sequence_and_segments_map_back_to_series() -> None:
+    spec = WindowSpec(context_length=2, horizon=1, n_windows=5)
+    table = _table(_series("a", 20), _series("empty", 1), _series("b", 20), _series("c", 3))
+    plan = plan_windows(table.series, spec)
+    assert plan.counts.tolist() == [5, 0, 5, 2]
+    assert plan.planned == 12
+    parts = plan.parts(4)
+    assert parts == [PartSpec(0, 0, 4), PartSpec(1, 4, 8), PartSpec(2, 8, 12)]
+    assert list(plan.segments(4, 8)) == [(0, 4, 5), (2, 0, 3)]  # the empty series contributes nothing
+    assert list(plan.segments(8, 12)) == [(2, 3, 5), (3, 0, 2)]
+    assert sum(hi - lo for part in parts for _, lo, hi in plan.segments(part.start, part.stop)) == 12
 
 
-def _peak_while_iterating(table: SeriesTable, spec: WindowSpec, rows_per_batch: int) -> tuple[int, int]:
+def test_a_part_descriptor_is_a_few_integers() -> None:
+    import pickle
+
+    assert len(pickle.dumps(PartSpec(123_456, 9_000_000, 9_004_096))) < 120
+
+
+def test_n_windows_beyond_the_data_is_counted_as_capped() -> None:
+    spec = WindowSpec(context_length=4, horizon=3, n_windows=10, stride=1)
+    plan = plan_windows([_series("a", 8), _series("b", 30)], spec)
+    assert plan.counts.tolist() == [5, 10]
+    assert plan.capped == 5  # series a: origins -2..0 have no history at all
+    assert plan.capped_series == ("a",)
+
+
+def _plan_peak(table: SeriesTable, spec: WindowSpec) -> tuple[int, int]:
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         baseline, _ = tracemalloc.get_traced_memory()
-        n_windows = 0
-        for batch in plan_batches(table, spec, rows_per_batch):
-            n_windows += batch.n_windows
+        plan = plan_windows(table.series, spec)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return peak - baseline, n_windows
+    return peak - baseline, plan.planned
 
 
-def test_a_ten_times_larger_plan_does_not_use_more_memory() -> None:
-    spec = WindowSpec(context_length=16, horizon=4, n_windows=50)
-    small = _table(*[_series(f"s{i}", 200) for i in range(40)])
-    large = _table(*[_series(f"s{i}", 200) for i in range(400)])
-    small_peak, small_windows = _peak_while_iterating(small, spec, 64)
-    large_peak, large_windows = _peak_while_iterating(large, spec, 64)
-    assert large_windows == 10 * small_windows == 20_000
-    # Materialising the plan would take >= 16 bytes per window (series + origin index): 320 kB for the large one.
-    assert large_peak < 2 * small_peak, (small_peak, large_peak)
-    assert large_peak < 16 * large_windows / 4
+def test_the_plan_grows_with_series_not_windows() -> None:
+    few = WindowSpec(context_length=16, horizon=4, n_windows=10)
+    many = WindowSpec(context_length=16, horizon=4, n_windows=1000)
+    table = _table(*[_series(f"s{i}", 2000) for i in range(50)])
+    few_peak, few_windows = _plan_peak(table, few)
+    many_peak, many_windows = _plan_peak(table, many)
+    assert many_windows == 100 * few_windows == 50_000
+    # Holding the windows would take >= 16 bytes each (series + origin index): 800 kB for the larger plan;
+    # the plan keeps one count per series (per-series temporaries are freed as it goes).
+    assert many_peak < 16 * many_windows / 4, (few_peak, many_peak)
 
 
 # --- WindowSpec validation --------------------------------------------------------------------------------
@@ -255,15 +305,40 @@ def test_spec_field_constraints(bad: dict[str, float]) -> None:
 # --- window ids -------------------------------------------------------------------------------------------
 
 
+def _reference_id(series_id: str, origin_us: int, fingerprint: str) -> str:
+    """The id scheme written out in plain Python integers (splitmix64 of the series digest and the origin)."""
+    mask = (1 << 64) - 1
+    key = int.from_bytes(hashlib.blake2b(f"{series_id}|{fingerprint}".encode(), digest_size=8).digest(), "big")
+    z = key ^ ((origin_us & mask) * 0x9E3779B97F4A7C15 & mask)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return f"{z ^ (z >> 31):016x}"
+
+
+def test_window_ids_match_the_scheme_written_out() -> None:
+    series_ids = ["a", "a", "b", "ünï"]
+    origins = np.array([100, 1_704_067_200_000_000, -5, 2**62], dtype=np.int64)
+    ids = window_ids(series_ids, origins, "run-1")
+    assert ids == [_reference_id(s, int(o), "run-1") for s, o in zip(series_ids, origins, strict=True)]
+
+
 def test_window_ids_stable_and_distinct() -> None:
     series_ids = np.array(["a", "a", "b", "b"], dtype=object)
     origins = np.array([100, 200, 100, 200], dtype=np.int64)
     ids = window_ids(series_ids, origins, "run-1")
     assert ids == window_ids(series_ids.copy(), origins.copy(), "run-1")
     assert len(set(ids)) == 4
-    assert all(len(window_id) == 16 and int(window_id, 16) >= 0 for window_id in ids)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", window_id) for window_id in ids)  # 8 bytes, lowercase hex
     other_run = window_ids(series_ids, origins, "run-2")
     assert not set(ids) & set(other_run)
+
+
+def test_window_ids_do_not_collide_over_a_million_windows() -> None:
+    keys = np.repeat(np.arange(100, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15), 10_000)
+    origins = np.tile(np.arange(10_000, dtype=np.int64) * 1_800_000_000, 100)
+    ids = window_id_array(keys, origins)
+    assert len(ids) == 1_000_000
+    assert len(ids.unique()) == 1_000_000
 
 
 def test_window_id_depends_only_on_its_own_window() -> None:
@@ -273,5 +348,5 @@ def test_window_id_depends_only_on_its_own_window() -> None:
 
 
 def test_window_ids_length_mismatch_raises() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 series ids for 1 origins"):
         window_ids(np.array(["a", "b"], dtype=object), np.array([1]), "fp")

@@ -1,7 +1,8 @@
 """The plain family: one ``context`` tensor in (missing values zero-filled), one quantile tensor out.
 
 For models exported without masks or covariates (a linear or MLP quantile head over raw history).
-``input_names`` has one name, the context; the output is ``[rows, n_native_quantiles, horizon]``.
+``input_names`` has one name, the context; the output is ``[rows, n_native_quantiles, horizon]``. The graph
+has no mask, so it never sees NaN: missing values reach it as zeros.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from distributed_onnx.adapters.base import zero_fill
+from distributed_onnx.adapters.base import refuse_infinite_windows, refuse_non_finite, zero_fill
 from distributed_onnx.checkpoint import CheckpointMetadata
 from distributed_onnx.errors import ConfigError, InputValidationError
 
@@ -35,8 +36,13 @@ class ContextQuantilesAdapter:
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         if covariates is not None and covariates.shape[1]:
             raise InputValidationError("model_family 'context_quantiles' takes no covariates")
+        refuse_infinite_windows(context, None)
         values, _ = zero_fill(context)
         return {self._input_name: values}, np.arange(context.shape[0], dtype=np.int64)
+
+    def check_tensors(self, inputs: Mapping[str, np.ndarray]) -> None:
+        for name, values in inputs.items():
+            refuse_non_finite(name, values, nan_allowed=False)
 
     def decode(self, outputs: Mapping[str, np.ndarray], target_rows: np.ndarray) -> np.ndarray:
         return np.asarray(outputs[self._output_name], dtype=np.float32)[target_rows]

@@ -108,7 +108,8 @@ def check_realized(chain: Sequence[ExecutionProvider], realized: Sequence[str], 
         raise ProviderUnavailableError(
             f"Requested execution provider(s) {missing} were not realized; ONNX Runtime fell back to "
             f"{list(realized)}. Install onnxruntime-gpu (pip install 'distributed-onnx[gpu]') and check the "
-            "CUDA/cuDNN libraries, or request the CPU provider.",
+            "CUDA/cuDNN libraries (ONNX Runtime says why with SessionOptionsConfig(log_severity_level=2)), or "
+            "request the CPU provider.",
             missing=missing,
             realized=list(realized),
         )

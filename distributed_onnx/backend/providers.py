@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 #: ONNX Runtime's provider form: ``(provider_name, provider_options)``.
 OrtProvider = tuple[str, dict[str, str]]
@@ -37,11 +37,23 @@ class CpuProvider(_ProviderConfig):
         return (CPU_PROVIDER_NAME, {"arena_extend_strategy": "kNextPowerOfTwo"} if self.use_arena else {})
 
 
+#: Default batch-size buckets of a CUDA-graph session (rows): powers of two, so a batch pads to at most twice its
+#: size. Only the buckets a run actually meets are captured (on their first batch), each holding its own buffers.
+DEFAULT_BATCH_BUCKETS: tuple[int, ...] = tuple(2**power for power in range(4, 15))  # 16 .. 16384
+
+
 class CudaProvider(_ProviderConfig):
     """The CUDA provider. ``device_id`` is the index among the devices *visible to this process*.
 
     Under Ray that is the local index after Ray set ``CUDA_VISIBLE_DEVICES`` (usually 0), not the
     physical GPU id that ``ray.get_gpu_ids()`` reports.
+
+    With ``cuda_graph`` (the default) the backend captures one CUDA graph per batch bucket and replays it: each
+    batch is copied into device buffers bound once per bucket (padded to the bucket, the padding cut off the
+    outputs). Measured on an H200 with the reference checkpoint at batch 1024: plain ``session.run`` 370k
+    windows/s, inputs bound on the device 503k, plus graph replay 626k. A checkpoint that cannot be captured
+    (nodes off the CUDA provider, control flow, dynamic axes besides the batch) is refused at load with an
+    explicit chain and falls back, with a warning, to running without graphs with a policy-chosen one.
     """
 
     kind: Literal["cuda"] = Field(default="cuda", description="Discriminator tag.")
@@ -53,7 +65,29 @@ class CudaProvider(_ProviderConfig):
         default="HEURISTIC",
         description="How cuDNN picks convolution kernels; EXHAUSTIVE benchmarks every shape it meets.",
     )
-    use_tf32: bool = Field(default=True, description="Allow TF32 math on Ampere and newer GPUs.")
+    use_tf32: bool = Field(
+        default=True,
+        description="TF32 matrix multiplies on Ampere and newer (ORT's default, kept). On: GPU forecasts differ "
+        "from CPU ones by up to 1.8e-4 relative (measured, H200, reference checkpoint); off: fp32 math, slower.",
+    )
+    cuda_graph: bool = Field(
+        default=True,
+        description="Capture a CUDA graph per batch bucket and replay it (ORT's enable_cuda_graph); checked at "
+        "load: an explicit chain raises if the checkpoint cannot be captured, a policy chain falls back.",
+    )
+    batch_buckets: tuple[int, ...] = Field(
+        default=DEFAULT_BATCH_BUCKETS,
+        min_length=1,
+        description="Batch sizes (rows) a CUDA graph is captured for; a batch runs in the smallest bucket that "
+        "holds it. Larger batches are refused (explicit chain) or run without a graph, with a warning (policy).",
+    )
+
+    @field_validator("batch_buckets")
+    @classmethod
+    def _sorted_positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(rows <= 0 for rows in value):
+            raise ValueError(f"batch_buckets must be positive row counts, got {list(value)}")
+        return tuple(sorted(set(value)))
 
     @property
     def needs_gpu(self) -> bool:
@@ -67,6 +101,8 @@ class CudaProvider(_ProviderConfig):
         }
         if self.gpu_mem_limit_bytes is not None:
             options["gpu_mem_limit"] = str(self.gpu_mem_limit_bytes)
+        if self.cuda_graph:
+            options["enable_cuda_graph"] = "1"
         return ("CUDAExecutionProvider", options)
 
 

@@ -1,163 +1,171 @@
-"""``report.html``: a self-contained page a person reads after a backtest (inline SVG, no plotting library).
+"""``report.html``: the one self-contained page a forecasting team reads after a backtest (works offline).
 
-Shows the run, the headline metrics of the model next to the seasonal-naive baseline, the metric by lead,
-and forecast fans for a few windows. Plots are simple polylines, so the page needs nothing but a browser.
+From top to bottom: headline scores against the seasonal-naive baseline, forecast fans of the windows the
+run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
+per-series table ranked by MASE, throughput, and provenance (checkpoint sha256, providers, versions,
+settings). Figures come from :mod:`distributed_onnx.backtest.report_plots` (matplotlib, inline SVG); the page
+has no external resource. The report reads no forecast part itself: the run hands it the few
+:class:`FanWindow` it chose, so its cost does not grow with the run.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.backtest.outputs import part_files
-from distributed_onnx.backtest.scoring import NAIVE_MODEL
-from distributed_onnx.quantiles import central_intervals, quantile_column_name
-
-WIDTH, HEIGHT, PAD = 640, 220, 36
-COLORS = {"model": "#1f6fb4", NAIVE_MODEL: "#d1495b"}
+from distributed_onnx.backtest import report_plots, report_tables
+from distributed_onnx.backtest.fans import FanWindow
+from distributed_onnx.backtest.merge import NAIVE_MODEL
+from distributed_onnx.backtest.report_tables import Scores, escape
+from distributed_onnx.quantiles import LEVEL_TOLERANCE, central_intervals
 
 
 def write_report(
-    output: storage.Location, summary: dict[str, Any], metrics: pa.Table, quantiles: Sequence[float]
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: Sequence[float],
+    fans: Sequence[FanWindow] = (),
 ) -> storage.Location:
-    model = summary["model"]
-    rows = metrics.to_pylist()
-    headline = _headline(rows, model)
+    """Write ``output/report.html`` and return its location."""
+    model = str(summary["model"])
+    scores = Scores(metrics)
+    clamped = _clamped_levels(summary)
+    step_us = fans[0].step_us if fans else None
     sections = [
-        f"<h1>Backtest of {html.escape(model)}</h1>",
-        _run_table(summary),
-        "<h2>Model vs seasonal naive (global)</h2>",
-        headline,
-        "<h2>MAE by lead</h2>",
-        _by_lead_plot(rows, model, "mae"),
-        "<h2>Forecast fans (a few windows)</h2>",
-        *_fans(output, quantiles),
+        f"<h1>Backtest of {escape(model)}</h1>",
+        f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
+        *report_tables.notes(summary),
+        "<h2>Scores against seasonal naive</h2>",
+        report_tables.headline(scores, model),
+        "<h2>Forecasts</h2>",
+        _fans(fans, quantiles, clamped),
+        "<h2>Skill by lead</h2>",
+        _skill(scores, model, step_us),
+        "<h2>Calibration of the central intervals</h2>",
+        _calibration(scores, model, quantiles, clamped, _lead_label(step_us)),
+        "<h2>Series, ranked by MASE</h2>",
+        report_tables.series_table(scores, model),
+        "<h2>Throughput</h2>",
+        report_tables.throughput(summary),
+        "<h2>Provenance</h2>",
+        report_tables.provenance(summary),
         "<details><summary>summary.json</summary><pre>"
-        + html.escape(json.dumps(summary, indent=2, default=str))
+        + escape(json.dumps(summary, indent=2, default=str))
         + "</pre></details>",
     ]
     page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Backtest report</title><style>"
-        "body{font-family:system-ui,sans-serif;margin:2em;max-width:760px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#f4f4f4}"
-        "</style></head><body>" + "\n".join(sections) + "</body></html>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>Backtest of {escape(model)}</title><style>{report_tables.CSS}</style></head><body>"
+        + "\n".join(sections)
+        + f"<script>{report_tables.SORT_SCRIPT}</script></body></html>"
     )
     path = storage.join(output, "report.html")
     storage.write_bytes(path, page.encode())
     return path
 
 
-def _headline(rows: list[dict[str, Any]], model: str) -> str:
-    def value(name: str, metric: str) -> float | None:
-        for row in rows:
-            if (
-                row["model"] == name
-                and row["scope"] == "global"
-                and row["metric"] == metric
-                and row["quantile"] is None
-            ):
-                return float(row["value"])
-        return None
-
-    lines = ["<table><tr><th>metric</th><th>model</th><th>seasonal naive</th><th>ratio</th></tr>"]
-    for metric in ("mae", "rmse", "mase", "sql", "wql"):
-        ours, naive = value(model, metric), value(NAIVE_MODEL, metric)
-        if ours is None:
-            continue
-        ratio = f"{ours / naive:.3f}" if naive else "-"
-        naive_text = f"{naive:.4g}" if naive is not None else "-"
-        lines.append(f"<tr><th>{metric}</th><td>{ours:.4g}</td><td>{naive_text}</td><td>{ratio}</td></tr>")
-    return "".join(lines) + "</table>"
+def _clamped_levels(summary: dict[str, Any]) -> dict[float, float]:
+    return {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
 
 
-def _run_table(summary: dict[str, Any]) -> str:
-    windows, timing = summary["windows"], summary["timing"]
-    providers = sorted({", ".join(actor["providers"]) for actor in summary["actors"]}) or ["(resumed: none started)"]
-    items = {
-        "checkpoint sha256": summary["checkpoint_sha256"],
-        "windows planned / skipped / failed": f"{windows['planned']} / {windows['skipped_context_coverage']} / "
-        f"{windows['failed']}",
-        "actors": len(summary["actors"]),
-        "providers": "; ".join(providers),
-        "windows/s": f"{timing['windows_per_s']:.0f}" if timing["windows_per_s"] else "-",
-    }
-    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items())
-    return f"<table>{cells}</table>"
+def _is_clamped(level: float, clamped: dict[float, float]) -> bool:
+    return any(abs(level - requested) <= LEVEL_TOLERANCE for requested in clamped)
 
 
-def _scale(values: np.ndarray, low: float, high: float, size: float, invert: bool = False) -> np.ndarray:
-    span = (high - low) or 1.0
-    scaled = (values - low) / span * (size - 2 * PAD) + PAD
-    return size - scaled if invert else scaled
-
-
-def _polyline(xs: np.ndarray, ys: np.ndarray, color: str, width: float = 1.5) -> str:
-    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True) if np.isfinite(y))
-    return f"<polyline fill='none' stroke='{color}' stroke-width='{width}' points='{points}'/>"
-
-
-def _svg(body: str, caption: str) -> str:
+def _lede(summary: dict[str, Any], step_us: int | None) -> str:
+    resolved, windows = summary.get("resolved", {}), summary.get("windows", {})
+    step = f" of {step_us // 60_000_000} min" if step_us else ""
     return (
-        f"<figure><svg width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} {HEIGHT}' "
-        f"xmlns='http://www.w3.org/2000/svg'><rect width='100%' height='100%' fill='white' stroke='#ddd'/>"
-        f"{body}</svg><figcaption>{html.escape(caption)}</figcaption></figure>"
+        f"{windows.get('planned', '?')} windows over {resolved.get('series', '?')} series, horizon "
+        f"{resolved.get('horizon', '?')} steps{step}, context {resolved.get('context_length', '?')} steps, "
+        f"seasonality {resolved.get('seasonality', '?')} steps; data {summary.get('data', '?')}."
     )
 
 
-def _by_lead_plot(rows: list[dict[str, Any]], model: str, metric: str) -> str:
-    series: dict[str, np.ndarray] = {}
-    for name in (model, NAIVE_MODEL):
-        points = sorted(
-            (r["lead"], r["value"])
-            for r in rows
-            if r["model"] == name and r["scope"] == "lead" and r["metric"] == metric
-        )
-        if points:
-            series[name] = np.array(points, dtype=float)
-    if not series:
-        return "<p>(no lead metrics)</p>"
-    all_points = np.concatenate(list(series.values()))
-    body = ""
-    for name, block in series.items():
-        xs = _scale(block[:, 0], all_points[:, 0].min(), all_points[:, 0].max(), WIDTH)
-        ys = _scale(block[:, 1], 0.0, float(np.nanmax(all_points[:, 1])), HEIGHT, invert=True)
-        body += _polyline(xs, ys, COLORS["model" if name == model else NAIVE_MODEL], 2)
-    return _svg(body, f"{metric} by lead: blue = {model}, red = seasonal naive; y axis from 0")
-
-
-def _fans(output: storage.Location, quantiles: Sequence[float], count: int = 3) -> list[str]:
-    parts = part_files(output)
-    if not parts:
-        return ["<p>(no forecasts)</p>"]
-    table = storage.read_parquet(parts[-1])
-    window_ids = pc.unique(table.column("window_id")).to_pylist()
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float]) -> str:
+    if not fans:
+        return "<p>(no forecast windows were handed to the report)</p>"
     figures = []
-    for window_id in window_ids[-count:]:
-        rows = table.filter(pc.equal(table.column("window_id"), window_id))
-        actual = rows.column("y").to_numpy(zero_copy_only=False).astype(float)
-        bands = {q: rows.column(quantile_column_name(q)).to_numpy().astype(float) for q in quantiles}
-        stacked = np.concatenate([actual[np.isfinite(actual)], *bands.values()])
-        low, high = float(stacked.min()), float(stacked.max())
-        xs = _scale(np.arange(len(actual), dtype=float), 0, max(len(actual) - 1, 1), WIDTH)
-        body = ""
-        for lower, upper in central_intervals(quantiles):
-            top = _scale(bands[upper], low, high, HEIGHT, invert=True)
-            bottom = _scale(bands[lower], low, high, HEIGHT, invert=True)
-            points = " ".join(
-                f"{x:.1f},{y:.1f}" for x, y in [*zip(xs, top, strict=True), *zip(xs[::-1], bottom[::-1], strict=True)]
+    for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
+        by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
+        bands = [
+            (
+                low,
+                high,
+                by_level[round(low, 9)],
+                by_level[round(high, 9)],
+                _is_clamped(low, clamped) or _is_clamped(high, clamped),
             )
-            body += f"<polygon points='{points}' fill='{COLORS['model']}' fill-opacity='0.15'/>"
-        if 0.5 in bands:
-            body += _polyline(xs, _scale(bands[0.5], low, high, HEIGHT, invert=True), COLORS["model"], 2)
-        body += _polyline(xs, _scale(actual, low, high, HEIGHT, invert=True), "#222", 1.5)
-        series_id = rows.column("series_id")[0].as_py()
-        origin = rows.column("origin")[0].as_py()
-        figures.append(_svg(body, f"{series_id} from {origin}: actual (black), median and central intervals (blue)"))
-    return figures
+            for low, high in central_intervals(quantiles)
+            if round(low, 9) in by_level and round(high, 9) in by_level
+        ]
+        origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        mase = "" if window.mase is None else f", MASE {window.mase:.3g}"
+        title = f"{window.series_id} · {window.label} · origin {origin}{mase}"
+        figure = report_plots.fan(
+            report_plots.Fan(
+                title,
+                window.origin_us,
+                window.step_us,
+                np.asarray(window.history, float),
+                np.asarray(window.actual, float),
+                bands,
+                by_level.get(0.5),
+            )
+        )
+        figures.append(f"<figure class='fan'>{figure}</figure>")
+    return "<div class='fans'>" + "".join(figures) + "</div>"
+
+
+def _skill(scores: Scores, model: str, step_us: int | None) -> str:
+    curves: dict[str, dict[str, np.ndarray]] = {model: {}, NAIVE_MODEL: {}}
+    leads = None
+    for name, curve in curves.items():
+        for metric in ("mase", "wql"):
+            found = scores.by_lead(name, metric)
+            if found is not None:
+                leads, curve[metric] = found
+    if leads is None:
+        return "<p>(no metrics by lead)</p>"
+    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, _lead_label(step_us))
+
+
+def _lead_label(step_us: int | None) -> str:
+    return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
+
+
+def _calibration(
+    scores: Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
+) -> str:
+    intervals = [(low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low)]
+    if not intervals:
+        return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
+    nominal = np.array([1 - 2 * low for low, _ in intervals])
+    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
+    marks = np.array([_is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals])
+    labels = [f"{n:.0%}" for n in nominal]
+    per_series = [
+        (1 - 2 * low, value)
+        for series in scores.series_ids
+        for low, _ in intervals
+        if (value := scores.value(model, "coverage", low, series)) is not None
+    ]
+    rows = "".join(
+        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
+        f"<td>{e - n:+.3f}</td></tr>"
+        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
+    )
+    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
+    curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
+    found = [curve for curve in curves if curve is not None]
+    by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
+    series_points = per_series if len(scores.series_ids) > 1 else ()
+    figure = report_plots.calibration(nominal, empirical, marks, labels, series_points, by_lead, lead_label)
+    return f"<div class='side'>{figure}{table}</div>"

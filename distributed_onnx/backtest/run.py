@@ -1,143 +1,117 @@
-"""The backtest job: settings -> checks -> plan -> actor pool -> forecast parts -> metrics, summary, report.
+"""The backtest's driver: plan -> series into the object store once -> parts to the actors -> merge the sums.
 
-Everything that can be wrong with the inputs (checkpoint, data, settings) is checked before any actor
-starts. Parts are written as their batches complete, so an interrupted run keeps its finished windows and a
-rerun with the same settings on the same directory only runs the rest.
+The driver plans, schedules, retries and merges; nothing per window passes through it. Each actor gets the
+run's :class:`~distributed_onnx.backtest.part.PartJob` once (the series zero-copy from the object store, or
+the path to read them from) and then three integers per part; it packs, forecasts, writes the part and its
+sums, and answers with a receipt. The driver builds ``metrics.parquet``, ``summary.json`` and ``report.html``
+from the merged sums. Parts are written as they complete, so an interrupted run keeps its finished parts and
+a rerun with the same settings on the same directory runs only the rest.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import pickle
+import resource
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from distributed_onnx import storage
-from distributed_onnx.actors import start_pool, start_ready_actor, wait_for_room
-from distributed_onnx.adapters import adapter_for
-from distributed_onnx.backtest import outputs, report, scoring
+from distributed_onnx.actors import has_room, start_pool, start_worker_actor
+from distributed_onnx.backtest import outputs
+from distributed_onnx.backtest.fans import FanWindow
+from distributed_onnx.backtest.merge import RunSums, fan_windows
+from distributed_onnx.backtest.part import PartJob, PartReceipt, PartRunner
+from distributed_onnx.backtest.plan import RunPlan, prepare
 from distributed_onnx.backtest.settings import BacktestSettings
-from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.backtest.summary import build_summary, previous_summary, write_summary
+from distributed_onnx.backtest.sums import read_done_part
 from distributed_onnx.dispatch import dispatch
-from distributed_onnx.errors import BatchError, ConfigError
+from distributed_onnx.dispatch_state import DispatchStats
+from distributed_onnx.errors import BatchError
 from distributed_onnx.local_ray import connect
 from distributed_onnx.progress import Progress
-from distributed_onnx.table import SeriesTable, load_series
-from distributed_onnx.tensors import pack_batch
-from distributed_onnx.windows import PlanCounts, PlannedBatch, WindowSpec, plan_batches
-from distributed_onnx.worker import WorkerConfig, WorkerInfo, check_run_fits_model
+from distributed_onnx.series_source import ParquetSeriesReader, SeriesSource, SeriesStore, SeriesTransport
+from distributed_onnx.series_source import choose_transport as choose_series_transport
+from distributed_onnx.windows import PartSpec, plan_series, window_ids
+from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
+
+__all__ = ["BacktestResult", "RunPlan", "prepare", "run_backtest"]
 
 logger = logging.getLogger(__name__)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: How long a lost actor's replacement may wait for the resources the dead actor released.
-REPLACEMENT_WAIT_S = 10.0
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A validated run: the checkpoint, the data and the resolved window settings."""
-
-    settings: BacktestSettings
-    checkpoint: ResolvedCheckpoint
-    table: SeriesTable
-    spec: WindowSpec
-    quantiles: list[float]
-    seasonality: int
-    window_fingerprint: str
-    run_fingerprint: str
-
-    @property
-    def step_us(self) -> int:
-        return self.checkpoint.metadata.resolution_minutes * 60_000_000
-
-    def batches(self, counts: PlanCounts | None = None) -> Iterator[PlannedBatch]:
-        return plan_batches(self.table, self.spec, self.settings.rows_per_batch, counts)
-
-    def pack(self, planned: PlannedBatch) -> pa.RecordBatch:
-        return pack_batch(self.table, planned, self.spec.context_length, self.spec.horizon, self.window_fingerprint)
+#: A part's deadline once parts have finished: this many times the slowest so far (a hung actor is killed).
+DEADLINE_FACTOR = 10.0
+MIN_PART_TIMEOUT_S = 120.0
+FIRST_PART_TIMEOUT_S = 1800.0
 
 
 @dataclass
 class BacktestResult:
     summary: dict[str, Any]
     metrics: pa.Table
-    failed_batches: list[dict[str, Any]] = field(default_factory=list)
-
-
-def prepare(settings: BacktestSettings) -> RunPlan:
-    """Check the checkpoint, the settings and the data, and resolve defaults (no Ray involved)."""
-    checkpoint = LocalCheckpoint(path=settings.checkpoint).resolve()
-    metadata = checkpoint.metadata
-    horizon = settings.horizon or metadata.horizon_length
-    context_length = settings.context_length or metadata.context_length
-    check_run_fits_model(metadata, context_length, horizon)
-    adapter = adapter_for(metadata)
-    if settings.covariates and not adapter.supports_covariates:
-        raise ConfigError(f"model_family {metadata.model_family!r} takes no covariates", key="covariates")
-    if metadata.max_covariates is not None and len(settings.covariates) > metadata.max_covariates:
-        raise ConfigError(
-            f"{len(settings.covariates)} covariates declared, the checkpoint takes at most {metadata.max_covariates}",
-            key="covariates",
-        )
-    gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
-    if gpu_providers and settings.gpus_per_actor == 0:
-        # An actor without a GPU must not build a GPU chain (DESIGN.md): refuse here, not in every actor.
-        raise ConfigError(
-            f"providers {gpu_providers} need a GPU, but gpus_per_actor is 0: set gpus_per_actor > 0 "
-            "(fractions share a GPU) or use the cpu provider",
-            key="providers",
-        )
-    quantiles = settings.quantiles or list(metadata.native_quantiles)
-    seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
-    table = load_series(settings.data, metadata.resolution_minutes, settings.covariates)
-    n_windows = settings.n_windows
-    if n_windows is None and settings.start is None and settings.end is None:
-        n_windows = 1
-    try:
-        spec = WindowSpec(
-            context_length=context_length,
-            horizon=horizon,
-            n_windows=n_windows,
-            stride=settings.stride,
-            start_us=_micros(settings.start),
-            end_us=_micros(settings.end),
-            min_context_coverage=settings.min_context_coverage,
-        )
-    except ValueError as exc:
-        raise ConfigError(f"Invalid window settings: {exc}") from exc
-    weights_sha = metadata.sha256 or storage.sha256(checkpoint.weights_path)
-    window_config = {
-        "checkpoint_sha256": weights_sha,
-        "context_length": context_length,
-        "horizon": horizon,
-        "quantiles": quantiles,
-        "covariates": settings.covariates,
-    }
-    window_fingerprint = _digest(window_config)
-    run_fingerprint = _digest(
-        {
-            **window_config,
-            "data_sha256": storage.sha256(settings.data),
-            "spec": spec.model_dump(),
-            "rows_per_batch": settings.rows_per_batch,
-            "seasonality": seasonality,
-        }
-    )
-    return RunPlan(settings, checkpoint, table, spec, quantiles, seasonality, window_fingerprint, run_fingerprint)
+    failed_parts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_backtest(settings: BacktestSettings) -> BacktestResult:
-    """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if batches failed."""
+    """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed."""
     started = time.perf_counter()
     return _BacktestRun(prepare(settings), started).run()
+
+
+def build_part_runner(worker: InferenceWorker, job: PartJob, info: WorkerInfo) -> PartRunner:
+    """The actors' job factory (module level, so Ray pickles it by reference)."""
+    return PartRunner(worker, job, node_id=info.node_id)
+
+
+def render_report(
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: list[float],
+    fans: list[FanWindow],
+) -> float:
+    """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
+    started = time.process_time()
+    from distributed_onnx.backtest import report  # matplotlib: loaded only where the report is drawn
+
+    report.write_report(output, summary, metrics, quantiles, fans)
+    return time.process_time() - started
+
+
+def driver_cpu_s() -> float:
+    """CPU seconds this process (the driver, all its threads) has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _Replacements:
+    """New actors for lost ones, started in the background by the dispatcher (see dispatch.Replacements)."""
+
+    def __init__(self, run: _BacktestRun, job_ref: Any) -> None:
+        self._run, self._job_ref = run, job_ref
+
+    def has_room(self) -> bool:
+        settings = self._run.plan.settings
+        return has_room(settings.cpus_per_actor, settings.gpus_per_actor)
+
+    def start(self) -> tuple[Any, Any]:
+        settings = self._run.plan.settings
+        actor = start_worker_actor(
+            self._run.worker_config(),
+            settings.cpus_per_actor,
+            settings.gpus_per_actor,
+            build_part_runner,
+            self._job_ref,
+        )
+        return actor, actor.ready.remote()
 
 
 class _BacktestRun:
@@ -146,171 +120,221 @@ class _BacktestRun:
     def __init__(self, plan: RunPlan, started: float) -> None:
         self.plan = plan
         self.output = plan.settings.output
-        self.counts = PlanCounts()
-        self.total_batches = sum(1 for _ in plan.batches(self.counts))
-        self.pending: dict[int, pa.RecordBatch] = {}
+        self.started = started
+        self.parts = plan.parts()
+        self.sums = RunSums(plan.quantiles, plan.spec.horizon)
+        self.receipts: list[PartReceipt] = []
         self.failures: list[dict[str, Any]] = []
         self.infos: list[WorkerInfo] = []
         self.actors: list[Any] = []  # the pool and its replacements: every one is killed at the end
+        self.transport: dict[str, Any] = {}
         self.first_result_s: float | None = None
-        self.started = started
-        self.dispatch_started = started
-        self.dispatch_finished = started
-        self.progress = Progress(self.counts.planned, enabled=plan.settings.progress)
+        self.dispatch_s = 0.0
+        self.dispatch_cpu_s = 0.0
+        self.slowest_part_s = 0.0
+        self.stats = DispatchStats()
+        self.cpu_phases: dict[str, float] = {}
+        self._cpu_mark = 0.0
+
+    def _phase(self, name: str) -> None:
+        """Charge the driver CPU since the last mark to ``name`` (summary.json: ``driver_cpu_phases_s``)."""
+        now = driver_cpu_s()
+        self.cpu_phases[name] = round(self.cpu_phases.get(name, 0.0) + now - self._cpu_mark, 4)
+        self._cpu_mark = now
 
     def run(self) -> BacktestResult:
         plan, output = self.plan, self.output
+        self._phase("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
         outputs.clean_partials(output)
-        done = outputs.done_batches(output) & set(range(self.total_batches))
-        done_windows = sum(batch.n_windows for batch in plan.batches() if batch.index in done) if done else 0
+        earlier = previous_summary(output, plan.run_fingerprint)
+        todo = self._verified_todo()
+        done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
         logger.info(
-            "Planned %d windows in %d batches (%d skipped for context coverage); %d batches already done",
-            self.counts.planned,
-            self.total_batches,
-            self.counts.skipped,
-            len(done),
+            "Planned %d windows in %d parts of up to %d (%d skipped for context coverage); %d parts already done",
+            plan.windows.planned,
+            len(self.parts),
+            plan.windows_per_part,
+            plan.windows.skipped,
+            len(self.parts) - len(todo),
         )
-        self.progress.advance(done_windows)
-        stats: dict[str, Any] = {}
-        if len(done) < self.total_batches:
-            started_ray = connect(plan.settings.address)
-            try:
-                stats = self._dispatch(done)
-            finally:
-                if started_ray:
-                    ray.shutdown()
-        dispatch_s = self.dispatch_finished - self.dispatch_started
-        metrics = scoring.score(
-            output, plan.table, plan.checkpoint.name, plan.quantiles, plan.spec.horizon, plan.seasonality
-        )
-        storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
-        summary = self._summary(done, done_windows, stats, dispatch_s)
-        summary_json = json.dumps(summary, indent=2, default=str).encode()
-        storage.write_bytes(storage.join(output, "summary.json"), summary_json)
-        report.write_report(output, summary, metrics, plan.quantiles)
+        progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
+        started_ray = False
+        try:
+            if todo:
+                started_ray = connect(plan.settings.address)
+                self._phase("ray_start")
+                self._dispatch(todo, progress)
+            failed = {failure["part"] for failure in self.failures}
+            for part in todo:
+                if part.index not in failed:
+                    self._merge_written(part)
+            metrics = self.sums.metrics_table(plan.checkpoint.name)
+            storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
+            self._phase("merge")
+            summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
+            self._report(summary, metrics)
+        finally:
+            if started_ray:
+                ray.shutdown()
+        self._phase("ray_stop")
+        summary["timing"]["driver_cpu_s"] = driver_cpu_s()
+        summary["timing"]["driver_cpu_phases_s"] = self.cpu_phases
+        summary["timing"]["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        write_summary(output, summary)
         if self.failures:
-            failed_path = storage.join(output, "failed_windows.json")
-            storage.write_bytes(failed_path, json.dumps(self.failures, indent=2).encode())
-            first = self.failures[0]
-            raise BatchError(
-                f"{len(self.failures)} batch(es) failed; their window ids are in {failed_path}. "
-                f"First: batch {first['batch']} (windows {first['window_ids'][:3]}...): {first['error']}",
-                failed_batches=[failure["batch"] for failure in self.failures],
-            )
+            self._raise_failures()
         return BacktestResult(summary, metrics, self.failures)
 
-    def _dispatch(self, done: set[int]) -> dict[str, Any]:
-        settings = self.plan.settings
-        actors, self.infos = start_pool(
-            self._worker_config(), settings.actors, settings.cpus_per_actor, settings.gpus_per_actor
-        )
-        self.actors = actors
-        self.dispatch_started = time.perf_counter()
+    def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
+        """Draw report.html: in a Ray worker while Ray is up (the driver only coordinates), else here.
+
+        A report that cannot be drawn is a note in summary.json, never a lost run: the parts, the metrics and
+        the summary are the results.
+        """
+        plan = self.plan
+        fans = fan_windows(self.sums, plan, metrics)
+        arguments = (self.output, summary, metrics, plan.quantiles, fans)
         try:
-            stats = dispatch(
-                (batch for batch in self.plan.batches() if batch.index not in done),
+            if ray.is_initialized():
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+                task = ray.remote(num_cpus=0, max_retries=1)(render_report).options(scheduling_strategy=here)
+                cpu_s = ray.get(task.remote(*arguments))
+            else:
+                cpu_s = render_report(*arguments)
+            summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
+            summary["timing"]["report_drawn_by"] = "ray worker" if ray.is_initialized() else "driver"
+        except Exception as exc:  # matplotlib, storage: whatever failed, the run's results stand
+            logger.error("Could not write report.html: %s", exc)
+            summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
+        self._phase("report")
+
+    def worker_config(self) -> WorkerConfig:
+        return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
+
+    def _verified_todo(self) -> list[PartSpec]:
+        """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
+        plan, todo = self.plan, []
+        for part in self.parts:
+            sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            if sums is None:
+                outputs.discard_part(self.output, part.index)
+                todo.append(part)
+            else:
+                self.sums.add(part.index, sums)
+        return todo
+
+    def _merge_written(self, part: PartSpec) -> None:
+        plan = self.plan
+        sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
+            self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
+        else:
+            self.sums.add(part.index, sums)
+
+    def _series_source(self) -> tuple[SeriesSource, dict[str, Any]]:
+        plan = self.plan
+        store = SeriesStore.from_table(plan.table)
+        nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+        capacities = [node["Resources"].get("object_store_memory") for node in nodes]
+        smallest = min((c for c in capacities if c), default=None)
+        transport, reason = choose_series_transport(
+            plan.settings.series_transport, store.nbytes, smallest, plan.settings.data
+        )
+        logger.info("Series transport: %s (%s)", transport.value, reason)
+        info: dict[str, Any] = {"series_transport": transport.value, "reason": reason, "series_bytes": store.nbytes}
+        if transport is SeriesTransport.OBJECT_STORE:
+            return store, info
+        reader = ParquetSeriesReader(
+            plan.settings.data,
+            store.series_ids,
+            tuple(int(n) for n in store.offsets[1:] - store.offsets[:-1]),
+            plan.checkpoint.metadata.resolution_minutes,
+            tuple(plan.table.covariate_names),
+        )
+        return reader, info
+
+    def _dispatch(self, todo: list[PartSpec], progress: Progress) -> None:
+        settings = self.plan.settings
+        source, self.transport = self._series_source()
+        job = self.plan.job(source)
+        put_started = time.perf_counter()
+        job_ref = ray.put(job)
+        self.transport["put_s"] = round(time.perf_counter() - put_started, 4)
+        self.transport["job_bytes"] = len(pickle.dumps(job, protocol=5))
+        self.transport["descriptor_bytes"] = len(pickle.dumps(todo[0], protocol=5))
+        actors, self.infos = start_pool(
+            self.worker_config(),
+            settings.actors,
+            settings.cpus_per_actor,
+            settings.gpus_per_actor,
+            job_factory=build_part_runner,
+            job_input=job_ref,
+        )
+        self.actors = list(actors)
+        self._progress = progress
+        self._phase("series_and_pool")
+        cpu_before, clock_before = driver_cpu_s(), time.perf_counter()
+        progress.start()
+        try:
+            self.stats = dispatch(
+                iter(todo),
                 actors,
-                self._submit,
+                lambda actor, part: actor.run.remote(part),
                 self._on_result,
                 self._on_failure,
-                key=lambda planned: planned.index,
-                max_in_flight_per_actor=self.plan.settings.max_in_flight_per_actor,
-                replace_actor=self._replace_actor,
+                key=lambda part: part.index,
+                max_in_flight_per_actor=settings.max_in_flight_per_actor,
+                attempt_timeout_s=self._deadline_s,
+                replacements=_Replacements(self, job_ref),
+                on_replacement=self.actors.append,
             )
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
-            self.dispatch_finished = time.perf_counter()
+            self.dispatch_s = time.perf_counter() - clock_before
+            self.dispatch_cpu_s = driver_cpu_s() - cpu_before
+            self._phase("dispatch")
         finally:
             for actor in self.actors:  # the pool and every replacement
                 ray.kill(actor)
-        return dict(stats.__dict__)
 
-    def _worker_config(self) -> WorkerConfig:
-        return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
+    def _deadline_s(self) -> float:
+        if self.plan.settings.part_timeout_s is not None:
+            return self.plan.settings.part_timeout_s
+        if not self.receipts:
+            return FIRST_PART_TIMEOUT_S
+        return max(MIN_PART_TIMEOUT_S, DEADLINE_FACTOR * self.slowest_part_s)
 
-    def _submit(self, actor: Any, planned: PlannedBatch) -> Any:
-        batch = self.pending.get(planned.index)
-        if batch is None:  # first attempt; a retry re-sends the batch already packed
-            batch = self.pending[planned.index] = self.plan.pack(planned)
-        spec = self.plan.spec
-        return actor.forecast_batch.remote(batch, spec.context_length, spec.horizon, self.plan.quantiles)
-
-    def _on_result(self, planned: PlannedBatch, forecasts: Any) -> None:
-        batch = self.pending.pop(planned.index)
-        table = outputs.forecast_table(batch, forecasts, self.plan.quantiles, self.plan.step_us)
-        outputs.write_part(self.output, planned.index, table)
+    def _on_result(self, part: PartSpec, receipt: PartReceipt) -> None:
+        self.receipts.append(receipt)
+        self.slowest_part_s = max(self.slowest_part_s, sum(receipt.seconds.values()))
         if self.first_result_s is None:
             self.first_result_s = time.perf_counter() - self.started
-        self.progress.advance(planned.n_windows)
+        self._progress.advance(receipt.windows)
 
-    def _on_failure(self, planned: PlannedBatch, error: BaseException) -> None:
-        batch = self.pending.pop(planned.index)
-        window_ids = batch.column("window_id").to_pylist()
-        logger.error("Batch %d (%d windows) failed: %s", planned.index, len(window_ids), error)
-        self.failures.append({"batch": planned.index, "error": str(error), "window_ids": window_ids})
+    def _on_failure(self, part: PartSpec, error: BaseException) -> None:
+        logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
+        self.failures.append(
+            {"part": part.index, "windows": part.n_windows, "error": f"{type(error).__name__}: {error}"}
+        )
 
-    def _replace_actor(self) -> Any | None:
-        """A new actor for a lost one, if the cluster has room for it now; None lets the pool shrink.
-
-        Without the check, a full cluster (the lost node's work already moved elsewhere) would block the run
-        for the whole readiness timeout waiting for a placement.
-        """
-        settings = self.plan.settings
-        if not wait_for_room(settings.cpus_per_actor, settings.gpus_per_actor, REPLACEMENT_WAIT_S):
-            logger.warning("No room for a replacement actor; continuing with the remaining ones")
-            return None
-        try:
-            actor, info = start_ready_actor(self._worker_config(), settings.cpus_per_actor, settings.gpus_per_actor)
-        except Exception:
-            logger.warning("Could not start a replacement actor", exc_info=True)
-            return None
-        self.infos.append(info)
-        self.actors.append(actor)
-        return actor
-
-    def _summary(self, done: set[int], done_windows: int, stats: dict[str, Any], dispatch_s: float) -> dict[str, Any]:
+    def _raise_failures(self) -> None:
+        """List the failed parts' window ids (computed here, for failed parts only) and raise."""
         plan = self.plan
-        failed_windows = sum(len(failure["window_ids"]) for failure in self.failures)
-        windows_run = self.counts.planned - done_windows - failed_windows
-        return {
-            "model": plan.checkpoint.name,
-            "checkpoint": str(plan.checkpoint.weights_path),
-            "checkpoint_sha256": plan.checkpoint.metadata.sha256,
-            "data": str(plan.settings.data),
-            "run_fingerprint": plan.run_fingerprint,
-            "settings": plan.settings.model_dump(mode="json"),
-            "resolved": {
-                "context_length": plan.spec.context_length,
-                "horizon": plan.spec.horizon,
-                "quantiles": plan.quantiles,
-                "seasonality": plan.seasonality,
-                "series": len(plan.table.series),
-            },
-            "windows": {
-                "planned": self.counts.planned,
-                "skipped_context_coverage": self.counts.skipped,
-                "done_before": done_windows,
-                "run_now": windows_run,
-                "failed": failed_windows,
-            },
-            "batches": {"planned": self.total_batches, "done_before": len(done), **stats},
-            "actors": [info.model_dump() for info in self.infos],
-            "timing": {
-                "total_s": time.perf_counter() - self.started,
-                "dispatch_s": dispatch_s,
-                "first_forecast_s": self.first_result_s,  # from the start of the job, Ray start-up included
-                "windows_per_s": windows_run / dispatch_s if windows_run and dispatch_s > 0 else None,
-            },
-            "failed_batches": [
-                {"batch": failure["batch"], "error": failure["error"], "windows": len(failure["window_ids"])}
-                for failure in self.failures
-            ],
-        }
-
-
-def _digest(document: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _micros(value: datetime | None) -> int | None:
-    return None if value is None else (value - _EPOCH) // timedelta(microseconds=1)
+        by_index = {part.index: part for part in self.parts}
+        for failure in self.failures:
+            part = by_index[failure["part"]]
+            ids: list[str] = []
+            for series_index, lo, hi in plan.windows.segments(part.start, part.stop):
+                series = plan.table.series[series_index]
+                origins = plan_series(series, plan.spec).origins[lo:hi]
+                origins_us = np.asarray(series.timestamp_us(origins), dtype=np.int64)
+                ids += window_ids([series.series_id] * len(origins), origins_us, plan.window_fingerprint)
+            failure["window_ids"] = ids
+        failed_path = storage.join(self.output, "failed_windows.json")
+        storage.write_bytes(failed_path, json.dumps(self.failures, indent=2).encode())
+        first = self.failures[0]
+        raise BatchError(
+            f"{len(self.failures)} part(s) failed; their window ids are in {failed_path}; rerun to resume. "
+            f"First: part {first['part']} ({first['windows']} windows): {first['error']}",
+            failed_batches=[failure["part"] for failure in self.failures],
+        )

@@ -262,7 +262,9 @@ class OnnxForecastServer:
     def _plan_grpc_infer(self, request: Any) -> InferCall:
         tensors, raw = infer_inputs(request)
         names = select_outputs((spec.name for spec in self._output_specs), requested_outputs(request))
-        return InferCall(decode_inputs(tensors, self._input_specs, raw), names, set(), {})
+        inputs = decode_inputs(tensors, self._input_specs, raw)
+        self._worker.adapter.check_tensors(inputs)  # the same family NaN/inf rule as over HTTP
+        return InferCall(inputs, names, set(), {})
 
     # ------------------------------------------------------------------------------------- internals
 
@@ -290,6 +292,7 @@ class OnnxForecastServer:
         if parsed.id is not None:
             document["id"] = parsed.id
         inputs = decode_inputs(parsed.inputs, self._input_specs, raw)
+        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (DESIGN.md, Model families)
         return InferCall(inputs, names, binary_outputs(parsed, names), document)
 
     async def _forecast(self, request: Request) -> Response:

@@ -2,8 +2,9 @@
 
 Pure code (numpy and the backend's :class:`TensorSpec` only): every message names the tensor, what the model
 takes and what was sent, and every problem is an :class:`InputValidationError`, which the HTTP layer turns
-into a 4xx. Names, ranks, fixed dimensions, shared symbolic axes and NaN/inf are then checked once more by
-the backend's own validation, the same code the backtest's batches pass through. Data comes as JSON
+into a 4xx. Names, ranks, fixed dimensions and shared symbolic axes are then checked once more by the
+backend's own validation, the same code the backtest's batches pass through; which values may be NaN or
+infinite is the model family's rule, applied by the route through the family's adapter. Data comes as JSON
 ``data`` or, with Triton's binary tensor data extension, as raw bytes that :mod:`distributed_onnx.serve.binary`
 cut out of the body; both go through the same checks here.
 """
@@ -126,7 +127,7 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
 def decode_inputs(
     tensors: Sequence[InferInputTensor], specs: Sequence[TensorSpec], raw: Sequence[bytes | None] | None = None
 ) -> dict[str, np.ndarray]:
-    """All input tensors of a request, checked against the model: names, datatypes, ranks, dims, NaN/inf.
+    """All input tensors of a request, checked against the model: names, datatypes, ranks, dims.
 
     ``raw`` holds each tensor's binary data (``None`` for a JSON tensor), as :func:`binary.slice_inputs` cuts it.
     """
@@ -145,7 +146,7 @@ def decode_inputs(
                 tensor=tensor.name,
             )
         arrays[tensor.name] = decode_tensor(tensor, None if raw is None else raw[index])
-    validate_inputs(arrays, specs, check_finite=True)
+    validate_inputs(arrays, specs)
     return arrays
 
 

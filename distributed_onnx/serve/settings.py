@@ -1,21 +1,22 @@
 """Serve settings: one typed model for the deployment (replicas, batching, limits) and where it listens.
 
-The same model is filled from ``distributed-onnx serve`` flags and from the ``args`` of a Serve config file
-(``jobs/serve.yaml``, via :func:`distributed_onnx.serve.app.app_builder`); unknown keys and invalid values
-are errors naming the key.
+The same model is filled from ``distributed-onnx serve`` (flags > ``DISTRIBUTED_ONNX_*`` > ``--config`` YAML >
+defaults, see :mod:`distributed_onnx.settings_sources`; every field is a flag) and from the ``args`` of a Serve
+config file (``jobs/serve.yaml``, via :func:`distributed_onnx.serve.app.app_builder`, which reads only those);
+unknown keys and invalid values are errors naming the key.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from distributed_onnx.backend.providers import ProviderChain
-from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.ingress import IngressMode
+from distributed_onnx.settings_sources import CommandSettings
 from distributed_onnx.worker import WorkerConfig
 
 LOOPBACK = "127.0.0.1"
@@ -24,12 +25,14 @@ LOOPBACK = "127.0.0.1"
 ADMISSION_MARGIN = 64
 
 
-class ServeSettings(BaseModel):
+class ServeSettings(CommandSettings):
     """Everything one online deployment depends on."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    label: ClassVar[str] = "serve settings"
 
-    checkpoint: Path = Field(default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint to serve.")
+    checkpoint: Path = Field(
+        default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint to serve (default: the bundled reference one)."
+    )
     host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
     grpc_port: int = Field(
@@ -40,12 +43,14 @@ class ServeSettings(BaseModel):
         description="How traffic reaches the replicas: auto (direct for one replica, haproxy for several), direct, "
         "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
     )
-    address: str | None = Field(default=None, description="Ray address; default: an embedded local Ray.")
+    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
     replicas: int = Field(default=1, gt=0, description="Replicas, each owning one ONNX Runtime session.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
     gpus_per_replica: float = Field(default=0.0, ge=0, description="GPUs per replica; fractions share a GPU.")
     providers: ProviderChain = Field(
-        default=None, description="Explicit provider chain (strict); default: the policy's (graceful)."
+        default=None,
+        examples=["cuda,cpu"],
+        description="Explicit provider chain, strict (default: the provider policy's, graceful).",
     )
     max_batch_size: int = Field(
         default=16, gt=0, description="Forecast requests merged into one model call (1 turns batching off)."
@@ -57,7 +62,7 @@ class ServeSettings(BaseModel):
         default=1024, gt=0, description="Windows per model call: merged or large requests are split into such chunks."
     )
     max_ongoing_requests: int | None = Field(
-        default=None, gt=0, description="Requests a replica holds at once; default max(64, 2 x max_batch_size)."
+        default=None, gt=0, description="Requests a replica holds at once (default: max(64, 2 x max_batch_size))."
     )
     max_queued_requests: int = Field(
         default=128,
@@ -134,13 +139,3 @@ class ServeSettings(BaseModel):
 
     def http_options(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "request_timeout_s": self.request_timeout_s}
-
-    @classmethod
-    def from_sources(cls, values: dict[str, Any], source: str = "command line") -> ServeSettings:
-        """Validate ``values`` (None = not given), with errors naming ``source`` and each key."""
-        given = {key.replace("-", "_"): value for key, value in values.items() if value is not None}
-        try:
-            return cls.model_validate(given)
-        except ValidationError as exc:
-            problems = describe_validation(exc.errors())
-            raise ConfigError(f"Invalid serve settings ({source}): {problems}") from exc

@@ -1,0 +1,155 @@
+"""The Python API of the backtest: ``distributed_onnx.backtest(data, ...)``, tables in and tables out.
+
+A forecaster in a notebook holds a DataFrame, not a file, and wants tables back (as Nixtla's
+``cross_validation(df, h=..., n_windows=..., step_size=...)`` gives them). This is the command's run
+(:func:`distributed_onnx.backtest.run.run_backtest`) behind one call: the same settings model, validation,
+errors and numbers. The arguments are the settings (no environment variables or files apply here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distributed_onnx.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from distributed_onnx.storage import Location
+
+#: Where in-memory data is written inside the run directory (the run's fingerprint hashes the data file).
+INPUTS_DIR = "inputs"
+_SORT_KEYS = [("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """What :func:`backtest` returns. ``.to_pandas()`` turns either table into a DataFrame."""
+
+    #: One row per (window, lead): ``series_id, window_id, origin, cutoff, timestamp, lead, y, q0.1, ...``,
+    #: ordered by series, origin and lead.
+    forecasts: pa.Table
+    #: The long metrics table: ``model, scope, series_id, lead, metric, quantile, value, n``.
+    metrics: pa.Table
+    #: What ``summary.json`` holds: settings, checkpoint, windows, actors, timing.
+    summary: dict[str, Any]
+    #: The run directory (report.html is there), or None when it was a temporary one, now deleted.
+    output: Location | None
+
+
+def backtest(
+    data: str | os.PathLike[str] | Any,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    horizon: int | None = None,
+    n_windows: int | None = None,
+    stride: int | None = None,
+    quantiles: Sequence[float] | None = None,
+    output: str | os.PathLike[str] | None = None,
+    **settings: Any,
+) -> Backtest:
+    """Backtest ``checkpoint`` on ``data`` and return the forecasts, metrics and summary.
+
+    ``data`` is a path or URL of a Parquet/CSV file, a ``pyarrow.Table``, a pandas DataFrame, or anything
+    with the Arrow stream interface (polars...), in the long format of the README (``series_id``,
+    ``timestamp``, ``y``, covariates). In-memory data is written as Parquet to ``output/inputs/`` (named by
+    its digest, so rerunning the same call on the same ``output`` resumes). ``settings`` are the other
+    fields of :class:`~distributed_onnx.backtest.settings.BacktestSettings` (``actors=2``,
+    ``rows_per_batch=512``, ``start=..., end=...``...); a None argument means "the default", as an absent flag.
+
+    Runs on the Ray this process is connected to (``ray.init(address=...)`` first for a cluster), else on an
+    embedded local Ray bound to 127.0.0.1, which stays up for the next call (``ray.shutdown()`` stops it).
+    With ``output=None`` the run happens in a temporary directory that is deleted once the tables are read:
+    only on a single machine, since actors on other nodes could not write there.
+
+    Raises what the command reports: :class:`~distributed_onnx.errors.ConfigError` for settings,
+    :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
+    when batches failed (after everything else was written).
+    """
+    from distributed_onnx.backtest.run import run_backtest
+    from distributed_onnx.backtest.settings import BacktestSettings
+    from distributed_onnx.local_ray import alive_nodes, connect
+
+    table = None if isinstance(data, str | os.PathLike) else _as_arrow(data)
+    given: dict[str, Any] = {"checkpoint": checkpoint, "horizon": horizon, "n_windows": n_windows, "stride": stride}
+    given |= {"quantiles": list(quantiles) if quantiles is not None else None, **settings}
+    with tempfile.TemporaryDirectory(prefix="distributed-onnx-") as scratch:
+        run_dir: Location = Path(scratch) / "run" if output is None else _location(output)
+        data_location = _location(data) if table is None else Path("<in-memory table>")
+        given |= {"output": run_dir, "data": data_location}
+        run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
+        connect(run_settings.address)  # kept up after the run: the next call reuses it
+        if output is None and alive_nodes() > 1:
+            raise ConfigError(
+                "output=None runs in a temporary directory on this machine, which actors on other nodes cannot "
+                "write to: pass output= a shared path or a URL (s3://...)",
+                key="output",
+            )
+        if table is not None:
+            run_settings = run_settings.model_copy(update={"data": write_input(table, run_settings.output)})
+        result = run_backtest(run_settings)
+        forecasts = read_forecasts(run_settings.output)
+    return Backtest(forecasts, result.metrics, result.summary, None if output is None else run_settings.output)
+
+
+def read_forecasts(output: Location) -> pa.Table:
+    """Every forecast part of a run directory as one table, ordered by series, origin and lead."""
+    import pyarrow as pa
+
+    from distributed_onnx import storage
+    from distributed_onnx.backtest.outputs import part_files
+
+    parts = [storage.read_parquet(path) for path in part_files(output)]
+    if not parts:
+        raise ConfigError(f"{output} holds no forecast parts", key="output")
+    return pa.concat_tables(parts).sort_by(_SORT_KEYS)
+
+
+def _location(value: str | os.PathLike[str]) -> Location:
+    from distributed_onnx import storage
+
+    text = os.fspath(value)
+    return text if storage.is_url(text) else Path(text)
+
+
+def write_input(table: pa.Table, run_dir: Location) -> Location:
+    """``table`` as Parquet at ``run_dir/inputs/table-<sha256 prefix>.parquet``; an identical file is kept."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distributed_onnx import storage
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    payload = sink.getvalue().to_pybytes()
+    path = storage.join(run_dir, INPUTS_DIR, f"table-{hashlib.sha256(payload).hexdigest()[:16]}.parquet")
+    if not storage.is_file(path):  # same bytes, same name: a rerun leaves it alone
+        storage.make_dirs(storage.join(run_dir, INPUTS_DIR))
+        storage.write_bytes(path, payload)
+    return path
+
+
+def _as_arrow(data: Any) -> pa.Table:
+    """A pyarrow Table from a Table, a pandas DataFrame (without importing pandas) or an Arrow stream."""
+    import pyarrow as pa
+
+    if isinstance(data, pa.Table):
+        return data
+    pandas = sys.modules.get("pandas")  # a DataFrame means pandas is imported already
+    if pandas is not None and isinstance(data, pandas.DataFrame):
+        # The index is not data: a default RangeIndex would otherwise become an undeclared column.
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    raise ConfigError(
+        f"data must be a path or URL, a pyarrow.Table, a pandas DataFrame or an Arrow stream; "
+        f"got {type(data).__module__}.{type(data).__qualname__}",
+        key="data",
+    )
