@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 
-def _children(root: int) -> set[int]:
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process descended from it (read from /proc)."""
     parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -51,7 +52,7 @@ def _decode(address: str) -> str:
 def listening_addresses(root_pid: int) -> list[str]:
     """``host:port`` of every listening TCP socket held by ``root_pid`` and its descendants."""
     inodes: set[int] = set()
-    for pid in _children(root_pid):
+    for pid in process_tree(root_pid):
         inodes |= _socket_inodes(pid)
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):

@@ -1,13 +1,15 @@
 """The embedded local Ray stays on 127.0.0.1: every socket its process tree listens on is loopback.
 
 Runs the embedded start-up (``local_ray.connect``) in a fresh interpreter, without the test suite's
-environment switch, exactly as ``distributed-onnx backtest`` does.
+environment switch, exactly as ``distributed-onnx backtest`` does; then ``distributed-onnx serve`` the same way,
+with an unauthenticated client probing every socket it listens on (measurements below).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -66,3 +68,91 @@ def test_embedded_ray_listens_on_loopback_only() -> None:
     finally:
         if process.poll() is None:
             process.kill()
+
+
+# ------------------------------------------------------------------------------------------ distributed-onnx serve
+#
+# Measured with Ray 2.60 (report printed by the test below, run with -s):
+# - Without distributed_onnx.serve.loopback, each Serve replica's inter-deployment gRPC server listened on [::]:0
+#   (all interfaces), the one socket of `serve` beyond loopback.
+# - An unauthenticated client on that port, with token authentication on (Ray's default): every call refused with
+#   UNAUTHENTICATED "Invalid or missing authentication token", the request never read.
+# - The same with RAY_AUTH_MODE=disabled: the replica unpickled the request's pickled_request_metadata, i.e. ran
+#   the client's code (a probe whose __reduce__ printed a line did print it in the replica's log).
+# The test pins both facts that matter now: every socket is on loopback, and a pickle probe sent without a token
+# to every one of them runs nowhere.
+
+PICKLE_PROBE_PATH = "/ray.serve.ASGIService/HandleRequest"
+
+
+class _Marker:
+    """Unpickling this creates a file: proof that a server executed what an unauthenticated client sent."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def _probe(port: int, marker: str) -> str:
+    import pickle
+
+    import grpc
+    from ray.serve.generated import serve_pb2
+
+    request = serve_pb2.ASGIRequest(pickled_request_metadata=pickle.dumps(_Marker(marker)), request_args=b"")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary(PICKLE_PROBE_PATH, request_serializer=lambda m: m.SerializeToString())
+        try:
+            call(request, timeout=10)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {(exc.details() or '')[:80]}"
+    return "OK (answered!)"
+
+
+def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
+    tiny_checkpoint: object, tmp_path: object
+) -> None:
+    import socket
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS"}}
+    checkpoint = str(tiny_checkpoint.weights_path)  # type: ignore[attr-defined]
+    command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.5)
+        addresses = listening_addresses(process.pid)
+        exposed = [address for address in addresses if not is_loopback(address)]
+        assert not exposed, f"serve listens beyond loopback: {exposed} (all: {addresses})"
+        marker = Path(str(tmp_path)) / "executed"
+        report = {address: _probe(int(address.rsplit(":", 1)[1]), str(marker)) for address in addresses}
+        print("\nunauthenticated pickle probe per listening socket:")
+        for address, outcome in report.items():
+            print(f"  {address:>22}  {outcome}")
+        assert not marker.exists(), f"a server unpickled an unauthenticated request: {report}"
+        assert not any(outcome.startswith("OK") for outcome in report.values()), report
+        assert any(outcome.startswith("UNAUTHENTICATED") for outcome in report.values()), report
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()

@@ -1,4 +1,8 @@
-"""``distributed-onnx serve`` in a subprocess: it becomes ready on loopback and exits 0 on SIGTERM and on Ctrl-C."""
+"""``distributed-onnx serve`` in a subprocess: start-up errors are one line, Ctrl-C and SIGTERM stop it cleanly.
+
+Cleanly means: exit 0 within a few seconds, nothing that reads like a failure on the way out, and no process
+of the embedded Ray left behind.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from listening import process_tree
 
 from distributed_onnx.checkpoint import ResolvedCheckpoint
 
@@ -21,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 READY_TIMEOUT_S = 180.0
 EXIT_TIMEOUT_S = 60.0
+COMMAND = [sys.executable, "-m", "distributed_onnx", "serve"]
 
 
 def free_port() -> int:
@@ -29,16 +36,43 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+
+
+def run_to_exit(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *arguments], check=False, env=environment(), capture_output=True, text=True, timeout=EXIT_TIMEOUT_S
+    )
+
+
+def test_a_missing_checkpoint_is_one_line_and_exit_2_before_ray_starts(tmp_path: Path) -> None:
+    result = run_to_exit(["--checkpoint", str(tmp_path / "nope.onnx"), "--port", str(free_port())])
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "nope.onnx" in lines[0]
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tiny_checkpoint: ResolvedCheckpoint) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_to_exit(["--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(port)])
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert lines == [f"error: 127.0.0.1:{port} is already in use; stop what listens there or choose another --port."]
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 def test_serve_command_runs_in_the_foreground_and_stops_cleanly(
     tiny_checkpoint: ResolvedCheckpoint, stop_signal: signal.Signals
 ) -> None:
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", str(tiny_checkpoint.weights_path)]
     process = subprocess.Popen(
-        [*command, "--port", str(port), "--max-batch-size", "4"],
-        env=env,
+        [*COMMAND, "--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(port), "--max-batch-size", "4"],
+        env=environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -58,13 +92,25 @@ def test_serve_command_runs_in_the_foreground_and_stops_cleanly(
         response = httpx.post(f"{url}/v1/forecast", json={"series": [{"series_id": "a", "y": [1.0, 3.0]}]}, timeout=30)
         assert response.status_code == 200, response.text
         assert response.json()["model"] == tiny_checkpoint.weights_path.stem
+        ray_processes = process_tree(process.pid) - {process.pid}
+        assert ray_processes, "found no child processes: the /proc reading is broken"
         process.send_signal(stop_signal)
         output, _ = process.communicate(timeout=EXIT_TIMEOUT_S)
         assert process.returncode == 0, output
         assert "ready: http://127.0.0.1" in output
+        assert "failed" not in output.lower() and "Traceback" not in output, output
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/v2/health/live", timeout=2)
+        left = {pid for pid in ray_processes if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)}
+        assert not left, f"processes of the embedded Ray still running after exit: {sorted(left)}"
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False

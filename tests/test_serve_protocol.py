@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from distributed_onnx.backend.validation import TensorSpec
-from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.errors import ConfigError, InferenceError, InputValidationError
 from distributed_onnx.serve.binary import binary_outputs, encode_response, slice_inputs, split_body
-from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, run_jobs
-from distributed_onnx.serve.http import HttpError, parse_body
+from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, plan_job, run_jobs
+from distributed_onnx.serve.health import ModelHealth
+from distributed_onnx.serve.http import HttpError, install_error_handlers, parse_body
 from distributed_onnx.serve.protocol import (
     decode_inputs,
     decode_tensor,
@@ -226,10 +227,89 @@ def test_run_jobs_merges_jobs_with_the_same_settings_and_splits_results_in_order
         ForecastJob(np.array([[5.0]], dtype=np.float32), 2, (0.1, 0.9)),
     ]
     fake = RecordingForecast()
-    results = run_jobs(fake, jobs)
+    results = run_jobs(fake, jobs, rows_per_batch=64)
     assert fake.calls == [((3, 2), 4, (0.5,)), ((1, 1), 2, (0.1, 0.9))]
     assert [r.shape for r in results] == [(1, 4, 1), (2, 4, 1), (1, 2, 2)]
     assert [float(r[i, 0, 0]) for r in results for i in range(len(r))] == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_run_jobs_splits_merged_work_into_calls_of_at_most_rows_per_batch() -> None:
+    rng = np.random.default_rng(3)
+    sizes = [5, 1, 7, 3]
+    jobs = [ForecastJob(rng.standard_normal((n, 2 + i)).astype(np.float32), 4, (0.5,)) for i, n in enumerate(sizes)]
+    fake = RecordingForecast()
+    results = run_jobs(fake, jobs, rows_per_batch=4)
+    assert [shape[0] for shape, _, _ in fake.calls] == [4, 4, 4, 4]  # 16 rows, chunks cut across requests
+    assert all(shape[0] <= 4 for shape, _, _ in fake.calls)
+    whole = run_jobs(RecordingForecast(), jobs, rows_per_batch=1000)
+    for chunked, merged, job in zip(results, whole, jobs, strict=True):
+        assert chunked.shape == (job.context.shape[0], 4, 1)
+        np.testing.assert_array_equal(chunked, merged)
+        np.testing.assert_array_equal(chunked[:, 0, 0], job.context[:, -1])  # each row got its own forecast
+
+
+def test_a_failing_model_call_fails_the_whole_batch_naming_its_requests() -> None:
+    def broken(context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
+        raise InferenceError("session exploded")
+
+    jobs = [ForecastJob(np.ones((2, 3), dtype=np.float32), 4, (0.5,)) for _ in range(3)]
+    with pytest.raises(InferenceError, match=r"a batch of 3 requests \(6 series\): session exploded"):
+        run_jobs(broken, jobs, rows_per_batch=64)
+
+    def nan(context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
+        return np.full((len(context), horizon, len(quantiles)), np.nan, dtype=np.float32)
+
+    with pytest.raises(InferenceError, match=r"1 request .*NaN"):
+        run_jobs(nan, jobs[:1], rows_per_batch=64)
+
+
+def test_model_health_turns_not_ready_after_consecutive_failures_only() -> None:
+    health = ModelHealth(max_consecutive_failures=2)
+    health.failed(InferenceError("one"))
+    assert health.ready
+    health.succeeded()
+    health.failed(InferenceError("two"))
+    assert health.ready
+    health.failed(InferenceError("three"))
+    assert not health.ready
+    assert "last 2 calls" in health.reason and "three" in health.reason
+    health.succeeded()
+    assert health.ready
+
+
+def test_a_start_whose_forecast_leaves_the_calendar_is_refused_naming_the_series() -> None:
+    from graphs import tiny_chronos2_metadata
+
+    late = ForecastRequest.model_validate(
+        {"series": [{"series_id": "a", "y": [1.0]}, {"series_id": "b", "y": [1.0], "start": "9999-12-31T23:00:00"}]}
+    )
+    with pytest.raises(InputValidationError, match=r"series\[1\]\.start.*9999"):
+        plan_job(late, tiny_chronos2_metadata())
+    fine = ForecastRequest.model_validate({"series": [{"series_id": "a", "y": [1.0], "start": "9999-01-01T00:00:00"}]})
+    assert plan_job(fine, tiny_chronos2_metadata()).context.shape == (1, 1)
+
+
+def test_unexpected_errors_are_json_500s() -> None:
+    import asyncio
+
+    import httpx
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/bug")
+    async def bug() -> None:
+        raise OverflowError("date value out of range")
+
+    async def get() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            return await client.get("/bug")
+
+    response = asyncio.run(get())
+    assert response.status_code == 500
+    assert response.json() == {"error": "Internal error (OverflowError): date value out of range"}
 
 
 def test_timestamps_follow_the_history() -> None:
@@ -255,3 +335,60 @@ def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
     assert ServeSettings().host == "127.0.0.1"
     with pytest.raises(ConfigError, match="colour"):
         ServeSettings.from_sources({"colour": "red"})
+    with pytest.raises(ConfigError, match="port and grpc_port are both 9000"):
+        ServeSettings.from_sources({"port": 9000, "grpc_port": 9000})
+    with pytest.raises(ConfigError, match="ingress"):
+        ServeSettings.from_sources({"ingress": "nginx"})
+    limits = ServeSettings(max_ongoing_requests=4, max_queued_requests=6)
+    assert limits.admission_limit == 10
+    options = limits.deployment_options()  # Serve's own limits above the replica's, so the replica answers
+    assert options["max_ongoing_requests"] > 10 and options["max_queued_requests"] > 10
+
+
+# ------------------------------------------------------------------------------------------ KServe v2 over gRPC
+
+
+def test_grpc_requests_decode_like_http_ones_from_contents_and_raw_bytes() -> None:
+    from distributed_onnx.serve.grpc_api import infer_inputs, model_infer_response, requested_outputs
+    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+
+    context = np.arange(8, dtype=np.float32).reshape(2, 4)
+    typed = ModelInferRequest(model_name="m")
+    tensor = typed.inputs.add(name="context", datatype="FP32", shape=[2, 4])
+    tensor.contents.fp32_contents.extend(context.ravel().tolist())
+    typed.inputs.add(name="group_ids", datatype="INT64", shape=[2]).contents.int64_contents.extend([0, 1])
+    typed.outputs.add(name="group_ids")
+    raw = ModelInferRequest(model_name="m")
+    raw.inputs.add(name="context", datatype="FP32", shape=[2, 4])
+    raw.inputs.add(name="group_ids", datatype="INT64", shape=[2])
+    raw.raw_input_contents.extend([context.tobytes(), np.array([0, 1], dtype="<i8").tobytes()])
+    for request in (typed, raw):
+        tensors, payload = infer_inputs(request)
+        arrays = decode_inputs(tensors, SPECS, payload)
+        np.testing.assert_array_equal(arrays["context"], context)
+        np.testing.assert_array_equal(arrays["group_ids"], [0, 1])
+    assert requested_outputs(typed) == [RequestedOutput(name="group_ids")] and requested_outputs(raw) is None
+    response = model_infer_response("m", "r1", {"q": context}, ["q"])
+    assert (response.id, response.outputs[0].datatype, list(response.outputs[0].shape)) == ("r1", "FP32", [2, 4])
+    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], "<f4").reshape(2, 4), context)
+
+
+def test_bad_grpc_requests_name_the_tensor() -> None:
+    from distributed_onnx.serve.grpc_api import infer_inputs
+    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+
+    request = ModelInferRequest(model_name="m")
+    request.inputs.add(name="context", datatype="FP32", shape=[1, 4])
+    request.inputs.add(name="group_ids", datatype="INT64", shape=[1])
+    request.raw_input_contents.append(b"\0" * 16)
+    with pytest.raises(InputValidationError, match="raw_input_contents has 1 entries for 2 inputs"):
+        infer_inputs(request)
+    request.inputs[1].datatype = "FP99"
+    del request.raw_input_contents[:]
+    with pytest.raises(InputValidationError, match=r"inputs\.1\.datatype"):
+        infer_inputs(request)
+    short = ModelInferRequest(model_name="m")
+    short.inputs.add(name="context", datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([1.0, 2.0])
+    tensors, payload = infer_inputs(short)
+    with pytest.raises(InputValidationError, match="'context'"):
+        decode_inputs(tensors, SPECS[:1], payload)

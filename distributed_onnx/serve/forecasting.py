@@ -45,8 +45,26 @@ def plan_job(request: ForecastRequest, metadata: CheckpointMetadata, enqueued_s:
             f"({metadata.output_patch_size} x {metadata.horizon_patches}).",
             field="horizon",
         )
+    for index, series in enumerate(request.series):
+        if series.start is not None:
+            check_timestamps_fit(series.start, len(series.y), horizon, metadata.resolution_minutes, index)
     quantiles = tuple(request.quantiles or metadata.native_quantiles)
     return ForecastJob(history_block(request.series, metadata.context_length), horizon, quantiles, enqueued_s)
+
+
+def check_timestamps_fit(start: datetime, n_history: int, horizon: int, resolution_minutes: int, index: int) -> None:
+    """Refuse a ``start`` whose forecast timestamps would leave the calendar (past year 9999), naming the series.
+
+    Checked before the model runs, so a far-future ``start`` is a 422 rather than an ``OverflowError`` after it.
+    """
+    try:
+        _as_utc(start) + (n_history + horizon - 1) * timedelta(minutes=resolution_minutes)
+    except OverflowError:
+        raise InputValidationError(
+            f"series[{index}].start: {start.isoformat()} plus {n_history} history and {horizon} forecast steps of "
+            f"{resolution_minutes} minutes runs outside the representable timestamps (years 1 to 9999).",
+            field=f"series[{index}].start",
+        ) from None
 
 
 def history_block(series: Sequence[SeriesHistory], context_length: int) -> np.ndarray:
@@ -72,12 +90,16 @@ def quantile_key(level: float) -> str:
 
 def forecast_timestamps(start: datetime, n_history: int, horizon: int, resolution_minutes: int) -> list[str]:
     """ISO timestamps (UTC, ``Z``) of the forecast steps after a history of ``n_history`` steps from ``start``."""
-    start = start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
+    start = _as_utc(start)
     step = timedelta(minutes=resolution_minutes)
     return [
         (start + (n_history + lead) * step).strftime("%Y-%m-%dT%H:%M:%S.%f").removesuffix(".000000") + "Z"
         for lead in range(horizon)
     ]
+
+
+def _as_utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def encode_forecasts(
@@ -116,29 +138,66 @@ class ForecastFn(Protocol):
     def __call__(self, context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray: ...
 
 
-def run_jobs(forecast: ForecastFn, jobs: Sequence[ForecastJob]) -> list[np.ndarray]:
-    """One model call per distinct (horizon, quantiles) among ``jobs``; results split back per job, in order.
+def run_jobs(forecast: ForecastFn, jobs: Sequence[ForecastJob], rows_per_batch: int) -> list[np.ndarray]:
+    """One model call per ``rows_per_batch`` windows of each distinct (horizon, quantiles); results per job, in order.
 
-    Contexts of different widths are NaN-padded on the left to a common width, which is what the worker does
-    to each of them anyway (the model's grid is ``context_length`` wide, missing history on the left).
+    Jobs with the same key are laid end to end and cut into chunks of at most ``rows_per_batch`` rows, each one
+    model call, so merged requests never make one unbounded ORT call (16 requests of 8 MB of short series would
+    be hundreds of thousands of windows). A chunk's contexts are NaN-padded on the left to its widest one, which
+    is what the worker does to each of them anyway (the model's grid is ``context_length`` wide, missing history
+    on the left). A failing call fails the whole batch: the error names how many requests it carried.
     """
-    results: list[np.ndarray | None] = [None] * len(jobs)
+    results: list[np.ndarray] = [np.empty((0,))] * len(jobs)
     groups: dict[tuple[int, tuple[float, ...]], list[int]] = {}
     for index, job in enumerate(jobs):
         groups.setdefault(job.key, []).append(index)
     for (horizon, quantiles), members in groups.items():
-        width = max(jobs[index].context.shape[1] for index in members)
-        rows = sum(jobs[index].context.shape[0] for index in members)
-        block = np.full((rows, width), np.nan, dtype=np.float32)
-        offsets = [0]
         for index in members:
-            context = jobs[index].context
-            block[offsets[-1] : offsets[-1] + context.shape[0], width - context.shape[1] :] = context
-            offsets.append(offsets[-1] + context.shape[0])
-        forecasts = forecast(block, horizon, quantiles)
-        if forecasts.shape[0] != rows:
-            msg = f"the model returned {forecasts.shape[0]} forecasts for {rows} series"
-            raise InferenceError(msg)
-        for position, index in enumerate(members):
-            results[index] = forecasts[offsets[position] : offsets[position + 1]]
-    return [result for result in results if result is not None]
+            results[index] = np.empty((jobs[index].context.shape[0], horizon, len(quantiles)), dtype=np.float32)
+        for chunk in _chunks([jobs[index].context.shape[0] for index in members], rows_per_batch):
+            pieces = [(members[position], start, stop) for position, start, stop in chunk]
+            width = max(jobs[index].context.shape[1] for index, _, _ in pieces)
+            rows = sum(stop - start for _, start, stop in pieces)
+            block = np.full((rows, width), np.nan, dtype=np.float32)
+            offset = 0
+            for index, start, stop in pieces:
+                context = jobs[index].context
+                block[offset : offset + stop - start, width - context.shape[1] :] = context[start:stop]
+                offset += stop - start
+            try:
+                forecasts = forecast(block, horizon, quantiles)
+            except InferenceError as exc:
+                raise _batch_failure(exc, jobs) from exc
+            if forecasts.shape[0] != rows:
+                wrong = InferenceError(f"the model returned {forecasts.shape[0]} forecasts for {rows} series")
+                raise _batch_failure(wrong, jobs)
+            if not np.isfinite(forecasts).all():
+                raise _batch_failure(InferenceError("the model produced NaN or infinite forecasts"), jobs)
+            offset = 0
+            for index, start, stop in pieces:
+                results[index][start:stop] = forecasts[offset : offset + stop - start]
+                offset += stop - start
+    return results
+
+
+def _chunks(sizes: Sequence[int], limit: int) -> list[list[tuple[int, int, int]]]:
+    """Cut items of ``sizes`` rows, laid end to end, into chunks of at most ``limit`` rows: (item, start, stop)."""
+    chunks: list[list[tuple[int, int, int]]] = [[]]
+    room = limit
+    for item, size in enumerate(sizes):
+        start = 0
+        while start < size:
+            if room == 0:
+                chunks.append([])
+                room = limit
+            stop = min(size, start + room)
+            chunks[-1].append((item, start, stop))
+            room -= stop - start
+            start = stop
+    return [chunk for chunk in chunks if chunk]
+
+
+def _batch_failure(exc: InferenceError, jobs: Sequence[ForecastJob]) -> InferenceError:
+    requests = "1 request" if len(jobs) == 1 else f"a batch of {len(jobs)} requests"
+    series = sum(job.context.shape[0] for job in jobs)
+    return InferenceError(f"the model failed on {requests} ({series} series): {exc}", batch_requests=len(jobs))

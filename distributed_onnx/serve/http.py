@@ -12,14 +12,16 @@ other project error on the request (settings)   422  (``ConfigError``)
 unknown model name, unknown route               404
 body above ``max_body_bytes``                   413
 backend closed                                  503
-model failed on valid input                     500  (``InferenceError``; a bug or a broken model)
-overload (``max_queued_requests``)              503 + Retry-After, written by Serve's proxy (text body)
+model failed on valid input                     500  (``InferenceError``; every request of a failed batch)
+any other exception (a bug)                     500  (caught by the catch-all handler, still JSON)
+overload (``max_queued_requests``)              503 + Retry-After (the replica's own admission check)
 ==============================================  ====
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -40,15 +42,17 @@ from distributed_onnx.serve.binary import HEADER_LENGTH, slice_inputs, split_bod
 from distributed_onnx.serve.schemas import InferRequest
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+logger = logging.getLogger(__name__)
 
 
 class HttpError(Exception):
     """An HTTP error with a status code and the message for ``{"error": ...}``."""
 
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(status_code, message)
+    def __init__(self, status_code: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code, message, headers)
         self.status_code = status_code
         self.message = message
+        self.headers = headers
 
 
 def status_of(exc: BaseException) -> int:
@@ -107,13 +111,12 @@ def parse_body(body: bytes, model: type[ModelT]) -> ModelT:
         raise HttpError(422, describe_validation(errors, root="body")) from None
 
 
-async def read_infer_request(request: Request, max_body_bytes: int) -> tuple[InferRequest, list[bytes | None] | None]:
+def parse_infer_request(body: bytes, header_length: str | None) -> tuple[InferRequest, list[bytes | None] | None]:
     """A v2 infer request and, when sent with the binary extension, each input's raw bytes (``None``: JSON).
 
-    The size limit applies to the whole body, JSON header and binary data together.
+    ``header_length`` is the request's ``Inference-Header-Content-Length`` (``None``: a plain JSON body); the
+    size limit has applied to the whole body, JSON header and binary data together.
     """
-    body = await read_body(request, max_body_bytes)
-    header_length = request.headers.get(HEADER_LENGTH)
     if header_length is None:
         return parse_body(body, InferRequest), None
     header, payload = split_body(body, header_length)
@@ -133,7 +136,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, HttpError):
-            return error_response(exc.status_code, exc.message)
+            return error_response(exc.status_code, exc.message, exc.headers)
         assert isinstance(exc, StarletteHTTPException)
         return error_response(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
@@ -144,10 +147,16 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_project_error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(status_of(exc), str(exc))
 
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not bad input: still JSON, naming the exception, so no client ever has to parse a text 500.
+        logger.exception("Unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, f"Internal error ({type(exc).__name__}): {exc}")
+
     app.add_exception_handler(HttpError, on_http_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(DistributedOnnxError, on_project_error)
+    app.add_exception_handler(Exception, on_unexpected)
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:

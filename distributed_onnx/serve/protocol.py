@@ -12,13 +12,13 @@ cut out of the body; both go through the same checks here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from distributed_onnx.backend.validation import TensorSpec, validate_inputs
-from distributed_onnx.errors import InputValidationError
+from distributed_onnx.errors import InferenceError, InputValidationError
 from distributed_onnx.serve.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
 
 #: v2 datatype -> numpy dtype; the inverse names a model's tensors in ``GET /v2/models/{name}``.
@@ -159,6 +159,22 @@ def select_outputs(available: Iterable[str], requested: Sequence[RequestedOutput
     if unknown:
         raise InputValidationError(f"Requested output(s) {unknown} do not exist; the model has {names}.")
     return [output.name for output in requested]
+
+
+def run_checked(
+    run: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]],
+    inputs: Mapping[str, np.ndarray],
+    names: Sequence[str],
+) -> Mapping[str, np.ndarray]:
+    """``run(inputs)``, refusing NaN or infinite values in the outputs to return (a broken model, not bad input).
+
+    Run in the model thread, so that such outputs count as a model failure for the replica's health.
+    """
+    outputs = run(inputs)
+    broken = [name for name in names if outputs[name].dtype.kind == "f" and not np.isfinite(outputs[name]).all()]
+    if broken:
+        raise InferenceError(f"the model produced NaN or infinite values in output(s) {broken}")
+    return outputs
 
 
 def encode_outputs(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> list[InferOutputTensor]:

@@ -2,13 +2,19 @@
 
 Without ``address`` the runner starts an embedded Ray bound to 127.0.0.1 (as the backtest does) and shuts
 Serve and Ray down on exit; with ``address`` it deploys to that cluster and deletes only its application.
+
+What can be checked before Ray starts is checked first (:func:`preflight`: the checkpoint resolves, the ports
+are free), so a typo costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs.
 """
 
 from __future__ import annotations
 
+import errno
 import http.client
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from types import FrameType
@@ -17,45 +23,104 @@ from typing import Any
 import ray
 from ray import serve
 
+from distributed_onnx.checkpoint import LocalCheckpoint
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.local_ray import connect
-from distributed_onnx.serve.app import APP_NAME, build_app
+from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
+from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
+from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress
 from distributed_onnx.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 
 
-def start(settings: ServeSettings) -> bool:
-    """Connect to (or start) Ray, start Serve's proxy and deploy; returns True if this call started Ray."""
-    started_ray = connect(settings.address)
-    deploy(settings)
-    return started_ray
+def choose_ingress(settings: ServeSettings) -> IngressPlan:
+    """The ingress for these settings on this machine (see :mod:`distributed_onnx.serve.ingress`)."""
+    embedded = not (settings.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
+    wants_haproxy = settings.ingress == "haproxy" or (settings.ingress == "auto" and settings.replicas > 1)
+    return plan_ingress(
+        settings.ingress,
+        replicas=settings.replicas,
+        host=settings.host,
+        port=settings.port,
+        grpc_port=settings.grpc_port,
+        embedded=embedded,
+        haproxy_binary=haproxy_binary() if embedded and wants_haproxy else None,
+        free_port=free_port,
+        free_range=free_range,
+    )
 
 
-def deploy(settings: ServeSettings) -> None:
-    """Start Serve's HTTP proxy (if not running) and deploy the application at ``/`` (Ray must be connected)."""
-    serve.start(http_options=settings.http_options())
+def deploy(settings: ServeSettings, plan: IngressPlan) -> None:
+    """Start Serve (if not running) with ``plan``'s ports and deploy the application at ``/`` (Ray connected).
+
+    HTTP and the KServe v2 gRPC service are both served; with direct ingress or HAProxy the proxy's own ports
+    are free loopback ports nobody calls, the user's ones being the replica's or HAProxy's.
+    """
+    from ray.serve.config import gRPCOptions
+
+    grpc_options = gRPCOptions(
+        port=plan.proxy_grpc_port,
+        grpc_servicer_functions=[SERVICER_FUNCTION],
+        request_timeout_s=settings.request_timeout_s,
+    )
+    http_options = settings.http_options() | {"port": plan.proxy_http_port}
+    serve.start(http_options=http_options, grpc_options=grpc_options)
     serve.run(build_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
 
 
+def preflight(settings: ServeSettings) -> None:
+    """Fail fast, before Ray starts, on what would otherwise fail inside it (embedded Ray only).
+
+    On a cluster (``address``) the checkpoint path and the ports are the cluster nodes' business, not this
+    machine's, so nothing is checked here.
+    """
+    if settings.address or os.environ.get("RAY_ADDRESS"):
+        return
+    LocalCheckpoint(path=settings.checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
+    check_port_free(settings.host, settings.port, "port")
+    check_port_free(settings.host, settings.grpc_port, "grpc_port")
+
+
+def check_port_free(host: str, port: int, key: str) -> None:
+    """Refuse a port something already listens on, as the server would when it binds it (SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"{host}:{port} is already in use; stop what listens there or choose another "
+                    f"--{key.replace('_', '-')}.",
+                    key=key,
+                ) from None
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}", key=key) from None
+
+
 def stop(started_ray: bool) -> None:
-    """Undo :func:`start`: the whole embedded instance, or only our application on a shared cluster."""
+    """Undo :func:`start`: the whole embedded instance, or only our application on a shared cluster.
+
+    The application is deleted first (its replicas drain their in-flight requests), then an embedded Ray is
+    shut down with everything in it. ``serve.shutdown()`` is not used: its controller task kills its own actor
+    and Ray then prints "Task ServeController.graceful_shutdown failed ... infinite retries" on every clean
+    exit (measured), which reads like a failure.
+    """
     try:
-        if started_ray:
-            serve.shutdown()  # type: ignore[no-untyped-call]
-        else:
-            serve.delete(APP_NAME)
+        serve.delete(APP_NAME)
     finally:
         if started_ray:
             ray.shutdown()
 
 
 def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
-    """Poll ``/v2/health/ready`` until it answers 200."""
+    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line."""
     host = "127.0.0.1" if settings.host in {"0.0.0.0", "::"} else settings.host
     url = f"http://{host}:{settings.port}/v2/health/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        check_not_failed()
         # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
         connection = http.client.HTTPConnection(host, settings.port, timeout=2.0)
         try:
@@ -70,6 +135,17 @@ def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
     raise ConfigError(f"the deployment did not become ready within {timeout_s} s ({url})")
 
 
+def check_not_failed() -> None:
+    """Raise the replicas' start-up error (its last line: the exception) once Serve marks the deploy failed."""
+    application = serve.status().applications.get(APP_NAME)
+    if application is None or str(application.status) != "DEPLOY_FAILED":
+        return
+    deployment = application.deployments.get(DEPLOYMENT_NAME)
+    message = (deployment.message if deployment is not None else "") or application.message
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    raise ConfigError(f"the deployment failed to start: {lines[-1] if lines else 'no reason given by Serve'}")
+
+
 def serve_forever(settings: ServeSettings) -> int:
     """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0)."""
     stop_requested = threading.Event()
@@ -82,13 +158,20 @@ def serve_forever(settings: ServeSettings) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         previous[signum] = signal.signal(signum, request_stop)
     started_ray = False
+    deployed = False
+    preflight(settings)
+    plan = choose_ingress(settings)
+    # Serve's processes read the ingress switches from their environment when they start: set them first.
+    os.environ.update(plan.environment)
+    logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
         started_ray = connect(settings.address)
         # ray.init installs its own SIGTERM handlers (a Python one that exits, and a C-level one that aborts
         # the driver with exit -6 - measured): take the signals back before deploying, which takes seconds.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
-        deploy(settings)
+        deployed = True
+        deploy(settings, plan)
         wait_ready(settings)
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
@@ -96,11 +179,16 @@ def serve_forever(settings: ServeSettings) -> int:
             settings.host,
             settings.port,
         )
-        print(f"ready: http://{settings.host}:{settings.port}/v1/forecast  (docs: /docs)", flush=True)
+        print(
+            f"ready: http://{settings.host}:{settings.port}/v1/forecast (docs: /docs), "
+            f"gRPC {settings.host}:{settings.grpc_port} (KServe v2); ingress: {plan.mode}",
+            flush=True,
+        )
         while not stop_requested.wait(0.5):
             pass
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        stop(started_ray)
+        if deployed or started_ray:
+            stop(started_ray)
     return 0

@@ -11,14 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from distributed_onnx.backend.providers import ProviderChain
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.serve.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings
 from distributed_onnx.worker import WorkerConfig
 
 LOOPBACK = "127.0.0.1"
+#: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
+#: a rejection takes microseconds, so few are ever inside at once.
+ADMISSION_MARGIN = 64
 
 
 class ServeSettings(CommandSettings):
@@ -30,7 +34,15 @@ class ServeSettings(CommandSettings):
         default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint to serve (default: the bundled reference one)."
     )
     host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
-    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the proxy.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
+    grpc_port: int = Field(
+        default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
+    )
+    ingress: IngressMode = Field(
+        default="auto",
+        description="How traffic reaches the replicas: auto (direct for one replica, haproxy for several), direct, "
+        "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
+    )
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
     replicas: int = Field(default=1, gt=0, description="Replicas, each owning one ONNX Runtime session.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
@@ -46,11 +58,17 @@ class ServeSettings(CommandSettings):
     batch_wait_ms: float = Field(
         default=1.0, ge=0, description="How long a batch waits to fill; one lone client pays at most this."
     )
+    rows_per_batch: int = Field(
+        default=1024, gt=0, description="Windows per model call: merged or large requests are split into such chunks."
+    )
     max_ongoing_requests: int | None = Field(
         default=None, gt=0, description="Requests a replica holds at once (default: max(64, 2 x max_batch_size))."
     )
     max_queued_requests: int = Field(
-        default=128, gt=0, description="Requests waiting for a replica before new ones get 503 + Retry-After."
+        default=128,
+        gt=0,
+        description="Requests waiting in a replica (beyond max_ongoing_requests) before new ones get 503 + "
+        "Retry-After (HTTP) or UNAVAILABLE (gRPC).",
     )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After of an overload 503.")
     request_timeout_s: float = Field(default=30.0, gt=0, description="End-to-end HTTP timeout (408 after).")
@@ -58,6 +76,18 @@ class ServeSettings(CommandSettings):
     health_check_period_s: float = Field(default=10.0, gt=0, description="Seconds between replica health checks.")
     health_check_timeout_s: float = Field(default=30.0, gt=0, description="A health check slower than this fails.")
     warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run at replica start (0 skips).")
+    max_consecutive_model_failures: int = Field(
+        default=3,
+        gt=0,
+        description="Model calls failing in a row (on valid input) before the replica reports not ready and "
+        "Serve replaces it; one success resets the count.",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServeSettings:
+        if self.port == self.grpc_port:
+            raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
+        return self
 
     @property
     def model_name(self) -> str:
@@ -75,6 +105,15 @@ class ServeSettings(CommandSettings):
         """
         return self.max_ongoing_requests or max(64, 2 * self.max_batch_size)
 
+    @property
+    def admission_limit(self) -> int:
+        """Requests a replica holds (running or waiting inside it) before it answers 503 / UNAVAILABLE itself.
+
+        The replica's own check, so an overload answer is JSON with Retry-After on HTTP and UNAVAILABLE on gRPC
+        on every ingress; Serve's own limits sit above it (``deployment_options``) and only catch the excess.
+        """
+        return self.ongoing_requests + self.max_queued_requests
+
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(checkpoint=self.checkpoint, providers=self.providers, warm_up_rows=self.warm_up_rows)
 
@@ -84,11 +123,17 @@ class ServeSettings(CommandSettings):
 
         return {
             "num_replicas": self.replicas,
-            "max_ongoing_requests": self.ongoing_requests,
-            "max_queued_requests": self.max_queued_requests,
+            # Room above the replica's own admission limit, so that requests reach its check and get its answer:
+            # Serve also counts requests in its router while it picks a replica, and with a queue of 1 a burst
+            # of 30 got Serve's text 503s (measured).
+            "max_ongoing_requests": self.admission_limit + max(ADMISSION_MARGIN, self.admission_limit),
+            "max_queued_requests": self.admission_limit + ADMISSION_MARGIN,
             "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=self.retry_after_s),
             "health_check_period_s": self.health_check_period_s,
             "health_check_timeout_s": self.health_check_timeout_s,
+            # How often a stopping replica checks for in-flight requests; Serve's 2 s default made every exit
+            # wait 2 s more than the requests needed (measured).
+            "graceful_shutdown_wait_loop_s": 0.1,
             "ray_actor_options": {"num_cpus": self.cpus_per_replica, "num_gpus": self.gpus_per_replica},
         }
 

@@ -1,0 +1,105 @@
+"""KServe v2 over gRPC <-> the HTTP path's own tensor checks: requests in, responses and status codes out.
+
+Pure code. A ``ModelInferRequest``'s inputs become the same :class:`InferInputTensor` models the HTTP route
+parses (typed ``contents`` as ``data``, ``raw_input_contents`` as binary data), so
+:func:`distributed_onnx.serve.protocol.decode_inputs` applies the same validation and the same messages; the
+errors map to gRPC status codes the way Triton maps them. Outputs go back as ``raw_output_contents`` (what
+Triton sends and ``tritonclient.grpc`` reads), little-endian and row-major.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+import numpy as np
+
+from distributed_onnx.errors import InputValidationError
+from distributed_onnx.serve.grpc_messages import ModelInferResponse, ModelMetadataResponse
+from distributed_onnx.serve.protocol import datatype_of
+from distributed_onnx.serve.schemas import InferInputTensor, ModelMetadata, RequestedOutput
+
+#: HTTP status of the shared error mapping -> gRPC status code.
+GRPC_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,  # what gRPC itself answers for a message above its limit
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    499: grpc.StatusCode.CANCELLED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+
+# v2 datatype -> the typed contents field that carries it (FP16/BF16 have none: raw only).
+_CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def grpc_code(http_status: int) -> grpc.StatusCode:
+    return GRPC_CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+def infer_inputs(request: Any) -> tuple[list[InferInputTensor], list[bytes | None] | None]:
+    """The request's inputs as the HTTP path's tensors, and their raw bytes (``None`` when sent as contents)."""
+    raw_contents = list(request.raw_input_contents)
+    if raw_contents and len(raw_contents) != len(request.inputs):
+        raise InputValidationError(
+            f"raw_input_contents has {len(raw_contents)} entries for {len(request.inputs)} inputs; "
+            "send one per input, in input order, or none."
+        )
+    tensors = []
+    for index, tensor in enumerate(request.inputs):
+        fields: dict[str, Any] = {"name": tensor.name, "shape": list(tensor.shape), "datatype": tensor.datatype}
+        if not raw_contents:
+            field = _CONTENTS.get(tensor.datatype)
+            fields["data"] = list(getattr(tensor.contents, field)) if field else None
+        tensors.append(_validated(fields, index))
+    if not tensors:
+        raise InputValidationError("inputs: the request has no input tensors.")
+    return tensors, (list(raw_contents) if raw_contents else None)
+
+
+def requested_outputs(request: Any) -> list[RequestedOutput] | None:
+    return [RequestedOutput(name=output.name) for output in request.outputs] or None
+
+
+def model_infer_response(model: str, request_id: str, outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> Any:
+    """A ``ModelInferResponse`` with every output as raw little-endian bytes."""
+    response = ModelInferResponse(model_name=model, id=request_id)
+    for name in names:
+        value = np.asarray(outputs[name])
+        response.outputs.add(name=name, datatype=datatype_of(value.dtype), shape=list(value.shape))
+        response.raw_output_contents.append(value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
+    return response
+
+
+def metadata_response(metadata: ModelMetadata) -> Any:
+    response = ModelMetadataResponse(name=metadata.name, versions=metadata.versions, platform=metadata.platform)
+    for target, tensors in ((response.inputs, metadata.inputs), (response.outputs, metadata.outputs)):
+        for tensor in tensors:
+            target.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+    return response
+
+
+def _validated(fields: dict[str, Any], index: int) -> InferInputTensor:
+    from pydantic import ValidationError
+
+    from distributed_onnx.errors import describe_validation
+
+    try:
+        return InferInputTensor.model_validate(fields)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("inputs", index, *error["loc"])} for error in exc.errors()]
+        raise InputValidationError(describe_validation(errors)) from None
