@@ -102,14 +102,25 @@ class WindowPlan:
     def planned(self) -> int:
         return int(self.offsets[-1])
 
-    def parts(self, windows_per_part: int) -> list[PartSpec]:
-        """The run's units of work: consecutive runs of ``windows_per_part`` windows (the last may be short)."""
+    def parts(self, windows_per_part: int, first_part: int | None = None) -> list[PartSpec]:
+        """The run's units of work: runs of consecutive windows, ``windows_per_part`` each (the last may be short).
+
+        With ``first_part`` (one model batch), the first parts ramp up from it, doubling, to ``windows_per_part``:
+        the first results (and a first sign of trouble) arrive after one batch, not after a whole part, for
+        a handful of extra parts. Deterministic, so a rerun plans the same parts.
+        """
         if windows_per_part < 1:
             raise ValueError(f"windows_per_part must be >= 1, got {windows_per_part}")
-        starts = range(0, self.planned, windows_per_part)
-        return [
-            PartSpec(index, start, min(start + windows_per_part, self.planned)) for index, start in enumerate(starts)
-        ]
+        sizes: list[int] = []
+        size = first_part if first_part is not None else windows_per_part
+        covered = 0
+        while covered < self.planned:
+            take = min(size, windows_per_part, self.planned - covered)
+            sizes.append(take)
+            covered += take
+            size *= 2
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return [PartSpec(index, int(starts[index]), int(starts[index + 1])) for index in range(len(sizes))]
 
     def segments(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
         """``(series_index, first, last)`` slices of each series' kept origins that make up windows [start, stop)."""

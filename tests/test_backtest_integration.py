@@ -201,14 +201,14 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
     complete = read_forecasts(Path(settings.output))
     parts = Path(settings.output) / outputs.FORECASTS_DIR
     assert len(list(parts.glob("part-*.parquet"))) == 6
-    assert len(list(parts.glob("part-*.sums.npz"))) == 6
+    assert len(list(parts.glob("part-*.sums.arrow"))) == 6
     other = settings_for(tiny, data, tmp_path / "other", rows_per_batch=2, quantiles=[0.2, 0.5, 0.8])
     run_backtest(other)
     (parts / "part-000001.parquet").unlink()  # missing forecasts, sums left behind
     torn = parts / "part-000002.parquet"
     torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])  # a torn copy
-    (parts / "part-000003.sums.npz").write_bytes(b"PK not a zip")  # torn sums
-    for name in ("part-000004.parquet", "part-000004.sums.npz"):  # a foreign part: another run's files
+    (parts / "part-000003.sums.arrow").write_bytes(b"ARROW1 torn")  # torn sums
+    for name in ("part-000004.parquet", "part-000004.sums.arrow"):  # a foreign part: another run's files
         (parts / name).write_bytes((Path(other.output) / outputs.FORECASTS_DIR / name).read_bytes())
     partial = parts / ".tmp-killed.parquet"
     partial.write_bytes(b"PAR1 half a file")
@@ -304,9 +304,9 @@ def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, dat
     assert "expected 4" in failed[0]["error"]
     assert {path.name for path in (Path(settings.output) / outputs.FORECASTS_DIR).glob("part-*")} == {
         "part-000000.parquet",
-        "part-000000.sums.npz",
+        "part-000000.sums.arrow",
         "part-000001.parquet",
-        "part-000001.sums.npz",
+        "part-000001.sums.arrow",
     }
     assert set(read_forecasts(Path(settings.output))["window_id"].to_pylist()) == set(planned[:8])
     summary = json.loads((Path(settings.output) / "summary.json").read_text())

@@ -163,7 +163,7 @@ def test_cleanup_of_partials_and_discarded_parts(tmp_path: Path) -> None:
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     for index in (0, 2):
         write_part(tmp_path, index, table, RECORD)
-    (tmp_path / FORECASTS_DIR / "part-000002.sums.npz").write_bytes(b"stale")
+    (tmp_path / FORECASTS_DIR / "part-000002.sums.arrow").write_bytes(b"stale")
     (tmp_path / FORECASTS_DIR / ".tmp-abandoned.parquet").write_bytes(b"half")
     clean_partials(tmp_path)
     discard_part(tmp_path, 2)

@@ -42,7 +42,7 @@ def tiny(tiny_checkpoint: ResolvedCheckpoint) -> Path:
 def test_parts_hold_exactly_the_independent_forecasts(tmp_path: Path, tiny: Path, data: Path) -> None:
     settings = settings_for(tiny, data, tmp_path / "run", covariates=["temp"], rows_per_batch=3, windows_per_part=5)
     plan = run_parts_in_process(settings)
-    assert [part.n_windows for part in plan.parts()] == [5, 5, 2]
+    assert [part.n_windows for part in plan.parts()] == [3, 5, 4]  # ramp: one batch first, then parts of 5
     written = read_forecasts(settings.output)
     expected = in_process_forecasts(settings)
     assert written.column_names == expected.column_names
@@ -111,7 +111,7 @@ def test_sums_round_trip_and_refuse_torn_or_foreign_bytes() -> None:
     sums = PartSums({"run_fingerprint": "fp", "part": 3}, model, naive, FanCandidates.empty(2, 3))
     payload = sums.to_bytes()
     back = PartSums.from_bytes(payload)
-    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": 1}
+    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": 2}
     assert back.model.to_table("m").equals(model.to_table("m"))
     assert back.naive.n_windows == 0
     from distributed_onnx.errors import DataError
@@ -119,7 +119,7 @@ def test_sums_round_trip_and_refuse_torn_or_foreign_bytes() -> None:
     with pytest.raises(DataError, match="unreadable"):
         PartSums.from_bytes(payload[: len(payload) // 2])
     with pytest.raises(DataError, match="unreadable"):
-        PartSums.from_bytes(b"not a zip at all")
+        PartSums.from_bytes(b"not an Arrow file at all")
 
 
 def test_default_part_size_is_whole_batches_and_independent_of_the_cluster() -> None:

@@ -225,6 +225,17 @@ def test_parts_cut_the_window_sequence_and_segments_map_back_to_series() -> None
     assert sum(hi - lo for part in parts for _, lo, hi in plan.segments(part.start, part.stop)) == 12
 
 
+def test_parts_ramp_up_from_one_batch_then_keep_their_size() -> None:
+    spec = WindowSpec(context_length=2, horizon=1, n_windows=100)
+    plan = plan_windows([_series("a", 200)], spec)
+    parts = plan.parts(32, first_part=4)
+    assert [part.n_windows for part in parts] == [4, 8, 16, 32, 32, 8]
+    assert [(part.start, part.stop) for part in parts[:2]] == [(0, 4), (4, 12)]
+    assert parts[-1].stop == 100 and [part.index for part in parts] == list(range(6))
+    assert [part.n_windows for part in plan.parts(32)] == [32, 32, 32, 4]  # without a ramp
+    assert plan_windows([], spec).parts(32, first_part=4) == []
+
+
 def test_a_part_descriptor_is_a_few_integers() -> None:
     import pickle
 

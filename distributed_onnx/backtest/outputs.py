@@ -1,7 +1,7 @@
 """The backtest's run directory: forecast parts and their sums, the run manifest, and what counts as done.
 
 ``forecasts/part-NNNNNN.parquet`` holds part NNNNNN of the plan, written by the actor that computed it;
-``forecasts/part-NNNNNN.sums.npz`` beside it holds that part's metric sums (:mod:`.sums`), written after the
+``forecasts/part-NNNNNN.sums.arrow`` beside it holds that part's metric sums (:mod:`.sums`), written after the
 part. The plan is deterministic, so a rerun with the same settings skips every part that is *verifiably*
 done (:func:`done_parts`): both files present and readable, both naming this run and this part, the part's row
 count and size what its sums say. Anything else (a torn copy, a file from another run) is redone, not trusted.
@@ -38,7 +38,7 @@ def part_path(output: Location, part_index: int) -> Location:
 
 
 def sums_path(output: Location, part_index: int) -> Location:
-    return storage.join(output, FORECASTS_DIR, f"part-{part_index:06d}.sums.npz")
+    return storage.join(output, FORECASTS_DIR, f"part-{part_index:06d}.sums.arrow")
 
 
 def part_files(output: Location) -> list[Location]:

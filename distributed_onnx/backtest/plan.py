@@ -63,7 +63,8 @@ class RunPlan:
         return self.checkpoint.metadata.resolution_minutes * 60_000_000
 
     def parts(self) -> list[PartSpec]:
-        return self.windows.parts(self.windows_per_part)
+        """The run's parts: ``windows_per_part`` each after a ramp up from one model batch."""
+        return self.windows.parts(self.windows_per_part, first_part=self.settings.rows_per_batch)
 
     def job(self, source: SeriesSource, overlap_packing: bool | None = None) -> PartJob:
         """What every actor of this run needs, built once and sent once per actor."""

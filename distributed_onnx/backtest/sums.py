@@ -1,21 +1,21 @@
 """A part's metric sums: what the actor that computed a part writes beside it, and what the driver merges.
 
-One ``.npz`` file (plain arrays, never pickles) per part: a JSON header naming the run and the part, the
-model's and the seasonal-naive baseline's :class:`~distributed_onnx.metrics.MetricsAccumulator` sums, and the
-few forecast-fan candidates the report draws (:mod:`.fans`). Sums merge exactly (they are sums), so the
+One Arrow IPC file per part (plain arrays, never pickles; readable by any Arrow tool): a JSON header naming
+the run and the part, the model's and the seasonal-naive baseline's
+:class:`~distributed_onnx.metrics.MetricsAccumulator` sums, and the few forecast-fan candidates the report
+draws (:mod:`.fans`). Sums merge exactly (they are sums), so the
 driver builds ``metrics.parquet`` without reading a single forecast back; a resumed run merges the sums of the
 parts done earlier with those done now and scores exactly as an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.backtest.fans import FanCandidates
@@ -24,7 +24,8 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.metrics import MetricsAccumulator
 
 #: Bumped whenever the file's layout changes; a file of another format is redone, not read.
-SUMS_FORMAT = 1
+SUMS_FORMAT = 2
+SUMS_METADATA_KEY = b"distributed_onnx.sums"
 
 
 @dataclass
@@ -37,33 +38,49 @@ class PartSums:
     fans: FanCandidates
 
     def to_bytes(self) -> bytes:
-        arrays = {
-            "header": np.asarray(json.dumps({**self.header, "format": SUMS_FORMAT}, sort_keys=True)),
-            **self.model.state("model."),
-            **self.naive.state("naive."),
-            **self.fans.state("fans."),
-        }
-        buffer = io.BytesIO()
-        np.savez(buffer, allow_pickle=False, **arrays)
-        return buffer.getvalue()
+        arrays = {**self.model.state("model."), **self.naive.state("naive."), **self.fans.state("fans.")}
+        # One row, one list column per array: the driver merging thousands of parts decodes a file in one
+        # Arrow read (an .npz of the same arrays cost 3 ms a part to parse, measured).
+        layout = {name: {"dtype": array.dtype.str, "shape": list(array.shape)} for name, array in arrays.items()}
+        columns = {name: _list_of(array) for name, array in arrays.items()}
+        document = {"header": {**self.header, "format": SUMS_FORMAT}, "arrays": layout}
+        table = pa.table(columns).replace_schema_metadata({SUMS_METADATA_KEY: json.dumps(document, sort_keys=True)})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        return bytes(sink.getvalue().to_pybytes())
 
     @classmethod
     def from_bytes(cls, payload: bytes) -> PartSums:
         """Parse a sums file; anything torn, foreign or of another format raises ``DataError``."""
         try:
-            with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
-                arrays = {name: archive[name] for name in archive.files}
-            header = json.loads(str(arrays["header"]))
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+            table = pa.ipc.open_file(pa.BufferReader(payload)).read_all()
+            document = json.loads((table.schema.metadata or {})[SUMS_METADATA_KEY])
+            header, layout = document["header"], document["arrays"]
+            if not isinstance(header, dict) or header.get("format") != SUMS_FORMAT:
+                raise DataError(f"sums file of another format: {header!r:.200}")
+            arrays = {name: _array_of(table.column(name), spec) for name, spec in layout.items()}
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"unreadable sums file: {exc}") from exc
-        if not isinstance(header, dict) or header.get("format") != SUMS_FORMAT:
-            raise DataError(f"sums file of another format: {header!r:.200}")
         return cls(
             header,
             MetricsAccumulator.from_state(arrays, "model."),
             MetricsAccumulator.from_state(arrays, "naive."),
             FanCandidates.from_state(arrays, "fans."),
         )
+
+
+def _list_of(array: np.ndarray) -> pa.ListArray:
+    flat = array.ravel()
+    values = pa.array(flat.tolist(), pa.string()) if array.dtype.kind == "U" else pa.array(flat)
+    return pa.ListArray.from_arrays(pa.array([0, len(flat)], pa.int32()), values)
+
+
+def _array_of(column: pa.ChunkedArray, spec: dict[str, Any]) -> np.ndarray:
+    values = column.chunk(0).values
+    dtype = np.dtype(spec["dtype"])
+    flat = np.asarray(values.to_pylist(), dtype=dtype) if dtype.kind == "U" else values.to_numpy()
+    return np.asarray(flat, dtype=dtype).reshape(spec["shape"])
 
 
 def write_sums(output: storage.Location, part_index: int, sums: PartSums) -> int:
