@@ -316,8 +316,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{c['requests_per_cell']} requests per cell (cap {c['cap_s']} s); servers one at a time, each a fresh "
         f"process with one ORT thread; load average before {[round(x, 2) for x in c['load_before']]}, after "
         f"{[round(x, 2) for x in c['load_after']]}. Client: asyncio HTTP/1.1 keep-alive on 127.0.0.1, on the same "
-        "2 cores as the servers. Other engineers run tests on this machine at the same time: expect noise of "
-        "tens of percent.",
+        "2 cores as the servers. Earlier runs on a machine shared with other jobs moved these ratios by tens of "
+        "percent; the load averages above say how quiet this run was.",
         "",
         f"The model call alone (`InferenceWorker.forecast`, 1 series, in process): p50 {call['p50_ms']} ms, "
         f"{call['requests_per_s']} calls/s.",
