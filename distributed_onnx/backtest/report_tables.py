@@ -176,7 +176,7 @@ def throughput(summary: dict[str, Any]) -> str:
         "dispatch / total / first forecast (s)": " / ".join(
             number(timing.get(key), 3) for key in ("dispatch_s", "total_s", "first_forecast_s")
         ),
-        "driver CPU: whole run / dispatch (s)": " / ".join(
+        "driver CPU: until the report / dispatch (s)": " / ".join(
             number(timing.get(key), 3) for key in ("driver_cpu_s", "driver_cpu_dispatch_s")
         ),
     }

@@ -194,6 +194,7 @@ class _BacktestRun:
         """
         plan = self.plan
         fans = fan_windows(self.sums, plan, metrics)
+        summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
         arguments = (self.output, summary, metrics, plan.quantiles, fans)
         try:
             if ray.is_initialized():
