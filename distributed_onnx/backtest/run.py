@@ -10,7 +10,6 @@ a rerun with the same settings on the same directory runs only the rest.
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import resource
@@ -18,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -26,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from distributed_onnx import storage
 from distributed_onnx.actors import has_room, start_pool, start_worker_actor
 from distributed_onnx.backtest import outputs
+from distributed_onnx.backtest.failures import failure_error
 from distributed_onnx.backtest.fans import FanWindow
 from distributed_onnx.backtest.merge import RunSums, fan_windows
 from distributed_onnx.backtest.part import PartJob, PartReceipt, PartRunner
@@ -40,7 +39,7 @@ from distributed_onnx.local_ray import connect
 from distributed_onnx.progress import Progress
 from distributed_onnx.series_source import ParquetSeriesReader, SeriesSource, SeriesStore, SeriesTransport
 from distributed_onnx.series_source import choose_transport as choose_series_transport
-from distributed_onnx.windows import PartSpec, plan_series, window_ids
+from distributed_onnx.windows import PartSpec
 from distributed_onnx.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
 __all__ = ["BacktestResult", "RunPlan", "prepare", "run_backtest"]
@@ -183,7 +182,7 @@ class _BacktestRun:
         summary["timing"]["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         write_summary(output, summary)
         if self.failures:
-            self._raise_failures()
+            raise failure_error(self.plan, self.parts, self.failures)
         return BacktestResult(summary, metrics, self.failures)
 
     def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
@@ -316,26 +315,4 @@ class _BacktestRun:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
         self.failures.append(
             {"part": part.index, "windows": part.n_windows, "error": f"{type(error).__name__}: {error}"}
-        )
-
-    def _raise_failures(self) -> None:
-        """List the failed parts' window ids (computed here, for failed parts only) and raise."""
-        plan = self.plan
-        by_index = {part.index: part for part in self.parts}
-        for failure in self.failures:
-            part = by_index[failure["part"]]
-            ids: list[str] = []
-            for series_index, lo, hi in plan.windows.segments(part.start, part.stop):
-                series = plan.table.series[series_index]
-                origins = plan_series(series, plan.spec).origins[lo:hi]
-                origins_us = np.asarray(series.timestamp_us(origins), dtype=np.int64)
-                ids += window_ids([series.series_id] * len(origins), origins_us, plan.window_fingerprint)
-            failure["window_ids"] = ids
-        failed_path = storage.join(self.output, "failed_windows.json")
-        storage.write_bytes(failed_path, json.dumps(self.failures, indent=2).encode())
-        first = self.failures[0]
-        raise BatchError(
-            f"{len(self.failures)} part(s) failed; their window ids are in {failed_path}; rerun to resume. "
-            f"First: part {first['part']} ({first['windows']} windows): {first['error']}",
-            failed_batches=[failure["part"] for failure in self.failures],
         )
