@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from distributed_onnx import storage
 from distributed_onnx.backtest.fans import FanPicker, FanWindow
 from distributed_onnx.backtest.sums import PartSums
 from distributed_onnx.metrics import MetricsAccumulator
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from distributed_onnx.backtest.plan import RunPlan
 
 NAIVE_MODEL = "seasonal_naive"
+METRICS = "metrics.parquet"
 
 
 class RunSums:
@@ -49,6 +51,12 @@ class RunSums:
         """The long metrics table of the model and of ``seasonal_naive``."""
         model, naive = self.merged()
         return pa.concat_tables([model.to_table(model_name), naive.to_table(NAIVE_MODEL)])
+
+    def write_metrics(self, output: storage.Location, model_name: str) -> pa.Table:
+        """Write ``metrics.parquet`` (a few rows per series and lead, whatever the number of windows)."""
+        metrics = self.metrics_table(model_name)
+        storage.write_parquet(storage.join(output, METRICS), metrics)
+        return metrics
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)

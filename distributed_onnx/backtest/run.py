@@ -168,8 +168,7 @@ class _BacktestRun:
             for part in todo:
                 if part.index not in failed:
                     self._merge_written(part)
-            metrics = self.sums.metrics_table(plan.checkpoint.name)
-            storage.write_parquet(storage.join(output, "metrics.parquet"), metrics)
+            metrics = self.sums.write_metrics(output, plan.checkpoint.name)
             self._phase("merge")
             summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
             self._report(summary, metrics)
