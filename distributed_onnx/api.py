@@ -71,7 +71,7 @@ def backtest(
 
     Raises what the command reports: :class:`~distributed_onnx.errors.ConfigError` for settings,
     :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
-    when batches failed (after everything else was written).
+    when parts failed (after everything else was written).
     """
     from distributed_onnx.backtest.run import run_backtest
     from distributed_onnx.backtest.settings import BacktestSettings
