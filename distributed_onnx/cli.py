@@ -64,39 +64,45 @@ def version_text() -> str:
 def _parser() -> argparse.ArgumentParser:
     from distributed_onnx.backtest.settings import BacktestSettings
     from distributed_onnx.serve.settings import ServeSettings
-    from distributed_onnx.settings_sources import ENV_PREFIX, add_flags
 
     parser = argparse.ArgumentParser(prog="distributed-onnx", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Ray's own logging included")
     commands = parser.add_subparsers(required=True, dest="command")
-    precedence = f"Precedence: flags > {ENV_PREFIX}<SETTING> environment variables > --config YAML > defaults."
 
     inspect = commands.add_parser("inspect", help="print a checkpoint's metadata, graph and the providers here")
     inspect.add_argument("checkpoint", type=Path)
     inspect.set_defaults(handler=_inspect)
 
-    config_help = "YAML file of these settings (keys: the names with underscores)"
-    backtest = commands.add_parser(
-        "backtest",
-        help="run (or resume) a distributed backtest",
-        description=BacktestSettings.__doc__,
-        epilog=precedence,
-    )
-    backtest.add_argument("--config", type=Path, metavar="FILE.yaml", help=config_help)
-    add_flags(backtest, BacktestSettings)
-    backtest.set_defaults(handler=_backtest)
-
-    serve = commands.add_parser(
+    _settings_command(commands, "backtest", "run (or resume) a distributed backtest", BacktestSettings, _backtest)
+    _settings_command(
+        commands,
         "serve",
-        help="serve a checkpoint over HTTP (foreground; Ctrl-C or SIGTERM stops)",
-        description=ServeSettings.__doc__,
-        epilog=precedence,
+        "serve a checkpoint over HTTP (foreground; Ctrl-C or SIGTERM stops)",
+        ServeSettings,
+        _serve,
     )
-    serve.add_argument("--config", type=Path, metavar="FILE.yaml", help=config_help)
-    add_flags(serve, ServeSettings)
-    serve.set_defaults(handler=_serve)
     return parser
+
+
+def _settings_command(commands: Any, name: str, summary: str, model: Any, handler: Any) -> None:
+    """A subcommand whose flags are generated from its settings model, plus ``--config``."""
+    from distributed_onnx.settings_sources import ENV_PREFIX, add_flags
+
+    command = commands.add_parser(
+        name,
+        help=summary,
+        description=model.__doc__,
+        epilog=f"Precedence: flags > {ENV_PREFIX}<SETTING> environment variables > --config YAML > defaults.",
+    )
+    command.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE.yaml",
+        help="YAML file of these settings (keys: the names with underscores)",
+    )
+    add_flags(command, model)
+    command.set_defaults(handler=handler)
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
-from ray.exceptions import RayActorError  # noqa: E402
+from ray_actors import kill_and_wait  # noqa: E402
 
 from distributed_onnx.actors import start_pool, start_worker_actor  # noqa: E402
 from distributed_onnx.backend.providers import CpuProvider, CudaProvider, SessionOptionsConfig  # noqa: E402
@@ -53,17 +53,6 @@ def actors(tiny_checkpoint: ResolvedCheckpoint) -> Iterator[ActorRegistry]:
     registry = ActorRegistry(tiny_checkpoint.weights_path)
     yield registry
     registry.kill_all()
-
-
-def kill_and_wait(actor: Any) -> None:
-    """Kill ``actor`` and return once a call to it fails, so the death is certain, not a matter of timing."""
-    ray.kill(actor, no_restart=True)
-    for _ in range(1000):
-        try:
-            ray.get(actor.ready.remote(), timeout=60)
-        except RayActorError:
-            return
-    pytest.fail("the killed actor kept answering")
 
 
 # --- pinning -----------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from backtest_data import (  # noqa: E402
     write_dataset,
 )
 from graphs import tiny_chronos2_metadata, tiny_chronos2_model  # noqa: E402
-from ray.exceptions import RayActorError  # noqa: E402
+from ray_actors import wait_dead  # noqa: E402
 
 from distributed_onnx import actors as actors_module  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
@@ -157,7 +157,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
         receipts.append(part.index)
         if len(receipts) == 1:
             ray.kill(started[0], no_restart=True)
-            _wait_dead(started[0])
+            wait_dead(started[0])
 
     monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
     monkeypatch.setattr(run_module, "start_worker_actor", start_and_record)
@@ -177,16 +177,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
     assert Counter(forecasts["window_id"].to_pylist()) == dict.fromkeys(planned_window_ids(settings), 8)
     assert_same_forecasts(forecasts, in_process_forecasts(settings))
     for actor in started:  # the run kills its replacements too, not only the actors it started with
-        _wait_dead(actor)
-
-
-def _wait_dead(actor: Any) -> None:
-    for _ in range(1000):
-        try:
-            ray.get(actor.ready.remote(), timeout=60)
-        except RayActorError:
-            return
-    pytest.fail("actor still alive")
+        wait_dead(actor)
 
 
 # --- 3. resume --------------------------------------------------------------------------------------------

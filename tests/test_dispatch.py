@@ -17,7 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.exceptions import RayActorError  # noqa: E402
+from ray_actors import kill_and_wait  # noqa: E402
 
 from distributed_onnx.dispatch import DispatchStats, dispatch  # noqa: E402
 from distributed_onnx.errors import BatchError  # noqa: E402
@@ -81,16 +81,6 @@ class EchoReplacements:
         actor = RemoteEcho.remote(self.hang)
         self.started.append(actor)
         return actor, actor.ready.remote()
-
-
-def kill_and_wait(actor: Any) -> None:
-    ray.kill(actor, no_restart=True)
-    for _ in range(1000):
-        try:
-            ray.get(actor.ready.remote(), timeout=60)
-        except RayActorError:
-            return
-    pytest.fail("the killed actor kept answering")
 
 
 def start_pool(hang: frozenset[int] = frozenset(), bad: frozenset[int] = frozenset()) -> list[Any]:
