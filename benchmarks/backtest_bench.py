@@ -67,7 +67,7 @@ def make_dataset(path: Path, n_windows: int, n_series: int) -> tuple[int, int]:
 
 
 def settings_for(args: argparse.Namespace, output: Path) -> Any:
-    from distributed_onnx.backtest.settings import BacktestSettings
+    from distributed_onnx.evaluation.settings import BacktestSettings
 
     return BacktestSettings(
         checkpoint=Path(args.checkpoint),
@@ -83,12 +83,12 @@ def settings_for(args: argparse.Namespace, output: Path) -> Any:
 
 def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, Any]:
     """The plain single-process loop: the actors' own part runner over every part, no Ray."""
-    from distributed_onnx.backend.providers import SessionOptionsConfig
-    from distributed_onnx.backtest import outputs
-    from distributed_onnx.backtest.part import PartRunner
-    from distributed_onnx.backtest.plan import prepare
-    from distributed_onnx.series_source import SeriesStore
-    from distributed_onnx.worker import InferenceWorker, WorkerConfig
+    from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation.data.series_source import SeriesStore
+    from distributed_onnx.evaluation.part import PartRunner
+    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.model.backend.providers import SessionOptionsConfig
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
     started = time.perf_counter()
     plan = prepare(settings_for(args, output))
@@ -167,12 +167,12 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     import ray.data
     from ray.data import ActorPoolStrategy
 
-    from distributed_onnx.backtest import outputs
-    from distributed_onnx.backtest.plan import prepare
-    from distributed_onnx.local_ray import connect
-    from distributed_onnx.series_source import SeriesStore
-    from distributed_onnx.tensors import pack_batch
-    from distributed_onnx.windows import PlannedBatch, batches, plan_series
+    from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation.data.packing import pack_batch
+    from distributed_onnx.evaluation.data.series_source import SeriesStore
+    from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series
+    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.runtime.local_ray import connect
 
     started = time.perf_counter()
     plan = prepare(settings_for(args, output))
@@ -184,8 +184,8 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
 
     class Forecaster:
         def __init__(self) -> None:
-            from distributed_onnx.backend.providers import SessionOptionsConfig
-            from distributed_onnx.worker import InferenceWorker, WorkerConfig
+            from distributed_onnx.model.backend.providers import SessionOptionsConfig
+            from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
             options = SessionOptionsConfig(intra_op_num_threads=1, allow_spinning=False)
             self.worker = InferenceWorker.from_config(

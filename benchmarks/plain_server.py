@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from distributed_onnx.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.forecasting import encode_forecasts, plan_job
 from distributed_onnx.serve.http import parse_body
 from distributed_onnx.serve.schemas import ForecastRequest
-from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
 
 def build(checkpoint: Path) -> Starlette:

@@ -179,8 +179,8 @@ def stop_server(process: subprocess.Popen[str]) -> float:
 
 def in_process(checkpoint: Path, single: list[float], horizon: int, requests: int) -> dict[str, Any]:
     """The model call alone: ``InferenceWorker.forecast`` on one series, one ORT thread."""
-    from distributed_onnx.backend.providers import CpuProvider, SessionOptionsConfig
-    from distributed_onnx.worker import InferenceWorker, WorkerConfig
+    from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
     options = SessionOptionsConfig(intra_op_num_threads=1, allow_spinning=False)
     worker = InferenceWorker.from_config(

@@ -2,11 +2,9 @@
 
 The public names below are stable; everything else is internal. :class:`OnnxBackend` is imported lazily so
 that importing the package does not load ONNX Runtime, and :func:`backtest` imports Ray only when called.
-
-``distributed_onnx.backtest`` is the API function, although a subpackage of that name exists: the
-subpackage is imported first, so the import system never rebinds the name to it. Import from the subpackage
-with ``from distributed_onnx.backtest.run import ...`` (``import distributed_onnx.backtest.run as m`` would
-look the name up on the function; tests/test_api.py guards the repository against that form).
+The package's layers are its folders (``model``, ``runtime``, ``evaluation``, ``serve``); docs/design.md
+describes them. ``distributed_onnx.backtest`` is the API function; the backtest's code lives in
+``distributed_onnx.evaluation``, so no subpackage shares the function's name.
 """
 
 from __future__ import annotations
@@ -14,9 +12,9 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-import distributed_onnx.backtest as _backtest_package  # noqa: F401  (bound first: see the docstring)
 from distributed_onnx.api import Backtest, backtest
-from distributed_onnx.backend import (
+from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.model.backend import (
     CoreMLProvider,
     CpuProvider,
     CudaProvider,
@@ -28,16 +26,15 @@ from distributed_onnx.backend import (
     SessionOptionsConfig,
     TensorRTProvider,
 )
-from distributed_onnx.checkpoint import (
+from distributed_onnx.model.checkpoint import (
     CheckpointMetadata,
     LocalCheckpoint,
     ResolvedCheckpoint,
     write_checkpoint,
 )
-from distributed_onnx.errors import DistributedOnnxError
 
 if TYPE_CHECKING:
-    from distributed_onnx.backend.onnx import OnnxBackend
+    from distributed_onnx.model.backend.onnx import OnnxBackend
 
 try:  # one source of the version: pyproject.toml, through the installed metadata
     __version__ = _metadata.version("distributed-onnx")
@@ -68,7 +65,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "OnnxBackend":
-        from distributed_onnx.backend.onnx import OnnxBackend
+        from distributed_onnx.model.backend.onnx import OnnxBackend
 
         return OnnxBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 A forecaster in a notebook holds a DataFrame, not a file, and wants tables back (as Nixtla's
 ``cross_validation(df, h=..., n_windows=..., step_size=...)`` gives them). This is the command's run
-(:func:`distributed_onnx.backtest.run.run_backtest`) behind one call: the same settings model, validation,
+(:func:`distributed_onnx.evaluation.run.run_backtest`) behind one call: the same settings model, validation,
 errors and numbers. The arguments are the settings (no environment variables or files apply here).
 """
 
@@ -61,7 +61,7 @@ def backtest(
     with the Arrow stream interface (polars...), in the long format of the README (``series_id``,
     ``timestamp``, ``y``, covariates). In-memory data is written as Parquet to ``output/inputs/`` (named by
     its digest, so rerunning the same call on the same ``output`` resumes). ``settings`` are the other
-    fields of :class:`~distributed_onnx.backtest.settings.BacktestSettings` (``actors=2``,
+    fields of :class:`~distributed_onnx.evaluation.settings.BacktestSettings` (``actors=2``,
     ``rows_per_batch=512``, ``start=..., end=...``...); a None argument means "the default", as an absent flag.
 
     Runs on the Ray this process is connected to (``ray.init(address=...)`` first for a cluster), else on an
@@ -73,9 +73,9 @@ def backtest(
     :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
     when parts failed (after everything else was written).
     """
-    from distributed_onnx.backtest.run import run_backtest
-    from distributed_onnx.backtest.settings import BacktestSettings
-    from distributed_onnx.local_ray import alive_nodes, connect
+    from distributed_onnx.evaluation.run import run_backtest
+    from distributed_onnx.evaluation.settings import BacktestSettings
+    from distributed_onnx.runtime.local_ray import alive_nodes, connect
 
     table = None if isinstance(data, str | os.PathLike) else _as_arrow(data)
     given: dict[str, Any] = {"checkpoint": checkpoint, "horizon": horizon, "n_windows": n_windows, "stride": stride}
@@ -104,7 +104,7 @@ def read_forecasts(output: Location) -> pa.Table:
     import pyarrow as pa
 
     from distributed_onnx import storage
-    from distributed_onnx.backtest.outputs import part_files
+    from distributed_onnx.evaluation.outputs import part_files
 
     parts = [storage.read_parquet(path) for path in part_files(output)]
     if not parts:

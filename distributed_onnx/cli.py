@@ -62,7 +62,7 @@ def version_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from distributed_onnx.backtest.settings import BacktestSettings
+    from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.serve.settings import ServeSettings
 
     parser = argparse.ArgumentParser(prog="distributed-onnx", description=__doc__.splitlines()[0])
@@ -106,9 +106,9 @@ def _settings_command(commands: Any, name: str, summary: str, model: Any, handle
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from distributed_onnx.backend.onnx import OnnxBackend, available_providers, runtime_version
-    from distributed_onnx.backend.providers import CpuProvider
-    from distributed_onnx.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.backend.onnx import OnnxBackend, available_providers, runtime_version
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     resolved = LocalCheckpoint(path=args.checkpoint).resolve()
     backend = OnnxBackend.from_checkpoint(resolved, [CpuProvider()])
@@ -125,9 +125,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from distributed_onnx.backtest.run import run_backtest
-    from distributed_onnx.backtest.settings import BacktestSettings
-    from distributed_onnx.local_ray import quiet_ray_logging
+    from distributed_onnx.evaluation.run import run_backtest
+    from distributed_onnx.evaluation.settings import BacktestSettings
+    from distributed_onnx.runtime.local_ray import quiet_ray_logging
     from distributed_onnx.settings_sources import given_flags
 
     quiet_ray_logging(quiet=not args.verbose)
@@ -152,7 +152,7 @@ def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from distributed_onnx.local_ray import quiet_ray_logging
+    from distributed_onnx.runtime.local_ray import quiet_ray_logging
     from distributed_onnx.serve.runner import serve_forever
     from distributed_onnx.serve.settings import ServeSettings
     from distributed_onnx.settings_sources import given_flags

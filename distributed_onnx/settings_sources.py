@@ -1,6 +1,6 @@
 """Where a command's settings come from: one pydantic-settings model, four sources, one precedence.
 
-Each command has one model (:class:`~distributed_onnx.backtest.settings.BacktestSettings`,
+Each command has one model (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`,
 :class:`~distributed_onnx.serve.settings.ServeSettings`); its fields are the single source of the names, types,
 defaults and help. From lowest to highest precedence a value comes from:
 

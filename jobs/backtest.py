@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from distributed_onnx import cli
-from distributed_onnx.backtest.settings import read_yaml
 from distributed_onnx.errors import DistributedOnnxError
-from distributed_onnx.local_ray import connect
+from distributed_onnx.evaluation.settings import read_yaml
+from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.settings_sources import ENV_PREFIX
 
 logger = logging.getLogger("distributed_onnx.jobs")

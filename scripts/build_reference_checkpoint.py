@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from distributed_onnx.checkpoint import CheckpointMetadata, write_checkpoint
+from distributed_onnx.model.checkpoint import CheckpointMetadata, write_checkpoint
 from distributed_onnx.reference.data import (
     HOLDOUT_POINTS,
     SEASONALITY,

@@ -149,9 +149,9 @@ def data_paths(seconds: float, batches: tuple[int, ...], device: str) -> dict[st
     """Parts (a)-(d) per batch size, and the parity of (d); ``device="cpu"`` only checks the script."""
     import onnxruntime as ort
 
-    from distributed_onnx.backend.onnx import OnnxBackend
-    from distributed_onnx.backend.providers import CpuProvider, CudaProvider
-    from distributed_onnx.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.backend.onnx import OnnxBackend
+    from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     checkpoint = LocalCheckpoint(path=REFERENCE).resolve()
     cpu_name = "CPUExecutionProvider"

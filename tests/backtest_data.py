@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from distributed_onnx.backtest import outputs
-from distributed_onnx.backtest.part import PartRunner
-from distributed_onnx.backtest.plan import RunPlan, prepare
-from distributed_onnx.backtest.settings import BacktestSettings
-from distributed_onnx.series_source import SeriesStore
-from distributed_onnx.tensors import pack_batch
-from distributed_onnx.windows import PlannedBatch, batches, plan_series, window_ids
-from distributed_onnx.worker import InferenceWorker, WorkerConfig
+from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.data.packing import pack_batch
+from distributed_onnx.evaluation.data.series_source import SeriesStore
+from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series, window_ids
+from distributed_onnx.evaluation.part import PartRunner
+from distributed_onnx.evaluation.plan import RunPlan, prepare
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 STEP_US = 30 * 60 * 1_000_000
 START_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from distributed_onnx.checkpoint import CheckpointMetadata, ResolvedCheckpoint, write_checkpoint
+from distributed_onnx.model.checkpoint import CheckpointMetadata, ResolvedCheckpoint, write_checkpoint
 
 F = TensorProto.FLOAT
 

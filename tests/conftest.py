@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # Every Ray the tests start (ray.init, Cluster nodes, `ray start` subprocesses) stays on 127.0.0.1: without
-# this Ray 2.60 rewrites 127.0.0.1 to the machine's network address (see distributed_onnx/local_ray.py).
+# this Ray 2.60 rewrites 127.0.0.1 to the machine's network address (see distributed_onnx/runtime/local_ray.py).
 # Set before any test module imports Ray, and inherited by every process the tests start.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from graphs import write_tiny_chronos2
 
-from distributed_onnx.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 
 @pytest.fixture(scope="session")

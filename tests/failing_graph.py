@@ -14,7 +14,7 @@ import numpy as np
 from graphs import tiny_chronos2_metadata, tiny_chronos2_model
 from onnx import TensorProto, checker, helper, numpy_helper
 
-from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
 #: A context value above this makes the whole model call fail inside ONNX Runtime.
 POISON = 1.0e6

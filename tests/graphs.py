@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from distributed_onnx.checkpoint import CheckpointMetadata, ResolvedCheckpoint, write_checkpoint
+from distributed_onnx.model.checkpoint import CheckpointMetadata, ResolvedCheckpoint, write_checkpoint
 
 NATIVE_QUANTILES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 QUANTILE_OFFSETS = np.array([(q - 0.5) * 10.0 for q in NATIVE_QUANTILES], dtype=np.float32)

@@ -18,11 +18,11 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 
 from ray_actors import kill_and_wait  # noqa: E402
 
-from distributed_onnx.actors import start_pool, start_worker_actor  # noqa: E402
-from distributed_onnx.backend.providers import CpuProvider, CudaProvider, SessionOptionsConfig  # noqa: E402
-from distributed_onnx.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.errors import ProviderNotAllowedError, WorkerStartError  # noqa: E402
-from distributed_onnx.worker import WorkerConfig, WorkerInfo  # noqa: E402
+from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, SessionOptionsConfig  # noqa: E402
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
+from distributed_onnx.model.worker import WorkerConfig, WorkerInfo  # noqa: E402
+from distributed_onnx.runtime.actors import start_pool, start_worker_actor  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 

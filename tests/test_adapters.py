@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distributed_onnx.adapters import (
+from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.model.adapters import (
     Chronos2Adapter,
     Chronos2Variant,
     ContextQuantilesAdapter,
@@ -15,8 +16,7 @@ from distributed_onnx.adapters import (
     detect_variant,
     register_adapter,
 )
-from distributed_onnx.checkpoint import CheckpointMetadata
-from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.model.checkpoint import CheckpointMetadata
 
 CHRONOS2_INPUTS = ["context", "attention_mask", "group_ids", "future_covariates", "future_covariates_mask"]
 UPSTREAM_INPUTS = ["context", "group_ids", "attention_mask", "future_covariates"]

@@ -26,7 +26,6 @@ from distributed_onnx import (
     OnnxBackend,
     SessionOptionsConfig,
 )
-from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint
 from distributed_onnx.errors import (
     BackendClosedError,
     CheckpointCorruptError,
@@ -35,6 +34,7 @@ from distributed_onnx.errors import (
     ProviderNotAllowedError,
     ProviderUnavailableError,
 )
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
 
 def batch(rows: int = 2, context_length: int = 16, horizon: int = 8) -> dict[str, np.ndarray]:

@@ -35,14 +35,14 @@ from backtest_data import (  # noqa: E402
 from graphs import tiny_chronos2_metadata, tiny_chronos2_model  # noqa: E402
 from ray_actors import wait_dead  # noqa: E402
 
-from distributed_onnx import actors as actors_module  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
-from distributed_onnx.backtest import outputs  # noqa: E402
-from distributed_onnx.backtest import run as run_module  # noqa: E402
-from distributed_onnx.backtest.run import prepare, run_backtest  # noqa: E402
-from distributed_onnx.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
+from distributed_onnx.evaluation import outputs  # noqa: E402
+from distributed_onnx.evaluation import run as run_module  # noqa: E402
+from distributed_onnx.evaluation.run import prepare, run_backtest  # noqa: E402
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
+from distributed_onnx.runtime import actors as actors_module  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,8 @@ import logging
 import numpy as np
 import pytest
 
-from distributed_onnx.backend.buckets import (
+from distributed_onnx.errors import GraphCaptureError, InputValidationError
+from distributed_onnx.model.backend.cuda.buckets import (
     BucketPlan,
     bucket_shape,
     effective_buckets,
@@ -15,17 +16,16 @@ from distributed_onnx.backend.buckets import (
     fixed_batch,
     padding_label,
 )
-from distributed_onnx.backend.graph_capture import (
+from distributed_onnx.model.backend.cuda.graph_capture import (
     capture_problems,
     capture_refusal,
     graph_chain,
     settle,
     without_graphs,
 )
-from distributed_onnx.backend.providers import CpuProvider, CudaProvider, TensorRTProvider
-from distributed_onnx.backend.session_info import captures
-from distributed_onnx.backend.validation import TensorSpec
-from distributed_onnx.errors import GraphCaptureError, InputValidationError
+from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, TensorRTProvider
+from distributed_onnx.model.backend.session_info import captures
+from distributed_onnx.model.backend.validation import TensorSpec
 
 F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
 

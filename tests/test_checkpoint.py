@@ -10,13 +10,13 @@ import jsonschema
 import pytest
 from graphs import tiny_chronos2_metadata
 
-from distributed_onnx.checkpoint import CheckpointMetadata, LocalCheckpoint, read_metadata, write_checkpoint
 from distributed_onnx.errors import (
     CheckpointIntegrityError,
     CheckpointMetadataError,
     CheckpointNotFoundError,
     DistributedOnnxError,
 )
+from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint, read_metadata, write_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

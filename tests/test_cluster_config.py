@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distributed_onnx.backtest.settings import BacktestSettings
+from distributed_onnx.evaluation.settings import BacktestSettings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from ray_head import RAY, RayHead, ray_head
 
-from distributed_onnx.backtest.run import run_backtest
-from distributed_onnx.backtest.settings import BacktestSettings
-from distributed_onnx.checkpoint import ResolvedCheckpoint
+from distributed_onnx.evaluation.run import run_backtest
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 pytestmark = pytest.mark.integration
 

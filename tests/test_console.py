@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_onnx.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 # Ray's own console format (ray/_private/log.py): "<time>\tINFO worker.py:1234 -- message".
 RAY_LINE = re.compile(r"\t(DEBUG|INFO|WARNING|ERROR) \S+\.py:\d+ -- ")
@@ -42,7 +42,7 @@ def test_quiet_ray_logging_hides_rays_warnings_and_verbose_shows_them() -> None:
     """Ray's and Serve's loggers drop their notices when quiet (whatever handlers Ray gave them), not errors."""
     from ray import serve  # noqa: F401  (sets up Serve's driver-side logger, as the serve command does)
 
-    from distributed_onnx.local_ray import quiet_ray_logging
+    from distributed_onnx.runtime.local_ray import quiet_ray_logging
 
     records = _Records()
     ray_logger, serve_logger = logging.getLogger("ray"), logging.getLogger("ray.serve")
@@ -84,4 +84,4 @@ def test_a_backtest_prints_none_of_rays_own_lines(tiny_checkpoint: ResolvedCheck
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert not [line for line in lines if RAY_LINE.search(line) or "Token authentication" in line], done.stderr
-    assert any("distributed_onnx.local_ray: Started an embedded local Ray" in line for line in lines)
+    assert any("distributed_onnx.runtime.local_ray: Started an embedded local Ray" in line for line in lines)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_onnx import cli
-from distributed_onnx.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_US = 30 * 60 * 1_000_000
 T0_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)

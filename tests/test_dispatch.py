@@ -19,8 +19,8 @@ ray = pytest.importorskip("ray")
 
 from ray_actors import kill_and_wait  # noqa: E402
 
-from distributed_onnx.dispatch import DispatchStats, dispatch  # noqa: E402
 from distributed_onnx.errors import BatchError  # noqa: E402
+from distributed_onnx.runtime.dispatch import DispatchStats, dispatch  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distributed_onnx.dispatch import DispatchState
+from distributed_onnx.runtime.dispatch import DispatchState
 
 
 def _state(actors: int = 3, per_actor: int = 2, max_attempts: int = 3) -> DispatchState[str]:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from capture_graphs import group_feed, write_control_flow, write_dynamic_steps, write_group_count
 
-from distributed_onnx.backend.policy import HostCapabilities
-from distributed_onnx.backend.providers import CpuProvider, CudaProvider, ExecutionProvider
-from distributed_onnx.checkpoint import CheckpointMetadata, LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.errors import GraphCaptureError
+from distributed_onnx.model.backend.policy import HostCapabilities
+from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, ExecutionProvider
+from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
 ort = pytest.importorskip("onnxruntime")
@@ -35,7 +35,7 @@ TF32_TOLERANCE = 1e-3
 
 
 def backend(checkpoint: ResolvedCheckpoint, chain: list[ExecutionProvider] | None = None, **kwargs: Any) -> Any:
-    from distributed_onnx.backend.onnx import OnnxBackend
+    from distributed_onnx.model.backend.onnx import OnnxBackend
 
     return OnnxBackend.from_checkpoint(checkpoint, chain, **kwargs)
 
@@ -212,7 +212,7 @@ def test_the_plugin_ep_warning_stays_out_of_the_logs(capfd: pytest.CaptureFixtur
 
 
 def test_a_worker_forecasts_the_same_on_cuda_graphs_as_on_cpu() -> None:
-    from distributed_onnx.worker import InferenceWorker, WorkerConfig
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
     on_gpu = InferenceWorker.from_config(WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, providers=[CudaProvider()]))
     on_cpu = InferenceWorker.from_config(WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, providers=[CpuProvider()]))

@@ -18,10 +18,10 @@ from capture_graphs import group_feed, write_group_count
 from graphs import write_tiny_context_quantiles
 
 from distributed_onnx import OnnxBackend
-from distributed_onnx.backend.buckets import BucketPlan
-from distributed_onnx.backend.graph_runner import GraphRunner
-from distributed_onnx.checkpoint import ResolvedCheckpoint
 from distributed_onnx.errors import GraphCaptureError, InputValidationError
+from distributed_onnx.model.backend.cuda.buckets import BucketPlan
+from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 TRANSFERS = ["ort", "torch"]
 

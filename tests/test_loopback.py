@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
     import json, os, sys, time
     sys.path.insert(0, sys.argv[1])
     import ray
-    from distributed_onnx.local_ray import connect
+    from distributed_onnx.runtime.local_ray import connect
     connect(None, num_cpus=1)
 
     @ray.remote

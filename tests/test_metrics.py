@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from distributed_onnx.errors import ConfigError, DataError
-from distributed_onnx.metrics import METRICS_SCHEMA, MetricsAccumulator
-from distributed_onnx.naive import (
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator
+from distributed_onnx.evaluation.scoring.naive import (
     broadcast_quantiles,
     seasonal_naive_batch,
     seasonal_naive_forecast,

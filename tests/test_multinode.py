@@ -23,11 +23,11 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from distributed_onnx.backtest import run as run_module  # noqa: E402
-from distributed_onnx.backtest.run import run_backtest  # noqa: E402
-from distributed_onnx.backtest.settings import BacktestSettings  # noqa: E402
-from distributed_onnx.checkpoint import ResolvedCheckpoint  # noqa: E402
-from distributed_onnx.worker import WorkerInfo  # noqa: E402
+from distributed_onnx.evaluation import run as run_module  # noqa: E402
+from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
+from distributed_onnx.evaluation.settings import BacktestSettings  # noqa: E402
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
+from distributed_onnx.model.worker import WorkerInfo  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

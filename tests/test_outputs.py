@@ -11,8 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_onnx.backtest import outputs
-from distributed_onnx.backtest.outputs import (
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.data.packing import pack_batch
+from distributed_onnx.evaluation.data.series_source import SeriesStore
+from distributed_onnx.evaluation.data.table import Series, SeriesTable
+from distributed_onnx.evaluation.data.windows import PlannedBatch
+from distributed_onnx.evaluation.outputs import (
     FORECASTS_DIR,
     MANIFEST,
     clean_partials,
@@ -23,11 +28,6 @@ from distributed_onnx.backtest.outputs import (
     prepare_output,
     write_part,
 )
-from distributed_onnx.errors import ConfigError
-from distributed_onnx.series_source import SeriesStore
-from distributed_onnx.table import Series, SeriesTable
-from distributed_onnx.tensors import pack_batch
-from distributed_onnx.windows import PlannedBatch
 
 STEP_US = 15 * 60_000_000
 START_US = 1_704_067_200_000_000  # 2024-01-01T00:00Z

@@ -18,13 +18,13 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 
 from backtest_data import in_process_forecasts, read_forecasts, run_parts_in_process, settings_for, write_dataset
 
-from distributed_onnx.backtest import outputs
-from distributed_onnx.backtest.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
-from distributed_onnx.backtest.merge import RunSums
-from distributed_onnx.backtest.plan import default_windows_per_part
-from distributed_onnx.backtest.sums import PartSums, read_done_part
-from distributed_onnx.checkpoint import ResolvedCheckpoint
-from distributed_onnx.metrics import MetricsAccumulator
+from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
+from distributed_onnx.evaluation.merge import RunSums
+from distributed_onnx.evaluation.plan import default_windows_per_part
+from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.sums import PartSums, read_done_part
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 pytestmark = pytest.mark.integration
 

@@ -7,13 +7,14 @@ import logging
 import pytest
 from graphs import tiny_chronos2_metadata
 
-from distributed_onnx.backend.policy import (
+from distributed_onnx.errors import ProviderNotAllowedError, ProviderUnavailableError
+from distributed_onnx.model.backend.policy import (
     DefaultProviderPolicy,
     HostCapabilities,
     check_allowed,
     check_realized,
 )
-from distributed_onnx.backend.providers import (
+from distributed_onnx.model.backend.providers import (
     DEFAULT_BATCH_BUCKETS,
     CoreMLProvider,
     CpuProvider,
@@ -22,7 +23,6 @@ from distributed_onnx.backend.providers import (
     TensorRTProvider,
     provider_from_kind,
 )
-from distributed_onnx.errors import ProviderNotAllowedError, ProviderUnavailableError
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -129,7 +129,7 @@ def test_batch_buckets_are_sorted_positive_row_counts() -> None:
 def test_cuda_graph_settings_round_trip_through_a_provider_chain() -> None:
     from pydantic import TypeAdapter
 
-    from distributed_onnx.backend.providers import ProviderChain
+    from distributed_onnx.model.backend.providers import ProviderChain
 
     chain = TypeAdapter(ProviderChain).validate_python(
         [{"kind": "cuda", "cuda_graph": False, "batch_buckets": [256, 1024]}, "cpu"]

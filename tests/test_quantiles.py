@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.quantiles import (
+from distributed_onnx.model.quantiles import (
     ClampedLevel,
     central_intervals,
     clamped_levels,

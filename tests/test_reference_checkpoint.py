@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.reference.data import (
     SEASONALITY,
     Series,

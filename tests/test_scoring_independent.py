@@ -3,7 +3,7 @@
 A few hundred windows run through ``run_backtest`` (real local Ray, real ORT), then MAE, MASE, WQL and
 interval coverage of the model and of the seasonal-naive baseline are computed again here with plain numpy,
 from the forecast parts and the raw data file, following DESIGN.md's Metrics section literally (a loop per
-window, timestamps looked up in the raw rows). Nothing of ``distributed_onnx.metrics``, ``naive`` or the
+window, timestamps looked up in the raw rows). Nothing of ``evaluation.scoring.metrics``, ``naive`` or the
 window planner is used to compute the expected values.
 
 Integration tier.
@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 from backtest_data import read_forecasts, settings_for
 
-from distributed_onnx.backtest.run import run_backtest
+from distributed_onnx.evaluation.run import run_backtest
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from listening import process_tree
 
-from distributed_onnx.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 pytest.importorskip("ray.serve")
 pytest.importorskip("onnxruntime")

@@ -26,10 +26,10 @@ pytest.importorskip("onnxruntime")
 from conftest import RAY_TEST_RESOURCES
 from failing_graph import POISON, write_failing_chronos2
 
-from distributed_onnx.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
-from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
 pytestmark = pytest.mark.integration
 
@@ -158,8 +158,8 @@ def backtest_windows(tmp_path: Path, n_windows: int) -> tuple[Any, Any, Any, lis
     """The backtest's own plan and the first model batch of its first part, packed as its actor packs it."""
     from backtest_data import first_batch
 
-    from distributed_onnx.backtest.run import prepare
-    from distributed_onnx.backtest.settings import BacktestSettings
+    from distributed_onnx.evaluation.run import prepare
+    from distributed_onnx.evaluation.settings import BacktestSettings
 
     plan = prepare(BacktestSettings(checkpoint=CHECKPOINT, output=tmp_path / "run", n_windows=n_windows, stride=48))
     planned, batch = first_batch(plan)

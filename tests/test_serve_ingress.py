@@ -165,9 +165,9 @@ def direct() -> Iterator[Server]:
 def test_tritonclient_grpc_gives_the_same_numbers_as_http_on_the_reference_checkpoint(direct: Server) -> None:
     grpc = pytest.importorskip("tritonclient.grpc")
     http = pytest.importorskip("tritonclient.http")
-    from distributed_onnx.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
-    from distributed_onnx.worker import InferenceWorker, WorkerConfig
 
     model = REFERENCE_CHECKPOINT.stem
     metadata = LocalCheckpoint(path=REFERENCE_CHECKPOINT).resolve().metadata

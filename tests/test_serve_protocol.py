@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from distributed_onnx.backend.validation import TensorSpec
 from distributed_onnx.errors import ConfigError, InferenceError, InputValidationError
+from distributed_onnx.model.backend.validation import TensorSpec
 from distributed_onnx.serve.binary import binary_outputs, encode_response, slice_inputs, split_body
 from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, plan_job, run_jobs
 from distributed_onnx.serve.health import ModelHealth

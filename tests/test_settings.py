@@ -13,9 +13,9 @@ import pytest
 from pydantic import Field
 
 from distributed_onnx import cli
-from distributed_onnx.backend.providers import provider_from_kind
-from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.backend.providers import provider_from_kind
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.settings_sources import ENV_PREFIX, CommandSettings, add_flags, given_flags

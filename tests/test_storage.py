@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 
 from distributed_onnx import storage
-from distributed_onnx.backtest import outputs
-from distributed_onnx.backtest.settings import BacktestSettings
 from distributed_onnx.errors import DataError
-from distributed_onnx.table import read_table
+from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.data.table import read_table
+from distributed_onnx.evaluation.settings import BacktestSettings
 
 TABLE = pa.table({"series_id": ["a", "a"], "timestamp": pa.array([0, 1800_000_000], pa.timestamp("us")), "y": [1, 2]})
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_onnx.errors import DataError
-from distributed_onnx.table import load_series, series_from_table
+from distributed_onnx.evaluation.data.table import load_series, series_from_table
 
 UTC_TS = pa.timestamp("us", tz="UTC")
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -106,7 +106,7 @@ def test_csv_written_by_pyarrow_round_trips(tmp_path: Path) -> None:
 def test_extra_columns_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     table = _table(["a", "a"], [0, 30], [1.0, 2.0]).append_column("humidity", pa.array([1.0, 2.0]))
     table = table.append_column("note", pa.array(["x", "y"]))
-    with caplog.at_level(logging.WARNING, logger="distributed_onnx.table"):
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.evaluation.data.table"):
         result = series_from_table(table, 30)
     assert result.covariate_names == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -116,7 +116,7 @@ def test_extra_columns_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixtu
 def test_tz_naive_timestamps_read_as_utc(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     path = tmp_path / "naive.parquet"
     pq.write_table(_table(["a", "a"], [0, 30], [1.0, 2.0], pa.timestamp("us")), path)
-    with caplog.at_level(logging.WARNING, logger="distributed_onnx.table"):
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.evaluation.data.table"):
         result = load_series(path, 30)
     assert result.series[0].start_us == T0_US
     assert any("no time zone" in r.getMessage() for r in caplog.records)

@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from distributed_onnx.series_source import SeriesStore
-from distributed_onnx.table import Series, SeriesTable
-from distributed_onnx.tensors import gather_blocks, pack_batch, unpack_batch
-from distributed_onnx.windows import PlannedBatch, window_ids
+from distributed_onnx.evaluation.data.packing import gather_blocks, pack_batch
+from distributed_onnx.evaluation.data.series_source import SeriesStore
+from distributed_onnx.evaluation.data.table import Series, SeriesTable
+from distributed_onnx.evaluation.data.windows import PlannedBatch, window_ids
+from distributed_onnx.model.window_batch import unpack_batch
 
 STEP_US = 60 * 60_000_000
 START_US = 1_704_067_200_000_000  # 2024-01-01T00:00Z

@@ -27,10 +27,10 @@ from backtest_data import COVARIATE, STEP_US, dense_series, read_forecasts, sett
 from conftest import RAY_TEST_RESOURCES  # noqa: E402
 from graphs import UPSTREAM_QUANTILES, upstream_expected, write_tiny_upstream_chronos2  # noqa: E402
 
-from distributed_onnx.adapters import Chronos2Variant  # noqa: E402
-from distributed_onnx.backtest.run import run_backtest  # noqa: E402
-from distributed_onnx.checkpoint import ResolvedCheckpoint  # noqa: E402
-from distributed_onnx.worker import InferenceWorker, WorkerConfig  # noqa: E402
+from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
+from distributed_onnx.model.adapters import Chronos2Variant  # noqa: E402
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from distributed_onnx.table import Series, SeriesTable
-from distributed_onnx.windows import (
+from distributed_onnx.evaluation.data.table import Series, SeriesTable
+from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
     WindowSpec,

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from distributed_onnx.backend.protocol import InferenceBackend
-from distributed_onnx.checkpoint import CheckpointMetadata
 from distributed_onnx.errors import ConfigError, InputValidationError
-from distributed_onnx.series_source import SeriesStore
-from distributed_onnx.table import Series, SeriesTable
-from distributed_onnx.tensors import pack_batch
-from distributed_onnx.windows import PlannedBatch
-from distributed_onnx.worker import InferenceWorker, check_run_fits_model
+from distributed_onnx.evaluation.data.packing import pack_batch
+from distributed_onnx.evaluation.data.series_source import SeriesStore
+from distributed_onnx.evaluation.data.table import Series, SeriesTable
+from distributed_onnx.evaluation.data.windows import PlannedBatch
+from distributed_onnx.model.backend.protocol import InferenceBackend
+from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.worker import InferenceWorker, check_run_fits_model
 
 CHRONOS2_INPUTS = ["context", "attention_mask", "group_ids", "future_covariates", "future_covariates_mask"]
 NATIVE = [0.1, 0.5, 0.9]

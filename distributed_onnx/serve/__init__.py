@@ -2,7 +2,7 @@
 
 ``settings`` (typed config), ``schemas`` (wire models), ``protocol`` and ``forecasting`` (pure codecs),
 ``http`` (FastAPI plumbing and error mapping), ``app`` (the deployment), ``runner`` (foreground start/stop).
-This package never imports :mod:`distributed_onnx.backtest`; both build on :mod:`distributed_onnx.worker`.
+This package never imports :mod:`distributed_onnx.backtest`; both build on :mod:`distributed_onnx.model.worker`.
 """
 
 from distributed_onnx.serve.settings import ServeSettings

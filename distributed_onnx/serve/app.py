@@ -1,6 +1,6 @@
 """The Serve deployment: one replica = one pinned :class:`InferenceWorker` behind a FastAPI ingress.
 
-Each replica builds :class:`distributed_onnx.actors.PinnedWorker` in ``__init__``, the body of the backtest's
+Each replica builds :class:`distributed_onnx.runtime.actors.PinnedWorker` in ``__init__``, the body of the backtest's
 actors, so provider handling, GPU pinning, thread sizing and warm-up are the same code. Routes:
 
 - ``/v1/forecast``: validated in the ingress (a bad request fails alone), then, unless the replica is idle
@@ -38,8 +38,8 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from ray import serve
 
-from distributed_onnx.actors import PinnedWorker
 from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
+from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH, binary_outputs, encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, encode_forecasts, plan_job, run_jobs
 from distributed_onnx.serve.grpc_api import (

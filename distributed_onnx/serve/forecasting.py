@@ -2,7 +2,7 @@
 
 Pure numpy. A history is laid out exactly as a backtest window's context: its last ``context_length`` values,
 oldest first, NaN where missing, NaN-padded on the left when shorter, cast to float32 from float64 as
-:func:`distributed_onnx.tensors.pack_batch` casts it. The block then goes through
+:func:`distributed_onnx.evaluation.data.packing.pack_batch` casts it. The block then goes through
 :meth:`InferenceWorker.forecast`, the method the backtest's actors reach through ``forecast_batch``.
 """
 
@@ -16,8 +16,8 @@ from typing import Protocol
 import numpy as np
 import pydantic_core
 
-from distributed_onnx.checkpoint import CheckpointMetadata
 from distributed_onnx.errors import InferenceError, InputValidationError
+from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.serve.schemas import ForecastRequest, SeriesHistory
 
 

@@ -4,7 +4,7 @@ Ray Serve 2.60 binds its gRPC servers to all interfaces, with the address hard-c
 inter-deployment server on ``[::]:0`` (``ray/serve/_private/replica.py``) and the gRPC ingress (Serve's proxy
 and direct-ingress replicas) on ``[::]:<port>`` (``ray/serve/_private/grpc_util.py`` through
 ``default_impl.add_grpc_address``). On this project's embedded single-machine Ray every other Ray socket is on
-127.0.0.1 (:mod:`distributed_onnx.local_ray`), so these were the only ones reachable from the network.
+127.0.0.1 (:mod:`distributed_onnx.runtime.local_ray`), so these were the only ones reachable from the network.
 
 What an unauthenticated client gets from the inter-deployment port (measured here, Ray 2.60, see
 ``tests/test_loopback.py``): with token authentication on (Ray's default) every call is refused with

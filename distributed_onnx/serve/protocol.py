@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from distributed_onnx.backend.validation import TensorSpec, validate_inputs
 from distributed_onnx.errors import InferenceError, InputValidationError
+from distributed_onnx.model.backend.validation import TensorSpec, validate_inputs
 from distributed_onnx.serve.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
 
 #: v2 datatype -> numpy dtype; the inverse names a model's tensors in ``GET /v2/models/{name}``.

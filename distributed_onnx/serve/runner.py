@@ -23,9 +23,9 @@ from typing import Any
 import ray
 from ray import serve
 
-from distributed_onnx.checkpoint import LocalCheckpoint
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.local_ray import connect
+from distributed_onnx.model.checkpoint import LocalCheckpoint
+from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from distributed_onnx.quantiles import QuantileLevels
+from distributed_onnx.model.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
 #: :mod:`distributed_onnx.serve.protocol`) names the tensor; every other one maps to numpy.

@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from distributed_onnx.backend.providers import ProviderChain
+from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings
-from distributed_onnx.worker import WorkerConfig
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:

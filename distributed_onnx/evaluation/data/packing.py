@@ -1,0 +1,86 @@
+"""Packing model batches: planned windows of a part -> the Arrow batch the worker reads (fresh buffers).
+
+The actor that runs a part packs each model batch from the series it holds. A batch carries each window's
+context and target as fixed-size-list columns, so a batch is a handful of contiguous buffers built from fresh
+numpy arrays: a *slice* of a large RecordBatch would pickle with its whole parent buffer (docs/design.md: 40 MB
+measured for 32 rows) if it ever travelled. Missing values are NaN, not Arrow nulls, so the buffers decode
+zero-copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, window_id_array
+from distributed_onnx.model.window_batch import TIMESTAMP, fixed_lists
+
+
+def gather_blocks(values: np.ndarray, origins: np.ndarray, before: int, after: int) -> np.ndarray:
+    """``values[o - before : o + after]`` for every origin ``o``, NaN outside the series, as one fresh copy.
+
+    Only the span the origins cover is padded (not the whole series per batch, which dominated packing of long
+    series). Origins must lie in ``0..len(values)`` (one step past the data is the latest window there is).
+    """
+    origins = np.asarray(origins, dtype=np.int64)
+    width = before + after
+    if origins.size == 0:
+        return np.empty((0, width), dtype=values.dtype)
+    low, high = int(origins.min()), int(origins.max())
+    if low < 0 or high > values.shape[0]:
+        raise ValueError(f"origins must lie in 0..{values.shape[0]} (the series' steps), got {low}..{high}")
+    first, last = low - before, high + after  # the span to copy, [first, last)
+    segment = np.full(last - first, np.nan, dtype=values.dtype)
+    inside_lo, inside_hi = max(first, 0), min(last, values.shape[0])
+    segment[inside_lo - first : inside_hi - first] = values[inside_lo:inside_hi]
+    windows = np.lib.stride_tricks.sliding_window_view(segment, width)
+    return windows[origins - low]  # row i starts at first + i; fancy indexing copies: fresh memory
+
+
+def pack_batch(
+    source: SeriesSource, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
+) -> pa.RecordBatch:
+    """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks."""
+    contexts, targets, covariates, origins_us, keys = [], [], [], [], []
+    series_rows: list[tuple[str, int]] = []
+    n_covariates = 0
+    # Windows of a batch are grouped by series (the plan runs series after series): one gather per series.
+    cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
+    for rows in np.split(np.arange(planned.n_windows), cuts):
+        if rows.size == 0:
+            continue
+        series = source.series(int(planned.series_index[rows[0]]))
+        origins = planned.origin_index[rows]
+        block = gather_blocks(series.values, origins, context_length, horizon)
+        contexts.append(block[:, :context_length])
+        targets.append(block[:, context_length:])
+        n_covariates = series.covariates.shape[0]
+        if n_covariates:
+            covariates.append(
+                np.stack([gather_blocks(row, origins, context_length, horizon) for row in series.covariates], 1)
+            )
+        series_rows.append((series.series_id, rows.size))
+        origins_us.append(np.asarray(series.timestamp_us(origins), dtype=np.int64))
+        keys.append(np.full(rows.size, series_key(series.series_id, run_fingerprint), dtype=np.uint64))
+    origin_array = np.concatenate(origins_us) if origins_us else np.empty(0, dtype=np.int64)
+    series_ids = pa.DictionaryArray.from_arrays(
+        np.repeat(np.arange(len(series_rows), dtype=np.int32), [count for _, count in series_rows]),
+        pa.array([series_id for series_id, _ in series_rows], pa.string()),
+    )
+    columns = {
+        "window_id": window_id_array(np.concatenate(keys) if keys else np.empty(0, np.uint64), origin_array),
+        "series_id": series_ids.cast(pa.string()),
+        "origin": pa.array(origin_array, TIMESTAMP),
+        "context": fixed_lists(_stack(contexts, context_length).astype(np.float32), context_length),
+        "target": fixed_lists(_stack(targets, horizon), horizon),
+    }
+    if n_covariates:
+        columns["covariates"] = fixed_lists(
+            np.concatenate(covariates).astype(np.float32), n_covariates * (context_length + horizon)
+        )
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def _stack(blocks: list[np.ndarray], width: int) -> np.ndarray:
+    return np.concatenate(blocks) if blocks else np.empty((0, width))

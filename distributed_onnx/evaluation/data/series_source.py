@@ -1,0 +1,175 @@
+"""Where an actor reads the series of the windows it runs: the object store, or the input file itself.
+
+The driver reads and validates the input table once (every error names the file and rows before an actor
+starts). It then hands the actors the dense series in one of two ways:
+
+- :class:`SeriesStore`: every series concatenated into a few flat numpy arrays, put into Ray's object store
+  once per run. An actor on any node maps them zero-copy from its node's shared memory (Ray transfers the
+  object once per node), so a part costs the actor no I/O at all.
+- :class:`ParquetSeriesReader`: for inputs larger than the object store should hold, each actor reads the rows
+  of the series it needs from the input Parquet file (row groups pruned by the ``series_id`` filter) and lays
+  them out with the same code the driver validated them with, keeping a few recently used series cached.
+
+Both give the same :class:`~.table.Series` for the same index, so a part's forecasts do not
+depend on the transport. The rule that picks one (``choose_transport``) is documented and measured in the README.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from distributed_onnx import storage
+from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, Series, SeriesTable, series_from_table
+
+
+class SeriesTransport(StrEnum):
+    """How the actors get the series: ``auto`` picks by size (:func:`choose_transport`)."""
+
+    AUTO = "auto"
+    OBJECT_STORE = "object_store"
+    INPUT_FILE = "input_file"
+
+
+#: ``auto`` keeps the series in the object store up to this share of the smallest node's object store memory.
+OBJECT_STORE_SHARE = 0.25
+
+
+class SeriesSource(Protocol):
+    """Dense series by index, in the driver's ``series_id`` order."""
+
+    @property
+    def series_ids(self) -> Sequence[str]: ...
+
+    def series(self, index: int) -> Series: ...
+
+
+@dataclass(frozen=True)
+class SeriesStore:
+    """All series of a run in flat arrays: series ``s`` is ``values[offsets[s]:offsets[s + 1]]``.
+
+    Flat numpy arrays (not a list of objects) because Ray maps numpy buffers zero-copy out of the object
+    store: an actor reading a series costs a slice, not a deserialisation.
+    """
+
+    series_ids: tuple[str, ...]
+    start_us: np.ndarray  # int64 [S]
+    offsets: np.ndarray  # int64 [S + 1]
+    values: np.ndarray  # float64 [N]
+    covariates: np.ndarray  # float64 [K, N]
+    step_us: int
+
+    @classmethod
+    def from_table(cls, table: SeriesTable) -> SeriesStore:
+        lengths = np.asarray([one.n_points for one in table.series], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        k = len(table.covariate_names)
+        values = np.concatenate([one.values for one in table.series]) if table.series else np.empty(0)
+        covariates = (
+            np.concatenate([one.covariates for one in table.series], axis=1) if k else np.empty((0, values.size))
+        )
+        return cls(
+            series_ids=tuple(one.series_id for one in table.series),
+            start_us=np.asarray([one.start_us for one in table.series], dtype=np.int64),
+            offsets=offsets,
+            values=np.ascontiguousarray(values, dtype=np.float64),
+            covariates=np.ascontiguousarray(covariates, dtype=np.float64),
+            step_us=table.series[0].step_us if table.series else 0,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.covariates.nbytes + self.offsets.nbytes + self.start_us.nbytes)
+
+    def series(self, index: int) -> Series:
+        lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
+        return Series(
+            self.series_ids[index],
+            int(self.start_us[index]),
+            self.step_us,
+            self.values[lo:hi],
+            self.covariates[:, lo:hi],
+        )
+
+
+@dataclass
+class ParquetSeriesReader:
+    """Reads series from the input Parquet file on demand (the ``input_file`` transport).
+
+    The driver validated the whole file, so the same rows give the same dense series here; a series whose
+    rows changed since (the file was replaced mid-run) is refused rather than silently forecast differently.
+    """
+
+    location: storage.Location
+    series_ids: tuple[str, ...]
+    n_points: tuple[int, ...]
+    resolution_minutes: int
+    covariate_names: tuple[str, ...]
+    cache_series: int = 64
+    _cache: OrderedDict[int, Series] = field(default_factory=OrderedDict, repr=False)
+
+    def series(self, index: int) -> Series:
+        cached = self._cache.get(index)
+        if cached is not None:
+            self._cache.move_to_end(index)
+            return cached
+        self.prefetch([index])
+        return self._cache[index]
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Read the series of ``indices`` not cached yet in one filtered scan of the file."""
+        wanted = [i for i in dict.fromkeys(indices) if i not in self._cache]
+        if not wanted:
+            return
+        ids = [self.series_ids[i] for i in wanted]
+        columns = [*REQUIRED_COLUMNS, *self.covariate_names]
+        # Cast in the filter: a file whose ids are integers is matched on the same text the driver used.
+        wanted_rows = pc.field("series_id").cast(pa.string()).isin(ids)
+        rows = storage.read_parquet(self.location, columns=columns, filters=wanted_rows)
+        found = series_from_table(rows, self.resolution_minutes, self.covariate_names, source=str(self.location))
+        by_id = {one.series_id: one for one in found.series}
+        for index, series_id in zip(wanted, ids, strict=True):
+            one = by_id.get(series_id)
+            if one is None or one.n_points != self.n_points[index]:
+                raise DataError(
+                    f"{self.location}: series {series_id!r} changed since the run was planned "
+                    f"({self.n_points[index]} grid steps then, {None if one is None else one.n_points} now); "
+                    "do not replace the input file during a run.",
+                    path=str(self.location),
+                )
+            self._cache[index] = one
+        while len(self._cache) > max(self.cache_series, len(wanted)):
+            self._cache.popitem(last=False)
+
+
+def choose_transport(
+    requested: SeriesTransport, store_bytes: int, object_store_bytes: float | None, data: storage.Location
+) -> tuple[SeriesTransport, str]:
+    """The transport to use and why (logged and written to summary.json).
+
+    ``auto``: the object store while the series take at most :data:`OBJECT_STORE_SHARE` of the smallest
+    node's object store, else the input file when it is Parquet (CSV has no row groups to prune: then the
+    object store after all, and the reason says so).
+    """
+    is_parquet = not str(data).lower().endswith((".csv", ".txt"))
+    if requested is SeriesTransport.INPUT_FILE and not is_parquet:
+        raise DataError(
+            f"series_transport=input_file needs a Parquet input; {data} is CSV. Convert it or use object_store.",
+            path=str(data),
+        )
+    if requested is not SeriesTransport.AUTO:
+        return requested, "requested"
+    if object_store_bytes is None or store_bytes <= OBJECT_STORE_SHARE * object_store_bytes:
+        limit = "unknown" if object_store_bytes is None else f"{OBJECT_STORE_SHARE:.0%} of {object_store_bytes:,.0f}"
+        return SeriesTransport.OBJECT_STORE, f"{store_bytes:,} bytes of series fit the object store (limit {limit})"
+    if not is_parquet:
+        return SeriesTransport.OBJECT_STORE, f"{store_bytes:,} bytes exceed the share, but CSV input has no row groups"
+    return SeriesTransport.INPUT_FILE, f"{store_bytes:,} bytes exceed {OBJECT_STORE_SHARE:.0%} of the object store"

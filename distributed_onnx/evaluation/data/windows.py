@@ -1,0 +1,253 @@
+"""Backtest window planning: pure, deterministic, and sized by series, never by windows.
+
+A window's *origin* is its first forecast step; ``cutoff = origin - resolution`` is its last context step
+(Nixtla's convention). Its context is the ``context_length`` steps before the origin, its target the
+``horizon`` steps from the origin. The windows of a run form one sequence: series after series, origins
+ascending. The driver keeps only each series' window count (:class:`WindowPlan`), cuts the sequence into
+parts of consecutive windows (:class:`PartSpec`: three integers) and sends those; the actor that runs a part
+recomputes the part's origins from the series data it holds (:func:`plan_series` is a pure function of the
+series and the spec), so nothing per window ever leaves the driver, and a rerun plans the same parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from distributed_onnx.evaluation.data.table import Series
+
+
+class WindowSpec(BaseModel):
+    """Which windows a backtest runs (see the ``backtest`` command for the meaning of each field)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context_length: int = Field(gt=0, description="Context steps fed to the model.")
+    horizon: int = Field(gt=0, description="Forecast steps per window.")
+    n_windows: int | None = Field(default=None, gt=0, description="Windows per series, Nixtla style.")
+    stride: int = Field(default=1, gt=0, description="Steps between consecutive origins.")
+    start_us: int | None = Field(default=None, description="First origin (UTC microseconds), with end_us.")
+    end_us: int | None = Field(default=None, description="Last origin (UTC microseconds), with start_us.")
+    min_context_coverage: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Skip windows whose context has a smaller observed share."
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> WindowSpec:
+        by_count = self.n_windows is not None
+        by_range = self.start_us is not None or self.end_us is not None
+        if by_count == by_range:
+            msg = "give either n_windows (counted back from each series' end) or both start and end"
+            raise ValueError(msg)
+        if by_range and (self.start_us is None or self.end_us is None or self.end_us < self.start_us):
+            msg = "start and end must both be given, with start <= end"
+            raise ValueError(msg)
+        return self
+
+
+@dataclass(frozen=True)
+class SeriesPlan:
+    """The windows of one series: kept origin indices (ascending) and what was left out, and why."""
+
+    origins: np.ndarray  # int64 [n]
+    skipped: int  # too little observed context (min_context_coverage, or none at all)
+    capped: int  # asked for by n_windows but before the series has any history
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """Windows of one model batch: parallel arrays of series index and origin index."""
+
+    index: int
+    series_index: np.ndarray  # int64 [W]
+    origin_index: np.ndarray  # int64 [W]
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.origin_index.shape[0])
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """A unit of work: windows ``[start, stop)`` of the run's window sequence, written as part ``index``.
+
+    Three integers on purpose: this is all that crosses from the driver to an actor per unit of work.
+    """
+
+    index: int
+    start: int
+    stop: int
+
+    @property
+    def n_windows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How many windows each series has; ``offsets[s]`` is the position of series ``s``' first window."""
+
+    counts: np.ndarray  # int64 [S]
+    offsets: np.ndarray  # int64 [S + 1]
+    skipped: int
+    capped: int
+    capped_series: tuple[str, ...]  # a few series whose n_windows was capped, for the log
+
+    @property
+    def planned(self) -> int:
+        return int(self.offsets[-1])
+
+    def parts(self, windows_per_part: int, first_part: int | None = None) -> list[PartSpec]:
+        """The run's units of work: runs of consecutive windows, ``windows_per_part`` each (the last may be short).
+
+        With ``first_part`` (one model batch), the first parts ramp up from it, doubling, to ``windows_per_part``:
+        the first results (and a first sign of trouble) arrive after one batch, not after a whole part, for
+        a handful of extra parts. Deterministic, so a rerun plans the same parts.
+        """
+        if windows_per_part < 1:
+            raise ValueError(f"windows_per_part must be >= 1, got {windows_per_part}")
+        sizes: list[int] = []
+        size = first_part if first_part is not None else windows_per_part
+        covered = 0
+        while covered < self.planned:
+            take = min(size, windows_per_part, self.planned - covered)
+            sizes.append(take)
+            covered += take
+            size *= 2
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return [PartSpec(index, int(starts[index]), int(starts[index + 1])) for index in range(len(sizes))]
+
+    def segments(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(series_index, first, last)`` slices of each series' kept origins that make up windows [start, stop)."""
+        series = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        position = start
+        while position < stop:
+            series_start, series_stop = int(self.offsets[series]), int(self.offsets[series + 1])
+            end = min(stop, series_stop)
+            if end > position:
+                yield series, position - series_start, end - series_start
+            position = max(position, end)
+            series += 1
+
+
+def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
+    """Origin indices of one series (ascending), before the context-coverage filter."""
+    return _candidate_origins(series, spec)[0]
+
+
+def _candidate_origins(series: Series, spec: WindowSpec) -> tuple[np.ndarray, int]:
+    n = series.n_points
+    if spec.n_windows is not None:
+        last = n - spec.horizon
+        origins = last - spec.stride * np.arange(spec.n_windows - 1, -1, -1, dtype=np.int64)
+    elif spec.start_us is not None and spec.end_us is not None:  # WindowSpec guarantees one of the two modes
+        first = -(-(spec.start_us - series.start_us) // series.step_us)  # ceil: first grid step >= start
+        last = (spec.end_us - series.start_us) // series.step_us
+        origins = np.arange(first, last + 1, spec.stride, dtype=np.int64)
+    else:
+        origins = np.empty(0, dtype=np.int64)
+    # An origin needs at least one step of history and may sit at most one step past the data.
+    inside = (origins >= 1) & (origins <= n)
+    capped = int((~inside).sum()) if spec.n_windows is not None else 0
+    return origins[inside], capped
+
+
+def context_coverage(series: Series, origins: np.ndarray, context_length: int) -> np.ndarray:
+    """Observed share of each window's context (steps before the series start count as missing)."""
+    observed = np.concatenate([[0], np.cumsum(np.isfinite(series.values))])
+    lo = np.maximum(origins - context_length, 0)
+    return (observed[origins] - observed[lo]) / context_length
+
+
+def plan_series(series: Series, spec: WindowSpec) -> SeriesPlan:
+    """The kept windows of one series: candidates with observed context of at least ``min_context_coverage``.
+
+    Pure: the driver calls it to count windows, and the actor that runs a part calls it again on the same
+    series to find the part's origins, so the two always agree.
+    """
+    origins, capped = _candidate_origins(series, spec)
+    coverage = context_coverage(series, origins, spec.context_length)
+    keep = (coverage > 0) & (coverage >= spec.min_context_coverage)
+    return SeriesPlan(origins[keep], int((~keep).sum()), capped)
+
+
+def plan_windows(series: Iterable[Series], spec: WindowSpec) -> WindowPlan:
+    """Count every series' windows: memory grows with the number of series, never with windows."""
+    counts: list[int] = []
+    skipped = capped = 0
+    capped_series: list[str] = []
+    for one in series:
+        plan = plan_series(one, spec)
+        counts.append(int(plan.origins.shape[0]))
+        skipped += plan.skipped
+        capped += plan.capped
+        if plan.capped and len(capped_series) < 3:
+            capped_series.append(one.series_id)
+    counts_array = np.asarray(counts, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts_array)]).astype(np.int64)
+    return WindowPlan(counts_array, offsets, skipped, capped, tuple(capped_series))
+
+
+def batches(segments: Sequence[tuple[int, np.ndarray]], rows_per_batch: int) -> Iterator[PlannedBatch]:
+    """Cut ``(series_index, origins)`` segments into model batches of ``rows_per_batch`` windows."""
+    if not segments:
+        return
+    series_index = np.concatenate([np.full(len(origins), s, dtype=np.int64) for s, origins in segments])
+    origin_index = np.concatenate([np.asarray(origins, dtype=np.int64) for _, origins in segments])
+    for number, start in enumerate(range(0, len(origin_index), rows_per_batch)):
+        stop = start + rows_per_batch
+        # Copies, not views: a batch must not keep the whole part's arrays alive (or ship them, if pickled).
+        yield PlannedBatch(number, series_index[start:stop].copy(), origin_index[start:stop].copy())
+
+
+# --- window ids ---------------------------------------------------------------------------------------------
+
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def series_key(series_id: str, run_fingerprint: str) -> int:
+    """A 64-bit digest of (series id, run configuration): hashed once per series, not per window."""
+    digest = hashlib.blake2b(f"{series_id}|{run_fingerprint}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def window_id_array(keys: np.ndarray, origins_us: np.ndarray) -> pa.StringArray:
+    """Stable window ids, 16 hex digits: splitmix64 of (series key, origin), vectorised over windows.
+
+    ``keys`` holds each window's :func:`series_key`. Hashing a string per window in Python cost the driver
+    more than anything else per batch (measured); this is a few numpy passes, and the hex text is built
+    straight into one Arrow buffer.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    origins = np.asarray(origins_us, dtype=np.int64)
+    if keys.shape != origins.shape:
+        raise ValueError(f"{keys.shape[0]} series keys for {origins.shape[0]} origins")
+    with np.errstate(over="ignore"):
+        z = keys ^ (origins.view(np.uint64) * _GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * _MIX_1
+        z = (z ^ (z >> np.uint64(27))) * _MIX_2
+        z = z ^ (z >> np.uint64(31))
+    nibbles = z.astype(">u8").view(np.uint8).reshape(-1, 8)
+    text = np.empty((len(z), 16), dtype=np.uint8)
+    text[:, 0::2] = _HEX[nibbles >> 4]
+    text[:, 1::2] = _HEX[nibbles & 0x0F]
+    offsets = np.arange(0, 16 * len(z) + 1, 16, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(z), [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
+
+
+def window_ids(series_ids: Sequence[str] | np.ndarray, origins_us: np.ndarray, run_fingerprint: str) -> list[str]:
+    """The ids of windows given as (series id, origin) pairs; for reports and tests (the hot path uses arrays)."""
+    ids = list(series_ids)
+    if len(ids) != len(origins_us):
+        raise ValueError(f"{len(ids)} series ids for {len(origins_us)} origins")
+    cache: dict[str, int] = {}
+    keys = np.asarray([cache.setdefault(s, series_key(s, run_fingerprint)) for s in ids], dtype=np.uint64)
+    return list(window_id_array(keys, np.asarray(origins_us, dtype=np.int64)).to_pylist())

@@ -1,0 +1,233 @@
+"""Which windows the report draws as forecast fans, chosen without the driver reading forecasts back.
+
+The report shows a few series (:func:`fan_series`: spread over the series list, fixed before the run) and, for
+each, informative origins: the best and the worst window by window MASE, a typical one, and the latest. The
+actor that runs a part keeps, for those series only, its best, worst and latest window and one typical window
+per model batch (:class:`FanCollector`), with their forecasts: a few kilobytes per part, written into the
+part's sums. The driver merges them (:class:`FanPicker`): best, worst and latest are exact over the run; the
+typical window is the candidate whose MASE is closest to the series' MASE. Windows are ranked by MASE when the
+median is requested, else by their scaled quantile loss (SQL); the label says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
+
+#: How many series the report draws fans for.
+FAN_SERIES = 4
+LABELS = ("best", "typical", "worst", "latest")
+#: Typical-window candidates kept per series between parts (thinned evenly over their score ranks).
+MAX_TYPICAL = 64
+
+
+@dataclass(frozen=True)
+class FanWindow:
+    """One window drawn as a forecast fan in the report."""
+
+    series_id: str
+    label: str  # why it was picked: "best MASE", "typical", "worst MASE", "latest"
+    origin_us: int  # first forecast timestamp, UTC microseconds
+    step_us: int  # grid step
+    history: np.ndarray  # float64 [C]: the C steps before the origin, oldest first, NaN = missing
+    actual: np.ndarray  # float64 [H]: NaN = unknown
+    quantiles: dict[float, np.ndarray]  # requested level -> float [H]
+    mase: float | None  # the window's score (MASE, or SQL without a median; see ``label``)
+
+
+def fan_series(n_series: int, count: int = FAN_SERIES) -> tuple[int, ...]:
+    """Series indices spread evenly over the series list (first and last included)."""
+    if n_series <= 0:
+        return ()
+    return tuple(sorted({round(float(i)) for i in np.linspace(0, n_series - 1, min(count, n_series))}))
+
+
+@dataclass
+class FanCandidates:
+    """Candidate windows as parallel arrays (``label`` is one of :data:`LABELS`)."""
+
+    series_index: npt.NDArray[np.int64]
+    label: npt.NDArray[np.str_]
+    origin_us: npt.NDArray[np.int64]
+    score: npt.NDArray[np.float64]
+    actual: npt.NDArray[np.float64]  # [K, H]
+    forecast: npt.NDArray[np.float32]  # [K, H, Q]
+
+    @classmethod
+    def empty(cls, horizon: int, n_quantiles: int) -> FanCandidates:
+        return cls(
+            np.empty(0, np.int64),
+            np.empty(0, np.str_),
+            np.empty(0, np.int64),
+            np.empty(0),
+            np.empty((0, horizon)),
+            np.empty((0, horizon, n_quantiles), np.float32),
+        )
+
+    def __len__(self) -> int:
+        return int(self.series_index.shape[0])
+
+    def state(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
+        return {f"{prefix}{name}": getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, npt.NDArray[Any]], prefix: str) -> FanCandidates:
+        return cls(**{name: np.asarray(arrays[f"{prefix}{name}"]) for name in cls.__dataclass_fields__})
+
+    def take(self, rows: Sequence[int], label: str | None = None) -> FanCandidates:
+        index = np.asarray(rows, dtype=np.intp)
+        labels = self.label[index] if label is None else np.full(index.size, label)
+        return FanCandidates(
+            self.series_index[index],
+            labels.astype(np.str_),
+            self.origin_us[index],
+            self.score[index],
+            self.actual[index],
+            self.forecast[index],
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[FanCandidates], horizon: int, n_quantiles: int) -> FanCandidates:
+        parts = [part for part in parts if len(part)]
+        if not parts:
+            return FanCandidates.empty(horizon, n_quantiles)
+        return FanCandidates(
+            *(np.concatenate([getattr(p, name) for p in parts]) for name in FanCandidates.__dataclass_fields__)
+        )
+
+
+def window_scores(
+    actual: np.ndarray, forecast: np.ndarray, scale: np.ndarray, quantiles: Sequence[float]
+) -> np.ndarray:
+    """Per window: MASE (mean |y - q0.5| / s) when the median is requested, else SQL; NaN when undefined."""
+    levels = np.asarray(quantiles, dtype=np.float64)
+    median = np.flatnonzero(np.abs(levels - 0.5) <= LEVEL_TOLERANCE)
+    valid = np.isfinite(actual) & np.isfinite(forecast).all(axis=2)
+    if median.size:
+        loss = np.abs(actual - forecast[..., median[0]])
+    else:
+        error = actual[..., None] - forecast
+        loss = (2.0 * (levels * error - np.minimum(error, 0.0))).mean(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_loss = np.where(valid, loss, 0.0).sum(axis=1) / valid.sum(axis=1)
+        scores = mean_loss / scale
+    scores[~(np.isfinite(scores) & (scale > 0))] = np.nan
+    return scores
+
+
+@dataclass
+class FanCollector:
+    """The actor's side: candidates of the fan series over one part's batches."""
+
+    fan_series: frozenset[int]
+    quantiles: tuple[float, ...]
+    horizon: int
+    _kept: list[FanCandidates] = field(default_factory=list)
+
+    def observe(
+        self,
+        series_index: np.ndarray,
+        origin_us: np.ndarray,
+        actual: np.ndarray,
+        forecast: np.ndarray,
+        scale: np.ndarray,
+    ) -> None:
+        """One model batch: keep best, worst, latest and the median window of each fan series in it."""
+        rows = np.flatnonzero(np.isin(series_index, list(self.fan_series)))
+        if rows.size == 0:
+            return
+        scores = window_scores(actual[rows], forecast[rows], scale[rows], self.quantiles)
+        batch = FanCandidates(
+            series_index[rows].astype(np.int64),
+            np.full(rows.size, "", dtype="<U8"),
+            origin_us[rows].astype(np.int64),
+            scores,
+            actual[rows].astype(np.float64),
+            forecast[rows].astype(np.float32),
+        )
+        for series in np.unique(batch.series_index):
+            mine = np.flatnonzero(batch.series_index == series)
+            self._kept.append(_extremes(batch, mine))
+
+    def candidates(self) -> FanCandidates:
+        """The part's candidates: per fan series, the best/worst/latest over the part and one typical per batch."""
+        pooled = FanCandidates.concat(self._kept, self.horizon, len(self.quantiles))
+        return reduce_candidates(pooled, keep_typical=True)
+
+
+def _extremes(batch: FanCandidates, rows: np.ndarray) -> FanCandidates:
+    picked = [int(rows[np.argmax(batch.origin_us[rows])])]
+    labels = ["latest"]
+    scored = rows[np.isfinite(batch.score[rows])]
+    if scored.size:
+        order = scored[np.argsort(batch.score[scored], kind="stable")]
+        picked += [int(order[0]), int(order[-1]), int(order[(order.size - 1) // 2])]
+        labels += ["best", "worst", "typical"]
+    out = batch.take(picked)
+    out.label = np.asarray(labels, dtype="<U8")
+    return out
+
+
+def reduce_candidates(pooled: FanCandidates, keep_typical: bool) -> FanCandidates:
+    """Per series: the best, the worst and the latest of ``pooled``; every typical one if ``keep_typical``."""
+    kept: list[FanCandidates] = []
+    for series in np.unique(pooled.series_index):
+        mine = pooled.series_index == series
+        for label, pick in (("best", np.argmin), ("worst", np.argmax), ("latest", None)):
+            rows = np.flatnonzero(mine & (pooled.label == label))
+            if rows.size:
+                values = pooled.origin_us[rows] if pick is None else pooled.score[rows]
+                chosen = rows[np.argmax(values)] if pick is None else rows[pick(values)]
+                kept.append(pooled.take([int(chosen)]))
+        if keep_typical:
+            typical = np.flatnonzero(mine & (pooled.label == "typical"))
+            if typical.size > MAX_TYPICAL:  # thin evenly over the score ranks: memory stays bounded per series
+                ranked = typical[np.argsort(pooled.score[typical], kind="stable")]
+                typical = ranked[np.linspace(0, ranked.size - 1, MAX_TYPICAL).round().astype(np.intp)]
+            kept.append(pooled.take(typical.tolist()))
+    horizon, n_quantiles = pooled.forecast.shape[1:]
+    return FanCandidates.concat(kept, horizon, n_quantiles)
+
+
+class FanPicker:
+    """The driver's side: merges the candidates of every part and picks the windows to draw."""
+
+    def __init__(self, horizon: int, quantiles: Sequence[float]) -> None:
+        self._horizon = horizon
+        self._quantiles = tuple(quantiles)
+        self._pool = FanCandidates.empty(horizon, len(self._quantiles))
+
+    def add(self, candidates: FanCandidates) -> None:
+        pooled = FanCandidates.concat([self._pool, candidates], self._horizon, len(self._quantiles))
+        self._pool = reduce_candidates(pooled, keep_typical=True)
+
+    def pick(self, series_scores: Mapping[int, float]) -> FanCandidates:
+        """Best, typical (closest to the series' score), worst and latest of every fan series, deduplicated."""
+        chosen: list[FanCandidates] = []
+        final = reduce_candidates(self._pool, keep_typical=False)
+        for series in np.unique(self._pool.series_index):
+            mine = final.series_index == series
+            typical = np.flatnonzero((self._pool.series_index == series) & (self._pool.label == "typical"))
+            target = series_scores.get(int(series))
+            if typical.size and target is not None and np.isfinite(target):
+                closest = typical[np.argmin(np.abs(self._pool.score[typical] - target))]
+                chosen.append(self._pool.take([int(closest)]))
+            for label in ("best", "worst", "latest"):
+                rows = np.flatnonzero(mine & (final.label == label))
+                chosen.append(final.take(rows.tolist()))
+        merged = FanCandidates.concat(chosen, self._horizon, len(self._quantiles))
+        order = sorted(range(len(merged)), key=lambda i: (merged.series_index[i], LABELS.index(str(merged.label[i]))))
+        seen: set[tuple[int, int]] = set()
+        unique = []
+        for i in order:
+            window = (int(merged.series_index[i]), int(merged.origin_us[i]))
+            if window not in seen:
+                seen.add(window)
+                unique.append(i)
+        return merged.take(unique)

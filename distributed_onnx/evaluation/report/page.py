@@ -1,0 +1,172 @@
+"""``report.html``: the one self-contained page a forecasting team reads after a backtest (works offline).
+
+From top to bottom: headline scores against the seasonal-naive baseline, forecast fans of the windows the
+run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
+per-series table ranked by MASE, throughput, and provenance (checkpoint sha256, providers, versions,
+settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib, inline SVG); the page
+has no external resource. The report reads no forecast part itself: the run hands it the few
+:class:`FanWindow` it chose, so its cost does not grow with the run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from distributed_onnx import storage
+from distributed_onnx.evaluation.fans import FanWindow
+from distributed_onnx.evaluation.merge import NAIVE_MODEL
+from distributed_onnx.evaluation.report import plots as report_plots
+from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.tables import Scores, escape
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
+
+
+def write_report(
+    output: storage.Location,
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: Sequence[float],
+    fans: Sequence[FanWindow] = (),
+) -> storage.Location:
+    """Write ``output/report.html`` and return its location."""
+    model = str(summary["model"])
+    scores = Scores(metrics)
+    clamped = _clamped_levels(summary)
+    step_us = fans[0].step_us if fans else None
+    sections = [
+        f"<h1>Backtest of {escape(model)}</h1>",
+        f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
+        *report_tables.notes(summary),
+        "<h2>Scores against seasonal naive</h2>",
+        report_tables.headline(scores, model),
+        "<h2>Forecasts</h2>",
+        _fans(fans, quantiles, clamped),
+        "<h2>Skill by lead</h2>",
+        _skill(scores, model, step_us),
+        "<h2>Calibration of the central intervals</h2>",
+        _calibration(scores, model, quantiles, clamped, _lead_label(step_us)),
+        "<h2>Series, ranked by MASE</h2>",
+        report_tables.series_table(scores, model),
+        "<h2>Throughput</h2>",
+        report_tables.throughput(summary),
+        "<h2>Provenance</h2>",
+        report_tables.provenance(summary),
+        "<details><summary>summary.json</summary><pre>"
+        + escape(json.dumps(summary, indent=2, default=str))
+        + "</pre></details>",
+    ]
+    page = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>Backtest of {escape(model)}</title><style>{report_tables.CSS}</style></head><body>"
+        + "\n".join(sections)
+        + f"<script>{report_tables.SORT_SCRIPT}</script></body></html>"
+    )
+    path = storage.join(output, "report.html")
+    storage.write_bytes(path, page.encode())
+    return path
+
+
+def _clamped_levels(summary: dict[str, Any]) -> dict[float, float]:
+    return {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
+
+
+def _is_clamped(level: float, clamped: dict[float, float]) -> bool:
+    return any(abs(level - requested) <= LEVEL_TOLERANCE for requested in clamped)
+
+
+def _lede(summary: dict[str, Any], step_us: int | None) -> str:
+    resolved, windows = summary.get("resolved", {}), summary.get("windows", {})
+    step = f" of {step_us // 60_000_000} min" if step_us else ""
+    return (
+        f"{windows.get('planned', '?')} windows over {resolved.get('series', '?')} series, horizon "
+        f"{resolved.get('horizon', '?')} steps{step}, context {resolved.get('context_length', '?')} steps, "
+        f"seasonality {resolved.get('seasonality', '?')} steps; data {summary.get('data', '?')}."
+    )
+
+
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float]) -> str:
+    if not fans:
+        return "<p>(no forecast windows were handed to the report)</p>"
+    figures = []
+    for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
+        by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
+        bands = [
+            (
+                low,
+                high,
+                by_level[round(low, 9)],
+                by_level[round(high, 9)],
+                _is_clamped(low, clamped) or _is_clamped(high, clamped),
+            )
+            for low, high in central_intervals(quantiles)
+            if round(low, 9) in by_level and round(high, 9) in by_level
+        ]
+        origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        mase = "" if window.mase is None else f", MASE {window.mase:.3g}"
+        title = f"{window.series_id} · {window.label} · origin {origin}{mase}"
+        figure = report_plots.fan(
+            report_plots.Fan(
+                title,
+                window.origin_us,
+                window.step_us,
+                np.asarray(window.history, float),
+                np.asarray(window.actual, float),
+                bands,
+                by_level.get(0.5),
+            )
+        )
+        figures.append(f"<figure class='fan'>{figure}</figure>")
+    return "<div class='fans'>" + "".join(figures) + "</div>"
+
+
+def _skill(scores: Scores, model: str, step_us: int | None) -> str:
+    curves: dict[str, dict[str, np.ndarray]] = {model: {}, NAIVE_MODEL: {}}
+    leads = None
+    for name, curve in curves.items():
+        for metric in ("mase", "wql"):
+            found = scores.by_lead(name, metric)
+            if found is not None:
+                leads, curve[metric] = found
+    if leads is None:
+        return "<p>(no metrics by lead)</p>"
+    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, _lead_label(step_us))
+
+
+def _lead_label(step_us: int | None) -> str:
+    return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
+
+
+def _calibration(
+    scores: Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
+) -> str:
+    intervals = [(low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low)]
+    if not intervals:
+        return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
+    nominal = np.array([1 - 2 * low for low, _ in intervals])
+    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
+    marks = np.array([_is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals])
+    labels = [f"{n:.0%}" for n in nominal]
+    per_series = [
+        (1 - 2 * low, value)
+        for series in scores.series_ids
+        for low, _ in intervals
+        if (value := scores.value(model, "coverage", low, series)) is not None
+    ]
+    rows = "".join(
+        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
+        f"<td>{e - n:+.3f}</td></tr>"
+        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
+    )
+    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
+    curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
+    found = [curve for curve in curves if curve is not None]
+    by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
+    series_points = per_series if len(scores.series_ids) > 1 else ()
+    figure = report_plots.calibration(nominal, empirical, marks, labels, series_points, by_lead, lead_label)
+    return f"<div class='side'>{figure}{table}</div>"

@@ -1,0 +1,147 @@
+"""Backtest settings: the one model behind ``distributed-onnx backtest``, ``jobs/backtest.py`` and the Python API.
+
+Its fields are the flags (``--n-windows``), the YAML keys (``n_windows: 45``) and the environment variables
+(``DISTRIBUTED_ONNX_N_WINDOWS``); precedence and error messages are those of
+:mod:`distributed_onnx.settings_sources`. The same file drives ``jobs/backtest.py`` on a cluster.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from distributed_onnx import storage
+from distributed_onnx.evaluation.data.series_source import SeriesTransport
+from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.quantiles import QuantileLevels
+from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+from distributed_onnx.settings_sources import CommandSettings, read_yaml
+
+__all__ = ["BacktestSettings", "read_yaml"]
+
+
+class BacktestSettings(CommandSettings):
+    """Everything one backtest run depends on."""
+
+    label: ClassVar[str] = "backtest settings"
+
+    checkpoint: Path = Field(
+        default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint (default: the bundled reference one)."
+    )
+    # Strings, not only Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
+    data: Path | str = Field(
+        default=REFERENCE_DATASET,
+        description="Input table (.parquet or .csv, long format), a path or a URL (default: the bundled Taylor data).",
+    )
+    output: Path | str = Field(
+        description="Run directory, a path or a URL such as s3://...: forecasts/, metrics.parquet, summary.json, "
+        "report.html. Rerun it to resume."
+    )
+    horizon: int | None = Field(default=None, gt=0, description="Forecast steps (default: the checkpoint's).")
+    context_length: int | None = Field(default=None, gt=0, description="Context steps (default: the checkpoint's).")
+    n_windows: int | None = Field(
+        default=None,
+        gt=0,
+        description="Windows per series, Nixtla style: the last one's horizon ends at the series' last timestamp, "
+        "the others step back by --stride (default 1 when no --start/--end).",
+    )
+    stride: int = Field(default=1, gt=0, description="Steps between consecutive origins.")
+    start: datetime | None = Field(
+        default=None,
+        examples=["2000-08-01T00:00"],
+        description="First origin (ISO timestamp, UTC if naive); with --end: every origin in [start, end].",
+    )
+    end: datetime | None = Field(
+        default=None,
+        validate_default=True,  # so that a start without an end is caught (below)
+        examples=["2000-08-21T23:30"],
+        description="Last origin (ISO timestamp, UTC if naive); with --start.",
+    )
+    quantiles: QuantileLevels = Field(
+        default=None, examples=["0.1,0.5,0.9"], description="Quantile levels (default: the checkpoint's native ones)."
+    )
+    covariates: list[str] = Field(
+        default_factory=list, examples=["temp,price"], description="Known-future covariate columns of the data."
+    )
+    seasonality: int | None = Field(
+        default=None, gt=0, description="Seasonal period in steps, for the baseline and MASE (default: one day)."
+    )
+    min_context_coverage: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Skip (and count) windows whose context has a smaller observed share."
+    )
+    actors: int | None = Field(default=None, gt=0, description="Worker actors (default: as many as the cluster fits).")
+    cpus_per_actor: float = Field(default=1.0, gt=0, description="CPUs per actor; sets ONNX Runtime's threads.")
+    gpus_per_actor: float = Field(default=0.0, ge=0, description="GPUs per actor; fractions share a GPU.")
+    providers: ProviderChain = Field(
+        default=None,
+        examples=["cuda,cpu"],
+        description="Explicit provider chain, strict (default: the provider policy's, graceful).",
+    )
+    rows_per_batch: int = Field(default=256, gt=0, description="Windows per model call (the ORT batch size).")
+    windows_per_part: int | None = Field(
+        default=None,
+        gt=0,
+        description="Windows per unit of work and Parquet part (default: about 64 parts of 1-64 batches each).",
+    )
+    part_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one attempt at a part: a hung actor is killed and the part retried (default: 10x "
+        "the slowest part so far, at least 120 s; 30 min until a part has finished).",
+    )
+    series_transport: SeriesTransport = Field(
+        default=SeriesTransport.AUTO,
+        description="How actors get the series: object_store (once per run), input_file (each actor reads its "
+        "series' rows of the Parquet input), or auto (the object store while the series fit a quarter of it).",
+    )
+    max_in_flight_per_actor: int = Field(default=2, gt=0, description="Parts queued on each actor.")
+    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
+    progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
+
+    @field_validator("data", "output", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        """URLs (``s3://``, ``file://``) stay strings; everything else is a local Path."""
+        if isinstance(value, str) and not storage.is_url(value):
+            return Path(value)
+        return value
+
+    @field_validator("quantiles", "covariates", mode="before")
+    @classmethod
+    def _comma_lists(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return _as_utc(value)
+
+    @field_validator("end")
+    @classmethod
+    def _range(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        """``start`` and ``end`` go together and exclude ``n_windows``; naive means UTC."""
+        end = _as_utc(value)
+        if "start" not in info.data:  # start itself was invalid: that error is reported already
+            return end
+        start = info.data["start"]
+        if (start is None) != (end is None):
+            given, missing = ("start", "end") if end is None else ("end", "start")
+            msg = f"{given} is given without {missing}: give both (every origin in [start, end]) or neither"
+            raise ValueError(msg)
+        if start is not None and end is not None:
+            if end < start:
+                raise ValueError(f"end {end.isoformat()} is before start {start.isoformat()}")
+            if info.data.get("n_windows") is not None:
+                raise ValueError("give either n_windows or start and end, not both")
+        return end
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value

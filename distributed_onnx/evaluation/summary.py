@@ -1,0 +1,148 @@
+"""``summary.json``: what a run planned, did and measured, and which run computed the parts it reports.
+
+A rerun that resumes keeps the record of the invocations that computed parts (``computed_by``: actors,
+providers, throughput), so re-running a finished run changes no number and still says who computed them.
+Throughput has one definition, shared with the progress line (:mod:`distributed_onnx.evaluation.progress`): windows
+computed by this invocation / seconds from the first part dispatched to the last receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from distributed_onnx import __version__, storage
+
+if TYPE_CHECKING:
+    from distributed_onnx.evaluation.run import _BacktestRun
+
+SUMMARY = "summary.json"
+
+
+def versions() -> dict[str, str | None]:
+    """The versions that made the numbers (read from package metadata: the driver never imports ORT)."""
+
+    def installed(*names: str) -> str | None:
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    return {
+        "distributed_onnx": __version__,
+        "onnxruntime": installed("onnxruntime", "onnxruntime-gpu"),
+        "ray": installed("ray"),
+        "pyarrow": installed("pyarrow"),
+        "python": platform.python_version(),
+    }
+
+
+def previous_summary(output: storage.Location, run_fingerprint: str) -> dict[str, Any] | None:
+    """The summary an earlier invocation of this same run left, if readable."""
+    path = storage.join(output, SUMMARY)
+    try:
+        document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
+
+
+def write_summary(output: storage.Location, summary: dict[str, Any]) -> None:
+    storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, default=str).encode())
+
+
+def build_summary(
+    run: _BacktestRun, done_parts: int, done_windows: int, earlier: dict[str, Any] | None
+) -> dict[str, Any]:
+    plan = run.plan
+    failed_windows = sum(failure["windows"] for failure in run.failures)
+    computed = sum(receipt.windows for receipt in run.receipts)
+    dispatch_s = run.dispatch_s
+    rate = computed / dispatch_s if computed and dispatch_s > 0 else None
+    record = None
+    if computed:
+        record = {
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "windows": computed,
+            "parts": len(run.receipts),
+            "windows_per_s": rate,
+            "dispatch_s": dispatch_s,
+            "actors": len(run.infos),
+            "providers": sorted({", ".join(info.providers) for info in run.infos}),
+        }
+    computed_by = [*((earlier or {}).get("computed_by") or []), *([record] if record else [])]
+    stages = Counter[str]()
+    for receipt in run.receipts:
+        stages.update(receipt.seconds)
+    return {
+        "model": plan.checkpoint.name,
+        "checkpoint": str(plan.checkpoint.weights_path),
+        "checkpoint_sha256": plan.checkpoint.metadata.sha256,
+        "data": str(plan.settings.data),
+        "run_fingerprint": plan.run_fingerprint,
+        "settings": plan.settings.model_dump(mode="json"),
+        "versions": versions(),
+        "resolved": {
+            "context_length": plan.spec.context_length,
+            "horizon": plan.spec.horizon,
+            "quantiles": plan.quantiles,
+            "seasonality": plan.seasonality,
+            "series": len(plan.table.series),
+            "windows_per_part": plan.windows_per_part,
+        },
+        "windows": {
+            "planned": plan.windows.planned,
+            "skipped_context_coverage": plan.windows.skipped,
+            "capped_n_windows": plan.windows.capped,
+            "done_before": done_windows,
+            "run_now": computed,
+            "failed": failed_windows,
+        },
+        "parts": {
+            "planned": len(run.parts),
+            "done_before": done_parts,
+            "computed_now": len(run.receipts),
+            "failed": len(run.failures),
+            **run.stats.__dict__,
+        },
+        "actors": [info.model_dump() for info in run.infos],
+        "timing": {
+            "total_s": _elapsed(run),
+            "dispatch_s": dispatch_s,
+            "first_forecast_s": run.first_result_s,  # from the start of the job, Ray start-up included
+            "windows_per_s": rate,
+            "driver_cpu_dispatch_s": run.dispatch_cpu_s,
+            "driver_cpu_dispatch_us_per_window": 1e6 * run.dispatch_cpu_s / computed if computed else None,
+            "actor_stage_s": {stage: round(seconds, 3) for stage, seconds in stages.items()},
+        },
+        "transport": {
+            **run.transport,
+            "receipt_bytes": max((len(receipt.model_dump_json()) for receipt in run.receipts), default=None),
+            "part_bytes": sum(receipt.part_bytes for receipt in run.receipts),
+            "sums_bytes": sum(receipt.sums_bytes for receipt in run.receipts),
+            "parts_by_node": dict(Counter(str(receipt.node_id) for receipt in run.receipts)),
+        },
+        "resume": {
+            "resumed": done_windows > 0,
+            "parts_done_before": done_parts,
+            "windows_done_before": done_windows,
+        },
+        "computed_by": computed_by,
+        "quantile_clamping": [level.as_record() for level in plan.clamped],
+        "notes": list(plan.notes),
+        "failed_parts": [
+            {"part": failure["part"], "error": failure["error"], "windows": failure["windows"]}
+            for failure in run.failures
+        ],
+    }
+
+
+def _elapsed(run: _BacktestRun) -> float:
+    return time.perf_counter() - run.started

@@ -1,0 +1,18 @@
+"""Model-family adapters, looked up by the checkpoint's ``model_family``."""
+
+from distributed_onnx.model.adapters.base import ModelAdapter, adapter_for, register_adapter
+from distributed_onnx.model.adapters.chronos2 import Chronos2Adapter, Chronos2Variant, detect_variant
+from distributed_onnx.model.adapters.context_quantiles import ContextQuantilesAdapter
+
+register_adapter("chronos2", Chronos2Adapter)
+register_adapter("context_quantiles", ContextQuantilesAdapter)
+
+__all__ = [
+    "Chronos2Adapter",
+    "Chronos2Variant",
+    "ContextQuantilesAdapter",
+    "ModelAdapter",
+    "adapter_for",
+    "detect_variant",
+    "register_adapter",
+]

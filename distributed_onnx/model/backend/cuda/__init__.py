@@ -1,0 +1,1 @@
+"""The CUDA data path of the ONNX backend: batch buckets, CUDA graph capture and replay, host/device copies."""

@@ -1,0 +1,207 @@
+"""InferenceWorker: one backend + its family adapter, turning windows into quantile forecasts.
+
+A plain class with no Ray import: the backtest's actors and the Serve replicas wrap the same object, which is
+what makes an online forecast equal the backtest forecast for the same window. Windows come in on the run's
+grid (``context_length`` <= the model's, ``horizon`` <= the model's); the worker lays them out on the model's
+grid (missing history on the left, masked future on the right), runs the backend, cuts the horizon back and
+resamples the native quantiles onto the requested ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.model.adapters import ModelAdapter, adapter_for
+from distributed_onnx.model.backend.policy import HostCapabilities
+from distributed_onnx.model.backend.protocol import InferenceBackend
+from distributed_onnx.model.backend.providers import ExecutionProvider, SessionOptionsConfig
+from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint
+from distributed_onnx.model.quantiles import interpolate_quantiles
+from distributed_onnx.model.window_batch import unpack_batch
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerConfig(BaseModel):
+    """Everything a worker needs to build itself; small and picklable, so it travels to actors."""
+
+    model_config = ConfigDict(frozen=True)
+
+    checkpoint: Path = Field(description="The .onnx file; its metadata JSON sits beside it.")
+    metadata_path: Path | None = Field(default=None, description="Metadata JSON, if not beside the weights.")
+    providers: list[ExecutionProvider] | None = Field(
+        default=None, description="Explicit provider chain (strict); None lets the policy choose (graceful)."
+    )
+    session_options: SessionOptionsConfig = Field(default_factory=SessionOptionsConfig)
+    warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run (0 skips it).")
+
+
+class WorkerInfo(BaseModel):
+    """What a worker realized, for reports: providers, threads, devices, where it runs."""
+
+    model_name: str
+    checkpoint_sha256: str | None
+    providers: list[str]
+    intra_op_num_threads: int | None
+    gpu_ids: list[str] = Field(default_factory=list, description="GPUs Ray assigned (physical ids).")
+    cuda_visible_devices: str | None = None
+    node_id: str | None = None
+    pid: int = Field(default_factory=os.getpid)
+    warm_up_s: float | None = None
+
+
+class InferenceWorker:
+    """Owns one backend and the adapter of its model family."""
+
+    def __init__(self, backend: InferenceBackend, model_name: str = "model") -> None:
+        self._backend = backend
+        self._metadata = backend.metadata
+        self._adapter: ModelAdapter = adapter_for(backend.metadata)
+        self._model_name = model_name
+
+    @classmethod
+    def from_config(cls, config: WorkerConfig, host: HostCapabilities | None = None) -> InferenceWorker:
+        """Resolve the checkpoint and build an :class:`OnnxBackend` for it."""
+        from distributed_onnx.model.backend.onnx import OnnxBackend
+
+        resolved = LocalCheckpoint(path=config.checkpoint, metadata_path=config.metadata_path).resolve()
+        backend = OnnxBackend.from_checkpoint(resolved, config.providers, config.session_options, host=host)
+        return cls(backend, model_name=resolved.name)
+
+    @property
+    def metadata(self) -> CheckpointMetadata:
+        return self._metadata
+
+    @property
+    def backend(self) -> InferenceBackend:
+        return self._backend
+
+    @property
+    def adapter(self) -> ModelAdapter:
+        """The model family's adapter (its tensor layout and its rule for NaN/inf in tensors)."""
+        return self._adapter
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    def forecast(
+        self,
+        context: np.ndarray,
+        horizon: int,
+        quantiles: Sequence[float],
+        covariates: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Quantile forecasts ``[W, horizon, len(quantiles)]`` (float32) for a block of windows.
+
+        ``context`` is ``[W, C]`` (NaN = missing, oldest first; a longer history keeps its last
+        ``context_length`` steps); ``covariates`` is ``[W, K, C + horizon]`` on the same grid plus the future.
+        """
+        metadata = self._metadata
+        if horizon > metadata.horizon_length:
+            raise InputValidationError(
+                f"horizon {horizon} exceeds what the model emits ({metadata.horizon_length} steps)",
+                field="horizon",
+            )
+        if context.ndim != 2:
+            raise InputValidationError(f"context must be [windows, steps], got shape {context.shape}")
+        given = context.shape[1]
+        model_grid = self._model_grid(context, given)
+        model_covariates = None
+        if covariates is not None and covariates.shape[1]:
+            if not self._adapter.supports_covariates:
+                raise InputValidationError(f"model_family {metadata.model_family!r} takes no covariates")
+            model_covariates = self._covariate_grid(covariates, given, horizon)
+        inputs, target_rows = self._adapter.build_inputs(model_grid, model_covariates)
+        outputs = self._backend.run(inputs)
+        native = self._adapter.decode(outputs, target_rows)[:, :, :horizon]  # [W, n_native, H]
+        return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
+
+    def forecast_batch(
+        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        """:meth:`forecast` over an Arrow batch made by :func:`distributed_onnx.evaluation.data.packing.pack_batch`."""
+        block = unpack_batch(batch, context_length, horizon)
+        return self.forecast(block.context, horizon, quantiles, block.covariates)
+
+    def warm_up(self, rows: int = 8) -> float:
+        """Run one all-missing batch so the first real batch does not pay for lazy initialisation."""
+        started = time.perf_counter()
+        rows = self._fixed_windows() or rows
+        context = np.full((rows, self._metadata.context_length), np.nan, dtype=np.float32)
+        context[:, -1] = 0.0
+        self.forecast(context, self._metadata.horizon_length, self._metadata.native_quantiles)
+        return time.perf_counter() - started
+
+    def _fixed_windows(self) -> int | None:
+        """Windows per batch of a graph whose batch axis is fixed (static shapes), else None.
+
+        A static-shape graph accepts exactly that many rows, so a warm-up with any other count would fail.
+        """
+        name = self._metadata.input_names[0]
+        specs = getattr(self._backend, "input_specs", [])
+        fixed = next((spec.shape[0] for spec in specs if spec.name == name and spec.shape), None)
+        if not isinstance(fixed, int):
+            return None
+        probe, _ = self._adapter.build_inputs(np.zeros((1, self._metadata.context_length), np.float32), None)
+        return max(1, fixed // probe[name].shape[0])
+
+    def info(self, **placement: Any) -> WorkerInfo:
+        providers = list(getattr(self._backend, "providers", []))
+        return WorkerInfo(
+            model_name=self._model_name,
+            checkpoint_sha256=self._metadata.sha256,
+            providers=providers,
+            intra_op_num_threads=placement.pop("intra_op_num_threads", None),
+            **placement,
+        )
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def _model_grid(self, context: np.ndarray, given: int) -> np.ndarray:
+        length = self._metadata.context_length
+        if given >= length:
+            return np.ascontiguousarray(context[:, given - length :], dtype=np.float32)
+        grid = np.full((context.shape[0], length), np.nan, dtype=np.float32)
+        grid[:, length - given :] = context
+        return grid
+
+    def _covariate_grid(self, covariates: np.ndarray, given: int, horizon: int) -> np.ndarray:
+        length, model_horizon = self._metadata.context_length, self._metadata.horizon_length
+        if covariates.ndim != 3 or covariates.shape[2] != given + horizon:
+            raise InputValidationError(
+                f"covariates must be [windows, covariates, {given} + {horizon}] (context + horizon), "
+                f"got shape {covariates.shape}"
+            )
+        n_windows, n_covariates = covariates.shape[:2]
+        grid = np.full((n_windows, n_covariates, length + model_horizon), np.nan, dtype=np.float32)
+        kept = min(given, length)
+        grid[:, :, length - kept : length] = covariates[:, :, given - kept : given]
+        grid[:, :, length : length + horizon] = covariates[:, :, given:]
+        return grid
+
+
+def check_run_fits_model(metadata: CheckpointMetadata, context_length: int, horizon: int) -> None:
+    """Refuse a run whose context or horizon is longer than the checkpoint allows (before any actor starts)."""
+    if horizon > metadata.horizon_length:
+        raise ConfigError(
+            f"horizon {horizon} is longer than the checkpoint emits ({metadata.horizon_length} = "
+            f"{metadata.output_patch_size} x {metadata.horizon_patches})",
+            key="horizon",
+        )
+    if context_length > metadata.context_length:
+        raise ConfigError(
+            f"context_length {context_length} is longer than the checkpoint takes ({metadata.context_length})",
+            key="context_length",
+        )

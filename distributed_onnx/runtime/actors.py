@@ -1,0 +1,224 @@
+"""The Ray adapter: an :class:`InferenceWorker` per actor, pinned to what Ray assigned it.
+
+Inside the actor (after Ray has set ``CUDA_VISIBLE_DEVICES``) it reads which GPUs it holds, refuses GPU
+providers when it holds none (since Ray 2.60 such an actor sees every GPU of its node), addresses its GPU by
+the *local* index 0, sizes ONNX Runtime's thread pool from its CPU share with spinning off, warms up and
+reports what it realized. The worker class itself stays Ray-free; it is made remote only here.
+
+A caller above this layer (the backtest) hands the actor a *job*: a Ray-free factory that builds, next to the
+worker, the object that does one unit of work (``job.run(item)``), plus the job's input, sent once per actor
+through the object store. The actor layer never learns what a backtest is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import ray
+from ray.exceptions import GetTimeoutError, RayTaskError
+
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
+from distributed_onnx.model.backend.policy import HostCapabilities
+from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
+
+logger = logging.getLogger(__name__)
+
+#: How long an actor may take to build its session and warm up (a large model on a cold node is slow).
+READY_TIMEOUT_S = 600.0
+
+
+class PinnedWorker:
+    """The body of a worker actor (and of a Serve replica): builds and owns one pinned worker."""
+
+    def __init__(self, config: WorkerConfig, num_cpus: float) -> None:
+        gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
+        threads = config.session_options.intra_op_num_threads or max(1, int(num_cpus))
+        spinning = config.session_options.allow_spinning
+        options = config.session_options.model_copy(
+            update={
+                "intra_op_num_threads": threads,
+                "allow_spinning": False if spinning is None else spinning,
+            }
+        )
+        providers = None if config.providers is None else local_device_chain(config.providers)
+        pinned = config.model_copy(update={"session_options": options, "providers": providers})
+        self.worker = InferenceWorker.from_config(pinned, HostCapabilities.detect(gpu_assigned=bool(gpu_ids)))
+        warm_up_s = self.worker.warm_up(config.warm_up_rows) if config.warm_up_rows else None
+        self._info = self.worker.info(
+            intra_op_num_threads=threads,
+            gpu_ids=gpu_ids,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            node_id=ray.get_runtime_context().get_node_id(),
+            warm_up_s=warm_up_s,
+        )
+
+    def ready(self) -> WorkerInfo:
+        """Returns once the session is built and warm; the dispatcher waits on it with a timeout."""
+        return self._info
+
+    def forecast_batch(
+        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        return self.worker.forecast_batch(batch, context_length, horizon, quantiles)
+
+
+class Job(Protocol):
+    """One unit of work at a time, next to the worker: ``run(item)`` returns a small receipt."""
+
+    def run(self, item: Any) -> Any: ...
+
+
+#: Builds an actor's job from its worker, the job's input (resolved from the object store) and its placement.
+JobFactory = Callable[[InferenceWorker, Any, WorkerInfo], Job]
+
+
+class WorkerActor:
+    """The backtest's actor: a :class:`PinnedWorker` (plus an optional job) whose start-up errors surface from
+    :meth:`ready`.
+
+    An exception in an actor's ``__init__`` kills the actor and reaches the caller only as text inside
+    ``ActorDiedError``; keeping it and raising it from ``ready()`` hands the driver the original, typed
+    error (a corrupt checkpoint, a refused GPU chain) to report cleanly.
+    """
+
+    def __init__(
+        self, config: WorkerConfig, num_cpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+    ) -> None:
+        self._pinned: PinnedWorker | None = None
+        self._job: Job | None = None
+        self._error: DistributedOnnxError | None = None
+        try:
+            self._pinned = PinnedWorker(config, num_cpus)
+            if job_factory is not None:
+                self._job = job_factory(self._pinned.worker, job_input, self._pinned.ready())
+        except DistributedOnnxError as exc:
+            self._error = exc
+
+    def ready(self) -> WorkerInfo:
+        return self._started().ready()
+
+    def run(self, item: Any) -> Any:
+        """One unit of the job (a backtest part); errors travel back typed."""
+        self._started()
+        if self._job is None:
+            raise DistributedOnnxError("this worker actor was started without a job")
+        return self._job.run(item)
+
+    def forecast_batch(
+        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
+    ) -> np.ndarray:
+        return self._started().forecast_batch(batch, context_length, horizon, quantiles)
+
+    def _started(self) -> PinnedWorker:
+        if self._pinned is None or self._error is not None:
+            raise self._error or DistributedOnnxError("worker failed to start")
+        return self._pinned
+
+
+def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
+    """GPU providers address device 0: after Ray sets CUDA_VISIBLE_DEVICES, the actor's GPU is local index 0."""
+    return [
+        provider.model_copy(update={"device_id": 0})
+        if isinstance(provider, CudaProvider | TensorRTProvider)
+        else provider
+        for provider in chain
+    ]
+
+
+def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0) -> dict[str, Any]:
+    """``ray.remote`` options of a worker actor; ``num_gpus`` may be fractional (several actors per GPU)."""
+    if num_cpus <= 0:
+        raise ConfigError(f"cpus_per_actor must be > 0, got {num_cpus}", key="cpus_per_actor")
+    if num_gpus < 0:
+        raise ConfigError(f"gpus_per_actor must be >= 0, got {num_gpus}", key="gpus_per_actor")
+    return {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts, "max_concurrency": 1}
+
+
+def start_worker_actor(
+    config: WorkerConfig, num_cpus: float, num_gpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+) -> Any:
+    """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``).
+
+    ``job_input`` may be an ObjectRef: Ray resolves it in the actor (numpy buffers map zero-copy).
+    """
+    actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(WorkerActor)
+    return actor_class.remote(config, num_cpus, job_factory, job_input)
+
+
+def start_pool(
+    config: WorkerConfig,
+    count: int | None,
+    num_cpus: float,
+    num_gpus: float,
+    timeout_s: float = READY_TIMEOUT_S,
+    job_factory: JobFactory | None = None,
+    job_input: Any = None,
+) -> tuple[list[Any], list[WorkerInfo]]:
+    """Start ``count`` actors (None: fill the cluster) and wait until each is warm.
+
+    A start-up error (a corrupt checkpoint, a refused GPU chain) stops every actor of the pool and is raised
+    as the original, typed error; an actor shape no node can host is refused before anything starts; actors
+    not ready within ``timeout_s`` are a :class:`WorkerStartError` naming how many were and what was asked.
+    """
+    check_feasible(num_cpus, num_gpus)
+    count = count or default_actor_count(num_cpus, num_gpus)
+    actors = [start_worker_actor(config, num_cpus, num_gpus, job_factory, job_input) for _ in range(count)]
+    readiness = [actor.ready.remote() for actor in actors]
+    try:
+        infos = ray.get(readiness, timeout=timeout_s)
+    except BaseException as exc:
+        ready_now, _ = ray.wait(readiness, num_returns=len(readiness), timeout=0)
+        for actor in actors:
+            ray.kill(actor)
+        if isinstance(exc, RayTaskError) and isinstance(exc.cause, DistributedOnnxError):
+            raise exc.cause from None
+        if isinstance(exc, GetTimeoutError):
+            free = {k: v for k, v in ray.available_resources().items() if k in {"CPU", "GPU"}}  # type: ignore[no-untyped-call]
+            raise WorkerStartError(
+                f"{len(ready_now)} of {count} worker actors ({num_cpus} CPU, {num_gpus} GPU each) were ready after "
+                f"{timeout_s:g} s; the cluster has {free} free. Lower --actors or the per-actor resources, or "
+                "raise the timeout for slow starts.",
+                ready=len(ready_now),
+                requested=count,
+            ) from None
+        raise
+    for info in infos:
+        logger.info(
+            "Worker ready: providers=%s gpus=%s threads=%s", info.providers, info.gpu_ids, info.intra_op_num_threads
+        )
+    return actors, list(infos)
+
+
+def has_room(num_cpus: float, num_gpus: float) -> bool:
+    """Whether the cluster has the free CPUs/GPUs for one more actor right now (never blocks)."""
+    free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+    return free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus
+
+
+def check_feasible(num_cpus: float, num_gpus: float) -> None:
+    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes."""
+    nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+    fits = any(
+        node["Resources"].get("CPU", 0) >= num_cpus and node["Resources"].get("GPU", 0) >= num_gpus for node in nodes
+    )
+    if not fits:
+        shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
+        raise ConfigError(
+            f"No node can host an actor with {num_cpus} CPU and {num_gpus} GPU; nodes have {shapes}. "
+            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
+            key="gpus_per_actor" if num_gpus else "cpus_per_actor",
+        )
+
+
+def default_actor_count(num_cpus: float, num_gpus: float) -> int:
+    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share."""
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    if num_gpus > 0:
+        return max(1, int(resources.get("GPU", 0) / num_gpus))
+    return max(1, int(resources.get("CPU", 1) / num_cpus))
