@@ -309,7 +309,7 @@ def _series_ids(column: pa.ChunkedArray, source: str) -> tuple[np.ndarray, np.nd
     rank = np.empty(len(distinct), dtype=np.int64)
     rank[ranked] = np.arange(len(distinct), dtype=np.int64)
     # No nulls (refused above): the codes convert zero-copy (the copying conversion imports pandas, measured).
-    return distinct[ranked], rank[_numpy_view(encoded.indices)]
+    return distinct[ranked], rank[numpy_view(encoded.indices)]
 
 
 def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
@@ -353,12 +353,12 @@ def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
 
 def _int64s(column: pa.ChunkedArray) -> np.ndarray:
     """A null-free int64 column as numpy, without the copying conversion (it imports pandas, measured)."""
-    chunks = [_numpy_view(chunk) for chunk in column.chunks]
+    chunks = [numpy_view(chunk) for chunk in column.chunks]
     return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
 
 
-def _numpy_view(array: pa.Array) -> np.ndarray:
-    """A null-free integer Arrow array as a numpy view of its data buffer.
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """A null-free numeric Arrow array as a (read-only) numpy view of its data buffer.
 
     pyarrow's own ``to_numpy`` imports pandas where pandas is installed (a second of the driver's start,
     measured), even for a zero-copy conversion.
@@ -427,7 +427,7 @@ def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:
         raise DataError(f"{source}: column {name!r} must be numeric, found {table[name].type}.", path=source) from exc
     if column.null_count:  # null is missing: NaN, the dense grid's marker
         column = column.fill_null(float("nan"))
-    chunks = [_numpy_view(chunk) for chunk in column.chunks]
+    chunks = [numpy_view(chunk) for chunk in column.chunks]
     array = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
     if np.isinf(array).any():
         rows = np.flatnonzero(np.isinf(array))
