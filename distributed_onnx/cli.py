@@ -125,6 +125,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
+    from distributed_onnx.evaluation.clock import process_started_perf_s
     from distributed_onnx.evaluation.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
@@ -132,7 +133,7 @@ def _backtest(args: argparse.Namespace) -> int:
 
     quiet_ray_logging(quiet=not args.verbose)
     settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
-    result = run_backtest(settings)
+    result = run_backtest(settings, started_wall_s=process_started_perf_s())
     print(json.dumps(_headline(result.summary, result.metrics.to_pylist()), indent=2))
     print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0

@@ -243,7 +243,8 @@ def series_from_table(
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
-    _check_grid_sizes(distinct_ids, sorted_codes, sorted_ts, order, starts, ends, step_us=step_us, source=source)
+    run_ids = distinct_ids[sorted_codes[starts]]  # the id of each run of rows: each series, in order
+    _check_grid_sizes(run_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -263,7 +264,7 @@ def series_from_table(
     for k, column in enumerate(covariate_values):
         covariate_block[k, flat_index] = in_order(column)
     arrays = SeriesArrays(
-        series_ids=tuple(str(series_id) for series_id in distinct_ids[sorted_codes[starts]].tolist()),
+        series_ids=tuple(str(series_id) for series_id in run_ids.tolist()),
         start_us=np.ascontiguousarray(sorted_ts[starts], dtype=np.int64),
         offsets=series_offsets,
         values=dense,
@@ -383,8 +384,7 @@ def _parse_timestamps(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
 
 
 def _check_grid_sizes(
-    distinct_ids: np.ndarray,
-    sorted_codes: np.ndarray,
+    run_ids: np.ndarray,
     sorted_ts: np.ndarray,
     order: np.ndarray,
     starts: np.ndarray,
@@ -406,7 +406,7 @@ def _check_grid_sizes(
     gap_us = int(sorted_ts[widest + 1] - sorted_ts[widest])
     others = f" ({too_sparse.size - 1} more series like it)" if too_sparse.size > 1 else ""
     raise DataError(
-        f"{source}: series {str(distinct_ids[sorted_codes[start]])!r} spans {int(n_points[first]):,} grid steps for "
+        f"{source}: series {str(run_ids[first])!r} spans {int(n_points[first]):,} grid steps for "
         f"{int(n_rows[first]):,} rows{others}: its largest gap, {gap_us // step_us:,} steps ({_duration(gap_us)}), "
         f"lies between rows {before} ({_iso(int(sorted_ts[widest]))}) and {after} "
         f"({_iso(int(sorted_ts[widest + 1]))}). A timestamp that far away is usually a wrong one: fix or drop "
