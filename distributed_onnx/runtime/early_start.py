@@ -113,8 +113,11 @@ class EarlyStart:
 
 
 def _exit_on_sigterm() -> None:
-    """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does."""
+    """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does.
+
+    ``ray.init`` sets that handler only on the main thread (and warns, on Ray's logger, that it did not).
+    """
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
