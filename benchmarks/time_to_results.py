@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,10 +43,13 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
+# This checkout's package, for this process, its children and Ray's workers (not a venv's editable install).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data  # noqa: E402
+
+from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
 
 ROWS_PER_BATCH = 256
 SERIES_POINTS = 260
@@ -210,7 +212,7 @@ def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path
         "windows": len(series_ids),
         "process_s": time.perf_counter() - started,
         "first_forecast_s": first_forecast_s,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 
@@ -282,7 +284,7 @@ def run_child(args: argparse.Namespace) -> None:
     if output.exists():
         shutil.rmtree(output)
     result = CHILD_MODES[args.child](args, output)
-    result.setdefault("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result.setdefault("peak_rss_mb", peak_rss_mb())
     print("RESULT " + json.dumps(result, default=float))
 
 

@@ -32,10 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
     except BatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        result = 1
     except DistributedOnnxError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        result = 2
     return result
 
 
@@ -125,6 +125,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
+    import pyarrow.compute as pc
+
     from distributed_onnx.evaluation.clock import process_started_perf_s
     from distributed_onnx.evaluation.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
@@ -134,7 +136,10 @@ def _backtest(args: argparse.Namespace) -> int:
     quiet_ray_logging(quiet=not args.verbose)
     settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
     result = run_backtest(settings, started_wall_s=process_started_perf_s())
-    print(json.dumps(_headline(result.summary, result.metrics.to_pylist()), indent=2))
+    # Only the run-wide rows become Python objects: the whole table holds rows per series (3.6 M at 100,000
+    # series took 13 s to convert, measured, after the run had finished).
+    run_wide = result.metrics.filter(pc.equal(result.metrics.column("scope"), "global"))
+    print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))
     print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
