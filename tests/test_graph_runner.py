@@ -23,6 +23,8 @@ from distributed_onnx.model.backend.cuda.buckets import BucketPlan
 from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
+pytestmark = pytest.mark.integration
+
 TRANSFERS = ["ort", "torch"]
 
 
