@@ -142,7 +142,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
     ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description.
 
     Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value). Flags not given
-    are absent from the namespace (see :func:`given_flags`).
+    are absent from the namespace (see :func:`given_flags`); the others are stored under their field names, so a
+    command's own options (``--config``) must not reuse a field's name.
     """
 
     def add_argument(target: Any, *names: str, **options: Any) -> Any:
