@@ -21,7 +21,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-.PHONY: backtest test lint typecheck check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: backtest test test-unit lint typecheck check check-install bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ backtest: $(BIN)/.installed-run
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
+
+# The fast tier: pure logic, no Ray, no ONNX Runtime session, no server (tests/conftest.py fails one that starts any).
+test-unit: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "not integration and not gpu"
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
