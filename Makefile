@@ -21,7 +21,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-.PHONY: backtest test lint typecheck check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: backtest test lint lint-imports typecheck check check-install bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,10 +48,14 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The layers and who may import Ray and onnxruntime: import-linter's contracts in pyproject.toml.
+lint-imports: $(BIN)/.installed
+	$(BIN)/lint-imports --no-logo
+
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-check: lint typecheck test
+check: lint lint-imports typecheck test
 
 check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py

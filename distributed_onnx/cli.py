@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from distributed_onnx import __version__
 from distributed_onnx.errors import BatchError, DistributedOnnxError
+from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
 

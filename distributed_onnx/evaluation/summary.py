@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx import __version__, storage
+from distributed_onnx import storage
+from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.run import _BacktestRun
