@@ -15,7 +15,9 @@ import sys
 import textwrap
 
 import pytest
-from listening import is_loopback, listening_addresses
+
+from distributed_onnx.runtime.listening import is_loopback, listening_addresses
+from distributed_onnx.runtime.ray_private import CLUSTER_SWITCH
 
 pytestmark = [
     pytest.mark.integration,
@@ -42,7 +44,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_embedded_ray_listens_on_loopback_only() -> None:
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, tests_dir],
@@ -123,7 +125,7 @@ def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k not in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS"}}
+    env = {k: v for k, v in os.environ.items() if k not in {CLUSTER_SWITCH, "RAY_ADDRESS"}}
     checkpoint = str(tiny_checkpoint.weights_path)  # type: ignore[attr-defined]
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
