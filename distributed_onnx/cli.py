@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     _settings_command(
         commands,
         "serve",
-        "serve a checkpoint over HTTP (foreground; Ctrl-C or SIGTERM stops)",
+        "serve a checkpoint over HTTP and gRPC (KServe v2) on Ray Serve (foreground; Ctrl-C or SIGTERM stops)",
         ServeSettings,
         _serve,
     )
