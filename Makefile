@@ -70,7 +70,7 @@ bench-backtest: $(BIN)/.bench-installed
 bench-serve: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/serve_bench.py
 
-# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see ../shared/gpu/README.md.
+# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see docs/gpu.md.
 bench-gpu:
 	$(PYTHON) scripts/gpu_check.py
 

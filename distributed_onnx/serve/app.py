@@ -293,7 +293,7 @@ class OnnxForecastServer:
         if parsed.id is not None:
             document["id"] = parsed.id
         inputs = decode_inputs(parsed.inputs, self._input_specs, raw)
-        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (DESIGN.md, Model families)
+        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (docs/design.md, Model families)
         return InferCall(inputs, names, binary_outputs(parsed, names), document)
 
     async def _forecast(self, request: Request) -> Response:
