@@ -141,3 +141,23 @@ def test_a_socket_beyond_loopback_stops_serve_with_one_line_naming_it() -> None:
         check_listening(1, allowed={8404}, read=read)
     assert "\n" not in str(info.value)
     assert info.value.exposed == [":::37001"]  # type: ignore[attr-defined]
+
+
+def test_no_other_module_of_the_package_imports_a_private_part_of_ray() -> None:
+    """The one-module rule, checked on the source: import-linter sees external packages only by their top name."""
+    import ast
+    from pathlib import Path
+
+    package = Path(ray_private.__file__).resolve().parent.parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.name == "ray_private.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            offenders += [
+                f"{path.relative_to(package)}: {name}" for name in names if name.startswith("ray") and "._" in name
+            ]
+    assert offenders == []
