@@ -161,3 +161,27 @@ def test_no_other_module_of_the_package_imports_a_private_part_of_ray() -> None:
                 f"{path.relative_to(package)}: {name}" for name in names if name.startswith("ray") and "._" in name
             ]
     assert offenders == []
+
+
+def test_serve_refuses_a_ray_without_a_private_name_in_one_line_before_ray_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from distributed_onnx.runtime.ray_private import SERVE_NAMES
+    from distributed_onnx.serve.ingress import free_port
+    from distributed_onnx.serve.runner import preflight
+    from distributed_onnx.serve.settings import ServeSettings
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    gone = PrivateName("ray.serve._private.replica", "add_port_to_grpc_server_renamed")
+    monkeypatch.setattr(ray_private, "SERVE_NAMES", (*SERVE_NAMES, gone))
+    settings = ServeSettings(port=free_port(), grpc_port=free_port())  # the bundled checkpoint
+    with pytest.raises(UnsupportedRayError) as info:
+        preflight(settings)  # what `distributed-onnx serve` runs first: the CLI prints it as one error line
+    assert str(info.value) == (
+        f"Ray {ray.__version__} has no ray.serve._private.replica.add_port_to_grpc_server_renamed, which "
+        f"distributed_onnx relies on; it is tested with Ray {ray_private.TESTED_RAY}.x: pip install "
+        f"'ray[serve]~={ray_private.TESTED_RAY}.0'"
+    )
+    preflight(settings.model_copy(update={"address": "127.0.0.1:6379"}))  # a cluster's Ray is not checked here
