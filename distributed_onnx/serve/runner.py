@@ -32,7 +32,7 @@ from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
-from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, plan_ingress
+from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.loopback import allowed_ports, check_listening
 from distributed_onnx.serve.settings import ServeSettings
 
@@ -49,10 +49,12 @@ def choose_ingress(settings: ServeSettings) -> IngressPlan:
         host=settings.host,
         port=settings.port,
         grpc_port=settings.grpc_port,
-        embedded=embedded,
-        haproxy_binary=ray_private.haproxy_binary() if embedded and wants_haproxy else None,
-        free_port=free_port,
-        free_range=free_range,
+        facts=IngressHost(
+            embedded=embedded,
+            haproxy_binary=ray_private.haproxy_binary() if embedded and wants_haproxy else None,
+            free_port=free_port,
+            free_range=free_range,
+        ),
     )
 
 
