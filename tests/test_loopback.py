@@ -16,7 +16,9 @@ import textwrap
 
 import pytest
 from conftest import free_port, wait_until_ready
-from listening import is_loopback, listening_addresses
+
+from distributed_onnx.runtime.listening import is_loopback, listening_addresses
+from distributed_onnx.runtime.ray_private import CLUSTER_SWITCH
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,7 +45,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_embedded_ray_listens_on_loopback_only() -> None:
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, tests_dir],
@@ -118,7 +120,7 @@ def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
     from pathlib import Path
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS"}}
+    env = {k: v for k, v in os.environ.items() if k not in {CLUSTER_SWITCH, "RAY_ADDRESS"}}
     checkpoint = str(tiny_checkpoint.weights_path)  # type: ignore[attr-defined]
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

