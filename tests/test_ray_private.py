@@ -121,6 +121,7 @@ def test_allowed_ports_follow_the_host_and_the_haproxy_template() -> None:
     assert allowed_ports("0.0.0.0", (8000, 8001), haproxy) == {8000, 8001, 8404, 9101, 20000, 20001}
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_this_process_listening_on_loopback_passes_the_check() -> None:
     with socket.socket() as server:
