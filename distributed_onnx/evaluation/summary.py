@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx import __version__, storage
+from distributed_onnx import storage
 from distributed_onnx.evaluation.clock import driver_cpu_s, peak_rss_mb
+from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.clock import PhaseClock
