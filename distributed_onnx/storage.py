@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -52,17 +52,33 @@ def local_path(location: Location) -> Path | None:
 
 
 def normalize(location: Location) -> Location:
-    """A :class:`Path` for anything local, the URL (without a trailing slash) otherwise."""
+    """A :class:`Path` for anything local, the URL (without a trailing slash on its path) otherwise."""
     path = local_path(location)
-    return path if path is not None else str(location).rstrip("/")
+    if path is not None:
+        return path
+    url = urlsplit(str(location))
+    return urlunsplit(url._replace(path=url.path.rstrip("/")))
 
 
 def join(location: Location, *parts: str) -> Location:
-    """``location / part / ...`` for a path or a URL."""
+    """``location / part / ...`` for a path or a URL.
+
+    A URL's options stay options: ``s3://bucket/run?endpoint_override=host:9000`` joined with ``forecasts``
+    is ``s3://bucket/run/forecasts?endpoint_override=host:9000`` (appending to the whole string put every file
+    inside the query, where pyarrow either refused it or read the bucket's root).
+    """
     base = normalize(location)
     if isinstance(base, Path):
         return base.joinpath(*parts)
-    return "/".join([base, *parts])
+    url = urlsplit(base)
+    return urlunsplit(url._replace(path="/".join([url.path, *parts])))
+
+
+def suffix(location: Location) -> str:
+    """The lower-case extension of the file a location names (``.csv``), without a URL's options."""
+    path = local_path(location)
+    name = path.name if path is not None else urlsplit(str(location)).path.rsplit("/", 1)[-1]
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
 
 
 def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:

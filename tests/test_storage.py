@@ -28,6 +28,17 @@ def test_locations_keep_paths_local_and_urls_as_urls(tmp_path: Path) -> None:
     assert settings.output == "s3://bucket/runs/x" and settings.data == tmp_path / "d.parquet"
 
 
+def test_url_options_stay_options_when_files_are_named() -> None:
+    """Joined onto the whole string, every file of an URL with options landed inside its query string."""
+    run = "s3://bucket/runs/x/?endpoint_override=127.0.0.1:9000&scheme=http"
+    part = storage.join(run, "forecasts", "part-000001.parquet")
+    assert part == "s3://bucket/runs/x/forecasts/part-000001.parquet?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert storage.normalize(run) == "s3://bucket/runs/x?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert storage.suffix("s3://bucket/in/load.CSV?region=eu-west-1") == ".csv"
+    assert storage.suffix("s3://bucket/in/load.parquet?region=eu-west-1") == ".parquet"
+    assert storage.suffix(Path("/data.d/load")) == ""
+
+
 @pytest.mark.parametrize("kind", ["path", "file-url", "object-store"])
 def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
     output: storage.Location = {

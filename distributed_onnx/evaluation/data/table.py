@@ -89,7 +89,7 @@ def read_table(path: storage.Location) -> pa.Table:
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
-        if str(path).lower().endswith((".csv", ".txt")):
+        if storage.suffix(path) in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={"series_id": pa.string()})
             return pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
