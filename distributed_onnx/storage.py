@@ -15,24 +15,32 @@ stream, which object stores publish only when it completes. ``file://`` URLs are
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from distributed_onnx.errors import ConfigError, MissingExtraError
+from distributed_onnx.errors import ConfigError, MissingExtraError, StorageError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Location = Path | str
 """A local path, or a URL such as ``s3://bucket/runs/backtest-1``."""
 
 _CHUNK_BYTES = 1 << 20
+#: Waits between attempts at a read that failed for a reason other than a missing file (an S3 SlowDown, an NFS
+#: EIO): about 15 s in all before :func:`read_retrying` gives up.
+READ_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def is_url(location: Location) -> bool:
@@ -265,3 +273,35 @@ def sha256(location: Location) -> str:
         while chunk := stream.read(_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_retrying(
+    read: Callable[[], T],
+    what: str,
+    *,
+    delays_s: Sequence[float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
+    """``read()``, retried with backoff while it raises an ``OSError`` that is not a missing file.
+
+    A missing file (``FileNotFoundError``) is an answer and passes through at once; any other ``OSError`` says
+    only that the storage did not answer now, so it is retried, then raised as one :class:`StorageError` naming
+    ``what``. Callers that decide from a read whether to delete something (the resume) must delete nothing then.
+    """
+    delays_s = READ_RETRY_DELAYS_S if delays_s is None else delays_s
+    sleep = sleep or time.sleep
+    for attempt, delay in enumerate([*delays_s, None], start=1):
+        try:
+            return read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if delay is None:
+                raise StorageError(
+                    f"Cannot read {what} ({attempt} attempts over {sum(delays_s):.0f} s): {exc}. Nothing was "
+                    "deleted; rerun when the storage answers again.",
+                    path=what,
+                ) from exc
+            logger.warning("Reading %s failed (%s); retrying in %.1f s", what, exc, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")  # the loop returns or raises
