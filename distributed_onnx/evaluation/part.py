@@ -129,7 +129,7 @@ class PartRunner:
             mark = time.perf_counter()
             tables.append(outputs.forecast_table(batch, forecasts, job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, model, naive, fans)
+            self._score(planned, batch, forecasts, model=model, naive=naive, fans=fans)
             clock.add("score", mark)
         table = pa.concat_tables(tables)
         mark = time.perf_counter()
@@ -215,6 +215,7 @@ class PartRunner:
         planned: PlannedBatch,
         batch: pa.RecordBatch,
         forecasts: np.ndarray,
+        *,
         model: MetricsAccumulator,
         naive: MetricsAccumulator,
         fans: FanCollector,
