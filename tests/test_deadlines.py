@@ -46,7 +46,7 @@ def _run_slow_actors(
         while pending and (actor := state.pick_actor()) is not None:
             part = pending.pop(0)
             given[part] = deadlines.deadline_s(part_batches[part] * ROWS_PER_BATCH)
-            state.submitted(f"ref-{part}", actor, part, part, now, given[part])
+            state.submitted(f"ref-{part}", actor, part, part, now=now, timeout_s=given[part])
 
         def finishes_at(actor: int) -> float:
             head = state.in_flight[state.queues[actor][0]].item
@@ -95,7 +95,7 @@ def test_a_hung_actor_is_still_caught_by_the_deadline() -> None:
     deadlines.observe(64, 12.0)  # 0.1875 s a window
     state: DispatchState[int] = DispatchState(max_in_flight_per_actor=2)
     state.add_actor(0)
-    state.submitted("ref", 0, 7, 7, 100.0, deadlines.deadline_s(992))
+    state.submitted("ref", 0, 7, 7, now=100.0, timeout_s=deadlines.deadline_s(992))
     limit = 10 * 0.1875 * 992  # 1,860 s
     assert state.overdue(100.0 + limit - 1) == []
     assert state.overdue(100.0 + limit) == [0]
