@@ -31,7 +31,7 @@ from distributed_onnx.evaluation.data.series_source import (
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.failures import failure_error
+from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
@@ -185,6 +185,8 @@ class _BacktestRun:
                 cluster.shutdown()
         clock.mark("ray_stop")
         summary["timing"].update(driver_timing(clock))
+        if not outcome.failures and clear_failed_windows(output):
+            summary["notes"].append(f"{FAILED_WINDOWS} of an earlier invocation was removed: every window is done")
         write_summary(output, summary)
         failures = [failure.as_record() for failure in outcome.failures]
         if failures:
