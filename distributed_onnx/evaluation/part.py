@@ -106,8 +106,8 @@ class PartRunner:
         self.worker = worker
         self.job = job
         self.node_id = node_id
-        uses_gpu = getattr(worker.backend, "uses_io_binding", False)
-        self._overlap = bool(uses_gpu) if job.overlap_packing is None else job.overlap_packing
+        uses_gpu = worker.backend.uses_io_binding
+        self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
 
     def run(self, part: PartSpec) -> PartReceipt:

@@ -173,7 +173,8 @@ class _Pool:
 class Dispatcher(Generic[Item]):
     """Runs items on a pool of actors, pulling them lazily so memory stays bounded.
 
-    One dispatcher serves one pool; each :meth:`run` starts with fresh bookkeeping and returns its own counters.
+    Each :meth:`run` starts with fresh bookkeeping from the actors given here and returns its own counters;
+    actors lost or started during a run are not carried into the next, so build one dispatcher per pool and run.
     """
 
     def __init__(
