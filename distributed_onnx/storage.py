@@ -8,17 +8,20 @@ that *every node* and the user can reach under the same name: shared storage or 
 node's own temp directory.
 
 Writes are atomic either way: a local file is written under a temporary name, fsynced and renamed into place
-(so a killed run never leaves a half-written file under a final name); an object is uploaded from memory in one
-stream, which object stores publish only when it completes. ``file://`` URLs are local paths.
+(so a killed run never leaves a half-written file under a final name); an object is uploaded from memory under a
+temporary name and copied into place by the store, since pyarrow publishes a stream that failed part-way.
+``file://`` URLs are local paths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,13 +228,32 @@ def _replaced_atomically(path: Path) -> Iterator[str]:
         raise
 
 
+def _upload_atomically(location: Location, payload: bytes) -> None:
+    """Upload to a temporary object beside ``location``, then copy it into place (server-side) and delete it.
+
+    pyarrow closes an output stream that an exception left (and one that is garbage collected), and closing
+    *publishes* what was uploaded so far: a torn object under the final name (measured on an S3 server: a
+    1,000-byte object after an exception inside ``with open_output_stream(...)``). So the final name only ever
+    receives a whole object, by a copy; a failed upload leaves at most a ``.tmp-`` object, deleted here or by
+    the next run (:func:`distributed_onnx.evaluation.outputs.clean_partials`).
+    """
+    fs, inner = filesystem(location)
+    directory, _, name = inner.rpartition("/")
+    temporary = f"{directory}/.tmp-{name}.{uuid.uuid4().hex}" if directory else f".tmp-{name}.{uuid.uuid4().hex}"
+    try:
+        with fs.open_output_stream(temporary) as stream:
+            stream.write(payload)
+        fs.copy_file(temporary, inner)
+    finally:
+        with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
+            fs.delete_file(temporary)
+
+
 def write_bytes(location: Location, payload: bytes) -> int:
     """Write ``payload`` atomically (see the module docstring), flushed to disk before the rename; returns its size."""
     path = local_path(location)
     if path is None:
-        fs, inner = filesystem(location)
-        with fs.open_output_stream(inner) as stream:
-            stream.write(payload)
+        _upload_atomically(location, payload)
         return len(payload)
     with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
         handle.write(payload)

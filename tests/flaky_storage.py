@@ -4,7 +4,8 @@
 :mod:`distributed_onnx.storage` (pyarrow wraps fsspec for schemes it does not know), exactly as an object
 store is. :data:`FAILURES` maps a substring of a path to how many more reads of matching paths fail with
 ``OSError(EIO)`` (reads: opening for reading, and file info, which the size check uses); ``-1`` fails for ever.
-A key ``open:PATTERN`` or ``info:PATTERN`` fails only that operation.
+A key ``open:PATTERN`` or ``info:PATTERN`` fails only that operation; ``write:PATTERN`` makes a write store half
+of its bytes, then fail (a connection lost during an upload).
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class FlakyFileSystem(MemoryFileSystem):  # type: ignore[misc]
     def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         if "r" in mode:
             self._maybe_fail("open", path)
-        return super()._open(path, mode=mode, **kwargs)
+        handle = super()._open(path, mode=mode, **kwargs)
+        if "w" in mode:
+            handle.write = _torn_writer(self, path, handle.write)
+        return handle
 
     def info(self, path: str, **kwargs: Any) -> Any:
         self._maybe_fail("info", self._strip_protocol(path))
@@ -50,3 +54,17 @@ class FlakyFileSystem(MemoryFileSystem):  # type: ignore[misc]
 
 
 fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
+
+
+def _torn_writer(filesystem: FlakyFileSystem, path: str, write: Any) -> Any:
+    """``write`` that, while ``write:PATTERN`` is armed, writes half of what it is given and then fails."""
+
+    def torn_write(data: Any) -> int:
+        try:
+            filesystem._maybe_fail("write", path)
+        except OSError:
+            write(bytes(data)[: len(data) // 2])
+            raise
+        return int(write(data))
+
+    return torn_write
