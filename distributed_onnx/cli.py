@@ -76,6 +76,11 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
             f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; fix the cluster "
             "(disk, memory, nodes) and rerun the same command to resume."
         )
+    if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
+        return EXIT_ENVIRONMENT, (
+            f"I/O error: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; rerun the same command "
+            "to resume."
+        )
     if isinstance(exc, MemoryError):
         return EXIT_ENVIRONMENT, "out of memory (MemoryError); finished parts are kept, rerun to resume."
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {_one_line(exc)}."

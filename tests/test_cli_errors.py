@@ -50,6 +50,7 @@ def data(tmp_path: Path) -> Path:
         (ray_exceptions.RaySystemError("the raylet died"), 3),
         (ray_exceptions.ObjectStoreFullError("full"), 3),
         (MemoryError(), 3),
+        (OSError(28, "No space left on device"), 3),
         (ValueError("a bug\nwith two lines"), 4),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
