@@ -69,6 +69,7 @@ def _sums_written(output: Path) -> int:
     return len(list((output / outputs.FORECASTS_DIR).glob("part-*.sums.arrow")))
 
 
+@pytest.mark.timeout(900)  # three runs, two of them start Ray: minutes on a loaded machine
 @pytest.mark.usefixtures("ray_session")
 def test_a_driver_killed_mid_run_then_rerun_gives_every_window_once(
     tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint

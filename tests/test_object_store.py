@@ -76,6 +76,7 @@ def _forecasts(output: str) -> pa.Table:
     return sort_forecasts(pa.concat_tables(tables))
 
 
+@pytest.mark.timeout(900)  # three runs, two of them start Ray: minutes on a loaded machine
 def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload(
     s3_options: str, tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint
 ) -> None:
