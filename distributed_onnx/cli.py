@@ -204,7 +204,7 @@ def _backtest(args: argparse.Namespace) -> int:
     settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
     result = run_backtest(settings)
     print(json.dumps(_headline(result.summary, result.metrics.to_pylist()), indent=2))
-    print(f"wrote {settings.output} (forecasts/, metrics.parquet, summary.json, report.html)")
+    print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
 
