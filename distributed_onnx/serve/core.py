@@ -36,6 +36,7 @@ from distributed_onnx.serve.admission import Admission, Ticket
 from distributed_onnx.serve.binary import binary_outputs, encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, check_finite_forecasts, encode_forecasts, plan_job, run_jobs
 from distributed_onnx.serve.grpc_api import check_response_fits, infer_inputs, model_infer_response, requested_outputs
+from distributed_onnx.serve.health import ModelHealth
 from distributed_onnx.serve.http import HttpError, parse_body, parse_infer_request, status_of
 from distributed_onnx.serve.protocol import decode_inputs, run_checked, select_outputs, tensor_metadata
 from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
@@ -80,8 +81,6 @@ class ModelCore:
     """One model in a replica: its worker, model thread, health and the planning and running of its requests."""
 
     def __init__(self, worker: InferenceWorker, settings: ServeSettings, replica: ReplicaCore) -> None:
-        from distributed_onnx.serve.health import ModelHealth
-
         self.worker = worker
         self.settings = settings
         self.name = worker.model_name
@@ -290,6 +289,3 @@ class ReplicaCore:
 
     async def run_codec(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._codec_thread, function, *args)
-
-    def close(self) -> None:
-        self._codec_thread.shutdown(wait=False)
