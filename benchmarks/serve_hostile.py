@@ -188,73 +188,91 @@ def grpc_call(port: int) -> dict[str, Any]:
         }
 
 
-def main() -> int:
+def start_server() -> tuple[subprocess.Popen[str], int, int]:
+    """``distributed-onnx serve`` with default limits on free loopback ports, once ready."""
+    import httpx
+
     port, grpc_port = free_port(), free_port()
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--port", str(port), "--grpc-port", str(grpc_port)]
-    load_before = os.getloadavg()
     server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(server.stdout.read() if server.stdout else "server exited")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
+                return server, port, grpc_port
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError("server not ready in 300 s")
+        time.sleep(0.5)
+
+
+def hostile_http(pid: int, port: int) -> dict[str, Any]:
+    """The burst of 8 MiB bodies, the replica's RSS through it, and whether it is ready afterwards."""
+    import httpx
+
+    idle = rss_bytes(pid)
+    values = (BODY_BYTES - 64) // 2
+    body = b'{"series": [{"series_id": "a", "y": [' + b"0," * (values - 1) + b"0]}]}"
+    body += b" " * (BODY_BYTES - len(body))  # exactly max_body_bytes: admitted by size, charged 40x
+    started = time.perf_counter()
+    with RssSampler(pid) as sampler:
+        answers = asyncio.run(burst(port, body))
+    burst_s = time.perf_counter() - started
+    codes: dict[str, int] = {}
+    for status, _, _ in answers:
+        codes[str(status)] = codes.get(str(status), 0) + 1
+    refusal_s = [seconds for status, seconds, _ in answers if status == 503]
+    served_s = [seconds for status, seconds, _ in answers if status == 200]
+    ready = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=30).status_code
+    ordinary = httpx.post(
+        f"http://127.0.0.1:{port}/v1/forecast",
+        json={"series": [{"series_id": "a", "y": [float(v % 48) for v in range(600)]}]},
+        timeout=60,
+    ).status_code
+    return {
+        "clients": CLIENTS,
+        "body_bytes": len(body),
+        "codes": codes,
+        "burst_s": round(burst_s, 2),
+        "refusal_p50_s": round(float(np.median(refusal_s)), 3) if refusal_s else None,
+        "served_p50_s": round(float(np.median(served_s)), 3) if served_s else None,
+        "refusal_messages": sorted({message.split(";")[0] for status, _, message in answers if status == 503}),
+        "replica_rss_idle_mib": round(idle / 2**20, 1),
+        "replica_rss_peak_mib": round(sampler.peak / 2**20, 1),
+        "bound_mib": round((idle + MEMORY_BOUND) / 2**20, 1),
+        "under_bound": sampler.peak <= idle + MEMORY_BOUND,
+        "ready_after": ready,
+        "ordinary_forecast_after": ordinary,
+    }
+
+
+def hostile_grpc(pid: int, port: int, grpc_port: int) -> dict[str, Any]:
+    import httpx
+
+    before = rss_bytes(pid)
+    with RssSampler(pid) as sampler:
+        result = grpc_call(grpc_port)
+    result["replica_rss_before_mib"] = round(before / 2**20, 1)
+    result["replica_rss_peak_mib"] = round(sampler.peak / 2**20, 1)
+    result["ready_after"] = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=30).status_code
+    return result
+
+
+def main() -> int:
+    load_before = os.getloadavg()
+    server, port, grpc_port = start_server()
     results: dict[str, Any] = {}
     try:
-        import httpx
-
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(server.stdout.read() if server.stdout else "server exited")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server not ready in 300 s")
-            time.sleep(0.5)
         pid = replica_pid(server.pid)
         time.sleep(2.0)
-        idle = rss_bytes(pid)
-        values = (BODY_BYTES - 64) // 2
-        body = b'{"series": [{"series_id": "a", "y": [' + b"0," * (values - 1) + b"0]}]}"
-        body += b" " * (BODY_BYTES - len(body))  # exactly max_body_bytes: admitted by size, charged 40x
-        started = time.perf_counter()
-        with RssSampler(pid) as sampler:
-            answers = asyncio.run(burst(port, body))
-        burst_s = time.perf_counter() - started
-        codes: dict[str, int] = {}
-        for status, _, _ in answers:
-            codes[str(status)] = codes.get(str(status), 0) + 1
-        refusals = sorted({message.split(";")[0] for status, _, message in answers if status == 503})
-        refusal_s = [seconds for status, seconds, _ in answers if status == 503]
-        served_s = [seconds for status, seconds, _ in answers if status == 200]
-        ready = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=30).status_code
-        ordinary = httpx.post(
-            f"http://127.0.0.1:{port}/v1/forecast",
-            json={"series": [{"series_id": "a", "y": [float(v % 48) for v in range(600)]}]},
-            timeout=60,
-        ).status_code
-        results["http"] = {
-            "clients": CLIENTS,
-            "body_bytes": len(body),
-            "codes": codes,
-            "burst_s": round(burst_s, 2),
-            "refusal_p50_s": round(float(np.median(refusal_s)), 3) if refusal_s else None,
-            "served_p50_s": round(float(np.median(served_s)), 3) if served_s else None,
-            "refusal_messages": refusals,
-            "replica_rss_idle_mib": round(idle / 2**20, 1),
-            "replica_rss_peak_mib": round(sampler.peak / 2**20, 1),
-            "bound_mib": round((idle + MEMORY_BOUND) / 2**20, 1),
-            "under_bound": sampler.peak <= idle + MEMORY_BOUND,
-            "ready_after": ready,
-            "ordinary_forecast_after": ordinary,
-        }
-        before = rss_bytes(pid)
-        with RssSampler(pid) as sampler:
-            grpc_result = grpc_call(grpc_port)
-        grpc_result["replica_rss_before_mib"] = round(before / 2**20, 1)
-        grpc_result["replica_rss_peak_mib"] = round(sampler.peak / 2**20, 1)
-        grpc_result["ready_after"] = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=30).status_code
-        results["grpc"] = grpc_result
+        results["http"] = hostile_http(pid, port)
+        results["grpc"] = hostile_grpc(pid, port, grpc_port)
     finally:
         server.send_signal(signal.SIGINT)
         try:
