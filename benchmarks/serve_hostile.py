@@ -5,8 +5,9 @@ limits: ``max_body_bytes`` 8 MiB, ``max_request_memory_bytes`` 1 GiB) on free lo
 replica's RSS (``/proc/<pid>/status``, every 20 ms, in a thread) while:
 
 1. 200 clients each POST an 8 MiB ``/v1/forecast`` body of ``0,`` values (the worst case of parsing per body
-   byte) at once; each connection sends its headers, then its body, while it reads the answer, so a refusal
-   that comes before the body is sent is counted as what it is.
+   byte) at once; each connection sends its headers, then its body, while it reads the answer. Then the same
+   burst with ``Expect: 100-continue`` (curl's way for bodies above 1 MB): the body goes out only after the
+   server's go, so a refusal costs no upload.
 2. ``/v2/health/ready`` and one ordinary forecast afterwards.
 3. one 100 MiB ``ModelInferRequest`` over gRPC (raw little-endian bytes of a float32 context).
 
@@ -111,21 +112,26 @@ class RssSampler:
         self._thread.join(timeout=5)
 
 
-async def post(port: int, body: bytes, timeout_s: float) -> tuple[int | str, float, str]:
-    """POST ``body``; status (or what went wrong), seconds, and the error message of a refusal."""
+async def post(port: int, body: bytes, timeout_s: float, expect: bool) -> tuple[int | str, float, str]:
+    """POST ``body``; status (or what went wrong), seconds, and the error message of a refusal.
+
+    With ``expect`` the request carries ``Expect: 100-continue`` (what curl sends for bodies above 1 MB) and the
+    body goes out only after the server's ``100 Continue``; without it, the body follows the headers at once
+    while the answer is read.
+    """
     started = time.perf_counter()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError as exc:
         return f"connect: {type(exc).__name__}", time.perf_counter() - started, ""
+    expect_line = "Expect: 100-continue\r\n" if expect else ""
     head = (
         f"POST /v1/forecast HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n{expect_line}\r\n"
     ).encode()
 
-    async def send() -> None:
+    async def send_body() -> None:
         try:
-            writer.write(head)
             view = memoryview(body)
             for offset in range(0, len(body), 256 * 1024):
                 writer.write(view[offset : offset + 256 * 1024])
@@ -133,16 +139,28 @@ async def post(port: int, body: bytes, timeout_s: float) -> tuple[int | str, flo
         except (ConnectionError, OSError):
             pass  # refused early: the server closed while the body was still going out
 
-    sender = asyncio.create_task(send())
+    sender: asyncio.Task[None] | None = None
+    status: int | str
     try:
-        response = await asyncio.wait_for(reader.read(), timeout_s)
-    except (TimeoutError, ConnectionError, OSError) as exc:
+        writer.write(head)
+        if expect:
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+            if interim.split(b" ", 2)[1] == b"100":
+                sender = asyncio.create_task(send_body())
+                response = await asyncio.wait_for(reader.read(), timeout_s)
+            else:
+                response = interim + await asyncio.wait_for(reader.read(), timeout_s)
+        else:
+            sender = asyncio.create_task(send_body())
+            response = await asyncio.wait_for(reader.read(), timeout_s)
+    except (TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
         response = b""
-        status: int | str = f"read: {type(exc).__name__}"
+        status = f"read: {type(exc).__name__}"
     else:
         first = response.split(b"\r\n", 1)[0].split()
         status = int(first[1]) if len(first) > 1 else "no status line"
-    sender.cancel()
+    if sender is not None:
+        sender.cancel()
     writer.close()
     message = ""
     if isinstance(status, int) and status != 200:
@@ -154,8 +172,8 @@ async def post(port: int, body: bytes, timeout_s: float) -> tuple[int | str, flo
     return status, time.perf_counter() - started, message
 
 
-async def burst(port: int, body: bytes) -> list[tuple[int | str, float, str]]:
-    return await asyncio.gather(*(post(port, body, 300.0) for _ in range(CLIENTS)))
+async def burst(port: int, body: bytes, expect: bool) -> list[tuple[int | str, float, str]]:
+    return await asyncio.gather(*(post(port, body, 300.0, expect) for _ in range(CLIENTS)))
 
 
 def grpc_call(port: int) -> dict[str, Any]:
@@ -212,7 +230,7 @@ def start_server() -> tuple[subprocess.Popen[str], int, int]:
         time.sleep(0.5)
 
 
-def hostile_http(pid: int, port: int) -> dict[str, Any]:
+def hostile_http(pid: int, port: int, expect: bool) -> dict[str, Any]:
     """The burst of 8 MiB bodies, the replica's RSS through it, and whether it is ready afterwards."""
     import httpx
 
@@ -222,7 +240,7 @@ def hostile_http(pid: int, port: int) -> dict[str, Any]:
     body += b" " * (BODY_BYTES - len(body))  # exactly max_body_bytes: admitted by size, charged 40x
     started = time.perf_counter()
     with RssSampler(pid) as sampler:
-        answers = asyncio.run(burst(port, body))
+        answers = asyncio.run(burst(port, body, expect))
     burst_s = time.perf_counter() - started
     codes: dict[str, int] = {}
     for status, _, _ in answers:
@@ -237,6 +255,7 @@ def hostile_http(pid: int, port: int) -> dict[str, Any]:
     ).status_code
     return {
         "clients": CLIENTS,
+        "expect_100_continue": expect,
         "body_bytes": len(body),
         "codes": codes,
         "burst_s": round(burst_s, 2),
@@ -271,7 +290,8 @@ def main() -> int:
     try:
         pid = replica_pid(server.pid)
         time.sleep(2.0)
-        results["http"] = hostile_http(pid, port)
+        results["http"] = hostile_http(pid, port, expect=False)
+        results["http_expect_100_continue"] = hostile_http(pid, port, expect=True)
         results["grpc"] = hostile_grpc(pid, port, grpc_port)
     finally:
         server.send_signal(signal.SIGINT)

@@ -45,6 +45,7 @@ from distributed_onnx.serve.grpc_messages import (
     ServerReadyResponse,
 )
 from distributed_onnx.serve.http import (
+    drained_on_refusal,
     infer_response,
     install_error_handlers,
     install_openapi_models,
@@ -142,7 +143,7 @@ class OnnxForecastServer:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             return infer_response(*await model.infer(body, request.headers.get(HEADER_LENGTH)))
 
-        return await self._replica.observe("infer", handle)
+        return await drained_on_refusal(request, self._settings.max_body_bytes, self._replica.observe("infer", handle))
 
     @api.post(
         "/v1/forecast",
@@ -156,7 +157,8 @@ class OnnxForecastServer:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             return Response(await self._model.forecast(body, ticket), media_type="application/json")
 
-        return await self._replica.observe("forecast", handle)
+        answer = self._replica.observe("forecast", handle)
+        return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def _forecast_windows(self, jobs: list[ForecastJob]) -> list[np.ndarray]:
