@@ -106,3 +106,28 @@ def test_clamped_levels_are_reported_and_memory_beyond_the_bound_is_503(tiny_che
     assert caught.value.status_code == 503 and "max_request_memory_bytes" in caught.value.message
     ticket.close()
     assert json.loads(asyncio.run(answer(core, model, forecast_body([1.0]))))["forecasts"]
+
+
+def test_a_v2_infer_whose_values_overflow_the_model_is_422_and_not_a_model_failure(
+    tiny_checkpoint: ResolvedCheckpoint,
+) -> None:
+    from distributed_onnx.errors import InputValidationError
+
+    _, model, _ = replica(tiny_checkpoint.weights_path, max_consecutive_model_failures=1)
+
+    def body(value: float) -> bytes:
+        tensors = {
+            "context": ("FP32", [1, 16], [value] * 16),
+            "attention_mask": ("FP32", [1, 16], [1.0] * 16),
+            "group_ids": ("INT64", [1], [0]),
+            "future_covariates": ("FP32", [1, 8], [0.0] * 8),
+            "future_covariates_mask": ("FP32", [1, 8], [0.0] * 8),
+        }
+        inputs = [{"name": n, "datatype": d, "shape": s, "data": v} for n, (d, s, v) in tensors.items()]
+        return json.dumps({"inputs": inputs}).encode()
+
+    with pytest.raises(InputValidationError, match=r"NaN or infinite values in output\(s\) \['quantile_preds'\]"):
+        asyncio.run(model.infer(body(3e38), None))
+    assert model.health.ready  # max_consecutive_model_failures=1: it would be not ready had it counted
+    encoded, _ = asyncio.run(model.infer(body(2.0), None))
+    assert 2.0 in json.loads(encoded)["outputs"][0]["data"]  # the median of the tiny graph: the context's mean
