@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
+from distributed_onnx.errors import BackendClosedError, InferenceError
 from distributed_onnx.model.quantiles import clamped_levels
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.serve.admission import Admission, Ticket
@@ -85,11 +85,8 @@ class ModelCore:
         self.settings = settings
         self.name = worker.model_name
         self.metadata = worker.metadata
-        backend = worker.backend
-        if not hasattr(backend, "input_specs") or not hasattr(backend, "output_specs"):
-            raise ConfigError(f"backend {type(backend).__name__} does not describe its tensors (input_specs)")
-        self.input_specs = list(backend.input_specs)
-        self.output_specs = list(backend.output_specs)
+        self.input_specs = list(worker.backend.input_specs)
+        self.output_specs = list(worker.backend.output_specs)
         self.health = ModelHealth(settings.max_consecutive_model_failures)
         self._replica = replica
         self._batcher: Batcher | None = None
