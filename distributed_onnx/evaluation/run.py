@@ -14,6 +14,8 @@ import logging
 import pickle
 import resource
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +32,7 @@ from distributed_onnx.evaluation.data.series_source import (
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.failures import failure_error
+from distributed_onnx.evaluation.failures import failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
@@ -38,7 +40,7 @@ from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, previous_summary, write_summary
-from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.evaluation.sums import read_done_part, unverified_models
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
@@ -69,9 +71,9 @@ def run_backtest(settings: BacktestSettings) -> BacktestResult:
     return _BacktestRun(prepare(settings), started).run()
 
 
-def build_part_runner(worker: InferenceWorker, job: PartJob, info: WorkerInfo) -> PartRunner:
-    """The actors' job factory (module level, so Ray pickles it by reference)."""
-    return PartRunner(worker, job, node_id=info.node_id)
+def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:
+    """The actors' job factory (module level, so Ray pickles it by reference): one worker per checkpoint."""
+    return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
 
 
 def render_report(
@@ -125,7 +127,7 @@ class _BacktestRun:
         self.output = plan.settings.output
         self.started = started
         self.parts = plan.parts()
-        self.sums = RunSums(plan.quantiles, plan.spec.horizon)
+        self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
         self.receipts: list[PartReceipt] = []
         self.failures: list[dict[str, Any]] = []
         self.infos: list[WorkerInfo] = []
@@ -149,7 +151,7 @@ class _BacktestRun:
         plan, output = self.plan, self.output
         self._phase("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
-        outputs.clean_partials(output)
+        outputs.clean_partials(output, plan.model_names)
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._verified_todo()
         done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
@@ -172,9 +174,25 @@ class _BacktestRun:
             for part in todo:
                 if part.index not in failed:
                     self._merge_written(part)
-            metrics = self.sums.write_metrics(output, plan.checkpoint.name)
+            scores = self.sums.merged()
+            metrics = self.sums.write_metrics(output, scores)
             self._phase("merge")
             summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
+            summary["models"] = {
+                checkpoint.name: {
+                    "checkpoint": str(checkpoint.weights_path),
+                    "sha256": checkpoint.metadata.sha256,
+                    "fingerprint": plan.model_fingerprints[checkpoint.name],
+                }
+                for checkpoint in plan.checkpoints
+            }
+            summary["pairs"] = scores.left_out()
+            summary["parts"]["computed_by_model"] = dict(
+                Counter(name for receipt in self.receipts for name in receipt.models_computed)
+            )
+            nonfinite = nonfinite_error(plan, scores.nonfinite)
+            if nonfinite is not None:
+                summary["notes"].append(str(nonfinite))
             self._report(summary, metrics)
         finally:
             if started_ray:
@@ -186,6 +204,8 @@ class _BacktestRun:
         write_summary(output, summary)
         if self.failures:
             raise failure_error(self.plan, self.parts, self.failures)
+        if nonfinite is not None:
+            raise nonfinite
         return BacktestResult(summary, metrics, self.failures)
 
     def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
@@ -208,16 +228,21 @@ class _BacktestRun:
             summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
         self._phase("report")
 
-    def worker_config(self) -> WorkerConfig:
-        return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
+    def worker_config(self) -> list[WorkerConfig]:
+        """One config per checkpoint: each actor loads every model of the run."""
+        providers = self.plan.settings.providers
+        return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
 
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
         plan, todo = self.plan, []
+        models = plan.model_fingerprints
         for part in self.parts:
-            sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            args = (self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, models)
+            sums = read_done_part(*args)
             if sums is None:
-                outputs.discard_part(self.output, part.index)
+                # Forecasts that verify for their model stay: the part's actor reads them back and rescores.
+                outputs.discard_part(self.output, part.index, unverified_models(*args))
                 todo.append(part)
             else:
                 self.sums.add(part.index, sums)
@@ -225,7 +250,9 @@ class _BacktestRun:
 
     def _merge_written(self, part: PartSpec) -> None:
         plan = self.plan
-        sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        sums = read_done_part(
+            self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, plan.model_fingerprints
+        )
         if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
             self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
         else:

@@ -11,9 +11,12 @@ Per series we keep sums over all its (window, lead) pairs plus window-level sums
 keep the same sums across all series. The global scope is the sum of the per-series sums.
 
 A (window, lead) pair counts when its actual is observed *and* every requested quantile of the forecast is
-finite: one validity mask shared by all metrics keeps ``n`` comparable between them and keeps the WQL
-denominator the same for every level. Missing pairs and windows without a usable scale are left out and
-counted (``n_missing_pairs``, ``n_unscaled_windows``). The seasonal scale ``s_w`` and the seasonal-naive
+finite, and, when the caller passes ``valid``, when that mask says so: the backtest passes the run's one set
+of pairs (:mod:`.pairs`: every model's forecast finite there), so every model is scored on the same pairs.
+One validity mask shared by all metrics keeps ``n`` comparable between them and keeps the WQL denominator the
+same for every level; ``n`` always counts (window, lead) pairs, MASE and SQL included (the pairs of windows
+with a usable scale). Missing pairs and windows without a usable scale are left out and counted
+(``n_missing_pairs``, ``n_unscaled_windows``). The seasonal scale ``s_w`` and the seasonal-naive
 baseline (scored by a second accumulator) come from :mod:`distributed_onnx.evaluation.scoring.naive`.
 """
 
@@ -29,7 +32,7 @@ import pyarrow as pa
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "MetricsAccumulator"]
+__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -44,14 +47,18 @@ METRICS_SCHEMA = pa.schema(
         pa.field("quantile", pa.float64()),
         pa.field("value", pa.float64(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),
+        pa.field("convention", pa.string(), nullable=False),
     ]
 )
+#: Sums over every pair of a scope (this module); the other convention is :mod:`.conventions` (``fev``).
+POOLED = "pooled"
 
 # Sums kept per unit (a series, or a lead); the trailing shape is () unless noted.
 # pairs: valid (window, lead) pairs; abs_err / sq_err: |y - q0.5| and its square; abs_y: |y|;
 # rho[Q]: pinball losses rho_q; hits[C]: actuals inside each central interval;
-# scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses.
-_FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql")
+# scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses;
+# scaled_pairs: the valid pairs of those windows (the ``n`` of mase and sql rows).
+_FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql", "scaled_pairs")
 
 
 class _Sums(NamedTuple):
@@ -66,6 +73,7 @@ class _Sums(NamedTuple):
     scaled: float
     mase: float
     sql: float
+    scaled_pairs: float
 
 
 def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: int) -> F64:
@@ -123,10 +131,12 @@ class MetricsAccumulator:
         actual: npt.ArrayLike,
         forecast: npt.ArrayLike,
         scale: npt.ArrayLike,
+        valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         """Add one batch: ``actual[W, H]`` (NaN = missing), ``forecast[W, H, Q]``, ``scale[W]`` (s_w).
 
-        Windows whose scale is NaN or not positive still count for every metric except mase and sql.
+        ``valid[W, H]``, when given, further restricts the pairs scored (the run's common pairs). Windows whose
+        scale is NaN or not positive still count for every metric except mase and sql.
         """
         ids = np.asarray(series_ids, dtype=object).ravel().astype(np.str_)
         y = np.asarray(actual, dtype=np.float64)
@@ -144,7 +154,8 @@ class MetricsAccumulator:
         if n_win == 0:
             return
 
-        valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+        finite = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+        valid = finite if valid is None else finite & np.asarray(valid, dtype=bool).reshape(n_win, horizon)
         y0 = np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
         fz = np.where(valid[..., None], f, 0.0)
         error = y0[..., None] - fz  # [W, H, Q]
@@ -173,11 +184,13 @@ class MetricsAccumulator:
             "scaled": use_window,
             "mase": np.where(use_window, point.sum(axis=1) / denom, 0.0),
             "sql": np.where(use_window, step_sql.sum(axis=1) / denom, 0.0),
+            "scaled_pairs": np.where(use_window, n_valid, 0),
         }
         lead_level = {
             "scaled": lead_scaled,
             "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0),
             "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0),
+            "scaled_pairs": lead_scaled,
         }
 
         # Loop over the batch's distinct series only; windows are grouped by bincount.
@@ -267,6 +280,10 @@ class MetricsAccumulator:
             start += width
         return out
 
+    def series_sums(self) -> dict[str, F64]:
+        """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
+        return {name: values.copy() for name, values in self._series.items()}
+
     @property
     def series_ids(self) -> list[str]:
         """The series seen so far, in first-seen order."""
@@ -289,8 +306,8 @@ class MetricsAccumulator:
             rows.append(("rmse", None, float(np.sqrt(sums.sq_err / pairs)), int(pairs)))
         if sums.scaled > 0:
             if self._median is not None:
-                rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled)))
-            rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled)))
+                rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled_pairs)))
+            rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled_pairs)))
         if pairs <= 0:
             return rows
         # Undefined (NaN) rather than infinite when every actual in scope is exactly zero.
@@ -313,7 +330,7 @@ class MetricsAccumulator:
             units.append(("lead", None, lead + 1, self._unit(self._leads, lead)))
         names = METRICS_SCHEMA.names
         records = [
-            dict(zip(names, (model, scope, sid, at, *row), strict=True))
+            dict(zip(names, (model, scope, sid, at, *row, POOLED), strict=True))
             for scope, sid, at, sums in units
             for row in self._rows(sums)
         ]

@@ -10,6 +10,8 @@ Pure numpy; the batch variants are vectorised over windows so a backtest never l
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,8 @@ from distributed_onnx.errors import ConfigError
 __all__ = [
     "SeasonalScaler",
     "broadcast_quantiles",
+    "season_count",
+    "seasonal_quantiles_batch",
     "seasonal_naive_batch",
     "seasonal_naive_forecast",
     "seasonal_scale",
@@ -140,3 +144,36 @@ def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int) -> npt.NDArra
     """
     values = np.asarray(point, dtype=np.float64)
     return np.repeat(values[..., None], n_quantiles, axis=-1)
+
+
+def season_count(context_length: int, m: int) -> int:
+    """Seasons the probabilistic baseline looks back over: those inside the models' context (at least one).
+
+    The baseline then sees exactly the history the checkpoints see, no more.
+    """
+    _check_season(m)
+    return max(1, context_length // m)
+
+
+def seasonal_quantiles_batch(
+    seasons: npt.ArrayLike, m: int, horizon: int, quantiles: Sequence[float]
+) -> npt.NDArray[np.float64]:
+    """The seasonal-quantile baseline: ``[W, K * m]`` history blocks -> ``[W, horizon, Q]`` forecasts.
+
+    Row ``w`` holds ``y(origin - K m) .. y(origin - 1)``; the forecast of lead ``h`` (0-based) at level ``q`` is
+    the empirical ``q``-quantile (numpy's default linear interpolation, Hyndman & Fan type 7) of the observed
+    values at the same position of the ``K`` earlier seasons, ``y(origin - k m + (h mod m))``, k = 1..K. It is
+    the probabilistic twin of :func:`seasonal_naive_batch` (whose point is the k = 1 value), so probabilistic
+    skill has a probabilistic reference. Undefined (NaN) where every one of the K values is missing, which is
+    never where the seasonal naive is defined.
+    """
+    block = np.asarray(seasons, dtype=np.float64)
+    _check_season(m)
+    if block.ndim != 2 or block.shape[1] < m or block.shape[1] % m:
+        raise ConfigError(f"seasons must have shape [windows, K * {m}]; got {block.shape}.", key="seasons")
+    stacked = block.reshape(block.shape[0], -1, m)  # [W, K, m], oldest season first
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN positions: NaN, which is the point
+        levels = np.nanquantile(stacked, np.asarray(quantiles, dtype=np.float64), axis=1)  # [Q, W, m]
+    by_lead = levels[:, :, np.arange(horizon) % m]  # [Q, W, H]
+    return np.ascontiguousarray(by_lead.transpose(1, 2, 0))
