@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 NAIVE_MODEL = SEASONAL_NAIVE
 METRICS = "metrics.parquet"
+LEADERBOARD = "leaderboard.parquet"
 
 
 class RunSums:
@@ -56,6 +57,14 @@ class RunSums:
         metrics = (scores or self.merged()).to_table()
         storage.write_parquet(storage.join(output, METRICS), metrics)
         return metrics
+
+    def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
+        """Write ``leaderboard.parquet`` (:mod:`.scoring.leaderboard`: a few rows per model and pair)."""
+        from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
+
+        table = leaderboard(scores, step_us)
+        storage.write_parquet(storage.join(output, LEADERBOARD), table)
+        return table
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)

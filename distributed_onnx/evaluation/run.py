@@ -139,6 +139,7 @@ class _BacktestRun:
         self.slowest_part_s = 0.0
         self.stats = DispatchStats()
         self.cpu_phases: dict[str, float] = {}
+        self.leaderboard: pa.Table | None = None
         self._cpu_mark = 0.0
 
     def _phase(self, name: str) -> None:
@@ -176,6 +177,7 @@ class _BacktestRun:
                     self._merge_written(part)
             scores = self.sums.merged()
             metrics = self.sums.write_metrics(output, scores)
+            self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             self._phase("merge")
             summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
             summary["models"] = {
