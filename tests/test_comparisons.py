@@ -20,15 +20,15 @@ import pytest
 
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
-from backtest_data import dense_series, long_table, run_parts_in_process, settings_for  # noqa: E402
-from graphs import write_season_copy, write_tiny_chronos2, write_tiny_chronos2_nan  # noqa: E402
+from backtest_data import dense_series, long_table, run_parts_in_process, settings_for
+from graphs import write_season_copy, write_tiny_chronos2, write_tiny_chronos2_nan
 
-from distributed_onnx import cli  # noqa: E402
-from distributed_onnx.evaluation.merge import RunSums  # noqa: E402
-from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # noqa: E402
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler  # noqa: E402
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores  # noqa: E402
-from distributed_onnx.evaluation.sums import read_done_part  # noqa: E402
+from distributed_onnx import cli
+from distributed_onnx.evaluation.merge import RunSums
+from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+from distributed_onnx.evaluation.sums import read_done_part
 
 pytestmark = pytest.mark.integration
 
