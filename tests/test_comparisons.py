@@ -85,6 +85,7 @@ def test_every_model_has_the_same_n_and_a_naive_copy_has_skill_zero(tmp_path: Pa
     skill = {
         (row["model"], row["metric"]): row["value"] for row in board.filter(pc.field("kind") == "skill").to_pylist()
     }
+    _check_report(tmp_path, scores, board, plan)
     assert abs(skill[("season_copy", "mase")]) < 1e-9
     assert abs(skill[("seasonal_naive", "mase")]) < 1e-9
     assert skill[("tiny", "mase")] != pytest.approx(0.0, abs=1e-3)
@@ -98,6 +99,20 @@ def test_every_model_has_the_same_n_and_a_naive_copy_has_skill_zero(tmp_path: Pa
     dataset = ds.dataset(Path(settings.output) / "forecasts", partitioning="hive").to_table()
     assert dataset.num_rows == 2 * rows
     assert pc.count_distinct(dataset["model"]).as_py() == 2
+
+
+def _check_report(tmp_path: Path, scores: PairScores, board: pa.Table, plan: object) -> None:
+    """The report compares: its first section is the leaderboard of every model, intervals and conventions named."""
+    from distributed_onnx.evaluation.report.page import write_report
+
+    summary = {"model": "tiny", "models": {"tiny": {}, "season_copy": {}}, "pairs": scores.left_out()}
+    page = Path(write_report(tmp_path, summary, scores.to_table(), [0.1, 0.5, 0.9], [], board)).read_text()
+    first = page.index("<h2>")
+    assert page[first:].startswith("<h2>Leaderboard</h2>")
+    for text in ("season_copy", "seasonal_quantiles", "fev skill", "pooled [95%]", "Diebold-Mariano", "seed 123"):
+        assert text in page, text
+    assert "MASE skill by lead, every model" in page
+    assert "left out baseline undefined" in page
 
 
 def test_two_checkpoints_in_one_run_equal_two_single_runs(tmp_path: Path, integer_data: Path) -> None:

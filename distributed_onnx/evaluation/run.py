@@ -82,12 +82,13 @@ def render_report(
     metrics: pa.Table,
     quantiles: list[float],
     fans: list[FanWindow],
+    leaderboard: pa.Table | None = None,
 ) -> float:
     """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
     started = time.process_time()
     from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
 
-    report.write_report(output, summary, metrics, quantiles, fans)
+    report.write_report(output, summary, metrics, quantiles, fans, leaderboard)
     return time.process_time() - started
 
 
@@ -219,7 +220,7 @@ class _BacktestRun:
         plan = self.plan
         fans = fan_windows(self.sums, plan, metrics)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-        arguments = (self.output, summary, metrics, plan.quantiles, fans)
+        arguments = (self.output, summary, metrics, plan.quantiles, fans, self.leaderboard)
         try:
             connected = cluster.is_connected()
             cpu_s = cluster.run_on_this_node(render_report, *arguments) if connected else render_report(*arguments)

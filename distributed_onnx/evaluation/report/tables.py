@@ -28,6 +28,8 @@ class Scores:
         leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
         self.series_ids: list[str] = []
         for row in metrics.to_pylist():
+            if row.get("convention", "pooled") != "pooled":  # fev and count rows: the comparison section's
+                continue
             quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)
             if row["scope"] == "lead":
                 leads[(row["model"], row["metric"], quantile)].append((int(row["lead"]), float(row["value"])))
