@@ -218,7 +218,7 @@ class PartRunner:
             except (OSError, pa.ArrowException):
                 continue
             values = np.stack([table.column(c).to_numpy() for c in columns], axis=1)
-            found[name] = values.reshape(windows, horizon, len(columns)).astype(np.float32)
+            found[name] = values.reshape(windows, horizon, len(columns))  # as written: rescoring is exact
         return found
 
     def _sizes(self, part: PartSpec, written: dict[str, np.ndarray]) -> dict[str, int]:

@@ -92,8 +92,10 @@ class PairScores:
         """Score one batch of windows for every model on their common pairs; returns those pairs."""
         if set(forecasts) != set(self.models):
             raise DataError(f"forecasts of {sorted(forecasts)} given, the scores hold {sorted(self.models)}")
-        actual = np.asarray(actual, dtype=np.float64)
-        arrays = {name: np.asarray(values, dtype=np.float64) for name, values in forecasts.items()}
+        # C order whatever the caller's layout (a model's output may be a transposed view): numpy's reductions
+        # follow the memory order, so a forecast read back from its Parquet part rescores bit for bit.
+        actual = np.ascontiguousarray(actual, dtype=np.float64)
+        arrays = {name: np.ascontiguousarray(values, dtype=np.float64) for name, values in forecasts.items()}
         valid, excluded, nonfinite = common_pairs(actual, arrays, BASELINES)
         for reason, count in excluded.items():
             self.excluded[reason] += count
