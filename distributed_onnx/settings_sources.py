@@ -152,8 +152,9 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
-        if field is not None and isinstance(value, list) and list[Path] in _members(field.annotation):
-            resolved[name] = [_relative_path(each, folder) for each in value]
+        if field is not None and list[Path] in _members(field.annotation):
+            several = value if isinstance(value, list) else [value]
+            resolved[name] = [_relative_path(each, folder) for each in several]
             continue
         if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
             continue
