@@ -104,6 +104,10 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
     assert "a · best MASE" in page  # scored on the common pairs (both baselines defined): few windows of a
     assert "b · latest" in page and "c · latest" in page and "b · best" not in page
     assert summary["timing"]["report_drawn_by"] == "ray worker"
+    # Every phase of the driver is timed in wall and CPU seconds; dispatching is one of them.
+    phases = ["start_and_plan", "ray_start", "series_and_pool", "dispatch", "merge", "report", "ray_stop"]
+    assert list(summary["timing"]["driver_cpu_phases_s"]) == list(summary["timing"]["driver_wall_phases_s"]) == phases
+    assert summary["timing"]["driver_wall_phases_s"]["dispatch"] == round(summary["timing"]["dispatch_s"], 4)
     # The short series' context starts before its data: missing history, masked, still forecast.
     short = distributed.filter(pa.compute.equal(distributed["series_id"], "c"))
     assert short.num_rows == 16 and not np.isnan(short["q0.5"].to_numpy()).any()

@@ -21,24 +21,27 @@ import numpy as np
 import pytest
 from listening import process_tree
 
-from distributed_onnx.serve.ingress import plan_ingress
+from distributed_onnx.serve.ingress import IngressHost, plan_ingress
 
 HAPROXY = "/usr/bin/haproxy"
 
 
 def plan(requested: str = "auto", replicas: int = 1, **facts: Any) -> Any:
     ports = iter(range(50000, 50100))
-    arguments: dict[str, Any] = {
-        "replicas": replicas,
-        "host": "127.0.0.1",
-        "port": 8000,
-        "grpc_port": 8001,
+    host: dict[str, Any] = {
         "embedded": True,
         "haproxy_binary": HAPROXY,
         "free_port": lambda: next(ports),
         "free_range": lambda count, above: max(30000, above + 1),
     }
-    return plan_ingress(requested, **(arguments | facts))  # type: ignore[arg-type]
+    return plan_ingress(
+        requested,  # type: ignore[arg-type]
+        replicas=replicas,
+        host="127.0.0.1",
+        port=8000,
+        grpc_port=8001,
+        facts=IngressHost(**(host | facts)),
+    )
 
 
 def test_one_replica_is_addressed_directly_on_the_users_ports() -> None:

@@ -133,8 +133,8 @@ class PartRunner:
         self.workers = {name: workers[name] for name in names}
         self.fingerprints = dict(job.models) or dict.fromkeys(names, job.run_fingerprint)
         self.node_id = node_id
-        uses_gpu = any(getattr(worker.backend, "uses_io_binding", False) for worker in self.workers.values())
-        self._overlap = bool(uses_gpu) if job.overlap_packing is None else job.overlap_packing
+        uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
+        self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
         self._seasons = season_count(job.spec.context_length, job.seasonality)
 
@@ -170,7 +170,7 @@ class PartRunner:
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, scores, fans)
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
             clock.add("score", mark)
         mark = time.perf_counter()
         part_bytes = {name: int(storage_size) for name, storage_size in self._sizes(part, written).items()}
@@ -289,6 +289,7 @@ class PartRunner:
         planned: PlannedBatch,
         batch: pa.RecordBatch,
         forecasts: dict[str, np.ndarray],
+        *,
         scores: PairScores,
         fans: FanCollector,
     ) -> None:

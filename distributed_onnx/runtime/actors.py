@@ -169,6 +169,7 @@ def start_pool(
     count: int | None,
     num_cpus: float,
     num_gpus: float,
+    *,
     timeout_s: float = READY_TIMEOUT_S,
     job_factory: JobFactory | None = None,
     job_input: Any = None,

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from ray import serve
 
-from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
+from distributed_onnx.errors import BackendClosedError, InferenceError
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH, binary_outputs, encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, encode_forecasts, plan_job, run_jobs
@@ -132,8 +132,6 @@ class OnnxForecastServer:
         self._metadata = self._worker.metadata
         self._name = self._worker.model_name
         backend = self._worker.backend
-        if not hasattr(backend, "input_specs") or not hasattr(backend, "output_specs"):
-            raise ConfigError(f"backend {type(backend).__name__} does not describe its tensors (input_specs)")
         self._input_specs = list(backend.input_specs)
         self._output_specs = list(backend.output_specs)
         self._metrics = ServeMetrics()

@@ -57,20 +57,26 @@ class IngressPlan:
     environment: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class IngressHost:
+    """The facts of this machine the choice depends on (detected by the caller, injected here)."""
+
+    #: Whether Serve runs on the embedded Ray this process starts (else its ingress is the cluster's).
+    embedded: bool
+    #: The HAProxy binary Ray would run, or None.
+    haproxy_binary: str | None
+    #: A free loopback port.
+    free_port: Callable[[], int]
+    #: ``free_range(n, above)``: the first of n consecutive free ports above ``above``.
+    free_range: Callable[[int, int], int]
+
+
 def plan_ingress(
-    requested: IngressMode,
-    *,
-    replicas: int,
-    host: str,
-    port: int,
-    grpc_port: int,
-    embedded: bool,
-    haproxy_binary: str | None,
-    free_port: Callable[[], int],
-    free_range: Callable[[int, int], int],
+    requested: IngressMode, *, replicas: int, host: str, port: int, grpc_port: int, facts: IngressHost
 ) -> IngressPlan:
-    """Decide the ingress (see the module docstring); ``free_range(n, above)`` is the first of n free ports > above."""
-    if not embedded:
+    """Decide the ingress (see the module docstring) for the user's ports and this machine's ``facts``."""
+    haproxy_binary, free_port, free_range = facts.haproxy_binary, facts.free_port, facts.free_range
+    if not facts.embedded:
         reason = "joining a running Ray cluster: its Serve ingress was configured where it started"
         return IngressPlan("proxy", reason, port, grpc_port)
     mode = requested

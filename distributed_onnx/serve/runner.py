@@ -28,7 +28,14 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
-from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress
+from distributed_onnx.serve.ingress import (
+    IngressHost,
+    IngressPlan,
+    free_port,
+    free_range,
+    haproxy_binary,
+    plan_ingress,
+)
 from distributed_onnx.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
@@ -44,10 +51,12 @@ def choose_ingress(settings: ServeSettings) -> IngressPlan:
         host=settings.host,
         port=settings.port,
         grpc_port=settings.grpc_port,
-        embedded=embedded,
-        haproxy_binary=haproxy_binary() if embedded and wants_haproxy else None,
-        free_port=free_port,
-        free_range=free_range,
+        facts=IngressHost(
+            embedded=embedded,
+            haproxy_binary=haproxy_binary() if embedded and wants_haproxy else None,
+            free_port=free_port,
+            free_range=free_range,
+        ),
     )
 
 

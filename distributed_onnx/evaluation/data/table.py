@@ -147,7 +147,7 @@ def series_from_table(
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
-    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us, source)
+    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -256,6 +256,7 @@ def _check_grid_sizes(
     order: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
+    *,
     step_us: int,
     source: str,
 ) -> None:
