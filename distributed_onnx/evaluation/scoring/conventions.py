@@ -43,34 +43,27 @@ class WindowSums:
         self.origins = np.zeros(0, dtype=np.int64)
         self.sums = np.zeros((0, len(_SCALARS) + len(self.quantiles)))
 
-    def update(
-        self,
-        origin_us: npt.NDArray[np.int64],
-        actual: F64,
-        forecast: F64,
-        scale: F64,
-        valid: npt.NDArray[np.bool_],
-    ) -> None:
-        """Add windows ``[W]`` with ``actual[W, H]``, ``forecast[W, H, Q]``, ``scale[W]``; ``valid[W, H]`` scored."""
-        if actual.shape[0] == 0:
+    def update(self, origin_us: npt.NDArray[np.int64], per_window: Mapping[str, F64], scale: F64) -> None:
+        """Add windows ``[W]`` from their sums over leads (what :meth:`.MetricsAccumulator.update` returns).
+
+        A window's scale is constant over its leads, so its scaled sums are its plain sums divided by it: no
+        loss is recomputed here.
+        """
+        if not per_window:
             return
-        y0 = np.where(valid, actual, 0.0)
-        error = y0[..., None] - np.where(valid[..., None], forecast, 0.0)
-        rho = np.asarray(self.quantiles) * error - np.minimum(error, 0.0)  # [W, H, Q]
-        point = np.abs(error[..., self.median]) if self.median is not None else np.zeros_like(y0)
         scaled = np.isfinite(scale) & (scale > 0.0)
-        s_safe = np.where(scaled, scale, 1.0)[:, None]
-        scaled_pair = valid & scaled[:, None]
+        s_safe = np.where(scaled, scale, 1.0)
+        rho = per_window["rho"]  # [W, Q]: sums of rho_q over the window's scored pairs
         columns = [
-            valid.sum(axis=1),
-            point.sum(axis=1),
-            (point**2).sum(axis=1),
-            np.abs(y0).sum(axis=1),
-            scaled_pair.sum(axis=1),
-            np.where(scaled_pair, point / s_safe, 0.0).sum(axis=1),
-            np.where(scaled_pair, 2.0 * rho.mean(axis=2) / s_safe, 0.0).sum(axis=1),
+            per_window["pairs"],
+            per_window["abs_err"],
+            per_window["sq_err"],
+            per_window["abs_y"],
+            np.where(scaled, per_window["pairs"], 0.0),
+            np.where(scaled, per_window["abs_err"] / s_safe, 0.0),
+            np.where(scaled, 2.0 * rho.mean(axis=1) / s_safe, 0.0),
         ]
-        block = np.concatenate([np.stack(columns, axis=1), 2.0 * rho.sum(axis=1)], axis=1)
+        block = np.concatenate([np.stack(columns, axis=1), 2.0 * rho], axis=1)
         self._add(np.asarray(origin_us, dtype=np.int64), block)
 
     def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:

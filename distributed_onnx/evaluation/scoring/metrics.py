@@ -132,11 +132,14 @@ class MetricsAccumulator:
         forecast: npt.ArrayLike,
         scale: npt.ArrayLike,
         valid: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
+    ) -> dict[str, F64]:
         """Add one batch: ``actual[W, H]`` (NaN = missing), ``forecast[W, H, Q]``, ``scale[W]`` (s_w).
 
-        ``valid[W, H]``, when given, further restricts the pairs scored (the run's common pairs). Windows whose
-        scale is NaN or not positive still count for every metric except mase and sql.
+        ``valid[W, H]``, when given, are the pairs scored (the run's common pairs: observed, forecast finite; the
+        caller guarantees it). Windows whose
+        scale is NaN or not positive still count for every metric except mase and sql. Returns the batch's
+        per-window sums over leads (``pairs``, ``abs_err``, ``sq_err``, ``abs_y``, ``rho[W, Q]``...), which the
+        fev convention (:mod:`.conventions`) adds per origin without recomputing a loss.
         """
         ids = np.asarray(series_ids, dtype=object).ravel().astype(np.str_)
         y = np.asarray(actual, dtype=np.float64)
@@ -152,15 +155,19 @@ class MetricsAccumulator:
                     array=name,
                 )
         if n_win == 0:
-            return
+            return {}
 
-        finite = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
-        valid = finite if valid is None else finite & np.asarray(valid, dtype=bool).reshape(n_win, horizon)
+        if valid is None:
+            valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+        else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
+            valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
         y0 = np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
         fz = np.where(valid[..., None], f, 0.0)
         error = y0[..., None] - fz  # [W, H, Q]
-        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured).
-        rho = self._levels * error - np.minimum(error, 0.0)
+        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
+        # the [W, H, Q] arrays are the scoring's whole cost.
+        rho = np.minimum(error, 0.0)
+        np.subtract(self._levels * error, rho, out=rho)
         point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
         hits = valid[..., None] & (fz[..., self._lower] <= y0[..., None]) & (y0[..., None] <= fz[..., self._upper])
 
@@ -197,9 +204,11 @@ class MetricsAccumulator:
         distinct, local = np.unique(ids, return_inverse=True)
         rows = self._rows_of([str(sid) for sid in distinct])
         local = local.ravel().astype(np.intp)
+        per_window: dict[str, F64] = {}
         for name, values in per_pair.items():
             # Series scope sums over leads; lead scope sums over windows.
-            self._series[name][rows] += _group_sum(local, values.sum(axis=1), rows.size)
+            per_window[name] = values.sum(axis=1)
+            self._series[name][rows] += _group_sum(local, per_window[name], rows.size)
             self._leads[name] += values.sum(axis=0)
         for name, values in window_level.items():
             self._series[name][rows] += _group_sum(local, values, rows.size)
@@ -209,6 +218,7 @@ class MetricsAccumulator:
         self.n_windows += n_win
         self.n_missing_pairs += int(valid.size - valid.sum())
         self.n_unscaled_windows += int((~scaled).sum())
+        return per_window
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""

@@ -10,7 +10,6 @@ Pure numpy; the batch variants are vectorised over windows so a backtest never l
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,8 +171,27 @@ def seasonal_quantiles_batch(
     if block.ndim != 2 or block.shape[1] < m or block.shape[1] % m:
         raise ConfigError(f"seasons must have shape [windows, K * {m}]; got {block.shape}.", key="seasons")
     stacked = block.reshape(block.shape[0], -1, m)  # [W, K, m], oldest season first
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN positions: NaN, which is the point
-        levels = np.nanquantile(stacked, np.asarray(quantiles, dtype=np.float64), axis=1)  # [Q, W, m]
-    by_lead = levels[:, :, np.arange(horizon) % m]  # [Q, W, H]
-    return np.ascontiguousarray(by_lead.transpose(1, 2, 0))
+    levels = _nan_quantiles(stacked, np.asarray(quantiles, dtype=np.float64))  # [W, m, Q]
+    return np.ascontiguousarray(levels[:, np.arange(horizon) % m, :])
+
+
+def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.nanquantile(values, levels, axis=1)`` (linear, type 7) as ``[W, m, Q]``, vectorised.
+
+    numpy's nanquantile loops in Python over every 1-d slice that holds a NaN (measured: 4 s per batch of 256
+    windows, three times the model's time); here one sort puts the NaNs last and each level interpolates
+    between the order statistics ``floor(h)`` and ``floor(h) + 1``, ``h = (n - 1) q`` over the n observed.
+    """
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(ordered).sum(axis=1)  # [W, m]
+    position = (np.maximum(count, 1) - 1)[..., None] * levels  # [W, m, Q]
+    low = np.floor(position).astype(np.intp)
+    high = np.minimum(low + 1, np.maximum(count, 1)[..., None] - 1)
+    weight = position - low
+    below = np.take_along_axis(ordered[:, :, :, None], low[:, None], axis=1)[:, 0]  # [W, m, Q]
+    above = np.take_along_axis(ordered[:, :, :, None], high[:, None], axis=1)[:, 0]
+    difference = above - below
+    # numpy's _lerp: from the nearer end, so a level of 1 gives the maximum exactly.
+    result = np.where(weight >= 0.5, above - difference * (1 - weight), below + difference * weight)
+    result[count == 0] = np.nan
+    return result

@@ -102,9 +102,10 @@ class PairScores:
         for name, rows in nonfinite.items():
             if rows.any():
                 self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
+        scale = np.asarray(scale, dtype=np.float64)
         for name in self.models:
-            self.pooled[name].update(series_ids, actual, arrays[name], scale, valid)
-            self.windows[name].update(origin_us, actual, arrays[name], scale, valid)
+            per_window = self.pooled[name].update(series_ids, actual, arrays[name], scale, valid)
+            self.windows[name].update(origin_us, per_window, scale)
         return valid
 
     def merge(self, other: PairScores) -> Self:
