@@ -197,6 +197,10 @@ def test_nan_windows_fail_the_run_and_adding_a_checkpoint_computes_only_it(
     n_parts = first["parts"]["planned"]
     assert first["parts"]["computed_by_model"] == {"tiny": n_parts, "season_copy": n_parts}
     before = pq.read_table(output / "metrics.parquet")
+    page = (output / "report.html").read_text()
+    assert page.index("<h2>Leaderboard</h2>") < page.index("<h2>Forecasts</h2>")
+    for name in ("season_copy", "seasonal_naive", "seasonal_quantiles"):  # every model on the same fan windows
+        assert f"{name} median" in page, name
 
     # A third, finite checkpoint: only its forecasts are computed; the others' numbers do not move.
     twin = write_tiny_chronos2(tmp_path, "twin").weights_path

@@ -92,6 +92,7 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
         "typical": "typical",
         "latest": "latest",
     }
+    others = [*plan.model_names[1:], *BASELINES]
     windows = []
     for i in range(len(picked)):
         series = plan.table.series[int(picked.series_index[i])]
@@ -111,6 +112,11 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
                 actual=picked.actual[i].astype(np.float64),
                 quantiles={q: picked.forecast[i, :, k].astype(np.float64) for k, q in enumerate(plan.quantiles)},
                 mase=score if np.isfinite(score) else None,
+                others={
+                    name: picked.others[i, m].astype(np.float64)
+                    for m, name in enumerate(others)
+                    if m < picked.others.shape[1]
+                },
             )
         )
     return windows

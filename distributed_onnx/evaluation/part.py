@@ -319,8 +319,13 @@ class PartRunner:
         window_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
         if job.fan_series:
-            first = forecasts[next(iter(self.workers))]
-            fans.observe(planned.series_index, block.origins_us, np.where(valid, actual, np.nan), first, scale)
+            # The first checkpoint's fan, and every other model's median on the same windows beside it.
+            names: list[str] = [*self.workers, *BASELINES]
+            first, rest = names[0], names[1:]
+            middle = min(range(len(job.quantiles)), key=lambda i: abs(job.quantiles[i] - 0.5))
+            others = np.stack([forecasts[name][..., middle] for name in rest], axis=1)  # [W, M, H]
+            observed = np.where(valid, actual, np.nan)
+            fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""

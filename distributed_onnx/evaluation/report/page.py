@@ -139,6 +139,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
                 np.asarray(window.actual, float),
                 bands,
                 by_level.get(0.5),
+                sorted(window.others.items()),
             )
         )
         figures.append(f"<figure class='fan'>{figure}</figure>")
