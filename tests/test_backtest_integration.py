@@ -260,7 +260,7 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
     with pytest.raises(BatchError, match="part 1") as info:
         run_backtest(settings)
 
-    assert info.value.failed_batches == [1]
+    assert info.value.failed_parts == [1]
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
     assert "StorageError" in failed[0]["error"] and "failed 3 times" in failed[0]["error"]
     assert len(failed[0]["window_ids"]) == 4
@@ -296,7 +296,7 @@ def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, dat
     with pytest.raises(BatchError, match=r"failed_windows\.json") as info:
         run_backtest(settings)
 
-    assert info.value.failed_batches == [2]
+    assert info.value.failed_parts == [2]
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
     assert [entry["part"] for entry in failed] == [2]
     assert failed[0]["window_ids"] == planned[8:]

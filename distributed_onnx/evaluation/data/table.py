@@ -1,6 +1,6 @@
 """The input table: long format (``series_id``, ``timestamp``, ``y``, declared covariates) -> dense series.
 
-Reads Parquet or CSV with pyarrow, checks the contract of DESIGN.md (required columns, UTC timestamps on a
+Reads Parquet or CSV with pyarrow, checks the contract of docs/design.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
 downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
 names the file and, where rows are at fault, the rows (0-based data rows).
