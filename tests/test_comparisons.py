@@ -83,8 +83,12 @@ def test_every_model_has_the_same_n_and_a_naive_copy_has_skill_zero(tmp_path: Pa
     assert scores.excluded["baseline_undefined"] > 0  # the gaps matter here
     board = leaderboard(scores, plan.step_us)  # type: ignore[attr-defined]
     skill = {
-        (row["model"], row["metric"]): row["value"] for row in board.filter(pc.field("kind") == "skill").to_pylist()
+        (row["model"], row["metric"]): row["value"]
+        for row in board.filter(pc.field("kind") == "skill").to_pylist()
+        if row["versus"] == "seasonal_naive"
     }
+    versus_quantiles = board.filter((pc.field("kind") == "skill") & (pc.field("versus") == "seasonal_quantiles"))
+    assert set(versus_quantiles["metric"].to_pylist()) == {"sql", "wql"}
     _check_report(tmp_path, scores, board, plan)
     assert abs(skill[("season_copy", "mase")]) < 1e-9
     assert abs(skill[("seasonal_naive", "mase")]) < 1e-9

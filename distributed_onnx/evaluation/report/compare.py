@@ -18,7 +18,7 @@ from matplotlib import colormaps, rc_context
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
 from distributed_onnx.model.quantiles import central_intervals
 
 _METRICS = ("mase", "sql", "wql", "mae", "rmse")
@@ -40,7 +40,14 @@ def _interval(row: dict[str, Any] | None, digits: int = 4) -> str:
 def leaderboard_section(board: pa.Table, models: Sequence[str], metrics: pa.Table) -> str:
     """Per model: skill against seasonal naive and each global metric with its 95% interval; then pairs."""
     metric_rows = {(row["model"], row["metric"]): row for row in _rows(board, "metric")}
-    skill_rows = {(row["model"], row["metric"]): row for row in _rows(board, "skill")}
+    skill_rows = {
+        (row["model"], row["metric"]): row for row in _rows(board, "skill") if row["versus"] == SEASONAL_NAIVE
+    }
+    probabilistic = {
+        row["model"]: row
+        for row in _rows(board, "skill")
+        if row["versus"] == SEASONAL_QUANTILES and row["metric"] == "sql"
+    }
     fev = {
         (row["model"], row["metric"]): row["value"]
         for row in metrics.to_pylist()
@@ -50,11 +57,13 @@ def leaderboard_section(board: pa.Table, models: Sequence[str], metrics: pa.Tabl
     rank_metric = "mase" if "mase" in shown else "sql"
     ranked = sorted(models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
     head = "".join(f"<th>{m.upper()} skill<br><span class='hint'>fev skill</span></th>" for m in ("mase", "sql"))
+    head += "<th>SQL skill vs seasonal quantiles<br><span class='hint'>fev skill</span></th>"
     head += "".join(f"<th>{m.upper()}<br><span class='hint'>pooled [95%]</span></th>" for m in shown)
     head += "".join(f"<th>{m.upper()}<br><span class='hint'>fev</span></th>" for m in shown)
     body = ""
     for model in ranked:
         cells = "".join(f"<td>{_interval(skill_rows.get((model, m)), 3)}</td>" for m in ("mase", "sql"))
+        cells += f"<td>{_interval(probabilistic.get(model), 3)}</td>"
         cells += "".join(f"<td>{_interval(metric_rows.get((model, m)))}</td>" for m in shown)
         cells += "".join(f"<td>{number(fev.get((model, m)))}</td>" for m in shown)
         body += f"<tr><th>{escape(model)}</th>{cells}</tr>"

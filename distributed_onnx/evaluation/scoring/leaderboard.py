@@ -4,7 +4,8 @@ Built from the merged sums of a run (:class:`~.pairs.PairScores`), so every mode
 pairs. One long table, ``leaderboard.parquet``, with a ``kind`` per row:
 
 - ``metric``: each model's global metric (``pooled`` convention) with a 95% bootstrap interval over series.
-- ``skill``: ``1 - gmean_s(metric_model(s) / metric_ref(s))`` against seasonal naive, as fev 0.10.0's
+- ``skill``: ``1 - gmean_s(metric_model(s) / metric_ref(s))`` against seasonal naive (and, for SQL and WQL,
+  against the probabilistic seasonal-quantile baseline; ``versus`` names the reference), as fev 0.10.0's
   ``fev.analysis.leaderboard`` computes skill over tasks, here over series: per-series ratios clipped to
   [0.01, 100], series where either is undefined dropped, geometric mean with ``scipy.stats.gmean``.
 - ``win_rate``: per pair of models, the share of series where ``model`` beats ``versus`` (ties count half).
@@ -36,7 +37,7 @@ import pyarrow as pa
 from scipy import stats
 
 from distributed_onnx.evaluation.scoring.metrics import POOLED
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 
 __all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard"]
 
@@ -183,11 +184,15 @@ def leaderboard(
         for metric, value in point.items():
             low, high = np.nanquantile(resampled[metric], [0.025, 0.975]) if series else (math.nan, math.nan)
             add("metric", model, metric, float(value[0]), float(low), float(high), n_pairs)
-        if reference in per_series:
-            for metric, values in per_series[model].items():
-                ratio = values / per_series[reference][metric]
+        # Every metric against seasonal naive; the probabilistic ones against seasonal quantiles too.
+        references = [(reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql"))]
+        for versus, metrics in references:
+            if versus not in per_series:
+                continue
+            for metric in metrics:
+                ratio = per_series[model][metric] / per_series[versus][metric]
                 skill, low, high, n = _gmean_skill(ratio, picks)
-                add("skill", model, metric, skill, low, high, n, versus=reference, convention="fev_skill")
+                add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
     metric = "mase" if has_median else "sql"
     losses = {model: scores.windows[model].per_window()[metric] for model in models}
     origins = scores.windows[models[0]].origins
