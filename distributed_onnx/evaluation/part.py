@@ -137,6 +137,7 @@ class PartRunner:
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
         self._seasons = season_count(job.spec.context_length, job.seasonality)
+        self._written_ids: dict[str, np.ndarray] = {}  # window ids of the models read back, for the current part
 
     @property
     def worker(self) -> InferenceWorker:
@@ -165,7 +166,10 @@ class PartRunner:
             mark = time.perf_counter()
             rows = slice(done, done + planned.n_windows)
             done += planned.n_windows
+            packed_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
             for name, values in written.items():
+                if not np.array_equal(self._written_ids[name][rows], packed_ids):
+                    raise DataError(f"part {part.index} of {name}: the written windows are not the ones planned")
                 forecasts[name] = values[rows]
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
@@ -205,20 +209,28 @@ class PartRunner:
         )
 
     def _written(self, part: PartSpec, record: dict[str, Any], windows: int) -> dict[str, np.ndarray]:
-        """The forecasts ``[W, H, Q]`` of the models whose part is already written and verifies (read back)."""
+        """The forecasts ``[W, H, Q]`` of the models whose part is already written and verifies (read back).
+
+        Their window ids (in plan order) are kept to check, batch by batch, that they line up with the windows
+        packed now.
+        """
         job, horizon = self.job, self.job.spec.horizon
         columns = [quantile_column_name(q) for q in job.quantiles]
         found = {}
+        self._written_ids = {}
         for name, fingerprint in self.fingerprints.items():
             expected = {**record, "model_fingerprint": fingerprint}
             if not model_part_verifies(job.output, name, part.index, expected, windows * horizon):
                 continue
             try:
-                table = storage.read_parquet(outputs.part_path(job.output, name, part.index), columns=columns)
-            except (OSError, pa.ArrowException):
+                path = outputs.part_path(job.output, name, part.index)
+                table = storage.read_parquet(path, columns=["window_id", *columns])
+            except (OSError, pa.ArrowException, KeyError):
                 continue
+            ids = table.column("window_id").to_numpy(zero_copy_only=False)[::horizon]
             values = np.stack([table.column(c).to_numpy() for c in columns], axis=1)
             found[name] = values.reshape(windows, horizon, len(columns))  # as written: rescoring is exact
+            self._written_ids[name] = ids
         return found
 
     def _sizes(self, part: PartSpec, written: dict[str, np.ndarray]) -> dict[str, int]:
