@@ -509,4 +509,4 @@ def test_corrupt_weights_stop_the_pool_with_a_typed_error(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert "cannot load checkpoint weights" in err and "broken.onnx" in err
-    assert not list((output / "forecasts").glob("part-*.parquet"))
+    assert not list((output / "forecasts").glob("model=*/part-*.parquet"))
