@@ -106,11 +106,34 @@ def read_done_part(
 
     Done means: the sums parse, name this run, this part, its window count and exactly these models with
     these fingerprints; each model's forecast part has a readable footer naming the same, holds
-    ``n_windows * horizon`` rows and has the size the sums recorded. Only footers are read.
+    ``n_windows * horizon`` rows and has the size the sums recorded. Only footers are read: verifying a
+    finished run costs no forecast data.
+
+    Absent or corrupt files are "not done" (the part is redone). A read the storage did not answer (any other
+    ``OSError``) is retried with backoff, then raises :class:`~distributed_onnx.errors.StorageError`: "cannot
+    tell now" must never read as "not done", since the caller then deletes files.
     """
+
+    def read() -> PartSums | None:
+        try:
+            return _verified_sums(output, part_index, run_fingerprint, n_windows, horizon, models)
+        except FileNotFoundError:  # any file, at any step (a file removed between two reads included)
+            return None
+
+    return storage.read_retrying(read, f"part {part_index} of {output}")
+
+
+def _verified_sums(
+    output: storage.Location,
+    part_index: int,
+    run_fingerprint: str,
+    n_windows: int,
+    horizon: int,
+    models: dict[str, str],
+) -> PartSums | None:
     try:
         sums = PartSums.from_bytes(storage.read_bytes(sums_path(output, part_index)))
-    except (OSError, DataError):
+    except DataError:
         return None
     header = sums.header
     expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
@@ -118,9 +141,8 @@ def read_done_part(
         return None
     sizes = header.get("part_bytes") or {}
     for model, fingerprint in models.items():
-        if not model_part_verifies(
-            output, model, part_index, {**expected, "model_fingerprint": fingerprint}, n_windows * horizon
-        ):
+        wanted = {**expected, "model_fingerprint": fingerprint}
+        if not model_part_verifies(output, model, part_index, wanted, n_windows * horizon):
             return None
         if storage.file_size(part_path(output, model, part_index)) != sizes.get(model):
             return None

@@ -31,6 +31,7 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
+from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.loopback import allowed_ports, check_listening
@@ -170,8 +171,9 @@ def serve_forever(settings: ServeSettings) -> int:
     deployed = False
     preflight(settings)
     plan = choose_ingress(settings)
-    # Serve's processes read the ingress switches from their environment when they start: set them first.
-    os.environ.update(plan.environment)
+    # Serve's processes read the ingress switches (and the gRPC message limit) from their environment when they
+    # start: set them first.
+    os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
         started_ray = connect(settings.address)
