@@ -157,12 +157,20 @@ def unverified_models(
     horizon: int,
     models: dict[str, str],
 ) -> list[str]:
-    """The models whose forecast part of ``part_index`` does not verify for this run (to delete and recompute)."""
+    """The models whose forecast part of ``part_index`` certainly does not verify for this run (to delete).
+
+    A part the storage cannot read now (an ``OSError`` other than a missing file) is not listed: "cannot tell"
+    never leads to a deletion; the part's actor reads it again and recomputes it if it still cannot.
+    """
     expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
-    return [
-        model
-        for model, fingerprint in models.items()
-        if not model_part_verifies(
-            output, model, part_index, {**expected, "model_fingerprint": fingerprint}, n_windows * horizon
-        )
-    ]
+    rows = n_windows * horizon
+    unverified = []
+    for model, fingerprint in models.items():
+        try:
+            if not model_part_verifies(output, model, part_index, {**expected, "model_fingerprint": fingerprint}, rows):
+                unverified.append(model)
+        except FileNotFoundError:
+            unverified.append(model)
+        except OSError:
+            continue
+    return unverified
