@@ -26,15 +26,15 @@ if TYPE_CHECKING:
 
 #: Where in-memory data is written inside the run directory (the run's fingerprint hashes the data file).
 INPUTS_DIR = "inputs"
-_SORT_KEYS = [("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
+_SORT_KEYS = [("model", "ascending"), ("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
 
 
 @dataclass(frozen=True)
 class Backtest:
     """What :func:`backtest` returns. ``.to_pandas()`` turns either table into a DataFrame."""
 
-    #: One row per (window, lead): ``series_id, window_id, origin, cutoff, timestamp, lead, y, q0.1, ...``,
-    #: ordered by series, origin and lead.
+    #: One row per (model, window, lead): ``series_id, window_id, origin, cutoff, timestamp, lead, y, q0.1, ...,
+    #: model``, ordered by model, series, origin and lead.
     forecasts: pa.Table
     #: The long metrics table: ``model, scope, series_id, lead, metric, quantile, value, n``.
     metrics: pa.Table
@@ -47,7 +47,7 @@ class Backtest:
 def backtest(
     data: str | os.PathLike[str] | Any,
     *,
-    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     horizon: int | None = None,
     n_windows: int | None = None,
     stride: int | None = None,
@@ -55,7 +55,7 @@ def backtest(
     output: str | os.PathLike[str] | None = None,
     **settings: Any,
 ) -> Backtest:
-    """Backtest ``checkpoint`` on ``data`` and return the forecasts, metrics and summary.
+    """Backtest ``checkpoint`` (one path, or a list to compare several in one run) on ``data``.
 
     ``data`` is a path or URL of a Parquet/CSV file, a ``pyarrow.Table``, a pandas DataFrame, or anything
     with the Arrow stream interface (polars...), in the long format of the README (``series_id``,
@@ -78,6 +78,8 @@ def backtest(
     from distributed_onnx.runtime.local_ray import alive_nodes, connect
 
     table = None if isinstance(data, str | os.PathLike) else _as_arrow(data)
+    if checkpoint is not None and not isinstance(checkpoint, str | os.PathLike):
+        checkpoint = [os.fspath(each) for each in checkpoint]
     given: dict[str, Any] = {"checkpoint": checkpoint, "horizon": horizon, "n_windows": n_windows, "stride": stride}
     given |= {"quantiles": list(quantiles) if quantiles is not None else None, **settings}
     with tempfile.TemporaryDirectory(prefix="distributed-onnx-") as scratch:
@@ -100,16 +102,23 @@ def backtest(
 
 
 def read_forecasts(output: Location) -> pa.Table:
-    """Every forecast part of a run directory as one table, ordered by series, origin and lead."""
+    """Every model's forecasts of a run directory as one table (``forecasts/`` is a Hive dataset, ``model`` a
+    column), ordered by model, series, origin and lead."""
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
     from distributed_onnx import storage
-    from distributed_onnx.evaluation.outputs import part_files
+    from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
 
-    parts = [storage.read_parquet(path) for path in part_files(output)]
-    if not parts:
+    fs, inner = storage.filesystem(storage.join(output, FORECASTS_DIR))
+    try:
+        partitioning = ds.partitioning(pa.schema([(MODEL_KEY, pa.string())]), flavor="hive")
+        table = ds.dataset(inner, filesystem=fs, format="parquet", partitioning=partitioning).to_table()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{output} holds no readable forecasts: {exc}", key="output") from exc
+    if table.num_rows == 0:
         raise ConfigError(f"{output} holds no forecast parts", key="output")
-    return pa.concat_tables(parts).sort_by(_SORT_KEYS)
+    return table.sort_by(_SORT_KEYS)
 
 
 def _location(value: str | os.PathLike[str]) -> Location:

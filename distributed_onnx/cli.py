@@ -218,7 +218,10 @@ def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, 
     scores = {
         f"{row['model']}.{row['metric']}": round(row["value"], 4)
         for row in rows
-        if row["scope"] == "global" and row["quantile"] is None and row["metric"] in {"mae", "mase", "wql"}
+        if row["scope"] == "global"
+        and row["quantile"] is None
+        and row["metric"] in {"mae", "mase", "wql"}
+        and row.get("convention", "pooled") == "pooled"
     }
     return {
         "windows": summary["windows"],

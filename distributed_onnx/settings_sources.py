@@ -182,12 +182,22 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
+        if field is not None and list[Path] in _members(field.annotation):
+            several = value if isinstance(value, list) else [value]
+            resolved[name] = [_relative_path(each, folder) for each in several]
+            continue
         if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
             continue
         if storage.is_url(str(value)) or Path(value).is_absolute():
             continue
         resolved[name] = folder / Path(value)
     return resolved
+
+
+def _relative_path(value: Any, folder: Path) -> Any:
+    if not isinstance(value, str | Path) or storage.is_url(str(value)) or Path(value).is_absolute():
+        return value
+    return folder / Path(value)
 
 
 def _config_error(

@@ -129,17 +129,20 @@ def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | Non
     """Every part of the plan run by one in-process :class:`PartRunner` (what each actor does), no Ray."""
     plan = prepare(settings)
     outputs.prepare_output(settings.output, plan.run_fingerprint, {})
-    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path))
-    runner = PartRunner(worker, plan.job(SeriesStore.from_table(plan.table), overlap_packing))
+    workers = {
+        each.name: InferenceWorker.from_config(WorkerConfig(checkpoint=each.weights_path)) for each in plan.checkpoints
+    }
+    runner = PartRunner(workers, plan.job(SeriesStore.from_table(plan.table), overlap_packing))
     for part in plan.parts():
         runner.run(part)
-    worker.close()
+    for worker in workers.values():
+        worker.close()
     return plan
 
 
-def read_forecasts(output: Path | str) -> pa.Table:
-    """Every forecast part of a (local) run directory, in (window_id, lead) order."""
-    paths = sorted((Path(output) / outputs.FORECASTS_DIR).glob("part-*.parquet"))
+def read_forecasts(output: Path | str, model: str = "*") -> pa.Table:
+    """One model's (default: every model's) forecast parts of a (local) run directory, in (window_id, lead) order."""
+    paths = sorted((Path(output) / outputs.FORECASTS_DIR).glob(f"{outputs.MODEL_KEY}={model}/part-*.parquet"))
     tables = [pq.read_table(path) for path in paths]
     return sort_forecasts(pa.concat_tables([table.replace_schema_metadata(None) for table in tables]))
 

@@ -319,3 +319,71 @@ def write_additive_mask(directory: Path, width: int = 4) -> ResolvedCheckpoint:
     graph = helper.make_graph(nodes, "additive_mask", inputs, [output])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return _write_generic(directory, "additive_mask", model, ["scores", "attention_mask"], "weights")
+
+
+def tiny_chronos2_nan_model(threshold: float, **sizes: int) -> onnx.ModelProto:
+    """The tiny Chronos-2 graph, except that a row whose context level is above ``threshold`` comes out NaN.
+
+    ``sqrt(threshold - level) * 0`` is 0 where the level is at most the threshold and NaN above it; adding it
+    to every output keeps the graph's arithmetic elsewhere (a checkpoint that fails on some windows only).
+    """
+    model = tiny_chronos2_model(**sizes)
+    graph = model.graph
+    final = graph.node[-1]
+    final.output[0] = "clean_preds"
+    graph.node.extend(
+        [
+            _const("threshold", np.array(threshold, dtype=np.float32)),
+            _const("zero", np.array(0.0, dtype=np.float32)),
+            helper.make_node("Sub", ["threshold", "level"], ["headroom"]),
+            helper.make_node("Sqrt", ["headroom"], ["root"]),  # NaN where level > threshold
+            helper.make_node("Mul", ["root", "zero"], ["poison"]),  # [rows, 1]: 0 or NaN
+            _const("axis2b", np.array([2], dtype=np.int64)),
+            helper.make_node("Unsqueeze", ["poison", "axis2b"], ["poison3"]),
+            helper.make_node("Add", ["clean_preds", "poison3"], ["quantile_preds"]),
+        ]
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_tiny_chronos2_nan(directory: Path, threshold: float, name: str = "nan", **sizes: int) -> ResolvedCheckpoint:
+    model = tiny_chronos2_nan_model(threshold, **sizes)
+    return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), tiny_chronos2_metadata(**sizes))
+
+
+def season_copy_model(context_length: int = 16, horizon: int = 8) -> onnx.ModelProto:
+    """A Chronos-2-contract graph whose every quantile repeats the last ``horizon`` context steps.
+
+    With the run's seasonality equal to ``horizon`` it is the seasonal naive forecast wherever the naive is
+    defined (an unknown context value is 0 in this contract, but the naive is undefined there).
+    """
+    f = TensorProto.FLOAT
+    inputs = [
+        helper.make_tensor_value_info("context", f, ["rows", context_length]),
+        helper.make_tensor_value_info("attention_mask", f, ["rows", context_length]),
+        helper.make_tensor_value_info("group_ids", TensorProto.INT64, ["rows"]),
+        helper.make_tensor_value_info("future_covariates", f, ["rows", horizon]),
+        helper.make_tensor_value_info("future_covariates_mask", f, ["rows", horizon]),
+    ]
+    output = helper.make_tensor_value_info("quantile_preds", f, ["rows", len(NATIVE_QUANTILES), horizon])
+    nodes = [
+        _const("starts", np.array([context_length - horizon], dtype=np.int64)),
+        _const("ends", np.array([context_length], dtype=np.int64)),
+        _const("axes", np.array([1], dtype=np.int64)),
+        helper.make_node("Slice", ["context", "starts", "ends", "axes"], ["season"]),  # [rows, H]
+        helper.make_node("Unsqueeze", ["season", "axes"], ["season3"]),  # [rows, 1, H]
+        _const("ones_q", np.ones((1, len(NATIVE_QUANTILES), 1), dtype=np.float32)),
+        helper.make_node("Mul", ["season3", "ones_q"], ["quantile_preds"]),
+    ]
+    graph = helper.make_graph(nodes, "season_copy", inputs, [output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_season_copy(directory: Path, name: str = "season_copy") -> ResolvedCheckpoint:
+    return write_checkpoint(
+        directory / f"{name}.onnx", season_copy_model().SerializeToString(), tiny_chronos2_metadata()
+    )

@@ -32,9 +32,13 @@ POOL_FLAGS = ["--actors", "2", "--rows-per-batch", "2", "--no-progress"]
 
 
 def _cli_forecasts(output: Path) -> pa.Table:
-    parts = sorted((output / "forecasts").glob("part-*.parquet"))
-    return pa.concat_tables(pq.read_table(path) for path in parts).sort_by(
-        [("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
+    """The forecasts folder read as the dataset it is (Hive partitions: ``model`` a column)."""
+    import pyarrow.dataset as ds
+
+    partitioning = ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive")
+    table = ds.dataset(output / "forecasts", format="parquet", partitioning=partitioning).to_table()
+    return table.sort_by(
+        [("model", "ascending"), ("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
     )
 
 

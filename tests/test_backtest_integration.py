@@ -101,7 +101,7 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
     # Series a is long enough for a seasonal scale (48 steps) before its origins: its windows are ranked by MASE;
     # b and c are not, so only their latest window is drawn.
     page = (Path(settings.output) / "report.html").read_text()
-    assert "a · best MASE" in page and "a · worst MASE" in page
+    assert "a · best MASE" in page  # scored on the common pairs (both baselines defined): few windows of a
     assert "b · latest" in page and "c · latest" in page and "b · best" not in page
     assert summary["timing"]["report_drawn_by"] == "driver"
     # Every phase of the driver is timed in wall and CPU seconds; dispatching is one of them.
@@ -194,17 +194,21 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=2)
     first = run_backtest(settings)
     complete = read_forecasts(Path(settings.output))
-    parts = Path(settings.output) / outputs.FORECASTS_DIR
+    parts = Path(settings.output) / outputs.FORECASTS_DIR / "model=tiny"
+    sums = Path(settings.output) / outputs.SCORES_DIR
     assert len(list(parts.glob("part-*.parquet"))) == 6
-    assert len(list(parts.glob("part-*.sums.arrow"))) == 6
+    assert len(list(sums.glob("part-*.arrow"))) == 6
     other = settings_for(tiny, data, tmp_path / "other", rows_per_batch=2, quantiles=[0.2, 0.5, 0.8])
     run_backtest(other)
     (parts / "part-000001.parquet").unlink()  # missing forecasts, sums left behind
     torn = parts / "part-000002.parquet"
     torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])  # a torn copy
-    (parts / "part-000003.sums.arrow").write_bytes(b"ARROW1 torn")  # torn sums
-    for name in ("part-000004.parquet", "part-000004.sums.arrow"):  # a foreign part: another run's files
-        (parts / name).write_bytes((Path(other.output) / outputs.FORECASTS_DIR / name).read_bytes())
+    (sums / "part-000003.arrow").write_bytes(b"ARROW1 torn")  # torn sums
+    foreign = Path(other.output)
+    (parts / "part-000004.parquet").write_bytes(  # a foreign part: another run's files
+        (foreign / outputs.FORECASTS_DIR / "model=tiny" / "part-000004.parquet").read_bytes()
+    )
+    (sums / "part-000004.arrow").write_bytes((foreign / outputs.SCORES_DIR / "part-000004.arrow").read_bytes())
     partial = parts / ".tmp-killed.parquet"
     partial.write_bytes(b"PAR1 half a file")
 
@@ -249,7 +253,7 @@ def test_input_file_transport_gives_the_object_store_forecasts(tmp_path: Path, t
 def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, tiny: Path, data: Path) -> None:
     """A real storage error (a directory where the part's file must go) is retried, recorded, never fatal."""
     settings = settings_for(tiny, data, tmp_path / "run")
-    blocker = Path(settings.output) / outputs.FORECASTS_DIR / "part-000001.parquet"
+    blocker = Path(settings.output) / outputs.FORECASTS_DIR / "model=tiny" / "part-000001.parquet"
     blocker.mkdir(parents=True)
     (blocker / "keep").write_text("a directory cannot be replaced by a file")
 
@@ -300,11 +304,13 @@ def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, dat
     assert [entry["part"] for entry in failed] == [2]
     assert failed[0]["window_ids"] == planned[8:]
     assert "expected 4" in failed[0]["error"]
-    assert {path.name for path in (Path(settings.output) / outputs.FORECASTS_DIR).glob("part-*")} == {
+    assert {path.name for path in (Path(settings.output) / outputs.FORECASTS_DIR / "model=fixed").glob("part-*")} == {
         "part-000000.parquet",
-        "part-000000.sums.arrow",
         "part-000001.parquet",
-        "part-000001.sums.arrow",
+    }
+    assert {path.name for path in (Path(settings.output) / outputs.SCORES_DIR).glob("part-*")} == {
+        "part-000000.arrow",
+        "part-000001.arrow",
     }
     assert set(read_forecasts(Path(settings.output))["window_id"].to_pylist()) == set(planned[:8])
     summary = json.loads((Path(settings.output) / "summary.json").read_text())
@@ -506,4 +512,4 @@ def test_corrupt_weights_stop_the_pool_with_a_typed_error(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert "cannot load checkpoint weights" in err and "broken.onnx" in err
-    assert not list((output / "forecasts").glob("part-*.parquet"))
+    assert not list((output / "forecasts").glob("model=*/part-*.parquet"))

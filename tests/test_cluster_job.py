@@ -95,7 +95,8 @@ def job_status(head: RayHead, submission_id: str) -> str:
 
 
 def read_forecasts(run_dir: Path) -> pa.Table:
-    table = pa.concat_tables(pq.read_table(path) for path in sorted((run_dir / "forecasts").glob("part-*.parquet")))
+    parts = sorted((run_dir / "forecasts").glob("model=*/part-*.parquet"))
+    table = pa.concat_tables(pq.read_table(path) for path in parts)
     return table.sort_by([("window_id", "ascending"), ("lead", "ascending")])
 
 

@@ -66,7 +66,7 @@ def _environment() -> dict[str, str]:
 
 
 def _sums_written(output: Path) -> int:
-    return len(list((output / outputs.FORECASTS_DIR).glob("part-*.sums.arrow")))
+    return len(list((output / outputs.SCORES_DIR).glob("part-*.arrow")))
 
 
 @pytest.mark.timeout(900)  # three runs, two of them start Ray: minutes on a loaded machine

@@ -49,11 +49,12 @@ def _reference(batches: Iterable[Batch], quantiles: Sequence[float]) -> dict[Key
         leads = [lead - 1] if lead is not None else list(range(horizon))
         pairs = [(y[h], f[h]) for _, y, f, _ in chosen for h in leads if ok(y, f, h)]
         key = (scope, sid, lead)
-        per_window_mase, per_window_sql = [], []
+        per_window_mase, per_window_sql, scaled_pairs = [], [], 0
         for _, y, f, s in chosen:
             good = [h for h in leads if ok(y, f, h)]
             if not good or not (np.isfinite(s) and s > 0):
                 continue
+            scaled_pairs += len(good)
             if med is not None:
                 per_window_mase.append(np.mean([abs(y[h] - f[h][med]) for h in good]) / s)
             losses = [2 * _rho(q, y[h] - f[h][i]) for h in good for i, q in enumerate(quantiles)]
@@ -64,8 +65,8 @@ def _reference(batches: Iterable[Batch], quantiles: Sequence[float]) -> dict[Key
             out[(*key, "rmse", None)] = (math.sqrt(np.mean(np.square(errors))), len(pairs))
         if per_window_sql:
             if med is not None:
-                out[(*key, "mase", None)] = (float(np.mean(per_window_mase)), len(per_window_mase))
-            out[(*key, "sql", None)] = (float(np.mean(per_window_sql)), len(per_window_sql))
+                out[(*key, "mase", None)] = (float(np.mean(per_window_mase)), scaled_pairs)
+            out[(*key, "sql", None)] = (float(np.mean(per_window_sql)), scaled_pairs)
         if not pairs:
             return
         total_y = sum(abs(yv) for yv, _ in pairs)
@@ -193,7 +194,7 @@ def test_tiny_case_by_hand() -> None:
     assert got[("lead", None, 1, "coverage", 0.1)] == (1.0, 1)
     assert got[("lead", None, 2, "mase", None)] == (1.0, 1)
     assert got[("lead", None, 1, "mae", None)] == (1.0, 1)
-    assert got[("global", None, None, "mase", None)][1] == 1  # n counts windows for mase/sql
+    assert got[("global", None, None, "mase", None)][1] == 2  # n counts pairs for mase/sql too
 
 
 def test_table_schema_and_nulls() -> None:
@@ -214,7 +215,7 @@ def test_missing_actuals_and_unusable_scales_are_left_out_and_counted() -> None:
     acc.update(["a", "a", "b"], actual, forecast, np.array([1.0, np.nan, 0.0]))
     got = _as_dict(acc.to_table("m"))
     assert got[("global", None, None, "mae", None)] == (pytest.approx(7.0 / 3), 3)
-    assert got[("global", None, None, "mase", None)] == (1.0, 1)  # only window 0 has a usable scale
+    assert got[("global", None, None, "mase", None)] == (1.0, 1)  # only window 0 (one pair) has a usable scale
     assert not any(key[1] == "b" for key in got)  # series b has no observed actual: no rows
     assert (acc.n_windows, acc.n_missing_pairs, acc.n_unscaled_windows) == (3, 3, 2)
 

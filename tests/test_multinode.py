@@ -107,7 +107,7 @@ def test_parts_are_written_where_computed_and_losing_a_node_loses_nothing(
     window_ids: Counter[str] = Counter()
     writers: Counter[str] = Counter()
     head_id = ray.get_runtime_context().get_node_id()
-    for path in sorted((tmp_path / "run" / "forecasts").glob("part-*.parquet")):
+    for path in sorted((tmp_path / "run" / "forecasts").glob("model=*/part-*.parquet")):
         part = pq.read_table(path)
         window_ids.update(set(part["window_id"].to_pylist()))
         record = json.loads(part.schema.metadata[b"distributed_onnx.part"])

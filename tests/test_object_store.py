@@ -71,7 +71,7 @@ def _objects(options: str) -> list[str]:
 
 
 def _forecasts(output: str) -> pa.Table:
-    parts = outputs.part_files(output)
+    parts = outputs.part_files(output, "tiny")
     tables = [storage.read_parquet(part).replace_schema_metadata(None) for part in parts]
     return sort_forecasts(pa.concat_tables(tables))
 
@@ -92,14 +92,14 @@ def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload
     objects = _objects(s3_options)
     assert all(path.startswith((f"{BUCKET}/inputs/", f"{BUCKET}/runs/one/")) for path in objects), objects
     assert f"{BUCKET}/runs/one/metrics.parquet" in objects and f"{BUCKET}/runs/one/report.html" in objects
-    assert len([path for path in objects if path.endswith(".sums.arrow")]) == 6
+    assert len([path for path in objects if "/scores/part-" in path]) == 6
     complete = _forecasts(output)
     expected = in_process_forecasts(settings)
     assert complete["window_id"].equals(expected["window_id"])
     assert first.summary["transport"]["series_transport"] == "input_file"
 
     # A torn upload: part 1's object cut to half (a copy that stopped part-way), part 2's sums gone.
-    torn = outputs.part_path(output, 1)
+    torn = outputs.part_path(output, "tiny", 1)
     payload = storage.read_bytes(torn)
     storage.write_bytes(torn, payload[: len(payload) // 2])
     storage.delete(outputs.sums_path(output, 2))

@@ -115,15 +115,15 @@ RECORD = {"run_fingerprint": "fp", "part": 7, "windows": 3, "node_id": "n1"}
 def test_write_part_is_atomic_and_records_itself_in_the_footer(tmp_path: Path) -> None:
     prepare_output(tmp_path, "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    size = write_part(tmp_path, 7, table, RECORD)
-    path = part_path(tmp_path, 7)
-    assert path == tmp_path / FORECASTS_DIR / "part-000007.parquet"
+    size = write_part(tmp_path, "m", 7, table, RECORD)
+    path = part_path(tmp_path, "m", 7)
+    assert path == tmp_path / FORECASTS_DIR / "model=m" / "part-000007.parquet"
     assert size == path.stat().st_size
-    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
+    assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000007.parquet"]
     assert pq.read_table(path).replace_schema_metadata(None).equals(table)
-    assert part_record(tmp_path, 7) == (RECORD, 9)
-    write_part(tmp_path, 7, table, RECORD)  # a rewrite replaces the part
-    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000007.parquet"]
+    assert part_record(tmp_path, "m", 7) == (RECORD, 9)
+    write_part(tmp_path, "m", 7, table, RECORD)  # a rewrite replaces the part
+    assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000007.parquet"]
 
 
 def test_a_write_that_fails_half_way_leaves_no_part_and_no_temporary_file(
@@ -140,36 +140,37 @@ def test_a_write_that_fails_half_way_leaves_no_part_and_no_temporary_file(
 
     monkeypatch.setattr(pq, "write_table", write_half_then_fail)
     with pytest.raises(OSError, match="No space left"):
-        write_part(tmp_path, 0, table, RECORD)
+        write_part(tmp_path, "m", 0, table, RECORD)
     assert written == [4100]
-    assert _listing(tmp_path / FORECASTS_DIR) == []
-    assert part_record(tmp_path, 0) is None
+    assert _listing(tmp_path / FORECASTS_DIR / "model=m") == []
+    assert part_record(tmp_path, "m", 0) is None
 
 
 def test_part_record_of_absent_torn_and_foreign_files(tmp_path: Path) -> None:
     prepare_output(tmp_path, "fp", {})
-    assert part_record(tmp_path, 1) is None
+    assert part_record(tmp_path, "m", 1) is None
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    write_part(tmp_path, 1, table, RECORD)
-    path = part_path(tmp_path, 1)
+    write_part(tmp_path, "m", 1, table, RECORD)
+    path = part_path(tmp_path, "m", 1)
     path.write_bytes(path.read_bytes()[:-20])  # torn: the footer is gone
-    assert part_record(tmp_path, 1) is None
+    assert part_record(tmp_path, "m", 1) is None
     pq.write_table(table, path)  # foreign: a Parquet file no actor of ours wrote
-    assert part_record(tmp_path, 1) == ({}, 9)
+    assert part_record(tmp_path, "m", 1) == ({}, 9)
 
 
 def test_cleanup_of_partials_and_discarded_parts(tmp_path: Path) -> None:
     prepare_output(tmp_path, "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     for index in (0, 2):
-        write_part(tmp_path, index, table, RECORD)
-    (tmp_path / FORECASTS_DIR / "part-000002.sums.arrow").write_bytes(b"stale")
-    (tmp_path / FORECASTS_DIR / ".tmp-abandoned.parquet").write_bytes(b"half")
-    clean_partials(tmp_path)
-    discard_part(tmp_path, 2)
-    discard_part(tmp_path, 5)  # nothing there: nothing to do
-    assert _listing(tmp_path / FORECASTS_DIR) == ["part-000000.parquet"]
-    assert [str(p.name) for p in outputs.part_files(tmp_path)] == ["part-000000.parquet"]
+        write_part(tmp_path, "m", index, table, RECORD)
+    (tmp_path / outputs.SCORES_DIR / "part-000002.arrow").write_bytes(b"stale")
+    (tmp_path / FORECASTS_DIR / "model=m" / ".tmp-abandoned.parquet").write_bytes(b"half")
+    clean_partials(tmp_path, ["m"])
+    discard_part(tmp_path, 2, ["m"])
+    discard_part(tmp_path, 5, ["m"])  # nothing there: nothing to do
+    assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000000.parquet"]
+    assert _listing(tmp_path / outputs.SCORES_DIR) == []
+    assert [str(p.name) for p in outputs.part_files(tmp_path, "m")] == ["part-000000.parquet"]
 
 
 def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> None:
@@ -178,7 +179,7 @@ def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> No
     assert (output / FORECASTS_DIR).is_dir()
     manifest = json.loads((output / MANIFEST).read_text())
     assert manifest == {"fingerprint": "fp-1", "settings": {"stride": 1}}
-    assert _listing(output) == [FORECASTS_DIR, MANIFEST]
+    assert _listing(output) == [FORECASTS_DIR, MANIFEST, outputs.SCORES_DIR]
 
 
 def test_prepare_output_resumes_the_same_run(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
 from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.plan import default_windows_per_part
-from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import PartSums, read_done_part
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
@@ -65,21 +65,37 @@ def test_sums_score_what_the_parts_hold(tmp_path: Path, tiny: Path, data: Path) 
     """The metrics merged from the sums equal the metrics of the forecast files, scored from scratch."""
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=4)
     plan = run_parts_in_process(settings)
-    sums = RunSums(plan.quantiles, plan.spec.horizon)
+    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
     for part in plan.parts():
-        found = read_done_part(settings.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        found = read_done_part(
+            settings.output,
+            part.index,
+            plan.run_fingerprint,
+            part.n_windows,
+            plan.spec.horizon,
+            plan.model_fingerprints,
+        )
         assert found is not None
         sums.add(part.index, found)
-    merged = sums.metrics_table("tiny").to_pylist()
+    merged = sums.metrics_table().to_pylist()
     forecasts = read_forecasts(settings.output)
     horizon = plan.spec.horizon
     actual = forecasts["y"].to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, horizon)
     median = forecasts["q0.5"].to_numpy().reshape(-1, horizon)
+    # The common pairs: observed, and both baselines defined (the last season observed).
     valid = np.isfinite(actual)
-    mae = np.abs(actual - median)[valid].mean()
-    ours = next(r for r in merged if (r["model"], r["scope"], r["metric"]) == ("tiny", "global", "mae"))
-    assert ours["value"] == pytest.approx(mae, rel=1e-9)
-    assert ours["n"] == int(valid.sum())
+    ours = next(
+        r
+        for r in merged
+        if (r["model"], r["scope"], r["metric"], r["convention"]) == ("tiny", "global", "mae", "pooled")
+    )
+    left_out = {r["metric"]: r["n"] for r in merged if r["model"] == "tiny" and r["convention"] == "count"}
+    assert ours["n"] + left_out["left_out_actual_missing"] + left_out["left_out_baseline_undefined"] == actual.size
+    assert left_out["left_out_actual_missing"] == int((~valid).sum())
+    if left_out["left_out_baseline_undefined"] == 0:
+        mae = np.abs(actual - median)[valid].mean()
+        assert ours["value"] == pytest.approx(mae, rel=1e-9)
+        assert ours["n"] == int(valid.sum())
 
 
 def test_a_part_verifies_only_with_its_own_run_part_and_size(tmp_path: Path, tiny: Path, data: Path) -> None:
@@ -88,32 +104,44 @@ def test_a_part_verifies_only_with_its_own_run_part_and_size(tmp_path: Path, tin
     part = plan.parts()[1]
     horizon = plan.spec.horizon
 
+    models = plan.model_fingerprints
+
     def verified(fingerprint: str = plan.run_fingerprint, index: int = part.index, windows: int = 4) -> bool:
-        return read_done_part(settings.output, index, fingerprint, windows, horizon) is not None
+        return read_done_part(settings.output, index, fingerprint, windows, horizon, models) is not None
 
     assert verified()
     assert not verified(fingerprint="another-run")
     assert not verified(windows=3)
-    path = outputs.part_path(settings.output, part.index)
+    assert read_done_part(settings.output, part.index, plan.run_fingerprint, 4, horizon, {"tiny": "other"}) is None
+    path = outputs.part_path(settings.output, "tiny", part.index)
     table = pq.read_table(path)
     pq.write_table(table, path)  # the same rows, rewritten without our footer record: foreign
     assert not verified()
     outputs.write_part(
-        settings.output, part.index, table.slice(0, 8), json.loads(table.schema.metadata[b"distributed_onnx.part"])
+        settings.output,
+        "tiny",
+        part.index,
+        table.slice(0, 8),
+        json.loads(table.schema.metadata[b"distributed_onnx.part"]),
     )
     assert not verified()  # right record, wrong rows and size
 
 
 def test_sums_round_trip_and_refuse_torn_or_foreign_bytes() -> None:
-    model = MetricsAccumulator([0.1, 0.5, 0.9], 2)
-    model.update(["a", "b"], [[1.0, np.nan], [3.0, 4.0]], np.ones((2, 2, 3)), [1.0, 2.0])
-    naive = MetricsAccumulator([0.1, 0.5, 0.9], 2)
-    sums = PartSums({"run_fingerprint": "fp", "part": 3}, model, naive, FanCandidates.empty(2, 3))
+    scores = PairScores(["m", *BASELINES], [0.1, 0.5, 0.9], 2)
+    forecasts = {name: np.ones((2, 2, 3)) for name in scores.models}
+    forecasts["m"] = np.where(np.arange(2)[:, None, None] == 1, np.nan, 1.0) * np.ones((2, 2, 3))
+    ids, origins = np.array(["a", "b"]), np.array([0, 1800_000_000])
+    scores.update(
+        ids, origins, np.array(["w0", "w1"]), np.array([[1.0, np.nan], [3.0, 4.0]]), forecasts, np.array([1.0, 2.0])
+    )
+    sums = PartSums({"run_fingerprint": "fp", "part": 3}, scores, FanCandidates.empty(2, 3))
     payload = sums.to_bytes()
     back = PartSums.from_bytes(payload)
-    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": 2}
-    assert back.model.to_table("m").equals(model.to_table("m"))
-    assert back.naive.n_windows == 0
+    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": 3}
+    assert back.scores.to_table().equals(scores.to_table())
+    assert back.scores.nonfinite == {"m": ["w1"]}
+    assert back.scores.excluded == {"actual_missing": 1, "baseline_undefined": 0, "model_nonfinite": 2}
     from distributed_onnx.errors import DataError
 
     with pytest.raises(DataError, match="unreadable"):

@@ -52,8 +52,8 @@ def finished(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> BacktestSet
 
 
 def _files(settings: BacktestSettings) -> list[str]:
-    directory = storage.join(settings.output, outputs.FORECASTS_DIR)
-    return [str(path).rsplit("/", 1)[-1] for path in storage.list_files(directory, "part-", "")]
+    directories = [storage.join(settings.output, outputs.SCORES_DIR), outputs.model_dir(settings.output, "tiny")]
+    return [str(path).rsplit("/", 1)[-1] for folder in directories for path in storage.list_files(folder, "part-", "")]
 
 
 def _verify(settings: BacktestSettings, index: int) -> object:
@@ -61,10 +61,12 @@ def _verify(settings: BacktestSettings, index: int) -> object:
 
     plan = prepare(settings)
     part = plan.parts()[index]
-    return read_done_part(settings.output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+    return read_done_part(
+        settings.output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, plan.model_fingerprints
+    )
 
 
-@pytest.mark.parametrize("pattern", ["part-000001.sums.arrow", "part-000001.parquet"])
+@pytest.mark.parametrize("pattern", ["part-000001.arrow", "part-000001.parquet"])
 def test_a_read_that_fails_now_and_then_is_retried(finished: BacktestSettings, pattern: str) -> None:
     flaky_storage.FAILURES[pattern] = 2  # the first two reads fail, the third answers
     assert _verify(finished, 1) is not None
@@ -73,7 +75,7 @@ def test_a_read_that_fails_now_and_then_is_retried(finished: BacktestSettings, p
 
 @pytest.mark.parametrize(
     ("pattern", "operation"),
-    [("part-000001.sums.arrow", "open"), ("part-000001.parquet", "open"), ("part-000001.parquet", "info")],
+    [("part-000001.arrow", "open"), ("part-000001.parquet", "open"), ("part-000001.parquet", "info")],
 )
 def test_a_read_that_keeps_failing_stops_the_resume_and_deletes_nothing(
     finished: BacktestSettings, pattern: str, operation: str
@@ -90,7 +92,7 @@ def test_a_read_that_keeps_failing_stops_the_resume_and_deletes_nothing(
 
 def test_absent_and_corrupt_files_are_still_redone(finished: BacktestSettings) -> None:
     storage.delete(outputs.sums_path(finished.output, 0))
-    torn = outputs.part_path(finished.output, 2)
+    torn = outputs.part_path(finished.output, "tiny", 2)
     payload = storage.read_bytes(torn)
     storage.write_bytes(torn, payload[: len(payload) // 2])
     assert _verify(finished, 0) is None
@@ -101,7 +103,7 @@ def test_absent_and_corrupt_files_are_still_redone(finished: BacktestSettings) -
 
 def test_the_command_says_so_in_one_line(finished: BacktestSettings, capsys: pytest.CaptureFixture[str]) -> None:
     flaky_storage.FAILURES["part-000000.parquet"] = -1
-    argv = ["backtest", "--checkpoint", str(finished.checkpoint), "--data", str(finished.data)]
+    argv = ["backtest", "--checkpoint", str(finished.checkpoint[0]), "--data", str(finished.data)]
     argv += ["--output", str(finished.output), "--n-windows", "5", "--stride", "3", "--quantiles", "0.1,0.5,0.9"]
     argv += ["--rows-per-batch", "4", "--actors", "2", "--cpus-per-actor", "1", "--no-progress"]
     code = cli.main(argv)

@@ -56,7 +56,7 @@ def _parse(model: type[CommandSettings], argv: list[str]) -> dict[str, Any]:
 
 def test_defaults(tmp_path: Path) -> None:
     settings = BacktestSettings.from_sources(_flags(output=tmp_path / "run", n_windows=3))
-    assert settings.checkpoint == REFERENCE_CHECKPOINT
+    assert settings.checkpoint == [REFERENCE_CHECKPOINT]
     assert settings.data == REFERENCE_DATASET
     assert settings.stride == 1
     assert settings.rows_per_batch == 256
@@ -128,7 +128,7 @@ def test_relative_paths_in_yaml_are_read_from_the_files_folder(tmp_path: Path, m
 
     settings = BacktestSettings.from_sources({}, config.relative_to(tmp_path))
 
-    assert Path(settings.checkpoint).resolve() == project / "models" / "m.onnx"
+    assert [path.resolve() for path in settings.checkpoint] == [project / "models" / "m.onnx"]
     assert Path(settings.data).resolve() == project / "configs" / "series.parquet"
     assert Path(settings.output).resolve() == project / "runs" / "a"
 
@@ -382,3 +382,18 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out.startswith(f"distributed-onnx {__version__} (python ")
     assert "onnxruntime " in out and "ray " in out
+
+
+def test_checkpoints_repeat_as_flags_list_in_yaml_and_stay_one_path_compatible(tmp_path: Path) -> None:
+    import argparse
+
+    from distributed_onnx.settings_sources import add_flags, given_flags
+
+    config = _yaml(tmp_path / "cfg", "checkpoint: [a.onnx, /abs/b.onnx]\noutput: run\n")
+    from_file = BacktestSettings.from_sources({}, config)
+    assert from_file.checkpoint == [tmp_path / "cfg" / "a.onnx", Path("/abs/b.onnx")]
+    parser = argparse.ArgumentParser()
+    add_flags(parser, BacktestSettings)
+    flags = given_flags(parser.parse_args(["--checkpoint", "x.onnx", "--checkpoint", "y.onnx", "--output", "r"]))
+    assert BacktestSettings.from_sources(flags).checkpoint == [Path("x.onnx"), Path("y.onnx")]
+    assert BacktestSettings(output="r", checkpoint=Path("one.onnx")).checkpoint == [Path("one.onnx")]

@@ -49,17 +49,18 @@ def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
     outputs.prepare_output(output, "fp-1", {"settings": {}})
     outputs.prepare_output(output, "fp-1", {"settings": {}})  # same run: resumes
     for index in (3, 0):
-        size = outputs.write_part(output, index, TABLE, {"part": index})
-        assert storage.file_size(outputs.part_path(output, index)) == size
-    outputs.clean_partials(output)
-    assert [outputs.part_record(output, index) for index in (0, 1, 3)] == [({"part": 0}, 2), None, ({"part": 3}, 2)]
-    assert storage.read_parquet(outputs.part_path(output, 3)).replace_schema_metadata(None).equals(TABLE)
+        size = outputs.write_part(output, "m", index, TABLE, {"part": index})
+        assert storage.file_size(outputs.part_path(output, "m", index)) == size
+    outputs.clean_partials(output, ["m"])
+    records = [outputs.part_record(output, "m", index) for index in (0, 1, 3)]
+    assert records == [({"part": 0}, 2), None, ({"part": 3}, 2)]
+    assert storage.read_parquet(outputs.part_path(output, "m", 3)).replace_schema_metadata(None).equals(TABLE)
     storage.write_bytes(storage.join(output, "summary.json"), b"{}")
     assert storage.read_bytes(storage.join(output, "summary.json")) == b"{}"
     with pytest.raises(Exception, match="other settings"):
         outputs.prepare_output(output, "fp-2", {})
     if kind != "object-store":  # local writes leave no temporary file behind
-        assert sorted(p.name for p in (tmp_path / "run" / "forecasts").iterdir()) == [
+        assert sorted(p.name for p in (tmp_path / "run" / "forecasts" / "model=m").iterdir()) == [
             "part-000000.parquet",
             "part-000003.parquet",
         ]

@@ -20,6 +20,7 @@ from distributed_onnx.evaluation.data.windows import PartSpec, plan_series, wind
 from distributed_onnx.evaluation.plan import RunPlan
 
 FAILED_WINDOWS = "failed_windows.json"
+NONFINITE_WINDOWS = "nonfinite_windows.json"
 
 
 def part_window_ids(plan: RunPlan, part: PartSpec) -> list[str]:
@@ -45,6 +46,29 @@ def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str,
         f"{len(failures)} part(s) failed; their window ids are in {path}; rerun to resume. "
         f"First: part {first['part']} ({first['windows']} windows): {first['error']}",
         failed_parts=[failure["part"] for failure in failures],
+    )
+
+
+def nonfinite_error(plan: RunPlan, nonfinite: dict[str, list[str]]) -> BatchError | None:
+    """Write ``nonfinite_windows.json`` (per model, the windows holding NaN or infinite forecasts) and return the
+    one-line error to raise, or None when every forecast was finite.
+
+    A non-finite forecast is a model failure, not a gap: its pairs are left out of every model's scores (the
+    run's common pairs), its forecasts are written as they are, and the run exits 1 like a run with failed parts.
+    """
+    path = storage.join(plan.settings.output, NONFINITE_WINDOWS)
+    bad = {model: ids for model, ids in nonfinite.items() if ids}
+    if not bad:
+        if storage.is_file(path):
+            storage.delete(path)
+        return None
+    storage.write_bytes(path, json.dumps(bad, indent=2).encode())
+    counts = ", ".join(f"{model}: {len(ids)}" for model, ids in bad.items())
+    total = sum(len(ids) for ids in bad.values())
+    return BatchError(
+        f"{total} window(s) with non-finite forecasts ({counts}); written as they are, left out of every model's "
+        f"scores; their window ids are in {path}",
+        failed_batches=[],
     )
 
 

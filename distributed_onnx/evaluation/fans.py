@@ -39,6 +39,8 @@ class FanWindow:
     actual: np.ndarray  # float64 [H]: NaN = unknown
     quantiles: dict[float, np.ndarray]  # requested level -> float [H]
     mase: float | None  # the window's score (MASE, or SQL without a median; see ``label``)
+    #: The other models of the run on the same window: name -> median (or middle quantile) [H].
+    others: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def fan_series(n_series: int, count: int = FAN_SERIES) -> tuple[int, ...]:
@@ -58,9 +60,10 @@ class FanCandidates:
     score: npt.NDArray[np.float64]
     actual: npt.NDArray[np.float64]  # [K, H]
     forecast: npt.NDArray[np.float32]  # [K, H, Q]
+    others: npt.NDArray[np.float32]  # [K, M, H]: the run's other models' medians on the same windows
 
     @classmethod
-    def empty(cls, horizon: int, n_quantiles: int) -> FanCandidates:
+    def empty(cls, horizon: int, n_quantiles: int, n_others: int = 0) -> FanCandidates:
         return cls(
             np.empty(0, np.int64),
             np.empty(0, np.str_),
@@ -68,6 +71,7 @@ class FanCandidates:
             np.empty(0),
             np.empty((0, horizon)),
             np.empty((0, horizon, n_quantiles), np.float32),
+            np.empty((0, n_others, horizon), np.float32),
         )
 
     def __len__(self) -> int:
@@ -90,6 +94,7 @@ class FanCandidates:
             self.score[index],
             self.actual[index],
             self.forecast[index],
+            self.others[index],
         )
 
     @staticmethod
@@ -137,6 +142,7 @@ class FanCollector:
         actual: np.ndarray,
         forecast: np.ndarray,
         scale: np.ndarray,
+        others: np.ndarray | None = None,
     ) -> None:
         """One model batch: keep best, worst, latest and the median window of each fan series in it."""
         rows = np.flatnonzero(np.isin(series_index, list(self.fan_series)))
@@ -150,6 +156,7 @@ class FanCollector:
             scores,
             actual[rows].astype(np.float64),
             forecast[rows].astype(np.float32),
+            (np.empty((forecast.shape[0], 0, self.horizon)) if others is None else others)[rows].astype(np.float32),
         )
         for series in np.unique(batch.series_index):
             mine = np.flatnonzero(batch.series_index == series)

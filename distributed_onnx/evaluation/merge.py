@@ -15,22 +15,24 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanPicker, FanWindow
-from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.sums import PartSums
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.plan import RunPlan
 
-NAIVE_MODEL = "seasonal_naive"
+NAIVE_MODEL = SEASONAL_NAIVE
 METRICS = "metrics.parquet"
+LEADERBOARD = "leaderboard.parquet"
 
 
 class RunSums:
     """The sums of every verified part, by part index."""
 
-    def __init__(self, quantiles: Sequence[float], horizon: int) -> None:
+    def __init__(self, quantiles: Sequence[float], horizon: int, models: Sequence[str] = ()) -> None:
         self._quantiles = list(quantiles)
         self._horizon = horizon
+        self._models = [*models, *BASELINES]
         self._parts: dict[int, PartSums] = {}
 
     def add(self, part_index: int, sums: PartSums) -> None:
@@ -39,24 +41,30 @@ class RunSums:
     def __len__(self) -> int:
         return len(self._parts)
 
-    def merged(self) -> tuple[MetricsAccumulator, MetricsAccumulator]:
-        model = MetricsAccumulator(self._quantiles, self._horizon)
-        naive = MetricsAccumulator(self._quantiles, self._horizon)
+    def merged(self) -> PairScores:
+        """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in)."""
+        scores = PairScores(self._models, self._quantiles, self._horizon)
         for index in sorted(self._parts):
-            model.merge(self._parts[index].model)
-            naive.merge(self._parts[index].naive)
-        return model, naive
+            scores.merge(self._parts[index].scores)
+        return scores
 
-    def metrics_table(self, model_name: str) -> pa.Table:
-        """The long metrics table of the model and of ``seasonal_naive``."""
-        model, naive = self.merged()
-        return pa.concat_tables([model.to_table(model_name), naive.to_table(NAIVE_MODEL)])
+    def metrics_table(self) -> pa.Table:
+        """The long metrics table of every checkpoint and baseline, both conventions, and the left-out counts."""
+        return self.merged().to_table()
 
-    def write_metrics(self, output: storage.Location, model_name: str) -> pa.Table:
+    def write_metrics(self, output: storage.Location, scores: PairScores | None = None) -> pa.Table:
         """Write ``metrics.parquet`` (a few rows per series and lead, whatever the number of windows)."""
-        metrics = self.metrics_table(model_name)
+        metrics = (scores or self.merged()).to_table()
         storage.write_parquet(storage.join(output, METRICS), metrics)
         return metrics
+
+    def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
+        """Write ``leaderboard.parquet`` (:mod:`.scoring.leaderboard`: a few rows per model and pair)."""
+        from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
+
+        table = leaderboard(scores, step_us)
+        storage.write_parquet(storage.join(output, LEADERBOARD), table)
+        return table
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)
@@ -70,7 +78,10 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
     index = plan.table.index_of()  # from the ids alone: no series object per series
     metric = "mase" if any(abs(q - 0.5) < 1e-9 for q in plan.quantiles) else "sql"
     wanted = (
-        (pc.field("scope") == "series") & (pc.field("metric") == metric) & (pc.field("model") == plan.checkpoint.name)
+        (pc.field("scope") == "series")
+        & (pc.field("metric") == metric)
+        & (pc.field("model") == plan.checkpoint.name)
+        & (pc.field("convention") == "pooled")
     )
     rows = metrics.filter(wanted).select(["series_id", "value"]).to_pydict()
     series_scores = {
@@ -85,6 +96,7 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
         "typical": "typical",
         "latest": "latest",
     }
+    others = [*plan.model_names[1:], *BASELINES]
     windows = []
     for i in range(len(picked)):
         series = plan.table.series[int(picked.series_index[i])]
@@ -104,6 +116,11 @@ def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWind
                 actual=picked.actual[i].astype(np.float64),
                 quantiles={q: picked.forecast[i, :, k].astype(np.float64) for k, q in enumerate(plan.quantiles)},
                 mase=score if np.isfinite(score) else None,
+                others={
+                    name: picked.others[i, m].astype(np.float64)
+                    for m, name in enumerate(others)
+                    if m < picked.others.shape[1]
+                },
             )
         )
     return windows

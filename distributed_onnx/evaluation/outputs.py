@@ -1,11 +1,12 @@
 """The backtest's run directory: forecast parts and their sums, the run manifest, and what counts as done.
 
-``forecasts/part-NNNNNN.parquet`` holds part NNNNNN of the plan, written by the actor that computed it;
-``forecasts/part-NNNNNN.sums.arrow`` beside it holds that part's metric sums (:mod:`.sums`), written after the
-part. The plan is deterministic, so a rerun with the same settings skips every part that is *verifiably*
-done (:func:`.sums.read_done_part`): both files present and readable, both naming this run and this part, the
-part's row count and size what its sums say. Anything else (a torn copy, a file from another run) is redone,
-not trusted.
+``forecasts/model=NAME/part-NNNNNN.parquet`` holds part NNNNNN of the plan for checkpoint NAME, written by
+the actor that computed it. ``forecasts/`` is one Hive-partitioned dataset that pandas, pyarrow.dataset,
+polars and DuckDB read as it is, with ``model`` as a column; nothing else lives under it. The part's metric
+sums, for every model of the run, are ``scores/part-NNNNNN.arrow`` (:mod:`.sums`), written after the
+forecasts. The plan is deterministic, so a rerun with the same settings skips every part that is *verifiably*
+done: every file present and readable, naming this run, this part and (forecasts) this model's fingerprint,
+the row counts and sizes what the sums say. Anything else (a torn copy, a file from another run) is redone.
 ``run.json`` records the settings' fingerprint: a directory is never resumed by a run with other settings.
 The directory may be a local path or a URL (``s3://...``): every file goes through :mod:`distributed_onnx.storage`.
 """
@@ -29,22 +30,34 @@ from distributed_onnx.storage import Location
 logger = logging.getLogger(__name__)
 
 FORECASTS_DIR = "forecasts"
+SCORES_DIR = "scores"
 MANIFEST = "run.json"
+#: Hive partition key of the forecasts dataset.
+MODEL_KEY = "model"
 #: Key of the part's own record in its Parquet footer (run fingerprint, part index, windows, writer node).
 PART_METADATA_KEY = b"distributed_onnx.part"
 
 
-def part_path(output: Location, part_index: int) -> Location:
-    return storage.join(output, FORECASTS_DIR, f"part-{part_index:06d}.parquet")
+def model_dir(output: Location, model: str) -> Location:
+    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={model}")
+
+
+def part_path(output: Location, model: str, part_index: int) -> Location:
+    return storage.join(model_dir(output, model), f"part-{part_index:06d}.parquet")
 
 
 def sums_path(output: Location, part_index: int) -> Location:
-    return storage.join(output, FORECASTS_DIR, f"part-{part_index:06d}.sums.arrow")
+    return storage.join(output, SCORES_DIR, f"part-{part_index:06d}.arrow")
 
 
-def part_files(output: Location) -> list[Location]:
-    """The forecast part files on disk, in part order (done or not: see :func:`.sums.read_done_part`)."""
-    return storage.list_files(storage.join(output, FORECASTS_DIR), "part-", ".parquet")
+def part_files(output: Location, model: str) -> list[Location]:
+    """One model's forecast part files on disk, in part order (done or not)."""
+    return storage.list_files(model_dir(output, model), "part-", ".parquet")
+
+
+def has_scored_parts(output: Location) -> bool:
+    """Whether any part of a run has written its scores here (a rerun, perhaps with nothing left to do)."""
+    return bool(storage.list_files(storage.join(output, SCORES_DIR), "part-", ".arrow"))
 
 
 def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any]) -> None:
@@ -69,6 +82,7 @@ def _make_run_directory(output: Location) -> None:
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
     try:
         storage.make_dirs(storage.join(output, FORECASTS_DIR))
+        storage.make_dirs(storage.join(output, SCORES_DIR))
     except (FileExistsError, NotADirectoryError, PermissionError) as exc:
         raise ConfigError(f"Cannot create the run directory {output}: {exc}", key="output") from exc
     except OSError as exc:
@@ -119,27 +133,28 @@ def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequ
     return pa.table(columns)
 
 
-def write_part(output: Location, part_index: int, table: pa.Table, record: dict[str, Any]) -> int:
+def write_part(output: Location, model: str, part_index: int, table: pa.Table, record: dict[str, Any]) -> int:
     """Write one part atomically and durably, its ``record`` in the footer; returns the file's bytes."""
     metadata = {**(table.schema.metadata or {}), PART_METADATA_KEY: json.dumps(record, sort_keys=True).encode()}
     # Measured on reference forecasts (3,000 windows): dictionary-encoding the float columns (which never
     # repeat) halved the write speed, so only the id columns get dictionaries; lz4 wrote 68k windows/s against
     # zstd's 37k, for files 30% larger.
+    storage.make_dirs(model_dir(output, model))
     return storage.write_parquet(
-        part_path(output, part_index),
+        part_path(output, model, part_index),
         table.replace_schema_metadata(metadata),
         compression="lz4",
         use_dictionary=["series_id", "window_id"],
     )
 
 
-def part_record(output: Location, part_index: int) -> tuple[dict[str, Any], int] | None:
+def part_record(output: Location, model: str, part_index: int) -> tuple[dict[str, Any], int] | None:
     """The record in a part's footer and its row count, or None when the file is absent or corrupt.
 
     Any other ``OSError`` (the storage did not answer: an S3 SlowDown, an NFS EIO) is raised, not taken for a
     corrupt file: a resume deletes what is not done, and a good part must not be deleted for a flaky read.
     """
-    path = part_path(output, part_index)
+    path = part_path(output, model, part_index)
     try:
         footer = storage.read_parquet_metadata(path)
     except FileNotFoundError:
@@ -155,18 +170,21 @@ def part_record(output: Location, part_index: int) -> tuple[dict[str, Any], int]
     return (record if isinstance(record, dict) else {}), int(footer.num_rows)
 
 
-def clean_partials(output: Location) -> None:
+def clean_partials(output: Location, models: Sequence[str] = ()) -> None:
     """Remove temporary files a killed run left behind (they never got a final name; object stores have none)."""
-    for path in storage.list_files(storage.join(output, FORECASTS_DIR), ".tmp-", ""):
-        storage.delete(path)
+    folders = [storage.join(output, SCORES_DIR), storage.join(output, FORECASTS_DIR)]
+    folders += [model_dir(output, model) for model in models]
+    for folder in folders:
+        for path in storage.list_files(folder, ".tmp-", ""):
+            storage.delete(path)
 
 
-def discard_part(output: Location, part_index: int) -> None:
-    """Delete a part that is not verifiably done (both files), so no reader can mistake it for a result.
+def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) -> None:
+    """Delete a part's sums and the given models' forecasts, so no reader can mistake them for results.
 
     A file that cannot be deleted is left for the part's rerun to replace (or to fail on, recorded).
     """
-    for path in (sums_path(output, part_index), part_path(output, part_index)):
+    for path in (sums_path(output, part_index), *(part_path(output, model, part_index) for model in models)):
         try:
             storage.delete(path)
         except OSError as exc:

@@ -1,11 +1,14 @@
-"""The worker side of the backtest: run one part, from series to a written, scored Parquet part (no Ray).
+"""The worker side of the backtest: run one part, from series to written, scored Parquet parts (no Ray).
 
 An actor receives a :class:`PartJob` once (through the object store: the series arrive zero-copy) and then
 only :class:`~.data.windows.PartSpec` descriptors. For each part :class:`PartRunner` recomputes the
-part's windows from the series, packs them batch by batch into Arrow, runs the model, builds the forecast
-table, scores the model and the seasonal-naive baseline into mergeable sums, writes the part and its sums
-(atomic, durable, retried on storage errors) and returns a small :class:`PartReceipt`. The same class runs
-in-process for the benchmark's plain loop and the tests' reference, so both do exactly the actors' work.
+part's windows from the series, packs them batch by batch into Arrow *once*, runs each checkpoint of the run
+on the batch, builds each model's forecast table, scores every model and both baselines on the batch's
+common pairs (:mod:`.scoring.pairs`) into mergeable sums, writes the parts and the sums (atomic, durable,
+retried on storage errors) and returns a small :class:`PartReceipt`. A model whose part is already written
+and verifies (its footer names this run, this part and the model's fingerprint) is not run again: its
+forecasts are read back and rescored with the others, which is how a checkpoint is added to a finished run.
+The same class runs in-process for the benchmark's plain loop and the tests' reference.
 
 On a GPU the next batch is packed on a CPU thread while the device runs the current one (ORT releases the
 GIL); on CPU the packing thread would only compete with ONNX Runtime's own threads for the actor's cores, so
@@ -27,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
+from distributed_onnx import storage
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.packing import gather_blocks, pack_batch
@@ -43,9 +47,17 @@ from distributed_onnx.evaluation.data.windows import (
     plan_series,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, broadcast_quantiles, seasonal_naive_batch
-from distributed_onnx.evaluation.sums import PartSums, write_sums
+from distributed_onnx.evaluation.scoring.naive import (
+    SeasonalScaler,
+    broadcast_quantiles,
+    season_count,
+    seasonal_naive_batch,
+    seasonal_quantiles_batch,
+)
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
+from distributed_onnx.evaluation.sums import PartSums, model_part_verifies, write_sums
+from distributed_onnx.model.quantiles import quantile_column_name
+from distributed_onnx.model.window_batch import unpack_batch
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.storage import Location
 
@@ -69,6 +81,8 @@ class PartJob:
     seasonality: int
     step_us: int
     rows_per_batch: int
+    #: The run's checkpoints in order, each ``(name, fingerprint)``; the first one's fans are drawn.
+    models: tuple[tuple[str, str], ...] = ()
     fan_series: tuple[int, ...] = ()
     overlap_packing: bool | None = None  # None: when the session runs on a GPU
     write_attempts: int = 3
@@ -84,7 +98,11 @@ class PartReceipt(BaseModel):
     part_bytes: int
     sums_bytes: int
     write_attempts: int
-    seconds: dict[str, float] = Field(description="read, pack, model, table, score, write; pack overlaps model")
+    models_computed: list[str] = Field(default_factory=list, description="Models run here (others read back).")
+    nonfinite_windows: int = 0
+    seconds: dict[str, float] = Field(
+        description="read, pack, model (every model), table, score, write; pack overlaps model"
+    )
     node_id: str | None = None
     pid: int = Field(default_factory=os.getpid)
 
@@ -103,16 +121,32 @@ class _Clock:
 
 
 class PartRunner:
-    """Runs the parts of one backtest with one worker (in an actor, or in-process)."""
+    """Runs the parts of one backtest with one worker per checkpoint (in an actor, or in-process)."""
 
-    def __init__(self, worker: InferenceWorker, job: PartJob, node_id: str | None = None) -> None:
-        self.worker = worker
+    def __init__(
+        self, workers: InferenceWorker | dict[str, InferenceWorker], job: PartJob, node_id: str | None = None
+    ) -> None:
+        if isinstance(workers, InferenceWorker):
+            workers = {workers.model_name: workers}
         self.job = job
+        names = [name for name, _ in job.models] or list(workers)
+        missing = [name for name in names if name not in workers]
+        if missing:
+            raise DataError(f"the run's models {names} need a worker each; none for {missing}")
+        self.workers = {name: workers[name] for name in names}
+        self.fingerprints = dict(job.models) or dict.fromkeys(names, job.run_fingerprint)
         self.node_id = node_id
-        uses_gpu = worker.backend.uses_io_binding
+        uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
         self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
+        self._seasons = season_count(job.spec.context_length, job.seasonality)
+        self._written_ids: dict[str, np.ndarray] = {}  # window ids of the models read back, for the current part
+
+    @property
+    def worker(self) -> InferenceWorker:
+        """The first checkpoint's worker."""
+        return next(iter(self.workers.values()))
 
     def run(self, part: PartSpec) -> PartReceipt:
         job = self.job
@@ -121,36 +155,56 @@ class PartRunner:
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
+        record = {"run_fingerprint": job.run_fingerprint, "part": part.index, "windows": windows}
+        written = self._written(part, record, windows)
         clock.add("read", started)
-        model = MetricsAccumulator(job.quantiles, job.spec.horizon)
-        naive = MetricsAccumulator(job.quantiles, job.spec.horizon)
+        to_run = [name for name in self.workers if name not in written]
+        scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
-        tables = []
-        for planned, batch, forecasts in self._forecast(planned_batches, clock):
+        tables: dict[str, list[pa.Table]] = {name: [] for name in to_run}
+        done = 0
+        for planned, batch, forecasts in self._forecast(planned_batches, to_run, clock):
             mark = time.perf_counter()
-            tables.append(outputs.forecast_table(batch, forecasts, job.quantiles, job.step_us))
+            rows = slice(done, done + planned.n_windows)
+            done += planned.n_windows
+            packed_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
+            for name, values in written.items():
+                if not np.array_equal(self._written_ids[name][rows], packed_ids):
+                    raise DataError(f"part {part.index} of {name}: the written windows are not the ones planned")
+                forecasts[name] = values[rows]
+            for name in to_run:
+                tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, model=model, naive=naive, fans=fans)
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
             clock.add("score", mark)
-        table = pa.concat_tables(tables)
         mark = time.perf_counter()
-        record = {
-            "run_fingerprint": job.run_fingerprint,
-            "part": part.index,
-            "windows": windows,
-            "node_id": self.node_id,
-        }
-        part_bytes, attempts = self._retry(lambda: outputs.write_part(job.output, part.index, table, record), part)
-        sums = PartSums({**record, "part_bytes": part_bytes}, model, naive, fans.candidates())
+        part_bytes = {name: int(storage_size) for name, storage_size in self._sizes(part, written).items()}
+        attempts = 0
+        for name in to_run:
+            table = pa.concat_tables(tables[name])
+            model_record = {
+                **record,
+                "model": name,
+                "model_fingerprint": self.fingerprints[name],
+                "node_id": self.node_id,
+            }
+            part_bytes[name], tries = self._retry(
+                lambda t=table, n=name, r=model_record: outputs.write_part(job.output, n, part.index, t, r), part
+            )
+            attempts += tries
+        header = {**record, "node_id": self.node_id, "models": self.fingerprints, "part_bytes": part_bytes}
+        sums = PartSums(header, scores, fans.candidates())
         sums_bytes, sums_attempts = self._retry(lambda: write_sums(job.output, part.index, sums), part)
         clock.add("write", mark)
         return PartReceipt(
             part=part.index,
             windows=windows,
-            rows=table.num_rows,
-            part_bytes=part_bytes,
+            rows=windows * job.spec.horizon,
+            part_bytes=sum(part_bytes[name] for name in to_run),
             sums_bytes=sums_bytes,
             write_attempts=attempts + sums_attempts,
+            models_computed=to_run,
+            nonfinite_windows=scores.n_nonfinite_windows,
             seconds={stage: round(value, 6) for stage, value in clock.seconds.items()},
             node_id=self.node_id,
         )
@@ -185,6 +239,37 @@ class PartRunner:
         base = int(plan.offsets[first])
         window_range = slice(part.start - base, part.stop - base)
         return series_index[window_range], origin_index[window_range]
+
+    def _written(self, part: PartSpec, record: dict[str, Any], windows: int) -> dict[str, np.ndarray]:
+        """The forecasts ``[W, H, Q]`` of the models whose part is already written and verifies (read back).
+
+        Their window ids (in plan order) are kept to check, batch by batch, that they line up with the windows
+        packed now.
+        """
+        job, horizon = self.job, self.job.spec.horizon
+        columns = [quantile_column_name(q) for q in job.quantiles]
+        found = {}
+        self._written_ids = {}
+        for name, fingerprint in self.fingerprints.items():
+            expected = {**record, "model_fingerprint": fingerprint}
+            try:
+                if not model_part_verifies(job.output, name, part.index, expected, windows * horizon):
+                    continue
+            except OSError:  # unreadable now: recompute it (the write replaces it, or fails and is retried)
+                continue
+            try:
+                path = outputs.part_path(job.output, name, part.index)
+                table = storage.read_parquet(path, columns=["window_id", *columns])
+            except (OSError, pa.ArrowException, KeyError):
+                continue
+            ids = table.column("window_id").to_numpy(zero_copy_only=False)[::horizon]
+            values = np.stack([table.column(c).to_numpy() for c in columns], axis=1)
+            found[name] = values.reshape(windows, horizon, len(columns))  # as written: rescoring is exact
+            self._written_ids[name] = ids
+        return found
+
+    def _sizes(self, part: PartSpec, written: dict[str, np.ndarray]) -> dict[str, int]:
+        return {name: storage.file_size(outputs.part_path(self.job.output, name, part.index)) or 0 for name in written}
 
     def _origins(self, series_index: int) -> np.ndarray:
         return self._series_plan(series_index)[0]
@@ -222,19 +307,26 @@ class PartRunner:
         spec = self.job.spec
         return pack_batch(self.job.source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
 
-    def _forecast(
-        self, planned_batches: Iterator[PlannedBatch], clock: _Clock
-    ) -> Iterator[tuple[PlannedBatch, pa.RecordBatch, np.ndarray]]:
-        """Pack and forecast each batch; with overlap, batch k+1 is packed while the model runs batch k."""
+    def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
+        """Each model on the same packed batch (packed once, run K times)."""
         spec, quantiles = self.job.spec, self.job.quantiles
+        mark = time.perf_counter()
+        out = {}
+        for name in names:
+            out[name] = self.workers[name].forecast_batch(batch, spec.context_length, spec.horizon, quantiles)
+        clock.add("model", mark)
+        return out
+
+    def _forecast(
+        self, planned_batches: Iterator[PlannedBatch], names: list[str], clock: _Clock
+    ) -> Iterator[tuple[PlannedBatch, pa.RecordBatch, dict[str, np.ndarray]]]:
+        """Pack and forecast each batch; with overlap, batch k+1 is packed while the models run batch k."""
         if not self._overlap:
             for planned in planned_batches:
                 mark = time.perf_counter()
                 batch = self._pack(planned)
-                mark = clock.add("pack", mark)
-                forecasts = self.worker.forecast_batch(batch, spec.context_length, spec.horizon, quantiles)
-                clock.add("model", mark)
-                yield planned, batch, forecasts
+                clock.add("pack", mark)
+                yield planned, batch, self._run_models(batch, names, clock)
             return
 
         def timed_pack(planned: PlannedBatch) -> tuple[PlannedBatch, pa.RecordBatch, float]:
@@ -249,41 +341,50 @@ class PartRunner:
                 following = next(planned_batches, None)
                 if following is not None:
                     pending.append(packer.submit(timed_pack, following))
-                mark = time.perf_counter()
-                forecasts = self.worker.forecast_batch(batch, spec.context_length, spec.horizon, quantiles)
-                clock.add("model", mark)
-                yield planned, batch, forecasts
+                yield planned, batch, self._run_models(batch, names, clock)
 
     def _score(
         self,
         planned: PlannedBatch,
         batch: pa.RecordBatch,
-        forecasts: np.ndarray,
+        forecasts: dict[str, np.ndarray],
         *,
-        model: MetricsAccumulator,
-        naive: MetricsAccumulator,
+        scores: PairScores,
         fans: FanCollector,
     ) -> None:
-        """Add one batch to the model's and the baseline's sums (scale and baseline see only the history)."""
+        """Add one batch to every model's and baseline's sums (scale and baselines see only the history)."""
         job = self.job
         horizon, m = job.spec.horizon, job.seasonality
-        actual = batch.column("target").flatten().to_numpy(zero_copy_only=False).reshape(-1, horizon)
+        block = unpack_batch(batch, job.spec.context_length, horizon)
+        actual = np.asarray(block.target, dtype=np.float64)
         scale = np.empty(planned.n_windows)
-        naive_point = np.empty((planned.n_windows, horizon))
+        history_steps = self._seasons * m
+        # From the float64 series, not the float32 context: the baselines repeat actuals exactly.
+        history = np.empty((planned.n_windows, history_steps))
         cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
         for rows in np.split(np.arange(planned.n_windows), cuts):
             series_index = int(planned.series_index[rows[0]])
             scaler = self._scaler(series_index)
             origins = planned.origin_index[rows]
             scale[rows] = scaler.scales(origins)
-            season = gather_blocks(job.source.series(series_index).values, origins, m, 0)
-            naive_point[rows] = seasonal_naive_batch(season, horizon)
+            history[rows] = gather_blocks(job.source.series(series_index).values, origins, history_steps, 0)
+        naive_point = seasonal_naive_batch(history[:, -m:], horizon)
+        forecasts = {
+            **forecasts,
+            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles)),
+            SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, job.quantiles),
+        }
         series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)
-        model.update(series_ids, actual, forecasts, scale)
-        naive.update(series_ids, actual, broadcast_quantiles(naive_point, len(job.quantiles)), scale)
+        window_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
+        valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
         if job.fan_series:
-            origin_us = batch.column("origin").cast(pa.int64()).to_numpy()
-            fans.observe(planned.series_index, origin_us, actual, forecasts, scale)
+            # The first checkpoint's fan, and every other model's median on the same windows beside it.
+            names: list[str] = [*self.workers, *BASELINES]
+            first, rest = names[0], names[1:]
+            middle = min(range(len(job.quantiles)), key=lambda i: abs(job.quantiles[i] - 0.5))
+            others = np.stack([forecasts[name][..., middle] for name in rest], axis=1)  # [W, M, H]
+            observed = np.where(valid, actual, np.nan)
+            fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from distributed_onnx.evaluation.data.table import SeriesTable, load_series
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.fans import fan_series
 from distributed_onnx.evaluation.part import PartJob
+from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
@@ -34,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Bumped when the layout of parts or window ids changes, so an old run directory is never resumed into.
-PART_FORMAT = 2
+PART_FORMAT = 3
 #: The default part size aims at this many parts: enough to balance a few dozen actors and to resume at a
 #: fine grain, few enough that Ray's per-call cost (~2-3 ms) and per-file overhead stay negligible.
 TARGET_PARTS = 64
@@ -43,7 +45,12 @@ MAX_BATCHES_PER_PART = 64
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A validated run: the checkpoint, the data, the resolved window settings and the parts."""
+    """A validated run: the checkpoints, the data, the resolved window settings and the parts.
+
+    ``checkpoint`` is the first of ``checkpoints`` (its fans are drawn); ``model_fingerprints`` maps each
+    checkpoint's name to what its forecast parts must carry to count as done (the run's fingerprint, its name
+    and its weights' digest), so a checkpoint added to a finished run computes only its own forecasts.
+    """
 
     settings: BacktestSettings
     checkpoint: ResolvedCheckpoint
@@ -57,6 +64,12 @@ class RunPlan:
     windows_per_part: int
     notes: list[str] = field(default_factory=list)
     clamped: list[ClampedLevel] = field(default_factory=list)
+    checkpoints: list[ResolvedCheckpoint] = field(default_factory=list)
+    model_fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model_names(self) -> list[str]:
+        return list(self.model_fingerprints)
 
     @property
     def step_us(self) -> int:
@@ -79,6 +92,7 @@ class RunPlan:
             seasonality=self.seasonality,
             step_us=self.step_us,
             rows_per_batch=self.settings.rows_per_batch,
+            models=tuple(self.model_fingerprints.items()),
             fan_series=fan_series(len(self.table.series)),
             overlap_packing=overlap_packing,
         )
@@ -86,19 +100,14 @@ class RunPlan:
 
 def prepare(settings: BacktestSettings) -> RunPlan:
     """Check the checkpoint, the settings and the data, resolve defaults and plan the parts."""
-    checkpoint = LocalCheckpoint(path=settings.checkpoint).resolve()
+    checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
+    checkpoint = checkpoints[0]
     metadata = checkpoint.metadata
-    horizon = settings.horizon or metadata.horizon_length
-    context_length = settings.context_length or metadata.context_length
-    check_run_fits_model(metadata, context_length, horizon)
-    adapter = adapter_for(metadata)
-    if settings.covariates and not adapter.supports_covariates:
-        raise ConfigError(f"model_family {metadata.model_family!r} takes no covariates", key="covariates")
-    if metadata.max_covariates is not None and len(settings.covariates) > metadata.max_covariates:
-        raise ConfigError(
-            f"{len(settings.covariates)} covariates declared, the checkpoint takes at most {metadata.max_covariates}",
-            key="covariates",
-        )
+    horizon, context_length, fit_notes = _shared_shape(checkpoints, settings)
+    for each in checkpoints:
+        check_run_fits_model(each.metadata, context_length, horizon)
+    for each in checkpoints:
+        _check_covariates(each, settings.covariates)
     gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
     if gpu_providers and settings.gpus_per_actor == 0:
         # An actor without a GPU must not build a GPU chain (docs/design.md, Ray specifics): refuse here, not in
@@ -127,16 +136,18 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     except ValidationError as exc:
         raise ConfigError(f"Invalid window settings: {describe_validation(exc.errors())}") from exc
     windows = plan_windows(table.series, spec)
-    notes = _plan_notes(windows, spec)
+    notes = fit_notes + _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)
-    if clamped:
-        notes.append(describe_clamped(clamped, metadata.native_quantiles))
+    for each in checkpoints:
+        each_clamped = clamped_levels(quantiles, each.metadata.native_quantiles)
+        if each_clamped:
+            notes.append(f"{each.name}: " + describe_clamped(each_clamped, each.metadata.native_quantiles))
     for note in notes:
         logger.warning("%s", note)
     windows_per_part = settings.windows_per_part or default_windows_per_part(windows.planned, settings.rows_per_batch)
-    weights_sha = metadata.sha256 or storage.sha256(checkpoint.weights_path)
+    # Window ids and the run's fingerprint do not depend on the checkpoints: every model of a run shares the
+    # windows, and a checkpoint added later joins the same run directory.
     window_config = {
-        "checkpoint_sha256": weights_sha,
         "context_length": context_length,
         "horizon": horizon,
         "quantiles": quantiles,
@@ -154,6 +165,16 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             "part_format": PART_FORMAT,
         }
     )
+    model_fingerprints = {
+        each.name: _digest(
+            {
+                "run": run_fingerprint,
+                "model": each.name,
+                "sha256": each.metadata.sha256 or storage.sha256(each.weights_path),
+            }
+        )
+        for each in checkpoints
+    }
     return RunPlan(
         settings,
         checkpoint,
@@ -167,7 +188,65 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         windows_per_part,
         notes,
         clamped,
+        checkpoints,
+        model_fingerprints,
     )
+
+
+#: A model's name is its file stem and a Hive partition value (``forecasts/model=NAME/``).
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSettings) -> tuple[int, int, list[str]]:
+    """The horizon and context length every checkpoint of the run is scored on, or a one-line refusal.
+
+    Several checkpoints share the windows (packed once, run each), so they must agree on the grid: a different
+    resolution or a duplicate name is refused; different context lengths are refused unless ``context_length``
+    is given (then each model gets that history, padded as missing up to its own context); different
+    horizons are adapted: the run's default horizon is the shortest one, and the longer models are cut to it.
+    """
+    names = [each.name for each in checkpoints]
+    for name in names:
+        if not _NAME.match(name) or name in BASELINES:
+            raise ConfigError(
+                f"checkpoint name {name!r} (its file stem) must be letters, digits, '.', '_' or '-' and not a "
+                f"baseline's name {list(BASELINES)}: rename the file",
+                key="checkpoint",
+            )
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"checkpoints must have distinct file stems; {duplicates} given twice", key="checkpoint")
+    resolutions = {each.name: each.metadata.resolution_minutes for each in checkpoints}
+    if len(set(resolutions.values())) > 1:
+        raise ConfigError(
+            f"checkpoints must share one resolution to be compared; got minutes {resolutions}", key="checkpoint"
+        )
+    contexts = {each.name: each.metadata.context_length for each in checkpoints}
+    if settings.context_length is None and len(set(contexts.values())) > 1:
+        raise ConfigError(
+            f"checkpoints take different context lengths {contexts}: give --context-length (at most "
+            f"{min(contexts.values())}) so that every model sees the same history",
+            key="context_length",
+        )
+    horizons = {each.name: each.metadata.horizon_length for each in checkpoints}
+    notes = []
+    if settings.horizon is None and len(set(horizons.values())) > 1:
+        notes.append(f"checkpoints emit different horizons {horizons}: every model is scored on the shortest")
+    horizon = settings.horizon or min(horizons.values())
+    return horizon, settings.context_length or min(contexts.values()), notes
+
+
+def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> None:
+    metadata = checkpoint.metadata
+    if covariates and not adapter_for(metadata).supports_covariates:
+        raise ConfigError(
+            f"{checkpoint.name}: model_family {metadata.model_family!r} takes no covariates", key="covariates"
+        )
+    if metadata.max_covariates is not None and len(covariates) > metadata.max_covariates:
+        raise ConfigError(
+            f"{len(covariates)} covariates declared, {checkpoint.name} takes at most {metadata.max_covariates}",
+            key="covariates",
+        )
 
 
 def default_windows_per_part(planned: int, rows_per_batch: int) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,16 +32,17 @@ from distributed_onnx.evaluation.data.series_source import (
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error
+from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
+from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
-from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.evaluation.sums import read_done_part, unverified_models
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
@@ -89,20 +91,20 @@ def _early_start(settings: BacktestSettings) -> EarlyStart | None:
     Only a fresh output directory is known to need Ray before its plan exists; a rerun may find every part
     done, and then starts nothing. A checkpoint that does not resolve is left to :func:`prepare` to name.
     """
-    if outputs.part_files(settings.output):
+    if outputs.has_scored_parts(settings.output):
         return None
     try:
-        checkpoint = LocalCheckpoint(path=settings.checkpoint).resolve()
+        checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
     except DistributedOnnxError:
         return None
-    config = WorkerConfig(checkpoint=checkpoint.weights_path, providers=settings.providers)
-    pool = PoolRequest(config, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
+    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
     return EarlyStart(settings.address, pool)
 
 
-def build_part_runner(worker: InferenceWorker, job: PartJob, info: WorkerInfo) -> PartRunner:
-    """The actors' job factory (module level, so Ray pickles it by reference)."""
-    return PartRunner(worker, job, node_id=info.node_id)
+def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:
+    """The actors' job factory (module level, so Ray pickles it by reference): one worker per checkpoint."""
+    return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
 
 
 def render_report(
@@ -111,12 +113,13 @@ def render_report(
     metrics: pa.Table,
     quantiles: list[float],
     fans: list[FanWindow],
+    leaderboard: pa.Table | None = None,
 ) -> float:
     """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
     started = time.process_time()
     from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
 
-    report.write_report(output, summary, metrics, quantiles, fans)
+    report.write_report(output, summary, metrics, quantiles, fans, leaderboard)
     return time.process_time() - started
 
 
@@ -125,7 +128,7 @@ class _Replacements:
     """New actors for lost ones, started in the background by the dispatcher (see dispatch.Replacements)."""
 
     settings: BacktestSettings
-    config: WorkerConfig
+    config: list[WorkerConfig]  # one per checkpoint
     job_ref: Any
 
     def has_room(self) -> bool:
@@ -177,7 +180,8 @@ class _BacktestRun:
         self.clock = clock
         self.early = early
         self.parts = plan.parts()
-        self.sums = RunSums(plan.quantiles, plan.spec.horizon)
+        self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
+        self.leaderboard: pa.Table | None = None
         self.ledger = _PartLedger()
         self.progress: Progress | None = None
 
@@ -185,7 +189,7 @@ class _BacktestRun:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
-        outputs.clean_partials(output)
+        outputs.clean_partials(output, plan.model_names)
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._verified_todo()
         done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
@@ -215,10 +219,13 @@ class _BacktestRun:
             for part in todo:
                 if part.index not in failed:
                     self._merge_written(part)
-            metrics = self.sums.write_metrics(output, plan.checkpoint.name)
+            scores = self.sums.merged()
+            metrics = self.sums.write_metrics(output, scores)
+            self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
+            nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, metrics)
         finally:
             if self.early is not None:
@@ -236,7 +243,30 @@ class _BacktestRun:
         failures = [failure.as_record() for failure in outcome.failures]
         if failures:
             raise failure_error(plan, self.parts, failures)
+        if nonfinite is not None:
+            raise nonfinite
         return BacktestResult(summary, metrics, failures)
+
+    def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
+        """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
+        returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the end."""
+        plan = self.plan
+        summary["models"] = {
+            checkpoint.name: {
+                "checkpoint": str(checkpoint.weights_path),
+                "sha256": checkpoint.metadata.sha256,
+                "fingerprint": plan.model_fingerprints[checkpoint.name],
+            }
+            for checkpoint in plan.checkpoints
+        }
+        summary["pairs"] = scores.left_out()
+        summary["parts"]["computed_by_model"] = dict(
+            Counter(name for receipt in outcome.receipts for name in receipt.models_computed)
+        )
+        nonfinite = nonfinite_error(plan, scores.nonfinite)
+        if nonfinite is not None:
+            summary["notes"].append(str(nonfinite))
+        return nonfinite
 
     def _outcome(self, todo: list[PartSpec], done_windows: int, dispatched: _Dispatched) -> RunOutcome:
         return RunOutcome(
@@ -262,7 +292,7 @@ class _BacktestRun:
         plan = self.plan
         fans = fan_windows(self.sums, plan, metrics)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-        arguments = (plan.settings.output, summary, metrics, plan.quantiles, fans)
+        arguments = (plan.settings.output, summary, metrics, plan.quantiles, fans, self.leaderboard)
         try:
             cpu_s = render_report(*arguments)
             summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
@@ -272,16 +302,21 @@ class _BacktestRun:
             summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
         self.clock.mark("report")
 
-    def worker_config(self) -> WorkerConfig:
-        return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
+    def worker_config(self) -> list[WorkerConfig]:
+        """One config per checkpoint: each actor loads every model of the run."""
+        providers = self.plan.settings.providers
+        return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
 
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
         plan, output, todo = self.plan, self.plan.settings.output, []
+        models = plan.model_fingerprints
         for part in self.parts:
-            sums = read_done_part(output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            args = (output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, models)
+            sums = read_done_part(*args)
             if sums is None:
-                outputs.discard_part(output, part.index)
+                # Forecasts that verify for their model stay: the part's actor reads them back and rescores.
+                outputs.discard_part(output, part.index, unverified_models(*args))
                 todo.append(part)
             else:
                 self.sums.add(part.index, sums)
@@ -289,7 +324,14 @@ class _BacktestRun:
 
     def _merge_written(self, part: PartSpec) -> None:
         plan = self.plan
-        sums = read_done_part(plan.settings.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        sums = read_done_part(
+            plan.settings.output,
+            part.index,
+            plan.run_fingerprint,
+            part.n_windows,
+            plan.spec.horizon,
+            plan.model_fingerprints,
+        )
         if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
             self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
         else:

@@ -28,8 +28,10 @@ class BacktestSettings(CommandSettings):
 
     label: ClassVar[str] = "backtest settings"
 
-    checkpoint: Path = Field(
-        default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint (default: the bundled reference one)."
+    checkpoint: list[Path] = Field(
+        default_factory=lambda: [REFERENCE_CHECKPOINT],
+        description="The .onnx checkpoint; repeat the flag (or give a YAML list) to compare several in one run: "
+        "each is named by its file stem (default: the bundled reference one).",
     )
     # Strings, not only Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
     data: Path | str = Field(
@@ -108,6 +110,23 @@ class BacktestSettings(CommandSettings):
         """URLs (``s3://``, ``file://``) stay strings; everything else is a local Path."""
         if isinstance(value, str) and not storage.is_url(value):
             return Path(value)
+        return value
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        """One path (a flag, an old config) or several (repeated flags, a YAML list, ``a.onnx,b.onnx``)."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, Path):
+            return [value]
+        return value
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _some(cls, value: list[Path]) -> list[Path]:
+        if not value:
+            raise ValueError("give at least one checkpoint")
         return value
 
     @field_validator("quantiles", "covariates", mode="before")

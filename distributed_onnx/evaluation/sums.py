@@ -1,9 +1,11 @@
-"""A part's metric sums: what the actor that computed a part writes beside it, and what the driver merges.
+"""A part's metric sums: what the actor that computed a part writes (``scores/part-N.arrow``), what the driver merges.
 
 One Arrow IPC file per part (plain arrays, never pickles; readable by any Arrow tool): a JSON header naming
-the run and the part, the model's and the seasonal-naive baseline's
-:class:`~.scoring.metrics.MetricsAccumulator` sums, and the few forecast-fan candidates the report
-draws (:mod:`.fans`). Sums merge exactly (they are sums), so the
+the run, the part and every model of the run with its fingerprint, the :class:`~.scoring.pairs.PairScores`
+of every model (checkpoints and baselines, on the part's common pairs), and the few forecast-fan candidates
+the report draws (:mod:`.fans`). The sums of a part always cover every model of the run: a run to which a
+checkpoint is added rescores the part for all models from the forecasts written before (the actor reads them
+back) plus the newcomer's, so every model's sums stay on the same pairs. Sums merge exactly (they are sums), so the
 driver builds ``metrics.parquet`` without reading a single forecast back; a resumed run merges the sums of the
 parts done earlier with those done now and scores exactly as an uninterrupted run.
 """
@@ -21,10 +23,10 @@ from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.fans import FanCandidates
 from distributed_onnx.evaluation.outputs import part_path, part_record, sums_path
-from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.scoring.pairs import PairScores
 
 #: Bumped whenever the file's layout changes; a file of another format is redone, not read.
-SUMS_FORMAT = 2
+SUMS_FORMAT = 3
 SUMS_METADATA_KEY = b"distributed_onnx.sums"
 
 
@@ -33,12 +35,11 @@ class PartSums:
     """The sums of one part plus the header that ties them to their run and part."""
 
     header: dict[str, Any]
-    model: MetricsAccumulator
-    naive: MetricsAccumulator
+    scores: PairScores
     fans: FanCandidates
 
     def to_bytes(self) -> bytes:
-        arrays = {**self.model.state("model."), **self.naive.state("naive."), **self.fans.state("fans.")}
+        arrays = {**self.scores.state("scores."), **self.fans.state("fans.")}
         # One row, one list column per array: the driver merging thousands of parts decodes a file in one
         # Arrow read (an .npz of the same arrays cost 3 ms a part to parse, measured).
         layout = {name: {"dtype": array.dtype.str, "shape": list(array.shape)} for name, array in arrays.items()}
@@ -62,12 +63,7 @@ class PartSums:
             arrays = {name: _array_of(table.column(name), spec) for name, spec in layout.items()}
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"unreadable sums file: {exc}") from exc
-        return cls(
-            header,
-            MetricsAccumulator.from_state(arrays, "model."),
-            MetricsAccumulator.from_state(arrays, "naive."),
-            FanCandidates.from_state(arrays, "fans."),
-        )
+        return cls(header, PairScores.from_state(arrays, "scores."), FanCandidates.from_state(arrays, "fans."))
 
 
 def _list_of(array: np.ndarray) -> pa.ListArray:
@@ -87,31 +83,53 @@ def write_sums(output: storage.Location, part_index: int, sums: PartSums) -> int
     return storage.write_bytes(sums_path(output, part_index), sums.to_bytes())
 
 
-def read_done_part(
-    output: storage.Location, part_index: int, run_fingerprint: str, n_windows: int, horizon: int
-) -> PartSums | None:
-    """The sums of a part that is verifiably done, or None (absent, torn, foreign, or disagreeing files).
+def model_part_verifies(
+    output: storage.Location, model: str, part_index: int, expected: dict[str, Any], rows: int
+) -> bool:
+    """Whether a model's forecast part is readable and its footer names ``expected`` and holds ``rows`` rows."""
+    found = part_record(output, model, part_index)
+    if found is None:
+        return False
+    record, n_rows = found
+    return n_rows == rows and all(record.get(key) == value for key, value in expected.items())
 
-    Done means: the sums parse and name this run, this part and its window count; the forecast part's footer
-    is readable, names the same run and part, and holds ``n_windows * horizon`` rows of exactly the size the
-    sums recorded. Only footers are read: verifying a finished run costs no forecast data.
+
+def read_done_part(
+    output: storage.Location,
+    part_index: int,
+    run_fingerprint: str,
+    n_windows: int,
+    horizon: int,
+    models: dict[str, str],
+) -> PartSums | None:
+    """The sums of a part that is verifiably done for every model of ``models`` (name -> fingerprint), or None.
+
+    Done means: the sums parse, name this run, this part, its window count and exactly these models with
+    these fingerprints; each model's forecast part has a readable footer naming the same, holds
+    ``n_windows * horizon`` rows and has the size the sums recorded. Only footers are read: verifying a
+    finished run costs no forecast data.
 
     Absent or corrupt files are "not done" (the part is redone). A read the storage did not answer (any other
     ``OSError``) is retried with backoff, then raises :class:`~distributed_onnx.errors.StorageError`: "cannot
-    tell now" must never read as "not done", since the caller then deletes both files.
+    tell now" must never read as "not done", since the caller then deletes files.
     """
 
     def read() -> PartSums | None:
         try:
-            return _verified_sums(output, part_index, run_fingerprint, n_windows, horizon)
-        except FileNotFoundError:  # either file, at any step (a file removed between two reads included)
+            return _verified_sums(output, part_index, run_fingerprint, n_windows, horizon, models)
+        except FileNotFoundError:  # any file, at any step (a file removed between two reads included)
             return None
 
     return storage.read_retrying(read, f"part {part_index} of {output}")
 
 
 def _verified_sums(
-    output: storage.Location, part_index: int, run_fingerprint: str, n_windows: int, horizon: int
+    output: storage.Location,
+    part_index: int,
+    run_fingerprint: str,
+    n_windows: int,
+    horizon: int,
+    models: dict[str, str],
 ) -> PartSums | None:
     try:
         sums = PartSums.from_bytes(storage.read_bytes(sums_path(output, part_index)))
@@ -119,14 +137,40 @@ def _verified_sums(
         return None
     header = sums.header
     expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
-    if any(header.get(key) != value for key, value in expected.items()):
+    if any(header.get(key) != value for key, value in expected.items()) or header.get("models") != models:
         return None
-    found = part_record(output, part_index)
-    if found is None:
-        return None
-    record, rows = found
-    if any(record.get(key) != value for key, value in expected.items()) or rows != n_windows * horizon:
-        return None
-    if storage.file_size(part_path(output, part_index)) != header.get("part_bytes"):
-        return None
+    sizes = header.get("part_bytes") or {}
+    for model, fingerprint in models.items():
+        wanted = {**expected, "model_fingerprint": fingerprint}
+        if not model_part_verifies(output, model, part_index, wanted, n_windows * horizon):
+            return None
+        if storage.file_size(part_path(output, model, part_index)) != sizes.get(model):
+            return None
     return sums
+
+
+def unverified_models(
+    output: storage.Location,
+    part_index: int,
+    run_fingerprint: str,
+    n_windows: int,
+    horizon: int,
+    models: dict[str, str],
+) -> list[str]:
+    """The models whose forecast part of ``part_index`` certainly does not verify for this run (to delete).
+
+    A part the storage cannot read now (an ``OSError`` other than a missing file) is not listed: "cannot tell"
+    never leads to a deletion; the part's actor reads it again and recomputes it if it still cannot.
+    """
+    expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
+    rows = n_windows * horizon
+    unverified = []
+    for model, fingerprint in models.items():
+        try:
+            if not model_part_verifies(output, model, part_index, {**expected, "model_fingerprint": fingerprint}, rows):
+                unverified.append(model)
+        except FileNotFoundError:
+            unverified.append(model)
+        except OSError:
+            continue
+    return unverified

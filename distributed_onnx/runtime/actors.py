@@ -67,8 +67,9 @@ class Job(Protocol):
     def run(self, item: Any) -> Any: ...
 
 
-#: Builds an actor's job from its worker, the job's input (resolved from the object store) and its placement.
-JobFactory = Callable[[InferenceWorker, Any, WorkerInfo], Job]
+#: Builds an actor's job from its workers (one per model config, in order), the job's input (resolved from the
+#: object store) and its placement.
+JobFactory = Callable[[Sequence[InferenceWorker], Any, WorkerInfo], Job]
 
 
 class WorkerActor:
@@ -81,15 +82,25 @@ class WorkerActor:
     """
 
     def __init__(
-        self, config: WorkerConfig, num_cpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+        self,
+        config: WorkerConfig | Sequence[WorkerConfig],
+        num_cpus: float,
+        job_factory: JobFactory | None = None,
+        job_input: Any = None,
     ) -> None:
         self._pinned: PinnedWorker | None = None
+        self._workers: list[InferenceWorker] = []  # one per checkpoint of the run
         self._job: Job | None = None
         self._error: DistributedOnnxError | None = None
+        configs = [config] if isinstance(config, WorkerConfig) else list(config)
         try:
-            self._pinned = PinnedWorker(config, num_cpus)
+            # Several models in one actor (a backtest comparing checkpoints): one session each, run in turn on
+            # the same packed batches, each with the actor's whole thread share (they never run at once).
+            pinned = [PinnedWorker(each, num_cpus) for each in configs]
+            self._pinned = pinned[0]
+            self._workers = [each.worker for each in pinned]
             if job_factory is not None:
-                self._job = job_factory(self._pinned.worker, job_input, self._pinned.ready())
+                self._job = job_factory(self._workers, job_input, self._pinned.ready())
         except DistributedOnnxError as exc:
             self._error = exc
 
@@ -99,7 +110,7 @@ class WorkerActor:
     def take_job(self, job_factory: JobFactory, job_input: Any) -> None:
         """Build the job of an actor started without one (a pool started while the driver was still planning)."""
         pinned = self._started()
-        self._job = job_factory(pinned.worker, job_input, pinned.ready())
+        self._job = job_factory(self._workers, job_input, pinned.ready())
 
     def run(self, item: Any) -> Any:
         """One unit of the job (a backtest part); errors travel back typed."""
@@ -134,7 +145,11 @@ def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0
 
 
 def start_worker_actor(
-    config: WorkerConfig, num_cpus: float, num_gpus: float, job_factory: JobFactory | None = None, job_input: Any = None
+    config: WorkerConfig | Sequence[WorkerConfig],
+    num_cpus: float,
+    num_gpus: float,
+    job_factory: JobFactory | None = None,
+    job_input: Any = None,
 ) -> Any:
     """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``).
 
@@ -145,7 +160,7 @@ def start_worker_actor(
 
 
 def start_pool(
-    config: WorkerConfig,
+    config: WorkerConfig | Sequence[WorkerConfig],
     count: int | None,
     num_cpus: float,
     num_gpus: float,

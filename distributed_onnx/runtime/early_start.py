@@ -34,9 +34,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PoolRequest:
-    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet."""
+    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet.
 
-    config: WorkerConfig
+    ``config`` holds one worker config per checkpoint of the run: each actor loads every model.
+    """
+
+    config: list[WorkerConfig]
     count: int | None
     num_cpus: float
     num_gpus: float

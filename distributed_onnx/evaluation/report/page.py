@@ -1,6 +1,8 @@
 """``report.html``: the one self-contained page a forecasting team reads after a backtest (works offline).
 
-From top to bottom: headline scores against the seasonal-naive baseline, forecast fans of the windows the
+From top to bottom: the leaderboard of every model of the run (:mod:`.compare`: skill, intervals, pairwise
+tests, pairs left out, skill by lead and calibration of each model), then for the first checkpoint its headline
+scores against the seasonal-naive baseline, forecast fans of the windows the
 run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
 per-series table ranked by MASE, throughput, and provenance (checkpoint sha256, providers, versions,
 settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib, inline SVG); the page
@@ -21,6 +23,7 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import NAIVE_MODEL
+from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.tables import Scores, escape
@@ -36,17 +39,34 @@ def write_report(
     metrics: pa.Table,
     quantiles: Sequence[float],
     fans: Sequence[FanWindow] = (),
+    leaderboard: pa.Table | None = None,
 ) -> storage.Location:
     """Write ``output/report.html`` and return its location."""
     model = str(summary["model"])
     scores = Scores(metrics)
     clamped = _clamped_levels(summary)
     step_us = fans[0].step_us if fans else None
+    models = list(dict.fromkeys(metrics.column("model").to_pylist()))
+    checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
+    title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
+    comparison = []
+    if leaderboard is not None and leaderboard.num_rows:
+        comparison = [
+            "<h2>Leaderboard</h2>",
+            report_compare.leaderboard_section(leaderboard, models, metrics),
+            "<h3>Pairs scored and left out</h3>",
+            report_compare.pairs_section(summary),
+            "<h3>Skill by lead, every model</h3>",
+            report_compare.skill_by_lead(scores, models, _lead_label(step_us)),
+            "<h3>Calibration, every model</h3>",
+            report_compare.calibration_table(scores, models, quantiles),
+        ]
     sections = [
-        f"<h1>Backtest of {escape(model)}</h1>",
+        f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
         *report_tables.notes(summary),
-        "<h2>Scores against seasonal naive</h2>",
+        *comparison,
+        f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         report_tables.headline(scores, model),
         "<h2>Forecasts</h2>",
         _fans(fans, quantiles, clamped),
@@ -66,7 +86,7 @@ def write_report(
     ]
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>Backtest of {escape(model)}</title><style>{report_tables.CSS}</style></head><body>"
+        f"<title>Backtest of {escape(title)}</title><style>{report_tables.CSS}</style></head><body>"
         + "\n".join(sections)
         + f"<script>{report_tables.SORT_SCRIPT}</script></body></html>"
     )
@@ -122,6 +142,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
                 np.asarray(window.actual, float),
                 bands,
                 by_level.get(0.5),
+                sorted(window.others.items()),
             )
         )
         figures.append(f"<figure class='fan'>{figure}</figure>")

@@ -51,6 +51,8 @@ class Fan:
     actual: np.ndarray
     bands: Sequence[tuple[float, float, np.ndarray, np.ndarray, bool]]  # (lower q, upper q, low, high, clamped)
     median: np.ndarray | None
+    #: The run's other models on the same window: (name, median [H]), drawn as lines over the fan.
+    others: Sequence[tuple[str, np.ndarray]] = ()
 
 
 def _svg(figure: Figure) -> str:
@@ -106,6 +108,9 @@ def fan(window: Fan) -> str:
             )
         if window.median is not None:
             axis.plot(future, window.median, color=MODEL_COLOR, lw=1.6, label="median forecast")
+        palette = colormaps["tab10"]
+        for index, (name, values) in enumerate(window.others):
+            axis.plot(future, values, color=palette((index + 1) % 10), lw=1.1, ls="--", label=f"{name} median")
         axis.plot(
             np.concatenate([past, future]),
             np.concatenate([history, window.actual]),

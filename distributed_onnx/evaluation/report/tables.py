@@ -32,6 +32,8 @@ class Scores:
     def __init__(self, metrics: pa.Table) -> None:
         self.cells: dict[tuple[str, str, str | None, float | None], float] = {}
         leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
+        if "convention" in metrics.column_names:  # fev and count rows belong to the comparison section
+            metrics = metrics.filter(pc.equal(metrics.column("convention"), "pooled"))
         scope = metrics.column("scope")
         for row in metrics.filter(pc.not_equal(scope, "series")).to_pylist():
             quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)

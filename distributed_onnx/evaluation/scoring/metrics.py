@@ -11,9 +11,12 @@ Per series we keep sums over all its (window, lead) pairs plus window-level sums
 keep the same sums across all series. The global scope is the sum of the per-series sums.
 
 A (window, lead) pair counts when its actual is observed *and* every requested quantile of the forecast is
-finite: one validity mask shared by all metrics keeps ``n`` comparable between them and keeps the WQL
-denominator the same for every level. Missing pairs and windows without a usable scale are left out and
-counted (``n_missing_pairs``, ``n_unscaled_windows``). The seasonal scale ``s_w`` and the seasonal-naive
+finite, and, when the caller passes ``valid``, when that mask says so: the backtest passes the run's one set
+of pairs (:mod:`.pairs`: every model's forecast finite there), so every model is scored on the same pairs.
+One validity mask shared by all metrics keeps ``n`` comparable between them and keeps the WQL denominator the
+same for every level; ``n`` always counts (window, lead) pairs, MASE and SQL included (the pairs of windows
+with a usable scale). Missing pairs and windows without a usable scale are left out and counted
+(``n_missing_pairs``, ``n_unscaled_windows``). The seasonal scale ``s_w`` and the seasonal-naive
 baseline (scored by a second accumulator) come from :mod:`distributed_onnx.evaluation.scoring.naive`.
 """
 
@@ -29,7 +32,7 @@ import pyarrow as pa
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "MetricsAccumulator"]
+__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -44,14 +47,18 @@ METRICS_SCHEMA = pa.schema(
         pa.field("quantile", pa.float64()),
         pa.field("value", pa.float64(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),
+        pa.field("convention", pa.string(), nullable=False),
     ]
 )
+#: Sums over every pair of a scope (this module); the other convention is :mod:`.conventions` (``fev``).
+POOLED = "pooled"
 
 # Sums kept per unit (a series, or a lead); the trailing shape is () unless noted.
 # pairs: valid (window, lead) pairs; abs_err / sq_err: |y - q0.5| and its square; abs_y: |y|;
 # rho[Q]: pinball losses rho_q; hits[C]: actuals inside each central interval;
-# scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses.
-_FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql")
+# scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses;
+# scaled_pairs: the valid pairs of those windows (the ``n`` of mase and sql rows).
+_FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql", "scaled_pairs")
 
 
 class _Sums(NamedTuple):
@@ -66,6 +73,7 @@ class _Sums(NamedTuple):
     scaled: float
     mase: float
     sql: float
+    scaled_pairs: float
 
 
 def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: int) -> F64:
@@ -123,10 +131,15 @@ class MetricsAccumulator:
         actual: npt.ArrayLike,
         forecast: npt.ArrayLike,
         scale: npt.ArrayLike,
-    ) -> None:
+        valid: npt.NDArray[np.bool_] | None = None,
+    ) -> dict[str, F64]:
         """Add one batch: ``actual[W, H]`` (NaN = missing), ``forecast[W, H, Q]``, ``scale[W]`` (s_w).
 
-        Windows whose scale is NaN or not positive still count for every metric except mase and sql.
+        ``valid[W, H]``, when given, are the pairs scored (the run's common pairs: observed, forecast finite; the
+        caller guarantees it). Windows whose
+        scale is NaN or not positive still count for every metric except mase and sql. Returns the batch's
+        per-window sums over leads (``pairs``, ``abs_err``, ``sq_err``, ``abs_y``, ``rho[W, Q]``...), which the
+        fev convention (:mod:`.conventions`) adds per origin without recomputing a loss.
         """
         ids = np.asarray(series_ids, dtype=object).ravel().astype(np.str_)
         y = np.asarray(actual, dtype=np.float64)
@@ -142,14 +155,19 @@ class MetricsAccumulator:
                     array=name,
                 )
         if n_win == 0:
-            return
+            return {}
 
-        valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+        if valid is None:
+            valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+        else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
+            valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
         y0 = np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
         fz = np.where(valid[..., None], f, 0.0)
         error = y0[..., None] - fz  # [W, H, Q]
-        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured).
-        rho = self._levels * error - np.minimum(error, 0.0)
+        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
+        # the [W, H, Q] arrays are the scoring's whole cost.
+        rho = np.minimum(error, 0.0)
+        np.subtract(self._levels * error, rho, out=rho)
         point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
         hits = valid[..., None] & (fz[..., self._lower] <= y0[..., None]) & (y0[..., None] <= fz[..., self._upper])
 
@@ -173,20 +191,24 @@ class MetricsAccumulator:
             "scaled": use_window,
             "mase": np.where(use_window, point.sum(axis=1) / denom, 0.0),
             "sql": np.where(use_window, step_sql.sum(axis=1) / denom, 0.0),
+            "scaled_pairs": np.where(use_window, n_valid, 0),
         }
         lead_level = {
             "scaled": lead_scaled,
             "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0),
             "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0),
+            "scaled_pairs": lead_scaled,
         }
 
         # Loop over the batch's distinct series only; windows are grouped by bincount.
         distinct, local = np.unique(ids, return_inverse=True)
         rows = self._rows_of([str(sid) for sid in distinct])
         local = local.ravel().astype(np.intp)
+        per_window: dict[str, F64] = {}
         for name, values in per_pair.items():
             # Series scope sums over leads; lead scope sums over windows.
-            self._series[name][rows] += _group_sum(local, values.sum(axis=1), rows.size)
+            per_window[name] = values.sum(axis=1)
+            self._series[name][rows] += _group_sum(local, per_window[name], rows.size)
             self._leads[name] += values.sum(axis=0)
         for name, values in window_level.items():
             self._series[name][rows] += _group_sum(local, values, rows.size)
@@ -196,6 +218,7 @@ class MetricsAccumulator:
         self.n_windows += n_win
         self.n_missing_pairs += int(valid.size - valid.sum())
         self.n_unscaled_windows += int((~scaled).sum())
+        return per_window
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""
@@ -267,6 +290,10 @@ class MetricsAccumulator:
             start += width
         return out
 
+    def series_sums(self) -> dict[str, F64]:
+        """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
+        return {name: values.copy() for name, values in self._series.items()}
+
     @property
     def series_ids(self) -> list[str]:
         """The series seen so far, in first-seen order."""
@@ -289,8 +316,8 @@ class MetricsAccumulator:
             rows.append(("rmse", None, float(np.sqrt(sums.sq_err / pairs)), int(pairs)))
         if sums.scaled > 0:
             if self._median is not None:
-                rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled)))
-            rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled)))
+                rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled_pairs)))
+            rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled_pairs)))
         if pairs <= 0:
             return rows
         # Undefined (NaN) rather than infinite when every actual in scope is exactly zero.
@@ -335,6 +362,7 @@ class MetricsAccumulator:
             columns["quantile"].append(pa.array(level, pa.float64(), mask=np.isnan(level)))
             columns["value"].append(pa.array(values[unit, column], pa.float64()))
             columns["n"].append(pa.array(counts[unit, column], pa.int64()))
+            columns["convention"].append(pa.array(np.full(n, POOLED, dtype=object), pa.string()))
         arrays = [
             pa.concat_arrays(columns[name]).cast(field.type)
             for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)
@@ -370,7 +398,7 @@ class MetricsAccumulator:
                 ]
             ).reshape(units, len(metric_names))
         by_pairs = pairs.astype(np.int64)
-        by_scaled = scaled.astype(np.int64)
+        by_scaled = sums["scaled_pairs"].astype(np.int64)  # MASE and SQL count the pairs of their windows
         counts = np.column_stack(
             [by_pairs, by_pairs, by_scaled, by_scaled, *([by_pairs] * (1 + len(self.quantiles) + len(self.intervals)))]
         ).reshape(units, len(metric_names))

@@ -10,6 +10,7 @@ Pure numpy; the batch variants are vectorised over windows so a backtest never l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,8 @@ from distributed_onnx.errors import ConfigError
 __all__ = [
     "SeasonalScaler",
     "broadcast_quantiles",
+    "season_count",
+    "seasonal_quantiles_batch",
     "seasonal_naive_batch",
     "seasonal_naive_forecast",
     "seasonal_scale",
@@ -140,3 +143,55 @@ def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int) -> npt.NDArra
     """
     values = np.asarray(point, dtype=np.float64)
     return np.repeat(values[..., None], n_quantiles, axis=-1)
+
+
+def season_count(context_length: int, m: int) -> int:
+    """Seasons the probabilistic baseline looks back over: those inside the models' context (at least one).
+
+    The baseline then sees exactly the history the checkpoints see, no more.
+    """
+    _check_season(m)
+    return max(1, context_length // m)
+
+
+def seasonal_quantiles_batch(
+    seasons: npt.ArrayLike, m: int, horizon: int, quantiles: Sequence[float]
+) -> npt.NDArray[np.float64]:
+    """The seasonal-quantile baseline: ``[W, K * m]`` history blocks -> ``[W, horizon, Q]`` forecasts.
+
+    Row ``w`` holds ``y(origin - K m) .. y(origin - 1)``; the forecast of lead ``h`` (0-based) at level ``q`` is
+    the empirical ``q``-quantile (numpy's default linear interpolation, Hyndman & Fan type 7) of the observed
+    values at the same position of the ``K`` earlier seasons, ``y(origin - k m + (h mod m))``, k = 1..K. It is
+    the probabilistic twin of :func:`seasonal_naive_batch` (whose point is the k = 1 value), so probabilistic
+    skill has a probabilistic reference. Undefined (NaN) where every one of the K values is missing, which is
+    never where the seasonal naive is defined.
+    """
+    block = np.asarray(seasons, dtype=np.float64)
+    _check_season(m)
+    if block.ndim != 2 or block.shape[1] < m or block.shape[1] % m:
+        raise ConfigError(f"seasons must have shape [windows, K * {m}]; got {block.shape}.", key="seasons")
+    stacked = block.reshape(block.shape[0], -1, m)  # [W, K, m], oldest season first
+    levels = _nan_quantiles(stacked, np.asarray(quantiles, dtype=np.float64))  # [W, m, Q]
+    return np.ascontiguousarray(levels[:, np.arange(horizon) % m, :])
+
+
+def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.nanquantile(values, levels, axis=1)`` (linear, type 7) as ``[W, m, Q]``, vectorised.
+
+    numpy's nanquantile loops in Python over every 1-d slice that holds a NaN (measured: 4 s per batch of 256
+    windows, three times the model's time); here one sort puts the NaNs last and each level interpolates
+    between the order statistics ``floor(h)`` and ``floor(h) + 1``, ``h = (n - 1) q`` over the n observed.
+    """
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(ordered).sum(axis=1)  # [W, m]
+    position = (np.maximum(count, 1) - 1)[..., None] * levels  # [W, m, Q]
+    low = np.floor(position).astype(np.intp)
+    high = np.minimum(low + 1, np.maximum(count, 1)[..., None] - 1)
+    weight = position - low
+    below = np.take_along_axis(ordered[:, :, :, None], low[:, None], axis=1)[:, 0]  # [W, m, Q]
+    above = np.take_along_axis(ordered[:, :, :, None], high[:, None], axis=1)[:, 0]
+    difference = above - below
+    # numpy's _lerp: from the nearer end, so a level of 1 gives the maximum exactly.
+    result = np.where(weight >= 0.5, above - difference * (1 - weight), below + difference * weight)
+    result[count == 0] = np.nan
+    return result

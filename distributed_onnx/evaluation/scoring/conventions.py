@@ -1,0 +1,125 @@
+"""The ``fev`` convention: score each evaluation window, then take the plain mean over windows.
+
+Two conventions answer "how good is the model over this run", and both are legitimate:
+
+- ``pooled`` (:mod:`.metrics`): sums over every (window, lead) pair of a scope, divided once. A window with
+  more observed pairs weighs more.
+- ``fev`` (this module): fev 0.10.0's ``Task.evaluation_summary``. An evaluation window there is one cutoff
+  across every series; each metric is computed on that window's pairs (pooling its series and leads, exactly
+  as ``fev.metrics`` does: ``MAE = nanmean |e|``, ``RMSE = sqrt(nanmean e^2)``, ``MASE = safemean |e| / s_i``,
+  ``SQL = mean_q safemean 2 rho_q / s_i``, ``WQL = mean_q (nanmean 2 rho_q / nanmean |y|)``) and the window
+  scores are averaged with equal weight. Here a window of fev is the set of this run's windows that share an
+  origin, so the accumulator keeps sums *per origin* (its memory grows with distinct origins, not windows).
+
+Per-series MASE and SQL agree between the two; WQL and RMSE do not (RMSE's square root and WQL's ratio do
+not commute with the mean over windows). Only the ``global`` scope is reported in the ``fev`` convention.
+A window without a pair for a metric (no observed pair, or no usable scale) is left out of that metric's mean.
+
+The per-origin losses double as the loss series of the Diebold-Mariano test (:mod:`.leaderboard`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["FEV", "WindowSums"]
+
+FEV = "fev"
+F64 = npt.NDArray[np.float64]
+#: Column layout of the per-origin matrix (``rho`` takes one column per quantile level, at the end).
+_SCALARS = ("pairs", "abs_err", "sq_err", "abs_y", "scaled_pairs", "mase", "sql")
+
+
+class WindowSums:
+    """Sums of one model per window origin (microseconds since the epoch); mergeable like every other sum."""
+
+    def __init__(self, quantiles: Sequence[float], median: int | None) -> None:
+        self.quantiles = tuple(float(q) for q in quantiles)
+        self.median = median
+        self.origins = np.zeros(0, dtype=np.int64)
+        self.sums = np.zeros((0, len(_SCALARS) + len(self.quantiles)))
+
+    def update(self, origin_us: npt.NDArray[np.int64], per_window: Mapping[str, F64], scale: F64) -> None:
+        """Add windows ``[W]`` from their sums over leads (what :meth:`.MetricsAccumulator.update` returns).
+
+        A window's scale is constant over its leads, so its scaled sums are its plain sums divided by it: no
+        loss is recomputed here.
+        """
+        if not per_window:
+            return
+        scaled = np.isfinite(scale) & (scale > 0.0)
+        s_safe = np.where(scaled, scale, 1.0)
+        rho = per_window["rho"]  # [W, Q]: sums of rho_q over the window's scored pairs
+        columns = [
+            per_window["pairs"],
+            per_window["abs_err"],
+            per_window["sq_err"],
+            per_window["abs_y"],
+            np.where(scaled, per_window["pairs"], 0.0),
+            np.where(scaled, per_window["abs_err"] / s_safe, 0.0),
+            np.where(scaled, 2.0 * rho.mean(axis=1) / s_safe, 0.0),
+        ]
+        block = np.concatenate([np.stack(columns, axis=1), 2.0 * rho], axis=1)
+        self._add(np.asarray(origin_us, dtype=np.int64), block)
+
+    def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:
+        keys, inverse = np.unique(np.concatenate([self.origins, origins]), return_inverse=True)
+        merged = np.zeros((keys.size, self.sums.shape[1]))
+        np.add.at(merged, inverse.ravel(), np.concatenate([self.sums, block]))
+        self.origins, self.sums = keys, merged
+
+    def merge(self, other: WindowSums) -> WindowSums:
+        self._add(other.origins, other.sums)
+        return self
+
+    def state(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
+        return {f"{prefix}origins": self.origins, f"{prefix}sums": self.sums}
+
+    @classmethod
+    def from_state(
+        cls, arrays: Mapping[str, npt.NDArray[Any]], prefix: str, quantiles: Sequence[float], median: int | None
+    ) -> WindowSums:
+        restored = cls(quantiles, median)
+        origins = np.asarray(arrays[prefix + "origins"], dtype=np.int64)
+        sums = np.asarray(arrays[prefix + "sums"], dtype=np.float64)
+        if sums.shape != (origins.size, restored.sums.shape[1]):
+            raise ValueError(
+                f"window sums have shape {sums.shape}, expected ({origins.size}, {restored.sums.shape[1]})"
+            )
+        restored.origins, restored.sums = origins, sums
+        return restored
+
+    def column(self, name: str) -> F64:
+        return self.sums[:, _SCALARS.index(name)]
+
+    def per_window(self) -> dict[str, F64]:
+        """Each metric per origin (NaN where a window has no pair for it), in origin order."""
+        pairs, scaled = self.column("pairs"), self.column("scaled_pairs")
+        rho = self.sums[:, len(_SCALARS) :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_pair = np.where(pairs > 0, 1.0 / np.maximum(pairs, 1), np.nan)
+            per_scaled = np.where(scaled > 0, 1.0 / np.maximum(scaled, 1), np.nan)
+            abs_y = self.column("abs_y")
+            wql = np.where((pairs > 0) & (abs_y > 0), (rho / abs_y[:, None]).mean(axis=1), np.nan)
+        out = {"sql": self.column("sql") * per_scaled, "wql": wql}
+        if self.median is not None:
+            out["mae"] = self.column("abs_err") * per_pair
+            out["rmse"] = np.sqrt(self.column("sq_err") * per_pair)
+            out["mase"] = self.column("mase") * per_scaled
+        return out
+
+    def rows(self) -> list[tuple[str, float, int]]:
+        """``(metric, value, n)`` of the global scope in the fev convention; ``n`` counts the pairs scored."""
+        n_pairs, n_scaled = int(self.column("pairs").sum()), int(self.column("scaled_pairs").sum())
+        rows = []
+        for metric, values in self.per_window().items():
+            defined = np.isfinite(values)
+            if defined.any():
+                n = n_scaled if metric in ("mase", "sql") else n_pairs
+                rows.append((metric, float(values[defined].mean()), n))
+        order = ("mae", "rmse", "mase", "sql", "wql")
+        return sorted(rows, key=lambda row: order.index(row[0]))

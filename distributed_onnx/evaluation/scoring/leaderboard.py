@@ -1,0 +1,223 @@
+"""The leaderboard: which model of a run to ship, and whether the difference is larger than noise.
+
+Built from the merged sums of a run (:class:`~.pairs.PairScores`), so every model is compared on the same
+pairs. One long table, ``leaderboard.parquet``, with a ``kind`` per row:
+
+- ``metric``: each model's global metric (``pooled`` convention) with a 95% bootstrap interval over series.
+- ``skill``: ``1 - gmean_s(metric_model(s) / metric_ref(s))`` against seasonal naive (and, for SQL and WQL,
+  against the probabilistic seasonal-quantile baseline; ``versus`` names the reference), as fev 0.10.0's
+  ``fev.analysis.leaderboard`` computes skill over tasks, here over series: per-series ratios clipped to
+  [0.01, 100], series where either is undefined dropped, geometric mean with ``scipy.stats.gmean``.
+- ``win_rate``: per pair of models, the share of series where ``model`` beats ``versus`` (ties count half).
+- ``dm``: a Diebold-Mariano test per pair of models on their per-window losses (below).
+
+Intervals: percentile bootstrap over series, :data:`N_RESAMPLES` resamples drawn as fev draws them
+(``numpy.random.default_rng(SEED).integers``), the same resamples for every model and metric; a resample
+recomputes each pooled metric from the resampled series' sums (exact, no forecast is read).
+
+Diebold-Mariano: the loss of a window is the model's fev-convention score of that window origin (MASE when
+the median is forecast, else SQL); ``d_t`` is the difference of two models' losses over the origins in time
+order. Multi-step forecasts from nearby origins overlap, so ``d_t`` is autocorrelated up to lag
+``L = ceil(H / spacing) - 1`` (H the horizon, spacing the median step between origins). The long-run
+variance is ``gamma_0 + 2 sum_{k=1..L} gamma_k`` (the rectangular window of Diebold & Mariano 1995, JBES
+13(3)), with Bartlett weights ``1 - k / (L + 1)`` (Newey & West 1987) when that sum is not positive; the
+statistic gets the small-sample correction of Harvey, Leybourne & Newbold 1997 (IJF 13(2)) with ``h = L + 1``
+and its p-value (two-sided) comes from Student's t with ``n - 1`` degrees of freedom (``scipy.stats.t``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from scipy import stats
+
+from distributed_onnx.evaluation.scoring.metrics import POOLED
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
+
+__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard"]
+
+SEED = 123  # fev's default seed
+N_RESAMPLES = 1000
+RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
+F64 = npt.NDArray[np.float64]
+
+LEADERBOARD_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("versus", pa.string()),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("convention", pa.string(), nullable=False),
+        pa.field("value", pa.float64()),
+        pa.field("ci_low", pa.float64()),
+        pa.field("ci_high", pa.float64()),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("statistic", pa.float64()),
+        pa.field("p_value", pa.float64()),
+    ]
+)
+
+
+def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dict[str, F64]:
+    """The model's per-series sums, rows in ``series`` order."""
+    accumulator = scores.pooled[model]
+    rows = {sid: i for i, sid in enumerate(accumulator.series_ids)}
+    order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
+    return {name: values[order] for name, values in accumulator.series_sums().items()}
+
+
+def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
+    """Each pooled global metric from per-series sums weighted by ``weights[B, S]`` (one row per resample)."""
+
+    def total(name: str) -> F64:
+        values = sums[name].reshape(sums[name].shape[0], -1)
+        return np.asarray(weights @ values)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pairs, scaled = total("pairs")[:, 0], total("scaled")[:, 0]
+        out = {
+            "sql": total("sql")[:, 0] / scaled,
+            "wql": (2.0 * total("rho") / total("abs_y")).mean(axis=1),
+        }
+        if has_median:
+            out["mae"] = total("abs_err")[:, 0] / pairs
+            out["rmse"] = np.sqrt(total("sq_err")[:, 0] / pairs)
+            out["mase"] = total("mase")[:, 0] / scaled
+    return out
+
+
+def _per_series(sums: dict[str, F64], has_median: bool) -> dict[str, F64]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = {"sql": sums["sql"] / sums["scaled"], "wql": (2.0 * sums["rho"] / sums["abs_y"][:, None]).mean(axis=1)}
+        if has_median:
+            out["mase"] = sums["mase"] / sums["scaled"]
+    return out
+
+
+def _gmean_skill(ratios: F64, picks: npt.NDArray[np.intp]) -> tuple[float, float, float, int]:
+    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval over series."""
+    defined = np.isfinite(ratios) & (ratios > 0)
+    if not defined.any():
+        return math.nan, math.nan, math.nan, 0
+    clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
+    point = 1.0 - float(stats.gmean(clipped[defined]))
+    logs = np.where(defined, np.log(clipped), 0.0)
+    counts = defined[picks].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        resampled = 1.0 - np.exp(logs[picks].sum(axis=1) / counts)
+    low, high = np.nanquantile(resampled, [0.025, 0.975])
+    return point, float(low), float(high), int(defined.sum())
+
+
+def diebold_mariano(loss_a: F64, loss_b: F64, lag: int) -> tuple[float, float, int]:
+    """``(HLN-corrected DM statistic, two-sided p-value, n)`` for the loss differential ``a - b`` (module doc)."""
+    d = np.asarray(loss_a, dtype=np.float64) - np.asarray(loss_b, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    n = d.size
+    if n < 3:
+        return math.nan, math.nan, n
+    lag = max(0, min(lag, n - 2))
+    centred = d - d.mean()
+    gamma = np.array([centred[k:] @ centred[: n - k] / n for k in range(lag + 1)])
+    long_run = gamma[0] + 2.0 * gamma[1:].sum()
+    if long_run <= 0:
+        weights = 1.0 - np.arange(1, lag + 1) / (lag + 1)
+        long_run = gamma[0] + 2.0 * (weights * gamma[1:]).sum()
+    if long_run <= 0:  # every differential equal: the models do not differ on these windows
+        return math.nan, math.nan, n
+    h = lag + 1
+    correction = (n + 1 - 2 * h + h * (h - 1) / n) / n
+    if correction <= 0:
+        return math.nan, math.nan, n
+    statistic = float(d.mean() / math.sqrt(long_run / n) * math.sqrt(correction))
+    return statistic, float(2.0 * stats.t.sf(abs(statistic), df=n - 1)), n
+
+
+def overlap_lag(origins_us: npt.NDArray[np.int64], horizon: int, step_us: int) -> int:
+    """``ceil(H / spacing) - 1``: the lags at which windows of nearby origins share target steps."""
+    if origins_us.size < 2 or step_us <= 0:
+        return 0
+    spacing = max(1.0, float(np.median(np.diff(np.sort(origins_us)))) / step_us)
+    return max(0, math.ceil(horizon / spacing) - 1)
+
+
+def leaderboard(
+    scores: PairScores, step_us: int, reference: str = SEASONAL_NAIVE, n_resamples: int = N_RESAMPLES
+) -> pa.Table:
+    """The leaderboard table of a run's merged scores (module doc for every definition)."""
+    models = list(scores.models)
+    series = sorted(scores.pooled[models[0]].series_ids)
+    has_median = scores.pooled[models[0]]._median is not None
+    rng = np.random.default_rng(SEED)
+    picks = rng.integers(0, max(len(series), 1), size=(n_resamples, len(series)))
+    weights = np.zeros((n_resamples, len(series)))
+    np.add.at(weights, (np.arange(n_resamples)[:, None], picks), 1.0)
+    sums = {model: _series_matrix(scores, model, series) for model in models}
+    per_series = {model: _per_series(sums[model], has_median) for model in models}
+    records: list[dict[str, Any]] = []
+
+    def add(kind: str, model: str, metric: str, value: float, low: float, high: float, n: int, **extra: Any) -> None:
+        convention = extra.pop("convention", POOLED)
+        records.append(
+            {
+                "kind": kind,
+                "model": model,
+                "metric": metric,
+                "convention": convention,
+                "value": value,
+                "ci_low": low,
+                "ci_high": high,
+                "n": n,
+                **extra,
+            }
+        )
+
+    for model in models:
+        point = _global(sums[model], np.ones((1, len(series))), has_median)
+        resampled = _global(sums[model], weights, has_median)
+        n_pairs = int(sums[model]["pairs"].sum())
+        for metric, value in point.items():
+            low, high = np.nanquantile(resampled[metric], [0.025, 0.975]) if series else (math.nan, math.nan)
+            add("metric", model, metric, float(value[0]), float(low), float(high), n_pairs)
+        # Every metric against seasonal naive; the probabilistic ones against seasonal quantiles too.
+        references = [(reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql"))]
+        for versus, metrics in references:
+            if versus not in per_series:
+                continue
+            for metric in metrics:
+                ratio = per_series[model][metric] / per_series[versus][metric]
+                skill, low, high, n = _gmean_skill(ratio, picks)
+                add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
+    metric = "mase" if has_median else "sql"
+    losses = {model: scores.windows[model].per_window()[metric] for model in models}
+    origins = scores.windows[models[0]].origins
+    lag = overlap_lag(origins, scores.horizon, step_us)
+    for a in models:
+        for b in models:
+            if a == b:
+                continue
+            ea, eb = per_series[a][metric], per_series[b][metric]
+            both = np.isfinite(ea) & np.isfinite(eb)
+            wins = ((ea < eb) + 0.5 * (ea == eb))[both]
+            rate = float(wins.mean()) if wins.size else math.nan
+            add("win_rate", a, metric, rate, math.nan, math.nan, int(both.sum()), versus=b)
+            statistic, p_value, n = diebold_mariano(losses[a], losses[b], lag)
+            add(
+                "dm",
+                a,
+                metric,
+                statistic,
+                math.nan,
+                math.nan,
+                n,
+                versus=b,
+                statistic=statistic,
+                p_value=p_value,
+                convention="fev",
+            )
+    return pa.Table.from_pylist(records, schema=LEADERBOARD_SCHEMA)

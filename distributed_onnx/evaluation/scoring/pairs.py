@@ -1,0 +1,193 @@
+"""One set of pairs per run: every model, checkpoints and baselines alike, scored on the same (window, lead) pairs.
+
+A pair is scored when its actual is observed and *every* model's forecast is finite there. Scoring each model
+on its own finite pairs compares different sets: measured on real hourly data with gaps, a checkpoint equal to
+seasonal naive wherever the naive exists was reported 11% worse than the naive, because the naive alone
+skipped the pairs after a gap. What is left out is counted, per reason, with the first reason that applies:
+
+- ``actual_missing``: the actual is not observed;
+- ``baseline_undefined``: a baseline has no value there (its season lies in a gap or before the series);
+- ``model_nonfinite``: a checkpoint emitted NaN or an infinity there. That is a model *failure*, not a gap: the
+  windows are listed per model (``nonfinite``) and the run exits 1 after writing everything.
+
+:class:`PairScores` is the whole scoring of a set of forecasts: it takes arrays (series ids, origins, window
+ids, actuals, the models' forecasts, scales), so the backtest's actors and anything else holding forecasts and
+actuals (a live log joined with its actuals) score with the same code. Its state is sums, so the scores of
+parts merge exactly (:meth:`merge`); everything in it is vectorised over windows, leads and quantiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator
+
+__all__ = ["BASELINES", "REASONS", "SEASONAL_NAIVE", "SEASONAL_QUANTILES", "PairScores", "common_pairs"]
+
+SEASONAL_NAIVE = "seasonal_naive"
+SEASONAL_QUANTILES = "seasonal_quantiles"
+#: The baselines every run scores; seasonal naive is the reference of skill.
+BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
+REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
+F64 = npt.NDArray[np.float64]
+
+
+def common_pairs(
+    actual: F64, forecasts: Mapping[str, F64], baselines: Sequence[str]
+) -> tuple[npt.NDArray[np.bool_], dict[str, int], dict[str, npt.NDArray[np.bool_]]]:
+    """``(valid[W, H], left out per reason, per checkpoint: which windows hold a non-finite forecast)``."""
+    observed = np.isfinite(actual)
+    finite: dict[str, npt.NDArray[np.bool_]] = {
+        name: np.asarray(np.isfinite(values).all(axis=2)) for name, values in forecasts.items()
+    }
+    baseline_ok = np.ones_like(observed)
+    model_ok = np.ones_like(observed)
+    for name, ok in finite.items():
+        if name in baselines:
+            baseline_ok &= ok
+        else:
+            model_ok &= ok
+    valid = observed & baseline_ok & model_ok
+    excluded = {
+        "actual_missing": int((~observed).sum()),
+        "baseline_undefined": int((observed & ~baseline_ok).sum()),
+        "model_nonfinite": int((observed & baseline_ok & ~model_ok).sum()),
+    }
+    # A non-finite forecast is a failure wherever it is, observed actual or not.
+    nonfinite = {name: ~np.asarray(ok.all(axis=1)) for name, ok in finite.items() if name not in baselines}
+    return valid, excluded, nonfinite
+
+
+class PairScores:
+    """The pooled and fev-convention sums of every model of a run, on the run's common pairs."""
+
+    def __init__(self, models: Sequence[str], quantiles: Sequence[float], horizon: int) -> None:
+        if len(set(models)) != len(models):
+            raise DataError(f"model names must be distinct; got {list(models)}")
+        self.models = tuple(models)
+        self.quantiles = tuple(float(q) for q in quantiles)
+        self.horizon = horizon
+        self.pooled = {name: MetricsAccumulator(self.quantiles, horizon) for name in self.models}
+        median = self.pooled[self.models[0]]._median if self.models else None
+        self.windows = {name: WindowSums(self.quantiles, median) for name in self.models}
+        self.excluded = dict.fromkeys(REASONS, 0)
+        self.nonfinite: dict[str, list[str]] = {name: [] for name in self.models if name not in BASELINES}
+
+    def update(
+        self,
+        series_ids: npt.NDArray[Any],
+        origin_us: npt.NDArray[np.int64],
+        window_ids: npt.NDArray[Any],
+        actual: F64,
+        forecasts: Mapping[str, F64],
+        scale: F64,
+    ) -> npt.NDArray[np.bool_]:
+        """Score one batch of windows for every model on their common pairs; returns those pairs."""
+        if set(forecasts) != set(self.models):
+            raise DataError(f"forecasts of {sorted(forecasts)} given, the scores hold {sorted(self.models)}")
+        # C order whatever the caller's layout (a model's output may be a transposed view): numpy's reductions
+        # follow the memory order, so a forecast read back from its Parquet part rescores bit for bit.
+        actual = np.ascontiguousarray(actual, dtype=np.float64)
+        arrays = {name: np.ascontiguousarray(values, dtype=np.float64) for name, values in forecasts.items()}
+        valid, excluded, nonfinite = common_pairs(actual, arrays, BASELINES)
+        for reason, count in excluded.items():
+            self.excluded[reason] += count
+        for name, rows in nonfinite.items():
+            if rows.any():
+                self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
+        scale = np.asarray(scale, dtype=np.float64)
+        for name in self.models:
+            per_window = self.pooled[name].update(series_ids, actual, arrays[name], scale, valid)
+            self.windows[name].update(origin_us, per_window, scale)
+        return valid
+
+    def merge(self, other: PairScores) -> Self:
+        if other.models != self.models:
+            raise DataError(f"cannot merge the scores of models {list(other.models)} into {list(self.models)}")
+        for name in self.models:
+            self.pooled[name].merge(other.pooled[name])
+            self.windows[name].merge(other.windows[name])
+        for reason, count in other.excluded.items():
+            self.excluded[reason] += count
+        for name, ids in other.nonfinite.items():
+            self.nonfinite[name] += ids
+        return self
+
+    @property
+    def n_nonfinite_windows(self) -> int:
+        return sum(len(ids) for ids in self.nonfinite.values())
+
+    def state(self, prefix: str = "") -> dict[str, npt.NDArray[Any]]:
+        """Plain arrays (no pickle): models by position, each model's sums under ``m<i>.``."""
+        arrays: dict[str, npt.NDArray[Any]] = {
+            f"{prefix}models": np.asarray(self.models, dtype=np.str_),
+            f"{prefix}excluded": np.asarray([self.excluded[r] for r in REASONS], dtype=np.int64),
+        }
+        for i, name in enumerate(self.models):
+            arrays |= self.pooled[name].state(f"{prefix}m{i}.")
+            arrays |= self.windows[name].state(f"{prefix}m{i}.w.")
+            if name in self.nonfinite:
+                arrays[f"{prefix}m{i}.nonfinite"] = np.asarray(self.nonfinite[name], dtype=np.str_)
+        return arrays
+
+    @classmethod
+    def from_state(cls, arrays: Mapping[str, npt.NDArray[Any]], prefix: str = "") -> PairScores:
+        try:
+            models = [str(name) for name in arrays[prefix + "models"]]
+            first = MetricsAccumulator.from_state(arrays, f"{prefix}m0.")
+            restored = cls(models, first.quantiles, first.horizon)
+            restored.excluded = dict(zip(REASONS, (int(v) for v in arrays[prefix + "excluded"]), strict=True))
+            for i, name in enumerate(models):
+                restored.pooled[name] = MetricsAccumulator.from_state(arrays, f"{prefix}m{i}.")
+                median = restored.pooled[name]._median
+                restored.windows[name] = WindowSums.from_state(arrays, f"{prefix}m{i}.w.", first.quantiles, median)
+                if name in restored.nonfinite:
+                    restored.nonfinite[name] = [str(w) for w in arrays.get(f"{prefix}m{i}.nonfinite", [])]
+        except (KeyError, ValueError, IndexError) as exc:
+            raise DataError(f"scores are incomplete or misshapen: {exc}") from exc
+        return restored
+
+    def left_out(self) -> dict[str, dict[str, int]]:
+        """Per model: pairs scored, pairs left out per reason, and (checkpoints) windows with non-finite values."""
+        out = {}
+        for name in self.models:
+            pairs = int(self.pooled[name].series_sums()["pairs"].sum())
+            record = {"pairs_scored": pairs, **{f"left_out_{reason}": n for reason, n in self.excluded.items()}}
+            if name in self.nonfinite:
+                record["nonfinite_windows"] = len(self.nonfinite[name])
+            out[name] = record
+        return out
+
+    def to_table(self) -> pa.Table:
+        """The long metrics table: each model pooled (every scope), then fev (global), then left-out counts."""
+        tables = [self.pooled[name].to_table(name) for name in self.models]
+        records = []
+        for name in self.models:
+            for metric, value, n in self.windows[name].rows():
+                records.append(_row(name, metric, value, n, FEV))
+            for key, count in self.left_out()[name].items():
+                if key.startswith("left_out_") or key == "nonfinite_windows":
+                    records.append(_row(name, key, float(count), count, "count"))
+        tables.append(pa.Table.from_pylist(records, schema=METRICS_SCHEMA))
+        return pa.concat_tables(tables)
+
+
+def _row(model: str, metric: str, value: float, n: int, convention: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "scope": "global",
+        "series_id": None,
+        "lead": None,
+        "metric": metric,
+        "quantile": None,
+        "value": value,
+        "n": n,
+        "convention": convention,
+    }
