@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 import numpy as np
@@ -193,7 +193,7 @@ def log_files(root: Location) -> list[Location]:
     return sorted(found_urls, key=str)
 
 
-def read_states(root: Location) -> list[dict[str, object]]:
+def read_states(root: Location) -> list[dict[str, Any]]:
     """Every writer's state record (see :mod:`.writer`), unreadable ones left out."""
     records = []
     for path in storage.list_files(storage.join(root, STATE_DIR), "", ".json"):
