@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
 from backtest_data import QUANTILES, read_forecasts, run_parts_in_process, settings_for, write_dataset
 
 from distributed_onnx.cli import main
