@@ -128,6 +128,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
         options["help"] = _help(field).replace("%", "%%")
         if _inner(field.annotation) is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
+        elif isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("repeatable"):
+            parser.add_argument(flag, action="append", metavar=_metavar(name, field), **options)
         else:
             parser.add_argument(flag, metavar=_metavar(name, field), **options)
 
@@ -150,12 +152,25 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
+        if field is not None and list[Path] in _members(field.annotation):
+            # A list field takes one path too (an older config), or several comma-separated, as on the command line.
+            paths: Any = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+            paths = [paths] if isinstance(paths, Path) else paths
+            if isinstance(paths, list):
+                resolved[name] = [_relative_path(each, folder) for each in paths]
+            continue
         if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
             continue
         if storage.is_url(str(value)) or Path(value).is_absolute():
             continue
         resolved[name] = folder / Path(value)
     return resolved
+
+
+def _relative_path(value: Any, folder: Path) -> Any:
+    if not isinstance(value, str | Path) or storage.is_url(str(value)) or Path(value).is_absolute():
+        return value
+    return folder / Path(value)
 
 
 def _config_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -154,7 +155,7 @@ def test_relative_paths_from_flags_and_environment_stay_relative_to_the_working_
 def test_serve_checkpoint_in_yaml_is_relative_to_the_file(tmp_path: Path) -> None:
     config = _yaml(tmp_path / "cfg", "checkpoint: model.onnx\nreplicas: 2\n", name="serve.yaml")
     settings = ServeSettings.from_sources({}, config)
-    assert settings.checkpoint == tmp_path / "cfg" / "model.onnx"
+    assert settings.checkpoint == [tmp_path / "cfg" / "model.onnx"]
     assert settings.replicas == 2
 
 
@@ -371,3 +372,29 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out.startswith(f"distributed-onnx {__version__} (python ")
     assert "onnxruntime " in out and "ray " in out
+
+
+def test_serve_several_checkpoints_with_a_shadow(tmp_path: Path) -> None:
+    settings = ServeSettings.from_sources({"checkpoint": "a/champion.onnx,b/challenger.onnx", "shadow": "challenger"})
+    assert settings.model_names == ["champion", "challenger"]
+    assert settings.model_name == "champion"
+    assert settings.worker_config().checkpoint == Path("a/champion.onnx")
+    config = _yaml(tmp_path / "cfg", "checkpoint: [x.onnx, y.onnx]\nshadow: [x]\nforecast_log: log\n", name="s.yaml")
+    from_file = ServeSettings.from_sources({}, config)
+    assert from_file.checkpoint == [tmp_path / "cfg" / "x.onnx", tmp_path / "cfg" / "y.onnx"]
+    assert from_file.model_name == "y"  # the first that is not a shadow
+    assert from_file.forecast_log == tmp_path / "cfg" / "log"
+    assert ServeSettings(forecast_log="s3://bucket/log").forecast_log == "s3://bucket/log"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"checkpoint": "a/m.onnx,b/m.onnx"}, "['m'] names several"),
+        ({"checkpoint": "m.onnx", "shadow": "other"}, "shadow ['other'] names no checkpoint"),
+        ({"checkpoint": "m.onnx", "shadow": "m"}, "every checkpoint (['m']) is a shadow"),
+    ],
+)
+def test_serve_models_refused(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ServeSettings.from_sources(values)
