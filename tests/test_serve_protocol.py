@@ -12,9 +12,16 @@ import pytest
 from distributed_onnx.errors import ConfigError, InferenceError, InputValidationError
 from distributed_onnx.model.backend.validation import TensorSpec
 from distributed_onnx.serve.binary import binary_outputs, encode_response, slice_inputs, split_body
-from distributed_onnx.serve.forecasting import ForecastJob, forecast_timestamps, history_block, plan_job, run_jobs
+from distributed_onnx.serve.forecasting import (
+    ForecastJob,
+    check_finite_forecasts,
+    forecast_timestamps,
+    history_block,
+    plan_job,
+    run_jobs,
+)
 from distributed_onnx.serve.health import ModelHealth
-from distributed_onnx.serve.http import HttpError, install_error_handlers, parse_body
+from distributed_onnx.serve.http import HttpError, install_error_handlers, parse_body, status_of
 from distributed_onnx.serve.protocol import (
     decode_inputs,
     decode_tensor,
@@ -256,11 +263,43 @@ def test_a_failing_model_call_fails_the_whole_batch_naming_its_requests() -> Non
     with pytest.raises(InferenceError, match=r"a batch of 3 requests \(6 series\): session exploded"):
         run_jobs(broken, jobs, rows_per_batch=64)
 
-    def nan(context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
-        return np.full((len(context), horizon, len(quantiles)), np.nan, dtype=np.float32)
 
-    with pytest.raises(InferenceError, match=r"1 request .*NaN"):
-        run_jobs(nan, jobs[:1], rows_per_batch=64)
+def test_non_finite_forecasts_fail_only_the_request_whose_values_caused_them() -> None:
+    """Issue 17: NaN/inf forecasts are the request's values' fault (422 for it alone), not the batch's (500)."""
+
+    def overflowing(context: np.ndarray, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
+        last = np.nan_to_num(context[:, -1], nan=0.0).astype(np.float32)
+        with np.errstate(over="ignore"):
+            values = last * last  # inf where the history is too large for the model's arithmetic
+        return np.broadcast_to(values[:, None, None], (len(context), horizon, len(quantiles))).copy()
+
+    jobs = [
+        ForecastJob(np.array([[1.0, 2.0]], dtype=np.float32), 4, (0.5,)),
+        ForecastJob(np.array([[1.0, 3e30], [1.0, 2.0]], dtype=np.float32), 4, (0.5,)),
+        ForecastJob(np.array([[3.0]], dtype=np.float32), 4, (0.5,)),
+    ]
+    results = run_jobs(overflowing, jobs, rows_per_batch=64)  # the merged call does not fail
+    request = ForecastRequest.model_validate({"series": [{"series_id": "a", "y": [1.0]}, {"series_id": "b", "y": [2]}]})
+    check_finite_forecasts(results[0], ForecastRequest.model_validate({"series": [{"series_id": "a", "y": [1]}]}))
+    with pytest.raises(InputValidationError, match=r"NaN or infinite forecasts for series\[0\] \('a'\)") as caught:
+        check_finite_forecasts(results[1], request)
+    assert status_of(caught.value) == 422
+    assert float(results[2][0, 0, 0]) == 9.0
+
+
+def test_a_value_beyond_float32_is_refused_at_validation_naming_it() -> None:
+    request = ForecastRequest.model_validate(
+        {"series": [{"series_id": "ok", "y": [1.0]}, {"series_id": "x", "y": [1.0, 1e39]}]}
+    )
+    from graphs import tiny_chronos2_metadata
+
+    with pytest.raises(InputValidationError, match=r"series\[1\]\.y\[1\] \(series_id 'x'\) is 1e\+39") as caught:
+        plan_job(request, tiny_chronos2_metadata())
+    assert status_of(caught.value) == 422
+    with pytest.raises(InputValidationError, match=r"Input 'context'.*1e\+39.*FP32") as caught:
+        decode_tensor(tensor("context", [1, 2], "FP32", [1.0, 1e39]))
+    assert status_of(caught.value) == 422
+    assert decode_tensor(tensor("context", [1, 2], "FP64", [1.0, 1e39]))[0, 1] == 1e39  # FP64 holds it
 
 
 def test_model_health_turns_not_ready_after_consecutive_failures_only() -> None:

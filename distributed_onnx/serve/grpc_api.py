@@ -9,14 +9,17 @@ Triton sends and ``tritonclient.grpc`` reads), little-endian and row-major.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 import numpy as np
 
-from distributed_onnx.errors import InputValidationError
+from distributed_onnx.errors import BackendClosedError, InferenceError, InputValidationError
 from distributed_onnx.serve.grpc_messages import ModelInferResponse, ModelMetadataResponse
+from distributed_onnx.serve.http import HttpError, status_of
 from distributed_onnx.serve.protocol import datatype_of
 from distributed_onnx.serve.schemas import InferInputTensor, ModelMetadata, RequestedOutput
 
@@ -47,8 +50,65 @@ _CONTENTS = {
 }
 
 
+logger = logging.getLogger(__name__)
+
+#: Ray Serve's setting of its gRPC servers' message limit (send and receive; 2 GiB by default), read from the
+#: environment when Serve's processes start (``ray/serve/_private/constants.py``, Ray 2.60): the proxy's and the
+#: direct-ingress replicas' servers. gRPC refuses a larger message (RESOURCE_EXHAUSTED) before it is parsed.
+MESSAGE_LIMIT_VARIABLE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
+
+
+def message_limit_environment(max_body_bytes: int) -> dict[str, str]:
+    """The environment that limits Serve's gRPC messages to ``max_body_bytes`` (set before Ray starts)."""
+    return {MESSAGE_LIMIT_VARIABLE: str(max_body_bytes)}
+
+
+def message_limit() -> int | None:
+    """The gRPC message limit Serve's servers in this process use, when set (else Ray's 2 GiB)."""
+    value = os.environ.get(MESSAGE_LIMIT_VARIABLE, "")
+    return int(value) if value.isdigit() else None
+
+
+def warn_if_grpc_unbounded(max_body_bytes: int) -> None:
+    """Say once per replica when gRPC parses messages larger than the body limit (a cluster set up elsewhere)."""
+    limit = message_limit()
+    if limit is None or limit > max_body_bytes:
+        logger.warning(
+            "gRPC messages up to %s bytes are received and parsed before the body limit of %d bytes applies; "
+            "start Ray with %s=%d (distributed-onnx serve does this on its embedded Ray).",
+            limit or "2 GiB",
+            max_body_bytes,
+            MESSAGE_LIMIT_VARIABLE,
+            max_body_bytes,
+        )
+
+
 def grpc_code(http_status: int) -> grpc.StatusCode:
     return GRPC_CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+async def grpc_call(context: Any, empty: Any, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Run a gRPC method; an error sets the status code (as Triton's) and the same message as over HTTP."""
+    try:
+        return await handler(*args)
+    except Exception as exc:
+        if status_of(exc) >= 500 and not isinstance(exc, HttpError | InferenceError | BackendClosedError):
+            logger.exception("Unexpected error in a gRPC call")
+        context.set_code(grpc_code(status_of(exc)))
+        context.set_details(exc.message if isinstance(exc, HttpError) else f"{exc}")
+        return empty
+
+
+def check_response_fits(response: Any) -> None:
+    """Refuse (RESOURCE_EXHAUSTED, naming the sizes) a response above the gRPC message limit, which gRPC would drop."""
+    limit = message_limit()
+    size = response.ByteSize()
+    if limit is not None and size > limit:
+        raise HttpError(
+            413,
+            f"The response is {size} bytes, above the gRPC message limit of {limit} bytes (max_body_bytes); "
+            "send fewer rows per request.",
+        )
 
 
 def infer_inputs(request: Any) -> tuple[list[InferInputTensor], list[bytes | None] | None]:

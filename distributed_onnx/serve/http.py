@@ -15,6 +15,10 @@ backend closed                                  503
 model failed on valid input                     500  (``InferenceError``; every request of a failed batch)
 any other exception (a bug)                     500  (caught by the catch-all handler, still JSON)
 overload (``max_queued_requests``)              503 + Retry-After (the replica's own admission check)
+overload (``max_request_memory_bytes``)         503 + Retry-After (bodies' and responses' memory in flight)
+one request needing more than that alone        413
+value beyond float32 in a forecast history      422  (before the model call)
+model's forecast NaN/inf for a request          422  (that request alone; readiness unaffected)
 ==============================================  ====
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -76,17 +80,34 @@ def error_response(status_code: int, message: str, headers: dict[str, str] | Non
     return JSONResponse({"error": message}, status_code=status_code, headers=headers)
 
 
-async def read_body(request: Request, max_body_bytes: int) -> bytes:
-    """The request body, refusing (413) one above ``max_body_bytes`` by its Content-Length or as it streams."""
+class BodyCharge(Protocol):
+    """Charges a body's memory before it is held (:class:`distributed_onnx.serve.admission.Ticket`)."""
+
+    def charge_body(self, body_bytes: int) -> None: ...
+
+
+async def read_body(request: Request, max_body_bytes: int, charge: BodyCharge | None = None) -> bytes:
+    """The request body, refusing (413) one above ``max_body_bytes`` by its Content-Length or as it streams.
+
+    With ``charge``, the body's memory is charged from its Content-Length before a byte is read, and as it
+    streams when it has none, so a replica that is full refuses (503) before it holds the body.
+    """
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-        raise HttpError(413, f"Request body is {declared} bytes, the limit is {max_body_bytes} bytes (max_body_bytes).")
+    if declared is not None and declared.isdigit():
+        if int(declared) > max_body_bytes:
+            raise HttpError(
+                413, f"Request body is {declared} bytes, the limit is {max_body_bytes} bytes (max_body_bytes)."
+            )
+        if charge is not None:
+            charge.charge_body(int(declared))
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body_bytes:
             raise HttpError(413, f"Request body exceeds the limit of {max_body_bytes} bytes (max_body_bytes).")
+        if charge is not None:
+            charge.charge_body(size)  # charges only what exceeds the declared size
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -121,7 +121,23 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
         and (values.min() < np.iinfo(dtype).min or values.max() > np.iinfo(dtype).max)
     ):
         raise InputValidationError(f"Input {name!r}: values out of range for {tensor.datatype}.", tensor=name)
+    if dtype.kind == "f" and values.size and values.dtype.kind == "f":
+        _check_float_range(name, tensor.datatype, dtype, values)
     return values.astype(dtype, copy=False).reshape(tensor.shape)
+
+
+def _check_float_range(name: str, datatype: str, dtype: np.dtype[Any], values: np.ndarray) -> None:
+    """Refuse finite JSON numbers that the tensor's float type turns into inf (1e39 as FP32), naming one."""
+    limit = float(np.finfo(dtype).max)
+    flat = values.reshape(-1)
+    with np.errstate(invalid="ignore"):
+        beyond = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) > limit))  # NaN/inf: the family's rule
+    if beyond.size:
+        raise InputValidationError(
+            f"Input {name!r}: value {flat[beyond[0]]:g} (flat index {int(beyond[0])}) is beyond "
+            f"{datatype}'s range (+-{limit:.4g}); {beyond.size} value(s) are.",
+            tensor=name,
+        )
 
 
 def decode_inputs(

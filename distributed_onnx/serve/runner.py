@@ -27,6 +27,7 @@ from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
+from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress
 from distributed_onnx.serve.settings import ServeSettings
@@ -162,8 +163,9 @@ def serve_forever(settings: ServeSettings) -> int:
     deployed = False
     preflight(settings)
     plan = choose_ingress(settings)
-    # Serve's processes read the ingress switches from their environment when they start: set them first.
-    os.environ.update(plan.environment)
+    # Serve's processes read the ingress switches (and the gRPC message limit) from their environment when they
+    # start: set them first.
+    os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
         started_ray = connect(settings.address)

@@ -74,9 +74,20 @@ class SeriesForecast(BaseModel):
     timestamps: list[datetime] | None = Field(default=None, description="Present when the request gave start.")
 
 
+class ClampedQuantile(BaseModel):
+    requested: float = Field(description="A requested level outside the model's native range.")
+    served_by: float = Field(description="The native level whose values it gets.")
+
+
 class ForecastResponse(BaseModel):
     model: str = Field(description="The checkpoint's file stem.")
     forecasts: list[SeriesForecast]
+    quantile_clamping: list[ClampedQuantile] | None = Field(
+        default=None,
+        description="Present when requested levels lie outside the model's native range: each is served by the "
+        "nearest native level, so an interval built on it is narrower than its name says (as a backtest's "
+        "summary.json records it).",
+    )
 
 
 # --------------------------------------------------------------------------- Open Inference Protocol (v2)

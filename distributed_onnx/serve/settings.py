@@ -98,7 +98,19 @@ class ServeSettings(CommandSettings):
     )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After of an overload 503.")
     request_timeout_s: float = Field(default=30.0, gt=0, description="End-to-end HTTP timeout (408 after).")
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        description="Larger request bodies get 413; gRPC messages above it are refused by gRPC itself "
+        "(RESOURCE_EXHAUSTED) before they are parsed.",
+    )
+    max_request_memory_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        gt=0,
+        description="Memory a replica lets its requests in flight hold: each body is charged 40x its size (the "
+        "measured worst case of parsing it) before it is read, each forecast its response; requests beyond get "
+        "503 + Retry-After. The replica's RSS stays under its idle RSS plus this.",
+    )
     health_check_period_s: float = Field(default=10.0, gt=0, description="Seconds between replica health checks.")
     health_check_timeout_s: float = Field(default=30.0, gt=0, description="A health check slower than this fails.")
     warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run at replica start (0 skips).")
@@ -158,6 +170,19 @@ class ServeSettings(CommandSettings):
     def model_names(self) -> list[str]:
         """Every model's name, in the order given: the checkpoints' file stems."""
         return [path.stem for path in self.checkpoint]
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> ServeSettings:
+        from distributed_onnx.serve.admission import PARSE_BYTES_PER_BODY_BYTE
+
+        needed = self.max_body_bytes * PARSE_BYTES_PER_BODY_BYTE
+        if self.max_request_memory_bytes < needed:
+            raise ValueError(
+                f"max_request_memory_bytes is {self.max_request_memory_bytes}, below what one body of max_body_bytes "
+                f"({self.max_body_bytes}) takes to parse ({PARSE_BYTES_PER_BODY_BYTE}x = {needed}); raise it or "
+                "lower max_body_bytes"
+            )
+        return self
 
     @property
     def model_name(self) -> str:

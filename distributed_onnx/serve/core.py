@@ -1,0 +1,295 @@
+"""The replica's core, without Serve: admission, threads, health and request planning for one model.
+
+:class:`ModelCore` owns one :class:`InferenceWorker` (one ONNX Runtime session) and everything a request to it
+needs: its model thread, its readiness (:mod:`distributed_onnx.serve.health`), the planning of ``/v1/forecast``
+and v2 infer requests (HTTP and gRPC) and their answers. :class:`ReplicaCore` owns what the replica's models
+share: admission (requests counted and their memory charged, :mod:`distributed_onnx.serve.admission`), the
+codec thread, the metrics, and the models by name. The Serve deployment (:mod:`distributed_onnx.serve.app`) is
+a thin shell over it: its HTTP routes and gRPC methods delegate here, and its ``@serve.batch`` method is the
+``batcher`` a core merges forecasts with, so the whole request path is testable with a fake batcher.
+
+- ``/v1/forecast``: planned in the codec thread when large (:data:`OFFLOAD_BODY_BYTES`), then run at once when
+  the replica is idle (no model call running, none waiting to batch), else handed to the batcher, which merges
+  concurrent requests into model calls of at most ``rows_per_batch`` windows. A failing model call fails every
+  request of its batch (500, counted by health); a request whose values make the model emit NaN or inf fails
+  alone (422) and does not count against readiness: the session works, the values are out of its range.
+- v2 infer (HTTP and gRPC) runs *unbatched*: concatenating requests along axis 0 is not semantics-preserving
+  for every graph (Chronos-2's ``group_ids`` would merge the groups of different requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
+from distributed_onnx.model.quantiles import clamped_levels
+from distributed_onnx.model.worker import InferenceWorker
+from distributed_onnx.serve.admission import Admission, Ticket
+from distributed_onnx.serve.binary import binary_outputs, encode_response
+from distributed_onnx.serve.forecasting import ForecastJob, check_finite_forecasts, encode_forecasts, plan_job, run_jobs
+from distributed_onnx.serve.grpc_api import check_response_fits, infer_inputs, model_infer_response, requested_outputs
+from distributed_onnx.serve.http import HttpError, parse_body, parse_infer_request, status_of
+from distributed_onnx.serve.protocol import decode_inputs, run_checked, select_outputs, tensor_metadata
+from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
+from distributed_onnx.serve.settings import ServeSettings
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+#: Bodies above this are parsed (and their histories built) in the codec thread, off the event loop that runs
+#: the other requests and the batch timer. Below it parsing inline is cheaper than the hop: a thread hop costs
+#: ~170 us here, parsing ~3.6 us per KB (20 us for one 168-step series, 3.5 ms for 64 x 512 steps - measured).
+OFFLOAD_BODY_BYTES = 64 * 1024
+#: Responses with more forecast values than this are encoded in the codec thread (~55 ns per value, measured).
+OFFLOAD_RESPONSE_VALUES = 4096
+
+
+class Recorder(Protocol):
+    """What the core reports (:class:`distributed_onnx.serve.telemetry.ServeMetrics` in a replica)."""
+
+    def request(self, endpoint: str, code: int, latency_ms: float) -> None: ...
+
+    def batch(self, queue_ms: list[float], compute_ms: float, windows: int) -> None: ...
+
+    def compute(self, endpoint: str, compute_ms: float) -> None: ...
+
+
+#: Merges a forecast job with concurrent ones (the deployment's ``@serve.batch`` method) and returns its result.
+Batcher = Callable[[ForecastJob], Awaitable[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class InferCall:
+    """A decoded v2 infer request: the model's inputs and what to send back."""
+
+    inputs: dict[str, np.ndarray]
+    names: list[str]
+    binary: set[str]
+    document: dict[str, Any]
+
+
+class ModelCore:
+    """One model in a replica: its worker, model thread, health and the planning and running of its requests."""
+
+    def __init__(self, worker: InferenceWorker, settings: ServeSettings, replica: ReplicaCore) -> None:
+        from distributed_onnx.serve.health import ModelHealth
+
+        self.worker = worker
+        self.settings = settings
+        self.name = worker.model_name
+        self.metadata = worker.metadata
+        backend = worker.backend
+        if not hasattr(backend, "input_specs") or not hasattr(backend, "output_specs"):
+            raise ConfigError(f"backend {type(backend).__name__} does not describe its tensors (input_specs)")
+        self.input_specs = list(backend.input_specs)
+        self.output_specs = list(backend.output_specs)
+        self.health = ModelHealth(settings.max_consecutive_model_failures)
+        self._replica = replica
+        self._batcher: Batcher | None = None
+        # One thread runs every model call (forecast batches, v2 infer) off the event loop, so the session sees
+        # one call at a time with the threads PinnedWorker sized for this replica's CPUs, rather than asyncio's
+        # default pool oversubscribing them.
+        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx")
+        self._forecasts_in_flight = 0  # /v1/forecast requests between validation and their result
+
+    def set_batcher(self, batcher: Batcher | None) -> None:
+        """Merge concurrent forecasts through ``batcher`` (``None``: every forecast is its own model call)."""
+        self._batcher = batcher
+
+    # ------------------------------------------------------------------------------------------ metadata
+
+    def model_metadata(self) -> ModelMetadata:
+        return ModelMetadata(
+            name=self.name,
+            inputs=[tensor_metadata(spec) for spec in self.input_specs],
+            outputs=[tensor_metadata(spec) for spec in self.output_specs],
+        )
+
+    # ------------------------------------------------------------------------------------------ /v1/forecast
+
+    async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
+        """The JSON answer to a /v1/forecast body (already read under ``ticket``)."""
+        codec = self._replica.run_codec
+        parsed, job = (
+            await codec(self.plan_forecast, body) if len(body) > OFFLOAD_BODY_BYTES else self.plan_forecast(body)
+        )
+        ticket.charge_response(job.context.shape[0] * job.horizon * len(job.quantiles))
+        # Batching off, or an idle replica (no model call running, none waiting to batch): go straight to the
+        # model. Waiting to fill a batch only pays when others are queued; a lone client paid the wait plus
+        # ~2.4 ms of Serve's batch machinery for nothing (3.4 ms p50 at batch_wait_ms=1 - measured here).
+        direct = self._batcher is None or self.settings.max_batch_size == 1 or self._forecasts_in_flight == 0
+        self._forecasts_in_flight += 1
+        try:
+            if direct or self._batcher is None:
+                started = time.perf_counter()
+                (forecasts,) = await self.run_model(run_jobs, self.worker.forecast, [job], self.settings.rows_per_batch)
+                compute_ms = (time.perf_counter() - started) * 1000.0
+                self._replica.metrics.batch([(started - job.enqueued_s) * 1000.0], compute_ms, len(job.context))
+            else:
+                forecasts = await self._batcher(job)
+        finally:
+            self._forecasts_in_flight -= 1
+        check_finite_forecasts(forecasts, parsed)
+        if forecasts.size > OFFLOAD_RESPONSE_VALUES:
+            return await codec(self.encode_forecast, parsed, forecasts, job)
+        return self.encode_forecast(parsed, forecasts, job)
+
+    def plan_forecast(self, body: bytes) -> tuple[ForecastRequest, ForecastJob]:
+        parsed = parse_body(body, ForecastRequest)
+        return parsed, plan_job(parsed, self.metadata, time.perf_counter())
+
+    def encode_forecast(self, parsed: ForecastRequest, forecasts: np.ndarray, job: ForecastJob) -> bytes:
+        clamped = clamped_levels(job.quantiles, self.metadata.native_quantiles)
+        return encode_forecasts(
+            self.name, parsed, forecasts, job.quantiles, self.metadata.resolution_minutes, clamped=clamped
+        )
+
+    async def run_batch(self, jobs: list[ForecastJob]) -> list[np.ndarray]:
+        """One merged batch of forecast jobs (what the deployment's ``@serve.batch`` method runs)."""
+        started = time.perf_counter()
+        results = await self.run_model(run_jobs, self.worker.forecast, jobs, self.settings.rows_per_batch)
+        finished = time.perf_counter()
+        self._replica.metrics.batch(
+            [(started - job.enqueued_s) * 1000.0 for job in jobs],
+            (finished - started) * 1000.0,
+            sum(job.context.shape[0] for job in jobs),
+        )
+        return results
+
+    # ------------------------------------------------------------------------------------------ v2 infer
+
+    async def infer(self, body: bytes, header_length: str | None) -> tuple[bytes, int | None]:
+        """A v2 infer request over HTTP: the response body and its binary header length (``None``: JSON)."""
+        codec = self._replica.run_codec
+        call = (
+            await codec(self.plan_infer, body, header_length)
+            if len(body) > OFFLOAD_BODY_BYTES
+            else (self.plan_infer(body, header_length))
+        )
+        outputs = await self._run_infer("infer", call)
+        if sum(outputs[name].size for name in call.names) > OFFLOAD_RESPONSE_VALUES:
+            return await codec(encode_response, call.document, outputs, call.names, call.binary)
+        return encode_response(call.document, outputs, call.names, call.binary)
+
+    def plan_infer(self, body: bytes, header_length: str | None) -> InferCall:
+        parsed, raw = parse_infer_request(body, header_length)
+        names = select_outputs((spec.name for spec in self.output_specs), parsed.outputs)
+        document: dict[str, Any] = {"model_name": self.name}
+        if parsed.id is not None:
+            document["id"] = parsed.id
+        inputs = decode_inputs(parsed.inputs, self.input_specs, raw)
+        self.worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (docs/design.md, Model families)
+        return InferCall(inputs, names, binary_outputs(parsed, names), document)
+
+    async def grpc_infer(self, request: Any, ticket: Ticket) -> Any:
+        """A ``ModelInferResponse`` for a ``ModelInferRequest`` (gRPC parsed it, within its message limit)."""
+        size = request.ByteSize()
+        if size > self.settings.max_body_bytes:
+            raise HttpError(413, f"Request is {size} bytes, the limit is {self.settings.max_body_bytes} bytes.")
+        ticket.charge_body(size)
+        if size > OFFLOAD_BODY_BYTES:
+            call = await self._replica.run_codec(self.plan_grpc_infer, request)
+        else:
+            call = self.plan_grpc_infer(request)
+        outputs = await self._run_infer("grpc_infer", call)
+        response = model_infer_response(self.name, request.id, outputs, call.names)
+        check_response_fits(response)
+        return response
+
+    def plan_grpc_infer(self, request: Any) -> InferCall:
+        tensors, raw = infer_inputs(request)
+        names = select_outputs((spec.name for spec in self.output_specs), requested_outputs(request))
+        inputs = decode_inputs(tensors, self.input_specs, raw)
+        self.worker.adapter.check_tensors(inputs)  # the same family NaN/inf rule as over HTTP
+        return InferCall(inputs, names, set(), {})
+
+    async def _run_infer(self, endpoint: str, call: InferCall) -> Mapping[str, np.ndarray]:
+        started = time.perf_counter()
+        outputs = await self.run_model(run_checked, self.worker.backend.run, call.inputs, call.names)
+        self._replica.metrics.compute(endpoint, (time.perf_counter() - started) * 1000.0)
+        return outputs
+
+    # ------------------------------------------------------------------------------------------ model thread
+
+    async def run_model(self, function: Callable[..., T], *args: Any) -> T:
+        """Run a model call in the model thread and report its outcome to the model's health.
+
+        An :class:`InputValidationError` from inside the call (outputs NaN or inf for this request's values)
+        is the request's fault, not the session's: it neither counts as a failure nor as a success.
+        """
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._model_thread, function, *args)
+        except (InferenceError, BackendClosedError) as exc:
+            self.health.failed(exc)
+            raise
+        self.health.succeeded()
+        return result
+
+
+class ReplicaCore:
+    """What one replica's models share: admission, the codec thread, metrics; the models by name."""
+
+    def __init__(self, settings: ServeSettings, metrics: Recorder) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.admission = Admission(
+            max_requests=settings.admission_limit,
+            max_bytes=settings.max_request_memory_bytes,
+            retry_after_s=settings.retry_after_s,
+        )
+        self.models: dict[str, ModelCore] = {}
+        # Parses and encodes large bodies (OFFLOAD_*), off the event loop and off the model threads.
+        self._codec_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codec")
+
+    def add_model(self, worker: InferenceWorker, settings: ServeSettings | None = None) -> ModelCore:
+        core = ModelCore(worker, settings or self.settings, self)
+        self.models[core.name] = core
+        return core
+
+    def model(self, name: str) -> ModelCore:
+        """The model called ``name``, or 404 naming the ones served."""
+        try:
+            return self.models[name]
+        except KeyError:
+            served = ", ".join(repr(known) for known in self.models)
+            raise HttpError(404, f"Unknown model {name!r}; this server serves {served}.") from None
+
+    @property
+    def ready(self) -> bool:
+        return all(model.health.ready for model in self.models.values())
+
+    @property
+    def not_ready_reason(self) -> str:
+        return "; ".join(model.health.reason for model in self.models.values() if not model.health.ready)
+
+    async def observe(self, endpoint: str, handler: Callable[[Ticket], Awaitable[T]]) -> T:
+        """Admit (or refuse: overload), run and count one request; the code recorded is the HTTP status.
+
+        ``handler`` gets the request's admission ticket, to charge its body and response before it holds them.
+        """
+        started = time.perf_counter()
+        code = 500
+        try:
+            with self.admission.enter() as ticket:
+                result = await handler(ticket)
+            code = getattr(result, "status_code", 200)
+            return result
+        except BaseException as exc:
+            code = status_of(exc)
+            raise
+        finally:
+            self.metrics.request(endpoint, code, (time.perf_counter() - started) * 1000.0)
+
+    async def run_codec(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._codec_thread, function, *args)
+
+    def close(self) -> None:
+        self._codec_thread.shutdown(wait=False)
