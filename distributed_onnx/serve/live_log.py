@@ -108,10 +108,14 @@ class LiveTraffic:
         metrics: LiveMetrics,
         shadows: Sequence[ShadowModel] = (),
         warn_period_s: float = 60.0,
+        max_pending: int = 64,
     ) -> None:
         self.log = log
         self.metrics = metrics
         self.shadows = list(shadows)
+        #: Answers whose after-work may wait at once; beyond it a request's shadows are skipped (counted), so a
+        #: shadow slower than the traffic cannot pile up work (and memory) without bound.
+        self.max_pending = max_pending
         self.shadow_failures = 0
         self._warning = ThrottledWarning(warn_period_s)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -129,8 +133,13 @@ class LiveTraffic:
         self.metrics.served(model.name, int(forecasts.shape[0]))
         if self.log is None and not self.shadows:
             return
+        shadows = [shadow for shadow in self.shadows if shadow.name != model.name]
+        if shadows and len(self._tasks) >= self.max_pending:
+            for shadow in shadows:
+                self.metrics.shadow_skipped(shadow.name, int(forecasts.shape[0]))
+            shadows = []
         task = asyncio.get_running_loop().create_task(
-            self._after(model, request, forecasts, tuple(quantiles), request_id, request_time_us)
+            self._after(model, shadows, request, forecasts, tuple(quantiles), request_id, request_time_us)
         )
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
@@ -143,6 +152,7 @@ class LiveTraffic:
     async def _after(
         self,
         model: LoggedModel,
+        shadows: Sequence[ShadowModel],
         request: ForecastRequest,
         forecasts: np.ndarray,
         quantiles: tuple[float, ...],
@@ -154,9 +164,7 @@ class LiveTraffic:
             self.log.submit(
                 logged_forecast(model, "served", request, forecasts, quantiles, request_id, request_time_us)
             )
-        for shadow in self.shadows:
-            if shadow.name == model.name:
-                continue
+        for shadow in shadows:
             try:
                 shadow_forecasts, shadow_levels = await shadow.shadow_forecast(request)
             except Exception as exc:  # a shadow never fails a request, nor the replica

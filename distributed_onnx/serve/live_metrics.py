@@ -11,6 +11,8 @@ series apart from whatever Ray registers in the process-global one.
 
 - ``distributed_onnx_forecasts_served_total`` (``model``): forecasts (one per series) returned to clients;
 - ``distributed_onnx_forecasts_shadow_total`` (``model``): forecasts a shadow model made (logged, never returned);
+- ``distributed_onnx_forecasts_shadow_skipped_total`` (``model``): shadow forecasts skipped, the shadow being
+  behind (see :class:`distributed_onnx.serve.live_log.LiveTraffic`);
 - ``distributed_onnx_forecasts_logged_total`` (``model``): forecasts whose log file was written;
 - ``distributed_onnx_forecasts_dropped_total`` (``model``, ``reason``): forecasts the log dropped
   (``queue_full``: the sink was slower than the traffic; ``write_failed``: the sink failed);
@@ -97,6 +99,12 @@ class LiveMetrics:
             ["model", "replica"],
             registry=self.registry,
         )
+        self._shadow_skipped = Counter(
+            "distributed_onnx_forecasts_shadow_skipped",
+            "Shadow forecasts skipped because too many answers' shadow work was already waiting.",
+            ["model", "replica"],
+            registry=self.registry,
+        )
         self._latency = Histogram(
             "distributed_onnx_request_duration_seconds",
             "Handler time of a request, body read to response.",
@@ -112,6 +120,9 @@ class LiveMetrics:
 
     def shadow(self, model: str, forecasts: int) -> None:
         self._shadow.labels(model, self.replica).inc(forecasts)
+
+    def shadow_skipped(self, model: str, forecasts: int) -> None:
+        self._shadow_skipped.labels(model, self.replica).inc(forecasts)
 
     def request(self, endpoint: str, model: str, seconds: float) -> None:
         self._latency.labels(endpoint, model, self.replica).observe(seconds)
