@@ -379,7 +379,9 @@ def metrics_table(batches: Sequence[ScoreBatch]) -> pa.Table:
             tables.append(
                 table.append_column("scored_model", pa.array([name] * rows, pa.string()))
                 .append_column("horizon", pa.array([horizon] * rows, pa.int32()))
-                .append_column("quantile_levels", pa.array([",".join(format(q, "g") for q in levels)] * rows))
+                .append_column(
+                    "quantile_levels", pa.array([",".join(format(q, "g") for q in levels)] * rows, pa.string())
+                )
             )
     if not tables:
         empty = MetricsAccumulator([0.5], 1).to_table("none").schema
