@@ -21,7 +21,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-.PHONY: backtest test lint typecheck check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: backtest test test-unit lint lint-imports typecheck check check-install bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,14 +44,22 @@ backtest: $(BIN)/.installed-run
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
 
+# The fast tier: pure logic, no Ray, no ONNX Runtime session, no server (tests/conftest.py fails one that starts any).
+test-unit: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "not integration and not gpu"
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The layers and who may import Ray and onnxruntime: import-linter's contracts in pyproject.toml.
+lint-imports: $(BIN)/.installed
+	$(BIN)/lint-imports --no-logo
+
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-check: lint typecheck test
+check: lint lint-imports typecheck test
 
 check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
@@ -66,7 +74,7 @@ bench-backtest: $(BIN)/.bench-installed
 bench-serve: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/serve_bench.py
 
-# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see ../shared/gpu/README.md.
+# On a GPU machine, with onnxruntime-gpu importable by $(PYTHON) (not the CPU venv); see docs/gpu.md.
 bench-gpu:
 	$(PYTHON) scripts/gpu_check.py
 

@@ -106,7 +106,7 @@ async def _load(port: int, payload: bytes, requests: int, concurrency: int, cap_
     return _summary(latencies, wall) | {"codes": codes, "concurrency": concurrency}
 
 
-def load(port: int, path: str, body: bytes, requests: int, concurrency: int, cap_s: float) -> dict[str, Any]:
+def load(port: int, path: str, body: bytes, *, requests: int, concurrency: int, cap_s: float) -> dict[str, Any]:
     payload = http_post(port, path, body)
     asyncio.run(_load(port, payload, min(requests, 4 * concurrency), concurrency, cap_s))  # warm connections
     return asyncio.run(_load(port, payload, requests, concurrency, cap_s))
@@ -258,10 +258,14 @@ def main() -> int:
         try:
             for concurrency in CONCURRENCY:
                 print(f"{label}: 1 series, {concurrency} clients ...", flush=True)
-                row = load(port, "/v1/forecast", one_body, args.requests, concurrency, args.cap_s)
+                row = load(
+                    port, "/v1/forecast", one_body, requests=args.requests, concurrency=concurrency, cap_s=args.cap_s
+                )
                 entry["cells"].append({"series_per_request": 1} | row)
             print(f"{label}: 64 series, 8 clients ...", flush=True)
-            row = load(port, "/v1/forecast", many_body, max(40, args.requests // 5), 8, args.cap_s)
+            row = load(
+                port, "/v1/forecast", many_body, requests=max(40, args.requests // 5), concurrency=8, cap_s=args.cap_s
+            )
             entry["cells"].append(
                 {"series_per_request": 64, "windows_per_s": round(row["requests_per_s"] * 64, 1)} | row
             )

@@ -9,7 +9,6 @@ describes them. ``distributed_onnx.backtest`` is the API function; the backtest'
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.api import Backtest, backtest
@@ -32,14 +31,11 @@ from distributed_onnx.model.checkpoint import (
     ResolvedCheckpoint,
     write_checkpoint,
 )
+from distributed_onnx.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from distributed_onnx.model.backend.onnx import OnnxBackend
 
-try:  # one source of the version: pyproject.toml, through the installed metadata
-    __version__ = _metadata.version("distributed-onnx")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "Backtest",

@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from distributed_onnx import __version__
 from distributed_onnx.errors import BatchError, DistributedOnnxError
+from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
 
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     _settings_command(
         commands,
         "serve",
-        "serve a checkpoint over HTTP (foreground; Ctrl-C or SIGTERM stops)",
+        "serve a checkpoint over HTTP and gRPC (KServe v2) on Ray Serve (foreground; Ctrl-C or SIGTERM stops)",
         ServeSettings,
         _serve,
     )

@@ -23,6 +23,9 @@ catch the family with one clause and the CLI can turn it into a one-line message
     ├── DataError                      the input table is unusable (names the file and rows)
     ├── StorageError                   a part could not be written after its retries (names the path)
     ├── WorkerStartError               worker actors did not become ready in time (names what was asked)
+    ├── UnsupportedRayError            the installed Ray lacks a private part this package relies on (names it
+    │                                  and the Ray version tested)
+    ├── LoopbackError                  the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
     └── BatchError                     dispatched work failed (names the parts; their windows are listed)
 
 Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
@@ -150,5 +153,13 @@ class WorkerStartError(DistributedOnnxError):
     """Worker actors did not become ready within their timeout (no room in the cluster, or a slow start)."""
 
 
+class UnsupportedRayError(DistributedOnnxError):
+    """The installed Ray lacks a private or experimental part the package relies on (``runtime/ray_private.py``)."""
+
+
+class LoopbackError(DistributedOnnxError):
+    """A process of the embedded Ray (or its Serve) listens on an address beyond loopback it was not asked for."""
+
+
 class BatchError(DistributedOnnxError):
-    """Dispatched work failed: ``failed_batches`` lists the parts; ``failed_windows.json`` their window ids."""
+    """Dispatched work failed: ``failed_parts`` lists the parts; ``failed_windows.json`` their window ids."""

@@ -8,13 +8,24 @@ defaults and help. From lowest to highest precedence a value comes from:
 2. a YAML file (``--config``): keys are the field names (``n_windows``; ``n-windows`` too); relative paths in
    it are read relative to the file's folder, so a config file means the same from any working directory;
 3. the environment: ``DISTRIBUTED_ONNX_<FIELD>`` (``DISTRIBUTED_ONNX_N_WINDOWS=45``), case-insensitive,
-   lists comma-separated as on the command line (pydantic-settings' ``EnvSettingsSource``);
-4. command-line flags, generated from the fields by :func:`add_flags` (``--n-windows``, help = the field's
-   description).
+   lists comma-separated as on the command line;
+4. command-line flags (``--n-windows``, help = the field's description), or the arguments of the Python API or
+   of a Serve config, whichever calls.
 
-Building a model in Python (``BacktestSettings(output=...)``) reads nothing but its arguments: the
-environment and the file only apply through :meth:`CommandSettings.from_sources`, which the commands call.
-An invalid value is one line naming each bad key and where it came from (file, variable or flag).
+pydantic-settings does the work: ``settings_customise_sources`` orders its sources (``EnvSettingsSource``, an
+``InitSettingsSource`` for the file) and its ``CliSettingsSource`` makes and parses the flags. Building a model in
+Python (``BacktestSettings(output=...)``) reads nothing but its arguments: the environment and the file only
+apply through :meth:`CommandSettings.from_sources`, which the commands call. Kept here, as the library does not
+do it:
+
+- :func:`read_yaml`, not ``YamlConfigSettingsSource``: that one passes over a missing file silently and lets a
+  PyYAML error (several lines) or a top-level list escape as a traceback; here keys may use ``-``, and relative
+  paths are resolved against the file's folder (:func:`_relative_to`);
+- :func:`_config_error`: one line naming each bad key, the source it came from (flag, variable or file) and for
+  an unknown key the likely one; pydantic's error knows the key, not the source;
+- the flags' help and metavar (:func:`add_flags`): the library lists an enum by its member names (``AUTO``)
+  where users write the values (``auto``), and appends ``(default: null)`` to descriptions that already say
+  what None means.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from datetime import datetime
+from contextvars import ContextVar
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -32,14 +43,23 @@ from typing import Any, ClassVar, Self
 import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
-#: Where :func:`add_flags` puts parsed flags in the argparse namespace (apart from the command's own options).
-FLAG_DEST_PREFIX = "settings."
+#: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
+_CLI_SOURCE = "settings_cli_source"
+#: The sources :meth:`CommandSettings.from_sources` asks for beyond the arguments (none for direct construction).
+_REQUESTED_SOURCES: ContextVar[tuple[PydanticBaseSettingsSource, ...]] = ContextVar("requested_sources", default=())
 
 
 class CommandSettings(BaseSettings):
@@ -66,8 +86,8 @@ class CommandSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Direct construction reads only its arguments (see :meth:`from_sources` for the commands' sources)."""
-        return (init_settings,)
+        """The arguments first, then what :meth:`from_sources` asked for (nothing else on direct construction)."""
+        return (init_settings, *_REQUESTED_SOURCES.get())
 
     @classmethod
     def from_sources(
@@ -82,20 +102,21 @@ class CommandSettings(BaseSettings):
 
         ``flags`` that are None count as not given; ``source`` names them in error messages.
         """
-        layers: list[tuple[str, dict[str, Any]]] = []  # lowest precedence first
-        if config_file is not None:
-            layers.append((str(config_file), _relative_to(read_yaml(config_file), config_file.parent, cls)))
-        if environment:
-            layers.append(("environment", _environment(cls)))
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
-        layers.append((source, given))
-        values: dict[str, Any] = {}
-        for _, layer in layers:
-            values.update(layer)
+        requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
+        if environment:
+            requested.append(("environment", EnvSettingsSource(cls)))
+        if config_file is not None:
+            values = _relative_to(read_yaml(config_file), config_file.parent, cls)
+            requested.append((str(config_file), InitSettingsSource(cls, values)))
+        token = _REQUESTED_SOURCES.set(tuple(layer for _, layer in requested))
         try:
-            return cls.model_validate(values)
+            return cls(**given)
         except ValidationError as exc:
-            raise _config_error(cls, exc, layers) from exc
+            layers = [(source, given), *((label, layer()) for label, layer in requested)]
+            raise _config_error(cls, exc, layers, config_file) from exc
+        finally:
+            _REQUESTED_SOURCES.reset(token)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -116,35 +137,40 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return {str(key).replace("-", "_"): value for key, value in document.items()}
 
 
-def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
-    """One ``--flag`` per field of ``model``: kebab-case name, the field's description as help.
+def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+    """One ``--flag`` per field of ``model`` (pydantic-settings' ``CliSettingsSource``): kebab-case names,
+    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description.
 
-    Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value); booleans get
-    ``--x/--no-x``. Flags not given are absent from the namespace (see :func:`given_flags`).
+    Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value). Flags not given
+    are absent from the namespace (see :func:`given_flags`); the others are stored under their field names, so a
+    command's own options (``--config``) must not reuse a field's name.
     """
-    for name, field in model.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        options: dict[str, Any] = {"dest": FLAG_DEST_PREFIX + name, "default": argparse.SUPPRESS}
-        options["help"] = _help(field).replace("%", "%%")
-        if _inner(field.annotation) is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
-        elif isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("repeatable"):
-            parser.add_argument(flag, action="append", metavar=_metavar(name, field), **options)
-        else:
-            parser.add_argument(flag, metavar=_metavar(name, field), **options)
+
+    def add_argument(target: Any, *names: str, **options: Any) -> Any:
+        field = model.model_fields.get(options.get("dest", ""))
+        if field is not None:
+            options["help"] = _help(field).replace("%", "%%")
+            if "metavar" in options:
+                options["metavar"] = _metavar(field, options["metavar"])
+        return target.add_argument(*names, **options)
+
+    source: CliSettingsSource[argparse.ArgumentParser] = CliSettingsSource(
+        model,
+        root_parser=parser,
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_hide_none_type=True,
+        add_argument_method=add_argument,
+    )
+    parser.set_defaults(**{_CLI_SOURCE: source})
 
 
 def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
     """The settings flags :func:`add_flags` parsed, by field name."""
-    return {
-        dest.removeprefix(FLAG_DEST_PREFIX): value
-        for dest, value in vars(namespace).items()
-        if dest.startswith(FLAG_DEST_PREFIX)
-    }
-
-
-def _environment(model: type[BaseSettings]) -> dict[str, Any]:
-    return {key: value for key, value in EnvSettingsSource(model, case_sensitive=False)().items()}
+    source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
+    fields = source.settings_cls.model_fields
+    parsed = {dest: value for dest, value in vars(namespace).items() if dest in fields}
+    return source(parsed_args=parsed)()
 
 
 def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -> dict[str, Any]:
@@ -174,16 +200,22 @@ def _relative_path(value: Any, folder: Path) -> Any:
 
 
 def _config_error(
-    model: type[CommandSettings], exc: ValidationError, layers: list[tuple[str, dict[str, Any]]]
+    model: type[CommandSettings],
+    exc: ValidationError,
+    layers: list[tuple[str, dict[str, Any]]],
+    config_file: Path | None,
 ) -> ConfigError:
-    """One line: each bad key with the source it came from, and for a missing one the three ways to give it."""
+    """One line: each bad key with the source it came from, and for a missing one the three ways to give it.
+
+    ``layers`` are (name, values) of each source, highest precedence first: a key is blamed on the first that has it.
+    """
     problems = []
     first_key: str | None = None
     config_path: str | None = None
     for error in exc.errors()[:10]:
         key = str(error["loc"][0]) if error.get("loc") else None
         first_key = first_key or key
-        origin = next((label for label, layer in reversed(layers) if key in layer), None)
+        origin = next((label for label, values in layers if key in values), None)
         text = describe_validation([error], root="settings")
         if error["type"] == "missing" and key is not None:
             text += f" (give --{key.replace('_', '-')}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
@@ -192,7 +224,7 @@ def _config_error(
             text += f"; did you mean {close[0]!r}?" if close else ""
         if origin == "environment" and key is not None:
             origin = f"environment {ENV_PREFIX}{key.upper()}"
-        elif origin is not None and origin.endswith((".yaml", ".yml")):
+        elif config_file is not None and origin == str(config_file):
             config_path = config_path or origin
         problems.append(f"{text} [from {origin}]" if origin else text)
     message = f"Invalid {model.label}: {'; '.join(problems)}"
@@ -208,27 +240,14 @@ def _members(annotation: Any) -> tuple[Any, ...]:
     return (annotation,)
 
 
-def _inner(annotation: Any) -> Any:
-    """The one non-None type of an annotation, or the annotation itself when it admits several."""
-    members = [member for member in _members(annotation) if member is not type(None)]
-    return members[0] if len(members) == 1 else annotation
-
-
-def _metavar(name: str, field: FieldInfo) -> str:
+def _metavar(field: FieldInfo, generated: str) -> str:
+    """The field's example (``0.1,0.5,0.9`` rather than ``list[float]``), an enum's values, PATH, or the library's."""
     if field.examples:
         return str(field.examples[0])
-    kind = _inner(field.annotation)
-    origin = typing.get_origin(kind)
-    if origin is typing.Literal:
-        return "{" + ",".join(str(choice) for choice in typing.get_args(kind)) + "}"
+    kind = field.annotation
     if isinstance(kind, type) and issubclass(kind, Enum):
         return "{" + ",".join(str(member.value) for member in kind) + "}"
-    if origin is list:
-        return "A,B"
-    if Path in _members(field.annotation):
-        return "PATH"
-    names = {int: "N", float: "X", datetime: "TIMESTAMP"}
-    return names.get(kind, name.upper())
+    return "PATH" if Path in _members(kind) else generated
 
 
 def _help(field: FieldInfo) -> str:

@@ -1,7 +1,6 @@
 """The GPU check and benchmark: one command for a lent GPU machine, well inside 8 minutes on an H200.
 
-Reproduce, from the repository root (on the offline GPU host first ``eval "$(bash .gpu/unpack.sh)"``, see
-``../shared/gpu/README.md``)::
+Reproduce, from the repository root, with a Python that has onnxruntime-gpu (see ``docs/gpu.md``)::
 
     python3 scripts/gpu_check.py            # = make bench-gpu; --budget-s, --seconds-per-case, --skip-backtest
 
@@ -291,8 +290,8 @@ def markdown(report: dict[str, Any], batches: tuple[int, ...]) -> str:
             "",
         ]
     lines += [
-        "Reproduce: `python3 scripts/gpu_check.py` (or `make bench-gpu`) from the repository root; on the offline GPU",
-        'host after `eval "$(bash .gpu/unpack.sh)"` (../shared/gpu/README.md). Writes this file and `gpu.json`.',
+        "Reproduce: `python3 scripts/gpu_check.py` (or `make bench-gpu`) from the repository root, with a Python",
+        "that has onnxruntime-gpu (docs/gpu.md). Writes this file and `gpu.json`.",
         "",
         f"Generated {report['generated']}. Environment: `{json.dumps(report.get('environment', {}))[:600]}`.",
         "",

@@ -1,11 +1,19 @@
-"""Shared fixtures. Ray is started once per test session (it costs seconds), bound to 127.0.0.1."""
+"""Shared fixtures and helpers. Ray is started once per test session (it costs seconds), bound to 127.0.0.1.
+
+Two tiers: tests marked ``integration`` (or ``gpu``) may start Ray, ONNX Runtime sessions and servers; the rest
+(``make test-unit``) are pure logic, and :func:`_unit_tests_stay_pure` fails one that starts any of them.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +54,69 @@ def ray_session() -> Iterator[None]:
             configure_logging=False,
         )
     yield
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked ``integration``/``gpu`` that starts Ray, an ONNX Runtime session or a server fails,
+    naming the marker it lacks: so that ``make test-unit`` stays pure logic and fast."""
+    if request.node.get_closest_marker("integration") or request.node.get_closest_marker("gpu"):
+        return
+
+    def refuse(what: str) -> Any:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            pytest.fail(f"{request.node.nodeid} {what}: mark it @pytest.mark.integration", pytrace=False)
+
+        return refused
+
+    if "onnxruntime" in sys.modules:
+        monkeypatch.setattr(sys.modules["onnxruntime"], "InferenceSession", refuse("builds an ORT session"))
+    if "ray" in sys.modules:
+        monkeypatch.setattr(sys.modules["ray"], "init", refuse("starts Ray"))
+    monkeypatch.setattr(socket.socket, "listen", refuse("listens on a socket (a server)"))
+
+
+#: Ray's default worker port range (``--min-worker-port``/``--max-worker-port``): a port picked for a server or
+#: a Ray head outside it cannot be taken later by a worker that Ray starts.
+RAY_WORKER_PORTS = range(10002, 20000)
+
+
+def free_ports(count: int = 1) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now, outside :data:`RAY_WORKER_PORTS` (the sockets are held
+    together while picking, so the ports differ). Pick them when the server starts, not at import."""
+    ports: list[int] = []
+    while len(ports) < count:
+        sockets = [socket.socket() for _ in range(count - len(ports))]
+        try:
+            for sock in sockets:
+                sock.bind(("127.0.0.1", 0))
+            picked = [int(sock.getsockname()[1]) for sock in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+        ports += [port for port in picked if port not in RAY_WORKER_PORTS and port not in ports]
+    return ports
+
+
+def free_port() -> int:
+    """One port free on 127.0.0.1 now (see :func:`free_ports`)."""
+    return free_ports(1)[0]
+
+
+def wait_until_ready(url: str, process: subprocess.Popen[str], timeout_s: float = 180.0) -> None:
+    """Poll ``{url}/v2/health/ready`` until it answers 200; fail with the server's output if it exits first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not become ready within {timeout_s:.0f} s"
+        time.sleep(0.5)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

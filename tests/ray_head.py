@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+
+from conftest import free_ports
 
 RAY = str(Path(sys.executable).with_name("ray"))
 LOOPBACK = "127.0.0.1"
@@ -46,20 +47,6 @@ class RayHead:
 
     def client_env(self, **overrides: str) -> dict[str, str]:
         return {**self.env, **overrides}
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((LOOPBACK, 0))
-        ports = [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-    if any(10002 <= port <= 19999 for port in ports):  # pragma: no cover - only with an unusual ephemeral range
-        return free_ports(count)
-    return ports
 
 
 @contextmanager

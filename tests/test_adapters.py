@@ -123,8 +123,28 @@ def test_chronos2_decode_picks_target_rows() -> None:
     np.testing.assert_array_equal(decoded, rows[[0, 3]].astype(np.float32))
 
 
-def test_chronos2_supports_covariates() -> None:
-    assert Chronos2Adapter(_metadata()).supports_covariates
+@pytest.mark.parametrize(
+    ("input_names", "supported"),
+    [(CHRONOS2_INPUTS, True), (UPSTREAM_INPUTS, True), (UPSTREAM_INPUTS[:3], False)],
+    ids=["openstef", "upstream", "upstream-no-covariates"],
+)
+def test_chronos2_supports_covariates_exactly_when_it_feeds_them_to_the_model(
+    input_names: list[str], supported: bool
+) -> None:
+    """What the planner and the worker ask before sending covariates must match what build_inputs does."""
+    adapter = Chronos2Adapter(_metadata(input_names=input_names))
+    assert adapter.supports_covariates is supported
+    context = np.ones((1, C), dtype=np.float32)
+    covariates = np.arange(C + H, dtype=np.float32).reshape(1, 1, C + H) + 10
+    if not supported:
+        with pytest.raises(InputValidationError, match="covariates"):
+            adapter.build_inputs(context, covariates)
+        return
+    inputs, target_rows = adapter.build_inputs(context, covariates)
+    covariate_row = target_rows[0] + 1  # the window's group: its target row, then its covariate rows
+    np.testing.assert_array_equal(inputs["context"][covariate_row], covariates[0, 0, :C])
+    np.testing.assert_array_equal(inputs["future_covariates"][covariate_row], covariates[0, 0, C:])
+    np.testing.assert_array_equal(inputs["group_ids"][[target_rows[0], covariate_row]], [0, 0])
 
 
 # --- Chronos-2, the upstream exporter's variant -----------------------------------------------------------

@@ -36,6 +36,8 @@ from distributed_onnx.errors import (
 )
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
+pytestmark = pytest.mark.integration
+
 
 def batch(rows: int = 2, context_length: int = 16, horizon: int = 8) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
@@ -59,12 +61,37 @@ def test_runs_and_matches_the_graph(tiny_checkpoint: ResolvedCheckpoint) -> None
     np.testing.assert_allclose(out[:, :, 0], expected, rtol=1e-5)
 
 
-def test_session_options_are_applied(tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path) -> None:
+def test_session_options_are_applied(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every field reaches the session ONNX Runtime builds (read back from the session itself)."""
+    built: list[ort.InferenceSession] = []
+    real_session = ort.InferenceSession
+
+    def recording_session(*args: object, **kwargs: object) -> ort.InferenceSession:
+        built.append(real_session(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(ort, "InferenceSession", recording_session)
     options = SessionOptionsConfig(
-        intra_op_num_threads=1, allow_spinning=False, optimized_model_path=tmp_path / "opt.onnx"
+        graph_optimization_level="ENABLE_BASIC",
+        intra_op_num_threads=1,
+        inter_op_num_threads=2,
+        allow_spinning=False,
+        optimized_model_path=tmp_path / "opt.onnx",
+        log_severity_level=2,
     )
-    backend = OnnxBackend.from_checkpoint(tiny_checkpoint, [CpuProvider()], options)
-    backend.run(batch())
+    with OnnxBackend.from_checkpoint(tiny_checkpoint, [CpuProvider()], options) as backend:
+        backend.run(batch())
+
+    (session,) = built
+    applied = session.get_session_options()
+    assert applied.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert (applied.intra_op_num_threads, applied.inter_op_num_threads) == (1, 2)
+    assert applied.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert applied.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+    assert applied.log_severity_level == 2
+    assert applied.optimized_model_filepath == str(tmp_path / "opt.onnx")
     assert (tmp_path / "opt.onnx").is_file()
 
 

@@ -104,6 +104,10 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
     assert "a · best MASE" in page and "a · worst MASE" in page
     assert "b · latest" in page and "c · latest" in page and "b · best" not in page
     assert summary["timing"]["report_drawn_by"] == "ray worker"
+    # Every phase of the driver is timed in wall and CPU seconds; dispatching is one of them.
+    phases = ["start_and_plan", "ray_start", "series_and_pool", "dispatch", "merge", "report", "ray_stop"]
+    assert list(summary["timing"]["driver_cpu_phases_s"]) == list(summary["timing"]["driver_wall_phases_s"]) == phases
+    assert summary["timing"]["driver_wall_phases_s"]["dispatch"] == round(summary["timing"]["dispatch_s"], 4)
     # The short series' context starts before its data: missing history, masked, still forecast.
     short = distributed.filter(pa.compute.equal(distributed["series_id"], "c"))
     assert short.num_rows == 16 and not np.isnan(short["q0.5"].to_numpy()).any()
@@ -252,7 +256,7 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
     with pytest.raises(BatchError, match="part 1") as info:
         run_backtest(settings)
 
-    assert info.value.failed_batches == [1]
+    assert info.value.failed_parts == [1]
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
     assert "StorageError" in failed[0]["error"] and "failed 3 times" in failed[0]["error"]
     assert len(failed[0]["window_ids"]) == 4
@@ -288,7 +292,7 @@ def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, dat
     with pytest.raises(BatchError, match=r"failed_windows\.json") as info:
         run_backtest(settings)
 
-    assert info.value.failed_batches == [2]
+    assert info.value.failed_parts == [2]
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
     assert [entry["part"] for entry in failed] == [2]
     assert failed[0]["window_ids"] == planned[8:]

@@ -8,14 +8,15 @@ import pytest
 import yaml
 
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.runtime import ray_private
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_cluster_yaml_passes_rays_validation() -> None:
     pytest.importorskip("jsonschema")
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
+    prepare_config = ray_private.AUTOSCALER_PREPARE_CONFIG.get()
+    validate_config = ray_private.AUTOSCALER_VALIDATE_CONFIG.get()
     config = prepare_config(yaml.safe_load((REPO / "cluster.yaml").read_text()))  # what `ray up` does first
     validate_config(config)  # raises on any schema or node-type error
     types = config["available_node_types"]

@@ -48,7 +48,9 @@ def test_quiet_ray_logging_hides_rays_warnings_and_verbose_shows_them() -> None:
     ray_logger, serve_logger = logging.getLogger("ray"), logging.getLogger("ray.serve")
     ray_logger.addHandler(records)
     serve_logger.addHandler(records)  # Serve's logger does not propagate to "ray"
-    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")  # where Ray logs it
+    from distributed_onnx.runtime import ray_private
+
+    notice = ray_private.TOKEN_NOTICE.get()  # the logger of Ray's token-authentication notice
     try:
         quiet_ray_logging(quiet=True)
         notice.warning("Token authentication is enabled for this Ray cluster.")

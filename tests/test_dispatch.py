@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +20,12 @@ ray = pytest.importorskip("ray")
 from ray_actors import kill_and_wait  # noqa: E402
 
 from distributed_onnx.errors import BatchError  # noqa: E402
-from distributed_onnx.runtime.dispatch import DispatchStats, dispatch  # noqa: E402
+from distributed_onnx.runtime.dispatch import (  # noqa: E402
+    DispatchCallbacks,
+    DispatchConfig,
+    Dispatcher,
+    DispatchStats,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
@@ -101,17 +106,26 @@ def _kill_started() -> Iterator[None]:
     STARTED.clear()
 
 
-def run(items: list[int], actors: list[Any], recorder: Recorder, **options: Any) -> DispatchStats:
-    return dispatch(
-        iter(items),
-        actors,
-        lambda actor, item: actor.run.remote(item),
-        recorder.on_result,
-        recorder.on_failure,
+def run(
+    items: list[int],
+    actors: list[Any],
+    recorder: Recorder,
+    *,
+    replacements: EchoReplacements | None = None,
+    on_replacement: Callable[[Any], None] | None = None,
+    attempt_timeout_s: float | None = None,
+    **config: Any,
+) -> DispatchStats:
+    callbacks = DispatchCallbacks[int](
+        submit=lambda actor, item: actor.run.remote(item),
+        on_result=recorder.on_result,
+        on_failure=recorder.on_failure,
         key=lambda item: item,
-        poll_timeout_s=0.2,
-        **options,
+        attempt_timeout_s=lambda: attempt_timeout_s,
+        on_replacement=on_replacement,
     )
+    dispatcher = Dispatcher(actors, callbacks, DispatchConfig(poll_timeout_s=0.2, **config), replacements=replacements)
+    return dispatcher.run(items)
 
 
 def test_every_item_once_on_a_healthy_pool() -> None:

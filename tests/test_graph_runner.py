@@ -21,7 +21,10 @@ from distributed_onnx import OnnxBackend
 from distributed_onnx.errors import GraphCaptureError, InputValidationError
 from distributed_onnx.model.backend.cuda.buckets import BucketPlan
 from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
+from distributed_onnx.model.backend.cuda.transfers import TransferOptions
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+
+pytestmark = pytest.mark.integration
 
 TRANSFERS = ["ort", "torch"]
 
@@ -54,9 +57,7 @@ def runner(
         specs.input_specs,
         specs.output_specs,
         plan,
-        device_type="cpu",
-        transfers=transfers,  # type: ignore[arg-type]
-        copy_threads=copy_threads,
+        transfer=TransferOptions(kind=transfers, device_type="cpu", copy_threads=copy_threads),  # type: ignore[arg-type]
     )
     return session, graphs
 

@@ -7,9 +7,11 @@ classifier. The resolution against PyPI itself (network, ~20 s) is ``make check-
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,33 @@ def _install_commands(target: str) -> list[str]:
     return [line for line in printed if "pip install" in line and "--upgrade pip" not in line]
 
 
-def test_make_backtest_installs_only_the_cpu_extra() -> None:
-    assert _install_commands("backtest") == ['.venv/bin/python -m pip install --quiet -e ".[cpu]"']
+def _declared(extras: set[str]) -> list[dict[str, object]]:
+    """The distributions ``pyproject.toml`` declares for the package with ``extras``, as pip-report entries."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + [
+        line for extra in sorted(extras) for line in project["optional-dependencies"][extra]
+    ]
+    return [_install(Requirement(line).name, "") for line in lines]
+
+
+def _extras_installed_by(target: str) -> set[str]:
+    """The extras of this package that ``make <target>`` installs (``-e ".[cpu,dev]"`` gives cpu and dev)."""
+    extras: set[str] = set()
+    for command in _install_commands(target):
+        extras.update(part for match in re.findall(r'-e "\.\[([^\]]*)\]"', command) for part in match.split(","))
+    return extras
+
+
+def test_make_backtest_installs_no_torch_and_no_cuda() -> None:
+    """What the main job's install declares holds no torch and no CUDA package (``make check-install`` proves
+    the same of the full resolution against PyPI, with the network)."""
+    extras = _extras_installed_by("backtest")
+    assert "cpu" in extras, extras  # ONNX Runtime itself
+    assert cuda_packages(_declared(extras)) == []
+    # The check is live: the export extra (the reference model's training) would bring torch.
+    assert cuda_packages(_declared(extras | {"export"})) == ["torch=="]
 
 
 def test_make_test_installs_torch_from_the_cpu_build_before_the_extras() -> None:

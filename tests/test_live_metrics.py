@@ -6,6 +6,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prometheus_client import REGISTRY, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,6 +38,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
+@pytest.mark.integration  # a real HTTP server on 127.0.0.1
 def test_metrics_scraped_over_http_count_served_logged_dropped_and_latency(tmp_path: Path) -> None:
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the log's folder should be")

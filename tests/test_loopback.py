@@ -15,7 +15,10 @@ import sys
 import textwrap
 
 import pytest
-from listening import is_loopback, listening_addresses
+from conftest import free_port, wait_until_ready
+
+from distributed_onnx.runtime.listening import is_loopback, listening_addresses
+from distributed_onnx.runtime.ray_private import CLUSTER_SWITCH
 
 pytestmark = [
     pytest.mark.integration,
@@ -42,7 +45,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_embedded_ray_listens_on_loopback_only() -> None:
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, tests_dir],
@@ -114,30 +117,15 @@ def _probe(port: int, marker: str) -> str:
 def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
     tiny_checkpoint: object, tmp_path: object
 ) -> None:
-    import socket
-    import time
     from pathlib import Path
 
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k not in {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS"}}
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {CLUSTER_SWITCH, "RAY_ADDRESS"}}
     checkpoint = str(tiny_checkpoint.weights_path)  # type: ignore[attr-defined]
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(f"http://127.0.0.1:{port}", process, timeout_s=180)
         addresses = listening_addresses(process.pid)
         exposed = [address for address in addresses if not is_loopback(address)]
         assert not exposed, f"serve listens beyond loopback: {exposed} (all: {addresses})"

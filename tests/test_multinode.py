@@ -28,6 +28,7 @@ from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
 from distributed_onnx.evaluation.settings import BacktestSettings  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import WorkerInfo  # noqa: E402
+from distributed_onnx.runtime import ray_private  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +41,8 @@ def gpu_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[Any
     """A CPU-only head and two worker nodes with 2 fake GPUs each; the driver is connected to the head."""
     if ray.is_initialized():
         ray.shutdown()
-    monkeypatch.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
-    monkeypatch.setattr(ray._common.utils, "reset_ray_address", lambda *args, **kwargs: None)
+    for private in (ray_private.WRITE_RAY_ADDRESS, ray_private.RESET_RAY_ADDRESS):
+        monkeypatch.setattr(private.owner(), private.attribute, lambda *args, **kwargs: None)
     # Loopback stays loopback because conftest.py turned Ray's multi-node switch off (local_ray.py says why).
     common = {"node_ip_address": LOOPBACK, "object_store_memory": 80 * 1024 * 1024}
     cluster = Cluster(

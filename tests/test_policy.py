@@ -6,8 +6,10 @@ import logging
 
 import pytest
 from graphs import tiny_chronos2_metadata
+from pydantic import TypeAdapter
 
 from distributed_onnx.errors import ProviderNotAllowedError, ProviderUnavailableError
+from distributed_onnx.model.backend.cuda.buckets import BucketPlan
 from distributed_onnx.model.backend.policy import (
     DefaultProviderPolicy,
     HostCapabilities,
@@ -15,11 +17,10 @@ from distributed_onnx.model.backend.policy import (
     check_realized,
 )
 from distributed_onnx.model.backend.providers import (
-    DEFAULT_BATCH_BUCKETS,
     CoreMLProvider,
     CpuProvider,
     CudaProvider,
-    SessionOptionsConfig,
+    ProviderChain,
     TensorRTProvider,
     provider_from_kind,
 )
@@ -108,15 +109,18 @@ def test_provider_from_kind_and_unknown() -> None:
         provider_from_kind("tpu")
 
 
-def test_session_options_reject_negative_threads() -> None:
-    with pytest.raises(ValueError, match="intra_op_num_threads"):
-        SessionOptionsConfig(intra_op_num_threads=-1)
-
-
-def test_cuda_defaults_keep_orts_tf32_and_turn_graphs_on() -> None:
-    cuda = CudaProvider()
-    assert cuda.use_tf32 and cuda.cuda_graph
-    assert cuda.batch_buckets == DEFAULT_BATCH_BUCKETS == tuple(2**k for k in range(4, 15))
+def test_cuda_as_users_name_it_keeps_orts_tf32_captures_graphs_and_pads_at_most_double() -> None:
+    """``--providers cuda`` (or ``cuda`` in YAML): what ORT is handed, and what padding a batch pays."""
+    (cuda,) = TypeAdapter(ProviderChain).validate_python("cuda")
+    name, options = cuda.to_ort()
+    assert name == CUDA
+    assert options["use_tf32"] == "1"  # ORT's own default: GPU forecasts stay as fast as ORT makes them
+    assert options["enable_cuda_graph"] == "1"
+    plan = BucketPlan(cuda.batch_buckets)
+    assert plan.select(1) == plan.buckets[0] and plan.select(plan.largest + 1) is None
+    for rows in range(plan.buckets[0], plan.largest + 1):
+        bucket = plan.select(rows)
+        assert bucket is not None and rows <= bucket < 2 * rows, (rows, bucket)
 
 
 def test_batch_buckets_are_sorted_positive_row_counts() -> None:

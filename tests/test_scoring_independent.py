@@ -2,7 +2,7 @@
 
 A few hundred windows run through ``run_backtest`` (real local Ray, real ORT), then MAE, MASE, WQL and
 interval coverage of the model and of the seasonal-naive baseline are computed again here with plain numpy,
-from the forecast parts and the raw data file, following DESIGN.md's Metrics section literally (a loop per
+from the forecast parts and the raw data file, following docs/design.md's Metrics section literally (a loop per
 window, timestamps looked up in the raw rows). Nothing of ``evaluation.scoring.metrics``, ``naive`` or the
 window planner is used to compute the expected values.
 
@@ -41,7 +41,7 @@ def _rho(q: float, u: np.ndarray) -> np.ndarray:
 def _scores(
     actual: np.ndarray, forecast: dict[float, np.ndarray], scale: np.ndarray
 ) -> dict[tuple[str, float | None], float]:
-    """DESIGN.md's definitions over ``actual[W, H]`` and ``forecast[q][W, H]`` (every pair observed here)."""
+    """docs/design.md's definitions over ``actual[W, H]`` and ``forecast[q][W, H]`` (every pair observed here)."""
     error = np.abs(actual - forecast[0.5])
     scores: dict[tuple[str, float | None], float] = {
         ("mae", None): float(error.mean()),

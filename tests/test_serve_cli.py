@@ -11,11 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import free_port, wait_until_ready
 from listening import process_tree
 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.integration
 READY_TIMEOUT_S = 180.0
 EXIT_TIMEOUT_S = 60.0
 COMMAND = [sys.executable, "-m", "distributed_onnx", "serve"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def environment() -> dict[str, str]:
@@ -79,16 +73,7 @@ def test_serve_command_runs_in_the_foreground_and_stops_cleanly(
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(url, process, READY_TIMEOUT_S)
         response = httpx.post(f"{url}/v1/forecast", json={"series": [{"series_id": "a", "y": [1.0, 3.0]}]}, timeout=30)
         assert response.status_code == 200, response.text
         assert response.json()["model"] == tiny_checkpoint.weights_path.stem

@@ -9,9 +9,9 @@ to provoke the overload 503 on purpose, and a tiny graph that ONNX Runtime fails
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("ray.serve")
 pytest.importorskip("onnxruntime")
 
-from conftest import RAY_TEST_RESOURCES
+from conftest import RAY_TEST_RESOURCES, free_port
 from failing_graph import POISON, write_failing_chronos2
 
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
@@ -39,13 +39,10 @@ METADATA = LocalCheckpoint(path=CHECKPOINT).resolve().metadata
 CONTEXT, HORIZON = METADATA.context_length, METADATA.horizon_length
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-GRPC_PORT = free_port()
+@functools.cache
+def grpc_port() -> int:
+    """Picked when Serve starts (in ``base_url``), not at import: a port free at collection may be taken by then."""
+    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +67,7 @@ def base_url(tiny_checkpoint: ResolvedCheckpoint, tmp_path_factory: pytest.TempP
 
     from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 
-    grpc_options = gRPCOptions(port=GRPC_PORT, grpc_servicer_functions=[SERVICER_FUNCTION])
+    grpc_options = gRPCOptions(port=grpc_port(), grpc_servicer_functions=[SERVICER_FUNCTION])
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60}, grpc_options=grpc_options)
     main = ServeSettings(checkpoint=CHECKPOINT, port=port, max_batch_size=8, batch_wait_ms=2, health_check_period_s=2)
     overload = ServeSettings(
@@ -662,7 +659,7 @@ def test_overload_answers_503_with_retry_after_and_the_replica_stays_healthy(bas
 def grpc_client(application: str) -> tuple[Any, dict[str, str]]:
     grpc = pytest.importorskip("tritonclient.grpc")
     # Serve's gRPC proxy routes by the "application" metadata when several applications run
-    return grpc.InferenceServerClient(f"127.0.0.1:{GRPC_PORT}"), {"application": application}
+    return grpc.InferenceServerClient(f"127.0.0.1:{grpc_port()}"), {"application": application}
 
 
 def grpc_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:

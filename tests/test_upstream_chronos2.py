@@ -12,7 +12,6 @@ Integration tier: real ORT sessions; the backtest on the shared local Ray, Serve
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ pytest.importorskip("onnxruntime")
 ray = pytest.importorskip("ray")
 
 from backtest_data import COVARIATE, STEP_US, dense_series, read_forecasts, settings_for, write_dataset  # noqa: E402
-from conftest import RAY_TEST_RESOURCES  # noqa: E402
+from conftest import RAY_TEST_RESOURCES, free_port  # noqa: E402
 from graphs import UPSTREAM_QUANTILES, upstream_expected, write_tiny_upstream_chronos2  # noqa: E402
 
 from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
@@ -131,9 +130,7 @@ def base_url(upstream: ResolvedCheckpoint) -> Iterator[str]:
             log_to_driver=False,
             configure_logging=False,
         )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     settings = ServeSettings(checkpoint=upstream.weights_path, port=port, cpus_per_replica=0.5, max_batch_size=4)
     serve.run(build_app(settings), name="upstream", route_prefix="/", blocking=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.table import Series, SeriesTable
 from distributed_onnx.evaluation.data.windows import PlannedBatch
 from distributed_onnx.model.backend.protocol import InferenceBackend
+from distributed_onnx.model.backend.validation import TensorSpec
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.worker import InferenceWorker, check_run_fits_model
 
@@ -46,6 +47,22 @@ class RecordingBackend:
     @property
     def metadata(self) -> CheckpointMetadata:
         return self._metadata
+
+    @property
+    def input_specs(self) -> Sequence[TensorSpec]:
+        return ()  # declares no shapes: any batch size goes
+
+    @property
+    def output_specs(self) -> Sequence[TensorSpec]:
+        return ()
+
+    @property
+    def providers(self) -> Sequence[str]:
+        return ("RecordingBackend",)
+
+    @property
+    def uses_io_binding(self) -> bool:
+        return False
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         self.calls.append({name: np.array(value, copy=True) for name, value in inputs.items()})
@@ -187,7 +204,8 @@ def test_warm_up_runs_one_all_missing_batch_then_close() -> None:
     assert call["future_covariates"].shape == (3, MODEL_HORIZON)
     np.testing.assert_array_equal(call["attention_mask"], np.tile([0.0] * (MODEL_CONTEXT - 1) + [1.0], (3, 1)))
     np.testing.assert_array_equal(call["context"], 0.0)  # all missing but one observed 0 per row
-    assert worker.info().model_name == "fake"
+    info = worker.info()
+    assert (info.model_name, info.providers) == ("fake", ["RecordingBackend"])  # the backend's, via its Protocol
     worker.close()
     assert backend.closed
 

@@ -41,5 +41,5 @@ def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str,
     return BatchError(
         f"{len(failures)} part(s) failed; their window ids are in {path}; rerun to resume. "
         f"First: part {first['part']} ({first['windows']} windows): {first['error']}",
-        failed_batches=[failure["part"] for failure in failures],
+        failed_parts=[failure["part"] for failure in failures],
     )

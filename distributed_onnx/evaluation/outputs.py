@@ -3,8 +3,9 @@
 ``forecasts/part-NNNNNN.parquet`` holds part NNNNNN of the plan, written by the actor that computed it;
 ``forecasts/part-NNNNNN.sums.arrow`` beside it holds that part's metric sums (:mod:`.sums`), written after the
 part. The plan is deterministic, so a rerun with the same settings skips every part that is *verifiably*
-done (:func:`done_parts`): both files present and readable, both naming this run and this part, the part's row
-count and size what its sums say. Anything else (a torn copy, a file from another run) is redone, not trusted.
+done (:func:`.sums.read_done_part`): both files present and readable, both naming this run and this part, the
+part's row count and size what its sums say. Anything else (a torn copy, a file from another run) is redone,
+not trusted.
 ``run.json`` records the settings' fingerprint: a directory is never resumed by a run with other settings.
 The directory may be a local path or a URL (``s3://...``): every file goes through :mod:`distributed_onnx.storage`.
 """
@@ -42,7 +43,7 @@ def sums_path(output: Location, part_index: int) -> Location:
 
 
 def part_files(output: Location) -> list[Location]:
-    """The forecast part files on disk, in part order (done or not: see :func:`done_parts`)."""
+    """The forecast part files on disk, in part order (done or not: see :func:`.sums.read_done_part`)."""
     return storage.list_files(storage.join(output, FORECASTS_DIR), "part-", ".parquet")
 
 

@@ -106,8 +106,8 @@ class PartRunner:
         self.worker = worker
         self.job = job
         self.node_id = node_id
-        uses_gpu = getattr(worker.backend, "uses_io_binding", False)
-        self._overlap = bool(uses_gpu) if job.overlap_packing is None else job.overlap_packing
+        uses_gpu = worker.backend.uses_io_binding
+        self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
 
     def run(self, part: PartSpec) -> PartReceipt:
@@ -129,7 +129,7 @@ class PartRunner:
             mark = time.perf_counter()
             tables.append(outputs.forecast_table(batch, forecasts, job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, model, naive, fans)
+            self._score(planned, batch, forecasts, model=model, naive=naive, fans=fans)
             clock.add("score", mark)
         table = pa.concat_tables(tables)
         mark = time.perf_counter()
@@ -215,6 +215,7 @@ class PartRunner:
         planned: PlannedBatch,
         batch: pa.RecordBatch,
         forecasts: np.ndarray,
+        *,
         model: MetricsAccumulator,
         naive: MetricsAccumulator,
         fans: FanCollector,

@@ -101,7 +101,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
     if gpu_providers and settings.gpus_per_actor == 0:
-        # An actor without a GPU must not build a GPU chain (DESIGN.md): refuse here, not in every actor.
+        # An actor without a GPU must not build a GPU chain (docs/design.md, Ray specifics): refuse here, not in
+        # every actor.
         raise ConfigError(
             f"providers {gpu_providers} need a GPU, but gpus_per_actor is 0: set gpus_per_actor > 0 "
             "(fractions share a GPU) or use the cpu provider",

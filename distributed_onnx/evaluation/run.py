@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import pickle
-import resource
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.data.series_source import (
     ParquetSeriesReader,
     SeriesSource,
@@ -33,16 +34,17 @@ from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.failures import failure_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
+from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
 from distributed_onnx.evaluation.settings import BacktestSettings
-from distributed_onnx.evaluation.summary import build_summary, previous_summary, write_summary
+from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
-from distributed_onnx.runtime.dispatch import dispatch
+from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.local_ray import connect
 
@@ -65,8 +67,8 @@ class BacktestResult:
 
 def run_backtest(settings: BacktestSettings) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed."""
-    started = time.perf_counter()
-    return _BacktestRun(prepare(settings), started).run()
+    clock = PhaseClock()
+    return _BacktestRun(prepare(settings), clock).run()
 
 
 def build_part_runner(worker: InferenceWorker, job: PartJob, info: WorkerInfo) -> PartRunner:
@@ -89,65 +91,72 @@ def render_report(
     return time.process_time() - started
 
 
-def driver_cpu_s() -> float:
-    """CPU seconds this process (the driver, all its threads) has used so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
+@dataclass(frozen=True)
 class _Replacements:
     """New actors for lost ones, started in the background by the dispatcher (see dispatch.Replacements)."""
 
-    def __init__(self, run: _BacktestRun, job_ref: Any) -> None:
-        self._run, self._job_ref = run, job_ref
+    settings: BacktestSettings
+    config: WorkerConfig
+    job_ref: Any
 
     def has_room(self) -> bool:
-        settings = self._run.plan.settings
-        return has_room(settings.cpus_per_actor, settings.gpus_per_actor)
+        return has_room(self.settings.cpus_per_actor, self.settings.gpus_per_actor)
 
     def start(self) -> tuple[Any, Any]:
-        settings = self._run.plan.settings
+        settings = self.settings
         actor = start_worker_actor(
-            self._run.worker_config(),
-            settings.cpus_per_actor,
-            settings.gpus_per_actor,
-            build_part_runner,
-            self._job_ref,
+            self.config, settings.cpus_per_actor, settings.gpus_per_actor, build_part_runner, self.job_ref
         )
         return actor, actor.ready.remote()
 
 
-class _BacktestRun:
-    """One execution of a plan: the callbacks of the dispatcher and the bookkeeping they share."""
+@dataclass(frozen=True)
+class _Dispatched:
+    """What dispatching left besides the receipts: the pool as it started, the transport, the counters."""
 
-    def __init__(self, plan: RunPlan, started: float) -> None:
+    workers: tuple[WorkerInfo, ...]
+    transport: Mapping[str, Any]
+    stats: DispatchStats
+
+
+class _PartLedger:
+    """Receipts and failures as the dispatcher delivers them, and what the next part's deadline follows from."""
+
+    def __init__(self) -> None:
+        self.receipts: list[PartReceipt] = []
+        self.failures: list[PartFailure] = []
+        self.slowest_part_s = 0.0
+        self.first_result_s: float | None = None
+
+    def add_receipt(self, receipt: PartReceipt, elapsed_s: float) -> None:
+        self.receipts.append(receipt)
+        self.slowest_part_s = max(self.slowest_part_s, sum(receipt.seconds.values()))
+        if self.first_result_s is None:
+            self.first_result_s = elapsed_s
+
+    def deadline_s(self, part_timeout_s: float | None) -> float:
+        """The given timeout, else generous until a part finished, then a multiple of the slowest part so far."""
+        if part_timeout_s is not None:
+            return part_timeout_s
+        if not self.receipts:
+            return FIRST_PART_TIMEOUT_S
+        return max(MIN_PART_TIMEOUT_S, DEADLINE_FACTOR * self.slowest_part_s)
+
+
+class _BacktestRun:
+    """One execution of a plan: it runs the parts left, then writes what its :class:`RunOutcome` says."""
+
+    def __init__(self, plan: RunPlan, clock: PhaseClock) -> None:
         self.plan = plan
-        self.output = plan.settings.output
-        self.started = started
+        self.clock = clock
         self.parts = plan.parts()
         self.sums = RunSums(plan.quantiles, plan.spec.horizon)
-        self.receipts: list[PartReceipt] = []
-        self.failures: list[dict[str, Any]] = []
-        self.infos: list[WorkerInfo] = []
-        self.actors: list[Any] = []  # the pool and its replacements: every one is killed at the end
-        self.transport: dict[str, Any] = {}
-        self.first_result_s: float | None = None
-        self.dispatch_s = 0.0
-        self.dispatch_cpu_s = 0.0
-        self.slowest_part_s = 0.0
-        self.stats = DispatchStats()
-        self.cpu_phases: dict[str, float] = {}
-        self._cpu_mark = 0.0
-
-    def _phase(self, name: str) -> None:
-        """Charge the driver CPU since the last mark to ``name`` (summary.json: ``driver_cpu_phases_s``)."""
-        now = driver_cpu_s()
-        self.cpu_phases[name] = round(self.cpu_phases.get(name, 0.0) + now - self._cpu_mark, 4)
-        self._cpu_mark = now
+        self.ledger = _PartLedger()
+        self.progress: Progress | None = None
 
     def run(self) -> BacktestResult:
-        plan, output = self.plan, self.output
-        self._phase("start_and_plan")  # Python, imports, reading and checking the data, planning
+        plan, output, clock = self.plan, self.plan.settings.output, self.clock
+        clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
         outputs.clean_partials(output)
         earlier = previous_summary(output, plan.run_fingerprint)
@@ -161,32 +170,46 @@ class _BacktestRun:
             plan.windows.skipped,
             len(self.parts) - len(todo),
         )
-        progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
+        self.progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
+        dispatched = _Dispatched((), {}, DispatchStats())
         started_ray = False
         try:
             if todo:
                 started_ray = connect(plan.settings.address)
-                self._phase("ray_start")
-                self._dispatch(todo, progress)
-            failed = {failure["part"] for failure in self.failures}
+                clock.mark("ray_start")
+                dispatched = self._dispatch(todo, self.progress)
+            failed = {failure.part for failure in self.ledger.failures}
             for part in todo:
                 if part.index not in failed:
                     self._merge_written(part)
             metrics = self.sums.write_metrics(output, plan.checkpoint.name)
-            self._phase("merge")
-            summary = build_summary(self, len(self.parts) - len(todo), done_windows, earlier)
+            clock.mark("merge")
+            outcome = self._outcome(todo, done_windows, dispatched)
+            summary = build_summary(plan, outcome, clock, earlier)
             self._report(summary, metrics)
         finally:
             if started_ray:
                 cluster.shutdown()
-        self._phase("ray_stop")
-        summary["timing"]["driver_cpu_s"] = driver_cpu_s()
-        summary["timing"]["driver_cpu_phases_s"] = self.cpu_phases
-        summary["timing"]["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        clock.mark("ray_stop")
+        summary["timing"].update(driver_timing(clock))
         write_summary(output, summary)
-        if self.failures:
-            raise failure_error(self.plan, self.parts, self.failures)
-        return BacktestResult(summary, metrics, self.failures)
+        failures = [failure.as_record() for failure in outcome.failures]
+        if failures:
+            raise failure_error(plan, self.parts, failures)
+        return BacktestResult(summary, metrics, failures)
+
+    def _outcome(self, todo: list[PartSpec], done_windows: int, dispatched: _Dispatched) -> RunOutcome:
+        return RunOutcome(
+            parts_planned=len(self.parts),
+            parts_done_before=len(self.parts) - len(todo),
+            windows_done_before=done_windows,
+            receipts=tuple(self.ledger.receipts),
+            failures=tuple(self.ledger.failures),
+            workers=dispatched.workers,
+            transport=dispatched.transport,
+            dispatch_stats=dispatched.stats,
+            first_result_s=self.ledger.first_result_s,
+        )
 
     def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
         """Draw report.html: in a Ray worker while Ray is up (the driver only coordinates), else here.
@@ -197,7 +220,7 @@ class _BacktestRun:
         plan = self.plan
         fans = fan_windows(self.sums, plan, metrics)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-        arguments = (self.output, summary, metrics, plan.quantiles, fans)
+        arguments = (plan.settings.output, summary, metrics, plan.quantiles, fans)
         try:
             connected = cluster.is_connected()
             cpu_s = cluster.run_on_this_node(render_report, *arguments) if connected else render_report(*arguments)
@@ -206,18 +229,18 @@ class _BacktestRun:
         except Exception as exc:  # matplotlib, storage: whatever failed, the run's results stand
             logger.error("Could not write report.html: %s", exc)
             summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
-        self._phase("report")
+        self.clock.mark("report")
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(checkpoint=self.plan.checkpoint.weights_path, providers=self.plan.settings.providers)
 
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
-        plan, todo = self.plan, []
+        plan, output, todo = self.plan, self.plan.settings.output, []
         for part in self.parts:
-            sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            sums = read_done_part(output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
             if sums is None:
-                outputs.discard_part(self.output, part.index)
+                outputs.discard_part(output, part.index)
                 todo.append(part)
             else:
                 self.sums.add(part.index, sums)
@@ -225,7 +248,7 @@ class _BacktestRun:
 
     def _merge_written(self, part: PartSpec) -> None:
         plan = self.plan
-        sums = read_done_part(self.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        sums = read_done_part(plan.settings.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
         if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
             self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
         else:
@@ -251,64 +274,54 @@ class _BacktestRun:
         )
         return reader, info
 
-    def _dispatch(self, todo: list[PartSpec], progress: Progress) -> None:
+    def _dispatch(self, todo: list[PartSpec], progress: Progress) -> _Dispatched:
         settings = self.plan.settings
-        source, self.transport = self._series_source()
+        source, transport = self._series_source()
         job = self.plan.job(source)
         put_started = time.perf_counter()
         job_ref = cluster.put(job)
-        self.transport["put_s"] = round(time.perf_counter() - put_started, 4)
-        self.transport["job_bytes"] = len(pickle.dumps(job, protocol=5))
-        self.transport["descriptor_bytes"] = len(pickle.dumps(todo[0], protocol=5))
-        actors, self.infos = start_pool(
-            self.worker_config(),
+        transport["put_s"] = round(time.perf_counter() - put_started, 4)
+        transport["job_bytes"] = len(pickle.dumps(job, protocol=5))
+        transport["descriptor_bytes"] = len(pickle.dumps(todo[0], protocol=5))
+        config = self.worker_config()
+        pool, infos = start_pool(
+            config,
             settings.actors,
             settings.cpus_per_actor,
             settings.gpus_per_actor,
             job_factory=build_part_runner,
             job_input=job_ref,
         )
-        self.actors = list(actors)
-        self._progress = progress
-        self._phase("series_and_pool")
-        cpu_before, clock_before = driver_cpu_s(), time.perf_counter()
+        actors = list(pool)  # the pool and its replacements: every one is killed at the end
+        self.clock.mark("series_and_pool")
         progress.start()
         try:
-            self.stats = dispatch(
-                iter(todo),
-                actors,
-                lambda actor, part: actor.run.remote(part),
-                self._on_result,
-                self._on_failure,
+            callbacks = DispatchCallbacks[PartSpec](
+                submit=lambda actor, part: actor.run.remote(part),
+                on_result=self._on_result,
+                on_failure=self._on_failure,
                 key=lambda part: part.index,
-                max_in_flight_per_actor=settings.max_in_flight_per_actor,
-                attempt_timeout_s=self._deadline_s,
-                replacements=_Replacements(self, job_ref),
-                on_replacement=self.actors.append,
+                attempt_timeout_s=lambda: self.ledger.deadline_s(settings.part_timeout_s),
+                on_replacement=actors.append,
             )
+            dispatcher = Dispatcher(
+                pool,
+                callbacks,
+                DispatchConfig(max_in_flight_per_actor=settings.max_in_flight_per_actor),
+                replacements=_Replacements(settings, config, job_ref),
+            )
+            stats = dispatcher.run(todo)
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
-            self.dispatch_s = time.perf_counter() - clock_before
-            self.dispatch_cpu_s = driver_cpu_s() - cpu_before
-            self._phase("dispatch")
+            self.clock.mark("dispatch")
         finally:
-            cluster.kill(self.actors)  # the pool and every replacement
-
-    def _deadline_s(self) -> float:
-        if self.plan.settings.part_timeout_s is not None:
-            return self.plan.settings.part_timeout_s
-        if not self.receipts:
-            return FIRST_PART_TIMEOUT_S
-        return max(MIN_PART_TIMEOUT_S, DEADLINE_FACTOR * self.slowest_part_s)
+            cluster.kill(actors)  # the pool and every replacement
+        return _Dispatched(tuple(infos), transport, stats)
 
     def _on_result(self, part: PartSpec, receipt: PartReceipt) -> None:
-        self.receipts.append(receipt)
-        self.slowest_part_s = max(self.slowest_part_s, sum(receipt.seconds.values()))
-        if self.first_result_s is None:
-            self.first_result_s = time.perf_counter() - self.started
-        self._progress.advance(receipt.windows)
+        self.ledger.add_receipt(receipt, self.clock.elapsed_s())
+        if self.progress is not None:
+            self.progress.advance(receipt.windows)
 
     def _on_failure(self, part: PartSpec, error: BaseException) -> None:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
-        self.failures.append(
-            {"part": part.index, "windows": part.n_windows, "error": f"{type(error).__name__}: {error}"}
-        )
+        self.ledger.failures.append(PartFailure.of(part.index, part.n_windows, error))

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import platform
-import time
+import resource
 from collections import Counter
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx import __version__, storage
+from distributed_onnx import storage
+from distributed_onnx.evaluation.clock import driver_cpu_s
+from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.run import _BacktestRun
+    from distributed_onnx.evaluation.clock import PhaseClock
+    from distributed_onnx.evaluation.outcome import RunOutcome
+    from distributed_onnx.evaluation.plan import RunPlan
 
 SUMMARY = "summary.json"
 
@@ -59,28 +63,30 @@ def write_summary(output: storage.Location, summary: dict[str, Any]) -> None:
 
 
 def build_summary(
-    run: _BacktestRun, done_parts: int, done_windows: int, earlier: dict[str, Any] | None
+    plan: RunPlan, outcome: RunOutcome, clock: PhaseClock, earlier: dict[str, Any] | None
 ) -> dict[str, Any]:
-    plan = run.plan
-    failed_windows = sum(failure["windows"] for failure in run.failures)
-    computed = sum(receipt.windows for receipt in run.receipts)
-    dispatch_s = run.dispatch_s
+    """The summary of one invocation; ``timing`` covers the phases marked so far (see :func:`driver_timing`)."""
+    receipts, failures, workers = outcome.receipts, outcome.failures, outcome.workers
+    computed = outcome.windows_computed
+    dispatch_s = clock.wall_s.get("dispatch", 0.0)
+    dispatch_cpu_s = clock.cpu_s.get("dispatch", 0.0)
     rate = computed / dispatch_s if computed and dispatch_s > 0 else None
     record = None
     if computed:
         record = {
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "windows": computed,
-            "parts": len(run.receipts),
+            "parts": len(receipts),
             "windows_per_s": rate,
             "dispatch_s": dispatch_s,
-            "actors": len(run.infos),
-            "providers": sorted({", ".join(info.providers) for info in run.infos}),
+            "actors": len(workers),
+            "providers": sorted({", ".join(info.providers) for info in workers}),
         }
     computed_by = [*((earlier or {}).get("computed_by") or []), *([record] if record else [])]
     stages = Counter[str]()
-    for receipt in run.receipts:
+    for receipt in receipts:
         stages.update(receipt.seconds)
+    done_parts, done_windows = outcome.parts_done_before, outcome.windows_done_before
     return {
         "model": plan.checkpoint.name,
         "checkpoint": str(plan.checkpoint.weights_path),
@@ -103,31 +109,31 @@ def build_summary(
             "capped_n_windows": plan.windows.capped,
             "done_before": done_windows,
             "run_now": computed,
-            "failed": failed_windows,
+            "failed": outcome.windows_failed,
         },
         "parts": {
-            "planned": len(run.parts),
+            "planned": outcome.parts_planned,
             "done_before": done_parts,
-            "computed_now": len(run.receipts),
-            "failed": len(run.failures),
-            **run.stats.__dict__,
+            "computed_now": len(receipts),
+            "failed": len(failures),
+            **outcome.dispatch_stats.as_record(),
         },
-        "actors": [info.model_dump() for info in run.infos],
+        "actors": [info.model_dump() for info in workers],
         "timing": {
-            "total_s": _elapsed(run),
+            "total_s": clock.elapsed_s(),
             "dispatch_s": dispatch_s,
-            "first_forecast_s": run.first_result_s,  # from the start of the job, Ray start-up included
+            "first_forecast_s": outcome.first_result_s,  # from the start of the job, Ray start-up included
             "windows_per_s": rate,
-            "driver_cpu_dispatch_s": run.dispatch_cpu_s,
-            "driver_cpu_dispatch_us_per_window": 1e6 * run.dispatch_cpu_s / computed if computed else None,
+            "driver_cpu_dispatch_s": dispatch_cpu_s,
+            "driver_cpu_dispatch_us_per_window": 1e6 * dispatch_cpu_s / computed if computed else None,
             "actor_stage_s": {stage: round(seconds, 3) for stage, seconds in stages.items()},
         },
         "transport": {
-            **run.transport,
-            "receipt_bytes": max((len(receipt.model_dump_json()) for receipt in run.receipts), default=None),
-            "part_bytes": sum(receipt.part_bytes for receipt in run.receipts),
-            "sums_bytes": sum(receipt.sums_bytes for receipt in run.receipts),
-            "parts_by_node": dict(Counter(str(receipt.node_id) for receipt in run.receipts)),
+            **outcome.transport,
+            "receipt_bytes": max((len(receipt.model_dump_json()) for receipt in receipts), default=None),
+            "part_bytes": sum(receipt.part_bytes for receipt in receipts),
+            "sums_bytes": sum(receipt.sums_bytes for receipt in receipts),
+            "parts_by_node": dict(Counter(str(receipt.node_id) for receipt in receipts)),
         },
         "resume": {
             "resumed": done_windows > 0,
@@ -137,12 +143,15 @@ def build_summary(
         "computed_by": computed_by,
         "quantile_clamping": [level.as_record() for level in plan.clamped],
         "notes": list(plan.notes),
-        "failed_parts": [
-            {"part": failure["part"], "error": failure["error"], "windows": failure["windows"]}
-            for failure in run.failures
-        ],
+        "failed_parts": [failure.as_record() for failure in failures],
     }
 
 
-def _elapsed(run: _BacktestRun) -> float:
-    return time.perf_counter() - run.started
+def driver_timing(clock: PhaseClock) -> dict[str, Any]:
+    """The driver's own cost, taken last (after Ray stopped): CPU in all, and wall and CPU per phase."""
+    return {
+        "driver_cpu_s": driver_cpu_s(),
+        "driver_cpu_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.cpu_s.items()},
+        "driver_wall_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.wall_s.items()},
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }

@@ -128,7 +128,6 @@ class ForecastLog:
         warn_period_s: float = 60.0,
         sink: LogSink | None = None,
         writer_id: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = storage.normalize(root)
         self.writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -136,7 +135,7 @@ class ForecastLog:
         self.max_batch_windows = max_batch_windows
         self.flush_interval_s = flush_interval_s
         self._sink: LogSink = sink or StorageSink()
-        self._warning = ThrottledWarning(warn_period_s, clock)
+        self._warning = ThrottledWarning(warn_period_s)
         self._lock = threading.Lock()
         self._counts: dict[str, ModelCounts] = {}
         self._queued_windows = 0

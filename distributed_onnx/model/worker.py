@@ -149,7 +149,7 @@ class InferenceWorker:
         A static-shape graph accepts exactly that many rows, so a warm-up with any other count would fail.
         """
         name = self._metadata.input_names[0]
-        specs = getattr(self._backend, "input_specs", [])
+        specs = self._backend.input_specs
         fixed = next((spec.shape[0] for spec in specs if spec.name == name and spec.shape), None)
         if not isinstance(fixed, int):
             return None
@@ -157,7 +157,7 @@ class InferenceWorker:
         return max(1, fixed // probe[name].shape[0])
 
     def info(self, **placement: Any) -> WorkerInfo:
-        providers = list(getattr(self._backend, "providers", []))
+        providers = list(self._backend.providers)
         return WorkerInfo(
             model_name=self._model_name,
             checkpoint_sha256=self._metadata.sha256,

@@ -1,7 +1,7 @@
 """The bundled Taylor series, window slicing and the seasonal-naive MASE yardstick (numpy only, no torch).
 
 Shared by the reference checkpoint's build script and its tests, so both score the model the same way
-(DESIGN.md "Metrics": ``s_w = mean |y_t - y_(t-m)|`` over the history before the origin).
+(docs/design.md, "Metrics": ``s_w = mean |y_t - y_(t-m)|`` over the history before the origin).
 """
 
 from __future__ import annotations

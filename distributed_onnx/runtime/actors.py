@@ -17,8 +17,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
-import pyarrow as pa
 import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
@@ -61,11 +59,6 @@ class PinnedWorker:
     def ready(self) -> WorkerInfo:
         """Returns once the session is built and warm; the dispatcher waits on it with a timeout."""
         return self._info
-
-    def forecast_batch(
-        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
-    ) -> np.ndarray:
-        return self.worker.forecast_batch(batch, context_length, horizon, quantiles)
 
 
 class Job(Protocol):
@@ -110,11 +103,6 @@ class WorkerActor:
             raise DistributedOnnxError("this worker actor was started without a job")
         return self._job.run(item)
 
-    def forecast_batch(
-        self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
-    ) -> np.ndarray:
-        return self._started().forecast_batch(batch, context_length, horizon, quantiles)
-
     def _started(self) -> PinnedWorker:
         if self._pinned is None or self._error is not None:
             raise self._error or DistributedOnnxError("worker failed to start")
@@ -156,6 +144,7 @@ def start_pool(
     count: int | None,
     num_cpus: float,
     num_gpus: float,
+    *,
     timeout_s: float = READY_TIMEOUT_S,
     job_factory: JobFactory | None = None,
     job_input: Any = None,

@@ -1,19 +1,23 @@
 """Fan-out of small work descriptors over worker actors: bounded in flight, deadlines, lost work re-run.
 
-The bookkeeping (:class:`DispatchState`) is plain code with no Ray in it; :func:`dispatch` is the loop that
-submits, waits and routes outcomes. Each item has at most one attempt in flight and its result is delivered
-once. When an actor (or its node) dies, or an attempt outlives its deadline (the actor is then killed: a hung
-call is a lost call), the item goes back to the queue and runs elsewhere, at most ``max_attempts`` times; an
-item that *fails* (the job raised) is reported and not retried. A lost actor's replacement starts in the
-background: the loop keeps feeding the other actors while it warms up, and adds it once it is ready.
+The bookkeeping (:class:`~distributed_onnx.runtime.dispatch_state.DispatchState`) is plain code with no Ray in
+it; a :class:`Dispatcher` is the loop that submits, waits and routes outcomes. It is built once from what it
+may do (:class:`DispatchConfig`, frozen values) and what it calls (:class:`DispatchCallbacks`), and
+``run(items)`` returns the counters of that run. Each item has at most one attempt in flight and its result is
+delivered once. When an actor (or its node) dies, or an attempt outlives its deadline (the actor is then
+killed: a hung call is a lost call), the item goes back to the queue and runs elsewhere, at most
+``max_attempts`` times; an item that *fails* (the job raised) is reported and not retried. A lost actor's
+replacement starts in the background: the loop keeps feeding the other actors while it warms up, and adds it
+once it is ready.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Protocol
 
 import ray
 from ray.exceptions import (
@@ -28,6 +32,8 @@ from ray.exceptions import (
 
 from distributed_onnx.errors import BatchError
 from distributed_onnx.runtime.dispatch_state import Attempt, DispatchState, DispatchStats, Item
+
+__all__ = ["LOST", "DispatchCallbacks", "DispatchConfig", "DispatchStats", "Dispatcher", "Replacements"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,46 @@ class Replacements(Protocol):
         ...
 
 
+def _no_deadline() -> float | None:
+    return None
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """How a dispatcher may use its pool (values only: what it calls is in :class:`DispatchCallbacks`)."""
+
+    #: Calls queued on one actor; two or more hide Ray's per-call cost behind the running one.
+    max_in_flight_per_actor: int = 2
+    #: Attempts per item when its actors keep dying or hanging (a job error is never retried).
+    max_attempts: int = 3
+    #: Replacement actors one run may start; None: ``max(4, 2 * pool size)``.
+    max_replacements: int | None = None
+    #: How long a replacement may take to become ready before it is given up (and killed).
+    ready_timeout_s: float = 600.0
+    #: How long a run with no actor left waits for room to start a replacement before failing the rest.
+    room_wait_s: float = 10.0
+    #: The longest single wait on Ray, so deadlines and replacements are looked at this often.
+    poll_timeout_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class DispatchCallbacks(Generic[Item]):
+    """What a dispatcher calls: how to submit an item and name it, where outcomes go, each attempt's deadline."""
+
+    #: ``submit(actor, item)`` starts the call and returns its ObjectRef.
+    submit: Callable[[Any, Item], Any]
+    #: ``on_result(item, value)``: each success, exactly once.
+    on_result: Callable[[Item, Any], None]
+    #: ``on_failure(item, error)``: job errors, items out of attempts, and every item left when no actor is.
+    on_failure: Callable[[Item, BaseException], None]
+    #: A stable integer per item (attempts are counted per key).
+    key: Callable[[Item], int]
+    #: The deadline of the call about to be submitted (asked at each submission; None: no deadline).
+    attempt_timeout_s: Callable[[], float | None] = _no_deadline
+    #: Hears of each replacement actor started, so the caller can stop it at the end.
+    on_replacement: Callable[[Any], None] | None = None
+
+
 class _Pool:
     """Live actors by key, actors being replaced, and replacements warming up."""
 
@@ -55,7 +101,8 @@ class _Pool:
         actors: list[Any],
         state: DispatchState[Any],
         replacements: Replacements | None,
-        max_replacements: int,
+        *,
+        budget: int,
         ready_timeout_s: float,
     ) -> None:
         self.actors: dict[int, Any] = {}
@@ -63,7 +110,7 @@ class _Pool:
         self.wanted = 0
         self._state = state
         self._replacements = replacements
-        self._budget = max_replacements
+        self._budget = budget
         self._ready_timeout_s = ready_timeout_s
         self._next_key = 0
         for actor in actors:
@@ -74,7 +121,7 @@ class _Pool:
         self._state.add_actor(self._next_key)
         self._next_key += 1
 
-    def lose(self, actor_key: int, reason: str, kill: bool = False) -> bool:
+    def lose(self, actor_key: int, reason: str, *, kill: bool = False) -> bool:
         """Drop a dead (or hung: ``kill``) actor once and ask for a replacement; True if it was in the pool."""
         actor = self.actors.pop(actor_key, None)
         if actor is None:
@@ -87,26 +134,27 @@ class _Pool:
             self.wanted += 1
         return True
 
-    def start_wanted(self, stats: DispatchStats, on_replacement: Callable[[Any], None] | None) -> None:
-        """Start the replacements asked for, as far as the cluster has room now (never waits)."""
+    def start_wanted(self) -> list[Any]:
+        """Start the replacements asked for, as far as the cluster has room now (never waits); their handles."""
+        started = []
         while self.wanted and self._budget > 0 and self._replacements is not None and self._replacements.has_room():
             handle, ready = self._replacements.start()
             self.warming[ready] = (handle, time.monotonic() + self._ready_timeout_s)
             self.wanted -= 1
             self._budget -= 1
-            stats.replacements_started += 1
-            if on_replacement is not None:
-                on_replacement(handle)
+            started.append(handle)
+        return started
 
-    def settle_warming(self, ref: Any, stats: DispatchStats) -> None:
+    def settle_warming(self, ref: Any) -> bool:
+        """Add a replacement whose readiness resolved; False if it failed to start."""
         handle, _ = self.warming.pop(ref)
         try:
             ray.get(ref)
         except Exception as exc:  # a replacement that cannot start leaves the pool smaller, never aborts the run
             logger.warning("A replacement actor failed to start: %s", exc)
-            return
+            return False
         self.add(handle)
-        stats.replacements_ready += 1
+        return True
 
     def expire_warming(self, now: float) -> None:
         for ref, (handle, deadline) in list(self.warming.items()):
@@ -118,156 +166,155 @@ class _Pool:
                 ray.kill(handle)
 
 
-def dispatch(
-    items: Iterator[Item],
-    actors: list[Any],
-    submit: Callable[[Any, Item], Any],
-    on_result: Callable[[Item, Any], None],
-    on_failure: Callable[[Item, BaseException], None],
-    *,
-    key: Callable[[Item], int],
-    max_in_flight_per_actor: int = 2,
-    max_attempts: int = 3,
-    attempt_timeout_s: float | Callable[[], float | None] | None = None,
-    replacements: Replacements | None = None,
-    max_replacements: int | None = None,
-    ready_timeout_s: float = 600.0,
-    room_wait_s: float = 10.0,
-    poll_timeout_s: float = 1.0,
-    on_replacement: Callable[[Any], None] | None = None,
-) -> DispatchStats:
-    """Run every item on the actor pool, pulling items lazily so memory stays bounded.
+class Dispatcher(Generic[Item]):
+    """Runs items on a pool of actors, pulling them lazily so memory stays bounded.
 
-    ``submit(actor, item)`` returns an ObjectRef; ``on_result(item, value)`` gets each success once;
-    ``on_failure(item, error)`` gets job errors, items that exhausted ``max_attempts`` because their actors
-    kept dying or hanging (``attempt_timeout_s`` per running call, or a function giving it at each submission),
-    and, when every actor is gone and none can be replaced within ``room_wait_s``, every item left.
-    ``on_replacement(handle)`` hears of each replacement started, so the caller can stop it at the end.
+    Each :meth:`run` starts with fresh bookkeeping from the actors given here and returns its own counters;
+    actors lost or started during a run are not carried into the next, so build one dispatcher per pool and run.
     """
-    state: DispatchState[Item] = DispatchState(max_in_flight_per_actor, max_attempts)
-    budget = max_replacements if max_replacements is not None else max(4, 2 * len(actors))
-    pool = _Pool(actors, state, replacements, budget, ready_timeout_s)
-    stats = DispatchStats()
-    source = iter(items)
-    exhausted = False
-    stranded_since: float | None = None
-    while True:
-        pool.start_wanted(stats, on_replacement)
+
+    def __init__(
+        self,
+        actors: list[Any],
+        callbacks: DispatchCallbacks[Item],
+        config: DispatchConfig | None = None,
+        *,
+        replacements: Replacements | None = None,
+    ) -> None:
+        self._actors = list(actors)
+        self._calls = callbacks
+        self._config = config if config is not None else DispatchConfig()
+        self._replacements = replacements
+
+    def run(self, items: Iterable[Item]) -> DispatchStats:
+        """Run every item once (or report it through ``on_failure``); returns what happened, counted."""
+        return _Run(self, iter(items)).loop()
+
+
+class _Run(Generic[Item]):
+    """The state of one :meth:`Dispatcher.run`: bookkeeping, the pool, the source and the counters."""
+
+    def __init__(self, dispatcher: Dispatcher[Item], source: Iterator[Item]) -> None:
+        config = dispatcher._config
+        self.calls = dispatcher._calls
+        self.config = config
+        self.state: DispatchState[Item] = DispatchState(config.max_in_flight_per_actor, config.max_attempts)
+        budget = config.max_replacements
+        if budget is None:
+            budget = max(4, 2 * len(dispatcher._actors))
+        self.pool = _Pool(
+            dispatcher._actors,
+            self.state,
+            dispatcher._replacements,
+            budget=budget,
+            ready_timeout_s=config.ready_timeout_s,
+        )
+        self.stats = DispatchStats()
+        self.source = source
+        self.exhausted = False
+
+    def loop(self) -> DispatchStats:
+        state, pool, config = self.state, self.pool, self.config
+        stranded_since: float | None = None
+        while True:
+            self._start_replacements()
+            self._fill()
+            if not state.in_flight and self.exhausted and not state.retry:
+                break  # replacements still warming are the caller's to stop (on_replacement)
+            if not state.in_flight and not pool.warming:
+                if not pool.actors:
+                    stranded_since = stranded_since or time.monotonic()
+                    if pool.wanted and time.monotonic() - stranded_since < config.room_wait_s:
+                        time.sleep(min(config.poll_timeout_s, 0.2))  # waiting for room to start a replacement
+                        continue
+                    self._fail_the_rest()
+                    break
+                continue
+            stranded_since = None
+            self._wait_and_settle()
+            now = time.monotonic()
+            for actor_key in state.overdue(now):
+                self.stats.deadlines_missed += 1
+                logger.warning("The call running on actor %d passed its deadline; killing the actor", actor_key)
+                error = TimeoutError("no result before the attempt's deadline")
+                self._lose(actor_key, "deadline passed: killed", error, kill=True)
+            pool.expire_warming(now)
+        return replace(self.stats)  # a copy: the counters of a finished run do not change
+
+    def _start_replacements(self) -> None:
+        for handle in self.pool.start_wanted():
+            self.stats.replacements_started += 1
+            if self.calls.on_replacement is not None:
+                self.calls.on_replacement(handle)
+
+    def _fill(self) -> None:
+        """Submit items (retries first) while some actor has room."""
+        state = self.state
         while (actor_key := state.pick_actor()) is not None:
-            candidate = state.retry.popleft() if state.retry else (None if exhausted else next(source, None))
+            if state.retry:
+                candidate: Item | None = state.retry.popleft()
+            else:
+                candidate = None if self.exhausted else next(self.source, None)
             if candidate is None:
-                exhausted = True
-                break
-            timeout_s = attempt_timeout_s() if callable(attempt_timeout_s) else attempt_timeout_s
-            ref = submit(pool.actors[actor_key], candidate)
-            state.submitted(ref, actor_key, candidate, key(candidate), time.monotonic(), timeout_s or None)
-            stats.submitted += 1
-        if not state.in_flight and exhausted and not state.retry:
-            return stats  # replacements still warming are the caller's to stop (on_replacement)
-        if not state.in_flight and not pool.warming:
-            if not pool.actors:
-                stranded_since = stranded_since or time.monotonic()
-                if pool.wanted and time.monotonic() - stranded_since < room_wait_s:
-                    time.sleep(min(poll_timeout_s, 0.2))  # waiting for room to start a replacement
-                    continue
-                _fail_the_rest(state, source, on_failure, stats)
-                return stats
-            continue
-        stranded_since = None
-        now = time.monotonic()
-        timeout = max(0.0, min(poll_timeout_s, state.next_deadline() - now))
+                self.exhausted = True
+                return
+            timeout_s = self.calls.attempt_timeout_s()
+            ref = self.calls.submit(self.pool.actors[actor_key], candidate)
+            key = self.calls.key(candidate)
+            state.submitted(ref, actor_key, candidate, key, now=time.monotonic(), timeout_s=timeout_s or None)
+            self.stats.submitted += 1
+
+    def _wait_and_settle(self) -> None:
+        state, pool = self.state, self.pool
+        timeout = max(0.0, min(self.config.poll_timeout_s, state.next_deadline() - time.monotonic()))
         ready, _ = ray.wait([*state.in_flight, *pool.warming], num_returns=1, timeout=timeout)
         for ref in ready:
             if ref in pool.warming:
-                pool.settle_warming(ref, stats)
+                if pool.settle_warming(ref):
+                    self.stats.replacements_ready += 1
             else:
-                _settle(ref, state, pool, stats, on_result, on_failure)
-        now = time.monotonic()
-        for actor_key in state.overdue(now):
-            stats.deadlines_missed += 1
-            logger.warning("The call running on actor %d passed its deadline; killing the actor", actor_key)
-            _lose(
-                actor_key,
-                "deadline passed: killed",
-                state,
-                pool,
-                stats,
-                on_failure,
-                TimeoutError("no result before the attempt's deadline"),
-                kill=True,
-            )
-        pool.expire_warming(now)
+                self._settle(ref)
 
-
-def _lose(
-    actor_key: int,
-    reason: str,
-    state: DispatchState[Item],
-    pool: _Pool,
-    stats: DispatchStats,
-    on_failure: Callable[[Item, BaseException], None],
-    error: BaseException,
-    kill: bool = False,
-) -> None:
-    """An actor is gone (or hung): every call it held goes back to the queue (or fails, out of attempts)."""
-    if pool.lose(actor_key, reason, kill=kill):
-        stats.actors_lost += 1
-    for attempt in state.drop_actor(actor_key):
-        _requeue(attempt, state, stats, on_failure, error)
-
-
-def _settle(
-    ref: Any,
-    state: DispatchState[Item],
-    pool: _Pool,
-    stats: DispatchStats,
-    on_result: Callable[[Item, Any], None],
-    on_failure: Callable[[Item, BaseException], None],
-) -> None:
-    """Route one finished call: a result, a lost actor (its calls run elsewhere) or a job error (report)."""
-    if ref not in state.in_flight:  # a call of an actor already given up on
-        return
-    try:
-        value = ray.get(ref)
-    except LOST as exc:
-        _lose(state.in_flight[ref].actor_key, type(exc).__name__, state, pool, stats, on_failure, exc)
-        return
-    except RayTaskError as exc:
+    def _settle(self, ref: Any) -> None:
+        """Route one finished call: a result, a lost actor (its calls run elsewhere) or a job error (report)."""
+        state = self.state
+        if ref not in state.in_flight:  # a call of an actor already given up on
+            return
+        try:
+            value = ray.get(ref)
+        except LOST as exc:
+            self._lose(state.in_flight[ref].actor_key, type(exc).__name__, exc)
+            return
+        except RayTaskError as exc:
+            attempt = state.settled(ref, time.monotonic())
+            self.stats.failed += 1
+            self.calls.on_failure(attempt.item, exc.cause if exc.cause is not None else exc)
+            return
         attempt = state.settled(ref, time.monotonic())
-        stats.failed += 1
-        on_failure(attempt.item, exc.cause if exc.cause is not None else exc)
-        return
-    attempt = state.settled(ref, time.monotonic())
-    stats.completed += 1
-    on_result(attempt.item, value)
+        self.stats.completed += 1
+        self.calls.on_result(attempt.item, value)
 
+    def _lose(self, actor_key: int, reason: str, error: BaseException, *, kill: bool = False) -> None:
+        """An actor is gone (or hung): every call it held goes back to the queue (or fails, out of attempts)."""
+        if self.pool.lose(actor_key, reason, kill=kill):
+            self.stats.actors_lost += 1
+        for attempt in self.state.drop_actor(actor_key):
+            self._requeue(attempt, error)
 
-def _requeue(
-    attempt: Attempt[Item],
-    state: DispatchState[Item],
-    stats: DispatchStats,
-    on_failure: Callable[[Item, BaseException], None],
-    error: BaseException,
-) -> None:
-    if state.can_retry(attempt.item_key):
-        state.retry.append(attempt.item)
-        stats.retried += 1
-    else:
-        stats.failed += 1
-        on_failure(attempt.item, error)
+    def _requeue(self, attempt: Attempt[Item], error: BaseException) -> None:
+        if self.state.can_retry(attempt.item_key):
+            self.state.retry.append(attempt.item)
+            self.stats.retried += 1
+        else:
+            self.stats.failed += 1
+            self.calls.on_failure(attempt.item, error)
 
-
-def _fail_the_rest(
-    state: DispatchState[Item],
-    source: Iterator[Item],
-    on_failure: Callable[[Item, BaseException], None],
-    stats: DispatchStats,
-) -> None:
-    """Every actor is gone and none could be replaced: report every item left (the run stays resumable)."""
-    error = BatchError("every worker actor was lost and none could be replaced; rerun to resume")
-    left = [*state.retry, *source]
-    state.retry.clear()
-    logger.error("Every worker actor was lost; %d item(s) could not run", len(left))
-    for item in left:
-        stats.failed += 1
-        on_failure(item, error)
+    def _fail_the_rest(self) -> None:
+        """Every actor is gone and none could be replaced: report every item left (the run stays resumable)."""
+        error = BatchError("every worker actor was lost and none could be replaced; rerun to resume")
+        left = [*self.state.retry, *self.source]
+        self.state.retry.clear()
+        logger.error("Every worker actor was lost; %d item(s) could not run", len(left))
+        for item in left:
+            self.stats.failed += 1
+            self.calls.on_failure(item, error)

@@ -8,7 +8,7 @@ when an actor is lost only its head is charged an attempt: the calls queued behi
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -53,7 +53,7 @@ class DispatchState(Generic[Item]):
         return min(open_actors)[1] if open_actors else None
 
     def submitted(
-        self, ref: Any, actor_key: int, item: Item, item_key: int, now: float = 0.0, timeout_s: float | None = None
+        self, ref: Any, actor_key: int, item: Item, item_key: int, *, now: float = 0.0, timeout_s: float | None = None
     ) -> None:
         self.in_flight[ref] = Attempt(actor_key, item, item_key)
         self.timeouts[ref] = timeout_s
@@ -123,6 +123,8 @@ class DispatchState(Generic[Item]):
 
 @dataclass
 class DispatchStats:
+    """What one dispatch did, counted (``summary.json``'s ``parts`` section reports each field by name)."""
+
     submitted: int = 0
     completed: int = 0
     failed: int = 0
@@ -131,3 +133,6 @@ class DispatchStats:
     deadlines_missed: int = 0
     replacements_started: int = 0
     replacements_ready: int = 0
+
+    def as_record(self) -> dict[str, int]:
+        return asdict(self)

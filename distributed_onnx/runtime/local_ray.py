@@ -1,11 +1,12 @@
 """Starting or joining Ray: a private single-machine instance on loopback, or a given cluster.
 
 Ray 2.60 turns ``127.0.0.1`` into the machine's network address before it binds anything
-(``ray._private.services.resolve_ip_for_localhost``): measured here, ``ray.init(_node_ip_address="127.0.0.1")``
-advertised 192.0.2.2 and its GCS, raylet and agents listened there and on all interfaces. Ray only keeps
-loopback when multi-node clustering is off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the switch Ray uses
-on macOS/Windows); with it, every listening socket of the embedded instance was on 127.0.0.1 (``ss -ltnp``).
-A single-machine instance needs no clustering, so :func:`use_loopback_only` turns it off.
+(``ray._private.services.resolve_ip_for_localhost``): measured, ``ray.init(_node_ip_address="127.0.0.1")``
+advertised the machine's address and its GCS, raylet and agents listened there and on all interfaces. Ray only
+keeps loopback when multi-node clustering is off (the switch Ray uses on macOS/Windows); with it off, every
+listening socket of the embedded instance is on 127.0.0.1. A single-machine instance needs no clustering, so
+:func:`use_loopback_only` turns it off (a private part of Ray: :mod:`.ray_private`, checked before Ray starts),
+and :func:`connect` reads the sockets of its process tree once Ray is up and warns about any beyond loopback.
 
 Ray's own console logging (its token-authentication notice, start-up lines) would land on top of a command's
 progress line: the commands call :func:`quiet_ray_logging`, and :func:`connect` never lets ``ray.init``
@@ -19,22 +20,41 @@ import os
 from typing import Any
 
 import ray
-from ray._private import ray_constants
+
+from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-_CLUSTERING_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def use_loopback_only() -> None:
     """Keep a Ray started from this process on 127.0.0.1: no node of it will advertise another address.
 
-    The environment variable reaches the processes Ray starts (GCS, raylet, workers), which read it at
-    import; this process imported Ray already, so its constant is set as well.
+    Raises :class:`~distributed_onnx.errors.UnsupportedRayError` if the installed Ray lacks the switch.
     """
-    os.environ[_CLUSTERING_SWITCH] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray_private.check_names(ray_private.EMBEDDED_RAY_NAMES)
+    ray_private.disable_clustering()
+
+
+def warn_if_exposed(root_pid: int | None = None) -> list[str]:
+    """Warn about (and return) the sockets of this process tree that listen beyond loopback.
+
+    A warning, not an error: a process that calls the Python API may have children of its own (a notebook's
+    servers, a test's helper) whose sockets are not the embedded Ray's. ``distributed-onnx serve``, whose
+    process tree is all its own, fails instead (``serve/loopback.py``).
+    """
+    addresses = listening_addresses(os.getpid() if root_pid is None else root_pid)
+    exposed = exposed_sockets(addresses or [])
+    if exposed:
+        logger.warning(
+            "The embedded Ray should listen on %s only, but this process tree listens on %s (docs/design.md, "
+            "Ray specifics)",
+            LOOPBACK,
+            ", ".join(exposed),
+        )
+    return exposed
 
 
 def quiet_ray_logging(*, quiet: bool = True) -> None:
@@ -50,7 +70,7 @@ def quiet_ray_logging(*, quiet: bool = True) -> None:
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.INFO)
     if quiet:
-        os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+        os.environ.setdefault(ray_private.LOG_TO_STDERR, "0")
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
@@ -73,6 +93,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         configure_logging=False,
     )
     logger.info("Started an embedded local Ray on %s", LOOPBACK)
+    warn_if_exposed()
     return True
 
 

@@ -1,8 +1,10 @@
 """Online serving: a Ray Serve deployment on the backtest's worker, speaking the Open Inference Protocol.
 
 ``settings`` (typed config), ``schemas`` (wire models), ``protocol`` and ``forecasting`` (pure codecs),
-``http`` (FastAPI plumbing and error mapping), ``app`` (the deployment), ``runner`` (foreground start/stop).
-This package never imports :mod:`distributed_onnx.backtest`; both build on :mod:`distributed_onnx.model.worker`.
+``http`` (FastAPI plumbing and error mapping), ``app`` (the deployment), ``runner`` (foreground start/stop),
+``ingress`` (which of Serve's ingresses), ``loopback`` (Serve's sockets on loopback, checked at start).
+This package never imports :mod:`distributed_onnx.evaluation` (lint-imports checks it); both build on
+:mod:`distributed_onnx.model.worker`.
 """
 
 from distributed_onnx.serve.settings import ServeSettings

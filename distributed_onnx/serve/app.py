@@ -82,6 +82,7 @@ from distributed_onnx.serve.schemas import (
 )
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.telemetry import ServeMetrics
+from distributed_onnx.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for c
 api = FastAPIOffline(
     title="distributed_onnx",
     description="Quantile forecasts from an ONNX checkpoint: /v1/forecast and the Open Inference Protocol (v2).",
-    version="0.1.0",
+    version=__version__,
 )
 install_error_handlers(api)
 install_openapi_models(api, [ForecastRequest, InferRequest])

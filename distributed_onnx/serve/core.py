@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from distributed_onnx.errors import BackendClosedError, ConfigError, InferenceError
+from distributed_onnx.errors import BackendClosedError, InferenceError
 from distributed_onnx.model.quantiles import clamped_levels
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.serve.admission import Admission, Ticket
@@ -110,8 +110,6 @@ class ModelCore:
         self.shadow = shadow
         self.checkpoint_sha256 = checkpoint_sha256 or worker.metadata.sha256 or ""
         backend = worker.backend
-        if not hasattr(backend, "input_specs") or not hasattr(backend, "output_specs"):
-            raise ConfigError(f"backend {type(backend).__name__} does not describe its tensors (input_specs)")
         self.input_specs = list(backend.input_specs)
         self.output_specs = list(backend.output_specs)
         self.health = ModelHealth(settings.max_consecutive_model_failures)

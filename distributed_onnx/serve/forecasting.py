@@ -3,7 +3,7 @@
 Pure numpy. A history is laid out exactly as a backtest window's context: its last ``context_length`` values,
 oldest first, NaN where missing, NaN-padded on the left when shorter, cast to float32 from float64 as
 :func:`distributed_onnx.evaluation.data.packing.pack_batch` casts it. The block then goes through
-:meth:`InferenceWorker.forecast`, the method the backtest's actors reach through ``forecast_batch``.
+:meth:`InferenceWorker.forecast`, the method a backtest part reaches through ``InferenceWorker.forecast_batch``.
 """
 
 from __future__ import annotations

@@ -18,8 +18,12 @@ says otherwise). Nothing changes on a real cluster, where other nodes must reach
 that admits only the cluster's nodes is the mitigation (README, "Listening sockets"). The wrapping is applied
 inside Ray's processes: in the replica by the deployment's constructor (it runs before Serve starts the
 replica's servers) and in Serve's proxy through Ray's own start-up hook for it,
-``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:func:`proxy_callback`). ``tests/test_loopback.py`` fails if a
-Ray upgrade moves the helpers.
+``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:func:`proxy_callback`). The helpers are private to Ray: they are
+named in :mod:`distributed_onnx.runtime.ray_private`, which checks before Serve starts that they still exist.
+
+Once the deployment is ready, :func:`check_listening` reads the sockets of the process tree and fails if any
+listens beyond loopback where the user did not ask for it, so the promise is checked on every start, not only
+by ``tests/test_loopback.py`` (which also probes each socket with an unauthenticated client).
 """
 
 from __future__ import annotations
@@ -27,18 +31,23 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
+
+from distributed_onnx.errors import LoopbackError
+from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
 
 logger = logging.getLogger(__name__)
 
 #: Environment variable carrying the host for gRPC ingress servers into Ray's processes.
 GRPC_HOST_VARIABLE = "DISTRIBUTED_ONNX_GRPC_HOST"
 #: Ray's hook that runs a function in each Serve proxy process before it starts its servers.
-PROXY_CALLBACK_VARIABLE = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
+PROXY_CALLBACK_VARIABLE = ray_private.PROXY_CALLBACK
 PROXY_CALLBACK = "distributed_onnx.serve.loopback:proxy_callback"
 
 _ALL_INTERFACES = "[::]:"
+_ANY_HOST = {"0.0.0.0", "::", ""}
 
 
 def is_loopback(address: str) -> bool:
@@ -53,7 +62,7 @@ def rebind(address: str, host: str) -> str:
     if not address.startswith(_ALL_INTERFACES):
         return address
     port = address[len(_ALL_INTERFACES) :]
-    if host in {"0.0.0.0", "::", ""}:
+    if host in _ANY_HOST:
         return address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -65,12 +74,8 @@ def pin_replica_servers(node_address: str, ingress_host: str) -> bool:
     """
     if not is_loopback(node_address):
         return False
-    try:
-        from ray.serve._private import default_impl, replica
-    except ImportError:  # pragma: no cover - a Ray without Serve's private modules
-        return _moved("ray.serve._private.replica")
-    pinned = _wrap(replica, "add_port_to_grpc_server", 1, "127.0.0.1")
-    return _wrap(default_impl, "add_grpc_address", 1, ingress_host) and pinned
+    pinned = ray_private.wrap_address_argument(ray_private.REPLICA_GRPC_PORT, "127.0.0.1", rebind)
+    return ray_private.wrap_address_argument(ray_private.GRPC_INGRESS_ADDRESS, ingress_host, rebind) and pinned
 
 
 def proxy_callback() -> list[Any]:
@@ -78,31 +83,49 @@ def proxy_callback() -> list[Any]:
     import ray
 
     if is_loopback(ray.util.get_node_ip_address()):  # type: ignore[no-untyped-call]
-        from ray.serve._private import default_impl
-
-        _wrap(default_impl, "add_grpc_address", 1, os.environ.get(GRPC_HOST_VARIABLE, "127.0.0.1"))
+        host = os.environ.get(GRPC_HOST_VARIABLE, "127.0.0.1")
+        ray_private.wrap_address_argument(ray_private.GRPC_INGRESS_ADDRESS, host, rebind)
     return []
 
 
-def _wrap(module: Any, name: str, address_position: int, host: str) -> bool:
-    original: Callable[..., Any] | None = getattr(module, name, None)
-    if original is None or not callable(original):
-        return _moved(f"{module.__name__}.{name}")
-    if getattr(original, "_distributed_onnx_host", None) == host:
-        return True
-    inner = getattr(original, "__wrapped__", original)
+def allowed_ports(host: str, ports: Collection[int], environment: Mapping[str, str]) -> set[int]:
+    """The ports that may listen beyond loopback.
 
-    def bind_on_host(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > address_position and isinstance(args[address_position], str):
-            args = (*args[:address_position], rebind(args[address_position], host), *args[address_position + 1 :])
-        return inner(*args, **kwargs)
+    With a ``--host`` beyond loopback: the Serve ports (``ports``: the user's and those of Serve's own proxy) and
+    the direct-ingress ranges the replicas take in ``environment``. Always: the two ports Ray's HAProxy template
+    binds on all interfaces (stats page, Prometheus exporter; README, Listening sockets).
+    """
+    allowed: set[int] = set()
+    if not is_loopback(host):
+        allowed |= set(ports)
+        for protocol in ray_private.INGRESS_PROTOCOLS:
+            low, high = ray_private.direct_ingress_port_bounds(protocol)
+            if low in environment and high in environment:
+                allowed |= set(range(int(environment[low]), int(environment[high])))
+    if environment.get(ray_private.HA_PROXY) == "1":
+        for variable in (ray_private.HAPROXY_STATS_PORT, ray_private.HAPROXY_METRICS_PORT):
+            if variable in environment:
+                allowed.add(int(environment[variable]))
+    return allowed
 
-    bind_on_host.__wrapped__ = inner  # type: ignore[attr-defined]
-    bind_on_host._distributed_onnx_host = host  # type: ignore[attr-defined]
-    setattr(module, name, bind_on_host)
-    return True
 
+def check_listening(
+    root_pid: int,
+    allowed: Collection[int],
+    read: Callable[[int], list[str] | None] = listening_addresses,
+) -> list[str]:
+    """Raise :class:`LoopbackError` naming every socket of the process tree beyond loopback not in ``allowed``.
 
-def _moved(what: str) -> bool:
-    logger.warning("Cannot keep Ray's gRPC servers on loopback: %s is gone (a newer Ray?); they listen on [::]", what)
-    return False
+    Returns the addresses read (none off Linux, where nothing is checked).
+    """
+    addresses = read(root_pid)
+    if addresses is None:
+        return []
+    exposed = exposed_sockets(addresses, allowed)
+    if exposed:
+        raise LoopbackError(
+            f"the embedded Ray should listen on loopback only, but {', '.join(exposed)} listen(s) beyond it "
+            f"(Ray other than {ray_private.TESTED_RAY}.x?); stopped. See the README, Listening sockets.",
+            exposed=exposed,
+        )
+    return addresses

@@ -4,7 +4,10 @@ Without ``address`` the runner starts an embedded Ray bound to 127.0.0.1 (as the
 Serve and Ray down on exit; with ``address`` it deploys to that cluster and deletes only its application.
 
 What can be checked before Ray starts is checked first (:func:`preflight`: the checkpoint resolves, the ports
-are free), so a typo costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs.
+are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a wrong Ray
+costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs. Once an embedded
+deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
+for stops the command (:func:`distributed_onnx.serve.loopback.check_listening`).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from ray import serve
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import LocalCheckpoint
+from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
-from distributed_onnx.serve.ingress import IngressPlan, free_port, free_range, haproxy_binary, plan_ingress
+from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
+from distributed_onnx.serve.loopback import allowed_ports, check_listening
 from distributed_onnx.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
@@ -45,10 +50,12 @@ def choose_ingress(settings: ServeSettings) -> IngressPlan:
         host=settings.host,
         port=settings.port,
         grpc_port=settings.grpc_port,
-        embedded=embedded,
-        haproxy_binary=haproxy_binary() if embedded and wants_haproxy else None,
-        free_port=free_port,
-        free_range=free_range,
+        facts=IngressHost(
+            embedded=embedded,
+            haproxy_binary=ray_private.haproxy_binary() if embedded and wants_haproxy else None,
+            free_port=free_port,
+            free_range=free_range,
+        ),
     )
 
 
@@ -82,6 +89,8 @@ def preflight(settings: ServeSettings) -> None:
         LocalCheckpoint(path=checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
     check_port_free(settings.host, settings.port, "port")
     check_port_free(settings.host, settings.grpc_port, "grpc_port")
+    # UnsupportedRayError naming the first private part of Ray (Serve) that is gone
+    ray_private.check_names((*ray_private.EMBEDDED_RAY_NAMES, *ray_private.SERVE_NAMES))
 
 
 def check_port_free(host: str, port: int, key: str) -> None:
@@ -102,7 +111,7 @@ def check_port_free(host: str, port: int, key: str) -> None:
 
 
 def stop(started_ray: bool) -> None:
-    """Undo :func:`start`: the whole embedded instance, or only our application on a shared cluster.
+    """Undo :func:`serve_forever`'s start: the whole embedded instance, or only our application on a cluster.
 
     The application is deleted first (its replicas drain their in-flight requests), then an embedded Ray is
     shut down with everything in it. ``serve.shutdown()`` is not used: its controller task kills its own actor
@@ -176,6 +185,9 @@ def serve_forever(settings: ServeSettings) -> int:
         deployed = True
         deploy(settings, plan)
         wait_ready(settings)
+        if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
+            serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
+            check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
             settings.model_name,

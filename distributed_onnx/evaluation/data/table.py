@@ -1,6 +1,6 @@
 """The input table: long format (``series_id``, ``timestamp``, ``y``, declared covariates) -> dense series.
 
-Reads Parquet or CSV with pyarrow, checks the contract of DESIGN.md (required columns, UTC timestamps on a
+Reads Parquet or CSV with pyarrow, checks the contract of docs/design.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
 downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
 names the file and, where rows are at fault, the rows (0-based data rows).
@@ -147,7 +147,7 @@ def series_from_table(
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
-    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us, source)
+    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -256,6 +256,7 @@ def _check_grid_sizes(
     order: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
+    *,
     step_us: int,
     source: str,
 ) -> None:

@@ -168,5 +168,7 @@ def _calibration(
     found = [curve for curve in curves if curve is not None]
     by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
     series_points = per_series if len(scores.series_ids) > 1 else ()
-    figure = report_plots.calibration(nominal, empirical, marks, labels, series_points, by_lead, lead_label)
+    figure = report_plots.calibration(
+        nominal, empirical, marks, labels, per_series=series_points, by_lead=by_lead, lead_label=lead_label
+    )
     return f"<div class='side'>{figure}{table}</div>"

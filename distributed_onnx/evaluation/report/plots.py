@@ -163,6 +163,7 @@ def calibration(
     empirical: np.ndarray,
     clamped: np.ndarray,
     labels: Sequence[str],
+    *,
     per_series: Sequence[tuple[float, float]] = (),
     by_lead: tuple[np.ndarray, Sequence[np.ndarray]] | None = None,
     lead_label: str = "lead",

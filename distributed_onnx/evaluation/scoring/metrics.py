@@ -1,4 +1,4 @@
-"""Streaming, mergeable accumulation of the backtest metrics (DESIGN.md, Metrics).
+"""Streaming, mergeable accumulation of the backtest metrics (docs/design.md, Metrics).
 
 A backtest scores millions of (window, lead) pairs spread over many actors, so metrics are accumulated as
 *sums* and only divided at the end:
@@ -33,7 +33,7 @@ __all__ = ["METRICS_SCHEMA", "MetricsAccumulator"]
 
 F64 = npt.NDArray[np.float64]
 
-#: The long ``metrics`` table of DESIGN.md, Outputs.
+#: The long ``metrics`` table (docs/design.md, Outputs).
 METRICS_SCHEMA = pa.schema(
     [
         pa.field("model", pa.string(), nullable=False),

@@ -1,7 +1,7 @@
 """The seasonal-naive baseline and the seasonal scale that MASE and SQL divide by.
 
 Both come from the same idea, "repeat the last season", and both must only see the series strictly before
-a window's origin, so they live together (see DESIGN.md, Metrics). Missing values are NaN throughout:
+a window's origin, so they live together (see docs/design.md, Metrics). Missing values are NaN throughout:
 a missing value never becomes a zero, it drops the pair (scale) or makes the forecast missing (naive),
 and the metrics then leave that step out and count it.
 
@@ -135,7 +135,7 @@ def seasonal_naive_forecast(history: npt.ArrayLike, m: int, horizon: int) -> npt
 def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int) -> npt.NDArray[np.float64]:
     """Give a point forecast ``[..., H]`` a quantile axis ``[..., H, Q]`` where every level equals the point.
 
-    The baseline is scored by the same accumulator as the model (DESIGN.md: all its quantiles equal the
+    The baseline is scored by the same accumulator as the model (docs/design.md: all its quantiles equal the
     point), so pinball, WQL and SQL of the baseline are defined and comparable.
     """
     values = np.asarray(point, dtype=np.float64)

@@ -39,7 +39,7 @@ from distributed_onnx.model.backend.cuda.graph_capture import (
     without_graphs,
 )
 from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner, run_bound_in_place
-from distributed_onnx.model.backend.cuda.transfers import TransferKind
+from distributed_onnx.model.backend.cuda.transfers import TransferKind, TransferOptions
 from distributed_onnx.model.backend.policy import (
     DefaultProviderPolicy,
     HostCapabilities,
@@ -285,9 +285,8 @@ class OnnxBackend:
         plan = BucketPlan(effective_buckets(buckets, fixed_batch(self._input_specs)), strict=strict)
         # Host copies into the staging buffers use the session's CPU share (its intra-op pool idles on CUDA).
         threads = self._require_session().get_session_options().intra_op_num_threads or min(4, os.cpu_count() or 1)
-        return GraphRunner(
-            self._session, ort, *specs, plan, device_id=self._device_id, transfers=transfers, copy_threads=threads
-        )
+        options = TransferOptions(kind=transfers, device_id=self._device_id, copy_threads=threads)
+        return GraphRunner(self._session, ort, *specs, plan, transfer=options)
 
     def _inference_error(self, inputs: Mapping[str, Any], exc: Exception) -> InferenceError:
         shapes = {name: tuple(getattr(value, "shape", ())) for name, value in inputs.items()}

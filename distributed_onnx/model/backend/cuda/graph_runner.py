@@ -28,7 +28,7 @@ import numpy as np
 from distributed_onnx.errors import InferenceError
 from distributed_onnx.model.backend.cuda.buckets import BucketPlan, batch_rows, bucket_shape
 from distributed_onnx.model.backend.cuda.graph_capture import oversize_error
-from distributed_onnx.model.backend.cuda.transfers import TransferKind, make_transfers
+from distributed_onnx.model.backend.cuda.transfers import TransferOptions, make_transfers
 from distributed_onnx.model.backend.validation import TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class _Bucket:
 
 
 class GraphRunner:
-    """The data path of one CUDA-graph session (``device_type="cpu"`` runs the same bookkeeping on CPU, for tests)."""
+    """The data path of one CUDA-graph session (a ``"cpu"`` device runs the same bookkeeping on CPU, for tests)."""
 
     def __init__(
         self,
@@ -58,10 +58,7 @@ class GraphRunner:
         output_specs: Sequence[TensorSpec],
         plan: BucketPlan,
         *,
-        device_type: str = "cuda",
-        device_id: int = 0,
-        transfers: TransferKind = "auto",
-        copy_threads: int = 1,
+        transfer: TransferOptions | None = None,
     ) -> None:
         self._session = session
         self._ort = ort_api
@@ -69,7 +66,10 @@ class GraphRunner:
         self._outputs = list(output_specs)
         self._output_names = [spec.name for spec in self._outputs]
         self._plan = plan
-        self._transfers = make_transfers(transfers, ort_api, device_type, device_id, copy_threads)
+        options = transfer if transfer is not None else TransferOptions()
+        self._transfers = make_transfers(
+            options.kind, ort_api, options.device_type, options.device_id, options.copy_threads
+        )
         self._buckets: dict[int, _Bucket] = {}
         self._without_graph = self._run_options("-1")
         self._warned_oversize = False

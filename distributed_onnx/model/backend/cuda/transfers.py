@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -33,6 +34,19 @@ from distributed_onnx.errors import InputValidationError, MissingExtraError
 from distributed_onnx.model.backend.cuda.buckets import fill_padding, padding_label
 
 TransferKind = Literal["auto", "torch", "ort"]
+
+
+@dataclass(frozen=True)
+class TransferOptions:
+    """Where the bound buffers live and how host data reaches them (see :func:`make_transfers`)."""
+
+    kind: TransferKind = "auto"
+    #: ``"cuda"``, or ``"cpu"``: the same bookkeeping on host memory, for tests without a GPU.
+    device_type: str = "cuda"
+    device_id: int = 0
+    #: Threads that split large host copies into the pinned staging buffers.
+    copy_threads: int = 1
+
 
 #: Host copies at least this large are split over the copy threads; smaller ones are not worth a hand-off.
 PARALLEL_COPY_BYTES = 1 << 20

