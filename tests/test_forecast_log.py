@@ -258,3 +258,13 @@ def test_submit_after_close_is_dropped_and_counted(tmp_path: Path) -> None:
     log.close()
     assert not log.submit(_item())
     assert log.counts()["m"].dropped[QUEUE_FULL] == 2
+
+
+def test_rows_of_a_batch_are_the_rows_of_each_item_laid_end_to_end() -> None:
+    items = [_item(0), _item(1, horizon=2, series=3), _item(2, origin=False), _item(3, model="b", role="shadow")]
+    batch = forecast_rows(items)
+    assert batch.equals(pa.concat_tables([forecast_rows(item) for item in items]))
+    assert batch.num_rows == 2 * 4 + 3 * 2 + 2 * 4 + 2 * 4
+    assert batch.column("lead").to_pylist()[8:14] == [1, 2, 1, 2, 1, 2]
+    with pytest.raises(ValueError, match="levels"):
+        forecast_rows([_item(0), LoggedForecast(**{**_item(1).__dict__, "quantiles": (0.2, 0.5, 0.8)})])

@@ -101,49 +101,76 @@ def window_id(request_id: str, position: int) -> str:
     return hashlib.blake2b(f"{request_id}\x00{position}".encode(), digest_size=8).hexdigest()
 
 
-def forecast_rows(item: LoggedForecast) -> pa.Table:
-    """The log rows of one :class:`LoggedForecast`: one per (series, lead), in the backtest's column order."""
-    n_windows, horizon, n_quantiles = item.forecasts.shape
-    if n_windows != len(item.series_ids) or n_windows != len(item.origins_us):
-        raise ValueError(
-            f"{n_windows} forecasts for {len(item.series_ids)} series ids and {len(item.origins_us)} origins"
-        )
-    if n_quantiles != len(item.quantiles):
-        raise ValueError(f"forecasts hold {n_quantiles} quantiles, {len(item.quantiles)} levels were named")
-    step_us = item.resolution_minutes * _US_PER_MINUTE
-    lead = np.tile(np.arange(1, horizon + 1, dtype=np.int32), n_windows)
-    known = np.array([origin is not None for origin in item.origins_us], dtype=bool)
-    origin_us = np.array([origin if origin is not None else 0 for origin in item.origins_us], dtype=np.int64)
-    row_origin = np.repeat(origin_us, horizon)
-    row_unknown = ~np.repeat(known, horizon)
-    rows = n_windows * horizon
+def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
+    """The log rows of one or many :class:`LoggedForecast` of the same quantile levels: one per (series, lead),
+    in the backtest's column order.
 
-    def stamps(values: np.ndarray) -> pa.Array:
-        return pa.array(values, TIMESTAMP, mask=row_unknown)
+    Built column by column over the whole batch (the writer thread's work, off the request path): per window
+    only its id, series and origin are touched in Python; every per-row column is one numpy or Arrow operation.
+    """
+    batch = [items] if isinstance(items, LoggedForecast) else list(items)
+    if not batch:
+        raise ValueError("no forecasts to tabulate")
+    levels = batch[0].quantiles
+    series: list[str] = []
+    ids: list[str] = []
+    origins: list[int] = []
+    known: list[bool] = []
+    horizons: list[int] = []
+    steps: list[int] = []
+    owner: list[int] = []
+    values = []
+    for index, item in enumerate(batch):
+        n_windows, horizon, n_quantiles = item.forecasts.shape
+        if n_windows != len(item.series_ids) or n_windows != len(item.origins_us):
+            raise ValueError(
+                f"{n_windows} forecasts for {len(item.series_ids)} series ids and {len(item.origins_us)} origins"
+            )
+        if n_quantiles != len(item.quantiles) or item.quantiles != levels:
+            raise ValueError(f"forecasts hold {n_quantiles} quantiles of levels {item.quantiles}; expected {levels}")
+        series.extend(item.series_ids)
+        ids.extend(window_id(item.request_id, position) for position in range(n_windows))
+        origins.extend(origin if origin is not None else 0 for origin in item.origins_us)
+        known.extend(origin is not None for origin in item.origins_us)
+        horizons.extend([horizon] * n_windows)
+        steps.extend([item.resolution_minutes * _US_PER_MINUTE] * n_windows)
+        owner.extend([index] * n_windows)
+        values.append(np.asarray(item.forecasts, dtype=np.float32).reshape(n_windows * horizon, n_quantiles))
+    horizon_w = np.asarray(horizons, dtype=np.int64)
+    row_window = np.repeat(np.arange(horizon_w.size), horizon_w)
+    first_row = np.cumsum(horizon_w) - horizon_w
+    lead = (np.arange(row_window.size) - first_row[row_window] + 1).astype(np.int32)
+    origin_row = np.asarray(origins, dtype=np.int64)[row_window]
+    step_row = np.asarray(steps, dtype=np.int64)[row_window]
+    unknown = ~np.asarray(known, dtype=bool)[row_window]
+    take = pa.array(row_window)
+    owner_row = pa.array(np.asarray(owner, dtype=np.int64)[row_window])
 
-    ids = [window_id(item.request_id, position) for position in range(n_windows)]
+    def stamps(values_us: np.ndarray) -> pa.Array:
+        return pa.array(values_us, TIMESTAMP, mask=unknown)
+
     columns: dict[str, pa.Array] = {
-        "series_id": pa.array(np.repeat(np.asarray(item.series_ids, dtype=object), horizon), pa.string()),
-        "window_id": pa.array(np.repeat(np.asarray(ids, dtype=object), horizon), pa.string()),
-        "origin": stamps(row_origin),
-        "cutoff": stamps(row_origin - step_us),
-        "timestamp": stamps(row_origin + (lead.astype(np.int64) - 1) * step_us),
+        "series_id": pa.array(series, pa.string()).take(take),
+        "window_id": pa.array(ids, pa.string()).take(take),
+        "origin": stamps(origin_row),
+        "cutoff": stamps(origin_row - step_row),
+        "timestamp": stamps(origin_row + (lead.astype(np.int64) - 1) * step_row),
         "lead": pa.array(lead),
-        "y": pa.nulls(rows, pa.float64()),
+        "y": pa.nulls(row_window.size, pa.float64()),
     }
-    flat = np.asarray(item.forecasts, dtype=np.float32).reshape(rows, n_quantiles)
-    for position, level in enumerate(item.quantiles):
+    flat = np.concatenate(values)
+    for position, level in enumerate(levels):
         columns[quantile_column_name(level)] = pa.array(np.ascontiguousarray(flat[:, position]))
-    constants: dict[str, object] = {
-        "request_time": item.request_time_us,
-        "request_id": item.request_id,
-        "model": item.model,
-        "checkpoint_sha256": item.checkpoint_sha256,
-        "role": item.role,
-        "resolution_minutes": item.resolution_minutes,
+    per_item: dict[str, list[object]] = {
+        "request_time": [item.request_time_us for item in batch],
+        "request_id": [item.request_id for item in batch],
+        "model": [item.model for item in batch],
+        "checkpoint_sha256": [item.checkpoint_sha256 for item in batch],
+        "role": [item.role for item in batch],
+        "resolution_minutes": [item.resolution_minutes for item in batch],
     }
     for field in EXTRA_FIELDS:
-        columns[field.name] = pa.array(np.full(rows, constants[field.name], dtype=object), field.type)
+        columns[field.name] = pa.array(per_item[field.name], field.type).take(owner_row)
     return pa.table(columns)
 
 

@@ -260,7 +260,7 @@ class ForecastLog:
         for (day, model, _), items in groups.items():
             windows = sum(item.n_windows for item in items)
             try:
-                table = pa.concat_tables([forecast_rows(item) for item in items])
+                table = forecast_rows(items)
                 with self._lock:
                     sequence = self._sequence
                     self._sequence += 1
