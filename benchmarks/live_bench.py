@@ -107,7 +107,9 @@ def main() -> int:
         try:
             for concurrency in CONCURRENCY:
                 print(f"{label}: {concurrency} clients ...", flush=True)
-                entry["cells"].append(load(port, "/v1/forecast", body, args.requests, concurrency, args.cap_s))
+                entry["cells"].append(
+                    load(port, "/v1/forecast", body, requests=args.requests, concurrency=concurrency, cap_s=args.cap_s)
+                )
             if label != OFF:
                 time.sleep(3.0)  # the shadow work and the log's last batch
                 entry["counters"] = scrape(port)
