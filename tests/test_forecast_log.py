@@ -187,7 +187,7 @@ class GatedSink:
 
 def test_a_slow_sink_never_blocks_submit_the_overflow_is_dropped_and_counted(tmp_path: Path) -> None:
     sink = GatedSink()
-    log = ForecastLog(tmp_path, max_queued_windows=6, max_batch_windows=2, flush_interval_s=0.0, sink=sink)
+    log = ForecastLog(tmp_path, max_queued_windows=6, max_batch_windows=2, flush_interval_s=0.05, sink=sink)
     accepted = [log.submit(_item(request)) for request in range(10)]  # the sink holds the first batch
     assert accepted[:3] == [True, True, True] and not any(accepted[3:])
     counts = log.counts()["m"]

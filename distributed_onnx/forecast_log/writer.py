@@ -3,8 +3,8 @@
 The serving side calls :meth:`ForecastLog.submit` after it has its answer; submit never blocks and never
 raises: it counts the forecasts and puts them on a queue, or, when the queue already holds
 ``max_queued_windows`` forecasts (the sink is slower than the traffic, or failing), drops them and counts the
-drop. The thread takes what is queued, waits up to ``flush_interval_s`` (or until ``max_batch_windows``) to
-gather more, and writes one Parquet file per (day, model, quantile levels) group of the batch
+drop. The thread wakes every ``flush_interval_s`` (sooner when ``max_batch_windows`` are queued), takes what is
+queued, and writes one Parquet file per (day, model, quantile levels) group of the batch
 (:mod:`.layout`). A failed write drops that group's forecasts, counted with the reason; the next batch tries
 again, so logging resumes by itself when the sink comes back. Failures are logged at most once per
 ``warn_period_s`` (with how many were dropped since), never once per request.
@@ -129,6 +129,8 @@ class ForecastLog:
         sink: LogSink | None = None,
         writer_id: str | None = None,
     ) -> None:
+        if flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be positive (the writer wakes that often); got {flush_interval_s}")
         self.root = storage.normalize(root)
         self.writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.max_queued_windows = max_queued_windows
@@ -144,6 +146,8 @@ class ForecastLog:
         self._last_error: str | None = None
         self._sequence = 0
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._state_submitted = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"forecast-log-{self.writer_id}", daemon=True)
         self._thread.start()
@@ -173,6 +177,8 @@ class ForecastLog:
             )
             return False
         self._queue.put(item)
+        if self._queued_windows >= self.max_batch_windows:
+            self._wake.set()  # a full batch: write it now rather than at the next interval
         return True
 
     def counts(self) -> dict[str, ModelCounts]:
@@ -189,6 +195,7 @@ class ForecastLog:
             return False
         done = threading.Event()
         self._queue.put(_Flush(done))
+        self._wake.set()
         return done.wait(timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -198,6 +205,7 @@ class ForecastLog:
                 return
             self._closed = True
         self._queue.put(_STOP)
+        self._wake.set()
         self._thread.join(timeout_s)
 
     def state(self) -> dict[str, Any]:
@@ -226,32 +234,46 @@ class ForecastLog:
     # ------------------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
-        pending: list[LoggedForecast] = []
-        pending_windows = 0
-        deadline = 0.0
+        """Wake once per ``flush_interval_s`` (or when a batch is full, or on flush/close), take everything queued.
+
+        Not once per submitted forecast: every wake-up of this thread takes the GIL from the replica's event loop,
+        and at hundreds of requests a second per-item wake-ups cost the serving path more than the writes.
+        """
         while True:
-            timeout = max(0.0, deadline - time.monotonic()) if pending else None
-            try:
-                message = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                message = None  # the batch waited flush_interval_s: write it
-            if isinstance(message, LoggedForecast):
-                if not pending:
-                    deadline = time.monotonic() + self.flush_interval_s
-                pending.append(message)
-                pending_windows += message.n_windows
-                if pending_windows < self.max_batch_windows:
-                    continue
-            if pending:
-                self._write_batch(pending)
-                pending, pending_windows = [], 0
-                self._write_state()
-            elif isinstance(message, _Flush) or message is _STOP:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            messages = []
+            while True:
+                try:
+                    messages.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            items = [message for message in messages if isinstance(message, LoggedForecast)]
+            controls = [message for message in messages if not isinstance(message, LoggedForecast)]
+            batch: list[LoggedForecast] = []
+            windows = 0
+            for item in items:
+                batch.append(item)
+                windows += item.n_windows
+                if windows >= self.max_batch_windows:
+                    self._write_batch(batch)
+                    batch, windows = [], 0
+            if batch:
+                self._write_batch(batch)
+            if items or controls or self._state_stale():
                 self._write_state()  # the drops counted since the last batch reach the record too
-            if isinstance(message, _Flush):
-                message.done.set()
-            elif message is _STOP:
+            for message in controls:
+                if isinstance(message, _Flush):
+                    message.done.set()
+            if any(message is _STOP for message in controls):
                 return
+
+    def _state_stale(self) -> bool:
+        with self._lock:
+            seen = sum(counts.submitted for counts in self._counts.values())
+            stale = seen != self._state_submitted
+            self._state_submitted = seen
+        return stale
 
     def _write_batch(self, batch: list[LoggedForecast]) -> None:
         groups: dict[tuple[str, str, tuple[float, ...]], list[LoggedForecast]] = {}
