@@ -2,8 +2,13 @@
 
 Thin entry points: parse flags into typed settings, build objects, run. The flags of ``backtest`` and
 ``serve`` are generated from their settings models (:mod:`distributed_onnx.settings_sources`), so a new field
-is a new flag with its description as help. Project errors become one line on stderr and exit code 2 (bad
-input) or 1 (a run that failed part-way); tracebacks are for bugs.
+is a new flag with its description as help.
+
+Every error a user can cause or meet is one line on stderr and an exit code (the README's table):
+0 done, 1 a run in which some parts failed (resumable), 2 bad input or settings, 3 the environment failed
+(storage that does not answer, Ray or the cluster: out of disk, a cancelled task, workers that could not
+start; rerunning resumes), 4 an internal error: one line naming the log file that holds the traceback (a bug
+to report), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from distributed_onnx.errors import BatchError, DistributedOnnxError
+from distributed_onnx.errors import BatchError, DistributedOnnxError, StorageError, WorkerStartError
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
+
+EXIT_DONE = 0
+EXIT_PARTS_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,13 +42,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(verbose=args.verbose)
     try:
         result: int = args.handler(args)
-    except BatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except DistributedOnnxError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # every error ends here as one line and a code: see the module docstring
+        code, line = describe_error(exc)
+        if code == EXIT_INTERNAL:
+            line = f"{line} The traceback is in {_write_traceback(exc)}; please report it."
+        if args.verbose and code != EXIT_INTERNAL:
+            logger.debug("Traceback of the error below", exc_info=exc)
+        print(f"error: {line}", file=sys.stderr)
+        return code
     return result
+
+
+def describe_error(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one line (without ``error:``) for an exception that ended a command."""
+    cause = _own_cause(exc)
+    if isinstance(cause, BatchError):
+        return EXIT_PARTS_FAILED, _one_line(cause)
+    if isinstance(cause, StorageError | WorkerStartError):
+        return EXIT_ENVIRONMENT, _one_line(cause)
+    if isinstance(cause, DistributedOnnxError):
+        return EXIT_BAD_INPUT, _one_line(cause)
+    ray_exceptions = sys.modules.get("ray.exceptions")  # a Ray error needs Ray imported: never import it here
+    # A task's own exception (RayTaskError) is ours: a bug, below.
+    if (
+        ray_exceptions is not None
+        and isinstance(exc, ray_exceptions.RayError)
+        and not isinstance(exc, ray_exceptions.RayTaskError)
+    ):
+        return EXIT_ENVIRONMENT, (
+            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; fix the cluster "
+            "(disk, memory, nodes) and rerun the same command to resume."
+        )
+    if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
+        return EXIT_ENVIRONMENT, (
+            f"I/O error: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; rerun the same command "
+            "to resume."
+        )
+    if isinstance(exc, MemoryError):
+        return EXIT_ENVIRONMENT, "out of memory (MemoryError); finished parts are kept, rerun to resume."
+    return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {_one_line(exc)}."
+
+
+def _own_cause(exc: BaseException) -> BaseException:
+    """Our own error inside a Ray task error (``RayTaskError.cause``), else ``exc`` itself."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, DistributedOnnxError) else exc
+
+
+def _one_line(exc: BaseException, limit: int = 2_000) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _write_traceback(exc: BaseException) -> str:
+    """Write ``exc``'s traceback to a new log file in the temporary directory and return its path."""
+    import tempfile
+    import traceback
+
+    handle, path = tempfile.mkstemp(prefix="distributed-onnx-error-", suffix=".log")
+    with open(handle, "w", encoding="utf-8") as log:
+        log.write(f"{version_text()}\ncommand: {' '.join(sys.argv)}\n\n")
+        log.write("".join(traceback.format_exception(exc)))
+    return path
 
 
 def configure_logging(*, verbose: bool) -> None:

@@ -124,7 +124,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"Config file not found: {path}", path=str(path))
     try:
-        document = yaml.safe_load(path.read_text())
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"Config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.", path=str(path)
+        ) from exc
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())  # PyYAML's message spans lines: keep the CLI's one line
         raise ConfigError(f"Config file {path} is not valid YAML: {problem}", path=str(path)) from exc

@@ -8,31 +8,42 @@ that *every node* and the user can reach under the same name: shared storage or 
 node's own temp directory.
 
 Writes are atomic either way: a local file is written under a temporary name, fsynced and renamed into place
-(so a killed run never leaves a half-written file under a final name); an object is uploaded from memory in one
-stream, which object stores publish only when it completes. ``file://`` URLs are local paths.
+(so a killed run never leaves a half-written file under a final name); an object is uploaded from memory under a
+temporary name and copied into place by the store, since pyarrow publishes a stream that failed part-way.
+``file://`` URLs are local paths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from distributed_onnx.errors import ConfigError, MissingExtraError
+from distributed_onnx.errors import ConfigError, MissingExtraError, StorageError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Location = Path | str
 """A local path, or a URL such as ``s3://bucket/runs/backtest-1``."""
 
 _CHUNK_BYTES = 1 << 20
+#: Waits between attempts at a read that failed for a reason other than a missing file (an S3 SlowDown, an NFS
+#: EIO): about 15 s in all before :func:`read_retrying` gives up.
+READ_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def is_url(location: Location) -> bool:
@@ -52,17 +63,33 @@ def local_path(location: Location) -> Path | None:
 
 
 def normalize(location: Location) -> Location:
-    """A :class:`Path` for anything local, the URL (without a trailing slash) otherwise."""
+    """A :class:`Path` for anything local, the URL (without a trailing slash on its path) otherwise."""
     path = local_path(location)
-    return path if path is not None else str(location).rstrip("/")
+    if path is not None:
+        return path
+    url = urlsplit(str(location))
+    return urlunsplit(url._replace(path=url.path.rstrip("/")))
 
 
 def join(location: Location, *parts: str) -> Location:
-    """``location / part / ...`` for a path or a URL."""
+    """``location / part / ...`` for a path or a URL.
+
+    A URL's options stay options: ``s3://bucket/run?endpoint_override=host:9000`` joined with ``forecasts``
+    is ``s3://bucket/run/forecasts?endpoint_override=host:9000`` (appending to the whole string put every file
+    inside the query, where pyarrow either refused it or read the bucket's root).
+    """
     base = normalize(location)
     if isinstance(base, Path):
         return base.joinpath(*parts)
-    return "/".join([base, *parts])
+    url = urlsplit(base)
+    return urlunsplit(url._replace(path="/".join([url.path, *parts])))
+
+
+def suffix(location: Location) -> str:
+    """The lower-case extension of the file a location names (``.csv``), without a URL's options."""
+    path = local_path(location)
+    name = path.name if path is not None else urlsplit(str(location)).path.rsplit("/", 1)[-1]
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
 
 
 def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
@@ -201,13 +228,32 @@ def _replaced_atomically(path: Path) -> Iterator[str]:
         raise
 
 
+def _upload_atomically(location: Location, payload: bytes) -> None:
+    """Upload to a temporary object beside ``location``, then copy it into place (server-side) and delete it.
+
+    pyarrow closes an output stream that an exception left (and one that is garbage collected), and closing
+    *publishes* what was uploaded so far: a torn object under the final name (measured on an S3 server: a
+    1,000-byte object after an exception inside ``with open_output_stream(...)``). So the final name only ever
+    receives a whole object, by a copy; a failed upload leaves at most a ``.tmp-`` object, deleted here or by
+    the next run (:func:`distributed_onnx.evaluation.outputs.clean_partials`).
+    """
+    fs, inner = filesystem(location)
+    directory, _, name = inner.rpartition("/")
+    temporary = f"{directory}/.tmp-{name}.{uuid.uuid4().hex}" if directory else f".tmp-{name}.{uuid.uuid4().hex}"
+    try:
+        with fs.open_output_stream(temporary) as stream:
+            stream.write(payload)
+        fs.copy_file(temporary, inner)
+    finally:
+        with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
+            fs.delete_file(temporary)
+
+
 def write_bytes(location: Location, payload: bytes) -> int:
     """Write ``payload`` atomically (see the module docstring), flushed to disk before the rename; returns its size."""
     path = local_path(location)
     if path is None:
-        fs, inner = filesystem(location)
-        with fs.open_output_stream(inner) as stream:
-            stream.write(payload)
+        _upload_atomically(location, payload)
         return len(payload)
     with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
         handle.write(payload)
@@ -249,3 +295,35 @@ def sha256(location: Location) -> str:
         while chunk := stream.read(_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_retrying(
+    read: Callable[[], T],
+    what: str,
+    *,
+    delays_s: Sequence[float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
+    """``read()``, retried with backoff while it raises an ``OSError`` that is not a missing file.
+
+    A missing file (``FileNotFoundError``) is an answer and passes through at once; any other ``OSError`` says
+    only that the storage did not answer now, so it is retried, then raised as one :class:`StorageError` naming
+    ``what``. Callers that decide from a read whether to delete something (the resume) must delete nothing then.
+    """
+    delays_s = READ_RETRY_DELAYS_S if delays_s is None else delays_s
+    sleep = sleep or time.sleep
+    for attempt, delay in enumerate([*delays_s, None], start=1):
+        try:
+            return read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if delay is None:
+                raise StorageError(
+                    f"Cannot read {what} ({attempt} attempts over {sum(delays_s):.0f} s): {exc}. Nothing was "
+                    "deleted; rerun when the storage answers again.",
+                    path=what,
+                ) from exc
+            logger.warning("Reading %s failed (%s); retrying in %.1f s", what, exc, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")  # the loop returns or raises

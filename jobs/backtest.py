@@ -1,7 +1,8 @@
 """Cluster entry point of the backtest: ``ray job submit --working-dir . -- python jobs/backtest.py --config ...``.
 
 Thin on purpose: the same settings as ``distributed-onnx backtest`` (YAML < environment < flags), the same run,
-the same exit codes (0 done, 2 bad input, 1 a run that failed part-way), plus two cluster defaults:
+the same exit codes (0 done, 1 a run that failed part-way, 2 bad input, 3 storage or cluster failed, 4 an internal
+error: the README's table), plus two cluster defaults:
 
 - it joins the cluster it was submitted to (``ray job submit`` sets ``RAY_ADDRESS`` for this driver);
 - when neither the config, the environment nor a flag sets ``gpus_per_actor`` and the cluster has GPUs, each

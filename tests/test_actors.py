@@ -7,6 +7,8 @@ ONNX Runtime (the CPU build) realizes the CPU provider. Every actor a test start
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,3 +116,17 @@ def test_a_pool_that_cannot_all_start_in_time_is_a_typed_error(tiny_checkpoint: 
     assert len(infos) == 2
     for actor in actors:
         kill_and_wait(actor)
+
+
+def _die_while_starting(worker: Any, job_input: Any, info: WorkerInfo) -> Any:
+    """A job factory whose actor process dies in ``__init__`` (as a crash or the OOM killer would end it)."""
+    os._exit(1)
+
+
+def test_an_actor_that_dies_while_the_pool_starts_is_one_typed_error(tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """Before, the ActorDiedError reached the command as a traceback."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the factory runs in the actor
+    config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
+    expected = r"A worker actor died while the pool of 1 started: ActorDiedError: The actor died"
+    with pytest.raises(WorkerStartError, match=expected):
+        start_pool(config, 1, num_cpus=1, num_gpus=0, timeout_s=120, job_factory=_die_while_starting)

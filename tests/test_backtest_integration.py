@@ -272,6 +272,9 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
     assert resumed.summary["parts"]["done_before"] == 2
     assert resumed.summary["windows"]["run_now"] == 4
     assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings))
+    # The earlier invocation's list of failed windows is gone: those windows are done now.
+    assert not (Path(settings.output) / "failed_windows.json").exists()
+    assert any("failed_windows.json of an earlier invocation was removed" in note for note in resumed.summary["notes"])
 
 
 # --- 5. a failing part -------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def run(
         on_result=recorder.on_result,
         on_failure=recorder.on_failure,
         key=lambda item: item,
-        attempt_timeout_s=lambda: attempt_timeout_s,
+        attempt_timeout_s=lambda item: attempt_timeout_s,
         on_replacement=on_replacement,
     )
     dispatcher = Dispatcher(actors, callbacks, DispatchConfig(poll_timeout_s=0.2, **config), replacements=replacements)
@@ -217,3 +217,29 @@ def test_no_room_for_a_replacement_shrinks_the_pool_without_stalling() -> None:
     assert recorder.results == dict.fromkeys(range(20), 1)
     assert stats.replacements_started == 0
     assert replacements.started == []
+
+
+class Unreachable(Echo):
+    """Answers one item with Ray's ActorUnavailableError (as Ray does for an actor it cannot reach) and lives on."""
+
+    def run(self, item: int) -> int:
+        if item == 2:
+            raise ray.exceptions.ActorUnavailableError("injected: the actor is temporarily unreachable", None)
+        return super().run(item)
+
+
+def test_an_unavailable_actor_is_killed_not_left_running_its_queue() -> None:
+    """Before, the actor was dropped but not killed: its queued parts kept running while they ran again elsewhere."""
+    unreachable = ray.remote(num_cpus=0.1, max_restarts=0)(Unreachable).remote()
+    healthy = RemoteEcho.remote()
+    ray.get([unreachable.ready.remote(), healthy.ready.remote()])
+    STARTED.extend([unreachable, healthy])
+    recorder = Recorder()
+
+    stats = run(list(range(8)), [unreachable, healthy], recorder)
+
+    assert recorder.results == dict.fromkeys(range(8), 1)
+    assert stats.actors_lost == 1
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(unreachable.ready.remote(), timeout=60)
+    assert ray.get(healthy.ready.remote(), timeout=60) == 1

@@ -29,6 +29,21 @@ def test_column_name(q: float, name: str) -> None:
     assert quantile_column_name(q) == name
 
 
+@pytest.mark.parametrize(
+    "levels",
+    [(0.1000001, 0.1000002), (0.9999999, 0.99999991), (0.1234567, 0.1234568), (1e-7, 1.1e-7), (0.5, 0.5000001)],
+)
+def test_column_names_never_collide(levels: tuple[float, ...]) -> None:
+    """Six significant digits (``format(q, "g")``) merged such levels into one column, one of them silently lost."""
+    names = [quantile_column_name(q) for q in levels]
+    assert len(set(names)) == len(levels), names
+    assert all(float(name[1:]) == q for name, q in zip(names, levels, strict=True))
+
+
+def test_level_near_one_is_not_named_q1() -> None:
+    assert quantile_column_name(0.9999999) == "q0.9999999"
+
+
 def test_native_levels_are_exact_copies() -> None:
     preds = _fan((4, 3))
     preds[0, 0, 2] = np.nan

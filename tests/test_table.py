@@ -149,7 +149,7 @@ def test_null_series_ids_name_the_rows() -> None:
 
 def test_series_ids_that_are_not_strings_are_named() -> None:
     table = _table(["a"], [0], [1.0]).set_column(0, "series_id", pa.array([[1, 2]], pa.list_(pa.int64())))
-    with pytest.raises(DataError, match=r"'series_id' must hold strings, found list<item: int64>"):
+    with pytest.raises(DataError, match=r"'series_id' must hold strings \(or integers\), found list<item: int64>"):
         series_from_table(table, 30)
 
 
@@ -210,3 +210,75 @@ def test_grid_size_bound_is_ten_points_per_row_plus_slack() -> None:
     beyond = _table(["a"] * 100, [30 * p for p in [*positions, allowed]], [1.0] * 100)
     with pytest.raises(DataError, match=r"spans 2,001 grid steps for 100 rows: its largest gap, 1,902 steps"):
         series_from_table(beyond, 30)
+
+
+def test_csv_series_ids_are_read_as_written(tmp_path: Path) -> None:
+    """Type-guessing read ``007`` and ``7`` as the integer 7: one series, refused as duplicates, zeros lost."""
+    path = tmp_path / "load.csv"
+    path.write_text(
+        "series_id,timestamp,y\n"
+        "007,2024-01-01T00:00:00Z,1\n"
+        "007,2024-01-01T00:30:00Z,2\n"
+        "7,2024-01-01T00:00:00Z,3\n"
+        "7,2024-01-01T00:30:00Z,4\n"
+        "1e3,2024-01-01T00:00:00Z,5\n"
+    )
+    result = load_series(path, 30)
+    assert [s.series_id for s in result.series] == ["007", "1e3", "7"]
+    np.testing.assert_array_equal(result.series[0].values, [1.0, 2.0])
+
+
+def test_parquet_series_ids_are_read_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "load.parquet"
+    table = _table(["007", "007", "7", "7"], [0, 30, 0, 30], [1.0, 2.0, 3.0, 4.0])
+    pq.write_table(table, path)
+    assert [s.series_id for s in load_series(path, 30).series] == ["007", "7"]
+
+
+def test_empty_csv_series_id_is_refused_naming_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "load.csv"
+    path.write_text("series_id,timestamp,y\na,2024-01-01T00:00:00Z,1\n,2024-01-01T00:30:00Z,2\n")
+    with pytest.raises(DataError, match=r"empty series_id at rows \[1\]"):
+        load_series(path, 30)
+
+
+def test_empty_string_series_id_is_refused() -> None:
+    table = _table(["a", ""], [0, 30], [1.0, 2.0])
+    with pytest.raises(DataError, match=r"empty series_id at rows \[1\]"):
+        series_from_table(table, 30)
+
+
+def test_float_series_ids_are_refused() -> None:
+    table = _table(["a"], [0], [1.0]).set_column(0, "series_id", pa.array([7.0], pa.float64()))
+    with pytest.raises(DataError, match=r"'series_id' must hold strings \(or integers\), found double"):
+        series_from_table(table, 30)
+
+
+def test_a_huge_series_id_is_refused_before_it_is_copied() -> None:
+    huge = "x" * 1_000_000
+    table = _table(["a", huge], [0, 0], [1.0, 2.0])
+    with pytest.raises(DataError, match=r"longer than 1,024 bytes at rows \[1\] \(the longest: 1,000,000 bytes\)"):
+        series_from_table(table, 30)
+
+
+def test_many_sparse_series_are_refused_by_their_total_grid() -> None:
+    """Each two-row series spanning 1,010 steps passes the per-series bound; a million of them is 8 GB."""
+    n_series = 12_000
+    ids = pa.array(np.repeat(np.arange(n_series), 2).astype(str))
+    offsets = np.tile([0, 1_009 * HALF_HOUR_US], n_series) + T0_US
+    table = pa.table(
+        {"series_id": ids, "timestamp": pa.array(offsets, pa.int64()).cast(UTC_TS), "y": np.ones(2 * n_series)}
+    )
+    expected = r"the 12,000 series span 12,120,000 grid steps for 24,000 rows \(dense, 0.1 GB of float64\)"
+    with pytest.raises(DataError, match=expected) as info:
+        series_from_table(table, 30)
+    assert "at most 10,240,000 are allowed" in str(info.value)
+
+
+@pytest.mark.parametrize("extreme", [np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max])
+def test_timestamps_near_the_int64_limits_are_refused(extreme: int) -> None:
+    """A span across the int64 limits overflowed: "negative dimensions are not allowed" from numpy."""
+    stamps = pa.array([0, extreme], pa.int64()).cast(UTC_TS)
+    table = pa.table({"series_id": ["a", "a"], "timestamp": stamps, "y": [1.0, 2.0]})
+    with pytest.raises(DataError, match=r"timestamps outside years 1-9999 at rows \[1\]"):
+        series_from_table(table, 1)

@@ -16,6 +16,7 @@ from distributed_onnx.evaluation.data.table import Series, SeriesTable
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
+    SeriesPlan,
     WindowSpec,
     batches,
     plan_series,
@@ -248,6 +249,44 @@ def test_n_windows_beyond_the_data_is_counted_as_capped() -> None:
     assert plan.counts.tolist() == [5, 10]
     assert plan.capped == 5  # series a: origins -2..0 have no history at all
     assert plan.capped_series == ("a",)
+
+
+def _planning_peak_bytes(series: Series, spec: WindowSpec) -> tuple[int, SeriesPlan]:
+    tracemalloc.start()
+    try:
+        plan = plan_series(series, spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, plan
+
+
+def test_an_unbounded_start_end_range_costs_the_series_not_the_range() -> None:
+    """``--start 0001-01-01 --end 9999-12-31`` on minute data allocated 5 billion origins before clipping."""
+    minute_us = 60_000_000
+    series = Series("a", START_US, minute_us, np.arange(100, dtype=np.float64), np.empty((0, 100)))
+    # Ten million minutes each side (80 MB of origins before the fix; years 1-9999 were 42 GB, too many to test
+    # the old code with on a shared machine).
+    spec = WindowSpec(
+        context_length=4,
+        horizon=2,
+        stride=7,
+        start_us=START_US - 10**7 * minute_us,
+        end_us=START_US + 10**7 * minute_us,
+    )
+    peak, plan = _planning_peak_bytes(series, spec)
+    assert peak < 1_000_000, peak
+    first_step = -(-(spec.start_us - START_US) // minute_us)  # type: ignore[operator]
+    expected = np.arange(first_step, 101, 7)
+    np.testing.assert_array_equal(plan.origins, expected[expected >= 1])
+
+
+def test_a_huge_n_windows_costs_the_series_not_the_request() -> None:
+    spec = WindowSpec(context_length=4, horizon=3, n_windows=10**7, stride=2)
+    peak, plan = _planning_peak_bytes(_series("a", 30), spec)
+    assert peak < 1_000_000, peak
+    np.testing.assert_array_equal(plan.origins, np.arange(1, 28, 2))
+    assert plan.capped == 10**7 - 14
 
 
 def _plan_peak(table: SeriesTable, spec: WindowSpec) -> tuple[int, int]:

@@ -1,5 +1,8 @@
 """``failed_windows.json``: which windows a run could not forecast, and the one error that says so.
 
+The file describes the latest invocation: a rerun that fails again rewrites it, and one that finishes every
+window removes it (:func:`clear_failed_windows`), so it never lists windows that are done.
+
 The driver never holds window ids while a run goes well; only for the parts that failed does it recompute their
 windows (from the same pure plan the actors used) so a user can see exactly what is missing.
 """
@@ -43,3 +46,12 @@ def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str,
         f"First: part {first['part']} ({first['windows']} windows): {first['error']}",
         failed_parts=[failure["part"] for failure in failures],
     )
+
+
+def clear_failed_windows(output: storage.Location) -> bool:
+    """Remove a ``failed_windows.json`` an earlier invocation left, once every window is done; True if there was one."""
+    path = storage.join(output, FAILED_WINDOWS)
+    if not storage.is_file(path):
+        return False
+    storage.delete(path)
+    return True

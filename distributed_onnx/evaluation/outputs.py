@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, StorageError
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.storage import Location
 
@@ -49,10 +49,10 @@ def part_files(output: Location) -> list[Location]:
 
 def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any]) -> None:
     """Create the directory, or check that the existing one belongs to the same run."""
-    storage.make_dirs(storage.join(output, FORECASTS_DIR))
+    _make_run_directory(output)
     path = storage.join(output, MANIFEST)
     if storage.is_file(path):
-        previous = json.loads(storage.read_bytes(path)).get("fingerprint")
+        previous = _manifest_fingerprint(path)
         if previous != fingerprint:
             raise ConfigError(
                 f"{output} holds a backtest with other settings (fingerprint {previous}, this run {fingerprint}); "
@@ -61,6 +61,36 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
             )
         return
     storage.write_bytes(path, json.dumps({"fingerprint": fingerprint, **manifest}, indent=2, default=str).encode())
+
+
+def _make_run_directory(output: Location) -> None:
+    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+    if storage.is_file(output):
+        raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+    try:
+        storage.make_dirs(storage.join(output, FORECASTS_DIR))
+    except (FileExistsError, NotADirectoryError, PermissionError) as exc:
+        raise ConfigError(f"Cannot create the run directory {output}: {exc}", key="output") from exc
+    except OSError as exc:
+        raise StorageError(f"Cannot create the run directory {output}: {exc}", path=str(output)) from exc
+
+
+def _manifest_fingerprint(path: Location) -> Any:
+    """The fingerprint a ``run.json`` records; a file that is not a manifest is refused, naming it."""
+    payload = storage.read_retrying(lambda: storage.read_bytes(path), str(path))
+    try:
+        document = json.loads(payload.decode("utf-8"))
+    except ValueError as exc:  # not UTF-8, or not JSON
+        document, problem = None, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    else:
+        problem = f"a JSON {type(document).__name__}"
+    if not isinstance(document, dict) or "fingerprint" not in document:
+        raise ConfigError(
+            f"{path} is not a backtest manifest (expected a JSON object with a 'fingerprint', found {problem:.200}); "
+            "use another --output directory, or delete that file if the directory holds no other run.",
+            key="output",
+        )
+    return document["fingerprint"]
 
 
 def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequence[float], step_us: int) -> pa.Table:
@@ -104,14 +134,25 @@ def write_part(output: Location, part_index: int, table: pa.Table, record: dict[
 
 
 def part_record(output: Location, part_index: int) -> tuple[dict[str, Any], int] | None:
-    """The record in a part's footer and its row count, or None when the file is absent or unreadable."""
+    """The record in a part's footer and its row count, or None when the file is absent or corrupt.
+
+    Any other ``OSError`` (the storage did not answer: an S3 SlowDown, an NFS EIO) is raised, not taken for a
+    corrupt file: a resume deletes what is not done, and a good part must not be deleted for a flaky read.
+    """
     path = part_path(output, part_index)
     try:
         footer = storage.read_parquet_metadata(path)
-        raw = (footer.metadata or {}).get(PART_METADATA_KEY)
-        return (json.loads(raw) if raw else {}), int(footer.num_rows)
-    except (OSError, ValueError, pa.ArrowException):
+    except FileNotFoundError:
         return None
+    except (ValueError, pa.ArrowInvalid) as exc:  # torn or not Parquet (ArrowInvalid is a ValueError)
+        logger.debug("Part %d's footer is unreadable: %s", part_index, exc)
+        return None
+    try:
+        raw = (footer.metadata or {}).get(PART_METADATA_KEY)
+        record = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    return (record if isinstance(record, dict) else {}), int(footer.num_rows)
 
 
 def clean_partials(output: Location) -> None:

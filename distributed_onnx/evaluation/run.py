@@ -31,7 +31,7 @@ from distributed_onnx.evaluation.data.series_source import (
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.failures import failure_error
+from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
@@ -44,6 +44,7 @@ from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
+from distributed_onnx.runtime.deadlines import AttemptDeadlines
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.local_ray import connect
@@ -51,11 +52,6 @@ from distributed_onnx.runtime.local_ray import connect
 __all__ = ["BacktestResult", "RunPlan", "prepare", "run_backtest"]
 
 logger = logging.getLogger(__name__)
-
-#: A part's deadline once parts have finished: this many times the slowest so far (a hung actor is killed).
-DEADLINE_FACTOR = 10.0
-MIN_PART_TIMEOUT_S = 120.0
-FIRST_PART_TIMEOUT_S = 1800.0
 
 
 @dataclass
@@ -125,22 +121,19 @@ class _PartLedger:
     def __init__(self) -> None:
         self.receipts: list[PartReceipt] = []
         self.failures: list[PartFailure] = []
-        self.slowest_part_s = 0.0
+        self.deadlines = AttemptDeadlines()
         self.first_result_s: float | None = None
 
     def add_receipt(self, receipt: PartReceipt, elapsed_s: float) -> None:
         self.receipts.append(receipt)
-        self.slowest_part_s = max(self.slowest_part_s, sum(receipt.seconds.values()))
+        self.deadlines.observe(receipt.windows, sum(receipt.seconds.values()))
         if self.first_result_s is None:
             self.first_result_s = elapsed_s
 
-    def deadline_s(self, part_timeout_s: float | None) -> float:
-        """The given timeout, else generous until a part finished, then a multiple of the slowest part so far."""
-        if part_timeout_s is not None:
-            return part_timeout_s
-        if not self.receipts:
-            return FIRST_PART_TIMEOUT_S
-        return max(MIN_PART_TIMEOUT_S, DEADLINE_FACTOR * self.slowest_part_s)
+    def deadline_s(self, part: PartSpec, part_timeout_s: float | None) -> float:
+        """The given timeout, else one that fits the part: its windows times the slowest rate per window so far
+        (:mod:`distributed_onnx.runtime.deadlines`)."""
+        return part_timeout_s if part_timeout_s is not None else self.deadlines.deadline_s(part.n_windows)
 
 
 class _BacktestRun:
@@ -192,6 +185,8 @@ class _BacktestRun:
                 cluster.shutdown()
         clock.mark("ray_stop")
         summary["timing"].update(driver_timing(clock))
+        if not outcome.failures and clear_failed_windows(output):
+            summary["notes"].append(f"{FAILED_WINDOWS} of an earlier invocation was removed: every window is done")
         write_summary(output, summary)
         failures = [failure.as_record() for failure in outcome.failures]
         if failures:
@@ -301,7 +296,7 @@ class _BacktestRun:
                 on_result=self._on_result,
                 on_failure=self._on_failure,
                 key=lambda part: part.index,
-                attempt_timeout_s=lambda: self.ledger.deadline_s(settings.part_timeout_s),
+                attempt_timeout_s=lambda part: self.ledger.deadline_s(part, settings.part_timeout_s),
                 on_replacement=actors.append,
             )
             dispatcher = Dispatcher(

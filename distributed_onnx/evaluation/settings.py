@@ -89,8 +89,9 @@ class BacktestSettings(CommandSettings):
     part_timeout_s: float | None = Field(
         default=None,
         gt=0,
-        description="Deadline of one attempt at a part: a hung actor is killed and the part retried (default: 10x "
-        "the slowest part so far, at least 120 s; 30 min until a part has finished).",
+        description="Deadline of one attempt at a part: a hung actor is killed and the part retried (default: the "
+        "part's windows x 10x the slowest seconds per window so far, at least 120 s; 30 min until a part has "
+        "finished).",
     )
     series_transport: SeriesTransport = Field(
         default=SeriesTransport.AUTO,

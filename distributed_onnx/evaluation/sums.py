@@ -95,10 +95,27 @@ def read_done_part(
     Done means: the sums parse and name this run, this part and its window count; the forecast part's footer
     is readable, names the same run and part, and holds ``n_windows * horizon`` rows of exactly the size the
     sums recorded. Only footers are read: verifying a finished run costs no forecast data.
+
+    Absent or corrupt files are "not done" (the part is redone). A read the storage did not answer (any other
+    ``OSError``) is retried with backoff, then raises :class:`~distributed_onnx.errors.StorageError`: "cannot
+    tell now" must never read as "not done", since the caller then deletes both files.
     """
+
+    def read() -> PartSums | None:
+        try:
+            return _verified_sums(output, part_index, run_fingerprint, n_windows, horizon)
+        except FileNotFoundError:  # either file, at any step (a file removed between two reads included)
+            return None
+
+    return storage.read_retrying(read, f"part {part_index} of {output}")
+
+
+def _verified_sums(
+    output: storage.Location, part_index: int, run_fingerprint: str, n_windows: int, horizon: int
+) -> PartSums | None:
     try:
         sums = PartSums.from_bytes(storage.read_bytes(sums_path(output, part_index)))
-    except (OSError, DataError):
+    except DataError:
         return None
     header = sums.header
     expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}

@@ -158,7 +158,13 @@ class LocalCheckpoint(BaseModel):
 
 def read_metadata(path: Path) -> CheckpointMetadata:
     """Parse one metadata file, naming the file and the offending keys on failure."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointMetadataError(
+            f"Checkpoint metadata {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 JSON.",
+            path=str(path),
+        ) from exc
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -44,12 +44,17 @@ __all__ = [
 
 
 def quantile_column_name(q: float) -> str:
-    """Name of the forecast column for level ``q``: ``q0.1``, ``q0.25``, ``q0.5``.
+    """Name of the forecast column for level ``q``: ``q0.1``, ``q0.25``, ``q0.5``, ``q0.1000001``.
 
     ``format(q, "g")`` keeps the shortest readable form, so names are stable across runs and match what a
-    user writes in a configuration file.
+    user writes in a configuration file. It rounds to six digits, though: 0.1000001 and 0.1000002 would share
+    one column (one silently lost) and 0.9999999 would read ``q1``. So a level that six digits do not give back
+    exactly is named by its shortest exact form (``repr``), which differs for every distinct float: two levels
+    can never share a column, and ordinary levels keep their names.
     """
-    return "q" + format(q, "g")
+    level = float(q)
+    short = format(level, "g")
+    return "q" + (short if float(short) == level else repr(level))
 
 
 def validate_quantiles(levels: Sequence[float], name: str = "quantiles") -> tuple[float, ...]:

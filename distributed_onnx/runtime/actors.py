@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import ray
-from ray.exceptions import GetTimeoutError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
 from distributed_onnx.model.backend.policy import HostCapabilities
@@ -176,6 +176,15 @@ def start_pool(
                 ready=len(ready_now),
                 requested=count,
             ) from None
+        # An actor died while starting (its process crashed, its node went away): not a bug of ours.
+        if isinstance(exc, RayError) and not isinstance(exc, RayTaskError):
+            detail = " ".join(str(exc).split())
+            raise WorkerStartError(
+                f"A worker actor died while the pool of {count} started: {type(exc).__name__}: {detail:.300}... "
+                "Check the node's memory and the checkpoint, then rerun.",
+                ready=len(ready_now),
+                requested=count,
+            ) from exc
         raise
     for info in infos:
         logger.info(

@@ -53,7 +53,7 @@ class Replacements(Protocol):
         ...
 
 
-def _no_deadline() -> float | None:
+def _no_deadline(item: Any) -> float | None:
     return None
 
 
@@ -87,8 +87,9 @@ class DispatchCallbacks(Generic[Item]):
     on_failure: Callable[[Item, BaseException], None]
     #: A stable integer per item (attempts are counted per key).
     key: Callable[[Item], int]
-    #: The deadline of the call about to be submitted (asked at each submission; None: no deadline).
-    attempt_timeout_s: Callable[[], float | None] = _no_deadline
+    #: The deadline of the call about to be submitted, given its item (asked at each submission, so it may follow
+    #: the item's size and what was observed so far; None: no deadline).
+    attempt_timeout_s: Callable[[Item], float | None] = _no_deadline
     #: Hears of each replacement actor started, so the caller can stop it at the end.
     on_replacement: Callable[[Any], None] | None = None
 
@@ -129,7 +130,10 @@ class _Pool:
         logger.warning("Worker actor %d lost (%s); its work runs again elsewhere", actor_key, reason)
         self._state.remove_actor(actor_key)
         if kill:
-            ray.kill(actor)
+            try:
+                ray.kill(actor)
+            except Exception as exc:  # already gone with its node: nothing is left to stop
+                logger.debug("Could not kill lost actor %d: %s", actor_key, exc)
         if self._replacements is not None and self._budget > 0:
             self.wanted += 1
         return True
@@ -258,7 +262,7 @@ class _Run(Generic[Item]):
             if candidate is None:
                 self.exhausted = True
                 return
-            timeout_s = self.calls.attempt_timeout_s()
+            timeout_s = self.calls.attempt_timeout_s(candidate)
             ref = self.calls.submit(self.pool.actors[actor_key], candidate)
             key = self.calls.key(candidate)
             state.submitted(ref, actor_key, candidate, key, now=time.monotonic(), timeout_s=timeout_s or None)
@@ -283,7 +287,9 @@ class _Run(Generic[Item]):
         try:
             value = ray.get(ref)
         except LOST as exc:
-            self._lose(state.in_flight[ref].actor_key, type(exc).__name__, exc)
+            # Killed as well: an actor that is only unreachable (ActorUnavailableError), or whose result was lost,
+            # may still be running its queued calls while they run again elsewhere (two writers of one part).
+            self._lose(state.in_flight[ref].actor_key, type(exc).__name__, exc, kill=True)
             return
         except RayTaskError as exc:
             attempt = state.settled(ref, time.monotonic())

@@ -100,6 +100,9 @@ HAPROXY_STATS_PORT = "RAY_SERVE_HAPROXY_STATS_PORT"
 HAPROXY_METRICS_PORT = "RAY_SERVE_HAPROXY_METRICS_PORT"
 HAPROXY_NBTHREAD = "RAY_SERVE_HAPROXY_NBTHREAD"
 HAPROXY_BINARY_PATH = "RAY_SERVE_HAPROXY_BINARY_PATH"
+#: The message limit (send and receive) of Serve's gRPC servers, the proxy's and direct-ingress replicas' (2 GiB by
+#: default): ``serve/grpc_api.py`` sets it to the body limit, so gRPC refuses a larger message before parsing it.
+GRPC_MAX_MESSAGE_SIZE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
 #: The direct-ingress port ranges, ``range(MIN, MAX)`` per protocol (``HTTP``, ``GRPC``).
 INGRESS_PROTOCOLS = ("HTTP", "GRPC")
 
@@ -123,6 +126,7 @@ SERVE_SWITCHES = (
     HAPROXY_METRICS_PORT,
     HAPROXY_NBTHREAD,
     HAPROXY_BINARY_PATH,
+    GRPC_MAX_MESSAGE_SIZE,
     *(bound for protocol in INGRESS_PROTOCOLS for bound in direct_ingress_port_bounds(protocol)),
 )
 

@@ -63,6 +63,7 @@ from distributed_onnx.serve.grpc_messages import (
     ServerReadyResponse,
 )
 from distributed_onnx.serve.http import (
+    drained_on_refusal,
     infer_response,
     install_error_handlers,
     install_openapi_models,
@@ -195,7 +196,8 @@ class OnnxForecastServer:
 
         started = time.perf_counter()
         try:
-            return await self._replica.observe("infer", handle)
+            answer = self._replica.observe("infer", handle)
+            return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
         finally:
             self._live_metrics.request("infer", name, time.perf_counter() - started)
 
@@ -219,7 +221,8 @@ class OnnxForecastServer:
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
         try:
-            response = await self._replica.observe("forecast", handle)
+            answer_or_refusal = self._replica.observe("forecast", handle)
+            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         finally:
             model = answered[0].model.name if answered else "-"
             self._live_metrics.request("forecast", model, time.perf_counter() - started)

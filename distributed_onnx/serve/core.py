@@ -36,6 +36,7 @@ from distributed_onnx.serve.admission import Admission, Ticket
 from distributed_onnx.serve.binary import binary_outputs, encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, check_finite_forecasts, encode_forecasts, plan_job, run_jobs
 from distributed_onnx.serve.grpc_api import check_response_fits, infer_inputs, model_infer_response, requested_outputs
+from distributed_onnx.serve.health import ModelHealth
 from distributed_onnx.serve.http import HttpError, parse_body, parse_infer_request, status_of
 from distributed_onnx.serve.protocol import decode_inputs, run_checked, select_outputs, tensor_metadata
 from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
@@ -99,8 +100,6 @@ class ModelCore:
         shadow: bool = False,
         checkpoint_sha256: str = "",
     ) -> None:
-        from distributed_onnx.serve.health import ModelHealth
-
         self.worker = worker
         self.settings = settings
         self.name = worker.model_name
@@ -109,9 +108,8 @@ class ModelCore:
         #: does not make the replica unready, so a broken challenger never takes the champion down.
         self.shadow = shadow
         self.checkpoint_sha256 = checkpoint_sha256 or worker.metadata.sha256 or ""
-        backend = worker.backend
-        self.input_specs = list(backend.input_specs)
-        self.output_specs = list(backend.output_specs)
+        self.input_specs = list(worker.backend.input_specs)
+        self.output_specs = list(worker.backend.output_specs)
         self.health = ModelHealth(settings.max_consecutive_model_failures)
         self._replica = replica
         self._batcher: Batcher | None = None
@@ -367,6 +365,3 @@ class ReplicaCore:
 
     async def run_codec(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._codec_thread, function, *args)
-
-    def close(self) -> None:
-        self._codec_thread.shutdown(wait=False)

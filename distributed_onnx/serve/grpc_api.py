@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 
 from distributed_onnx.errors import BackendClosedError, InferenceError, InputValidationError
+from distributed_onnx.runtime import ray_private
 from distributed_onnx.serve.grpc_messages import ModelInferResponse, ModelMetadataResponse
 from distributed_onnx.serve.http import HttpError, status_of
 from distributed_onnx.serve.protocol import datatype_of
@@ -53,9 +54,9 @@ _CONTENTS = {
 logger = logging.getLogger(__name__)
 
 #: Ray Serve's setting of its gRPC servers' message limit (send and receive; 2 GiB by default), read from the
-#: environment when Serve's processes start (``ray/serve/_private/constants.py``, Ray 2.60): the proxy's and the
-#: direct-ingress replicas' servers. gRPC refuses a larger message (RESOURCE_EXHAUSTED) before it is parsed.
-MESSAGE_LIMIT_VARIABLE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
+#: environment when Serve's processes start: the proxy's and the direct-ingress replicas' servers. gRPC refuses a
+#: larger message (RESOURCE_EXHAUSTED) before it is parsed.
+MESSAGE_LIMIT_VARIABLE = ray_private.GRPC_MAX_MESSAGE_SIZE
 
 
 def message_limit_environment(max_body_bytes: int) -> dict[str, str]:

@@ -3,8 +3,10 @@
 A health check that runs a probe forecast has to share the replica's one model thread with the traffic: under
 load it queues behind real batches, times out, and Serve replaces a replica that was merely busy. So the check
 runs nothing. Every model call that the traffic makes reports its outcome here, and the replica is not ready
-once ``max_consecutive_failures`` calls in a row failed inside the model (an ONNX Runtime error or non-finite
-outputs on input that passed validation: a broken session or model, not a bad request). One success makes it
+once ``max_consecutive_failures`` calls in a row failed inside the model (an ONNX Runtime error on input that
+passed validation: a broken session or model, not a bad request). Non-finite outputs are not counted: they come
+from a request's values (too large for the model's arithmetic) and fail that request alone with a 422, so a
+client sending such values cannot take a healthy replica out of service. One success makes it
 ready again. Serve's periodic ``check_health`` reads the same state, so a replica whose model keeps failing is
 replaced with a fresh session, while an idle or busy one never is.
 """

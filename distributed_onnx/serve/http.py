@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -46,6 +47,7 @@ from distributed_onnx.serve.binary import HEADER_LENGTH, slice_inputs, split_bod
 from distributed_onnx.serve.schemas import InferRequest
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
@@ -102,6 +104,7 @@ async def read_body(request: Request, max_body_bytes: int, charge: BodyCharge | 
             charge.charge_body(int(declared))
     chunks: list[bytes] = []
     size = 0
+    request.state.body = "reading"  # for drained_on_refusal: what is left on the wire
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body_bytes:
@@ -109,7 +112,39 @@ async def read_body(request: Request, max_body_bytes: int, charge: BodyCharge | 
         if charge is not None:
             charge.charge_body(size)  # charges only what exceeds the declared size
         chunks.append(chunk)
+    request.state.body = "read"
     return b"".join(chunks)
+
+
+async def drained_on_refusal(request: Request, max_body_bytes: int, answer: Awaitable[T]) -> T:
+    """``answer``, and when it is a refusal (503) of a body still unread, read that body off the wire first.
+
+    A server that answers before reading a body and then closes the connection with the body's bytes unread
+    makes the kernel reset it, and the client loses the answer with it (measured: 197 of 200 concurrent 8 MB
+    uploads saw "connection reset" instead of their 503). So the rest of the body is read and dropped, one chunk
+    at a time (never held), up to ``max_body_bytes``. Not with ``Expect: 100-continue``: such a client sends
+    the body only after the server's go (``100 Continue``, sent when the body is first read), so none is coming.
+    """
+    try:
+        return await answer
+    except HttpError as exc:
+        if exc.status_code == 503 and request.headers.get("expect", "").lower() != "100-continue":
+            await _drain(request, max_body_bytes)
+        raise
+
+
+async def _drain(request: Request, max_body_bytes: int) -> None:
+    declared = request.headers.get("content-length", "")
+    if getattr(request.state, "body", None) == "read" or (declared.isdigit() and int(declared) > max_body_bytes):
+        return
+    seen = 0
+    while seen <= max_body_bytes:
+        message = await request.receive()
+        if message["type"] != "http.request":
+            return  # the client went away
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def parse_body(body: bytes, model: type[ModelT]) -> ModelT:

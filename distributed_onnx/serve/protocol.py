@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from distributed_onnx.errors import InferenceError, InputValidationError
+from distributed_onnx.errors import InputValidationError
 from distributed_onnx.model.backend.validation import TensorSpec, validate_inputs
 from distributed_onnx.serve.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
 
@@ -182,14 +182,19 @@ def run_checked(
     inputs: Mapping[str, np.ndarray],
     names: Sequence[str],
 ) -> Mapping[str, np.ndarray]:
-    """``run(inputs)``, refusing NaN or infinite values in the outputs to return (a broken model, not bad input).
+    """``run(inputs)``, refusing NaN or infinite values in the outputs to return (422 for this request alone).
 
-    Run in the model thread, so that such outputs count as a model failure for the replica's health.
+    A v2 infer request is one model call of its own, so non-finite outputs come from its values (too large for
+    the model's arithmetic, say): an :class:`InputValidationError`, which the replica's health does not count
+    (a session that runs is not broken), while an error inside ONNX Runtime stays an :class:`InferenceError`.
     """
     outputs = run(inputs)
     broken = [name for name in names if outputs[name].dtype.kind == "f" and not np.isfinite(outputs[name]).all()]
     if broken:
-        raise InferenceError(f"the model produced NaN or infinite values in output(s) {broken}")
+        raise InputValidationError(
+            f"the model produced NaN or infinite values in output(s) {broken} for this request's inputs: their "
+            "values are outside the range the model handles (e.g. too large in magnitude); rescale them."
+        )
     return outputs
 
 

@@ -34,6 +34,15 @@ REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
 GRID_POINTS_PER_ROW = 10
 #: ... plus this many, so that short series with a few gaps are never refused.
 GRID_SLACK_POINTS = 1_000
+#: The longest series id accepted, in UTF-8 bytes: ids are repeated in every forecast row, and a fixed-width
+#: numpy string array of ids takes (longest id x rows) bytes, so one 1 MB id would cost gigabytes.
+MAX_SERIES_ID_BYTES = 1_024
+#: Every dense series together may hold this many grid points beyond :data:`GRID_POINTS_PER_ROW` per row: the
+#: per-series bound alone lets a million two-row series each span 1,010 steps (8 GB of float64, per column).
+TOTAL_GRID_SLACK_POINTS = 10_000_000
+#: Timestamps must lie in years 1-9999 (0001-01-01T00:00:00 .. 9999-12-31T23:59:59.999999, UTC microseconds).
+MIN_TIMESTAMP_US = -62_135_596_800_000_000
+MAX_TIMESTAMP_US = 253_402_300_799_999_999
 _US_PER_MINUTE = 60_000_000
 _MAX_ROWS_IN_MESSAGE = 5
 #: Microseconds per unit of an Arrow timestamp type (``ns`` is handled apart: it may not divide evenly).
@@ -80,8 +89,10 @@ def read_table(path: storage.Location) -> pa.Table:
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
-        if str(path).lower().endswith((".csv", ".txt")):
-            return pa_csv.read_csv(storage.open_input_file(path))
+        if storage.suffix(path) in {".csv", ".txt"}:
+            # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
+            ids_as_text = pa_csv.ConvertOptions(column_types={"series_id": pa.string()})
+            return pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
         return storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
@@ -148,6 +159,7 @@ def series_from_table(
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
     _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
+    _check_total_grid_size(sorted_ids, sorted_ts, starts, ends, step_us, 1 + len(covariate_values), source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -180,15 +192,32 @@ def series_from_table(
 
 
 def _series_ids(column: pa.ChunkedArray, source: str) -> np.ndarray:
-    """``series_id`` as a numpy array of str; null ids are refused naming their rows (np.lexsort cannot sort None)."""
-    try:
-        ids = pc.cast(column, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataError(f"{source}: column 'series_id' must hold strings, found {column.type}.", path=source) from exc
-    if ids.null_count:
-        rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
+    """``series_id`` as a numpy array of str, exactly as written; empty, null and oversized ids name their rows.
+
+    Strings are kept as they are (``007`` and ``7`` are two series). An integer column (Parquet, Arrow) is read as
+    its decimal text, the only way an integer is written; floats are refused, since ``7.0`` and ``7`` print alike.
+    """
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+        raise DataError(
+            f"{source}: column 'series_id' must hold strings (or integers), found {column.type}.", path=source
+        )
+    ids = pc.cast(column, pa.string())
+    empty = pc.or_kleene(ids.is_null(), pc.equal(pc.utf8_length(ids), 0)).fill_null(True)
+    if pc.any(empty).as_py():
+        rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
         raise DataError(
             f"{source}: empty series_id at rows {_rows(rows)}; every row must name its series.",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    long = pc.greater(pc.binary_length(ids), MAX_SERIES_ID_BYTES)
+    if pc.any(long).as_py():
+        rows = np.flatnonzero(long.to_numpy(zero_copy_only=False))
+        longest = pc.max(pc.binary_length(ids)).as_py()
+        raise DataError(
+            f"{source}: series_id longer than {MAX_SERIES_ID_BYTES:,} bytes at rows {_rows(rows)} (the longest: "
+            f"{longest:,} bytes). Ids are copied into every output row and fixed-width id arrays; use a shorter key.",
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
@@ -225,7 +254,7 @@ def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
                 path=source,
                 rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
             )
-        return raw // 1_000
+        return _within_calendar(raw // 1_000, source)
     factor = _US_PER_UNIT[kind.unit]
     out_of_range = np.abs(raw) > np.iinfo(np.int64).max // factor
     if out_of_range.any():
@@ -235,7 +264,22 @@ def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
-    return raw * factor
+    return _within_calendar(raw * factor, source)
+
+
+def _within_calendar(timestamps_us: np.ndarray, source: str) -> np.ndarray:
+    """Refuse instants outside years 1-9999: differences of int64 microseconds near its limits overflow (a grid of
+    "negative dimensions"), and no calendar, Python's ``datetime`` included, can print such a forecast."""
+    outside = (timestamps_us < MIN_TIMESTAMP_US) | (timestamps_us > MAX_TIMESTAMP_US)
+    if outside.any():
+        rows = np.flatnonzero(outside)
+        raise DataError(
+            f"{source}: timestamps outside years 1-9999 at rows {_rows(rows)} (e.g. {int(timestamps_us[rows[0]]):,} "
+            "microseconds from 1970). Fix or drop those rows.",
+            path=source,
+            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        )
+    return timestamps_us
 
 
 def _parse_timestamps(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
@@ -280,6 +324,33 @@ def _check_grid_sizes(
         f"those rows (a series may be at most {1 - 1 / GRID_POINTS_PER_ROW:.0%} missing).",
         path=source,
         rows=[before, after],
+    )
+
+
+def _check_total_grid_size(
+    sorted_ids: np.ndarray,
+    sorted_ts: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    step_us: int,
+    n_columns: int,
+    source: str,
+) -> None:
+    """Refuse data whose dense grids together would dwarf its rows, before allocating any of them."""
+    n_rows = int(ends[-1])
+    n_points = (sorted_ts[ends - 1] - sorted_ts[starts]) // step_us + 1
+    total = int(n_points.sum())
+    allowed = GRID_POINTS_PER_ROW * n_rows + TOTAL_GRID_SLACK_POINTS
+    if total <= allowed:
+        return
+    widest = int(np.argmax(n_points - (ends - starts)))
+    raise DataError(
+        f"{source}: the {len(starts):,} series span {total:,} grid steps for {n_rows:,} rows (dense, "
+        f"{total * n_columns * 8 / 1e9:,.1f} GB of float64); at most {allowed:,} are allowed "
+        f"({GRID_POINTS_PER_ROW} per row + {TOTAL_GRID_SLACK_POINTS:,}). The sparsest series, "
+        f"{str(sorted_ids[starts[widest]])!r}, spans {int(n_points[widest]):,} steps for "
+        f"{int(ends[widest] - starts[widest]):,} rows: drop sparse series or resample the data.",
+        path=source,
     )
 
 

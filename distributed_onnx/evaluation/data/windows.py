@@ -141,20 +141,22 @@ def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
 
 
 def _candidate_origins(series: Series, spec: WindowSpec) -> tuple[np.ndarray, int]:
+    # An origin needs at least one step of history and may sit at most one step past the data: [1, n].
+    # Both modes count within that range before allocating, so an unbounded request (``--start 0001-01-01
+    # --end 9999-12-31`` on minute data, or a huge ``n_windows``) costs the series' size, not billions of origins.
     n = series.n_points
     if spec.n_windows is not None:
         last = n - spec.horizon
-        origins = last - spec.stride * np.arange(spec.n_windows - 1, -1, -1, dtype=np.int64)
-    elif spec.start_us is not None and spec.end_us is not None:  # WindowSpec guarantees one of the two modes
+        inside = 0 if last < 1 else min(spec.n_windows, (min(last, n) - 1) // spec.stride + 1)
+        origins = last - spec.stride * np.arange(inside - 1, -1, -1, dtype=np.int64)
+        return origins, spec.n_windows - inside
+    if spec.start_us is not None and spec.end_us is not None:  # WindowSpec guarantees one of the two modes
         first = -(-(spec.start_us - series.start_us) // series.step_us)  # ceil: first grid step >= start
-        last = (spec.end_us - series.start_us) // series.step_us
-        origins = np.arange(first, last + 1, spec.stride, dtype=np.int64)
-    else:
-        origins = np.empty(0, dtype=np.int64)
-    # An origin needs at least one step of history and may sit at most one step past the data.
-    inside = (origins >= 1) & (origins <= n)
-    capped = int((~inside).sum()) if spec.n_windows is not None else 0
-    return origins[inside], capped
+        last = min((spec.end_us - series.start_us) // series.step_us, n)
+        if first < 1:  # skip the origins before the data, keeping the stride's phase
+            first += -(-(1 - first) // spec.stride) * spec.stride
+        return np.arange(first, last + 1, spec.stride, dtype=np.int64), 0
+    return np.empty(0, dtype=np.int64), 0
 
 
 def context_coverage(series: Series, origins: np.ndarray, context_length: int) -> np.ndarray:

@@ -1,0 +1,158 @@
+"""Every error a user can cause or meet is one line on stderr and an exit code (the README's table).
+
+Unit tier for the mapping (:func:`distributed_onnx.cli.describe_error`, with Ray's own exception classes), and
+the command itself for the errors that happen before Ray starts: an ``--output`` that names a file, a
+``run.json`` that is not a manifest, metadata or a config file that is not UTF-8, an unexpected internal error
+(one line naming the log file that holds the traceback). Each of these was a traceback before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from backtest_data import write_dataset
+
+from distributed_onnx import cli
+from distributed_onnx.errors import BatchError, ConfigError, StorageError, WorkerStartError
+from distributed_onnx.evaluation import plan as plan_module
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+
+ray_exceptions = pytest.importorskip("ray.exceptions")
+
+
+def _backtest(checkpoint: Path, data: Path, output: Path | str, *extra: str) -> list[str]:
+    return ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output), *extra]
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_dataset(tmp_path / "load.parquet")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (BatchError("2 part(s) failed"), 1),
+        (ConfigError("bad"), 2),
+        (StorageError("cannot read"), 3),
+        (WorkerStartError("died"), 3),
+        (ray_exceptions.OutOfDiskError("Local disk is full"), 3),
+        (ray_exceptions.TaskCancelledError(error_message="cancelled"), 3),
+        (ray_exceptions.RaySystemError("the raylet died"), 3),
+        (ray_exceptions.ObjectStoreFullError("full"), 3),
+        (MemoryError(), 3),
+        (OSError(28, "No space left on device"), 3),
+        (ValueError("a bug\nwith two lines"), 4),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_each_error_has_its_code_and_one_line(error: BaseException, code: int) -> None:
+    found, line = cli.describe_error(error)
+    assert found == code
+    assert "\n" not in line and line
+
+
+def test_our_error_inside_a_ray_task_error_keeps_its_code() -> None:
+    wrapped = ray_exceptions.RayTaskError("run", "Traceback ...", ConfigError("bad setting"))
+    assert cli.describe_error(wrapped) == (2, "bad setting")
+
+
+def test_output_naming_a_file_is_one_line(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "results.txt"
+    output.write_text("not a directory")
+    code = cli.main(_backtest(tiny_checkpoint.weights_path, data, output))
+    assert code == 2
+    assert f"--output {output} is a file" in _one_line(capsys)
+    assert output.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [(b"[1, 2]", "a JSON list"), (b"\xff\xfe not utf-8", "UnicodeDecodeError"), (b"{not json", "JSONDecodeError")],
+    ids=["list", "not-utf8", "not-json"],
+)
+def test_a_run_json_that_is_not_a_manifest_is_one_line(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    data: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    found: str,
+) -> None:
+    output = tmp_path / "run"
+    output.mkdir()
+    (output / "run.json").write_bytes(content)
+    code = cli.main(_backtest(tiny_checkpoint.weights_path, data, output))
+    assert code == 2
+    line = _one_line(capsys)
+    assert f"{output / 'run.json'} is not a backtest manifest" in line and found in line
+
+
+def test_checkpoint_metadata_that_is_not_utf8_is_one_line(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights = tmp_path / "model.onnx"
+    weights.write_bytes(tiny_checkpoint.weights_path.read_bytes())
+    metadata = tiny_checkpoint.weights_path.with_suffix(".metadata.json").read_text()
+    document = json.loads(metadata)
+    document.pop("sha256", None)
+    (tmp_path / "model.metadata.json").write_bytes(json.dumps(document).encode() + b" \xe9")  # latin-1 at the end
+    code = cli.main(_backtest(weights, data, tmp_path / "run"))
+    assert code == 2
+    assert "is not UTF-8 text" in _one_line(capsys)
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_bytes(b"n_windows: 3 # caf\xe9\n")
+    code = cli.main([*_backtest(tiny_checkpoint.weights_path, data, tmp_path / "run"), "--config", str(config)])
+    assert code == 2
+    assert f"Config file {config} is not UTF-8 text" in _one_line(capsys)
+
+
+def test_an_unbounded_start_and_end_plans_without_a_memory_error(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path
+) -> None:
+    """``--start 0001-01-01 --end 9999-12-31`` allocated every origin of the range before clipping to the data
+    (175 M per half-hourly series here, billions on minute data: a MemoryError)."""
+    settings = BacktestSettings.model_validate(
+        {"checkpoint": tiny_checkpoint.weights_path, "data": data, "output": tmp_path / "run", "progress": False}
+        | {"start": "0001-01-01T00:00:00Z", "end": "9999-12-31T23:30:00Z", "stride": 1}
+    )
+    plan = plan_module.prepare(settings)
+    assert 0 < plan.windows.planned < 200
+
+
+def test_an_internal_error_is_one_line_naming_its_traceback_log(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    data: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(plan_module, "plan_windows", broken)
+    code = cli.main(_backtest(tiny_checkpoint.weights_path, data, tmp_path / "run"))
+    assert code == 4
+    line = _one_line(capsys)
+    assert line.startswith("error: internal error: KeyError: 'a bug'. The traceback is in ")
+    log = Path(line.split("The traceback is in ")[1].split(";")[0])
+    try:
+        assert "Traceback (most recent call last)" in log.read_text() and "KeyError: 'a bug'" in log.read_text()
+    finally:
+        log.unlink()
