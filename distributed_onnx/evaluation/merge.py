@@ -67,13 +67,17 @@ class RunSums:
 
 def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWindow]:
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
-    index = {series.series_id: i for i, series in enumerate(plan.table.series)}
+    index = plan.table.index_of()  # from the ids alone: no series object per series
     metric = "mase" if any(abs(q - 0.5) < 1e-9 for q in plan.quantiles) else "sql"
     wanted = (
         (pc.field("scope") == "series") & (pc.field("metric") == metric) & (pc.field("model") == plan.checkpoint.name)
     )
-    rows = metrics.filter(wanted).to_pylist()
-    series_scores = {index[row["series_id"]]: row["value"] for row in rows if row["series_id"] in index}
+    rows = metrics.filter(wanted).select(["series_id", "value"]).to_pydict()
+    series_scores = {
+        index[series_id]: value
+        for series_id, value in zip(rows["series_id"], rows["value"], strict=True)
+        if series_id in index
+    }
     picked = sums.fans().pick(series_scores)
     labels = {
         "best": f"best {metric.upper()}",

@@ -31,12 +31,15 @@ from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.packing import gather_blocks, pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
     WindowPlan,
     WindowSpec,
     batches,
+    batches_of,
+    plan_origins,
     plan_series,
 )
 from distributed_onnx.evaluation.fans import FanCollector
@@ -109,15 +112,13 @@ class PartRunner:
         uses_gpu = worker.backend.uses_io_binding
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
+        self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
 
     def run(self, part: PartSpec) -> PartReceipt:
         job = self.job
         clock = _Clock()
         started = time.perf_counter()
-        segments = [
-            (series, self._origins(series)[lo:hi]) for series, lo, hi in job.plan.segments(part.start, part.stop)
-        ]
-        windows = sum(len(origins) for _, origins in segments)
+        planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
         clock.add("read", started)
@@ -125,7 +126,7 @@ class PartRunner:
         naive = MetricsAccumulator(job.quantiles, job.spec.horizon)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         tables = []
-        for planned, batch, forecasts in self._forecast(batches(segments, job.rows_per_batch), clock):
+        for planned, batch, forecasts in self._forecast(planned_batches, clock):
             mark = time.perf_counter()
             tables.append(outputs.forecast_table(batch, forecasts, job.quantiles, job.step_us))
             mark = clock.add("table", mark)
@@ -154,8 +155,51 @@ class PartRunner:
             node_id=self.node_id,
         )
 
+    def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
+        """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
+        job = self.job
+        if isinstance(job.source, SeriesArrays):  # the flat layout: every series of the part in vector passes
+            series_index, origin_index = self._part_windows(job.source, part)
+            return batches_of(series_index, origin_index, job.rows_per_batch), len(origin_index)
+        segments = [
+            (series, self._origins(series)[lo:hi]) for series, lo, hi in job.plan.segments(part.start, part.stop)
+        ]
+        return batches(segments, job.rows_per_batch), sum(len(origins) for _, origins in segments)
+
+    def _part_windows(self, source: SeriesArrays, part: PartSpec) -> tuple[np.ndarray, np.ndarray]:
+        """Windows ``[start, stop)`` of the run as (series index, origin index), checked against the driver's plan."""
+        plan = self.job.plan
+        if part.n_windows <= 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        first = int(np.searchsorted(plan.offsets, part.start, side="right")) - 1
+        last = int(np.searchsorted(plan.offsets, part.stop - 1, side="right")) - 1
+        series_index, origin_index = plan_origins(source, self.job.spec, first, last + 1)
+        counts = np.bincount(series_index - first, minlength=last + 1 - first)
+        differ = np.flatnonzero(counts != plan.counts[first : last + 1])
+        if differ.size:
+            index = first + int(differ[0])
+            raise DataError(
+                f"series {source.series_ids[index]!r} gives {int(counts[differ[0]])} windows here but "
+                f"{int(plan.counts[index])} when the run was planned"
+            )
+        base = int(plan.offsets[first])
+        window_range = slice(part.start - base, part.stop - base)
+        return series_index[window_range], origin_index[window_range]
+
     def _origins(self, series_index: int) -> np.ndarray:
         return self._series_plan(series_index)[0]
+
+    def _scaler(self, series_index: int) -> SeasonalScaler:
+        """The seasonal scale of one series (cached: a part's batches share their series)."""
+        cached = self._scalers.get(series_index)
+        if cached is None:
+            values = self.job.source.series(series_index).values
+            cached = self._scalers[series_index] = SeasonalScaler(values, self.job.seasonality)
+            if len(self._scalers) > _SERIES_CACHE:
+                self._scalers.popitem(last=False)
+        else:
+            self._scalers.move_to_end(series_index)
+        return cached
 
     def _series_plan(self, series_index: int) -> tuple[np.ndarray, SeasonalScaler]:
         cached = self._plans.get(series_index)
@@ -167,7 +211,7 @@ class PartRunner:
                     f"series {series.series_id!r} gives {origins.shape[0]} windows here but "
                     f"{self.job.plan.counts[series_index]} when the run was planned"
                 )
-            cached = self._plans[series_index] = (origins, SeasonalScaler(series.values, self.job.seasonality))
+            cached = self._plans[series_index] = (origins, self._scaler(series_index))
             if len(self._plans) > _SERIES_CACHE:
                 self._plans.popitem(last=False)
         else:
@@ -229,7 +273,7 @@ class PartRunner:
         cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
         for rows in np.split(np.arange(planned.n_windows), cuts):
             series_index = int(planned.series_index[rows[0]])
-            _, scaler = self._series_plan(series_index)
+            scaler = self._scaler(series_index)
             origins = planned.origin_index[rows]
             scale[rows] = scaler.scales(origins)
             season = gather_blocks(job.source.series(series_index).values, origins, m, 0)

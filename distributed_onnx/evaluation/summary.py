@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import platform
-import resource
 from collections import Counter
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx import storage
-from distributed_onnx.evaluation.clock import driver_cpu_s
+from distributed_onnx.evaluation.clock import driver_cpu_s, peak_rss_mb
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
@@ -153,5 +152,5 @@ def driver_timing(clock: PhaseClock) -> dict[str, Any]:
         "driver_cpu_s": driver_cpu_s(),
         "driver_cpu_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.cpu_s.items()},
         "driver_wall_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.wall_s.items()},
-        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_peak_rss_mb": peak_rss_mb(),
     }

@@ -96,6 +96,11 @@ class WorkerActor:
     def ready(self) -> WorkerInfo:
         return self._started().ready()
 
+    def take_job(self, job_factory: JobFactory, job_input: Any) -> None:
+        """Build the job of an actor started without one (a pool started while the driver was still planning)."""
+        pinned = self._started()
+        self._job = job_factory(pinned.worker, job_input, pinned.ready())
+
     def run(self, item: Any) -> Any:
         """One unit of the job (a backtest part); errors travel back typed."""
         self._started()

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, window_id_array
 from distributed_onnx.model.window_batch import TIMESTAMP, fixed_lists
 
@@ -42,6 +43,8 @@ def pack_batch(
     source: SeriesSource, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
 ) -> pa.RecordBatch:
     """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks."""
+    if isinstance(source, SeriesArrays):
+        return _pack_arrays(source, planned, context_length, horizon, run_fingerprint)
     contexts, targets, covariates, origins_us, keys = [], [], [], [], []
     series_rows: list[tuple[str, int]] = []
     n_covariates = 0
@@ -79,6 +82,47 @@ def pack_batch(
         columns["covariates"] = fixed_lists(
             np.concatenate(covariates).astype(np.float32), n_covariates * (context_length + horizon)
         )
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def _pack_arrays(
+    source: SeriesArrays, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
+) -> pa.RecordBatch:
+    """:func:`pack_batch` over the flat layout: one gather for every window of the batch, no loop per series.
+
+    Many short series (tens of thousands of meters, a few windows each) put a hundred series in one batch:
+    a gather per series then cost several times the model (measured). The result is the same batch.
+    """
+    series_index = np.asarray(planned.series_index, dtype=np.int64)
+    origins = np.asarray(planned.origin_index, dtype=np.int64)
+    lengths = source.offsets[series_index + 1] - source.offsets[series_index]
+    outside = (origins < 0) | (origins > lengths)
+    if outside.any():
+        bad = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"origins must lie in 0..{int(lengths[bad])} (the series' steps), got {int(origins[bad])}")
+    steps = origins[:, None] + np.arange(-context_length, horizon, dtype=np.int64)  # [W, C + H]
+    inside = (steps >= 0) & (steps < lengths[:, None])
+    flat = np.where(inside, source.offsets[series_index][:, None] + steps, 0)
+    block = np.where(inside, source.values[flat] if source.values.size else np.nan, np.nan)
+    distinct, local = np.unique(series_index, return_inverse=True)
+    local = local.ravel()
+    keys = np.asarray([series_key(source.series_ids[int(i)], run_fingerprint) for i in distinct], dtype=np.uint64)
+    origin_us = source.start_us[series_index] + origins * source.step_us
+    series_ids = pa.DictionaryArray.from_arrays(
+        local.astype(np.int32), pa.array([source.series_ids[int(i)] for i in distinct], pa.string())
+    )
+    columns = {
+        "window_id": window_id_array(keys[local], origin_us),
+        "series_id": series_ids.cast(pa.string()),
+        "origin": pa.array(origin_us, TIMESTAMP),
+        "context": fixed_lists(block[:, :context_length].astype(np.float32), context_length),
+        "target": fixed_lists(np.ascontiguousarray(block[:, context_length:]), horizon),
+    }
+    n_covariates = source.covariates.shape[0] if len(origins) else 0  # as the per-series path: none seen, none
+    if n_covariates:
+        covariates = np.where(inside[:, None, :], source.covariates[:, flat].transpose(1, 0, 2), np.nan)
+        width = n_covariates * (context_length + horizon)
+        columns["covariates"] = fixed_lists(covariates.astype(np.float32).reshape(len(origins), width), width)
     return pa.RecordBatch.from_pydict(columns)
 
 

@@ -22,13 +22,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, Series, SeriesTable, series_from_table
+from distributed_onnx.evaluation.data.table import (
+    REQUIRED_COLUMNS,
+    Series,
+    SeriesArrays,
+    SeriesTable,
+    series_from_table,
+)
 
 
 class SeriesTransport(StrEnum):
@@ -52,51 +57,24 @@ class SeriesSource(Protocol):
     def series(self, index: int) -> Series: ...
 
 
-@dataclass(frozen=True)
-class SeriesStore:
-    """All series of a run in flat arrays: series ``s`` is ``values[offsets[s]:offsets[s + 1]]``.
+class SeriesStore(SeriesArrays):
+    """All series of a run in flat arrays (:class:`~.table.SeriesArrays`), put into the object store once.
 
     Flat numpy arrays (not a list of objects) because Ray maps numpy buffers zero-copy out of the object
     store: an actor reading a series costs a slice, not a deserialisation.
     """
 
-    series_ids: tuple[str, ...]
-    start_us: np.ndarray  # int64 [S]
-    offsets: np.ndarray  # int64 [S + 1]
-    values: np.ndarray  # float64 [N]
-    covariates: np.ndarray  # float64 [K, N]
-    step_us: int
-
     @classmethod
     def from_table(cls, table: SeriesTable) -> SeriesStore:
-        lengths = np.asarray([one.n_points for one in table.series], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        k = len(table.covariate_names)
-        values = np.concatenate([one.values for one in table.series]) if table.series else np.empty(0)
-        covariates = (
-            np.concatenate([one.covariates for one in table.series], axis=1) if k else np.empty((0, values.size))
-        )
+        """The table's flat layout as a store: no copy when the table was read from data."""
+        arrays = table.arrays()
         return cls(
-            series_ids=tuple(one.series_id for one in table.series),
-            start_us=np.asarray([one.start_us for one in table.series], dtype=np.int64),
-            offsets=offsets,
-            values=np.ascontiguousarray(values, dtype=np.float64),
-            covariates=np.ascontiguousarray(covariates, dtype=np.float64),
-            step_us=table.series[0].step_us if table.series else 0,
-        )
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.values.nbytes + self.covariates.nbytes + self.offsets.nbytes + self.start_us.nbytes)
-
-    def series(self, index: int) -> Series:
-        lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
-        return Series(
-            self.series_ids[index],
-            int(self.start_us[index]),
-            self.step_us,
-            self.values[lo:hi],
-            self.covariates[:, lo:hi],
+            series_ids=arrays.series_ids,
+            start_us=arrays.start_us,
+            offsets=arrays.offsets,
+            values=arrays.values,
+            covariates=arrays.covariates,
+            step_us=arrays.step_us,
         )
 
 

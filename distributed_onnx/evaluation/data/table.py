@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -67,21 +68,109 @@ class Series:
         return self.start_us + np.asarray(index, dtype=np.int64) * self.step_us
 
 
+@dataclass(frozen=True, eq=False)
+class SeriesArrays(Sequence[Series]):
+    """Every series of a dataset in flat arrays: series ``s`` is ``values[offsets[s]:offsets[s + 1]]``.
+
+    The layout the reader builds in a few vector passes (no Python per series) and the one the actors read:
+    planning, packing and the object store work on the flat arrays, and a :class:`Series` is a view made on
+    demand (``arrays[s]``), so a run over 100,000 series holds no 100,000 objects.
+    """
+
+    series_ids: tuple[str, ...]
+    start_us: np.ndarray  # int64 [S]
+    offsets: np.ndarray  # int64 [S + 1]
+    values: np.ndarray  # float64 [N]
+    covariates: np.ndarray  # float64 [K, N]
+    step_us: int
+
+    @classmethod
+    def from_series(cls, series: Sequence[Series], step_us: int | None = None) -> SeriesArrays:
+        """Concatenate a list of :class:`Series` (hand-built tables, tests) into the flat layout."""
+        if isinstance(series, SeriesArrays):
+            return series
+        lengths = np.asarray([one.n_points for one in series], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        values = np.concatenate([one.values for one in series]) if series else np.empty(0)
+        k = series[0].covariates.shape[0] if series else 0
+        covariates = np.concatenate([one.covariates for one in series], axis=1) if k else np.empty((0, values.size))
+        return cls(
+            series_ids=tuple(one.series_id for one in series),
+            start_us=np.asarray([one.start_us for one in series], dtype=np.int64),
+            offsets=offsets,
+            values=np.ascontiguousarray(values, dtype=np.float64),
+            covariates=np.ascontiguousarray(covariates, dtype=np.float64),
+            step_us=series[0].step_us if series else int(step_us or 0),
+        )
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Grid points of every series (int64 [S])."""
+        return np.diff(self.offsets)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.covariates.nbytes + self.offsets.nbytes + self.start_us.nbytes)
+
+    def series(self, index: int) -> Series:
+        lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
+        return Series(
+            self.series_ids[index],
+            int(self.start_us[index]),
+            self.step_us,
+            self.values[lo:hi],
+            self.covariates[:, lo:hi],
+        )
+
+    def __len__(self) -> int:
+        return len(self.series_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Series: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Series]: ...
+
+    def __getitem__(self, index: int | slice) -> Series | list[Series]:
+        if isinstance(index, slice):
+            return [self.series(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"series index {index} out of range for {len(self)} series")
+        return self.series(index)
+
+
 @dataclass
 class SeriesTable:
-    """All series of a dataset, in ``series_id`` order, plus what was read."""
+    """All series of a dataset, in ``series_id`` order, plus what was read.
 
-    series: list[Series]
+    ``series`` is a :class:`SeriesArrays` when read from data (the flat layout), or any list of :class:`Series`.
+    """
+
+    series: Sequence[Series]
     covariate_names: list[str]
     resolution_minutes: int
     source: str
 
     @property
     def n_points(self) -> int:
+        if isinstance(self.series, SeriesArrays):
+            return int(self.series.offsets[-1])
         return sum(series.n_points for series in self.series)
 
     def index_of(self) -> dict[str, int]:
-        return {series.series_id: i for i, series in enumerate(self.series)}
+        return {series_id: i for i, series_id in enumerate(self.series_ids)}
+
+    @property
+    def series_ids(self) -> tuple[str, ...]:
+        if isinstance(self.series, SeriesArrays):
+            return self.series.series_ids
+        return tuple(series.series_id for series in self.series)
+
+    def arrays(self) -> SeriesArrays:
+        """The flat layout of every series (no copy when the table was read from data)."""
+        return SeriesArrays.from_series(self.series, self.resolution_minutes * _US_PER_MINUTE)
 
 
 def read_table(path: storage.Location) -> pa.Table:
@@ -126,40 +215,48 @@ def series_from_table(
     if table.num_rows == 0:
         raise DataError(f"{source}: the data has no rows.", path=source)
 
-    series_ids = _series_ids(table["series_id"], source)
+    distinct_ids, codes = _series_ids(table["series_id"], source)
     timestamps = _timestamps_us(table["timestamp"], source)
     values = _floats(table, "y", source)
     covariate_values = [_floats(table, name, source) for name in covariates]
 
-    order = np.lexsort((timestamps, series_ids))
-    sorted_ids, sorted_ts = series_ids[order], timestamps[order]
-    same_series = sorted_ids[1:] == sorted_ids[:-1]
+    # Sorted by integer codes that follow the ids' order: sorting the id strings themselves cost seconds.
+    order, presorted = _sort_order(codes, timestamps)
+
+    def in_order(column: np.ndarray) -> np.ndarray:
+        return column if presorted else column[order]
+
+    sorted_codes, sorted_ts = in_order(codes), in_order(timestamps)
+    same_series = sorted_codes[1:] == sorted_codes[:-1]
     duplicate = same_series & (sorted_ts[1:] == sorted_ts[:-1])
     if duplicate.any():
         rows = np.sort(np.unique(np.concatenate([order[1:][duplicate], order[:-1][duplicate]])))
         raise DataError(
             f"{source}: duplicate (series_id, timestamp) at rows {_rows(rows)} "
-            f"(e.g. series {sorted_ids[1:][duplicate][0]!r} at {_iso(int(sorted_ts[1:][duplicate][0]))}).",
+            f"(e.g. series {distinct_ids[sorted_codes[1:][duplicate][0]]!r} at "
+            f"{_iso(int(sorted_ts[1:][duplicate][0]))}).",
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
     step_us = resolution_minutes * _US_PER_MINUTE
     boundaries = np.flatnonzero(~same_series) + 1
-    starts = np.concatenate([[0], boundaries])
-    ends = np.concatenate([boundaries, [len(order)]])
-    first_ts = np.repeat(sorted_ts[starts], ends - starts)
-    offsets = sorted_ts - first_ts
-    off_grid = offsets % step_us != 0
+    starts = np.concatenate([[0], boundaries]).astype(np.int64)
+    ends = np.concatenate([boundaries, [len(order)]]).astype(np.int64)
+    rows_per_series = ends - starts
+    first_ts = np.repeat(sorted_ts[starts], rows_per_series)
+    positions, off_step = np.divmod(sorted_ts - first_ts, step_us)
+    off_grid = off_step != 0
     if off_grid.any():
         rows = np.sort(order[off_grid])
         raise DataError(
             f"{source}: timestamps off the {resolution_minutes}-minute grid of their series at rows {_rows(rows)} "
-            f"(e.g. {_iso(int(sorted_ts[off_grid][0]))} in series {sorted_ids[off_grid][0]!r}).",
+            f"(e.g. {_iso(int(sorted_ts[off_grid][0]))} in series {distinct_ids[sorted_codes[off_grid][0]]!r}).",
             path=source,
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
-    _check_grid_sizes(sorted_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
-    _check_total_grid_size(sorted_ids, sorted_ts, starts, ends, step_us, 1 + len(covariate_values), source)
+    run_ids = distinct_ids[sorted_codes[starts]]  # the id of each run of rows: each series, in order
+    _check_grid_sizes(run_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
+    _check_total_grid_size(run_ids, sorted_ts, starts, ends, step_us, 1 + len(covariate_values), source)
     gaps = np.diff(sorted_ts)[same_series] // step_us
     common = int(np.gcd.reduce(gaps)) if gaps.size else 1
     if common > 1:
@@ -169,33 +266,45 @@ def series_from_table(
             path=source,
         )
 
-    result: list[Series] = []
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        rows = order[start:end]
-        positions = offsets[start:end] // step_us
-        n_points = int(positions[-1]) + 1
-        dense = np.full(n_points, np.nan)
-        dense[positions] = values[rows]
-        covariate_block = np.full((len(covariate_values), n_points), np.nan)
-        for k, column in enumerate(covariate_values):
-            covariate_block[k, positions] = column[rows]
-        result.append(
-            Series(
-                series_id=str(sorted_ids[start]),
-                start_us=int(sorted_ts[start]),
-                step_us=step_us,
-                values=dense,
-                covariates=covariate_block,
-            )
-        )
-    return SeriesTable(result, list(covariates), resolution_minutes, source)
+    # The dense layout in vector passes: each row lands at its series' offset plus its grid position.
+    n_points = positions[ends - 1] + 1
+    series_offsets = np.concatenate([[0], np.cumsum(n_points)]).astype(np.int64)
+    flat_index = np.repeat(series_offsets[:-1], rows_per_series) + positions
+    dense = np.full(int(series_offsets[-1]), np.nan)
+    dense[flat_index] = in_order(values)
+    covariate_block = np.full((len(covariate_values), dense.size), np.nan)
+    for k, column in enumerate(covariate_values):
+        covariate_block[k, flat_index] = in_order(column)
+    arrays = SeriesArrays(
+        series_ids=tuple(str(series_id) for series_id in run_ids.tolist()),
+        start_us=np.ascontiguousarray(sorted_ts[starts], dtype=np.int64),
+        offsets=series_offsets,
+        values=dense,
+        covariates=covariate_block,
+        step_us=step_us,
+    )
+    return SeriesTable(arrays, list(covariates), resolution_minutes, source)
 
 
-def _series_ids(column: pa.ChunkedArray, source: str) -> np.ndarray:
-    """``series_id`` as a numpy array of str, exactly as written; empty, null and oversized ids name their rows.
+def _sort_order(codes: np.ndarray, timestamps: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Row order by (series, timestamp), and whether it is the identity.
+
+    A linear check first: files are usually written sorted already, and then no row needs to move.
+    """
+    same = codes[1:] == codes[:-1]
+    if bool(np.all(codes[1:] >= codes[:-1])) and bool(np.all(~same | (timestamps[1:] > timestamps[:-1]))):
+        return np.arange(codes.size, dtype=np.int64), True
+    return np.lexsort((timestamps, codes)), False
+
+
+def _series_ids(column: pa.ChunkedArray, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """``series_id`` as (distinct ids in sorted order, an int64 code per row), each id exactly as written; empty,
+    null and oversized ids name their rows.
 
     Strings are kept as they are (``007`` and ``7`` are two series). An integer column (Parquet, Arrow) is read as
     its decimal text, the only way an integer is written; floats are refused, since ``7.0`` and ``7`` print alike.
+    Codes rank the ids in the order of the strings, so sorting rows by code sorts them by id: sorting a string per
+    row (as numpy objects) cost seconds at 10 M rows, the codes a fraction of one (measured).
     """
     kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
@@ -222,10 +331,14 @@ def _series_ids(column: pa.ChunkedArray, source: str) -> np.ndarray:
             rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
         )
     # Through a dictionary: Arrow's own string -> numpy conversion imports pandas (0.3 s of the driver's CPU,
-    # measured), and the few distinct ids become one Python string each instead of one per row.
+    # measured), and the distinct ids become one Python string each instead of one per row.
     encoded = ids.combine_chunks().dictionary_encode()
     distinct = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
-    return distinct[encoded.indices.to_numpy(zero_copy_only=False)]
+    ranked = np.argsort(distinct, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[ranked] = np.arange(len(distinct), dtype=np.int64)
+    # No nulls (refused above): the codes convert zero-copy (the copying conversion imports pandas, measured).
+    return distinct[ranked], rank[numpy_view(encoded.indices)]
 
 
 def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
@@ -242,7 +355,7 @@ def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
         rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
         raise DataError(f"{source}: empty timestamps at rows {_rows(rows)}.", path=source)
     # The integer behind an Arrow timestamp is the UTC instant in the type's unit, whatever its time zone.
-    raw = pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False)
+    raw = _int64s(pc.cast(column, pa.int64()))
     if kind.unit == "ns":
         fractional = raw % 1_000 != 0
         if fractional.any():
@@ -282,6 +395,25 @@ def _within_calendar(timestamps_us: np.ndarray, source: str) -> np.ndarray:
     return timestamps_us
 
 
+def _int64s(column: pa.ChunkedArray) -> np.ndarray:
+    """A null-free int64 column as numpy, without the copying conversion (it imports pandas, measured)."""
+    chunks = [numpy_view(chunk) for chunk in column.chunks]
+    return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """A null-free numeric Arrow array as a (read-only) numpy view of its data buffer.
+
+    pyarrow's own ``to_numpy`` imports pandas where pandas is installed (a second of the driver's start,
+    measured), even for a zero-copy conversion.
+    """
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    data = array.buffers()[1]
+    if data is None or array.null_count:
+        raise ValueError(f"expected a null-free {array.type} array")
+    return np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
 def _parse_timestamps(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
     """Strings -> timestamps: microseconds when every value fits them, else nanoseconds (checked by the caller)."""
     try:
@@ -295,7 +427,7 @@ def _parse_timestamps(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
 
 
 def _check_grid_sizes(
-    sorted_ids: np.ndarray,
+    run_ids: np.ndarray,
     sorted_ts: np.ndarray,
     order: np.ndarray,
     starts: np.ndarray,
@@ -317,7 +449,7 @@ def _check_grid_sizes(
     gap_us = int(sorted_ts[widest + 1] - sorted_ts[widest])
     others = f" ({too_sparse.size - 1} more series like it)" if too_sparse.size > 1 else ""
     raise DataError(
-        f"{source}: series {str(sorted_ids[start])!r} spans {int(n_points[first]):,} grid steps for "
+        f"{source}: series {str(run_ids[first])!r} spans {int(n_points[first]):,} grid steps for "
         f"{int(n_rows[first]):,} rows{others}: its largest gap, {gap_us // step_us:,} steps ({_duration(gap_us)}), "
         f"lies between rows {before} ({_iso(int(sorted_ts[widest]))}) and {after} "
         f"({_iso(int(sorted_ts[widest + 1]))}). A timestamp that far away is usually a wrong one: fix or drop "
@@ -328,7 +460,7 @@ def _check_grid_sizes(
 
 
 def _check_total_grid_size(
-    sorted_ids: np.ndarray,
+    run_ids: np.ndarray,
     sorted_ts: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -348,7 +480,7 @@ def _check_total_grid_size(
         f"{source}: the {len(starts):,} series span {total:,} grid steps for {n_rows:,} rows (dense, "
         f"{total * n_columns * 8 / 1e9:,.1f} GB of float64); at most {allowed:,} are allowed "
         f"({GRID_POINTS_PER_ROW} per row + {TOTAL_GRID_SLACK_POINTS:,}). The sparsest series, "
-        f"{str(sorted_ids[starts[widest]])!r}, spans {int(n_points[widest]):,} steps for "
+        f"{str(run_ids[widest])!r}, spans {int(n_points[widest]):,} steps for "
         f"{int(ends[widest] - starts[widest]):,} rows: drop sparse series or resample the data.",
         path=source,
     )
@@ -364,7 +496,10 @@ def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:
         column = pc.cast(table[name], pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise DataError(f"{source}: column {name!r} must be numeric, found {table[name].type}.", path=source) from exc
-    array = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    if column.null_count:  # null is missing: NaN, the dense grid's marker
+        column = column.fill_null(float("nan"))
+    chunks = [numpy_view(chunk) for chunk in column.chunks]
+    array = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
     if np.isinf(array).any():
         rows = np.flatnonzero(np.isinf(array))
         raise DataError(f"{source}: column {name!r} has infinite values at rows {_rows(rows)}.", path=source)

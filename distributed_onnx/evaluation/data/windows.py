@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distributed_onnx.evaluation.data.table import Series
+from distributed_onnx.evaluation.data.table import Series, SeriesArrays
 
 
 class WindowSpec(BaseModel):
@@ -179,7 +179,14 @@ def plan_series(series: Series, spec: WindowSpec) -> SeriesPlan:
 
 
 def plan_windows(series: Iterable[Series], spec: WindowSpec) -> WindowPlan:
-    """Count every series' windows: memory grows with the number of series, never with windows."""
+    """Count every series' windows: memory grows with the number of series, never with windows.
+
+    Over the flat layout (:class:`SeriesArrays`, what the reader builds) the count is a few vector passes over
+    chunks of series (:func:`plan_origins`); over any other iterable, :func:`plan_series` per series. Both give
+    the same counts: they are the same arithmetic on the same integers.
+    """
+    if isinstance(series, SeriesArrays):
+        return _plan_arrays(series, spec)
     counts: list[int] = []
     skipped = capped = 0
     capped_series: list[str] = []
@@ -195,12 +202,104 @@ def plan_windows(series: Iterable[Series], spec: WindowSpec) -> WindowPlan:
     return WindowPlan(counts_array, offsets, skipped, capped, tuple(capped_series))
 
 
+#: Candidate windows planned at once over the flat layout (bounds the planner's memory, not its result).
+PLAN_CHUNK_WINDOWS = 1 << 21
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    series_index: np.ndarray  # int64 [n]: kept windows, series after series
+    origins: np.ndarray  # int64 [n]: ascending within a series
+    skipped: np.ndarray  # int64 [hi - lo]: per series, left out for context coverage
+    capped: np.ndarray  # int64 [hi - lo]: per series, asked for by n_windows before any history
+
+
+def _candidate_counts(arrays: SeriesArrays, spec: WindowSpec, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per series of ``lo..hi``: (first candidate origin, number of candidates), before any filter."""
+    n = arrays.lengths[lo:hi]
+    if spec.n_windows is not None:
+        first = n - spec.horizon - spec.stride * (spec.n_windows - 1)
+        return first, np.full(hi - lo, spec.n_windows, dtype=np.int64)
+    if spec.start_us is None or spec.end_us is None:  # WindowSpec guarantees one of the two modes
+        return np.zeros(hi - lo, dtype=np.int64), np.zeros(hi - lo, dtype=np.int64)
+    start = arrays.start_us[lo:hi]
+    first = -(-(spec.start_us - start) // arrays.step_us)  # ceil: first grid step >= start
+    last = (spec.end_us - start) // arrays.step_us
+    return first, np.maximum((last - first) // spec.stride + 1, 0)
+
+
+def _plan_chunk(arrays: SeriesArrays, spec: WindowSpec, lo: int, hi: int) -> _Candidates:
+    """:func:`plan_series` for series ``lo..hi`` at once: the same integers, in vector passes."""
+    first, count = _candidate_counts(arrays, spec, lo, hi)
+    local = np.repeat(np.arange(hi - lo, dtype=np.int64), count)
+    starts = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    rank = np.arange(local.size, dtype=np.int64) - np.repeat(starts, count)
+    origins = np.repeat(first, count) + spec.stride * rank
+    n = arrays.lengths[lo:hi]
+    inside = (origins >= 1) & (origins <= n[local])  # at least one step of history, at most one past the data
+    capped = np.bincount(local[~inside], minlength=hi - lo) if spec.n_windows is not None else np.zeros(hi - lo)
+    local, origins = local[inside], origins[inside]
+    base_point = int(arrays.offsets[lo])
+    observed = np.concatenate([[0], np.cumsum(np.isfinite(arrays.values[base_point : int(arrays.offsets[hi])]))])
+    base = arrays.offsets[lo:hi][local] - base_point
+    coverage = (
+        observed[base + origins] - observed[base + np.maximum(origins - spec.context_length, 0)]
+    ) / spec.context_length
+    keep = (coverage > 0) & (coverage >= spec.min_context_coverage)
+    return _Candidates(
+        local[keep] + lo,
+        origins[keep],
+        np.bincount(local[~keep], minlength=hi - lo).astype(np.int64),
+        np.asarray(capped, dtype=np.int64),
+    )
+
+
+def _chunks(arrays: SeriesArrays, spec: WindowSpec, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """``lo..hi`` cut into runs of series with at most about :data:`PLAN_CHUNK_WINDOWS` candidates each."""
+    _, count = _candidate_counts(arrays, spec, lo, hi)
+    ends = np.cumsum(count)
+    position = lo
+    while position < hi:
+        done = int(ends[position - lo - 1]) if position > lo else 0
+        stop = int(np.searchsorted(ends, done + PLAN_CHUNK_WINDOWS, side="right")) + lo
+        stop = min(max(stop, position + 1), hi)
+        yield position, stop
+        position = stop
+
+
+def plan_origins(arrays: SeriesArrays, spec: WindowSpec, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kept windows of series ``lo..hi`` as (series index, origin index) arrays, in the run's order."""
+    found = [_plan_chunk(arrays, spec, a, b) for a, b in _chunks(arrays, spec, lo, hi)]
+    if not found:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate([f.series_index for f in found]), np.concatenate([f.origins for f in found])
+
+
+def _plan_arrays(arrays: SeriesArrays, spec: WindowSpec) -> WindowPlan:
+    counts, skipped, capped = [], 0, []
+    for lo, hi in _chunks(arrays, spec, 0, len(arrays)):
+        chunk = _plan_chunk(arrays, spec, lo, hi)
+        counts.append(np.bincount(chunk.series_index - lo, minlength=hi - lo).astype(np.int64))
+        skipped += int(chunk.skipped.sum())
+        capped.append(chunk.capped)
+    counts_array = np.concatenate(counts) if counts else np.empty(0, dtype=np.int64)
+    capped_array = np.concatenate(capped) if capped else np.empty(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts_array)]).astype(np.int64)
+    capped_series = tuple(arrays.series_ids[int(i)] for i in np.flatnonzero(capped_array)[:3])
+    return WindowPlan(counts_array, offsets, skipped, int(capped_array.sum()), capped_series)
+
+
 def batches(segments: Sequence[tuple[int, np.ndarray]], rows_per_batch: int) -> Iterator[PlannedBatch]:
     """Cut ``(series_index, origins)`` segments into model batches of ``rows_per_batch`` windows."""
     if not segments:
         return
     series_index = np.concatenate([np.full(len(origins), s, dtype=np.int64) for s, origins in segments])
     origin_index = np.concatenate([np.asarray(origins, dtype=np.int64) for _, origins in segments])
+    yield from batches_of(series_index, origin_index, rows_per_batch)
+
+
+def batches_of(series_index: np.ndarray, origin_index: np.ndarray, rows_per_batch: int) -> Iterator[PlannedBatch]:
+    """Cut parallel (series index, origin index) arrays into model batches of ``rows_per_batch`` windows."""
     for number, start in enumerate(range(0, len(origin_index), rows_per_batch)):
         stop = start + rows_per_batch
         # Copies, not views: a batch must not keep the whole part's arrays alive (or ship them, if pickled).

@@ -26,6 +26,9 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.tables import Scores, escape
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
+#: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
+MAX_CALIBRATION_SERIES = 500
+
 
 def write_report(
     output: storage.Location,
@@ -152,11 +155,15 @@ def _calibration(
     empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
     marks = np.array([_is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals])
     labels = [f"{n:.0%}" for n in nominal]
+    # At most MAX_CALIBRATION_SERIES series' points (evenly spaced in the metrics' order): the figure's size
+    # must not grow with the run (an SVG of 40,000 series' points weighed megabytes).
+    n_series = len(scores.series_ids)
+    drawn = np.unique(np.linspace(0, n_series - 1, min(n_series, MAX_CALIBRATION_SERIES)).astype(np.int64))
     per_series = [
-        (1 - 2 * low, value)
-        for series in scores.series_ids
+        (1 - 2 * low, float(value))
         for low, _ in intervals
-        if (value := scores.value(model, "coverage", low, series)) is not None
+        for value in scores.series_values(model, "coverage", low)[drawn]
+        if np.isfinite(value)
     ]
     rows = "".join(
         f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
@@ -171,4 +178,9 @@ def _calibration(
     figure = report_plots.calibration(
         nominal, empirical, marks, labels, per_series=series_points, by_lead=by_lead, lead_label=lead_label
     )
-    return f"<div class='side'>{figure}{table}</div>"
+    sampled = (
+        f"<p class='hint'>Series points: {drawn.size} of {n_series} series, evenly spaced (all: metrics.parquet).</p>"
+        if drawn.size < n_series
+        else ""
+    )
+    return f"<div class='side'>{figure}{table}</div>{sampled}"

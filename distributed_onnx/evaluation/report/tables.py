@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from distributed_onnx.evaluation.data.table import numpy_view
 from distributed_onnx.evaluation.merge import NAIVE_MODEL
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
@@ -20,30 +22,91 @@ _HEADLINE_METRICS = ("mase", "wql", "mae", "rmse", "sql")
 
 
 class Scores:
-    """The long metrics table indexed by scope: ``value(model, metric, quantile=None, series=None)``, by lead."""
+    """The long metrics table indexed by scope: ``value(model, metric, quantile=None, series=None)``, by lead.
+
+    The series scope (a few rows per series: millions at 100,000 series) stays in numpy arrays, one per
+    (model, metric, quantile) aligned with :attr:`series_ids`, built in vector passes; only the run-wide and
+    per-lead rows (a few hundred) become Python objects.
+    """
 
     def __init__(self, metrics: pa.Table) -> None:
         self.cells: dict[tuple[str, str, str | None, float | None], float] = {}
-        self.counts: dict[tuple[str, str | None], int] = {}
         leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
-        self.series_ids: list[str] = []
-        for row in metrics.to_pylist():
+        scope = metrics.column("scope")
+        for row in metrics.filter(pc.not_equal(scope, "series")).to_pylist():
             quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)
             if row["scope"] == "lead":
                 leads[(row["model"], row["metric"], quantile)].append((int(row["lead"]), float(row["value"])))
                 continue
-            series = row["series_id"] if row["scope"] == "series" else None
-            self.cells[(row["model"], row["metric"], series, quantile)] = float(row["value"])
-            if row["metric"] == "mae":
-                self.counts[(row["model"], series)] = int(row["n"])
-            if series is not None and row["metric"] == "mae" and series not in self.series_ids:
-                self.series_ids.append(series)
+            self.cells[(row["model"], row["metric"], None, quantile)] = float(row["value"])
         self.leads = {key: sorted(points) for key, points in leads.items()}
         self.max_lead = max((lead for points in leads.values() for lead, _ in points), default=0)
+        self._series_values: dict[tuple[str, str, float | None], np.ndarray] = {}
+        self._series_counts: dict[str, np.ndarray] = {}
+        self.series_ids: list[str] = []
+        self._series_row: dict[str, int] = {}
+        self._index_series(metrics.filter(pc.equal(scope, "series")))
+
+    def _index_series(self, rows: pa.Table) -> None:
+        """Series-scope rows -> one value array per (model, metric, quantile); the series in first-seen order.
+
+        :attr:`series_ids` holds the series with an MAE (a scored pair and a median), in the order they
+        first appear among the MAE rows, as the per-series table has always listed them.
+        """
+        if rows.num_rows == 0:
+            return
+        series, names = _encoded(rows.column("series_id"))
+        models, model_names = _encoded(rows.column("model"))
+        metrics, metric_names = _encoded(rows.column("metric"))
+        quantile = _floats(rows.column("quantile"))
+        levels, level_codes = np.unique(np.round(np.nan_to_num(quantile, nan=-1.0), 9), return_inverse=True)
+        with_mae = series[metrics == metric_names.index("mae")] if "mae" in metric_names else series[:0]
+        _, first = np.unique(with_mae, return_index=True)
+        listed = with_mae[np.sort(first)]
+        position = np.full(len(names), -1, dtype=np.int64)
+        position[listed] = np.arange(listed.size)
+        self.series_ids = [str(names[code]) for code in listed.tolist()]
+        self._series_row = {name: i for i, name in enumerate(self.series_ids)}
+        row = position[series]
+        keep = row >= 0
+        value, count = _floats(rows.column("value")), _floats(rows.column("n")).astype(np.int64)
+        key = (models * len(metric_names) + metrics) * len(levels) + level_codes.ravel()
+        order = np.argsort(key[keep], kind="stable")
+        kept = np.flatnonzero(keep)[order]
+        cuts = np.flatnonzero(np.diff(key[kept])) + 1
+        for group in np.split(kept, cuts) if kept.size else []:
+            k = int(key[group[0]])
+            model = model_names[k // (len(metric_names) * len(levels))]
+            metric = metric_names[(k // len(levels)) % len(metric_names)]
+            level_value = float(levels[k % len(levels)])
+            level = None if level_value < 0 else round(level_value, 9)
+            values = np.full(len(self.series_ids), np.nan)
+            values[row[group]] = value[group]
+            self._series_values[(model, metric, level)] = values
+            if metric == "mae":
+                counts = np.full(len(self.series_ids), -1, dtype=np.int64)
+                counts[row[group]] = count[group]
+                self._series_counts[model] = counts
 
     def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
-        key = (model, metric, series, None if quantile is None else round(quantile, 9))
-        return self.cells.get(key)
+        level = None if quantile is None else round(quantile, 9)
+        if series is None:
+            return self.cells.get((model, metric, None, level))
+        row = self._series_row.get(series)
+        values = self._series_values.get((model, metric, level))
+        if row is None or values is None or not np.isfinite(values[row]):
+            return None
+        return float(values[row])
+
+    def series_values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
+        """Every series' value (NaN where it has none), aligned with :attr:`series_ids`."""
+        found = self._series_values.get((model, metric, None if quantile is None else round(quantile, 9)))
+        return found if found is not None else np.full(len(self.series_ids), np.nan)
+
+    def series_counts(self, model: str) -> np.ndarray:
+        """Every series' scored pairs (-1 where it has none), aligned with :attr:`series_ids`."""
+        found = self._series_counts.get(model)
+        return found if found is not None else np.full(len(self.series_ids), -1, dtype=np.int64)
 
     def by_lead(self, model: str, metric: str, quantile: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """Values on the common grid of leads 1..max (NaN where this model has no value: no scored pair)."""
@@ -54,6 +117,18 @@ class Scores:
         for lead, value in points:
             values[lead - 1] = value
         return np.arange(1, self.max_lead + 1, dtype=float), values
+
+
+def _encoded(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A string column as (int64 code per row, the distinct strings); no string per row becomes Python."""
+    encoded = column.combine_chunks().dictionary_encode()
+    return numpy_view(encoded.indices).astype(np.int64), [str(name) for name in encoded.dictionary.to_pylist()]
+
+
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as float64, null as NaN."""
+    filled = pc.cast(column, pa.float64()).fill_null(float("nan")).combine_chunks()
+    return numpy_view(filled)
 
 
 def escape(value: Any) -> str:
@@ -100,31 +175,30 @@ def headline(scores: Scores, model: str) -> str:
 
 
 def series_table(scores: Scores, model: str) -> str:
-    rows = []
-    for series in scores.series_ids:
-        mase, naive_mase = scores.value(model, "mase", series=series), scores.value(NAIVE_MODEL, "mase", series=series)
-        wql, naive_wql = scores.value(model, "wql", series=series), scores.value(NAIVE_MODEL, "wql", series=series)
-        rows.append(
-            (
-                series,
-                mase,
-                naive_mase,
-                skill_value(mase, naive_mase),
-                wql,
-                naive_wql,
-                skill_value(wql, naive_wql),
-                scores.value(model, "mae", series=series),
-                scores.counts.get((model, series)),
-            )
-        )
-    rows.sort(key=lambda row: (row[1] is None, row[1] if row[1] is not None else 0.0))
+    """The per-series section: the distribution over series, then the best and worst (bounded, searchable).
+
+    Bounded whatever the number of series (:data:`MAX_TABLE_SERIES` rows at most): every series' scores are
+    in ``metrics.parquet``, and the hint below the table says how to look one up.
+    """
+    n_series = len(scores.series_ids)
+    mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(NAIVE_MODEL, "mase")
+    wql, naive_wql = scores.series_values(model, "wql"), scores.series_values(NAIVE_MODEL, "wql")
+    mae, counts = scores.series_values(model, "mae"), scores.series_counts(model)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mase_skill = np.where(naive_mase != 0, 1.0 - mase / naive_mase, np.nan)
+        wql_skill = np.where(naive_wql != 0, 1.0 - wql / naive_wql, np.nan)
+    # Ranked by MASE, series without one last (stable: ties keep the metrics' order).
+    ranked = np.lexsort((np.where(np.isnan(mase), 0.0, mase), np.isnan(mase)))
     note = ""
-    if len(rows) > MAX_TABLE_SERIES:
+    shown = ranked
+    if n_series > MAX_TABLE_SERIES:
         half = MAX_TABLE_SERIES // 2
         note = (
-            f"<p class='hint'>{len(rows)} series: the {half} best and {half} worst by MASE (all: metrics.parquet).</p>"
+            f"<p class='hint'>{n_series} series: the {half} best and {half} worst by MASE (all: metrics.parquet).</p>"
         )
-        rows = rows[:half] + rows[-half:]
+        shown = np.concatenate([ranked[:half], ranked[-half:]])
+    rank_of = np.empty(n_series, dtype=np.int64)
+    rank_of[ranked] = np.arange(1, n_series + 1)
     header = [
         "rank",
         "series",
@@ -137,15 +211,59 @@ def series_table(scores: Scores, model: str) -> str:
         "MAE",
         "scored pairs",
     ]
+    columns = (mase, naive_mase, mase_skill, wql, naive_wql, wql_skill, mae)
     body = "".join(
-        f"<tr><td>{rank}</td><th>{escape(row[0])}</th>"
-        + "".join(f"<td>{number(v)}</td>" for v in row[1:8])
-        + f"<td>{row[8] if row[8] is not None else '-'}</td></tr>"
-        for rank, row in enumerate(rows, start=1)
+        f"<tr><td>{rank_of[i]}</td><th>{escape(scores.series_ids[i])}</th>"
+        + "".join(f"<td>{number(_finite(column[i]))}</td>" for column in columns)
+        + f"<td>{counts[i] if counts[i] >= 0 else '-'}</td></tr>"
+        for i in shown.tolist()
     )
     head = "".join(f"<th>{name}</th>" for name in header)
-    return f"{note}<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" + (
-        "<p class='hint'>Click a column to sort. Skill = 1 - model/naive.</p>"
+    search = (
+        "<p><input type='search' id='series-search' placeholder='filter the rows by series id' "
+        "oninput='filterSeries(this.value)'></p>"
+        if n_series > 1
+        else ""
+    )
+    return (
+        _distribution(mase, mase_skill, wql_skill)
+        + note
+        + search
+        + f"<div id='series-table'><table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+        + "</table></div>"
+        + "<p class='hint'>Click a column to sort. Skill = 1 - model/naive. Any series, from Python: "
+        "<code>pyarrow.parquet.read_table('metrics.parquet', filters=[('series_id', '=', 'ID')])</code>.</p>"
+    )
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+#: The points of the per-series distribution table.
+_PERCENTILES = (0, 10, 25, 50, 75, 90, 100)
+
+
+def _distribution(mase: np.ndarray, mase_skill: np.ndarray, wql_skill: np.ndarray) -> str:
+    """Percentiles over series of MASE and of skill against naive, and the share of series beating it."""
+    rows = []
+    for label, values in (("MASE", mase), ("MASE skill", mase_skill), ("WQL skill", wql_skill)):
+        finite = values[np.isfinite(values)]
+        if finite.size < 2:
+            continue
+        points = np.percentile(finite, _PERCENTILES)
+        share = f"{np.mean(finite > 0):.1%}" if "skill" in label else "-"
+        rows.append(
+            f"<tr><th>{label}</th><td>{finite.size}</td>"
+            + "".join(f"<td>{number(float(p))}</td>" for p in points)
+            + f"<td>{share}</td></tr>"
+        )
+    if not rows:
+        return ""
+    head = "".join(f"<th>{'min' if p == 0 else 'max' if p == 100 else f'p{p}'}</th>" for p in _PERCENTILES)
+    return (
+        f"<table class='distribution'><tr><th>over series</th><th>series</th>{head}"
+        f"<th>series beating naive</th></tr>{''.join(rows)}</table>"
     )
 
 
@@ -241,4 +359,7 @@ SORT_SCRIPT = (
     "th.dataset.up=up?'1':'0';function key(r){var t=r.cells[col].textContent,n=parseFloat(t);"
     "return isNaN(n)?(t==='-'?Infinity:t):n}rows.sort(function(a,b){var x=key(a),y=key(b);"
     "return (x<y?-1:x>y?1:0)*(up?1:-1)});rows.forEach(function(r){body.appendChild(r)})})});"
+    # Filters the per-series table's rows by a substring of the series id.
+    "function filterSeries(text){text=text.toLowerCase();document.querySelectorAll('#series-table tbody tr')"
+    ".forEach(function(r){r.style.display=r.cells[1].textContent.toLowerCase().indexOf(text)<0?'none':''})}"
 )

@@ -1,0 +1,334 @@
+"""Time to results: what a user waits for, whole processes measured from outside, side by side in one run.
+
+Four comparisons (issue "Time to results"), each mode in its own subprocess:
+
+1. ``make_backtest``: the command ``make backtest`` runs (913 windows of the reference checkpoint, embedded Ray,
+   `.[cpu]` install in ``.venv-cli``), on a fresh output directory, twice; the second is reported (warm file
+   caches, as a user's second run). With ``--baseline-tree DIR`` the same command also runs from another
+   checkout (its package first on PYTHONPATH, for the driver and Ray's workers): before and after in one run.
+2. ``one_minute``: the whole CLI process (2 actors x 1 CPU) against the plain 1-thread loop (the actors' own
+   part runner in one process, no Ray) on the same windows of the reference checkpoint.
+3. ``many_series``: tens of thousands of short hourly series (260 points, 2 windows each, a tiny model): the
+   whole CLI process against a plain pandas-groupby + ONNX Runtime loop (read, group, window, run, write
+   Parquet; no scoring), report.html's size, and the driver's peak RSS at several series counts.
+4. ``first_forecast``: seconds from process start to the first forecast, CLI against Ray Data ``map_batches``
+   (tiny model; Ray Data needs the ``bench`` extra: ray[data], pandas).
+
+Reproduce (2 cores: about 15 minutes unloaded)::
+
+    .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
+
+Results go to benchmarks/results/time_to_results.{json,md}; every timing is wall clock, and the ratios are
+between modes run one after the other in the same invocation (say in the results whether the machine was
+shared: ``load_average`` is recorded before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+# This checkout's package, for this process, its children and Ray's workers (not a venv's editable install).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
+
+from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data  # noqa: E402
+
+from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
+
+ROWS_PER_BATCH = 256
+SERIES_POINTS = 260
+
+
+def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``distributed-onnx backtest ... --output output`` and return wall, summary timing and report size."""
+    if output.exists():
+        shutil.rmtree(output)
+    command = [CLI, "backtest", "--output", str(output), "--no-progress", *args]
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env, check=False)
+    wall_s = time.perf_counter() - started
+    if completed.returncode != 0:
+        return {"error": completed.stderr[-2000:]}
+    summary = json.loads((output / "summary.json").read_text())
+    timing = summary["timing"]
+    report = output / "report.html"
+    return {
+        "process_s": wall_s,
+        "total_s": timing.get("total_s"),
+        "first_forecast_s": timing.get("first_forecast_s"),
+        "dispatch_s": timing.get("dispatch_s"),
+        "windows": summary["windows"]["run_now"],
+        "wall_phases_s": timing.get("driver_wall_phases_s"),
+        "driver_peak_rss_mb": timing.get("driver_peak_rss_mb"),
+        "actor_stage_s": timing.get("actor_stage_s"),
+        "report_bytes": report.stat().st_size if report.exists() else None,
+    }
+
+
+def make_backtest(output: Path, baseline_tree: str | None) -> dict[str, Any]:
+    """`make backtest`'s command, twice on fresh outputs (the second reported); the baseline tree likewise."""
+    arguments = ["--n-windows", "913", "--stride", "1"]
+    trees: dict[str, dict[str, str] | None] = {"this tree": None}
+    if baseline_tree:
+        trees["baseline"] = {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())}
+    results: dict[str, Any] = {}
+    for round_ in (1, 2):  # alternating, so both trees see the same machine state on the second round
+        for name, env in trees.items():
+            result = cli_process(arguments, output / name.replace(" ", "_"), env)
+            if round_ == 2:
+                results[name] = result
+            print(f"make_backtest {name} round {round_}: {result}", flush=True)
+    return results
+
+
+def one_minute(output: Path, n_windows: int) -> dict[str, Any]:
+    """The whole CLI process against the plain 1-thread loop on the same windows of the reference checkpoint."""
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+    data = output / "data.parquet"
+    output.mkdir(parents=True, exist_ok=True)
+    n_series, per_series = make_dataset(data, n_windows, 20)
+    loop_args = argparse.Namespace(
+        checkpoint=str(REFERENCE_CHECKPOINT), data=str(data), n_windows_per_series=per_series
+    )
+    loop = child("loop_1_thread", loop_args, output / "loop")
+    cli = cli_process(
+        [
+            "--checkpoint",
+            str(REFERENCE_CHECKPOINT),
+            "--data",
+            str(data),
+            "--n-windows",
+            str(per_series),
+            "--rows-per-batch",
+            str(ROWS_PER_BATCH),
+            "--actors",
+            "2",
+            "--cpus-per-actor",
+            "1",
+        ],
+        output / "cli",
+    )
+    ratio = loop["process_s"] / cli["process_s"] if "process_s" in cli and "process_s" in loop else None
+    return {"windows": n_series * per_series, "loop_1_thread": loop, "cli_2_actors": cli, "cli_vs_loop": ratio}
+
+
+def write_many_series(directory: Path, n_series: int) -> tuple[Path, Path]:
+    """``n_series`` hourly series of :data:`SERIES_POINTS` points and a tiny hourly model (context 32, horizon 24)."""
+    from graphs import tiny_chronos2_metadata, tiny_chronos2_model, write_checkpoint
+
+    directory.mkdir(parents=True, exist_ok=True)
+    sizes = {"context_length": 32, "output_patch_size": 4, "horizon_patches": 6}
+    checkpoint = write_checkpoint(
+        directory / "tiny.onnx",
+        tiny_chronos2_model(**sizes).SerializeToString(),
+        tiny_chronos2_metadata(**sizes, resolution_minutes=60),
+    )
+    rng = np.random.default_rng(0)
+    steps = np.arange(SERIES_POINTS)
+    timestamps = np.datetime64("2024-01-01T00:00", "us") + steps * np.timedelta64(3600, "s")
+    ids = np.repeat(np.array([f"meter_{i:06d}" for i in range(n_series)], dtype=object), SERIES_POINTS)
+    daily = np.sin(steps * 2 * np.pi / 24)[None, :] * rng.uniform(1, 5, (n_series, 1))
+    y = (daily + rng.normal(0, 0.3, (n_series, SERIES_POINTS))).ravel()
+    table = pa.table(
+        {
+            "series_id": pa.array(ids, pa.string()),
+            "timestamp": pa.array(np.tile(timestamps, n_series), pa.timestamp("us", tz="UTC")),
+            "y": y,
+        }
+    )
+    data = directory / "data.parquet"
+    pq.write_table(table, data, row_group_size=1_000_000)
+    return data, checkpoint.weights_path
+
+
+def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path) -> dict[str, Any]:
+    """The plain way: pandas reads and groups, numpy windows, one ORT session (1 thread), Parquet out."""
+    import onnxruntime as ort
+    import pandas as pd
+
+    started = time.perf_counter()
+    metadata = json.loads(checkpoint.with_suffix(".metadata.json").read_text())
+    context, horizon = metadata["context_length"], metadata["output_patch_size"] * metadata["horizon_patches"]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(checkpoint), options, providers=["CPUExecutionProvider"])
+    frame = pd.read_parquet(data).sort_values(["series_id", "timestamp"])
+    contexts, series_ids, origins = [], [], []
+    for series_id, group in frame.groupby("series_id", sort=True):
+        values = group["y"].to_numpy(dtype=np.float64)
+        stamps = group["timestamp"].to_numpy()
+        for back in range(n_windows - 1, -1, -1):
+            origin = len(values) - horizon - back
+            window = np.full(context, np.nan)
+            history = values[max(origin - context, 0) : origin]
+            window[context - history.size :] = history
+            contexts.append(window)
+            series_ids.append(series_id)
+            origins.append(stamps[origin])
+    block = np.asarray(contexts, dtype=np.float32)
+    quantiles = []
+    for start in range(0, len(block), ROWS_PER_BATCH):
+        rows = block[start : start + ROWS_PER_BATCH]
+        mask = np.isfinite(rows).astype(np.float32)
+        feed = {
+            "context": np.nan_to_num(rows),
+            "attention_mask": mask,
+            "group_ids": np.arange(len(rows), dtype=np.int64),
+            "future_covariates": np.zeros((len(rows), horizon), np.float32),
+            "future_covariates_mask": np.zeros((len(rows), horizon), np.float32),
+        }
+        quantiles.append(session.run(None, feed)[0])
+    forecasts = np.concatenate(quantiles)  # [windows, Q, H]
+    first_forecast_s = time.perf_counter() - started
+    out = pd.DataFrame(
+        {
+            "series_id": np.repeat(series_ids, horizon),
+            "origin": np.repeat(origins, horizon),
+            "lead": np.tile(np.arange(1, horizon + 1), len(series_ids)),
+        }
+    )
+    for k, level in enumerate(metadata["native_quantiles"]):
+        out[f"q{level:g}"] = forecasts[:, k, :].ravel()
+    output.mkdir(parents=True, exist_ok=True)
+    out.to_parquet(output / "forecasts.parquet")
+    return {
+        "windows": len(series_ids),
+        "process_s": time.perf_counter() - started,
+        "first_forecast_s": first_forecast_s,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def many_series(output: Path, counts: list[int]) -> dict[str, Any]:
+    """CLI against the plain pandas loop at the first count; the CLI alone at the others (driver RSS)."""
+    runs: dict[str, Any] = {}
+    for index, n_series in enumerate(counts):
+        data, checkpoint = write_many_series(output / f"data_{n_series}", n_series)
+        arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", "2"]
+        arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
+        entry: dict[str, Any] = {"cli_2_actors": cli_process(arguments, output / f"cli_{n_series}")}
+        if index == 0:
+            args = argparse.Namespace(data=str(data), checkpoint=str(checkpoint), n_windows_per_series=2)
+            entry["plain_pandas_loop"] = child("pandas_loop", args, output / f"pandas_{n_series}")
+            cli_s, plain_s = entry["cli_2_actors"].get("process_s"), entry["plain_pandas_loop"].get("process_s")
+            entry["cli_vs_plain"] = plain_s / cli_s if cli_s and plain_s else None
+        runs[str(n_series)] = entry
+        print(f"many_series {n_series}: {entry}", flush=True)
+        shutil.rmtree(output / f"data_{n_series}", ignore_errors=True)
+    return runs
+
+
+def first_forecast(output: Path, n_windows: int) -> dict[str, Any]:
+    """Seconds to the first forecast from process start: the CLI against Ray Data, tiny model."""
+    from graphs import write_tiny_chronos2
+
+    output.mkdir(parents=True, exist_ok=True)
+    checkpoint = write_tiny_chronos2(output, context_length=16, output_patch_size=4).weights_path
+    data = output / "data.parquet"
+    n_series, per_series = make_dataset(data, n_windows, 50)
+    arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", str(per_series)]
+    arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
+    cli = cli_process(arguments, output / "cli")
+    args = argparse.Namespace(checkpoint=str(checkpoint), data=str(data), n_windows_per_series=per_series)
+    ray_data = child("ray_data", args, output / "ray_data")
+    first, theirs = cli.get("first_forecast_s"), ray_data.get("first_forecast_s")
+    return {
+        "windows": n_series * per_series,
+        "cli_2_actors": cli,
+        "ray_data_map_batches": ray_data,
+        "cli_over_ray_data": first / theirs if first and theirs else None,
+    }
+
+
+CHILD_MODES = {
+    "loop_1_thread": lambda a, o: run_loop(a, o, 1),
+    "ray_data": run_ray_data,
+    "pandas_loop": lambda a, o: plain_pandas_loop(Path(a.data), Path(a.checkpoint), a.n_windows_per_series, o),
+}
+
+
+def child(mode: str, args: argparse.Namespace, output: Path) -> dict[str, Any]:
+    """Run ``mode`` in a fresh Python process (its own RSS, its own imports); wall time measured from outside."""
+    command = [sys.executable, __file__, "--child", mode, "--data", args.data, "--checkpoint", args.checkpoint]
+    command += ["--n-windows-per-series", str(args.n_windows_per_series), "--output", str(output)]
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, check=False)
+    wall_s = time.perf_counter() - started
+    for line in completed.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = dict(json.loads(line.removeprefix("RESULT ")))
+            result["process_s"] = wall_s  # the whole process, Python's start included, as for the CLI
+            return result
+    return {"error": completed.stderr[-2000:]}
+
+
+def run_child(args: argparse.Namespace) -> None:
+    output = Path(args.output)
+    if output.exists():
+        shutil.rmtree(output)
+    result = CHILD_MODES[args.child](args, output)
+    result.setdefault("peak_rss_mb", peak_rss_mb())
+    print("RESULT " + json.dumps(result, default=float))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the work of every comparison")
+    parser.add_argument("--baseline-tree", help="another checkout to run make_backtest from, side by side")
+    parser.add_argument("--only", nargs="*", help="comparisons to run (default: all)")
+    parser.add_argument("--name", default="time_to_results", help="results file stem under benchmarks/results/")
+    parser.add_argument("--series", type=int, nargs="*", default=[40_000, 10_000, 100_000])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--output", help=argparse.SUPPRESS)
+    parser.add_argument("--n-windows-per-series", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        run_child(args)
+        return
+    ensure_cli_venv()
+    wanted = set(args.only or ["make_backtest", "one_minute", "many_series", "first_forecast"])
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "load_average_before": os.getloadavg(),
+        "scale": args.scale,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if "make_backtest" in wanted:
+            report["make_backtest"] = make_backtest(work / "make_backtest", args.baseline_tree)
+        if "one_minute" in wanted:
+            report["one_minute"] = one_minute(work / "one_minute", int(59_200 * args.scale))
+            print(f"one_minute: {report['one_minute']}", flush=True)
+        if "many_series" in wanted:
+            counts = [max(1, int(n * args.scale)) for n in args.series]
+            report["many_series"] = many_series(work / "many_series", counts)
+        if "first_forecast" in wanted:
+            report["first_forecast"] = first_forecast(work / "first_forecast", int(150_000 * args.scale))
+            print(f"first_forecast: {report['first_forecast']}", flush=True)
+    report["load_average_after"] = os.getloadavg()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2, default=float) + "\n")
+    print(json.dumps(report, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()

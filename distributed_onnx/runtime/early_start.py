@@ -1,0 +1,123 @@
+"""Ray and the backtest's actor pool, started on a thread while the driver reads, checks and plans the data.
+
+A run's first forecast waits for two independent things: the driver's plan (imports, reading and checking the
+data, counting windows) and a warm pool (Ray's processes, then actor processes that import ONNX Runtime and
+build their sessions). Started one after the other they add up; :class:`EarlyStart` runs the second on a
+thread, and the driver hands the pool its job once the plan is ready (``WorkerActor.take_job``).
+
+The thread that starts Ray lives as long as Ray does and stops it too: Ray's embedded processes die with the
+*thread* that started them (they are started with ``PR_SET_PDEATHSIG``, which Linux fires when the parent
+thread exits; measured: the GCS died as soon as a starting thread returned). Stopping Ray on that thread also
+lets the driver finish its merge and report while Ray shuts down (:meth:`EarlyStart.stop`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayTaskError
+
+from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
+from distributed_onnx.runtime.actors import JobFactory, start_pool
+from distributed_onnx.runtime.local_ray import connect
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet."""
+
+    config: WorkerConfig
+    count: int | None
+    num_cpus: float
+    num_gpus: float
+
+
+@dataclass
+class EarlyStart:
+    """Connects (or starts the embedded Ray) and starts the pool on a thread that then waits to stop Ray."""
+
+    address: str | None
+    pool: PoolRequest | None
+    started_ray: bool = False
+    actors: list[Any] = field(default_factory=list)
+    infos: list[WorkerInfo] = field(default_factory=list)
+    ready_s: float | None = None  # seconds from this object's creation to a warm pool
+    shutdown_s: float | None = None  # seconds Ray took to stop
+    _error: BaseException | None = None
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
+        self._thread = threading.Thread(target=self._own_ray, name="ray-owner", daemon=True)
+        self._thread.start()
+
+    def _own_ray(self) -> None:
+        started = time.perf_counter()
+        try:
+            self.started_ray = connect(self.address)
+            if self.pool is not None:
+                request = self.pool
+                self.actors, self.infos = start_pool(request.config, request.count, request.num_cpus, request.num_gpus)
+            self.ready_s = time.perf_counter() - started
+        except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
+            self._error = exc
+        finally:
+            self._ready.set()
+        self._stop.wait()
+        stopping = time.perf_counter()
+        try:
+            for actor in self.actors:
+                ray.kill(actor)
+            if self.started_ray:
+                ray.shutdown()
+        except Exception as exc:  # stopping is best effort: the run's results are written already
+            logger.warning("Stopping Ray: %s", exc)
+        self.shutdown_s = time.perf_counter() - stopping
+
+    def wait(self) -> None:
+        """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error)."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def hand_job(self, job_factory: JobFactory, job_input: Any) -> None:
+        """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor)."""
+        try:
+            ray.get([actor.take_job.remote(job_factory, job_input) for actor in self.actors])
+        except RayTaskError as exc:
+            if isinstance(exc.cause, DistributedOnnxError):
+                raise exc.cause from None
+            raise
+
+    def stop(self) -> None:
+        """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
+        self._stop.set()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        """Wait until Ray has stopped (after :meth:`stop`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does.
+
+    ``ray.init`` sets that handler only on the main thread (and warns, on Ray's logger, that it did not).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
