@@ -1,4 +1,4 @@
-"""The ``distributed-onnx`` command: ``inspect``, ``backtest`` and ``serve``.
+"""The ``distributed-onnx`` command: ``inspect``, ``backtest``, ``serve`` and ``score``.
 
 Thin entry points: parse flags into typed settings, build objects, run. The flags of ``backtest`` and
 ``serve`` are generated from their settings models (:mod:`distributed_onnx.settings_sources`), so a new field
@@ -132,6 +132,7 @@ def version_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from distributed_onnx.evaluation.score_settings import ScoreSettings
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.serve.settings import ServeSettings
 
@@ -151,6 +152,13 @@ def _parser() -> argparse.ArgumentParser:
         "serve a checkpoint over HTTP and gRPC (KServe v2) on Ray Serve (foreground; Ctrl-C or SIGTERM stops)",
         ServeSettings,
         _serve,
+    )
+    _settings_command(
+        commands,
+        "score",
+        "score a forecast log against the actuals that have arrived (rerun: only what is new)",
+        ScoreSettings,
+        _score,
     )
     return parser
 
@@ -238,3 +246,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     quiet_ray_logging(quiet=not args.verbose)
     return serve_forever(ServeSettings.from_sources(given_flags(args), args.config, environment=True))
+
+
+def _score(args: argparse.Namespace) -> int:
+    from distributed_onnx.evaluation.live import score_log
+    from distributed_onnx.evaluation.score_settings import ScoreSettings
+    from distributed_onnx.settings_sources import given_flags
+
+    settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
+    result = score_log(settings)
+    print(json.dumps({"windows": result.summary["windows"], "new_batch": result.new_batch}, indent=2))
+    print(f"wrote {settings.output}/ (scored/, metrics.parquet, summary.json)")
+    return 0

@@ -183,8 +183,11 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
     for name, value in values.items():
         field = model.model_fields.get(name)
         if field is not None and list[Path] in _members(field.annotation):
-            several = value if isinstance(value, list) else [value]
-            resolved[name] = [_relative_path(each, folder) for each in several]
+            # A list field takes one path too (an older config), or several comma-separated, as on the command line.
+            paths: Any = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+            paths = [paths] if isinstance(paths, Path) else paths
+            if isinstance(paths, list):
+                resolved[name] = [_relative_path(each, folder) for each in paths]
             continue
         if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -154,7 +155,7 @@ def test_relative_paths_from_flags_and_environment_stay_relative_to_the_working_
 def test_serve_checkpoint_in_yaml_is_relative_to_the_file(tmp_path: Path) -> None:
     config = _yaml(tmp_path / "cfg", "checkpoint: model.onnx\nreplicas: 2\n", name="serve.yaml")
     settings = ServeSettings.from_sources({}, config)
-    assert settings.checkpoint == tmp_path / "cfg" / "model.onnx"
+    assert settings.checkpoint == [tmp_path / "cfg" / "model.onnx"]
     assert settings.replicas == 2
 
 
@@ -397,3 +398,39 @@ def test_checkpoints_repeat_as_flags_list_in_yaml_and_stay_one_path_compatible(t
     flags = given_flags(parser.parse_args(["--checkpoint", "x.onnx", "--checkpoint", "y.onnx", "--output", "r"]))
     assert BacktestSettings.from_sources(flags).checkpoint == [Path("x.onnx"), Path("y.onnx")]
     assert BacktestSettings(output="r", checkpoint=Path("one.onnx")).checkpoint == [Path("one.onnx")]
+
+
+def test_serve_several_checkpoints_with_a_shadow(tmp_path: Path) -> None:
+    settings = ServeSettings.from_sources({"checkpoint": "a/champion.onnx,b/challenger.onnx", "shadow": "challenger"})
+    assert settings.model_names == ["champion", "challenger"]
+    assert settings.model_name == "champion"
+    assert settings.worker_config().checkpoint == Path("a/champion.onnx")
+    config = _yaml(tmp_path / "cfg", "checkpoint: [x.onnx, y.onnx]\nshadow: [x]\nforecast_log: log\n", name="s.yaml")
+    from_file = ServeSettings.from_sources({}, config)
+    assert from_file.checkpoint == [tmp_path / "cfg" / "x.onnx", tmp_path / "cfg" / "y.onnx"]
+    assert from_file.model_name == "y"  # the first that is not a shadow
+    assert from_file.forecast_log == tmp_path / "cfg" / "log"
+    assert ServeSettings(forecast_log="s3://bucket/log").forecast_log == "s3://bucket/log"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"checkpoint": "a/m.onnx,b/m.onnx"}, "['m'] names several"),
+        ({"checkpoint": "m.onnx", "shadow": "other"}, "shadow ['other'] names no checkpoint"),
+        ({"checkpoint": "m.onnx", "shadow": "m"}, "every checkpoint (['m']) is a shadow"),
+    ],
+)
+def test_serve_models_refused(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ServeSettings.from_sources(values)
+
+
+def test_serve_checkpoint_flag_repeated() -> None:
+    from distributed_onnx.cli import _parser
+    from distributed_onnx.settings_sources import given_flags
+
+    arguments = ["serve", "--checkpoint", "x/a.onnx", "--checkpoint", "y/b.onnx", "--shadow", "b"]
+    settings = ServeSettings.from_sources(given_flags(_parser().parse_args(arguments)))
+    assert settings.checkpoint == [Path("x/a.onnx"), Path("y/b.onnx")]
+    assert settings.model_name == "a" and settings.shadow == ["b"]

@@ -1,4 +1,4 @@
-"""The Serve deployment: one replica = one pinned :class:`InferenceWorker` behind a FastAPI ingress.
+"""The Serve deployment: one replica = a pinned :class:`InferenceWorker` per checkpoint behind a FastAPI ingress.
 
 Each replica builds :class:`distributed_onnx.runtime.actors.PinnedWorker` in ``__init__``, the body of the backtest's
 actors, so provider handling, GPU pinning, thread sizing and warm-up are the same code. The deployment is a thin
@@ -12,6 +12,18 @@ the core's batcher. Routes:
   ``/v2/models/{name}/ready``, ``/v2/models/{name}/infer`` (JSON or Triton's binary tensor data extension,
   :mod:`distributed_onnx.serve.binary`), and the same over gRPC (:mod:`distributed_onnx.serve.grpc_messages`).
 
+Several checkpoints (``--checkpoint`` repeated) live in *every* replica, each with its own session and model
+thread: ``/v1/forecast`` picks one by its ``model`` field (default: the first that is not a shadow), KServe v2
+addresses each as ``/v2/models/{name}``, and shadow models forecast each answered request after the answer has
+gone (:mod:`distributed_onnx.serve.live_log`), logged to the forecast log (``--forecast-log``) and counted on
+``GET /metrics`` (:mod:`distributed_onnx.serve.live_metrics`). One deployment holding every model was chosen
+over the two ways Ray Serve offers, by reasoning rather than measurement: model multiplexing loads models
+lazily into an LRU per replica and routes by a request header, for many models that do not all fit, while a
+shadow needs its model warm on every request its primary answers, and KServe v2 routes by path; one deployment
+per model puts a handle call (a second Serve hop, on a path where Serve's proxy already dominates small
+requests) between the ingress and each model, shadows included, and loses the direct ingress to one replica.
+The cost of this choice: each replica holds every model's session (memory) and they share its CPUs.
+
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any
 parsing. Readiness (``/v2/health/ready`` and Serve's health check) runs no model call: it reads the outcomes of
 the traffic's own calls (:mod:`distributed_onnx.serve.health`).
@@ -19,7 +31,11 @@ the traffic's own calls (:mod:`distributed_onnx.serve.health`).
 
 # No ``from __future__ import annotations`` here: Serve pickles the FastAPI app to the replicas, and route
 # annotations left as strings come back as unresolvable ForwardRefs there (/openapi.json failed - measured).
+import asyncio
 import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -29,11 +45,13 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from ray import serve
 
+from distributed_onnx import storage
 from distributed_onnx.errors import InferenceError
+from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH
-from distributed_onnx.serve.core import ModelCore, ReplicaCore
+from distributed_onnx.serve.core import ForecastAnswer, ModelCore, ReplicaCore
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.grpc_messages import (
@@ -52,6 +70,8 @@ from distributed_onnx.serve.http import (
     json_body,
     read_body,
 )
+from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
+from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.loopback import pin_replica_servers
 from distributed_onnx.serve.schemas import (
     ErrorResponse,
@@ -94,10 +114,33 @@ class OnnxForecastServer:
         warn_if_grpc_unbounded(settings.max_body_bytes)
         self._settings = settings
         self._replica = ReplicaCore(settings, ServeMetrics())
-        self._model = self._replica.add_model(PinnedWorker(settings.worker_config(), settings.cpus_per_replica).worker)
-        self._model.set_batcher(self._forecast_windows)
+        # Every checkpoint in this replica, each with its own session and model thread (see live_log's module
+        # docstring for why one deployment holds them all).
+        for checkpoint in settings.checkpoint:
+            worker = PinnedWorker(settings.worker_config(checkpoint), settings.cpus_per_replica).worker
+            model = self._replica.add_model(
+                worker,
+                shadow=checkpoint.stem in settings.shadow,
+                checkpoint_sha256=worker.metadata.sha256 or storage.sha256(checkpoint),
+            )
+            model.set_batcher(self._batcher_for(model.name))
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
         self._forecast_windows.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)  # type: ignore[attr-defined]
+        log = None
+        if settings.forecast_log is not None:
+            log = ForecastLog(
+                settings.forecast_log,
+                max_queued_windows=settings.forecast_log_max_queued,
+                flush_interval_s=settings.forecast_log_flush_s,
+            )
+        self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
+        self._traffic = LiveTraffic(log, self._live_metrics, self._replica.shadows)
+
+    def __del__(self) -> None:
+        """Serve calls this when the replica stops: write what the forecast log still holds."""
+        traffic = getattr(self, "_traffic", None)
+        if traffic is not None and traffic.log is not None:
+            traffic.log.close(timeout_s=10.0)
 
     async def check_health(self) -> None:
         """Serve's health check: cheap, and never on the model thread (see :mod:`distributed_onnx.serve.health`)."""
@@ -128,8 +171,15 @@ class OnnxForecastServer:
 
     @api.get("/v2/models/{name}/ready", responses=_ERRORS, summary="Model readiness")
     async def model_ready(self, name: str) -> Response:
-        self._replica.model(name)
-        return await self.ready()
+        health = self._replica.model(name).health
+        if not health.ready:
+            return JSONResponse({"error": f"not ready: {health.reason}"}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    @api.get("/metrics", summary="Prometheus metrics of this replica (forecasts served, logged, dropped; latency)")
+    async def metrics(self) -> Response:
+        body, content_type = self._live_metrics.render()
+        return Response(body, media_type=content_type)
 
     @api.post(
         "/v2/models/{name}/infer",
@@ -144,7 +194,12 @@ class OnnxForecastServer:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             return infer_response(*await model.infer(body, request.headers.get(HEADER_LENGTH)))
 
-        return await drained_on_refusal(request, self._settings.max_body_bytes, self._replica.observe("infer", handle))
+        started = time.perf_counter()
+        try:
+            answer = self._replica.observe("infer", handle)
+            return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
+        finally:
+            self._live_metrics.request("infer", name, time.perf_counter() - started)
 
     @api.post(
         "/v1/forecast",
@@ -154,16 +209,59 @@ class OnnxForecastServer:
         summary="Quantile forecasts for one or many series",
     )
     async def forecast(self, request: Request) -> Response:
+        started = time.perf_counter()
+        received_us = now_us()
+        identifier = request_id(request.headers.get(REQUEST_ID_HEADER))
+        answered: list[ForecastAnswer] = []
+
         async def handle(ticket: Ticket) -> Response:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
-            return Response(await self._model.forecast(body, ticket), media_type="application/json")
+            answer = await self._replica.forecast(body, ticket)
+            answered.append(answer)
+            return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
-        answer = self._replica.observe("forecast", handle)
-        return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
+        try:
+            answer_or_refusal = self._replica.observe("forecast", handle)
+            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
+        finally:
+            model = answered[0].model.name if answered else "-"
+            self._live_metrics.request("forecast", model, time.perf_counter() - started)
+        # Logging and shadows are scheduled, not awaited: they run after this response is on its way.
+        answer = answered[0]
+        self._traffic.answered(answer.model, answer.parsed, answer.forecasts, answer.quantiles, identifier, received_us)
+        return response
+
+    def _batcher_for(self, name: str) -> Callable[[ForecastJob], Awaitable[np.ndarray]]:
+        async def batcher(job: ForecastJob) -> np.ndarray:
+            result: np.ndarray | BaseException = await self._forecast_windows((name, job))
+            if isinstance(result, BaseException):
+                raise result
+            return result
+
+        return batcher
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
-    async def _forecast_windows(self, jobs: list[ForecastJob]) -> list[np.ndarray]:
-        return await self._model.run_batch(jobs)
+    async def _forecast_windows(self, jobs: list[tuple[str, ForecastJob]]) -> list[np.ndarray | BaseException]:
+        """Concurrent forecasts merged into model calls: each model's jobs in one call, in that model's thread.
+
+        A failing call fails the requests of its model only (its error is their result, raised by the batcher):
+        Serve's batch would otherwise fail every request of the batch, other models' included.
+        """
+        by_model: dict[str, list[int]] = {}
+        for index, (name, _) in enumerate(jobs):
+            by_model.setdefault(name, []).append(index)
+        results: list[np.ndarray | BaseException] = [np.empty(0)] * len(jobs)
+        outcomes = await asyncio.gather(
+            *(
+                self._replica.models[name].run_batch([jobs[i][1] for i in members])
+                for name, members in by_model.items()
+            ),
+            return_exceptions=True,
+        )
+        for members, outcome in zip(by_model.values(), outcomes, strict=True):
+            for position, index in enumerate(members):
+                results[index] = outcome if isinstance(outcome, BaseException) else outcome[position]
+        return results
 
     # ------------------------------------------------------------- KServe v2 over gRPC (grpc_messages)
 

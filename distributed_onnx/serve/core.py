@@ -68,6 +68,17 @@ Batcher = Callable[[ForecastJob], Awaitable[np.ndarray]]
 
 
 @dataclass(frozen=True)
+class ForecastAnswer:
+    """A /v1/forecast answer: the body sent, and the model, request and forecasts behind it (for the log)."""
+
+    body: bytes
+    model: ModelCore
+    parsed: ForecastRequest
+    forecasts: np.ndarray
+    quantiles: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class InferCall:
     """A decoded v2 infer request: the model's inputs and what to send back."""
 
@@ -80,11 +91,23 @@ class InferCall:
 class ModelCore:
     """One model in a replica: its worker, model thread, health and the planning and running of its requests."""
 
-    def __init__(self, worker: InferenceWorker, settings: ServeSettings, replica: ReplicaCore) -> None:
+    def __init__(
+        self,
+        worker: InferenceWorker,
+        settings: ServeSettings,
+        replica: ReplicaCore,
+        *,
+        shadow: bool = False,
+        checkpoint_sha256: str = "",
+    ) -> None:
         self.worker = worker
         self.settings = settings
         self.name = worker.model_name
         self.metadata = worker.metadata
+        #: A shadow forecasts the requests other models answer (after the answer, :mod:`.live_log`); its health
+        #: does not make the replica unready, so a broken challenger never takes the champion down.
+        self.shadow = shadow
+        self.checkpoint_sha256 = checkpoint_sha256 or worker.metadata.sha256 or ""
         self.input_specs = list(worker.backend.input_specs)
         self.output_specs = list(worker.backend.output_specs)
         self.health = ModelHealth(settings.max_consecutive_model_failures)
@@ -111,13 +134,38 @@ class ModelCore:
 
     # ------------------------------------------------------------------------------------------ /v1/forecast
 
+    @property
+    def resolution_minutes(self) -> int:
+        return self.metadata.resolution_minutes
+
     async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
-        """The JSON answer to a /v1/forecast body (already read under ``ticket``)."""
+        """The JSON answer to a /v1/forecast body (already read under ``ticket``), from this model."""
         codec = self._replica.run_codec
         parsed, job = (
             await codec(self.plan_forecast, body) if len(body) > OFFLOAD_BODY_BYTES else self.plan_forecast(body)
         )
+        return (await self.answer(parsed, job, ticket)).body
+
+    async def answer(self, parsed: ForecastRequest, job: ForecastJob, ticket: Ticket) -> ForecastAnswer:
+        """Forecast a planned request and encode the answer (kept with what the forecast log needs)."""
         ticket.charge_response(job.context.shape[0] * job.horizon * len(job.quantiles))
+        forecasts = await self._compute(job)
+        check_finite_forecasts(forecasts, parsed)
+        if forecasts.size > OFFLOAD_RESPONSE_VALUES:
+            body = await self._replica.run_codec(self.encode_forecast, parsed, forecasts, job)
+        else:
+            body = self.encode_forecast(parsed, forecasts, job)
+        return ForecastAnswer(body, self, parsed, forecasts, job.quantiles)
+
+    async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
+        """This model's forecast of a request another model answered (planned for this model's own grid)."""
+        job = plan_job(request, self.metadata, time.perf_counter())
+        forecasts = await self._compute(job)
+        check_finite_forecasts(forecasts, request)
+        return forecasts, job.quantiles
+
+    async def _compute(self, job: ForecastJob) -> np.ndarray:
+        """The job's forecasts, from a model call of its own or merged with concurrent ones by the batcher."""
         # Batching off, or an idle replica (no model call running, none waiting to batch): go straight to the
         # model. Waiting to fill a batch only pays when others are queued; a lone client paid the wait plus
         # ~2.4 ms of Serve's batch machinery for nothing (3.4 ms p50 at batch_wait_ms=1 - measured here).
@@ -133,10 +181,7 @@ class ModelCore:
                 forecasts = await self._batcher(job)
         finally:
             self._forecasts_in_flight -= 1
-        check_finite_forecasts(forecasts, parsed)
-        if forecasts.size > OFFLOAD_RESPONSE_VALUES:
-            return await codec(self.encode_forecast, parsed, forecasts, job)
-        return self.encode_forecast(parsed, forecasts, job)
+        return forecasts
 
     def plan_forecast(self, body: bytes) -> tuple[ForecastRequest, ForecastJob]:
         parsed = parse_body(body, ForecastRequest)
@@ -245,10 +290,39 @@ class ReplicaCore:
         # Parses and encodes large bodies (OFFLOAD_*), off the event loop and off the model threads.
         self._codec_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codec")
 
-    def add_model(self, worker: InferenceWorker, settings: ServeSettings | None = None) -> ModelCore:
-        core = ModelCore(worker, settings or self.settings, self)
+    def add_model(
+        self,
+        worker: InferenceWorker,
+        settings: ServeSettings | None = None,
+        *,
+        shadow: bool = False,
+        checkpoint_sha256: str = "",
+    ) -> ModelCore:
+        core = ModelCore(worker, settings or self.settings, self, shadow=shadow, checkpoint_sha256=checkpoint_sha256)
         self.models[core.name] = core
         return core
+
+    @property
+    def default_model(self) -> ModelCore:
+        """The model of a /v1/forecast request that names none: the first added that is not a shadow."""
+        return next(model for model in self.models.values() if not model.shadow)
+
+    @property
+    def shadows(self) -> list[ModelCore]:
+        return [model for model in self.models.values() if model.shadow]
+
+    async def forecast(self, body: bytes, ticket: Ticket) -> ForecastAnswer:
+        """A /v1/forecast body answered by the model it names (``model``; default :attr:`default_model`)."""
+        if len(body) > OFFLOAD_BODY_BYTES:
+            model, parsed, job = await self.run_codec(self.plan_forecast, body)
+        else:
+            model, parsed, job = self.plan_forecast(body)
+        return await model.answer(parsed, job, ticket)
+
+    def plan_forecast(self, body: bytes) -> tuple[ModelCore, ForecastRequest, ForecastJob]:
+        parsed = parse_body(body, ForecastRequest)
+        model = self.model(parsed.model) if parsed.model is not None else self.default_model
+        return model, parsed, plan_job(parsed, model.metadata, time.perf_counter())
 
     def model(self, name: str) -> ModelCore:
         """The model called ``name``, or 404 naming the ones served."""
@@ -260,11 +334,16 @@ class ReplicaCore:
 
     @property
     def ready(self) -> bool:
-        return all(model.health.ready for model in self.models.values())
+        """Every model that answers requests is ready (shadows report their own readiness only)."""
+        return all(model.health.ready for model in self.models.values() if not model.shadow)
 
     @property
     def not_ready_reason(self) -> str:
-        return "; ".join(model.health.reason for model in self.models.values() if not model.health.ready)
+        return "; ".join(
+            f"{model.name}: {model.health.reason}"
+            for model in self.models.values()
+            if not model.shadow and not model.health.ready
+        )
 
     async def observe(self, endpoint: str, handler: Callable[[Ticket], Awaitable[T]]) -> T:
         """Admit (or refuse: overload), run and count one request; the code recorded is the HTTP status.

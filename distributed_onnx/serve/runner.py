@@ -85,7 +85,8 @@ def preflight(settings: ServeSettings) -> None:
     """
     if settings.address or os.environ.get("RAY_ADDRESS"):
         return
-    LocalCheckpoint(path=settings.checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
+    for checkpoint in settings.checkpoint:
+        LocalCheckpoint(path=checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
     check_port_free(settings.host, settings.port, "port")
     check_port_free(settings.host, settings.grpc_port, "grpc_port")
     # UnsupportedRayError naming the first private part of Ray (Serve) that is gone

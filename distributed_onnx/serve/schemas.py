@@ -66,6 +66,12 @@ class ForecastRequest(_Strict):
     quantiles: QuantileLevels = Field(
         default=None, description="Levels in (0, 1), ascending; default: the checkpoint's native ones."
     )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The model to answer (a checkpoint's file stem, as in /v2/models/{name}); default: the "
+        "first checkpoint served that is not a shadow.",
+    )
 
 
 class SeriesForecast(BaseModel):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from distributed_onnx import storage
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
@@ -30,8 +31,33 @@ class ServeSettings(CommandSettings):
 
     label: ClassVar[str] = "serve settings"
 
-    checkpoint: Path = Field(
-        default=REFERENCE_CHECKPOINT, description="The .onnx checkpoint to serve (default: the bundled reference one)."
+    checkpoint: list[Path] = Field(
+        default_factory=lambda: [REFERENCE_CHECKPOINT],
+        json_schema_extra={"repeatable": True},
+        description="The .onnx checkpoint to serve; repeat the flag (or give a YAML list) to serve several in one "
+        "application, each named by its file stem; the first that is not a shadow answers /v1/forecast requests "
+        "that name no model (default: the bundled reference one).",
+    )
+    shadow: list[str] = Field(
+        default_factory=list,
+        examples=["challenger"],
+        description="Names (file stems) of checkpoints that are shadows: each forecasts every /v1/forecast request "
+        "another model answers, after the answer is sent, and is only logged (--forecast-log), never returned.",
+    )
+    forecast_log: Path | str | None = Field(
+        default=None,
+        description="Folder or URL (s3://...) of the forecast log: every forecast answered and every shadow "
+        "forecast, in the backtest's forecast schema, partitioned by day and model; scored by "
+        "`distributed-onnx score` (default: no log).",
+    )
+    forecast_log_max_queued: int = Field(
+        default=100_000,
+        gt=0,
+        description="Forecasts (one per series) a replica holds for the log before it drops new ones (counted in "
+        "/metrics and in the log's _log_state/): a slow or failing sink never delays a request.",
+    )
+    forecast_log_flush_s: float = Field(
+        default=1.0, gt=0, description="How long the log gathers forecasts before it writes a file of them."
     )
     host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
@@ -101,6 +127,50 @@ class ServeSettings(CommandSettings):
             raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
         return self
 
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        """One path (a flag, an old config) or several (repeated flags, a YAML list, ``a.onnx,b.onnx``)."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, Path):
+            return [value]
+        return value
+
+    @field_validator("shadow", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("forecast_log", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        if isinstance(value, str) and value and not storage.is_url(value):
+            return Path(value)
+        return value or None
+
+    @model_validator(mode="after")
+    def _models(self) -> ServeSettings:
+        if not self.checkpoint:
+            raise ValueError("give at least one checkpoint")
+        names = [path.stem for path in self.checkpoint]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"checkpoints are named by their file stems, and {repeated} names several; rename one")
+        unknown = [name for name in self.shadow if name not in names]
+        if unknown:
+            raise ValueError(f"shadow {unknown} names no checkpoint; the checkpoints are {names}")
+        if all(name in self.shadow for name in names):
+            raise ValueError(f"every checkpoint ({names}) is a shadow; at least one must answer requests")
+        return self
+
+    @property
+    def model_names(self) -> list[str]:
+        """Every model's name, in the order given: the checkpoints' file stems."""
+        return [path.stem for path in self.checkpoint]
+
     @model_validator(mode="after")
     def _one_body_fits(self) -> ServeSettings:
         from distributed_onnx.serve.admission import PARSE_BYTES_PER_BODY_BYTE
@@ -116,8 +186,9 @@ class ServeSettings(CommandSettings):
 
     @property
     def model_name(self) -> str:
-        """The name clients address in ``/v2/models/{name}``: the checkpoint's file stem."""
-        return self.checkpoint.stem
+        """The default model: the first checkpoint that is not a shadow (what ``/v1/forecast`` uses without
+        ``model``)."""
+        return next(name for name in self.model_names if name not in self.shadow)
 
     @property
     def ongoing_requests(self) -> int:
@@ -139,8 +210,10 @@ class ServeSettings(CommandSettings):
         """
         return self.ongoing_requests + self.max_queued_requests
 
-    def worker_config(self) -> WorkerConfig:
-        return WorkerConfig(checkpoint=self.checkpoint, providers=self.providers, warm_up_rows=self.warm_up_rows)
+    def worker_config(self, checkpoint: Path | None = None) -> WorkerConfig:
+        """The worker of ``checkpoint`` (default: the default model's)."""
+        chosen = checkpoint or next(path for path in self.checkpoint if path.stem == self.model_name)
+        return WorkerConfig(checkpoint=chosen, providers=self.providers, warm_up_rows=self.warm_up_rows)
 
     def deployment_options(self) -> dict[str, Any]:
         """Options of the Serve deployment (``Deployment.options(**...)``)."""

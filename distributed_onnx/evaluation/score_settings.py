@@ -1,0 +1,30 @@
+"""Settings of ``distributed-onnx score``: which forecast log, which actuals, where the scores go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from distributed_onnx.settings_sources import CommandSettings
+
+
+class ScoreSettings(CommandSettings):
+    """Score the forecasts a service logged against the actuals that have arrived (rerun: only what is new)."""
+
+    label: ClassVar[str] = "score settings"
+
+    # Strings, not only Paths: a URL such as s3://bucket/log must reach the settings unmangled.
+    forecasts: Path | str = Field(description="The forecast log (serve --forecast-log): a folder or a URL.")
+    actuals: Path | str = Field(
+        description="The actuals: an input table (.parquet or .csv, long format: series_id, timestamp, y), "
+        "a path or a URL; usually the series the requests were cut from, grown by what has happened since."
+    )
+    output: Path | str = Field(
+        description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "
+        "summary.json. Rerun it to score what is new."
+    )
+    seasonality: int | None = Field(
+        default=None, gt=0, description="Seasonal period in steps, for the baseline and MASE (default: one day)."
+    )

@@ -1,0 +1,231 @@
+"""The forecast log's format: the backtest's forecast schema plus who answered, when, and for which request.
+
+A log is a folder (local, or an object-store URL through :mod:`distributed_onnx.storage`) of Parquet files,
+Hive-partitioned by the request's UTC day and the model::
+
+    LOG/day=2026-12-01/model=taylor_chronos2_patchtst/part-20261201T101500123456-<writer>-000007.parquet
+    LOG/_log_state/<writer>.json        each writer's own record: forecasts logged and dropped, and why
+
+Each row is one (window, lead) as in the backtest's ``forecasts/part-*.parquet`` (``series_id, window_id,
+origin, cutoff, timestamp, lead, y`` and one float column per quantile, ``q0.1`` ...), plus :data:`EXTRA_FIELDS`:
+``request_time``, ``request_id``, ``model``, ``checkpoint_sha256``, ``role`` (``served``: the answer the client
+got; ``shadow``: a forecast only logged) and ``resolution_minutes``. ``y`` is always null here: the actuals
+have not happened yet; ``score`` joins them in. A request without ``start`` has no timestamps: its rows have
+null ``origin``, ``cutoff`` and ``timestamp`` (logged anyway, and counted by ``score`` as not placeable).
+
+A *window* of the log is one series of one request: its ``window_id`` is a digest of the request id and the
+series' position in the request, so a shadow model's forecast of the same window carries the same id as the
+served one, and the two can be scored on the same pairs. Files of one partition may hold different quantile
+columns (requests may ask for other levels); every file is written whole and atomically, never appended to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote, unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from distributed_onnx import storage
+from distributed_onnx.model.quantiles import quantile_column_name
+from distributed_onnx.storage import Location
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+STATE_DIR = "_log_state"
+_US_PER_MINUTE = 60_000_000
+_FILE = re.compile(r"part-.*\.parquet$")
+
+Role = Literal["served", "shadow"]
+
+#: The backtest's forecast columns, before the quantile columns (``evaluation/outputs.py``).
+FORECAST_FIELDS = [
+    pa.field("series_id", pa.string()),
+    pa.field("window_id", pa.string()),
+    pa.field("origin", TIMESTAMP),
+    pa.field("cutoff", TIMESTAMP),
+    pa.field("timestamp", TIMESTAMP),
+    pa.field("lead", pa.int32()),
+    pa.field("y", pa.float64()),
+]
+#: What the log adds after the quantile columns.
+EXTRA_FIELDS = [
+    pa.field("request_time", TIMESTAMP),
+    pa.field("request_id", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("checkpoint_sha256", pa.string()),
+    pa.field("role", pa.string()),
+    pa.field("resolution_minutes", pa.int32()),
+]
+
+
+@dataclass(frozen=True)
+class LoggedForecast:
+    """One model's forecasts for one request: what the serving side hands the log (cheap to build).
+
+    ``origins_us[i]`` is series ``i``'s first forecast timestamp (microseconds since the epoch, UTC), or None
+    when the request gave no ``start``; ``forecasts`` is ``[series, horizon, quantiles]``.
+    """
+
+    model: str
+    checkpoint_sha256: str
+    role: Role
+    request_id: str
+    request_time_us: int
+    resolution_minutes: int
+    series_ids: Sequence[str]
+    origins_us: Sequence[int | None]
+    quantiles: tuple[float, ...]
+    forecasts: np.ndarray
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.forecasts.shape[0])
+
+    @property
+    def day(self) -> str:
+        """The request's UTC day, ``YYYY-MM-DD``: the log's first partition."""
+        return datetime.fromtimestamp(self.request_time_us / 1e6, UTC).strftime("%Y-%m-%d")
+
+
+def window_id(request_id: str, position: int) -> str:
+    """16 hex digits naming series ``position`` of request ``request_id`` (the same for every model)."""
+    return hashlib.blake2b(f"{request_id}\x00{position}".encode(), digest_size=8).hexdigest()
+
+
+def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
+    """The log rows of one or many :class:`LoggedForecast` of the same quantile levels: one per (series, lead),
+    in the backtest's column order.
+
+    Built column by column over the whole batch (the writer thread's work, off the request path): per window
+    only its id, series and origin are touched in Python; every per-row column is one numpy or Arrow operation.
+    """
+    batch = [items] if isinstance(items, LoggedForecast) else list(items)
+    if not batch:
+        raise ValueError("no forecasts to tabulate")
+    levels = batch[0].quantiles
+    series: list[str] = []
+    ids: list[str] = []
+    origins: list[int] = []
+    known: list[bool] = []
+    horizons: list[int] = []
+    steps: list[int] = []
+    owner: list[int] = []
+    values = []
+    for index, item in enumerate(batch):
+        n_windows, horizon, n_quantiles = item.forecasts.shape
+        if n_windows != len(item.series_ids) or n_windows != len(item.origins_us):
+            raise ValueError(
+                f"{n_windows} forecasts for {len(item.series_ids)} series ids and {len(item.origins_us)} origins"
+            )
+        if n_quantiles != len(item.quantiles) or item.quantiles != levels:
+            raise ValueError(f"forecasts hold {n_quantiles} quantiles of levels {item.quantiles}; expected {levels}")
+        series.extend(item.series_ids)
+        ids.extend(window_id(item.request_id, position) for position in range(n_windows))
+        origins.extend(origin if origin is not None else 0 for origin in item.origins_us)
+        known.extend(origin is not None for origin in item.origins_us)
+        horizons.extend([horizon] * n_windows)
+        steps.extend([item.resolution_minutes * _US_PER_MINUTE] * n_windows)
+        owner.extend([index] * n_windows)
+        values.append(np.asarray(item.forecasts, dtype=np.float32).reshape(n_windows * horizon, n_quantiles))
+    horizon_w = np.asarray(horizons, dtype=np.int64)
+    row_window = np.repeat(np.arange(horizon_w.size), horizon_w)
+    first_row = np.cumsum(horizon_w) - horizon_w
+    lead = (np.arange(row_window.size) - first_row[row_window] + 1).astype(np.int32)
+    origin_row = np.asarray(origins, dtype=np.int64)[row_window]
+    step_row = np.asarray(steps, dtype=np.int64)[row_window]
+    unknown = ~np.asarray(known, dtype=bool)[row_window]
+    take = pa.array(row_window)
+    owner_row = pa.array(np.asarray(owner, dtype=np.int64)[row_window])
+
+    def stamps(values_us: np.ndarray) -> pa.Array:
+        return pa.array(values_us, TIMESTAMP, mask=unknown)
+
+    columns: dict[str, pa.Array] = {
+        "series_id": pa.array(series, pa.string()).take(take),
+        "window_id": pa.array(ids, pa.string()).take(take),
+        "origin": stamps(origin_row),
+        "cutoff": stamps(origin_row - step_row),
+        "timestamp": stamps(origin_row + (lead.astype(np.int64) - 1) * step_row),
+        "lead": pa.array(lead),
+        "y": pa.nulls(row_window.size, pa.float64()),
+    }
+    flat = np.concatenate(values)
+    for position, level in enumerate(levels):
+        columns[quantile_column_name(level)] = pa.array(np.ascontiguousarray(flat[:, position]))
+    per_item: dict[str, list[object]] = {
+        "request_time": [item.request_time_us for item in batch],
+        "request_id": [item.request_id for item in batch],
+        "model": [item.model for item in batch],
+        "checkpoint_sha256": [item.checkpoint_sha256 for item in batch],
+        "role": [item.role for item in batch],
+        "resolution_minutes": [item.resolution_minutes for item in batch],
+    }
+    for field in EXTRA_FIELDS:
+        columns[field.name] = pa.array(per_item[field.name], field.type).take(owner_row)
+    return pa.table(columns)
+
+
+def partition(root: Location, day: str, model: str) -> Location:
+    """The folder of one (day, model) partition (the model name quoted, so any name is one path segment)."""
+    return storage.join(root, f"day={day}", f"model={quote(model, safe='')}")
+
+
+def file_name(first_request_time_us: int, writer_id: str, sequence: int) -> str:
+    """A file name that sorts by time and never collides between writers (replicas) or flushes."""
+    moment = datetime.fromtimestamp(first_request_time_us / 1e6, UTC).strftime("%Y%m%dT%H%M%S%f")
+    return f"part-{moment}-{writer_id}-{sequence:06d}.parquet"
+
+
+def state_path(root: Location, writer_id: str) -> Location:
+    return storage.join(root, STATE_DIR, f"{writer_id}.json")
+
+
+def model_of(path: Location) -> str | None:
+    """The model a log file's partition names (None outside the layout)."""
+    parent = Path(str(path)).parent.name
+    return unquote(parent.removeprefix("model=")) if parent.startswith("model=") else None
+
+
+def log_files(root: Location) -> list[Location]:
+    """Every log file under ``root`` (any partition), sorted by path; empty when the log does not exist yet."""
+    path = storage.local_path(root)
+    if path is not None:
+        if not path.is_dir():
+            return []
+        return sorted(found for found in path.glob("day=*/model=*/part-*.parquet") if found.is_file())
+    fs, inner = storage.filesystem(root)
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
+    found_urls = []
+    base = storage.normalize(root)
+    for info in infos:
+        relative = info.path[len(inner.rstrip("/")) + 1 :]
+        pieces = relative.split("/")
+        if (
+            info.type == pafs.FileType.File
+            and len(pieces) == 3
+            and pieces[0].startswith("day=")
+            and pieces[1].startswith("model=")
+            and _FILE.match(pieces[2])
+        ):
+            found_urls.append(storage.join(base, *pieces))
+    return sorted(found_urls, key=str)
+
+
+def read_states(root: Location) -> list[dict[str, Any]]:
+    """Every writer's state record (see :mod:`.writer`), unreadable ones left out."""
+    records = []
+    for path in storage.list_files(storage.join(root, STATE_DIR), "", ".json"):
+        try:
+            records.append(json.loads(storage.read_bytes(path)))
+        except (OSError, ValueError):
+            continue
+    return records

@@ -1,0 +1,180 @@
+"""What a replica does once a forecast is answered: log it, run the shadow models on it, count both.
+
+Nothing here is on the request's path: the route hands over the parsed request and the forecasts it answered
+with (references, no copies) and :meth:`LiveTraffic.answered` schedules the rest as a task on the replica's
+event loop, which runs after the handler has returned its response. The task builds the log rows' inputs
+(:class:`~distributed_onnx.forecast_log.layout.LoggedForecast`; the rows themselves are built by the log's
+writer thread), then asks each shadow model for its forecast of the same request, in that model's own thread,
+and logs it with role ``shadow``. A shadow that fails (a horizon it cannot emit, a broken session) is counted
+and reported at most once per minute; the client never sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import numpy as np
+
+from distributed_onnx.forecast_log.layout import LoggedForecast, Role
+from distributed_onnx.forecast_log.writer import ForecastLog, ThrottledWarning
+from distributed_onnx.serve.live_metrics import LiveMetrics
+from distributed_onnx.serve.schemas import ForecastRequest
+
+logger = logging.getLogger(__name__)
+
+#: The request header whose value becomes the log's ``request_id`` (a fresh UUID when absent).
+REQUEST_ID_HEADER = "x-request-id"
+_US_PER_MINUTE = 60_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class LoggedModel(Protocol):
+    """What the log records of a model: its name, its checkpoint's digest and its time step."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def checkpoint_sha256(self) -> str: ...
+
+    @property
+    def resolution_minutes(self) -> int: ...
+
+
+class ShadowModel(LoggedModel, Protocol):
+    async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
+        """The model's forecasts ``[series, horizon, quantiles]`` of ``request`` and their levels."""
+        ...
+
+
+def request_id(header: str | None) -> str:
+    """The client's request id when it sent one (truncated to 128 characters), else a fresh one."""
+    return header[:128] if header else uuid.uuid4().hex
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def origins_us(request: ForecastRequest, resolution_minutes: int) -> list[int | None]:
+    """Each series' first forecast timestamp (``start`` + its history's length in steps), None without ``start``."""
+    step_us = resolution_minutes * _US_PER_MINUTE
+    found: list[int | None] = []
+    for series in request.series:
+        if series.start is None:
+            found.append(None)
+            continue
+        start = series.start.replace(tzinfo=UTC) if series.start.tzinfo is None else series.start.astimezone(UTC)
+        found.append((start - _EPOCH) // _MICROSECOND + len(series.y) * step_us)
+    return found
+
+
+def logged_forecast(
+    model: LoggedModel,
+    role: Role,
+    request: ForecastRequest,
+    forecasts: np.ndarray,
+    quantiles: Sequence[float],
+    request_id: str,
+    request_time_us: int,
+) -> LoggedForecast:
+    return LoggedForecast(
+        model=model.name,
+        checkpoint_sha256=model.checkpoint_sha256,
+        role=role,
+        request_id=request_id,
+        request_time_us=request_time_us,
+        resolution_minutes=model.resolution_minutes,
+        series_ids=[series.series_id for series in request.series],
+        origins_us=origins_us(request, model.resolution_minutes),
+        quantiles=tuple(quantiles),
+        forecasts=forecasts,
+    )
+
+
+class LiveTraffic:
+    """The replica's after-the-answer work: the forecast log, the shadow models, the live counters."""
+
+    def __init__(
+        self,
+        log: ForecastLog | None,
+        metrics: LiveMetrics,
+        shadows: Sequence[ShadowModel] = (),
+        warn_period_s: float = 60.0,
+        max_pending: int = 64,
+    ) -> None:
+        self.log = log
+        self.metrics = metrics
+        self.shadows = list(shadows)
+        #: Answers whose after-work may wait at once; beyond it a request's shadows are skipped (counted), so a
+        #: shadow slower than the traffic cannot pile up work (and memory) without bound.
+        self.max_pending = max_pending
+        self.shadow_failures = 0
+        self._warning = ThrottledWarning(warn_period_s)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def answered(
+        self,
+        model: LoggedModel,
+        request: ForecastRequest,
+        forecasts: np.ndarray,
+        quantiles: Sequence[float],
+        request_id: str,
+        request_time_us: int,
+    ) -> None:
+        """Count a served forecast and schedule its logging and shadows (call from the event loop; returns at once)."""
+        self.metrics.served(model.name, int(forecasts.shape[0]))
+        if self.log is None and not self.shadows:
+            return
+        shadows = [shadow for shadow in self.shadows if shadow.name != model.name]
+        if shadows and len(self._tasks) >= self.max_pending:
+            for shadow in shadows:
+                self.metrics.shadow_skipped(shadow.name, int(forecasts.shape[0]))
+            shadows = []
+        task = asyncio.get_running_loop().create_task(
+            self._after(model, shadows, request, forecasts, tuple(quantiles), request_id, request_time_us)
+        )
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for the scheduled work (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _after(
+        self,
+        model: LoggedModel,
+        shadows: Sequence[ShadowModel],
+        request: ForecastRequest,
+        forecasts: np.ndarray,
+        quantiles: tuple[float, ...],
+        request_id: str,
+        request_time_us: int,
+    ) -> None:
+        await asyncio.sleep(0)  # let the handler's response go first
+        if self.log is not None:
+            self.log.submit(
+                logged_forecast(model, "served", request, forecasts, quantiles, request_id, request_time_us)
+            )
+        for shadow in shadows:
+            try:
+                shadow_forecasts, shadow_levels = await shadow.shadow_forecast(request)
+            except Exception as exc:  # a shadow never fails a request, nor the replica
+                self.shadow_failures += 1
+                self._warning.warn("Shadow model %s failed on a request: %s: %s", shadow.name, type(exc).__name__, exc)
+                continue
+            self.metrics.shadow(shadow.name, int(shadow_forecasts.shape[0]))
+            if self.log is not None:
+                self.log.submit(
+                    logged_forecast(
+                        shadow, "shadow", request, shadow_forecasts, shadow_levels, request_id, request_time_us
+                    )
+                )

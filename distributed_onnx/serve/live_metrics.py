@@ -1,0 +1,132 @@
+"""``GET /metrics``: the replica's own Prometheus text, from a registry of its own (not Ray's global one).
+
+Ray already exports ``ServeMetrics`` (:mod:`.telemetry`) on each node's metrics port, merged across replicas
+by Ray's agent; this page is what one replica can say about itself right now, scraped from the address clients
+use, without Ray's metrics agent: the forecasts it served, those its shadow models made, what its forecast log
+wrote and dropped (by reason), and request latency. With several replicas each one answers for itself (a
+scrape reaches one of them): sum over the ``replica`` label.
+
+prometheus_client comes with ``ray[serve]`` (Ray's own metrics use it); a registry of our own keeps these
+series apart from whatever Ray registers in the process-global one.
+
+- ``distributed_onnx_forecasts_served_total`` (``model``): forecasts (one per series) returned to clients;
+- ``distributed_onnx_forecasts_shadow_total`` (``model``): forecasts a shadow model made (logged, never returned);
+- ``distributed_onnx_forecasts_shadow_skipped_total`` (``model``): shadow forecasts skipped, the shadow being
+  behind (see :class:`distributed_onnx.serve.live_log.LiveTraffic`);
+- ``distributed_onnx_forecasts_logged_total`` (``model``): forecasts whose log file was written;
+- ``distributed_onnx_forecasts_dropped_total`` (``model``, ``reason``): forecasts the log dropped
+  (``queue_full``: the sink was slower than the traffic; ``write_failed``: the sink failed);
+- ``distributed_onnx_forecast_log_pending`` (``model``): forecasts queued for the log, not yet written;
+- ``distributed_onnx_request_duration_seconds`` (``endpoint``, ``model``): handler time, histogram.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: Seconds; from 0.5 ms (a warm small request) to 10 s (a request near the default timeout).
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class LogCounts(Protocol):
+    """What the page reads of a log's counts (:class:`distributed_onnx.forecast_log.writer.ModelCounts`)."""
+
+    @property
+    def logged(self) -> int: ...
+
+    @property
+    def dropped(self) -> dict[str, int]: ...
+
+    @property
+    def pending(self) -> int: ...
+
+
+class CountingLog(Protocol):
+    def counts(self) -> Mapping[str, LogCounts]: ...
+
+
+class _LogCollector(Collector):
+    """Reads the log's counts at scrape time (the writer thread keeps them; nothing on the request path)."""
+
+    def __init__(self, log: CountingLog, replica: str) -> None:
+        self._log = log
+        self._replica = replica
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._log.counts()
+        logged = CounterMetricFamily(
+            "distributed_onnx_forecasts_logged", "Forecasts written to the forecast log.", labels=["model", "replica"]
+        )
+        dropped = CounterMetricFamily(
+            "distributed_onnx_forecasts_dropped",
+            "Forecasts the forecast log dropped, by reason (queue_full, write_failed).",
+            labels=["model", "reason", "replica"],
+        )
+        pending = GaugeMetricFamily(
+            "distributed_onnx_forecast_log_pending",
+            "Forecasts queued for the forecast log, not yet written.",
+            labels=["model", "replica"],
+        )
+        for model, count in sorted(counts.items()):
+            logged.add_metric([model, self._replica], count.logged)
+            for reason, value in sorted(count.dropped.items()):
+                dropped.add_metric([model, reason, self._replica], value)
+            pending.add_metric([model, self._replica], count.pending)
+        yield from (logged, dropped, pending)
+
+
+class LiveMetrics:
+    """The replica's ``/metrics`` page."""
+
+    def __init__(self, log: CountingLog | None = None, replica: str | None = None) -> None:
+        self.replica = replica or str(os.getpid())
+        self.registry = CollectorRegistry()
+        self._served = Counter(
+            "distributed_onnx_forecasts_served",
+            "Forecasts (one per series) returned to clients.",
+            ["model", "replica"],
+            registry=self.registry,
+        )
+        self._shadow = Counter(
+            "distributed_onnx_forecasts_shadow",
+            "Forecasts made by a shadow model (logged, never returned).",
+            ["model", "replica"],
+            registry=self.registry,
+        )
+        self._shadow_skipped = Counter(
+            "distributed_onnx_forecasts_shadow_skipped",
+            "Shadow forecasts skipped because too many answers' shadow work was already waiting.",
+            ["model", "replica"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "distributed_onnx_request_duration_seconds",
+            "Handler time of a request, body read to response.",
+            ["endpoint", "model", "replica"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        if log is not None:
+            self.registry.register(_LogCollector(log, self.replica))
+
+    def served(self, model: str, forecasts: int) -> None:
+        self._served.labels(model, self.replica).inc(forecasts)
+
+    def shadow(self, model: str, forecasts: int) -> None:
+        self._shadow.labels(model, self.replica).inc(forecasts)
+
+    def shadow_skipped(self, model: str, forecasts: int) -> None:
+        self._shadow_skipped.labels(model, self.replica).inc(forecasts)
+
+    def request(self, endpoint: str, model: str, seconds: float) -> None:
+        self._latency.labels(endpoint, model, self.replica).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The page and its content type (Prometheus text format 0.0.4)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,190 @@
+"""``score``: the forecast log joined with the actuals, scored by the backtest's own code, incrementally.
+
+Integration tier for ONNX Runtime, no Ray: a backtest's parts are run in-process (what each actor does), its
+forecasts are written through the forecast log's writer as if a service had answered them, and ``score`` over
+that log must give the backtest's metrics. Unit tests cover placement (pending, not placeable) and reruns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from backtest_data import QUANTILES, read_forecasts, run_parts_in_process, settings_for, write_dataset
+
+from distributed_onnx.cli import main
+from distributed_onnx.evaluation.live import score_log
+from distributed_onnx.evaluation.merge import RunSums
+from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.forecast_log.layout import LoggedForecast
+from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+
+STEP_MIN = 30
+REQUEST_TIME_US = 1_796_083_200_000_000
+METRIC_COLUMNS = ["model", "scope", "series_id", "lead", "metric", "quantile", "value", "n"]
+
+
+def _log_windows(forecasts: pa.Table, horizon: int, model: str, log: ForecastLog, **extra: object) -> None:
+    """Each window of a backtest's forecast table as one logged request of one series."""
+    n_windows = forecasts.num_rows // horizon
+    series = forecasts["series_id"].to_pylist()[::horizon]
+    origins = forecasts["origin"].cast(pa.int64()).to_pylist()[::horizon]
+    values = np.stack([forecasts[f"q{format(q, 'g')}"].to_numpy() for q in QUANTILES], axis=-1)
+    values = values.reshape(n_windows, horizon, len(QUANTILES))
+    for w in range(n_windows):
+        item = LoggedForecast(
+            model=model,
+            checkpoint_sha256="0" * 64,
+            role="served",
+            request_id=f"request-{w}",
+            request_time_us=REQUEST_TIME_US + w,
+            resolution_minutes=STEP_MIN,
+            series_ids=[series[w]],
+            origins_us=[origins[w]],
+            quantiles=tuple(QUANTILES),
+            forecasts=values[w : w + 1],
+        )
+        for key, value in extra.items():
+            item = LoggedForecast(**{**item.__dict__, key: value})
+        assert log.submit(item)
+
+
+def _sorted_metrics(table: pa.Table) -> pa.Table:
+    return table.select(METRIC_COLUMNS).sort_by(
+        [(name, "ascending") for name in ("model", "scope", "series_id", "lead", "metric", "quantile")]
+    )
+
+
+def _assert_same_metrics(live: pa.Table, backtest: pa.Table) -> None:
+    live, backtest = _sorted_metrics(live), _sorted_metrics(backtest)
+    assert live.num_rows == backtest.num_rows
+    for name in METRIC_COLUMNS:
+        if name == "value":
+            np.testing.assert_allclose(live[name].to_numpy(), backtest[name].to_numpy(), rtol=1e-9, equal_nan=True)
+        else:
+            assert live[name].equals(backtest[name]), name
+
+
+@pytest.fixture
+def backtest(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> tuple[Path, pa.Table, pa.Table, int]:
+    """A finished in-process backtest: (its data, its forecasts, its metrics, its horizon)."""
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    settings = settings_for(tiny_checkpoint.weights_path, data, tmp_path / "run", n_windows=6, stride=2)
+    plan = run_parts_in_process(settings)
+    sums = RunSums(plan.quantiles, plan.spec.horizon)
+    for part in plan.parts():
+        found = read_done_part(settings.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        assert found is not None
+        sums.add(part.index, found)
+    return data, read_forecasts(settings.output), sums.metrics_table("tiny"), plan.spec.horizon
+
+
+@pytest.mark.integration
+def test_score_of_logged_backtest_forecasts_gives_the_backtest_metrics(
+    tmp_path: Path, backtest: tuple[Path, pa.Table, pa.Table, int]
+) -> None:
+    data, forecasts, expected, horizon = backtest
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    _log_windows(forecasts, horizon, "tiny", log)
+    log.close()
+    result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=tmp_path / "score"))
+    windows = forecasts.num_rows // horizon
+    assert result.summary["windows"] == {"tiny": {"scored": windows}}
+    assert set(result.metrics["scored_model"].to_pylist()) == {"tiny"}
+    assert set(result.metrics["quantile_levels"].to_pylist()) == {"0.1,0.5,0.9"}
+    _assert_same_metrics(result.metrics, expected)
+    _assert_same_metrics(pq.read_table(tmp_path / "score" / "metrics.parquet"), expected)
+
+
+@pytest.mark.integration
+def test_a_rerun_scores_only_what_arrived_since(tmp_path: Path, backtest: tuple[Path, pa.Table, pa.Table, int]) -> None:
+    data, forecasts, expected, horizon = backtest
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    _log_windows(forecasts, horizon, "tiny", log)
+    log.close()
+    full = pq.read_table(data)
+    last = pc.max(full["timestamp"]).value
+    early = tmp_path / "early.parquet"
+    pq.write_table(full.filter(pc.less(full["timestamp"].cast(pa.int64()), last - 4 * STEP_MIN * 60_000_000)), early)
+    output = tmp_path / "score"
+    first = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=early, output=output))
+    counts = first.summary["windows"]["tiny"]
+    assert counts["scored"] > 0 and counts["pending_actuals_not_arrived"] > 0
+    assert counts["scored"] + counts["pending_actuals_not_arrived"] == forecasts.num_rows // horizon
+    second = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=output))
+    assert second.new_batch == 1
+    assert second.summary["windows"] == {"tiny": {"scored": forecasts.num_rows // horizon}}
+    _assert_same_metrics(second.metrics, expected)
+    third = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=output))
+    assert third.new_batch is None  # nothing new: no batch, the same numbers
+    assert third.metrics.equals(second.metrics)
+    assert len(list((output / "scored").glob("batch-*.npz"))) == 2
+
+
+def _item(request: str, series: str, origin_us: int | None, model: str = "m", horizon: int = 3) -> LoggedForecast:
+    return LoggedForecast(
+        model=model,
+        checkpoint_sha256="0" * 64,
+        role="served",
+        request_id=request,
+        request_time_us=REQUEST_TIME_US,
+        resolution_minutes=STEP_MIN,
+        series_ids=[series],
+        origins_us=[origin_us],
+        quantiles=(0.5,),
+        forecasts=np.ones((1, horizon, 1), dtype=np.float32),
+    )
+
+
+def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) -> None:
+    step_us = STEP_MIN * 60_000_000
+    start = REQUEST_TIME_US
+    actuals = pa.table(
+        {
+            "series_id": ["a"] * 100,
+            "timestamp": pa.array([start + i * step_us for i in range(100)], pa.timestamp("us", tz="UTC")),
+            "y": np.arange(100, dtype=np.float64),
+        }
+    )
+    pq.write_table(actuals, tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    log.submit(_item("placed", "a", start + 60 * step_us))
+    log.submit(_item("placed-shadow", "a", start + 60 * step_us, model="shadow"))
+    log.submit(_item("no-start", "a", None))
+    log.submit(_item("off-grid", "a", start + 60 * step_us + 1))
+    log.submit(_item("early", "a", start - 10 * step_us))
+    log.submit(_item("later", "a", start + 99 * step_us))
+    log.submit(_item("unknown", "zz", start))
+    log.close()
+    output = tmp_path / "score"
+    code = main(
+        ["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(tmp_path / "actuals.parquet"), "--output",
+         str(output)]
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["windows"] == {
+        "m": {
+            "scored": 1,
+            "no_start": 1,
+            "off_grid": 1,
+            "before_actuals": 1,
+            "pending_actuals_not_arrived": 1,
+            "pending_series_not_in_actuals": 1,
+        },
+        "shadow": {"scored": 1},
+    }
+    metrics = pq.read_table(output / "metrics.parquet")
+    mae = metrics.filter(
+        (pc.field("model") == "m") & (pc.field("scope") == "global") & (pc.field("metric") == "mae")
+    ).to_pylist()
+    assert mae[0]["n"] == 3 and mae[0]["value"] == pytest.approx(np.mean(np.abs(np.array([60.0, 61, 62]) - 1)))
+    naive = metrics.filter((pc.field("model") == "seasonal_naive") & (pc.field("scored_model") == "m"))
+    assert naive.num_rows > 0

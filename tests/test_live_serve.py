@@ -1,0 +1,197 @@
+"""Live evaluation end to end: serve two checkpoints (one a shadow) with the forecast log on, send requests whose
+histories end at a backtest's origins, score the log against the actuals: the backtests' forecasts and metrics.
+Then the log's folder is replaced by a file mid-run: every request is still answered, the drops are counted on
+/metrics, and logging resumes when the folder is back.
+
+Integration tier: ``distributed-onnx serve`` in a subprocess (embedded Ray on 127.0.0.1, one replica holding both
+tiny checkpoints), real HTTP; the backtests run in-process (what each actor runs, :mod:`backtest_data`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from backtest_data import (
+    QUANTILES,
+    STEP_US,
+    dense_series,
+    read_forecasts,
+    run_parts_in_process,
+    settings_for,
+    write_dataset,
+)
+from graphs import write_tiny_chronos2, write_tiny_context_quantiles
+from prometheus_client.parser import text_string_to_metric_families
+from test_live_score import _assert_same_metrics
+from test_serve_ingress import Server
+
+from distributed_onnx.evaluation.live import score_log
+from distributed_onnx.evaluation.merge import RunSums
+from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.forecast_log.layout import log_files
+
+pytestmark = pytest.mark.integration
+
+CHAMPION, CHALLENGER = "champion", "tiny_plain"
+HORIZON = 8
+
+
+class Setup:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data = write_dataset(root / "load.parquet", covariate=False)
+        self.checkpoints = {
+            CHAMPION: write_tiny_chronos2(root / "models", name=CHAMPION).weights_path,
+            CHALLENGER: write_tiny_context_quantiles(root / "models").weights_path,
+        }
+        self.log = root / "log"
+        self.forecasts: dict[str, pa.Table] = {}
+        self.metrics: dict[str, pa.Table] = {}
+        for name, checkpoint in self.checkpoints.items():
+            settings = settings_for(checkpoint, self.data, root / f"backtest-{name}", n_windows=6, stride=2)
+            plan = run_parts_in_process(settings)
+            sums = RunSums(plan.quantiles, plan.spec.horizon)
+            for part in plan.parts():
+                found = read_done_part(settings.output, part.index, plan.run_fingerprint, part.n_windows, HORIZON)
+                assert found is not None
+                sums.add(part.index, found)
+            self.forecasts[name] = read_forecasts(settings.output)
+            self.metrics[name] = sums.metrics_table(name)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """One request per backtest window: its series' history up to the window's origin, and its start."""
+        series = dense_series()
+        table = self.forecasts[CHAMPION]
+        bodies = []
+        firsts = zip(table["series_id"].to_pylist()[::HORIZON], table["origin"].to_pylist()[::HORIZON], strict=True)
+        for series_id, origin in firsts:
+            data = series[series_id]
+            start_us = int(data["start_us"])
+            position = (int(origin.timestamp() * 1_000_000) - start_us) // STEP_US
+            history = [None if not present or np.isnan(y) else float(y) for y, present in
+                       zip(data["y"][:position], data["present"][:position], strict=True)]  # fmt: skip
+            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_us / 1e6))
+            bodies.append(
+                {
+                    "series": [{"series_id": series_id, "y": history, "start": start}],
+                    "horizon": HORIZON,
+                    "quantiles": QUANTILES,
+                }
+            )
+        return bodies
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return Setup(tmp_path_factory.mktemp("live"))
+
+
+@pytest.fixture(scope="module")
+def server(setup: Setup) -> Iterator[Server]:
+    running = Server(
+        *("--checkpoint", str(setup.checkpoints[CHAMPION]), "--checkpoint", str(setup.checkpoints[CHALLENGER])),
+        *("--shadow", CHALLENGER, "--forecast-log", str(setup.log), "--forecast-log-flush-s", "0.2"),
+        *("--cpus-per-replica", "1", "--warm-up-rows", "0"),
+    )
+    try:
+        yield running
+    finally:
+        output = running.stop()
+        assert running.process.returncode == 0, output
+
+
+def _metrics(url: str) -> dict[tuple[str, str, str], float]:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        (sample.name, sample.labels.get("model", ""), sample.labels.get("reason", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
+
+
+def _logged_rows(log: Path) -> int:
+    return sum(pq.read_metadata(path).num_rows for path in log_files(log))
+
+
+def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup: Setup, server: Server) -> None:
+    bodies = setup.requests()
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for body in bodies:
+            response = client.post("/v1/forecast", json=body)
+            assert response.status_code == 200, response.text
+            assert response.json()["model"] == CHAMPION
+        no_start = client.post("/v1/forecast", json={"series": [{"series_id": "a", "y": [1.0, 2.0]}], "horizon": 4})
+        assert no_start.status_code == 200
+        assert client.get(f"/v2/models/{CHALLENGER}/ready").status_code == 200
+        named = client.post("/v1/forecast", json={**bodies[0], "model": CHALLENGER})
+        assert named.json()["model"] == CHALLENGER  # a shadow may still be asked directly
+        unknown = client.post("/v1/forecast", json={**bodies[0], "model": "nope"})
+        assert unknown.status_code == 404 and CHAMPION in unknown.json()["error"]
+    windows = len(bodies)
+    # champion: the windows + the request without start; the challenger: its shadow forecasts of both + one answer
+    expected_rows = (windows * HORIZON + 4) * 2 + HORIZON
+    _wait_for(lambda: _logged_rows(setup.log) == expected_rows)
+    counters = _metrics(server.url)
+    assert counters[("distributed_onnx_forecasts_served_total", CHAMPION, "")] == windows + 1
+    assert counters[("distributed_onnx_forecasts_shadow_total", CHALLENGER, "")] == windows + 1
+    assert counters[("distributed_onnx_forecasts_logged_total", CHAMPION, "")] == windows + 1
+    assert counters[("distributed_onnx_request_duration_seconds_count", CHAMPION, "")] == windows + 1
+
+    log = pa.concat_tables([pq.read_table(path) for path in log_files(setup.log)], promote_options="default")
+    for name in (CHAMPION, CHALLENGER):
+        role = "shadow" if name == CHALLENGER else "served"
+        mine = log.filter((pc.field("model") == name) & (pc.field("role") == role) & pc.field("origin").is_valid())
+        keys = ["series_id", "origin", "lead"]
+        served = mine.sort_by([(key, "ascending") for key in keys])
+        backtest = setup.forecasts[name].sort_by([(key, "ascending") for key in keys])
+        for key in (*keys, "timestamp", "cutoff"):
+            assert served[key].equals(backtest[key]), key
+        for level in QUANTILES:
+            column = f"q{format(level, 'g')}"
+            np.testing.assert_allclose(served[column].to_numpy(), backtest[column].to_numpy(), rtol=1e-6, atol=1e-6)
+
+    scored = score_log(ScoreSettings(forecasts=setup.log, actuals=setup.data, output=setup.root / "score"))
+    assert scored.summary["windows"][CHAMPION] == {"scored": windows, "no_start": 1}
+    assert scored.summary["windows"][CHALLENGER]["scored"] == windows + 1  # its shadow forecasts + the direct one
+    metrics = scored.metrics
+    champion = metrics.filter((pc.field("scored_model") == CHAMPION) & (pc.field("horizon") == HORIZON))
+    _assert_same_metrics(champion, setup.metrics[CHAMPION])
+
+
+def test_an_unwritable_log_drops_counted_and_logging_resumes(setup: Setup, server: Server) -> None:
+    body = setup.requests()[0]
+    shutil.move(setup.log, setup.root / "log-before")
+    setup.log.write_text("the log's folder is a file now")
+    before = _metrics(server.url)
+    dropped_key = ("distributed_onnx_forecasts_dropped_total", CHAMPION, "write_failed")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for _ in range(5):
+            assert client.post("/v1/forecast", json=body).status_code == 200
+        _wait_for(lambda: _metrics(server.url).get(dropped_key, 0) >= before.get(dropped_key, 0) + 5)
+        setup.log.unlink()
+        for _ in range(3):
+            assert client.post("/v1/forecast", json=body).status_code == 200
+    _wait_for(lambda: _logged_rows(setup.log) == 3 * HORIZON * 2)
+    after = _metrics(server.url)
+    logged = ("distributed_onnx_forecasts_logged_total", CHAMPION, "")
+    assert after[logged] == before[logged] + 3
+    assert after[dropped_key] == before.get(dropped_key, 0) + 5
+    assert after[("distributed_onnx_forecast_log_pending", CHAMPION, "")] == 0

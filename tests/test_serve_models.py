@@ -1,0 +1,89 @@
+"""Several models in one replica's core, without Serve: which model answers, readiness, and a shadow's forecast.
+
+Integration tier for ONNX Runtime (two tiny graphs), no Ray: :class:`ReplicaCore` is what each replica runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from graphs import write_tiny_chronos2, write_tiny_context_quantiles
+
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+from distributed_onnx.serve.core import ReplicaCore
+from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.settings import ServeSettings
+
+pytestmark = pytest.mark.integration
+
+
+class NullRecorder:
+    def request(self, endpoint: str, code: int, latency_ms: float) -> None: ...
+
+    def batch(self, queue_ms: list[float], compute_ms: float, windows: int) -> None: ...
+
+    def compute(self, endpoint: str, compute_ms: float) -> None: ...
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> ReplicaCore:
+    champion = write_tiny_chronos2(tmp_path, name="champion").weights_path
+    challenger = write_tiny_context_quantiles(tmp_path).weights_path
+    settings = ServeSettings(checkpoint=[champion, challenger], shadow=["tiny_plain"])
+    core = ReplicaCore(settings, NullRecorder())
+    for checkpoint in settings.checkpoint:
+        worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, warm_up_rows=0))
+        core.add_model(worker, shadow=checkpoint.stem in settings.shadow, checkpoint_sha256="0" * 64)
+    return core
+
+
+BODY = {"series": [{"series_id": "a", "y": [1.0, 2.0, 3.0, 4.0]}], "horizon": 4, "quantiles": [0.1, 0.5, 0.9]}
+
+
+def _answer(replica: ReplicaCore, body: dict[str, object]) -> tuple[str, dict[str, object]]:
+    async def run() -> tuple[str, dict[str, object]]:
+        with replica.admission.enter() as ticket:
+            answer = await replica.forecast(json.dumps(body).encode(), ticket)
+        return answer.model.name, json.loads(answer.body)
+
+    return asyncio.run(run())
+
+
+def test_the_model_field_picks_the_model_and_the_default_is_the_first_non_shadow(replica: ReplicaCore) -> None:
+    assert replica.default_model.name == "champion"
+    assert [model.name for model in replica.shadows] == ["tiny_plain"]
+    name, document = _answer(replica, BODY)
+    assert name == document["model"] == "champion"
+    name, document = _answer(replica, {**BODY, "model": "tiny_plain"})
+    assert name == document["model"] == "tiny_plain"
+    quantiles = document["forecasts"][0]["quantiles"]  # type: ignore[index]
+    assert quantiles["0.5"] == [4.0] * 4  # tiny_plain: the last value, +-1
+    with pytest.raises(HttpError, match="Unknown model 'nope'; this server serves 'champion', 'tiny_plain'"):
+        _answer(replica, {**BODY, "model": "nope"})
+
+
+def test_a_shadow_forecasts_the_same_request_on_its_own_grid(replica: ReplicaCore) -> None:
+    request = ForecastRequest.model_validate(BODY)
+    forecasts, levels = asyncio.run(replica.models["tiny_plain"].shadow_forecast(request))
+    assert levels == (0.1, 0.5, 0.9)
+    np.testing.assert_allclose(forecasts[0, :, 1], 4.0)
+
+
+def test_a_failing_shadow_does_not_make_the_replica_unready(replica: ReplicaCore) -> None:
+    shadow = replica.models["tiny_plain"]
+    for _ in range(5):
+        shadow.health.failed(RuntimeError("broken challenger"))
+    assert not shadow.health.ready
+    assert replica.ready and replica.not_ready_reason == ""
+    replica.models["champion"].health.failed(RuntimeError("x"))
+    for _ in range(5):
+        replica.models["champion"].health.failed(RuntimeError("broken champion"))
+    assert not replica.ready and "champion: " in replica.not_ready_reason
