@@ -93,6 +93,8 @@ def _early_start(settings: BacktestSettings) -> EarlyStart | None:
     """
     if outputs.has_scored_parts(settings.output):
         return None
+    if cluster.is_connected():  # a Ray this process already holds (the Python API, tests) costs nothing to reach
+        return None
     try:
         checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
     except DistributedOnnxError:
