@@ -117,7 +117,7 @@ def seasonal_naive_batch(last_season: npt.ArrayLike, horizon: int) -> npt.NDArra
         )
     if horizon < 1:
         raise ConfigError(f"horizon must be at least 1 step; got {horizon}.", key="horizon")
-    return block[:, np.arange(horizon) % block.shape[1]]
+    return np.take(block, np.arange(horizon) % block.shape[1], axis=1)
 
 
 def seasonal_naive_forecast(history: npt.ArrayLike, m: int, horizon: int) -> npt.NDArray[np.float64]:
@@ -172,7 +172,7 @@ def seasonal_quantiles_batch(
         raise ConfigError(f"seasons must have shape [windows, K * {m}]; got {block.shape}.", key="seasons")
     stacked = block.reshape(block.shape[0], -1, m)  # [W, K, m], oldest season first
     levels = _nan_quantiles(stacked, np.asarray(quantiles, dtype=np.float64))  # [W, m, Q]
-    return np.ascontiguousarray(levels[:, np.arange(horizon) % m, :])
+    return np.take(levels, np.arange(horizon) % m, axis=1)  # C-ordered; fancy indexing was ~50x slower here
 
 
 def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -184,6 +184,8 @@ def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float
     """
     ordered = np.sort(values, axis=1)  # NaN sorts last
     count = np.isfinite(ordered).sum(axis=1)  # [W, m]
+    if count.size and int(count.min()) == values.shape[1]:
+        return _full_quantiles(ordered, levels)
     position = (np.maximum(count, 1) - 1)[..., None] * levels  # [W, m, Q]
     low = np.floor(position).astype(np.intp)
     high = np.minimum(low + 1, np.maximum(count, 1)[..., None] - 1)
@@ -194,4 +196,23 @@ def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float
     # numpy's _lerp: from the nearer end, so a level of 1 gives the maximum exactly.
     result = np.where(weight >= 0.5, above - difference * (1 - weight), below + difference * weight)
     result[count == 0] = np.nan
+    return result
+
+
+def _full_quantiles(ordered: npt.NDArray[np.float64], levels: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """:func:`_nan_quantiles` when every value is observed (the usual batch): the same order statistics and
+    weights for every ``[W, m]`` cell, so each level is two plain slices, with exactly the same arithmetic.
+    """
+    n = ordered.shape[1]
+    position = (n - 1) * levels  # [Q]
+    low = np.floor(position).astype(np.intp)
+    high = np.minimum(low + 1, n - 1)
+    weight = position - low
+    by_cell = ordered.transpose(0, 2, 1)  # [W, m, n]; np.take writes C-ordered [W, m, Q] (fancy indexing did not)
+    below = np.take(by_cell, low, axis=2)
+    above = np.take(by_cell, high, axis=2)
+    difference = above - below
+    result: npt.NDArray[np.float64] = np.where(
+        weight >= 0.5, above - difference * (1 - weight), below + difference * weight
+    )
     return result
