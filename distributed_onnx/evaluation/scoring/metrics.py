@@ -32,7 +32,7 @@ import pyarrow as pa
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator", "SeriesCodes"]
+__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -83,6 +83,16 @@ def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: 
     index = (codes[:, None] * width + np.arange(width)).ravel()
     sums = np.bincount(index, weights=flat.ravel().astype(np.float64), minlength=n_groups * width)
     return sums.reshape((n_groups, *values.shape[1:]))
+
+
+def finite_pairs(forecast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """``[W, H]``: every quantile of the pair's forecast finite. One fast pass when all are (the usual batch): the
+    reduction over the short quantile axis costs ten times more and only runs when something is not finite.
+    """
+    finite = np.isfinite(forecast)
+    if finite.all():
+        return np.ones(forecast.shape[:2], dtype=bool)
+    return np.asarray(finite.all(axis=2))
 
 
 class SeriesCodes(NamedTuple):
@@ -175,7 +185,7 @@ class MetricsAccumulator:
             return {}
 
         if valid is None:
-            valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+            valid = np.isfinite(y) & finite_pairs(f)  # [W, H]
         else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
             valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
         all_valid = bool(valid.all())
@@ -189,7 +199,7 @@ class MetricsAccumulator:
             error[~valid] = 0.0
         # Coverage from the signs of the errors: y - f >= 0 exactly when f <= y (an IEEE difference of finite values
         # is 0 only for equal operands and keeps its sign on overflow), so the forecast is not read a second time.
-        hits = (error[..., self._lower] >= 0.0) & (error[..., self._upper] <= 0.0)
+        hits = (np.take(error, self._lower, axis=2) >= 0.0) & (np.take(error, self._upper, axis=2) <= 0.0)
         if not all_valid:
             hits &= valid[..., None]
         point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)

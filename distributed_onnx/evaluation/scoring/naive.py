@@ -216,3 +216,61 @@ def _full_quantiles(ordered: npt.NDArray[np.float64], levels: npt.NDArray[np.flo
         weight >= 0.5, above - difference * (1 - weight), below + difference * weight
     )
     return result
+
+
+#: Cells of the padded ``[series, prefix]`` matrix :func:`flat_seasonal_scales` builds at most; a batch of a few
+#: long series is better served by cached per-series prefix sums (:class:`SeasonalScaler`).
+FLAT_SCALE_CELLS = 4_000_000
+
+
+def flat_seasonal_scales(
+    values: npt.NDArray[np.float64],
+    offsets: npt.NDArray[np.int64],
+    series_index: npt.NDArray[np.int64],
+    origins: npt.NDArray[np.int64],
+    m: int,
+) -> npt.NDArray[np.float64] | None:
+    """:meth:`SeasonalScaler.scales` for windows of many series of a flat layout at once, bit for bit.
+
+    Series ``s`` is ``values[offsets[s]:offsets[s + 1]]``. The prefix sums each window needs are built for the
+    batch's series side by side in one padded ``[series, prefix]`` matrix (``np.cumsum`` along a row adds in the
+    same order as over the one series, so the sums are identical), with no Python per series. ``None`` when that
+    matrix would exceed :data:`FLAT_SCALE_CELLS` (a few long series: the caller keeps per-series scalers).
+    """
+    _check_season(m)
+    series_index = np.asarray(series_index, dtype=np.int64)
+    positions = np.asarray(origins, dtype=np.int64)
+    if positions.size == 0:
+        return np.empty(0)
+    distinct, row = np.unique(series_index, return_inverse=True)
+    row = row.ravel()
+    lengths = offsets[distinct + 1] - offsets[distinct]
+    if positions.min() < 0 or (positions > lengths[row]).any():
+        bad = int(np.flatnonzero((positions < 0) | (positions > lengths[row]))[0])
+        raise ConfigError(
+            f"origins must be positions within 0..{int(lengths[row[bad]])}; got {int(positions[bad])}.",
+            key="origins",
+        )
+    pairs = np.maximum(lengths - m, 0)  # pairs of each series
+    upto = np.clip(positions - m, 0, pairs[row])  # pairs before each window's origin
+    needed = np.zeros(distinct.size, dtype=np.int64)
+    np.maximum.at(needed, row, upto)
+    width = int(needed.max())
+    if distinct.size * (width + 1) > FLAT_SCALE_CELLS:
+        return None
+    j = np.arange(width, dtype=np.int64)
+    inside = j < needed[:, None]  # [S, P]
+    start = offsets[distinct][:, None] + j
+    later = np.where(inside, start + m, 0)
+    earlier = np.where(inside, start, 0)
+    diff = np.abs(values[later] - values[earlier]) if values.size else np.zeros(inside.shape)
+    observed = inside & np.isfinite(diff)
+    sums = np.zeros((distinct.size, width + 1))
+    counts = np.zeros((distinct.size, width + 1), dtype=np.int64)
+    np.cumsum(np.where(observed, diff, 0.0), axis=1, out=sums[:, 1:])
+    np.cumsum(observed, axis=1, out=counts[:, 1:])
+    n = counts[row, upto]
+    scale = np.full(positions.shape, np.nan)
+    has_pair = n > 0
+    scale[has_pair] = sums[row, upto][has_pair] / n[has_pair]
+    return scale

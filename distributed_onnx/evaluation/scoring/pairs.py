@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
-from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator, SeriesCodes
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator, SeriesCodes, finite_pairs
 
 __all__ = ["BASELINES", "REASONS", "SEASONAL_NAIVE", "SEASONAL_QUANTILES", "PairScores", "common_pairs"]
 
@@ -40,13 +40,11 @@ F64 = npt.NDArray[np.float64]
 
 
 def common_pairs(
-    actual: F64, forecasts: Mapping[str, F64], baselines: Sequence[str]
+    actual: F64, forecasts: Mapping[str, npt.NDArray[np.floating[Any]]], baselines: Sequence[str]
 ) -> tuple[npt.NDArray[np.bool_], dict[str, int], dict[str, npt.NDArray[np.bool_]]]:
     """``(valid[W, H], left out per reason, per checkpoint: which windows hold a non-finite forecast)``."""
     observed = np.isfinite(actual)
-    finite: dict[str, npt.NDArray[np.bool_]] = {
-        name: np.asarray(np.isfinite(values).all(axis=2)) for name, values in forecasts.items()
-    }
+    finite = {name: finite_pairs(values) for name, values in forecasts.items()}
     baseline_ok = np.ones_like(observed)
     model_ok = np.ones_like(observed)
     for name, ok in finite.items():
