@@ -6,10 +6,11 @@ batch 256), runs every part of the plan and sums the receipts' stage seconds: ``
 issue 18 budgets (at most 3%). With ``--profile`` the scoring of one extra run is profiled with cProfile and
 the top functions under ``PartRunner._score`` are printed.
 
-Reproduce (a minute on a 2-core machine)::
+Reproduce (a minute per tree on a 2-core machine); ``PYTHONPATH`` picks the tree measured, so a checkout of
+the commit before the change measures "before" with the same script::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1,4 --n-windows 1000
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1 --profile
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1,4 --n-windows 2000 --repeats 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1 --repeats 1 --profile
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def main() -> None:
     parser.add_argument("--ks", default="1,4")
     parser.add_argument("--repeats", type=int, default=2, help="runs per K; the median share is reported")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="scoring-bench-") as scratch:
@@ -99,6 +101,11 @@ def main() -> None:
             row = {"k": k, "windows": middle["windows"], **middle, "shares": [r["score_share"] for r in runs]}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    if args.out is not None:
+        import distributed_onnx
+
+        document = {"code": str(Path(distributed_onnx.__file__).parent), "rows": rows}
+        args.out.write_text(json.dumps(document, indent=2))
 
 
 if __name__ == "__main__":
