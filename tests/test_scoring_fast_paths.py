@@ -72,3 +72,23 @@ def test_float32_views_score_like_their_float64_copies() -> None:
     copied.update(ids, actual, np.ascontiguousarray(view, dtype=np.float64), scale, valid)
     for name, values in direct.state().items():
         np.testing.assert_array_equal(values, copied.state()[name], err_msg=name)
+
+
+def test_flat_history_equals_the_per_series_gather() -> None:
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+    from distributed_onnx.evaluation.data.table import SeriesArrays
+    from distributed_onnx.evaluation.part import _gather_history
+
+    rng = np.random.default_rng(6)
+    lengths = rng.integers(1, 40, size=12)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.normal(size=int(offsets[-1]))
+    source = SeriesArrays(
+        tuple(f"s{i}" for i in range(12)), np.zeros(12, np.int64), offsets, values, np.empty((0, values.size)), 60
+    )
+    series = np.sort(rng.integers(0, 12, size=50))
+    origins = (rng.random(50) * (lengths[series] + 1)).astype(np.int64)
+    got = _gather_history(source, series, origins, 9)
+    for row, (s, o) in enumerate(zip(series, origins, strict=True)):
+        expected = gather_blocks(values[offsets[s] : offsets[s + 1]], np.asarray([o]), 9, 0)[0]
+        np.testing.assert_array_equal(got[row], expected)

@@ -388,15 +388,16 @@ class PartRunner:
         m, n_windows = job.seasonality, planned.n_windows
         history_steps = self._seasons * m
         source = job.source
-        if isinstance(source, SeriesArrays):
+        several = isinstance(source, SeriesArrays) and np.unique(planned.series_index).size > 1
+        arrays = source if several and isinstance(source, SeriesArrays) else None
+        if arrays is not None:
             series_index = np.asarray(planned.series_index, dtype=np.int64)
             origins = np.asarray(planned.origin_index, dtype=np.int64)
-            history = _gather_history(source, series_index, origins, history_steps)
-            if np.unique(series_index).size > 1:
-                flat = flat_seasonal_scales(source.values, source.offsets, series_index, origins, m)
-                if flat is not None:
-                    return flat, history
-        else:
+            history = _gather_history(arrays, series_index, origins, history_steps)
+            flat = flat_seasonal_scales(arrays.values, arrays.offsets, series_index, origins, m)
+            if flat is not None:
+                return flat, history
+        else:  # one series (the usual batch of a long series): its cached scaler and one gather
             history = np.empty((n_windows, history_steps))
         scale = np.empty(n_windows)
         cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
@@ -404,7 +405,7 @@ class PartRunner:
             series_index_one = int(planned.series_index[rows[0]])
             origins_one = planned.origin_index[rows]
             scale[rows] = self._scaler(series_index_one).scales(origins_one)
-            if not isinstance(source, SeriesArrays):
+            if arrays is None:
                 history[rows] = gather_blocks(source.series(series_index_one).values, origins_one, history_steps, 0)
         return scale, history
 
