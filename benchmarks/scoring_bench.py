@@ -11,6 +11,7 @@ the commit before the change measures "before" with the same script::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1,4 --n-windows 2000 --repeats 3
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1 --repeats 1 --profile
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --many-series   # scale + history, 128 series
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import pstats
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,53 @@ def run_once(checkpoints: list[Path], output: Path, n_windows: int, profile: boo
     return {"windows": windows, "stages": totals, "score_share": totals["score"] / totals["model"]}
 
 
+def many_series(repeats: int = 20) -> dict[str, float]:
+    """A batch of 256 windows over 128 short series: scale and history per series (the old loop) vs flat."""
+    import numpy as np
+
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+    from distributed_onnx.evaluation.data.table import SeriesArrays
+    from distributed_onnx.evaluation.part import _gather_history
+    from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales
+
+    rng = np.random.default_rng(0)
+    n_series, length, m, steps = 128, 260, 24, 168
+    offsets = np.arange(n_series + 1, dtype=np.int64) * length
+    values = rng.normal(size=n_series * length)
+    source = SeriesArrays(
+        tuple(f"s{i}" for i in range(n_series)),
+        np.zeros(n_series, np.int64),
+        offsets,
+        values,
+        np.empty((0, values.size)),
+        3_600_000_000,
+    )
+    series_index = np.repeat(np.arange(n_series), 2).astype(np.int64)
+    origins = np.tile([length - 48, length - 24], n_series).astype(np.int64)
+
+    def per_series() -> tuple[np.ndarray, np.ndarray]:
+        scale, history = np.empty(series_index.size), np.empty((series_index.size, steps))
+        for rows in np.split(np.arange(series_index.size), np.flatnonzero(np.diff(series_index)) + 1):
+            one = values[offsets[series_index[rows[0]]] : offsets[series_index[rows[0]] + 1]]
+            scale[rows] = SeasonalScaler(one, m).scales(origins[rows])  # every series new to the actor
+            history[rows] = gather_blocks(one, origins[rows], steps, 0)
+        return scale, history
+
+    def flat() -> tuple[np.ndarray, np.ndarray]:
+        scales = flat_seasonal_scales(values, offsets, series_index, origins, m)
+        assert scales is not None
+        return scales, _gather_history(source, series_index, origins, steps)
+
+    assert all(np.array_equal(a, b) for a, b in zip(per_series(), flat(), strict=True))
+    out = {}
+    for name, function in (("per_series_ms", per_series), ("flat_ms", flat)):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            function()
+        out[name] = (time.perf_counter() - started) / repeats * 1e3
+    return out
+
+
 def main() -> None:
     from compare_bench import copies  # the same K copies of the reference checkpoint
 
@@ -85,7 +134,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs per K; the median share is reported")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--many-series", action="store_true", help="only the many-short-series batch")
     args = parser.parse_args()
+    if args.many_series:
+        print(json.dumps(many_series()))
+        return
     rows = []
     with tempfile.TemporaryDirectory(prefix="scoring-bench-") as scratch:
         base = Path(scratch)
