@@ -92,3 +92,24 @@ def test_flat_history_equals_the_per_series_gather() -> None:
     for row, (s, o) in enumerate(zip(series, origins, strict=True)):
         expected = gather_blocks(values[offsets[s] : offsets[s + 1]], np.asarray([o]), 9, 0)[0]
         np.testing.assert_array_equal(got[row], expected)
+
+
+def test_a_broadcast_point_scores_like_its_copy() -> None:
+    """The seasonal naive passed as a stride-0 view takes the point path; its sums equal the copy's bit for bit."""
+    rng = np.random.default_rng(7)
+    windows, horizon = 9, 5
+    actual = rng.normal(size=(windows, horizon))
+    actual[1, 2] = np.nan
+    point = rng.normal(size=(windows, horizon))
+    point[0, 0] = actual[0, 0]  # an exact hit of every interval
+    point[3, 4] = np.nan
+    scale = np.abs(rng.normal(size=windows))
+    ids = ["a", "b", "a", "b", "c", "a", "b", "c", "c"]
+    view = naive.broadcast_quantiles(point, len(QUANTILES), copy=False)
+    assert view.strides[2] == 0
+    by_view, by_copy = MetricsAccumulator(QUANTILES, horizon), MetricsAccumulator(QUANTILES, horizon)
+    by_view.update(ids, actual, view, scale)
+    by_copy.update(ids, actual, naive.broadcast_quantiles(point, len(QUANTILES)), scale)
+    for name, values in by_view.state().items():
+        np.testing.assert_array_equal(values, by_copy.state()[name], err_msg=name)
+    assert by_view.series_sums()["hits"].sum() > 0

@@ -362,7 +362,7 @@ class PartRunner:
         naive_point = seasonal_naive_batch(history[:, -m:], horizon)
         forecasts = {
             **forecasts,
-            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles)),
+            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles), copy=False),
             SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, job.quantiles),
         }
         series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)

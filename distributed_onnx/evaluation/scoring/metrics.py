@@ -89,6 +89,8 @@ def finite_pairs(forecast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     """``[W, H]``: every quantile of the pair's forecast finite. One fast pass when all are (the usual batch): the
     reduction over the short quantile axis costs ten times more and only runs when something is not finite.
     """
+    if forecast.ndim == 3 and forecast.shape[2] > 1 and forecast.strides[2] == 0:  # one point for every level
+        return np.asarray(np.isfinite(forecast[..., 0]))
     finite = np.isfinite(forecast)
     if finite.all():
         return np.ones(forecast.shape[:2], dtype=bool)
@@ -190,23 +192,10 @@ class MetricsAccumulator:
             valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
         all_valid = bool(valid.all())
         y0 = y if all_valid else np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
-        # error = y0 - f0 into one fresh C-ordered float64 array (reductions then follow one memory order whatever
-        # the forecast's layout, so a forecast read back from its Parquet part rescores bit for bit); invalid
-        # pairs are zeroed afterwards, which is the 0 - 0 of the masked operands, bit for bit.
-        error = np.empty((n_win, horizon, n_q))
-        np.subtract(y0[..., None], f, out=error)
-        if not all_valid:
-            error[~valid] = 0.0
-        # Coverage from the signs of the errors: y - f >= 0 exactly when f <= y (an IEEE difference of finite values
-        # is 0 only for equal operands and keeps its sign on overflow), so the forecast is not read a second time.
-        hits = (np.take(error, self._lower, axis=2) >= 0.0) & (np.take(error, self._upper, axis=2) <= 0.0)
-        if not all_valid:
-            hits &= valid[..., None]
-        point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
-        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
-        # the [W, H, Q] arrays are the scoring's whole cost (benchmarks/results/scoring.md).
-        rho = np.minimum(error, 0.0)
-        np.subtract(np.multiply(error, self._levels, out=error), rho, out=rho)  # error is spent from here on
+        if f.ndim == 3 and n_q > 1 and f.strides[2] == 0:
+            rho, point, hits = self._point_losses(y0, f[..., 0], valid, all_valid)
+        else:
+            rho, point, hits = self._losses(y0, f, valid, all_valid)
 
         scaled = np.isfinite(s) & (s > 0.0)
         s_safe = np.where(scaled, s, 1.0)
@@ -254,6 +243,50 @@ class MetricsAccumulator:
         self.n_missing_pairs += int(valid.size - valid.sum())
         self.n_unscaled_windows += int((~scaled).sum())
         return per_window
+
+    def _losses(
+        self, y0: F64, f: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
+    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+        """``rho[W, H, Q]``, ``|y - q0.5|[W, H]`` and coverage hits ``[W, H, C]`` (zero on invalid pairs)."""
+        n_win, horizon, n_q = f.shape
+        # error = y0 - f0 into one fresh C-ordered float64 array (reductions then follow one memory order whatever
+        # the forecast's layout, so a forecast read back from its Parquet part rescores bit for bit); invalid
+        # pairs are zeroed afterwards, which is the 0 - 0 of the masked operands, bit for bit.
+        error = np.empty((n_win, horizon, n_q))
+        np.subtract(y0[..., None], f, out=error)
+        if not all_valid:
+            error[~valid] = 0.0
+        # Coverage from the signs of the errors: y - f >= 0 exactly when f <= y (an IEEE difference of finite values
+        # is 0 only for equal operands and keeps its sign on overflow), so the forecast is not read a second time.
+        hits = (np.take(error, self._lower, axis=2) >= 0.0) & (np.take(error, self._upper, axis=2) <= 0.0)
+        if not all_valid:
+            hits &= valid[..., None]
+        point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
+        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
+        # the [W, H, Q] arrays are the scoring's whole cost (benchmarks/results/scoring.md).
+        rho = np.minimum(error, 0.0)
+        np.subtract(np.multiply(error, self._levels, out=error), rho, out=rho)  # error is spent from here on
+        return rho, point, hits
+
+    def _point_losses(
+        self, y0: F64, point_forecast: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
+    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+        """:meth:`_losses` of a forecast whose every level is one point ``[W, H]`` (the seasonal naive, broadcast).
+
+        The same numbers element for element, so the same sums bit for bit: the error is one ``[W, H]`` array,
+        ``rho_q = q*e - min(e, 0)`` is built from it in two passes, and an interval holds the actual exactly when
+        the error is zero, whatever the interval.
+        """
+        error = np.subtract(y0, point_forecast, dtype=np.float64)
+        if not all_valid:
+            error[~valid] = 0.0
+        hits = np.repeat(((error >= 0.0) & (error <= 0.0))[..., None], len(self.intervals), axis=2)
+        if not all_valid:
+            hits &= valid[..., None]
+        point = np.abs(error) if self._median is not None else np.zeros_like(y0)
+        rho = np.multiply(error[..., None], self._levels)
+        np.subtract(rho, np.minimum(error, 0.0)[..., None], out=rho)
+        return rho, point, hits
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""

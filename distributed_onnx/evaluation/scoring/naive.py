@@ -135,13 +135,16 @@ def seasonal_naive_forecast(history: npt.ArrayLike, m: int, horizon: int) -> npt
     return forecast
 
 
-def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int) -> npt.NDArray[np.float64]:
+def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int, copy: bool = True) -> npt.NDArray[np.float64]:
     """Give a point forecast ``[..., H]`` a quantile axis ``[..., H, Q]`` where every level equals the point.
 
     The baseline is scored by the same accumulator as the model (docs/design.md: all its quantiles equal the
-    point), so pinball, WQL and SQL of the baseline are defined and comparable.
+    point), so pinball, WQL and SQL of the baseline are defined and comparable. ``copy=False`` gives a read-only
+    view whose quantile axis has stride 0: the accumulator recognises it and scores the point once, not Q times.
     """
     values = np.asarray(point, dtype=np.float64)
+    if not copy:
+        return np.broadcast_to(values[..., None], (*values.shape, n_quantiles))
     return np.repeat(values[..., None], n_quantiles, axis=-1)
 
 
