@@ -50,6 +50,7 @@ from distributed_onnx.evaluation.fans import FanCollector
 from distributed_onnx.evaluation.scoring.naive import (
     SeasonalScaler,
     broadcast_quantiles,
+    flat_seasonal_scales,
     season_count,
     seasonal_naive_batch,
     seasonal_quantiles_batch,
@@ -357,21 +358,11 @@ class PartRunner:
         horizon, m = job.spec.horizon, job.seasonality
         block = unpack_batch(batch, job.spec.context_length, horizon)
         actual = np.asarray(block.target, dtype=np.float64)
-        scale = np.empty(planned.n_windows)
-        history_steps = self._seasons * m
-        # From the float64 series, not the float32 context: the baselines repeat actuals exactly.
-        history = np.empty((planned.n_windows, history_steps))
-        cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
-        for rows in np.split(np.arange(planned.n_windows), cuts):
-            series_index = int(planned.series_index[rows[0]])
-            scaler = self._scaler(series_index)
-            origins = planned.origin_index[rows]
-            scale[rows] = scaler.scales(origins)
-            history[rows] = gather_blocks(job.source.series(series_index).values, origins, history_steps, 0)
+        scale, history = self._scales_and_history(planned)
         naive_point = seasonal_naive_batch(history[:, -m:], horizon)
         forecasts = {
             **forecasts,
-            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles)),
+            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles), copy=False),
             SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, job.quantiles),
         }
         series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)
@@ -385,6 +376,38 @@ class PartRunner:
             others = np.stack([forecasts[name][..., middle] for name in rest], axis=1)  # [W, M, H]
             observed = np.where(valid, actual, np.nan)
             fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
+
+    def _scales_and_history(self, planned: PlannedBatch) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's seasonal scale ``[W]`` and the ``K m`` steps before its origin ``[W, K m]`` (NaN outside).
+
+        From the float64 series, not the float32 context: the baselines repeat actuals exactly. Over the flat
+        layout both come from vector passes over every series of the batch (many short series put a hundred in
+        one batch); otherwise, or for a batch of a few long series, per series from cached prefix sums.
+        """
+        job = self.job
+        m, n_windows = job.seasonality, planned.n_windows
+        history_steps = self._seasons * m
+        source = job.source
+        several = isinstance(source, SeriesArrays) and np.unique(planned.series_index).size > 1
+        arrays = source if several and isinstance(source, SeriesArrays) else None
+        if arrays is not None:
+            series_index = np.asarray(planned.series_index, dtype=np.int64)
+            origins = np.asarray(planned.origin_index, dtype=np.int64)
+            history = _gather_history(arrays, series_index, origins, history_steps)
+            flat = flat_seasonal_scales(arrays.values, arrays.offsets, series_index, origins, m)
+            if flat is not None:
+                return flat, history
+        else:  # one series (the usual batch of a long series): its cached scaler and one gather
+            history = np.empty((n_windows, history_steps))
+        scale = np.empty(n_windows)
+        cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
+        for rows in np.split(np.arange(n_windows), cuts):
+            series_index_one = int(planned.series_index[rows[0]])
+            origins_one = planned.origin_index[rows]
+            scale[rows] = self._scaler(series_index_one).scales(origins_one)
+            if arrays is None:
+                history[rows] = gather_blocks(source.series(series_index_one).values, origins_one, history_steps, 0)
+        return scale, history
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""
@@ -406,3 +429,17 @@ class PartRunner:
 def _first(iterator: Iterator[PlannedBatch]) -> list[PlannedBatch]:
     first = next(iterator, None)
     return [] if first is None else [first]
+
+
+def _gather_history(source: SeriesArrays, series_index: np.ndarray, origins: np.ndarray, steps: int) -> np.ndarray:
+    """``values[o - steps : o]`` of each window's series, NaN before the series starts: one gather, no loop."""
+    lengths = source.offsets[series_index + 1] - source.offsets[series_index]
+    if origins.size and ((origins < 0) | (origins > lengths)).any():
+        bad = int(np.flatnonzero((origins < 0) | (origins > lengths))[0])
+        raise ValueError(f"origins must lie in 0..{int(lengths[bad])} (the series' steps), got {int(origins[bad])}")
+    positions = origins[:, None] + np.arange(-steps, 0, dtype=np.int64)  # [W, steps]
+    inside = positions >= 0  # and < origin <= length
+    flat = np.where(inside, source.offsets[series_index][:, None] + positions, 0)
+    if not source.values.size:
+        return np.full(positions.shape, np.nan)
+    return np.where(inside, source.values[flat], np.nan)

@@ -32,7 +32,7 @@ import pyarrow as pa
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator"]
+__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -85,6 +85,32 @@ def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: 
     return sums.reshape((n_groups, *values.shape[1:]))
 
 
+def finite_pairs(forecast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """``[W, H]``: every quantile of the pair's forecast finite. One fast pass when all are (the usual batch): the
+    reduction over the short quantile axis costs ten times more and only runs when something is not finite.
+    """
+    if forecast.ndim == 3 and forecast.shape[2] > 1 and forecast.strides[2] == 0:  # one point for every level
+        return np.asarray(np.isfinite(forecast[..., 0]))
+    finite = np.isfinite(forecast)
+    if finite.all():
+        return np.ones(forecast.shape[:2], dtype=bool)
+    return np.asarray(finite.all(axis=2))
+
+
+class SeriesCodes(NamedTuple):
+    """A batch's series ids as its distinct ids and each window's position among them (computed once a batch)."""
+
+    distinct: list[str]
+    local: npt.NDArray[np.intp]
+    size: int
+
+    @classmethod
+    def of(cls, series_ids: Sequence[str] | npt.NDArray[Any]) -> SeriesCodes:
+        ids = np.asarray(series_ids, dtype=object).ravel().astype(np.str_)
+        distinct, local = np.unique(ids, return_inverse=True)
+        return cls([str(sid) for sid in distinct], local.ravel().astype(np.intp), int(ids.size))
+
+
 class MetricsAccumulator:
     """Accumulates forecast metrics batch by batch; ``merge`` adds another accumulator's sums.
 
@@ -127,7 +153,7 @@ class MetricsAccumulator:
 
     def update(
         self,
-        series_ids: Sequence[str] | npt.NDArray[Any],
+        series_ids: Sequence[str] | npt.NDArray[Any] | SeriesCodes,
         actual: npt.ArrayLike,
         forecast: npt.ArrayLike,
         scale: npt.ArrayLike,
@@ -141,11 +167,14 @@ class MetricsAccumulator:
         per-window sums over leads (``pairs``, ``abs_err``, ``sq_err``, ``abs_y``, ``rho[W, Q]``...), which the
         fev convention (:mod:`.conventions`) adds per origin without recomputing a loss.
         """
-        ids = np.asarray(series_ids, dtype=object).ravel().astype(np.str_)
-        y = np.asarray(actual, dtype=np.float64)
-        f = np.asarray(forecast, dtype=np.float64)
+        ids = series_ids if isinstance(series_ids, SeriesCodes) else SeriesCodes.of(series_ids)
+        y = np.ascontiguousarray(actual, dtype=np.float64)
+        # float32 forecasts stay float32 here: the subtraction below casts them exactly, in one pass.
+        f = np.asarray(forecast)
+        if f.dtype not in (np.float32, np.float64):
+            f = f.astype(np.float64)
         s = np.asarray(scale, dtype=np.float64)
-        n_win, horizon, n_q = len(ids), self.horizon, len(self.quantiles)
+        n_win, horizon, n_q = ids.size, self.horizon, len(self.quantiles)
         expected = {"actual": (n_win, horizon), "forecast": (n_win, horizon, n_q), "scale": (n_win,)}
         for name, array in (("actual", y), ("forecast", f), ("scale", s)):
             if array.shape != expected[name]:
@@ -158,18 +187,15 @@ class MetricsAccumulator:
             return {}
 
         if valid is None:
-            valid = np.isfinite(y) & np.isfinite(f).all(axis=2)  # [W, H]
+            valid = np.isfinite(y) & finite_pairs(f)  # [W, H]
         else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
             valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
-        y0 = np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
-        fz = np.where(valid[..., None], f, 0.0)
-        error = y0[..., None] - fz  # [W, H, Q]
-        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
-        # the [W, H, Q] arrays are the scoring's whole cost.
-        rho = np.minimum(error, 0.0)
-        np.subtract(self._levels * error, rho, out=rho)
-        point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
-        hits = valid[..., None] & (fz[..., self._lower] <= y0[..., None]) & (y0[..., None] <= fz[..., self._upper])
+        all_valid = bool(valid.all())
+        y0 = y if all_valid else np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
+        if f.ndim == 3 and n_q > 1 and f.strides[2] == 0:
+            rho, point, hits = self._point_losses(y0, f[..., 0], valid, all_valid)
+        else:
+            rho, point, hits = self._losses(y0, f, valid, all_valid)
 
         scaled = np.isfinite(s) & (s > 0.0)
         s_safe = np.where(scaled, s, 1.0)
@@ -200,18 +226,16 @@ class MetricsAccumulator:
             "scaled_pairs": lead_scaled,
         }
 
-        # Loop over the batch's distinct series only; windows are grouped by bincount.
-        distinct, local = np.unique(ids, return_inverse=True)
-        rows = self._rows_of([str(sid) for sid in distinct])
-        local = local.ravel().astype(np.intp)
+        # The batch's distinct series (found once per batch, not once per model); windows grouped by bincount.
+        rows = self._rows_of(ids.distinct)
         per_window: dict[str, F64] = {}
         for name, values in per_pair.items():
             # Series scope sums over leads; lead scope sums over windows.
             per_window[name] = values.sum(axis=1)
-            self._series[name][rows] += _group_sum(local, per_window[name], rows.size)
+            self._series[name][rows] += _group_sum(ids.local, per_window[name], rows.size)
             self._leads[name] += values.sum(axis=0)
         for name, values in window_level.items():
-            self._series[name][rows] += _group_sum(local, values, rows.size)
+            self._series[name][rows] += _group_sum(ids.local, values, rows.size)
         for name, values in lead_level.items():
             self._leads[name] += values.sum(axis=0)
 
@@ -219,6 +243,50 @@ class MetricsAccumulator:
         self.n_missing_pairs += int(valid.size - valid.sum())
         self.n_unscaled_windows += int((~scaled).sum())
         return per_window
+
+    def _losses(
+        self, y0: F64, f: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
+    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+        """``rho[W, H, Q]``, ``|y - q0.5|[W, H]`` and coverage hits ``[W, H, C]`` (zero on invalid pairs)."""
+        n_win, horizon, n_q = f.shape
+        # error = y0 - f0 into one fresh C-ordered float64 array (reductions then follow one memory order whatever
+        # the forecast's layout, so a forecast read back from its Parquet part rescores bit for bit); invalid
+        # pairs are zeroed afterwards, which is the 0 - 0 of the masked operands, bit for bit.
+        error = np.empty((n_win, horizon, n_q))
+        np.subtract(y0[..., None], f, out=error)
+        if not all_valid:
+            error[~valid] = 0.0
+        # Coverage from the signs of the errors: y - f >= 0 exactly when f <= y (an IEEE difference of finite values
+        # is 0 only for equal operands and keeps its sign on overflow), so the forecast is not read a second time.
+        hits = (np.take(error, self._lower, axis=2) >= 0.0) & (np.take(error, self._upper, axis=2) <= 0.0)
+        if not all_valid:
+            hits &= valid[..., None]
+        point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
+        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
+        # the [W, H, Q] arrays are the scoring's whole cost (benchmarks/results/scoring.md).
+        rho = np.minimum(error, 0.0)
+        np.subtract(np.multiply(error, self._levels, out=error), rho, out=rho)  # error is spent from here on
+        return rho, point, hits
+
+    def _point_losses(
+        self, y0: F64, point_forecast: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
+    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+        """:meth:`_losses` of a forecast whose every level is one point ``[W, H]`` (the seasonal naive, broadcast).
+
+        The same numbers element for element, so the same sums bit for bit: the error is one ``[W, H]`` array,
+        ``rho_q = q*e - min(e, 0)`` is built from it in two passes, and an interval holds the actual exactly when
+        the error is zero, whatever the interval.
+        """
+        error = np.subtract(y0, point_forecast, dtype=np.float64)
+        if not all_valid:
+            error[~valid] = 0.0
+        hits = np.repeat(((error >= 0.0) & (error <= 0.0))[..., None], len(self.intervals), axis=2)
+        if not all_valid:
+            hits &= valid[..., None]
+        point = np.abs(error) if self._median is not None else np.zeros_like(y0)
+        rho = np.multiply(error[..., None], self._levels)
+        np.subtract(rho, np.minimum(error, 0.0)[..., None], out=rho)
+        return rho, point, hits
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""

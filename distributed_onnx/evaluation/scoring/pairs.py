@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
-from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator, SeriesCodes, finite_pairs
 
 __all__ = ["BASELINES", "REASONS", "SEASONAL_NAIVE", "SEASONAL_QUANTILES", "PairScores", "common_pairs"]
 
@@ -40,13 +40,11 @@ F64 = npt.NDArray[np.float64]
 
 
 def common_pairs(
-    actual: F64, forecasts: Mapping[str, F64], baselines: Sequence[str]
+    actual: F64, forecasts: Mapping[str, npt.NDArray[np.floating[Any]]], baselines: Sequence[str]
 ) -> tuple[npt.NDArray[np.bool_], dict[str, int], dict[str, npt.NDArray[np.bool_]]]:
     """``(valid[W, H], left out per reason, per checkpoint: which windows hold a non-finite forecast)``."""
     observed = np.isfinite(actual)
-    finite: dict[str, npt.NDArray[np.bool_]] = {
-        name: np.asarray(np.isfinite(values).all(axis=2)) for name, values in forecasts.items()
-    }
+    finite = {name: finite_pairs(values) for name, values in forecasts.items()}
     baseline_ok = np.ones_like(observed)
     model_ok = np.ones_like(observed)
     for name, ok in finite.items():
@@ -92,10 +90,11 @@ class PairScores:
         """Score one batch of windows for every model on their common pairs; returns those pairs."""
         if set(forecasts) != set(self.models):
             raise DataError(f"forecasts of {sorted(forecasts)} given, the scores hold {sorted(self.models)}")
-        # C order whatever the caller's layout (a model's output may be a transposed view): numpy's reductions
-        # follow the memory order, so a forecast read back from its Parquet part rescores bit for bit.
+        # The forecasts keep their dtype and layout (a model's output may be a float32 transposed view): the
+        # accumulator casts them exactly while it subtracts, into a C-ordered error array, so a forecast read back
+        # from its Parquet part rescores bit for bit without a float64 copy of every model's output here.
         actual = np.ascontiguousarray(actual, dtype=np.float64)
-        arrays = {name: np.ascontiguousarray(values, dtype=np.float64) for name, values in forecasts.items()}
+        arrays = {name: _as_float(values) for name, values in forecasts.items()}
         valid, excluded, nonfinite = common_pairs(actual, arrays, BASELINES)
         for reason, count in excluded.items():
             self.excluded[reason] += count
@@ -103,8 +102,9 @@ class PairScores:
             if rows.any():
                 self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
         scale = np.asarray(scale, dtype=np.float64)
+        codes = SeriesCodes.of(series_ids)  # once for every model
         for name in self.models:
-            per_window = self.pooled[name].update(series_ids, actual, arrays[name], scale, valid)
+            per_window = self.pooled[name].update(codes, actual, arrays[name], scale, valid)
             self.windows[name].update(origin_us, per_window, scale)
         return valid
 
@@ -177,6 +177,12 @@ class PairScores:
                     records.append(_row(name, key, float(count), count, "count"))
         tables.append(pa.Table.from_pylist(records, schema=METRICS_SCHEMA))
         return pa.concat_tables(tables)
+
+
+def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
+    """float32 and float64 arrays as they are (no copy); anything else as float64."""
+    array = np.asarray(values)
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
 
 
 def _row(model: str, metric: str, value: float, n: int, convention: str) -> dict[str, Any]:

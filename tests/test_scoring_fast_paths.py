@@ -1,0 +1,115 @@
+"""The scoring's vector fast paths give exactly what the plain definitions give (bit for bit, no tolerance)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from distributed_onnx.evaluation.scoring import naive
+from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator, SeriesCodes
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, seasonal_quantiles_batch
+
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_seasonal_quantiles_match_numpy_nanquantile(gaps: bool) -> None:
+    rng = np.random.default_rng(3)
+    m, seasons, horizon = 4, 5, 9
+    history = rng.normal(size=(6, seasons * m))
+    if gaps:
+        history[rng.random(history.shape) < 0.3] = np.nan
+        history[0, ::m] = np.nan  # one cell with no value at all
+    got = seasonal_quantiles_batch(history, m, horizon, QUANTILES)
+    with warnings.catch_warnings():  # numpy warns of the all-NaN cell
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = np.nanquantile(history.reshape(6, seasons, m), QUANTILES, axis=1)  # [Q, W, m]
+    expected = np.moveaxis(expected, 0, 2)[:, np.arange(horizon) % m, :]
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(0, 120, size=30)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.normal(size=int(offsets[-1])) * 50
+    values[rng.random(values.size) < 0.15] = np.nan
+    for m in (1, 5, 24):
+        series = np.sort(rng.integers(0, 30, size=200))
+        origins = (rng.random(200) * (lengths[series] + 1)).astype(np.int64)
+        got = flat_seasonal_scales(values, offsets, series, origins, m)
+        assert got is not None
+        expected = [
+            SeasonalScaler(values[offsets[s] : offsets[s + 1]], m).scales([o])[0]
+            for s, o in zip(series, origins, strict=True)
+        ]
+        np.testing.assert_array_equal(got.view(np.uint64), np.asarray(expected).view(np.uint64))
+
+
+def test_flat_scales_decline_a_batch_of_long_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(naive, "FLAT_SCALE_CELLS", 10)
+    offsets = np.asarray([0, 50, 100], dtype=np.int64)
+    values = np.arange(100.0)
+    assert flat_seasonal_scales(values, offsets, np.asarray([0, 1]), np.asarray([40, 40]), 2) is None
+
+
+def test_float32_views_score_like_their_float64_copies() -> None:
+    """The accumulator casts float32 forecasts (any layout) itself; the sums equal those of a float64 C copy."""
+    rng = np.random.default_rng(5)
+    windows, horizon = 7, 6
+    actual = rng.normal(size=(windows, horizon))
+    actual[2, 3] = np.nan
+    forecast = np.sort(rng.normal(size=(windows, len(QUANTILES), horizon)), axis=1).astype(np.float32)
+    view = forecast.transpose(0, 2, 1)  # [W, H, Q], not C-ordered
+    scale = np.abs(rng.normal(size=windows))
+    ids = np.asarray(["a", "b", "a", "c", "b", "a", "c"], dtype=object)
+    valid = np.isfinite(actual)
+    direct, copied = MetricsAccumulator(QUANTILES, horizon), MetricsAccumulator(QUANTILES, horizon)
+    direct.update(SeriesCodes.of(ids), actual, view, scale, valid)
+    copied.update(ids, actual, np.ascontiguousarray(view, dtype=np.float64), scale, valid)
+    for name, values in direct.state().items():
+        np.testing.assert_array_equal(values, copied.state()[name], err_msg=name)
+
+
+def test_flat_history_equals_the_per_series_gather() -> None:
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+    from distributed_onnx.evaluation.data.table import SeriesArrays
+    from distributed_onnx.evaluation.part import _gather_history
+
+    rng = np.random.default_rng(6)
+    lengths = rng.integers(1, 40, size=12)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.normal(size=int(offsets[-1]))
+    source = SeriesArrays(
+        tuple(f"s{i}" for i in range(12)), np.zeros(12, np.int64), offsets, values, np.empty((0, values.size)), 60
+    )
+    series = np.sort(rng.integers(0, 12, size=50))
+    origins = (rng.random(50) * (lengths[series] + 1)).astype(np.int64)
+    got = _gather_history(source, series, origins, 9)
+    for row, (s, o) in enumerate(zip(series, origins, strict=True)):
+        expected = gather_blocks(values[offsets[s] : offsets[s + 1]], np.asarray([o]), 9, 0)[0]
+        np.testing.assert_array_equal(got[row], expected)
+
+
+def test_a_broadcast_point_scores_like_its_copy() -> None:
+    """The seasonal naive passed as a stride-0 view takes the point path; its sums equal the copy's bit for bit."""
+    rng = np.random.default_rng(7)
+    windows, horizon = 9, 5
+    actual = rng.normal(size=(windows, horizon))
+    actual[1, 2] = np.nan
+    point = rng.normal(size=(windows, horizon))
+    point[0, 0] = actual[0, 0]  # an exact hit of every interval
+    point[3, 4] = np.nan
+    scale = np.abs(rng.normal(size=windows))
+    ids = ["a", "b", "a", "b", "c", "a", "b", "c", "c"]
+    view = naive.broadcast_quantiles(point, len(QUANTILES), copy=False)
+    assert view.strides[2] == 0
+    by_view, by_copy = MetricsAccumulator(QUANTILES, horizon), MetricsAccumulator(QUANTILES, horizon)
+    by_view.update(ids, actual, view, scale)
+    by_copy.update(ids, actual, naive.broadcast_quantiles(point, len(QUANTILES)), scale)
+    for name, values in by_view.state().items():
+        np.testing.assert_array_equal(values, by_copy.state()[name], err_msg=name)
+    assert by_view.series_sums()["hits"].sum() > 0
