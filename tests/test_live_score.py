@@ -22,7 +22,8 @@ from distributed_onnx.evaluation.live import score_log
 from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.plan import RunPlan
 from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.evaluation.scoring.pairs import BASELINES
+from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.forecast_log.layout import LoggedForecast
 from distributed_onnx.forecast_log.writer import ForecastLog
@@ -85,6 +86,11 @@ def backtest(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> tuple[Path,
 
 def backtest_metrics(plan: RunPlan) -> pa.Table:
     """The metrics table of an in-process backtest, merged from its parts' sums as the driver merges them."""
+    return backtest_scores(plan).to_table()
+
+
+def backtest_scores(plan: RunPlan) -> PairScores:
+    """The merged scores of an in-process backtest, as the driver merges its parts' sums."""
     sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
     for part in plan.parts():
         found = read_done_part(
@@ -97,7 +103,7 @@ def backtest_metrics(plan: RunPlan) -> pa.Table:
         )
         assert found is not None
         sums.add(part.index, found)
-    return sums.metrics_table()
+    return sums.merged()
 
 
 @pytest.mark.integration
@@ -117,6 +123,30 @@ def test_score_of_logged_backtest_forecasts_gives_the_backtest_metrics(
     assert set(result.metrics["convention"].to_pylist()) == {"pooled", "fev", "count"}
     _assert_same_metrics(result.metrics, expected)
     _assert_same_metrics(pq.read_table(tmp_path / "score" / "metrics.parquet"), expected)
+
+
+@pytest.mark.integration
+def test_score_writes_the_backtests_leaderboard(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """The leaderboard of the logged forecasts is the backtest's: intervals, skill, win rates, DM tests alike."""
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    settings = settings_for(tiny_checkpoint.weights_path, data, tmp_path / "run", n_windows=6, stride=2)
+    plan = run_parts_in_process(settings)
+    expected = leaderboard(backtest_scores(plan), plan.step_us)
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    _log_windows(read_forecasts(settings.output), plan.spec.horizon, "tiny", log)
+    log.close()
+    result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=tmp_path / "score"))
+    written = pq.read_table(tmp_path / "score" / "leaderboard.parquet")
+    assert written.schema.equals(result.leaderboard.schema) and written.num_rows == result.leaderboard.num_rows
+    assert set(written["scored_with"].to_pylist()) == {"tiny"}
+    keys = [("kind", "ascending"), ("model", "ascending"), ("versus", "ascending"), ("metric", "ascending")]
+    live, backtest = written.select(expected.column_names).sort_by(keys), expected.sort_by(keys)
+    assert live.num_rows == backtest.num_rows > 0
+    for name in expected.column_names:
+        if pa.types.is_floating(expected.schema.field(name).type):
+            np.testing.assert_allclose(live[name].to_numpy(), backtest[name].to_numpy(), rtol=1e-9, equal_nan=True)
+        else:
+            assert live[name].equals(backtest[name]), name
 
 
 @pytest.mark.integration

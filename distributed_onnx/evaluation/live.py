@@ -26,7 +26,9 @@ are settled (skipped unread next time). The metrics are the sums of every batch,
 
 ``metrics.parquet`` is the backtest's metrics table (:meth:`~.scoring.pairs.PairScores.to_table`: every
 checkpoint and baseline, the ``convention`` column, the left-out counts) of each group, plus the columns
-:data:`GROUP_FIELDS` naming the group (``scored_with``: its checkpoints, comma-separated).
+:data:`GROUP_FIELDS` naming the group (``scored_with``: its checkpoints, comma-separated);
+``leaderboard.parquet`` is the backtest's leaderboard (:mod:`~.scoring.leaderboard`) of each group, with the
+same columns added.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
+from distributed_onnx.evaluation.merge import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
@@ -57,7 +60,6 @@ from distributed_onnx.storage import Location
 logger = logging.getLogger(__name__)
 
 SCORED_DIR = "scored"
-METRICS = "metrics.parquet"
 SUMMARY = "summary.json"
 BATCH_FORMAT = 2
 SCORED = "scored"
@@ -387,6 +389,7 @@ class ScoreResult:
     metrics: pa.Table
     summary: dict[str, Any]
     new_batch: int | None
+    leaderboard: pa.Table
 
 
 def score_log(settings: ScoreSettings) -> ScoreResult:
@@ -438,9 +441,11 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     merged = merged_sums(batches)
     metrics = metrics_table(merged)
     storage.write_parquet(storage.join(output, METRICS), metrics)
+    leaderboard = leaderboard_table(merged)
+    storage.write_parquet(storage.join(output, LEADERBOARD), leaderboard)
     summary = _summary(settings, batches, merged, pending_now, new_batch)
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, sort_keys=True).encode())
-    return ScoreResult(metrics, summary, new_batch)
+    return ScoreResult(metrics, summary, new_batch, leaderboard)
 
 
 def merged_sums(batches: Sequence[ScoreBatch]) -> dict[GroupKey, PairScores]:
@@ -470,17 +475,30 @@ GROUP_FIELDS = [
 
 def metrics_table(merged: dict[GroupKey, PairScores]) -> pa.Table:
     """The backtest's metrics table (:meth:`PairScores.to_table`) of each group, plus :data:`GROUP_FIELDS`."""
-    tables = []
-    for key, scores in sorted(merged.items()):
-        _, horizon, levels, resolution = key
-        table = scores.to_table()
-        values = [group_label(key), horizon, ",".join(format(q, "g") for q in levels), resolution]
-        for column, value in zip(GROUP_FIELDS, values, strict=True):
-            table = table.append_column(column, pa.array([value] * table.num_rows, column.type))
-        tables.append(table)
-    if not tables:
-        return pa.schema([*METRICS_SCHEMA, *GROUP_FIELDS]).empty_table()
-    return pa.concat_tables(tables)
+    tables = [_with_group(scores.to_table(), key) for key, scores in sorted(merged.items())]
+    return pa.concat_tables(tables) if tables else pa.schema([*METRICS_SCHEMA, *GROUP_FIELDS]).empty_table()
+
+
+def leaderboard_table(merged: dict[GroupKey, PairScores]) -> pa.Table:
+    """The backtest's leaderboard (:func:`~.scoring.leaderboard.leaderboard`) of each group that has scored
+    windows, plus :data:`GROUP_FIELDS`: metrics with bootstrap intervals, skill, win rates and Diebold-Mariano
+    tests of the checkpoints scored together, on their common pairs."""
+    from distributed_onnx.evaluation.scoring.leaderboard import LEADERBOARD_SCHEMA, leaderboard  # scipy: only here
+
+    tables = [
+        _with_group(leaderboard(scores, key[3] * _US_PER_MINUTE), key)
+        for key, scores in sorted(merged.items())
+        if len(scores.pooled[scores.models[0]].series_ids)
+    ]
+    return pa.concat_tables(tables) if tables else pa.schema([*LEADERBOARD_SCHEMA, *GROUP_FIELDS]).empty_table()
+
+
+def _with_group(table: pa.Table, key: GroupKey) -> pa.Table:
+    _, horizon, levels, resolution = key
+    values = [group_label(key), horizon, ",".join(format(q, "g") for q in levels), resolution]
+    for column, value in zip(GROUP_FIELDS, values, strict=True):
+        table = table.append_column(column, pa.array([value] * table.num_rows, column.type))
+    return table
 
 
 def _summary(

@@ -23,7 +23,7 @@ class ScoreSettings(CommandSettings):
     )
     output: Path | str = Field(
         description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "
-        "summary.json. Rerun it to score what is new."
+        "leaderboard.parquet, summary.json. Rerun it to score what is new."
     )
     seasonality: int | None = Field(
         default=None, gt=0, description="Seasonal period in steps, for the baselines and MASE (default: one day)."
