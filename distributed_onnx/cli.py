@@ -256,5 +256,5 @@ def _score(args: argparse.Namespace) -> int:
     settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
     result = score_log(settings)
     print(json.dumps({"windows": result.summary["windows"], "new_batch": result.new_batch}, indent=2))
-    print(f"wrote {settings.output}/ (scored/, metrics.parquet, summary.json)")
+    print(f"wrote {settings.output}/ (scored/, metrics.parquet, leaderboard.parquet, summary.json)")
     return 0

@@ -20,7 +20,10 @@ from backtest_data import QUANTILES, read_forecasts, run_parts_in_process, setti
 from distributed_onnx.cli import main
 from distributed_onnx.evaluation.live import score_log
 from distributed_onnx.evaluation.merge import RunSums
+from distributed_onnx.evaluation.plan import RunPlan
 from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.forecast_log.layout import LoggedForecast
 from distributed_onnx.forecast_log.writer import ForecastLog
@@ -28,7 +31,7 @@ from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_MIN = 30
 REQUEST_TIME_US = 1_796_083_200_000_000
-METRIC_COLUMNS = ["model", "scope", "series_id", "lead", "metric", "quantile", "value", "n"]
+METRIC_COLUMNS = ["model", "scope", "series_id", "lead", "metric", "quantile", "convention", "value", "n"]
 
 
 def _log_windows(forecasts: pa.Table, horizon: int, model: str, log: ForecastLog, **extra: object) -> None:
@@ -58,7 +61,7 @@ def _log_windows(forecasts: pa.Table, horizon: int, model: str, log: ForecastLog
 
 def _sorted_metrics(table: pa.Table) -> pa.Table:
     return table.select(METRIC_COLUMNS).sort_by(
-        [(name, "ascending") for name in ("model", "scope", "series_id", "lead", "metric", "quantile")]
+        [(name, "ascending") for name in ("model", "convention", "scope", "series_id", "lead", "metric", "quantile")]
     )
 
 
@@ -78,12 +81,29 @@ def backtest(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> tuple[Path,
     data = write_dataset(tmp_path / "load.parquet", covariate=False)
     settings = settings_for(tiny_checkpoint.weights_path, data, tmp_path / "run", n_windows=6, stride=2)
     plan = run_parts_in_process(settings)
-    sums = RunSums(plan.quantiles, plan.spec.horizon)
+    return data, read_forecasts(settings.output), backtest_metrics(plan), plan.spec.horizon
+
+
+def backtest_metrics(plan: RunPlan) -> pa.Table:
+    """The metrics table of an in-process backtest, merged from its parts' sums as the driver merges them."""
+    return backtest_scores(plan).to_table()
+
+
+def backtest_scores(plan: RunPlan) -> PairScores:
+    """The merged scores of an in-process backtest, as the driver merges its parts' sums."""
+    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
     for part in plan.parts():
-        found = read_done_part(settings.output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        found = read_done_part(
+            plan.settings.output,
+            part.index,
+            plan.run_fingerprint,
+            part.n_windows,
+            plan.spec.horizon,
+            plan.model_fingerprints,
+        )
         assert found is not None
         sums.add(part.index, found)
-    return data, read_forecasts(settings.output), sums.metrics_table("tiny"), plan.spec.horizon
+    return sums.merged()
 
 
 @pytest.mark.integration
@@ -97,10 +117,36 @@ def test_score_of_logged_backtest_forecasts_gives_the_backtest_metrics(
     result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=tmp_path / "score"))
     windows = forecasts.num_rows // horizon
     assert result.summary["windows"] == {"tiny": {"scored": windows}}
-    assert set(result.metrics["scored_model"].to_pylist()) == {"tiny"}
+    assert set(result.metrics["scored_with"].to_pylist()) == {"tiny"}
     assert set(result.metrics["quantile_levels"].to_pylist()) == {"0.1,0.5,0.9"}
+    assert set(result.metrics["model"].to_pylist()) == {"tiny", "seasonal_naive", "seasonal_quantiles"}
+    assert set(result.metrics["convention"].to_pylist()) == {"pooled", "fev", "count"}
     _assert_same_metrics(result.metrics, expected)
     _assert_same_metrics(pq.read_table(tmp_path / "score" / "metrics.parquet"), expected)
+
+
+@pytest.mark.integration
+def test_score_writes_the_backtests_leaderboard(tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """The leaderboard of the logged forecasts is the backtest's: intervals, skill, win rates, DM tests alike."""
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    settings = settings_for(tiny_checkpoint.weights_path, data, tmp_path / "run", n_windows=6, stride=2)
+    plan = run_parts_in_process(settings)
+    expected = leaderboard(backtest_scores(plan), plan.step_us)
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    _log_windows(read_forecasts(settings.output), plan.spec.horizon, "tiny", log)
+    log.close()
+    result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=data, output=tmp_path / "score"))
+    written = pq.read_table(tmp_path / "score" / "leaderboard.parquet")
+    assert written.schema.equals(result.leaderboard.schema) and written.num_rows == result.leaderboard.num_rows
+    assert set(written["scored_with"].to_pylist()) == {"tiny"}
+    keys = [("kind", "ascending"), ("model", "ascending"), ("versus", "ascending"), ("metric", "ascending")]
+    live, backtest = written.select(expected.column_names).sort_by(keys), expected.sort_by(keys)
+    assert live.num_rows == backtest.num_rows > 0
+    for name in expected.column_names:
+        if pa.types.is_floating(expected.schema.field(name).type):
+            np.testing.assert_allclose(live[name].to_numpy(), backtest[name].to_numpy(), rtol=1e-9, equal_nan=True)
+        else:
+            assert live[name].equals(backtest[name]), name
 
 
 @pytest.mark.integration
@@ -183,8 +229,52 @@ def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) ->
     }
     metrics = pq.read_table(output / "metrics.parquet")
     mae = metrics.filter(
-        (pc.field("model") == "m") & (pc.field("scope") == "global") & (pc.field("metric") == "mae")
+        (pc.field("model") == "m")
+        & (pc.field("scope") == "global")
+        & (pc.field("metric") == "mae")
+        & (pc.field("convention") == "pooled")
     ).to_pylist()
     assert mae[0]["n"] == 3 and mae[0]["value"] == pytest.approx(np.mean(np.abs(np.array([60.0, 61, 62]) - 1)))
-    naive = metrics.filter((pc.field("model") == "seasonal_naive") & (pc.field("scored_model") == "m"))
+    naive = metrics.filter((pc.field("model") == "seasonal_naive") & (pc.field("scored_with") == "m"))
     assert naive.num_rows > 0
+
+
+def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_path: Path) -> None:
+    """One request answered by ``m`` and shadowed by ``shadow`` (one window id), the shadow NaN at one lead: both
+    models and both baselines are scored on the same two pairs, and the left-out pair is counted, as in a backtest
+    of the two checkpoints; a window ``m`` answered alone is scored in a group of its own."""
+    step_us = STEP_MIN * 60_000_000
+    start = REQUEST_TIME_US
+    actuals = pa.table(
+        {
+            "series_id": ["a"] * 100,
+            "timestamp": pa.array([start + i * step_us for i in range(100)], pa.timestamp("us", tz="UTC")),
+            "y": np.arange(100, dtype=np.float64),
+        }
+    )
+    pq.write_table(actuals, tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    nan_at_lead_2 = np.array([[[1.0], [np.nan], [1.0]]], dtype=np.float32)
+    log.submit(_item("both", "a", start + 60 * step_us))
+    log.submit(LoggedForecast(**{**_item("both", "a", start + 60 * step_us, model="shadow").__dict__,
+                                 "role": "shadow", "forecasts": nan_at_lead_2}))  # fmt: skip
+    log.submit(_item("alone", "a", start + 70 * step_us))
+    log.close()
+    result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=tmp_path / "actuals.parquet",
+                                     output=tmp_path / "score"))  # fmt: skip
+    assert result.summary["windows"] == {"m": {"scored": 2}, "shadow": {"scored": 1}}
+    pooled = result.metrics.filter(
+        (pc.field("scope") == "global") & (pc.field("metric") == "mae") & (pc.field("convention") == "pooled")
+    )
+    rows = {(row["scored_with"], row["model"]): row for row in pooled.to_pylist()}
+    assert set(rows) == {(group, model) for group in ("m", "m,shadow") for model in (*group.split(","), *BASELINES)}
+    for model in ("m", "shadow", *BASELINES):
+        assert rows[("m,shadow", model)]["n"] == 2  # the pairs every model has: leads 1 and 3
+    assert rows[("m,shadow", "m")]["value"] == pytest.approx(np.mean(np.abs(np.array([60.0, 62]) - 1)))
+    assert rows[("m", "m")]["n"] == 3
+    left_out = result.metrics.filter(
+        (pc.field("scored_with") == "m,shadow") & (pc.field("metric") == "left_out_model_nonfinite")
+    )
+    assert set(left_out["value"].to_pylist()) == {1.0}
+    pairs = {entry["scored_with"]: entry["left_out"] for entry in result.summary["pairs"]}
+    assert pairs["m,shadow"]["shadow"]["nonfinite_windows"] == 1

@@ -32,13 +32,12 @@ from backtest_data import (
 )
 from graphs import write_tiny_chronos2, write_tiny_context_quantiles
 from prometheus_client.parser import text_string_to_metric_families
-from test_live_score import _assert_same_metrics
+from test_live_score import _assert_same_metrics, backtest_metrics
 from test_serve_ingress import Server
 
 from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.forecast_log.layout import log_files
 
 pytestmark = pytest.mark.integration
@@ -61,13 +60,8 @@ class Setup:
         for name, checkpoint in self.checkpoints.items():
             settings = settings_for(checkpoint, self.data, root / f"backtest-{name}", n_windows=6, stride=2)
             plan = run_parts_in_process(settings)
-            sums = RunSums(plan.quantiles, plan.spec.horizon)
-            for part in plan.parts():
-                found = read_done_part(settings.output, part.index, plan.run_fingerprint, part.n_windows, HORIZON)
-                assert found is not None
-                sums.add(part.index, found)
             self.forecasts[name] = read_forecasts(settings.output)
-            self.metrics[name] = sums.metrics_table(name)
+            self.metrics[name] = backtest_metrics(plan)
 
     def requests(self) -> list[dict[str, Any]]:
         """One request per backtest window: its series' history up to the window's origin, and its start."""
@@ -171,9 +165,15 @@ def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup
     scored = score_log(ScoreSettings(forecasts=setup.log, actuals=setup.data, output=setup.root / "score"))
     assert scored.summary["windows"][CHAMPION] == {"scored": windows, "no_start": 1}
     assert scored.summary["windows"][CHALLENGER]["scored"] == windows + 1  # its shadow forecasts + the direct one
-    metrics = scored.metrics
-    champion = metrics.filter((pc.field("scored_model") == CHAMPION) & (pc.field("horizon") == HORIZON))
-    _assert_same_metrics(champion, setup.metrics[CHAMPION])
+    # The champion and its shadow are scored together on their common pairs, like two checkpoints of one run:
+    # each equals its own backtest (the models are finite everywhere, so the pairs are the backtests' pairs).
+    both = scored.metrics.filter(pc.field("scored_with") == ",".join(sorted((CHAMPION, CHALLENGER))))
+    assert set(both["model"].to_pylist()) == {CHAMPION, CHALLENGER, *BASELINES}
+    for name in (CHAMPION, CHALLENGER):
+        mine = pc.field("model") == name
+        _assert_same_metrics(both.filter(mine), setup.metrics[name].filter(mine))
+    baselines = pc.field("model").isin(list(BASELINES))
+    _assert_same_metrics(both.filter(baselines), setup.metrics[CHAMPION].filter(baselines))
 
 
 def test_an_unwritable_log_drops_counted_and_logging_resumes(setup: Setup, server: Server) -> None:

@@ -47,15 +47,8 @@ from distributed_onnx.evaluation.data.windows import (
     plan_series,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.scoring.naive import (
-    SeasonalScaler,
-    broadcast_quantiles,
-    flat_seasonal_scales,
-    season_count,
-    seasonal_naive_batch,
-    seasonal_quantiles_batch,
-)
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, season_count
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
 from distributed_onnx.evaluation.sums import PartSums, model_part_verifies, write_sums
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.model.window_batch import unpack_batch
@@ -359,12 +352,7 @@ class PartRunner:
         block = unpack_batch(batch, job.spec.context_length, horizon)
         actual = np.asarray(block.target, dtype=np.float64)
         scale, history = self._scales_and_history(planned)
-        naive_point = seasonal_naive_batch(history[:, -m:], horizon)
-        forecasts = {
-            **forecasts,
-            SEASONAL_NAIVE: broadcast_quantiles(naive_point, len(job.quantiles), copy=False),
-            SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, job.quantiles),
-        }
+        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles)}
         series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)
         window_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)

@@ -23,8 +23,14 @@ class ScoreSettings(CommandSettings):
     )
     output: Path | str = Field(
         description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "
-        "summary.json. Rerun it to score what is new."
+        "leaderboard.parquet, summary.json. Rerun it to score what is new."
     )
     seasonality: int | None = Field(
-        default=None, gt=0, description="Seasonal period in steps, for the baseline and MASE (default: one day)."
+        default=None, gt=0, description="Seasonal period in steps, for the baselines and MASE (default: one day)."
+    )
+    context_length: int | None = Field(
+        default=None,
+        gt=0,
+        description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
+        "over the seasons within it, as the backtest's does (default: one season).",
     )

@@ -28,8 +28,21 @@ import pyarrow as pa
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator, SeriesCodes, finite_pairs
+from distributed_onnx.evaluation.scoring.naive import (
+    broadcast_quantiles,
+    seasonal_naive_batch,
+    seasonal_quantiles_batch,
+)
 
-__all__ = ["BASELINES", "REASONS", "SEASONAL_NAIVE", "SEASONAL_QUANTILES", "PairScores", "common_pairs"]
+__all__ = [
+    "BASELINES",
+    "REASONS",
+    "SEASONAL_NAIVE",
+    "SEASONAL_QUANTILES",
+    "PairScores",
+    "baseline_forecasts",
+    "common_pairs",
+]
 
 SEASONAL_NAIVE = "seasonal_naive"
 SEASONAL_QUANTILES = "seasonal_quantiles"
@@ -37,6 +50,18 @@ SEASONAL_QUANTILES = "seasonal_quantiles"
 BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
 REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
 F64 = npt.NDArray[np.float64]
+
+
+def baseline_forecasts(history: F64, m: int, horizon: int, quantiles: Sequence[float]) -> dict[str, F64]:
+    """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
+
+    The one place the baselines are built, for the backtest's parts and for live scoring alike, so both
+    score the same baselines from the same history.
+    """
+    return {
+        SEASONAL_NAIVE: broadcast_quantiles(seasonal_naive_batch(history[:, -m:], horizon), len(quantiles), copy=False),
+        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles),
+    }
 
 
 def common_pairs(
