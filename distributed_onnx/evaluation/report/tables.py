@@ -342,7 +342,8 @@ def _settings(summary: dict[str, Any]) -> str:
 CSS = (
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1140px;padding:0 1em;"
     "color:#222}h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"
-    ".lede{color:#555}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 9px;"
+    ".lede{color:#555}table{border-collapse:collapse;margin:.5em 0;display:block;overflow-x:auto;max-width:100%}"
+    "td,th{border:1px solid #ddd;padding:3px 9px;"
     "text-align:right}th{background:#f6f6f6;font-weight:600}.kv th{text-align:left}.kv td{text-align:left;"
     "font-family:ui-monospace,monospace;font-size:90%;word-break:break-all}.hint{color:#666;font-size:90%}"
     ".fans{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:10px}figure{margin:0}"
