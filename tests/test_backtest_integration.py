@@ -9,6 +9,7 @@ nothing about the numbers.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,12 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
         if len(receipts) == 1:
             ray.kill(started[0], no_restart=True)
             wait_dead(started[0])
+            # Ray's view of free resources lags the actor's death; the run starts a replacement once it shows
+            # room. Waiting here (the dispatcher's own callback) keeps the tiny run from finishing first.
+            deadline = time.monotonic() + 60
+            while not actors_module.has_room(settings.cpus_per_actor, settings.gpus_per_actor):
+                assert time.monotonic() < deadline, "the killed actor's CPU never showed as free"
+                time.sleep(0.05)
 
     monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
     monkeypatch.setattr(run_module, "start_worker_actor", start_and_record)
