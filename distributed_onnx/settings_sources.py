@@ -264,3 +264,13 @@ def _help(field: FieldInfo) -> str:
         return text
     shown = default.value if isinstance(default, Enum) else default
     return f"{text} (default: {shown})"
+
+
+def one_or_many_paths(value: Any) -> Any:
+    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
+    ``a.onnx,b.onnx``); anything else is left to the field's own validation."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, Path):
+        return [value]
+    return value

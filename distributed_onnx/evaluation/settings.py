@@ -18,7 +18,7 @@ from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, read_yaml
+from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
@@ -115,12 +115,7 @@ class BacktestSettings(CommandSettings):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
-        """One path (a flag, an old config) or several (repeated flags, a YAML list, ``a.onnx,b.onnx``)."""
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, Path):
-            return [value]
-        return value
+        return one_or_many_paths(value)
 
     @field_validator("checkpoint")
     @classmethod

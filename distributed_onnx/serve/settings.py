@@ -18,7 +18,7 @@ from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.ingress import IngressMode
-from distributed_onnx.settings_sources import CommandSettings
+from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -130,12 +130,7 @@ class ServeSettings(CommandSettings):
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
-        """One path (a flag, an old config) or several (repeated flags, a YAML list, ``a.onnx,b.onnx``)."""
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, Path):
-            return [value]
-        return value
+        return one_or_many_paths(value)
 
     @field_validator("shadow", mode="before")
     @classmethod
