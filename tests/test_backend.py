@@ -92,7 +92,9 @@ def test_session_options_are_applied(
     assert applied.get_session_config_entry("session.inter_op.allow_spinning") == "0"
     assert applied.log_severity_level == 2
     assert applied.optimized_model_filepath == str(tmp_path / "opt.onnx")
-    assert (tmp_path / "opt.onnx").is_file()
+    # ONNX Runtime wrote the optimized graph there: a model that loads and has the checkpoint's inputs.
+    optimized = ort.InferenceSession(str(tmp_path / "opt.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in optimized.get_inputs()] == [i.name for i in session.get_inputs()]
 
 
 def test_caller_owned_session(tiny_checkpoint: ResolvedCheckpoint) -> None:

@@ -214,7 +214,9 @@ def test_nan_windows_fail_the_run_and_adding_a_checkpoint_computes_only_it(
     assert second["parts"]["computed_by_model"] == {"twin": n_parts}
     after = pq.read_table(output / "metrics.parquet")
     assert after.filter(pc.field("model") != "twin").equals(before)
-    assert (output / "leaderboard.parquet").is_file()
+    board = pq.read_table(output / "leaderboard.parquet")  # the newcomer joins the leaderboard of all three
+    ranked = set(board.filter(pc.field("kind") == "metric").column("model").to_pylist())
+    assert {"twin", "season_copy"} <= ranked
 
     # A fourth that emits NaN on the windows of series b and c (levels above 150): exit 1 with one line, the
     # windows listed, every model rescored on the pairs that remain, only the newcomer computed.
