@@ -17,9 +17,11 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series, window_ids
+from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.part import PartRunner
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 STEP_US = 30 * 60 * 1_000_000
@@ -159,3 +161,20 @@ def planned_window_ids(settings: BacktestSettings) -> list[str]:
         origins = plan_series(series, plan.spec).origins
         ids += window_ids([series.series_id] * origins.size, series.timestamp_us(origins), plan.window_fingerprint)
     return ids
+
+
+def merged_sums(plan: RunPlan) -> RunSums:
+    """The run's sums merged from its parts' files as the driver merges them (every part must verify)."""
+    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
+    for part in plan.parts():
+        found = read_done_part(
+            plan.settings.output,
+            part.index,
+            plan.run_fingerprint,
+            part.n_windows,
+            plan.spec.horizon,
+            plan.model_fingerprints,
+        )
+        assert found is not None, f"part {part.index} does not verify"
+        sums.add(part.index, found)
+    return sums

@@ -20,15 +20,13 @@ import pytest
 
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
-from backtest_data import dense_series, long_table, run_parts_in_process, settings_for
+from backtest_data import dense_series, long_table, merged_sums, run_parts_in_process, settings_for
 from graphs import write_season_copy, write_tiny_chronos2, write_tiny_chronos2_nan
 
 from distributed_onnx import cli
-from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.evaluation.sums import read_done_part
 
 pytestmark = pytest.mark.integration
 
@@ -45,18 +43,7 @@ def integer_data(tmp_path: Path) -> Path:
 
 def _merged(settings: object) -> tuple[object, PairScores]:
     plan = run_parts_in_process(settings)  # type: ignore[arg-type]
-    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
-    for part in plan.parts():
-        found = read_done_part(
-            plan.settings.output,
-            part.index,
-            plan.run_fingerprint,
-            part.n_windows,
-            plan.spec.horizon,
-            plan.model_fingerprints,
-        )
-        assert found is not None
-        sums.add(part.index, found)
+    sums = merged_sums(plan)
     return plan, sums.merged()
 
 

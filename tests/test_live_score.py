@@ -15,16 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from backtest_data import QUANTILES, read_forecasts, run_parts_in_process, settings_for, write_dataset
+from backtest_data import QUANTILES, merged_sums, read_forecasts, run_parts_in_process, settings_for, write_dataset
 
 from distributed_onnx.cli import main
 from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.plan import RunPlan
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.forecast_log.layout import LoggedForecast
 from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -91,18 +89,7 @@ def backtest_metrics(plan: RunPlan) -> pa.Table:
 
 def backtest_scores(plan: RunPlan) -> PairScores:
     """The merged scores of an in-process backtest, as the driver merges its parts' sums."""
-    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
-    for part in plan.parts():
-        found = read_done_part(
-            plan.settings.output,
-            part.index,
-            plan.run_fingerprint,
-            part.n_windows,
-            plan.spec.horizon,
-            plan.model_fingerprints,
-        )
-        assert found is not None
-        sums.add(part.index, found)
+    sums = merged_sums(plan)
     return sums.merged()
 
 

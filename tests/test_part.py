@@ -16,11 +16,17 @@ import pytest
 
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
-from backtest_data import in_process_forecasts, read_forecasts, run_parts_in_process, settings_for, write_dataset
+from backtest_data import (
+    in_process_forecasts,
+    merged_sums,
+    read_forecasts,
+    run_parts_in_process,
+    settings_for,
+    write_dataset,
+)
 
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
-from distributed_onnx.evaluation.merge import RunSums
 from distributed_onnx.evaluation.plan import default_windows_per_part
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import PartSums, read_done_part
@@ -65,18 +71,7 @@ def test_sums_score_what_the_parts_hold(tmp_path: Path, tiny: Path, data: Path) 
     """The metrics merged from the sums equal the metrics of the forecast files, scored from scratch."""
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=4)
     plan = run_parts_in_process(settings)
-    sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
-    for part in plan.parts():
-        found = read_done_part(
-            settings.output,
-            part.index,
-            plan.run_fingerprint,
-            part.n_windows,
-            plan.spec.horizon,
-            plan.model_fingerprints,
-        )
-        assert found is not None
-        sums.add(part.index, found)
+    sums = merged_sums(plan)
     merged = sums.metrics_table().to_pylist()
     forecasts = read_forecasts(settings.output)
     horizon = plan.spec.horizon
