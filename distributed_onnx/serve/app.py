@@ -51,7 +51,7 @@ from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH
-from distributed_onnx.serve.core import ForecastAnswer, ModelCore, ReplicaCore
+from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.grpc_messages import (
@@ -70,6 +70,7 @@ from distributed_onnx.serve.http import (
     json_body,
     read_body,
 )
+from distributed_onnx.serve.infer_call import InferServed
 from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.loopback import pin_replica_servers
@@ -189,17 +190,32 @@ class OnnxForecastServer:
         summary="Run the model on named tensors (Open Inference Protocol, JSON or binary tensor data)",
     )
     async def infer(self, name: str, request: Request) -> Response:
+        started = time.perf_counter()
+        received_us = now_us()
+        header_id = request.headers.get(REQUEST_ID_HEADER)
+        answered: list[InferAnswer] = []
+
         async def handle(ticket: Ticket) -> Response:
             model = self._replica.model(name)
             body = await read_body(request, self._settings.max_body_bytes, ticket)
-            return infer_response(*await model.infer(body, request.headers.get(HEADER_LENGTH)))
+            answer = await model.infer(body, request.headers.get(HEADER_LENGTH))
+            answered.append(answer)
+            response = infer_response(answer.body, answer.header_length)
+            response.headers[REQUEST_ID_HEADER] = request_id(header_id or answer.served.request_id)
+            return response
 
-        started = time.perf_counter()
         try:
-            answer = self._replica.observe("infer", handle)
-            return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
+            answer_or_refusal = self._replica.observe("infer", handle)
+            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         finally:
             self._live_metrics.request("infer", name, time.perf_counter() - started)
+        self._infer_answered(answered[0].served, response.headers[REQUEST_ID_HEADER], received_us)
+        return response
+
+    def _infer_answered(self, served: InferServed, identifier: str, received_us: int) -> None:
+        """Log and shadow an answered v2 infer (scheduled, not awaited: after the response is on its way)."""
+        model = self._replica.models[served.model.name]
+        self._traffic.answered_later(model, served.windows.count, served.request, identifier, received_us)
 
     @api.post(
         "/v1/forecast",
@@ -287,11 +303,23 @@ class OnnxForecastServer:
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
 
     async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        started = time.perf_counter()
+        received_us = now_us()
+        answered: list[InferServed] = []
+
         async def handle(ticket: Ticket) -> Any:
             model: ModelCore = self._replica.model(request.model_name)
-            return await model.grpc_infer(request, ticket)
+            response, served = await model.grpc_infer(request, ticket)
+            answered.append(served)
+            return response
 
-        return await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
+        try:
+            response = await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
+        finally:
+            self._live_metrics.request("grpc_infer", request.model_name, time.perf_counter() - started)
+        if answered:
+            self._infer_answered(answered[0], request_id(answered[0].request_id), received_us)
+        return response
 
 
 def build_app(settings: ServeSettings) -> Any:
