@@ -200,16 +200,17 @@ class OnnxForecastServer:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             answer = await model.infer(body, request.headers.get(HEADER_LENGTH))
             answered.append(answer)
-            response = infer_response(answer.body, answer.header_length)
-            response.headers[REQUEST_ID_HEADER] = request_id(header_id or answer.served.request_id)
-            return response
+            return infer_response(answer.body, answer.header_length)
 
         try:
             answer_or_refusal = self._replica.observe("infer", handle)
             response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         finally:
             self._live_metrics.request("infer", name, time.perf_counter() - started)
-        self._infer_answered(answered[0].served, response.headers[REQUEST_ID_HEADER], received_us)
+        # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
+        # the request and returns in the response's header).
+        served = answered[0].served
+        self._infer_answered(served, request_id(served.request_id or header_id), received_us)
         return response
 
     def _infer_answered(self, served: InferServed, identifier: str, received_us: int) -> None:
