@@ -28,8 +28,14 @@ def _histories() -> np.ndarray:
     return context
 
 
-def test_chronos2_windows_are_the_groups_target_rows_with_their_gaps_missing() -> None:
-    adapter = adapter_for(CHRONOS2)
+UPSTREAM = tiny_chronos2_metadata(
+    context_length=C, input_names=["context", "group_ids", "attention_mask", "future_covariates"]
+)
+
+
+@pytest.mark.parametrize("metadata", [CHRONOS2, UPSTREAM], ids=["openstef", "upstream"])
+def test_chronos2_windows_are_the_groups_target_rows_with_their_gaps_missing(metadata: CheckpointMetadata) -> None:
+    adapter = adapter_for(metadata)
     context = _histories()
     covariates = np.ones((3, 2, C + 8), dtype=np.float32)  # two covariate rows per group: not windows
     inputs, target_rows = adapter.build_inputs(context, covariates)
