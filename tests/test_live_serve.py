@@ -272,6 +272,7 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
         bad = _v2_body(tensors([[1.0]]), parameters={"start": "yesterday"})
         refused = client.post(f"/v2/models/{CHAMPION}/infer", json=bad)
         assert refused.status_code == 422 and "parameters.start" in refused.json()["error"], refused.text
+        assert client.post("/v2/models/nope/infer", json=bad).status_code == 404
     with pytest.raises(InferenceServerException, match=r"INVALID_ARGUMENT.*parameters.series_ids: 2 ids"):
         triton.infer(CHAMPION, triton_inputs(grpc, tensors([[1.0]])), parameters={"series_ids": "a,b"})
     triton.close()
@@ -299,6 +300,7 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
     def grew(name: str, model: str) -> float:
         return after[(name, model, "")] - before.get((name, model, ""), 0)
 
+    assert not [key for key in after if key[1] == "nope"]  # a label per unknown name would grow without bound
     assert grew("distributed_onnx_forecasts_served_total", CHAMPION) == len(windows) + 2
     assert grew("distributed_onnx_forecasts_shadow_total", CHALLENGER) == len(windows) + 2
     latency = {

@@ -206,12 +206,16 @@ class OnnxForecastServer:
             answer_or_refusal = self._replica.observe("infer", handle)
             response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         finally:
-            self._live_metrics.request("infer", name, time.perf_counter() - started)
+            self._live_metrics.request("infer", self._model_label(name), time.perf_counter() - started)
         # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
         # the request and returns in the response's header).
         served = answered[0].served
         self._infer_answered(served, request_id(served.request_id or header_id), received_us)
         return response
+
+    def _model_label(self, name: str) -> str:
+        """A served model's name, else ``-``: a label per unknown name a client sends would grow without bound."""
+        return name if name in self._replica.models else "-"
 
     def _infer_answered(self, served: InferServed, identifier: str, received_us: int) -> None:
         """Log and shadow an answered v2 infer (scheduled, not awaited: after the response is on its way)."""
@@ -317,7 +321,9 @@ class OnnxForecastServer:
         try:
             response = await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
         finally:
-            self._live_metrics.request("grpc_infer", request.model_name, time.perf_counter() - started)
+            self._live_metrics.request(
+                "grpc_infer", self._model_label(request.model_name), time.perf_counter() - started
+            )
         if answered:
             self._infer_answered(answered[0], request_id(answered[0].request_id), received_us)
         return response
