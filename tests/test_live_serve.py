@@ -127,6 +127,17 @@ def _metrics(url: str) -> dict[tuple[str, str, str], float]:
     }
 
 
+def _requests_timed(url: str, model: str) -> dict[str, float]:
+    """Requests timed on /metrics by endpoint, for ``model``."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        sample.labels["endpoint"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "distributed_onnx_request_duration_seconds_count" and sample.labels["model"] == model
+    }
+
+
 def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -239,10 +250,11 @@ def test_an_unwritable_log_drops_counted_and_logging_resumes(setup: Setup, serve
     assert after[("distributed_onnx_forecast_log_pending", CHAMPION, "")] == 0
 
 
-def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup, server: Server) -> None:
-    """Each backtest window sent as the champion's own tensors (KServe v2, half over HTTP, half over gRPC) with
-    ``start`` and ``series_ids`` parameters: the log holds the backtests' forecasts, served and shadow; a request
-    without parameters is logged unplaceable; a malformed parameter is refused before the model runs."""
+def _send_windows_over_v2(
+    setup: Setup, server: Server, windows: list[tuple[str, int, list[float | None]]]
+) -> list[str]:
+    """Each window to the champion over v2 (even ones over HTTP, odd ones over gRPC), placed by its parameters;
+    then a request without parameters (id ``bare``) and malformed ones. Returns the placed requests' ids."""
     grpc = pytest.importorskip("tritonclient.grpc")
     from test_serve_ingress import triton_inputs
     from tritonclient.utils import InferenceServerException
@@ -251,8 +263,6 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
 
     context_length = LocalCheckpoint(path=setup.checkpoints[CHAMPION]).resolve().metadata.context_length
     tensors = partial(_champion_tensors, setup)
-    before = _metrics(server.url)
-    windows = setup.windows()
     ids = []
     triton = grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -276,6 +286,16 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
     with pytest.raises(InferenceServerException, match=r"INVALID_ARGUMENT.*parameters.series_ids: 2 ids"):
         triton.infer(CHAMPION, triton_inputs(grpc, tensors([[1.0]])), parameters={"series_ids": "a,b"})
     triton.close()
+    return ids
+
+
+def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup, server: Server) -> None:
+    """Each backtest window sent as the champion's own tensors (KServe v2, half over HTTP, half over gRPC) with
+    ``start`` and ``series_ids`` parameters: the log holds the backtests' forecasts, served and shadow; a request
+    without parameters is logged unplaceable; a malformed parameter is refused before the model runs."""
+    before = _metrics(server.url)
+    windows = setup.windows()
+    ids = _send_windows_over_v2(setup, server, windows)
 
     mine = pc.field("request_id").isin([*ids, "bare"])
     expected_rows = (len(windows) + 2) * HORIZON * 2  # served and shadow, the windows and the two bare ones
@@ -303,12 +323,6 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
     assert not [key for key in after if key[1] == "nope"]  # a label per unknown name would grow without bound
     assert grew("distributed_onnx_forecasts_served_total", CHAMPION) == len(windows) + 2
     assert grew("distributed_onnx_forecasts_shadow_total", CHALLENGER) == len(windows) + 2
-    latency = {
-        endpoint: sample.value
-        for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics", timeout=30).text)
-        for sample in family.samples
-        if sample.name == "distributed_onnx_request_duration_seconds_count" and sample.labels["model"] == CHAMPION
-        for endpoint in [sample.labels["endpoint"]]
-    }
+    latency = _requests_timed(server.url, CHAMPION)
     assert latency["grpc_infer"] == len(windows) // 2 + 1  # the refused request is timed too
     assert latency["infer"] == len(windows) - len(windows) // 2 + 2
