@@ -17,11 +17,15 @@ thread: ``/v1/forecast`` picks one by its ``model`` field (default: the first th
 addresses each as ``/v2/models/{name}``, and shadow models forecast each answered request after the answer has
 gone (:mod:`distributed_onnx.serve.live_log`), logged to the forecast log (``--forecast-log``) and counted on
 ``GET /metrics`` (:mod:`distributed_onnx.serve.live_metrics`). One deployment holding every model was chosen
-over the two ways Ray Serve offers, by reasoning rather than measurement: model multiplexing loads models
-lazily into an LRU per replica and routes by a request header, for many models that do not all fit, while a
-shadow needs its model warm on every request its primary answers, and KServe v2 routes by path; one deployment
-per model puts a handle call (a second Serve hop, on a path where Serve's proxy already dominates small
-requests) between the ingress and each model, shadows included, and loses the direct ingress to one replica.
+over the two ways Ray Serve offers, and measured against them (``benchmarks/multiplex_bench.py``, figures in
+``benchmarks/results/multiplex.md``): with the same handler, model multiplexing (``@serve.multiplexed``) serves
+about as many requests as long as its LRU holds every model, but loads each model on its first request (a cold
+request several times a warm one) and on every switch once the LRU is smaller than the models, while a shadow
+needs its model warm on every request its primary answers, and KServe v2 routes by path, not by a header.
+One deployment per model costs a replica's memory per model (a replica's Python and Ray dwarf a small
+checkpoint's session) and, behind the one ``/v1/forecast`` entry (or a primary calling its shadows), a handle
+call per request: the largest loss of requests per second of the ways measured. Multiplexing is the way for many
+models that do not all fit in a replica, which is not this package's use (a champion and a few challengers).
 The cost of this choice: each replica holds every model's session (memory) and they share its CPUs.
 
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any
