@@ -179,7 +179,7 @@ def skill_by_lead_versus(table: pa.Table) -> str:
             axis.set_xlabel("lead (steps ahead)")
             axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
             axis.set_title(f"{metric.upper()} skill by lead: live (solid), backtest (dashed)", loc="left")
-            axis.legend(fontsize=7, loc="lower left", ncols=2)
+            axis.legend(fontsize=7, loc="best", ncols=2)
     return _svg(figure)
 
 
