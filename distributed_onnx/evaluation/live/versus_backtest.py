@@ -86,14 +86,17 @@ class BacktestRun:
     quantiles: tuple[float, ...]
     metrics: pa.Table  # run-wide and per-lead rows only
     leaderboard: pa.Table
+    series: int | None  # the series its bootstrap resampled (None: not recorded)
 
     @classmethod
     def read(cls, location: Location) -> BacktestRun:
         """Read ``location``'s outputs; :class:`NotABacktestError` naming what is missing or wrong otherwise."""
         hint = "expected the --output directory of a finished `distributed-onnx backtest`"
-        missing = [
-            name for name in (SUMMARY, METRICS, LEADERBOARD) if not storage.is_file(storage.join(location, name))
-        ]
+        local = storage.local_path(location)
+        if local is not None and not local.is_dir():
+            raise NotABacktestError(f"--backtest {location} is not a directory ({hint}).", key="backtest")
+        names = (SUMMARY, METRICS, LEADERBOARD)
+        missing = [name for name in names if not storage.is_file(storage.join(location, name))]
         if missing:
             raise NotABacktestError(
                 f"--backtest {location} is not a backtest's output: it has no {', '.join(missing)} ({hint}).",
@@ -101,9 +104,15 @@ class BacktestRun:
             )
         try:
             summary = json.loads(storage.read_bytes(storage.join(location, SUMMARY)))
+            if isinstance(summary, dict) and {"forecasts", "actuals"} <= set(summary):
+                raise NotABacktestError(
+                    f"--backtest {location} holds the output of `distributed-onnx score`, not of a backtest ({hint}).",
+                    key="backtest",
+                )
             resolved = summary["resolved"]
             horizon = int(resolved["horizon"])
             quantiles = tuple(float(q) for q in resolved["quantiles"])
+            series = None if resolved.get("series") is None else int(resolved["series"])
             if "run_fingerprint" not in summary:
                 raise KeyError("run_fingerprint")
         except (ValueError, KeyError, TypeError) as exc:
@@ -120,7 +129,7 @@ class BacktestRun:
         metrics = metrics.filter(pc.not_equal(metrics["scope"], "series"))
         leaderboard = _read_table(location, LEADERBOARD, _LEADERBOARD_COLUMNS, hint)
         models = tuple(name for name in dict.fromkeys(metrics["model"].to_pylist()) if name not in BASELINES)
-        return cls(location, models, horizon, quantiles, metrics, leaderboard)
+        return cls(location, models, horizon, quantiles, metrics, leaderboard, series)
 
 
 def _read_table(location: Location, name: str, columns: set[str], hint: str) -> pa.Table:
@@ -145,6 +154,7 @@ class VersusBacktest:
 
     backtest: str
     table: pa.Table
+    backtest_series: int | None = None
     flagged: dict[str, list[str]] = field(default_factory=dict)
     compared: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -153,6 +163,7 @@ class VersusBacktest:
         """What ``summary.json`` keeps of it (``versus_backtest``)."""
         return {
             "backtest": self.backtest,
+            "backtest_series": self.backtest_series,
             "compared": self.compared,
             "flagged": self.flagged,
             "warnings": self.warnings,
@@ -163,7 +174,7 @@ def compare(
     merged: Mapping[GroupKey, PairScores], backtest: BacktestRun, logged_models: Sequence[str]
 ) -> VersusBacktest:
     """Every logged model the backtest scored, live against backtest (module docstring); the others warned."""
-    versus = VersusBacktest(str(backtest.location), VERSUS_SCHEMA.empty_table())
+    versus = VersusBacktest(str(backtest.location), VERSUS_SCHEMA.empty_table(), backtest.series)
     records: list[dict[str, Any]] = []
     for model in sorted(set(logged_models)):
         if model not in backtest.models:

@@ -151,9 +151,22 @@ def versus_section(versus: VersusBacktest) -> str:
         f"<p class='hint'>Backtest: {escape(versus.backtest)}. Pooled convention, over all leads; skill = 1 - "
         "model / seasonal naive on the same pairs. Flag: the live score outside the backtest's 95% bootstrap "
         "interval over series (leaderboard.parquet), overall rather than by lead (why: "
-        "distributed_onnx/evaluation/live/versus_backtest.py). By lead: live_vs_backtest.parquet.</p>"
+        "distributed_onnx/evaluation/live/versus_backtest.py). By lead: live_vs_backtest.parquet."
+        f"{_series_caveat(versus.backtest_series)}</p>"
     )
     return f"<table>{head}{body}</table>{hint}" + skill_by_lead_versus(versus.table)
+
+
+def _series_caveat(series: int | None) -> str:
+    """How much the backtest's interval rests on: it resamples series, so one series gives it no width."""
+    if series is None:
+        return ""
+    if series == 1:
+        return (
+            " The backtest scored one series: its interval has no width, so a live score on other windows lies "
+            "outside it whenever it differs at all."
+        )
+    return f" The backtest's intervals resample its {series} series."
 
 
 def skill_by_lead_versus(table: pa.Table) -> str:
@@ -201,6 +214,11 @@ def _groups(metrics: pa.Table, leaderboard: pa.Table) -> list[tuple[dict[str, An
 
 def _group_sections(group: dict[str, Any], metrics: pa.Table, board: pa.Table, summary: dict[str, Any]) -> list[str]:
     checkpoints = str(group["scored_with"]).split(",")
+    if not board.num_rows:  # every window of the group was not placeable or is pending: nothing scored to show
+        return [
+            f"<p class='hint'>{escape(', '.join(checkpoints))}, horizon {group['horizon']}: no window scored yet "
+            "(not placeable or pending: the table of forecasts logged above).</p>"
+        ]
     models = [*checkpoints, *BASELINES]
     scores = Scores(metrics)
     step_us = int(group["resolution_minutes"]) * _US_PER_MINUTE
@@ -217,13 +235,10 @@ def _group_sections(group: dict[str, Any], metrics: pa.Table, board: pa.Table, s
         f"Scored together: {', '.join(checkpoints)} (horizon {group['horizon']} steps of "
         f"{group['resolution_minutes']} min, quantiles {group['quantile_levels']})"
     )
-    sections = [f"<h2>{escape(title)}</h2>"]
-    if board.num_rows:
-        sections += [
-            "<h3>Leaderboard</h3>",
-            report_compare.leaderboard_section(board, models, metrics),
-        ]
-    sections += [
+    sections = [
+        f"<h2>{escape(title)}</h2>",
+        "<h3>Leaderboard</h3>",
+        report_compare.leaderboard_section(board, models, metrics),
         "<h3>Pairs scored and left out</h3>",
         report_compare.pairs_section({"pairs": pairs}),
         "<h3>Skill by lead, every model</h3>",
