@@ -121,8 +121,8 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
     """The 95% percentile interval of the resamples that are defined; NaN when none is.
 
     A resample is undefined (NaN) when every series it drew has no scored pair (or no scale) for the metric;
-    when all are, there is no interval, and asking ``nanquantile`` for one would warn "All-NaN slice" (seen
-    when series have no scored pairs, live scoring's pending windows among them).
+    when all are (no series, or none with a scored pair: seen in live scoring, whose groups can hold such
+    series), there is no interval, and asking ``nanquantile`` for one would warn "All-NaN slice".
     """
     defined = resampled[~np.isnan(resampled)]
     if not defined.size:
