@@ -27,6 +27,7 @@ from graphs import write_season_copy, write_tiny_chronos2
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, NotABacktestError
 from distributed_onnx.evaluation.live import score_log
+from distributed_onnx.evaluation.live.versus_backtest import BacktestRun, compare
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
@@ -222,3 +223,44 @@ def test_the_leaderboard_interval_of_series_without_scored_pairs_is_nan_without_
         board = leaderboard(scores, 60_000_000)
     rows = board.filter((pc.field("kind") == "metric") & (pc.field("model") == "m")).to_pylist()
     assert rows and all(np.isnan(row["ci_low"]) and np.isnan(row["ci_high"]) for row in rows)
+
+
+def _scores(models: list[str], horizon: int, seed: int, shift: float = 0.0) -> PairScores:
+    """Four series, three windows each, a forecast near the actual (``shift`` added to ``m``'s)."""
+    rng = np.random.default_rng(seed)
+    scores = PairScores([*models, *BASELINES], [0.1, 0.5, 0.9], horizon)
+    n = 12
+    actual = 100.0 + rng.normal(0, 5, (n, horizon))
+    forecasts = {name: actual[..., None] + rng.normal(0, 3, (n, horizon, 1)) + [-4.0, 0.0, 4.0] for name in
+                 scores.models}  # fmt: skip
+    forecasts["m"] = forecasts["m"] + shift
+    series = np.repeat(np.asarray(["a", "b", "c", "d"]), 3)
+    origins = np.tile(np.arange(3, dtype=np.int64) * 3_600_000_000, 4)
+    scores.update(series, origins, np.asarray([f"w{i}" for i in range(n)]), actual, forecasts, np.full(n, 5.0))
+    return scores
+
+
+def test_live_against_backtest_merges_a_models_groups_and_names_what_it_leaves_out() -> None:
+    """``m`` scored alone (group ``m``) and with a shadow (``m,s``) at the backtest's horizon 3, and once at
+    horizon 5: its live numbers are both horizon-3 groups merged, the horizon-5 pairs a warning; ``s``, never
+    backtested, a warning; the flag compares with the backtest's interval (shifted live ``m``: outside)."""
+    backtest_scores = _scores(["m"], 3, seed=1)
+    backtest = BacktestRun(
+        "bt", ("m",), 3, (0.1, 0.5, 0.9), backtest_scores.to_table(), leaderboard(backtest_scores, 3_600_000_000), 4
+    )
+    merged = {
+        (("m",), 3, (0.1, 0.5, 0.9), 60): _scores(["m"], 3, seed=2),
+        (("m", "s"), 3, (0.1, 0.5, 0.9), 60): _scores(["m", "s"], 3, seed=3),
+        (("m",), 5, (0.1, 0.5, 0.9), 60): _scores(["m"], 5, seed=4),
+    }
+    versus = compare(merged, backtest, ["m", "s"])
+    assert versus.compared == ["m"]
+    overall = {row["metric"]: row for row in versus.table.filter(pc.field("lead").is_null()).to_pylist()}
+    assert overall["mase"]["live_n"] == 2 * 12 * 3  # both horizon-3 groups, not the horizon-5 one
+    assert overall["mase"]["backtest_n"] == 12 * 3
+    assert len(versus.warnings) == 2
+    assert "'m': 60 live pairs of another horizon" in versus.warnings[0]
+    assert "'s' was served but the backtest bt did not score it" in versus.warnings[1]
+    shifted = {key: _scores(list(key[0]), 3, seed=2, shift=30.0) for key in list(merged)[:1]}
+    flagged = compare(shifted, backtest, ["m"])
+    assert flagged.flagged == {"m": ["mase", "wql"]}

@@ -191,6 +191,13 @@ def compare(
             )
             continue
         versus.compared.append(model)
+        other = _pairs_elsewhere(merged, model, backtest.horizon, backtest.quantiles)
+        if other:
+            versus.warnings.append(
+                f"model {model!r}: {other} live pairs of another horizon, other quantiles or another resolution "
+                f"than the backtest's (horizon {backtest.horizon}, quantiles {list(backtest.quantiles)}) are left "
+                "out of the comparison (they are in metrics.parquet)."
+            )
         rows = _model_rows(model, live, backtest)
         outside = [row["metric"] for row in rows if row["outside"]]
         if outside:
@@ -211,10 +218,7 @@ def model_scores(
     if not keys:
         return None
 
-    def pairs(key: GroupKey) -> int:
-        return int(merged[key].pooled[model].series_sums()["pairs"].sum())
-
-    resolution = max(keys, key=pairs)[3]
+    resolution = max(keys, key=lambda key: _pairs(merged[key], model))[3]
     combined = PairScores([model, *BASELINES], merged[keys[0]].quantiles, horizon)
     for key in sorted(k for k in keys if k[3] == resolution):
         scores = merged[key]
@@ -224,9 +228,22 @@ def model_scores(
         for reason, count in scores.excluded.items():
             combined.excluded[reason] += count
         combined.nonfinite[model] += scores.nonfinite.get(model, [])
-    if not int(combined.pooled[model].series_sums()["pairs"].sum()):
+    if not _pairs(combined, model):
         return None
     return combined
+
+
+def _pairs_elsewhere(
+    merged: Mapping[GroupKey, PairScores], model: str, horizon: int, quantiles: Sequence[float]
+) -> int:
+    """The model's scored live pairs that :func:`model_scores` leaves out (other shapes or grids)."""
+    total = sum(_pairs(scores, model) for key, scores in merged.items() if model in key[0])
+    used = model_scores(merged, model, horizon, quantiles)
+    return total - (_pairs(used, model) if used is not None else 0)
+
+
+def _pairs(scores: PairScores, model: str) -> int:
+    return int(scores.pooled[model].series_sums()["pairs"].sum())
 
 
 def _same_levels(a: Sequence[float], b: Sequence[float]) -> bool:
