@@ -277,6 +277,11 @@ def _score(args: argparse.Namespace) -> int:
 
     settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
     result = score_log(settings)
-    print(json.dumps({"windows": result.summary["windows"], "new_batch": result.new_batch}, indent=2))
-    print(f"wrote {settings.output}/ (scored/, metrics.parquet, leaderboard.parquet, summary.json)")
+    shown: dict[str, Any] = {"windows": result.summary["windows"], "new_batch": result.new_batch}
+    written = "scored/, metrics.parquet, leaderboard.parquet, summary.json, report.html"
+    if result.versus_backtest is not None:
+        shown["flagged_against_the_backtest"] = result.versus_backtest.flagged
+        written += ", live_vs_backtest.parquet"
+    print(json.dumps(shown, indent=2))
+    print(f"wrote {settings.output}/ ({written})")
     return 0
