@@ -225,6 +225,10 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"'Off' alone moved by {s['off_spread']:.2f}x between its best and worst round (the machine's noise).",
         "",
+        "Reading: at 32 clients the replica's CPUs are saturated, so whatever runs after the answer takes its CPU "
+        "time from the next requests. The shadow here is a copy of the primary: it repeats every model call, the "
+        "worst case for this target (a cheaper challenger, or a replica with cores to spare, was not measured).",
+        "",
         "## Medians over rounds",
         "",
         "| server | req/s, 32 clients | p50 ms, 32 | p99 ms, 32 | p50 ms, 1 client |",
