@@ -1,12 +1,13 @@
 """Live evaluation's cost on serving, interleaved so a noisy machine can still give a verdict: the forecast log on
-with a shadow model, the log on alone, and the log off, one series per request at 32 clients (and 1).
+with a shadow model (on every request, and on a tenth of them), the log on alone, and the log off, one series per
+request at 32 clients (and 1).
 
-Three ``distributed-onnx serve`` processes (one replica each, direct ingress, one ORT thread per model) are
-started once and stay up; the load then visits them in turn, round after round (A B C, B C A, C A B, ...: the
+Four ``distributed-onnx serve`` processes (one replica each, direct ingress, one ORT thread per model) are
+started once and stay up; the load then visits them in turn, round after round (A B C D, B C D A, ...: the
 order rotates so no configuration always follows the same one), each cell a short burst from the same client.
 Each configuration so meets the machine's drift (other processes come and go) at the same moments, and every
 round gives a *paired* ratio (on / off, the two measured seconds apart). The verdict uses the median over
-rounds of those paired ratios; the spread of the ratios says how far to trust it. The two idle servers cost
+rounds of those paired ratios; the spread of the ratios says how far to trust it. The idle servers cost
 every cell the same (their embedded Rays' background work). After every cell the load pauses
 (``--pause-s``) so the shadow's and the log's last work does not land in the next cell.
 
@@ -48,7 +49,10 @@ from servers import RESULTS, free_port, remove_server_logs, serve_command, start
 OFF = "log off, no shadow"
 LOG = "log on, no shadow"
 ON = "log on + 1 shadow model"
-CONFIGURATIONS = [OFF, LOG, ON]
+SAMPLED = "log on + 1 shadow model on 10% of requests"
+SHADOW_FRACTION = 0.1
+CONFIGURATIONS = [OFF, LOG, ON, SAMPLED]
+COMPARED = (LOG, ON, SAMPLED)
 MANY, ONE = 32, 1
 
 
@@ -133,6 +137,11 @@ def main() -> int:
         OFF: serve,
         LOG: [*serve, "--forecast-log", str(work / "log-only")],
         ON: [*serve, "--checkpoint", str(shadow), "--shadow", "challenger", "--forecast-log", str(work / "log")],
+        SAMPLED: [
+            *serve,
+            *("--checkpoint", str(shadow), "--shadow", "challenger", "--shadow-fraction", str(SHADOW_FRACTION)),
+            *("--forecast-log", str(work / "log-sampled")),
+        ],
     }
     results: dict[str, Any] = {
         "conditions": {
@@ -182,7 +191,7 @@ def main() -> int:
                     time.sleep(args.pause_s)
         results["conditions"]["load_after"] = os.getloadavg()
         time.sleep(3.0)  # the shadow work and the log's last batch
-        results["counters"] = {label: scrape(ports[label]) for label in (LOG, ON)}
+        results["counters"] = {label: scrape(ports[label]) for label in COMPARED}
     finally:
         for process in processes.values():
             stop_server(process)
@@ -212,7 +221,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             "p50_ms_1": float(np.median([c["p50_ms"] for c in one])),
         }
     off = _cells(results, OFF, MANY)
-    for label in (LOG, ON):
+    for label in COMPARED:
         mine = _cells(results, label, MANY)
         rps = [m["requests_per_s"] / o["requests_per_s"] for m, o in zip(mine, off, strict=True)]
         p50 = [m["p50_ms"] / o["p50_ms"] for m, o in zip(mine, off, strict=True)]
@@ -240,7 +249,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Conditions: {c['cpus']} cores, no GPU, checkpoint `{c['checkpoint']}` (the shadow: a copy of it), Ray "
         f"{c['ray']}, Python {c['python']}; one series of {c['context']} steps per request (with `start`, so every "
-        f"forecast is placeable), horizon {c['horizon']}. The three servers run side by side (each one replica, "
+        f"forecast is placeable), horizon {c['horizon']}. The four servers run side by side (each one replica, "
         f"direct ingress, one ORT thread per model); {c['rounds']} rounds, each visiting every server (order "
         f"rotated per round) with {c['requests_per_cell'][str(MANY)]} requests at 32 clients then "
         f"{c['requests_per_cell'][str(ONE)]} at 1 client (cap {c['cap_s']} s per cell, {c['pause_s']} s pause "
@@ -253,7 +262,7 @@ def markdown(results: dict[str, Any]) -> str:
         "| server | req/s / off, median (>= 0.9) | p50 / off, median (<= 1.1) | met | req/s ratios by round |",
         "|---|---:|---:|---|---|",
     ]
-    for label in (LOG, ON):
+    for label in COMPARED:
         paired = s["paired"][label]
         ratios = ", ".join(f"{x:.2f}" for x in paired["requests_per_s_ratios"])
         met = "yes" if paired["met"] else "**no**"
@@ -266,7 +275,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Reading: at 32 clients the replica's CPUs are saturated, so whatever runs after the answer takes its CPU "
         "time from the next requests. The shadow here is a copy of the primary: it repeats every model call, the "
-        "worst case for this target (a cheaper challenger, or a replica with cores to spare, was not measured). "
+        "worst case for this target (a cheaper challenger, or a replica with cores to spare, was not measured); "
+        f"`--shadow-fraction {SHADOW_FRACTION}` has it forecast a tenth of the requests (drawn by request id). "
         f"The log's own CPU, measured in this process without a server (20,000 answers handed to a log in a local "
         f"folder after 1,000 to warm it, the event loop's share and the writer thread's together): "
         f"{results.get('log_cpu_us_per_request', '-')} us per request.",
@@ -296,7 +306,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {cell['round']} | {cell['server']} | {cell['requests_per_s']} | {cell['p50_ms']} | "
                 f"{cell['p99_ms']} | {cell['codes']} | {loads} |"
             )
-    for label in (LOG, ON):
+    for label in COMPARED:
         lines += ["", f"## What the '{label}' replica counted (/metrics, after the run)", "", "| counter | value |"]
         lines.append("|---|---:|")
         for key, value in sorted(results["counters"].get(label, {}).items()):

@@ -139,7 +139,9 @@ class OnnxForecastServer:
                 flush_interval_s=settings.forecast_log_flush_s,
             )
         self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
-        self._traffic = LiveTraffic(log, self._live_metrics, self._replica.shadows)
+        self._traffic = LiveTraffic(
+            log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
+        )
 
     def __del__(self) -> None:
         """Serve calls this when the replica stops: write what the forecast log still holds."""

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -105,6 +106,17 @@ def logged_forecast(
     )
 
 
+def in_shadow_sample(request_id: str, fraction: float) -> bool:
+    """Whether the shadows forecast this request: a hash of its id below ``fraction`` of the hash range.
+
+    Drawn from the id rather than at random, so a request replayed with its id is drawn the same way, in every
+    replica; CRC-32 is uniform enough over ids for a share (and costs nothing next to a forecast).
+    """
+    if fraction >= 1.0:
+        return True
+    return zlib.crc32(request_id.encode()) < fraction * 2**32
+
+
 class LiveTraffic:
     """The replica's after-the-answer work: the forecast log, the shadow models, the live counters."""
 
@@ -115,10 +127,13 @@ class LiveTraffic:
         shadows: Sequence[ShadowModel] = (),
         warn_period_s: float = 60.0,
         max_pending: int = 64,
+        shadow_fraction: float = 1.0,
     ) -> None:
         self.log = log
         self.metrics = metrics
         self.shadows = list(shadows)
+        #: The share of requests the shadows forecast (:func:`in_shadow_sample`: drawn from the request id).
+        self.shadow_fraction = shadow_fraction
         #: Answers whose after-work may wait at once; beyond it a request's shadows are skipped (counted), so a
         #: shadow slower than the traffic cannot pile up work (and memory) without bound.
         self.max_pending = max_pending
@@ -153,6 +168,8 @@ class LiveTraffic:
         if self.log is None and not self.shadows:
             return
         shadows = [shadow for shadow in self.shadows if shadow.name != model.name]
+        if shadows and not in_shadow_sample(request_id, self.shadow_fraction):
+            shadows = []
         if shadows and len(self._tasks) >= self.max_pending:
             for shadow in shadows:
                 self.metrics.shadow_skipped(shadow.name, windows)
