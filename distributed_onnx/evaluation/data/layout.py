@@ -33,8 +33,31 @@ class Series:
         return self.start_us + np.asarray(index, dtype=np.int64) * self.step_us
 
 
+class FlatSeries(Sequence[Series]):
+    """Series in the run's order whose grids are known as arrays: ids, first instants, grid offsets.
+
+    :class:`SeriesArrays` holds the values too; the streamed reader's index (:mod:`.rows`) holds only where
+    each series' rows are in the input file and reads the values of a range of series on demand. Planning,
+    packing and scoring work on :meth:`arrays` of the series they need.
+    """
+
+    series_ids: tuple[str, ...]
+    start_us: np.ndarray  # int64 [S]
+    offsets: np.ndarray  # int64 [S + 1]: series ``s`` spans grid points offsets[s]..offsets[s + 1]
+    step_us: int
+
+    def arrays(self, lo: int, hi: int) -> SeriesArrays:
+        """The flat layout with the values of series ``lo..hi`` (only those may be read from it)."""
+        raise NotImplementedError
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Grid points of every series (int64 [S])."""
+        return np.diff(self.offsets)
+
+
 @dataclass(frozen=True, eq=False)
-class SeriesArrays(Sequence[Series]):
+class SeriesArrays(FlatSeries):
     """Every series of a dataset in flat arrays: series ``s`` is ``values[offsets[s]:offsets[s + 1]]``.
 
     The layout the reader builds in a few vector passes (no Python per series) and the one the actors read:
@@ -68,10 +91,9 @@ class SeriesArrays(Sequence[Series]):
             step_us=series[0].step_us if series else int(step_us or 0),
         )
 
-    @property
-    def lengths(self) -> np.ndarray:
-        """Grid points of every series (int64 [S])."""
-        return np.diff(self.offsets)
+    def arrays(self, lo: int, hi: int) -> SeriesArrays:
+        """Every series' values are here already."""
+        return self
 
     @property
     def nbytes(self) -> int:
@@ -120,7 +142,7 @@ class SeriesTable:
 
     @property
     def n_points(self) -> int:
-        if isinstance(self.series, SeriesArrays):
+        if isinstance(self.series, FlatSeries):
             return int(self.series.offsets[-1])
         return sum(series.n_points for series in self.series)
 
@@ -129,12 +151,14 @@ class SeriesTable:
 
     @property
     def series_ids(self) -> tuple[str, ...]:
-        if isinstance(self.series, SeriesArrays):
+        if isinstance(self.series, FlatSeries):
             return self.series.series_ids
         return tuple(series.series_id for series in self.series)
 
     def arrays(self) -> SeriesArrays:
         """The flat layout of every series (no copy when the table was read from data)."""
+        if isinstance(self.series, FlatSeries):
+            return self.series.arrays(0, len(self.series))
         return SeriesArrays.from_series(self.series, self.resolution_minutes * _US_PER_MINUTE)
 
 

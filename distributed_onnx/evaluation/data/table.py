@@ -34,10 +34,13 @@ __all__ = [
     "SeriesArrays",
     "SeriesTable",
     "Validated",
+    "check_columns",
     "load_series",
     "numpy_view",
+    "float_column",
     "read_table",
     "series_from_table",
+    "timestamps_us",
     "validate_table",
 ]
 
@@ -133,9 +136,9 @@ def validate_table(
         raise DataError(f"{source}: the data has no rows.", path=source)
 
     distinct_ids, codes = _series_ids(table["series_id"], source)
-    timestamps = _timestamps_us(table["timestamp"], source)
-    values = _floats(table, "y", source)
-    covariate_values = [_floats(table, name, source) for name in covariates]
+    timestamps = timestamps_us(table["timestamp"], source)
+    values = float_column(table, "y", source)
+    covariate_values = [float_column(table, name, source) for name in covariates]
 
     # Sorted by integer codes that follow the ids' order: sorting the id strings themselves cost seconds.
     order, presorted = _sort_order(codes, timestamps)
@@ -248,7 +251,7 @@ def _series_ids(column: pa.ChunkedArray, source: str) -> tuple[np.ndarray, np.nd
     return distinct[ranked], rank[numpy_view(encoded.indices)]
 
 
-def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
+def timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
     """``timestamp`` as int64 UTC microseconds; a value that they cannot hold exactly is an error naming rows."""
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -398,7 +401,7 @@ def _duration(span_us: int) -> str:
     return f"{days / 365.25:,.1f} years" if days >= 365.25 else f"{days:,.1f} days"
 
 
-def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:
+def float_column(table: pa.Table, name: str, source: str) -> np.ndarray:
     try:
         column = pc.cast(table[name], pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
