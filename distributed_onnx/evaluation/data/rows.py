@@ -325,9 +325,9 @@ def _last_series_start(rows: pa.Table) -> int | None:
     last = ids[-1]
     if not last.is_valid:
         return None
-    same = pc.equal(ids, last).fill_null(False).combine_chunks()
-    other = np.flatnonzero(~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool))
-    return int(other[-1]) + 1 if other.size else 0
+    # Arrow's own conversions to numpy import pandas where it is installed (see table.numpy_view): stay in Arrow.
+    other = pc.indices_nonzero(pc.not_equal(ids, last).fill_null(True).combine_chunks())
+    return int(other[-1].as_py()) + 1 if len(other) else 0
 
 
 def _add_chunk(
