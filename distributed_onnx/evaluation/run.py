@@ -66,12 +66,18 @@ class BacktestResult:
     failed_parts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_backtest(settings: BacktestSettings, started_wall_s: float | None = None) -> BacktestResult:
+def run_backtest(
+    settings: BacktestSettings, started_wall_s: float | None = None, *, wait_for_ray_stop: bool = True
+) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed.
 
     ``started_wall_s`` (a ``time.perf_counter()`` value) is when the run started as its user sees it: the command
     passes its process's start (:func:`~.clock.process_started_perf_s`), so ``total_s`` and the first forecast
     count Python's start and the imports (phase ``python_start``); by default, this call.
+
+    Bad data raises once the plan fails, but a Ray started early for the run is still starting then: by default
+    this call waits for it to stop; with ``wait_for_ray_stop=False`` (a process that exits after the error: the
+    command) it raises at once and Ray stops with the process (``runtime/early_start.py``).
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
@@ -80,8 +86,8 @@ def run_backtest(settings: BacktestSettings, started_wall_s: float | None = None
     try:
         plan = prepare(settings)
     except BaseException:
-        if early is not None:
-            early.join()  # bad input: stop the Ray this run started before saying so
+        if early is not None:  # bad input: the pool is not needed
+            early.abandon(wait=wait_for_ray_stop)
         raise
     return _BacktestRun(plan, clock, early).run()
 
