@@ -2,7 +2,7 @@
 
 Reads Parquet or CSV with pyarrow, checks the contract of docs/design.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
-downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
+downstream; the layout itself is :mod:`.layout`, the streamed reading of a large sorted input :mod:`.rows`). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
 names the file and, where rows are at fault, the rows (0-based data rows).
 
 The dense grid is sized by each series' time span, not by its rows, so its memory is bounded here: a series
