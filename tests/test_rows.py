@@ -20,6 +20,9 @@ from distributed_onnx.evaluation.data import rows as rows_module
 from distributed_onnx.evaluation.data.rows import SeriesRows, scan_sorted_parquet
 from distributed_onnx.evaluation.data.table import load_series
 from distributed_onnx.evaluation.data.windows import WindowSpec, plan_windows
+from distributed_onnx.evaluation.plan import prepare
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_US = 30 * 60 * 1_000_000
 T0_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
@@ -154,3 +157,49 @@ def test_pickling_drops_the_decoded_row_groups(tmp_path: Path) -> None:
     assert not copy._groups
     np.testing.assert_array_equal(copy.arrays(0, 3).values, rows.arrays(0, 3).values)
     assert len(rows._groups) <= rows_module.CACHED_ROW_GROUPS
+
+
+def test_an_object_store_url_is_streamed_and_read_back(tmp_path: Path) -> None:
+    """The scan and the actors' reads go through pyarrow filesystems (fsspec's memory:// here), as local paths."""
+    from distributed_onnx import storage
+
+    local = _write(_long(), tmp_path / "data.parquet")
+    url = f"memory://{tmp_path.name}/in/data.parquet"
+    storage.make_dirs(f"memory://{tmp_path.name}/in")
+    storage.write_bytes(url, local.read_bytes())
+
+    scanned = scan_sorted_parquet(url, 30, ["temp"], SPEC, chunk_rows=7)
+
+    assert scanned is not None
+    rows = scanned.table.series
+    assert isinstance(rows, SeriesRows)
+    whole = load_series(local, 30, ["temp"]).arrays()
+    every = pickle.loads(pickle.dumps(rows)).arrays(0, len(rows))
+    np.testing.assert_array_equal(every.values, whole.values)
+    np.testing.assert_array_equal(every.covariates, whole.covariates)
+
+
+def test_the_plan_of_a_streamed_input_and_its_errors(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prepare`` streams a multi-chunk sorted input (same windows as a whole read), and a bad row far in the
+    file is named by its row in the file."""
+    monkeypatch.setattr(rows_module, "STREAM_CHUNK_ROWS", 16)
+    table = _long()
+    path = _write(table, tmp_path / "data.parquet")
+    settings = {"checkpoint": tiny_checkpoint.weights_path, "data": path, "n_windows": 3, "progress": False}
+
+    streamed = prepare(BacktestSettings.model_validate({**settings, "output": tmp_path / "a"}))
+    whole = prepare(
+        BacktestSettings.model_validate({**settings, "output": tmp_path / "b", "series_transport": "object_store"})
+    )
+
+    assert isinstance(streamed.table.series, SeriesRows) and not isinstance(whole.table.series, SeriesRows)
+    np.testing.assert_array_equal(streamed.windows.counts, whole.windows.counts)
+    assert streamed.run_fingerprint == whole.run_fingerprint  # the same run, resumable either way
+
+    y = table["y"].to_numpy(zero_copy_only=False).copy()
+    y[table.num_rows - 2] = np.inf
+    _write(table.set_column(2, "y", pa.array(y)), path)
+    with pytest.raises(DataError, match=rf"infinite values at rows \[{table.num_rows - 2}\]"):
+        prepare(BacktestSettings.model_validate({**settings, "output": tmp_path / "c"}))
