@@ -100,6 +100,11 @@ class EarlyStart:
             logger.warning("Stopping Ray: %s", exc)
         self.shutdown_s = time.perf_counter() - stopping
 
+    @property
+    def ready(self) -> bool:
+        """True once Ray is up and the pool warm (or starting them failed): :meth:`wait` would return at once."""
+        return self._ready.is_set()
+
     def wait(self) -> None:
         """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error)."""
         self._ready.wait()

@@ -2,8 +2,9 @@
 
 Reads Parquet or CSV with pyarrow, checks the contract of docs/design.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
-downstream; the layout itself is :mod:`.layout`, the streamed reading of a large sorted input :mod:`.rows`). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
-names the file and, where rows are at fault, the rows (0-based data rows).
+downstream; the layout itself is :mod:`.layout`, the streamed reading of a large sorted input :mod:`.rows`).
+The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error names the file
+and, where rows are at fault, the rows (0-based data rows).
 
 The dense grid is sized by each series' time span, not by its rows, so its memory is bounded here: a series
 may hold at most :data:`GRID_POINTS_PER_ROW` grid points per row of data (plus :data:`GRID_SLACK_POINTS`).

@@ -43,7 +43,7 @@ from scipy import special
 from distributed_onnx.evaluation.scoring.metrics import POOLED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 
-__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard"]
+__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard", "percentile_interval"]
 
 SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
@@ -119,8 +119,22 @@ def _gmean_skill(ratios: F64, resampled: F64) -> tuple[float, float, float, int]
         return math.nan, math.nan, math.nan, 0
     clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
     point = 1.0 - float(np.exp(np.mean(np.log(clipped[defined]))))
-    low, high = np.nanquantile(resampled, [0.025, 0.975])
-    return point, float(low), float(high), int(defined.sum())
+    low, high = percentile_interval(resampled)
+    return point, low, high, int(defined.sum())
+
+
+def percentile_interval(resampled: F64) -> tuple[float, float]:
+    """The 95% percentile interval of the resamples that are defined; NaN when none is.
+
+    A resample is undefined (NaN) when every series it drew has no scored pair (or no scale) for the metric;
+    when all are (no series, or none with a scored pair: seen in live scoring, whose groups can hold such
+    series), there is no interval, and asking ``nanquantile`` for one would warn "All-NaN slice".
+    """
+    defined = resampled[~np.isnan(resampled)]
+    if not defined.size:
+        return math.nan, math.nan
+    low, high = np.quantile(defined, [0.025, 0.975])
+    return float(low), float(high)
 
 
 @dataclass
@@ -255,11 +269,8 @@ def leaderboard(
         point = _global(sums[model], np.ones((1, len(series))), has_median)
         n_pairs = int(sums[model]["pairs"].sum())
         for metric, value in point.items():
-            if series:
-                low, high = np.nanquantile(bootstrap.global_(model, metric), [0.025, 0.975])
-            else:
-                low, high = math.nan, math.nan
-            add("metric", model, metric, float(value[0]), float(low), float(high), n_pairs)
+            low, high = percentile_interval(bootstrap.global_(model, metric))
+            add("metric", model, metric, float(value[0]), low, high, n_pairs)
         for versus, metric in versus_metrics[model]:
             key = (model, versus, metric)
             resampled = bootstrap.skill(key) if series else np.empty(0)
