@@ -320,20 +320,25 @@ def _scan(
 ) -> _Summaries | None:
     summaries = _Summaries()
     columns = [*REQUIRED_COLUMNS, *covariates]
-    carried: pa.Table | None = None
-    for batch in parquet.iter_batches(batch_size=chunk_rows, columns=columns):
-        rows = pa.Table.from_batches([batch])
-        if carried is not None:
-            rows = pa.concat_tables([carried, rows])
+    pending: list[pa.Table] = []  # rows read and not checked yet: at most a chunk, plus one series' rows
+    pending_rows = 0
+    half = max(chunk_rows // 2, 1)  # checked once half a chunk is pending: chunks of half to one chunk of rows
+    for batch in _batches(parquet, columns, half):
+        pending.append(pa.Table.from_batches([batch]))
+        pending_rows += batch.num_rows
+        if pending_rows < half:
+            continue
+        rows = pa.concat_tables(pending)
         cut = _last_series_start(rows)
         if cut is None:
             return None
-        carried = rows.slice(cut)
+        pending, pending_rows = [rows.slice(cut)], rows.num_rows - cut
         if cut and not _add_chunk(rows.slice(0, cut), summaries, name, resolution_minutes, covariates, spec):
             return None
-    last = carried is not None and carried.num_rows > 0
-    if last and carried is not None and not _add_chunk(carried, summaries, name, resolution_minutes, covariates, spec):
-        return None
+    if pending_rows:
+        rows = pa.concat_tables(pending)
+        if not _add_chunk(rows, summaries, name, resolution_minutes, covariates, spec):
+            return None
     if not summaries.ids:
         return None
     n_rows = int(sum(int(rows.sum()) for rows in summaries.rows))
@@ -341,6 +346,17 @@ def _scan(
     if total_points > GRID_POINTS_PER_ROW * n_rows + TOTAL_GRID_SLACK_POINTS:
         return None  # the whole-table reader refuses it, naming the sparsest series
     return summaries
+
+
+def _batches(parquet: pq.ParquetFile, columns: list[str], chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """The file's rows in batches, one row group at a time.
+
+    One read over every row group kept what it had pre-buffered of the file until its end: the driver's memory
+    grew by the file's size over the scan (measured: 3.5x from 10,000 to 100,000 series); per row group, the
+    buffers of one row group at a time.
+    """
+    for group in range(parquet.num_row_groups):
+        yield from parquet.iter_batches(batch_size=chunk_rows, row_groups=[group], columns=columns)
 
 
 def _last_series_start(rows: pa.Table) -> int | None:
