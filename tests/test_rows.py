@@ -203,3 +203,15 @@ def test_the_plan_of_a_streamed_input_and_its_errors(
     _write(table.set_column(2, "y", pa.array(y)), path)
     with pytest.raises(DataError, match=rf"infinite values at rows \[{table.num_rows - 2}\]"):
         prepare(BacktestSettings.model_validate({**settings, "output": tmp_path / "c"}))
+
+
+def test_dictionary_ids_of_integers_read_back_as_their_text(tmp_path: Path) -> None:
+    """Ids stored as a dictionary of integers (a pandas categorical) are the same text as the driver checked."""
+    table = _long(n_series=6, integer_ids=True)
+    as_dictionary = table.set_column(0, "series_id", table["series_id"].dictionary_encode())
+    path = _write(as_dictionary, tmp_path / "data.parquet", row_group_size=11)
+
+    scanned = scan_sorted_parquet(path, 30, [], SPEC, chunk_rows=8)
+
+    assert scanned is not None
+    _assert_same(scanned.table.series, path, [])

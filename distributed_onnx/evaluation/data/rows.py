@@ -196,7 +196,9 @@ class SeriesRows(FlatSeries):
                 source.close()
         name = str(self.location)
         column = rows["series_id"]
-        ids = (column if pa.types.is_dictionary(column.type) else pc.cast(column, pa.string())).combine_chunks()
+        kind = column.type
+        text_dictionary = pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type)
+        ids = (column if text_dictionary else pc.cast(column, pa.string())).combine_chunks()
         with _silenced(logging.getLogger(table_module.__name__)):  # the driver logged its warnings already
             decoded = (
                 ids,
