@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
 from distributed_onnx.evaluation.data.packing import gather_blocks, pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
-from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
@@ -136,6 +136,7 @@ class PartRunner:
         self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
         self._seasons = season_count(job.spec.context_length, job.seasonality)
         self._written_ids: dict[str, np.ndarray] = {}  # window ids of the models read back, for the current part
+        self._source: SeriesSource = job.source  # the current part's series (see _part_source)
 
     @property
     def worker(self) -> InferenceWorker:
@@ -146,6 +147,7 @@ class PartRunner:
         job = self.job
         clock = _Clock()
         started = time.perf_counter()
+        self._source = self._part_source(part)
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
@@ -206,13 +208,23 @@ class PartRunner:
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
         """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
         job = self.job
-        if isinstance(job.source, SeriesArrays):  # the flat layout: every series of the part in vector passes
-            series_index, origin_index = self._part_windows(job.source, part)
+        if isinstance(self._source, SeriesArrays):  # the flat layout: every series of the part in vector passes
+            series_index, origin_index = self._part_windows(self._source, part)
             return batches_of(series_index, origin_index, job.rows_per_batch), len(origin_index)
         segments = [
             (series, self._origins(series)[lo:hi]) for series, lo, hi in job.plan.segments(part.start, part.stop)
         ]
         return batches(segments, job.rows_per_batch), sum(len(origins) for _, origins in segments)
+
+    def _part_source(self, part: PartSpec) -> SeriesSource:
+        """The series a part reads: the flat layout of its series (read from the input file's rows when the
+        driver streamed it, :mod:`.data.rows`), or the job's source as it is."""
+        source, plan = self.job.source, self.job.plan
+        if not isinstance(source, FlatSeries) or part.n_windows <= 0:
+            return source
+        first = int(np.searchsorted(plan.offsets, part.start, side="right")) - 1
+        last = int(np.searchsorted(plan.offsets, part.stop - 1, side="right")) - 1
+        return source.arrays(first, last + 1)
 
     def _part_windows(self, source: SeriesArrays, part: PartSpec) -> tuple[np.ndarray, np.ndarray]:
         """Windows ``[start, stop)`` of the run as (series index, origin index), checked against the driver's plan."""
@@ -272,7 +284,7 @@ class PartRunner:
         """The seasonal scale of one series (cached: a part's batches share their series)."""
         cached = self._scalers.get(series_index)
         if cached is None:
-            values = self.job.source.series(series_index).values
+            values = self._source.series(series_index).values
             cached = self._scalers[series_index] = SeasonalScaler(values, self.job.seasonality)
             if len(self._scalers) > _SERIES_CACHE:
                 self._scalers.popitem(last=False)
@@ -283,7 +295,7 @@ class PartRunner:
     def _series_plan(self, series_index: int) -> tuple[np.ndarray, SeasonalScaler]:
         cached = self._plans.get(series_index)
         if cached is None:
-            series = self.job.source.series(series_index)
+            series = self._source.series(series_index)
             origins = plan_series(series, self.job.spec).origins
             if origins.shape[0] != self.job.plan.counts[series_index]:
                 raise DataError(
@@ -299,7 +311,7 @@ class PartRunner:
 
     def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
         spec = self.job.spec
-        return pack_batch(self.job.source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
+        return pack_batch(self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
 
     def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
         """Each model on the same packed batch (packed once, run K times)."""
@@ -375,7 +387,7 @@ class PartRunner:
         job = self.job
         m, n_windows = job.seasonality, planned.n_windows
         history_steps = self._seasons * m
-        source = job.source
+        source = self._source
         several = isinstance(source, SeriesArrays) and np.unique(planned.series_index).size > 1
         arrays = source if several and isinstance(source, SeriesArrays) else None
         if arrays is not None:

@@ -24,6 +24,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, DistributedOnnxError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
+from distributed_onnx.evaluation.data.rows import SeriesRows
 from distributed_onnx.evaluation.data.series_source import (
     ParquetSeriesReader,
     SeriesSource,
@@ -362,6 +363,11 @@ class _BacktestRun:
 
     def _series_source(self) -> tuple[SeriesSource, dict[str, Any]]:
         plan = self.plan
+        if isinstance(plan.table.series, SeriesRows):  # streamed: the values stay in the file, read by the actors
+            rows = plan.table.series
+            reason = f"{rows.n_rows:,} sorted rows checked in streamed chunks; each actor reads its parts' row ranges"
+            logger.info("Series transport: input_file (%s)", reason)
+            return rows, {"series_transport": "input_file", "reason": reason, "series_bytes": rows.nbytes}
         store = SeriesStore.from_table(plan.table)
         smallest = cluster.smallest_object_store_bytes()
         transport, reason = choose_series_transport(
