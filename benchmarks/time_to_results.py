@@ -17,6 +17,8 @@ Four comparisons (issue "Time to results"), each mode in its own subprocess:
 Reproduce (2 cores: about 15 minutes unloaded)::
 
     .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
+    .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 6 --baseline-tree ../main \
+        --name time_to_results_make_backtest      # the main job alone, 5 counted runs per tree
 
 Results go to benchmarks/results/time_to_results.{json,md}; every timing is wall clock, and the ratios are
 between modes run one after the other in the same invocation (say in the results whether the machine was
@@ -88,19 +90,37 @@ def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None
     }
 
 
-def make_backtest(output: Path, baseline_tree: str | None) -> dict[str, Any]:
-    """`make backtest`'s command, twice on fresh outputs (the second reported); the baseline tree likewise."""
+def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> dict[str, Any]:
+    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree.
+
+    The first round warms the file caches (a user's second run) and is not counted; the others give each tree's
+    median and, with a baseline, the paired ratios of the process's wall time (this tree / baseline, same round).
+    """
     arguments = ["--n-windows", "913", "--stride", "1"]
     trees: dict[str, dict[str, str] | None] = {"this tree": None}
     if baseline_tree:
         trees["baseline"] = {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())}
-    results: dict[str, Any] = {}
-    for round_ in (1, 2):  # alternating, so both trees see the same machine state on the second round
+    counted: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for round_ in range(1, max(rounds, 2) + 1):  # alternating: both trees see the same machine state
         for name, env in trees.items():
             result = cli_process(arguments, output / name.replace(" ", "_"), env)
-            if round_ == 2:
-                results[name] = result
+            if round_ > 1:
+                counted[name].append(result)
             print(f"make_backtest {name} round {round_}: {result}", flush=True)
+    results: dict[str, Any] = {name: runs[-1] for name, runs in counted.items()}  # the last round, as before
+    for name, runs in counted.items():
+        walls = [run["process_s"] for run in runs if "process_s" in run]
+        results[f"{name} rounds"] = {
+            "process_s": walls,
+            "median_process_s": float(np.median(walls)) if walls else None,
+            "total_s": [run.get("total_s") for run in runs],
+            "wall_phases_s": [run.get("wall_phases_s") for run in runs],
+        }
+    if baseline_tree:
+        pairs = zip(counted["this tree"], counted["baseline"], strict=True)
+        ratios = [a["process_s"] / b["process_s"] for a, b in pairs if "process_s" in a and "process_s" in b]
+        results["paired_ratio_this_over_baseline"] = ratios
+        results["median_paired_ratio"] = float(np.median(ratios)) if ratios else None
     return results
 
 
@@ -341,6 +361,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the work of every comparison")
     parser.add_argument("--baseline-tree", help="another checkout to run make_backtest from, side by side")
     parser.add_argument("--only", nargs="*", help="comparisons to run (default: all)")
+    parser.add_argument("--rounds", type=int, default=2, help="make_backtest runs per tree (the first not counted)")
     parser.add_argument("--name", default="time_to_results", help="results file stem under benchmarks/results/")
     parser.add_argument("--series", type=int, nargs="*", default=[40_000, 10_000, 100_000])
     parser.add_argument(
@@ -371,7 +392,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if "make_backtest" in wanted:
-            report["make_backtest"] = make_backtest(work / "make_backtest", args.baseline_tree)
+            report["make_backtest"] = make_backtest(work / "make_backtest", args.baseline_tree, args.rounds)
         if "one_minute" in wanted:
             report["one_minute"] = one_minute(work / "one_minute", int(59_200 * args.scale))
             print(f"one_minute: {report['one_minute']}", flush=True)
