@@ -27,8 +27,25 @@ def test_seasonal_quantiles_match_numpy_nanquantile(gaps: bool) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = np.nanquantile(history.reshape(6, seasons, m), QUANTILES, axis=1)  # [Q, W, m]
     expected = np.moveaxis(expected, 0, 2)[:, np.arange(horizon) % m, :]
-    assert got.flags.c_contiguous
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_seasonal_quantiles_of_shared_cells_equal_those_of_every_window(gaps: bool) -> None:
+    """Windows of one series placed by their origins share cells; each cell's quantiles are computed once."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+
+    rng = np.random.default_rng(8)
+    m, seasons, horizon = 6, 4, 15
+    values = rng.normal(size=200)
+    if gaps:
+        values[rng.random(values.size) < 0.2] = np.nan
+    origins = np.concatenate([np.arange(10, 60), np.arange(90, 200, 7)]).astype(np.int64)  # some before K m steps
+    history = gather_blocks(values, origins, seasons * m, 0)
+    for positions in (origins, origins * 1000):  # dense keys, and keys far apart (sorted instead)
+        shared = seasonal_quantiles_batch(history, m, horizon, QUANTILES, positions)
+        each = seasonal_quantiles_batch(history, m, horizon, QUANTILES)
+        np.testing.assert_array_equal(shared.view(np.uint64), each.view(np.uint64))
 
 
 def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
@@ -77,7 +94,7 @@ def test_float32_views_score_like_their_float64_copies() -> None:
 def test_flat_history_equals_the_per_series_gather() -> None:
     from distributed_onnx.evaluation.data.packing import gather_blocks
     from distributed_onnx.evaluation.data.table import SeriesArrays
-    from distributed_onnx.evaluation.part import _gather_history
+    from distributed_onnx.evaluation.part_history import gather_history
 
     rng = np.random.default_rng(6)
     lengths = rng.integers(1, 40, size=12)
@@ -88,7 +105,7 @@ def test_flat_history_equals_the_per_series_gather() -> None:
     )
     series = np.sort(rng.integers(0, 12, size=50))
     origins = (rng.random(50) * (lengths[series] + 1)).astype(np.int64)
-    got = _gather_history(source, series, origins, 9)
+    got = gather_history(source, series, origins, 9)
     for row, (s, o) in enumerate(zip(series, origins, strict=True)):
         expected = gather_blocks(values[offsets[s] : offsets[s + 1]], np.asarray([o]), 9, 0)[0]
         np.testing.assert_array_equal(got[row], expected)
