@@ -130,3 +130,27 @@ def test_a_broadcast_point_scores_like_its_copy() -> None:
     for name, values in by_view.state().items():
         np.testing.assert_array_equal(values, by_copy.state()[name], err_msg=name)
     assert by_view.series_sums()["hits"].sum() > 0
+
+
+def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a batch whose origins are all new skips the unique/add.at merge; the sums are the same bit for bit."""
+    from distributed_onnx.evaluation.scoring import conventions
+    from distributed_onnx.evaluation.scoring.conventions import WindowSums
+
+    rng = np.random.default_rng(9)
+    batches = [np.arange(0, 40), np.arange(40, 70), np.arange(10, 30), rng.permutation(np.arange(100, 130))]
+    batches.append(np.asarray([200, 200, 5]))  # repeated and kept origins: the general path
+    blocks = [rng.normal(size=(b.size, 7 + len(QUANTILES))) for b in batches]
+    blocks[0][3] = -0.0  # a negative zero becomes 0 + -0.0 = 0.0 on both paths
+
+    def run() -> WindowSums:
+        sums = WindowSums(QUANTILES, 2)
+        for origins, block in zip(batches, blocks, strict=True):
+            sums._add(origins.astype(np.int64), block)
+        return sums
+
+    fast = run()
+    monkeypatch.setattr(conventions, "_new_and_distinct", lambda kept, origins: False)
+    general = run()
+    np.testing.assert_array_equal(fast.origins, general.origins)
+    np.testing.assert_array_equal(fast.sums.view(np.uint64), general.sums.view(np.uint64))

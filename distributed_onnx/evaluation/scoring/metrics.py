@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
-from distributed_onnx.evaluation.scoring.losses import Levels, batch_losses
+from distributed_onnx.evaluation.scoring.losses import Levels, Scratch, batch_losses
 from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
@@ -104,6 +104,9 @@ class BatchPairs:
     denominator: F64  # [W]: pairs x scale of those windows, 1 elsewhere
     lead_scaled: npt.NDArray[np.bool_]  # [W, H]: pairs of windows with a usable scale
     abs_y: F64  # [W, H]
+    abs_y_by_window: F64  # [W]
+    by_lead: dict[str, F64]  # [H]: pairs, abs_y, and scaled pairs (the ``scaled`` and ``scaled_pairs`` of a lead)
+    scratch: Scratch  # the losses' work buffers, shared by the batch's models
 
     @classmethod
     def of(
@@ -121,6 +124,8 @@ class BatchPairs:
         s_safe = np.where(scaled, scale, 1.0)
         n_valid = valid.sum(axis=1)
         use_window = scaled & (n_valid > 0)
+        lead_scaled = valid & scaled[:, None]
+        abs_y = np.abs(y0)
         return cls(
             codes=codes,
             actual=y0,
@@ -131,8 +136,11 @@ class BatchPairs:
             scale=s_safe,
             use_window=use_window,
             denominator=np.where(use_window, n_valid, 1) * s_safe,
-            lead_scaled=valid & scaled[:, None],
-            abs_y=np.abs(y0),
+            lead_scaled=lead_scaled,
+            abs_y=abs_y,
+            abs_y_by_window=abs_y.sum(axis=1),
+            by_lead={"pairs": valid.sum(axis=0), "abs_y": abs_y.sum(axis=0), "scaled": lead_scaled.sum(axis=0)},
+            scratch=Scratch(),
         )
 
 
@@ -219,7 +227,7 @@ class MetricsAccumulator:
         self._check_shapes(n_win, pairs.actual, forecast, pairs.scale)
         if n_win == 0:
             return {}
-        losses = batch_losses(pairs.actual, forecast, pairs.valid, pairs.all_valid, self._layout)
+        losses = batch_losses(pairs.actual, forecast, pairs.valid, pairs.all_valid, self._layout, pairs.scratch)
         point = losses.point
         squared = point**2
         step_sql = 2.0 * (losses.rho_by_pair / len(self.quantiles))  # [W, H]: mean over q of 2 * rho_q
@@ -228,7 +236,7 @@ class MetricsAccumulator:
             "pairs": pairs.n_valid,
             "abs_err": point.sum(axis=1),
             "sq_err": squared.sum(axis=1),
-            "abs_y": pairs.abs_y.sum(axis=1),
+            "abs_y": pairs.abs_y_by_window,
             "rho": losses.rho_by_window,
             "hits": losses.hits_by_window,
         }
@@ -239,16 +247,16 @@ class MetricsAccumulator:
             "scaled_pairs": np.where(use_window, pairs.n_valid, 0),
         }
         lead_level = {
-            "pairs": pairs.valid.sum(axis=0),
+            "pairs": pairs.by_lead["pairs"],
             "abs_err": point.sum(axis=0),
             "sq_err": squared.sum(axis=0),
-            "abs_y": pairs.abs_y.sum(axis=0),
+            "abs_y": pairs.by_lead["abs_y"],
             "rho": losses.rho_by_lead,
             "hits": losses.hits_by_lead,
-            "scaled": lead_scaled.sum(axis=0),
+            "scaled": pairs.by_lead["scaled"],
             "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0).sum(axis=0),
             "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0).sum(axis=0),
-            "scaled_pairs": lead_scaled.sum(axis=0),
+            "scaled_pairs": pairs.by_lead["scaled"],
         }
         # The batch's distinct series (found once per batch, not once per model); every field of every window
         # grouped by one bincount (per group, window after window: the same sums as one bincount per field).
