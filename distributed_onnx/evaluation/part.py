@@ -49,7 +49,7 @@ from distributed_onnx.evaluation.part_history import SeriesHistory, cell_positio
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
 from distributed_onnx.evaluation.sums import PartSums, write_sums
-from distributed_onnx.model.window_batch import unpack_batch
+from distributed_onnx.model.window_batch import strings_of, unpack_batch
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.storage import Location
 
@@ -159,7 +159,7 @@ class PartRunner:
             rows = slice(done, done + planned.n_windows)
             done += planned.n_windows
             if written.values:
-                packed_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
+                packed_ids = strings_of(batch.column("window_id"))
                 forecasts.update(written.batch(part.index, rows, packed_ids))
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
@@ -289,8 +289,8 @@ class PartRunner:
         scale, history = self.history.scales_and_history(planned)
         positions = cell_positions(planned, m)
         forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions)}
-        series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)
-        window_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
+        series_ids = strings_of(batch.column("series_id"))
+        window_ids = strings_of(batch.column("window_id"))
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
         if job.fan_series:
             # The first checkpoint's fan, and every other model's median on the same windows beside it.

@@ -15,7 +15,7 @@ import pyarrow as pa
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, window_id_array
-from distributed_onnx.model.window_batch import TIMESTAMP, fixed_lists
+from distributed_onnx.model.window_batch import TIMESTAMP, arrow_array, arrow_strings, fixed_lists
 
 
 def gather_blocks(values: np.ndarray, origins: np.ndarray, before: int, after: int) -> np.ndarray:
@@ -68,13 +68,13 @@ def pack_batch(
         keys.append(np.full(rows.size, series_key(series.series_id, run_fingerprint), dtype=np.uint64))
     origin_array = np.concatenate(origins_us) if origins_us else np.empty(0, dtype=np.int64)
     series_ids = pa.DictionaryArray.from_arrays(
-        np.repeat(np.arange(len(series_rows), dtype=np.int32), [count for _, count in series_rows]),
-        pa.array([series_id for series_id, _ in series_rows], pa.string()),
+        arrow_array(np.repeat(np.arange(len(series_rows), dtype=np.int32), [count for _, count in series_rows])),
+        arrow_strings([series_id for series_id, _ in series_rows]),
     )
     columns = {
         "window_id": window_id_array(np.concatenate(keys) if keys else np.empty(0, np.uint64), origin_array),
         "series_id": series_ids.cast(pa.string()),
-        "origin": pa.array(origin_array, TIMESTAMP),
+        "origin": arrow_array(origin_array, TIMESTAMP),
         "context": fixed_lists(_stack(contexts, context_length).astype(np.float32), context_length),
         "target": fixed_lists(_stack(targets, horizon), horizon),
     }
@@ -109,12 +109,12 @@ def _pack_arrays(
     keys = np.asarray([series_key(source.series_ids[int(i)], run_fingerprint) for i in distinct], dtype=np.uint64)
     origin_us = source.start_us[series_index] + origins * source.step_us
     series_ids = pa.DictionaryArray.from_arrays(
-        local.astype(np.int32), pa.array([source.series_ids[int(i)] for i in distinct], pa.string())
+        arrow_array(local.astype(np.int32)), arrow_strings([source.series_ids[int(i)] for i in distinct])
     )
     columns = {
         "window_id": window_id_array(keys[local], origin_us),
         "series_id": series_ids.cast(pa.string()),
-        "origin": pa.array(origin_us, TIMESTAMP),
+        "origin": arrow_array(origin_us.astype(np.int64), TIMESTAMP),
         "context": fixed_lists(block[:, :context_length].astype(np.float32), context_length),
         "target": fixed_lists(np.ascontiguousarray(block[:, context_length:]), horizon),
     }
