@@ -233,12 +233,12 @@ class MetricsAccumulator:
         step_sql = 2.0 * (losses.rho_by_pair / len(self.quantiles))  # [W, H]: mean over q of 2 * rho_q
         s_safe, use_window, lead_scaled = pairs.scale, pairs.use_window, pairs.lead_scaled
         per_window: dict[str, F64] = {
-            "pairs": pairs.n_valid,
+            "pairs": pairs.n_valid.astype(np.float64),  # counts: exact as floats
             "abs_err": point.sum(axis=1),
             "sq_err": squared.sum(axis=1),
             "abs_y": pairs.abs_y_by_window,
             "rho": losses.rho_by_window,
-            "hits": losses.hits_by_window,
+            "hits": losses.hits_by_window.astype(np.float64),
         }
         window_level = {
             "scaled": use_window,
