@@ -104,6 +104,8 @@ def main() -> None:
                 tables.append(pq.read_table(out))
             results[scenario] = compare(*tables)
             print(scenario, json.dumps(results[scenario]), flush=True)
+    document = {"baseline_tree": str(args.baseline_tree), "numpy": np.__version__, "scenarios": results}
+    (ROOT / "benchmarks" / "results" / "scoring_exactness.json").write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":
