@@ -5,6 +5,12 @@ The cases that used to escape as a TypeError, an uncaught ArrowInvalid or a mult
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,3 +76,70 @@ def test_bad_table_exits_2_with_one_line_naming_rows(
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
     assert needle in err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def _processes_naming(marker: str) -> list[int]:
+    """Live (not zombie) processes whose command line names ``marker`` (the test's own Ray temp dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("entry", ["command", "run_backtest"])
+def test_bad_data_on_a_fresh_output_stops_the_early_started_ray_and_leaves_no_process(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, entry: str
+) -> None:
+    """A fresh output folder starts Ray and the pool while the data is read: bad data must not start the pool,
+    and no Ray process may outlive the run (the command leaves Ray to its exit; ``run_backtest`` stops it first)."""
+    data = _write(
+        tmp_path / "dup.parquet", ["a"] * N, pa.array(np.repeat(_grid_us()[: N // 2], 2), pa.timestamp("us", tz="UTC"))
+    )
+    # Every process of this run's Ray names its temp dir on its command line; short: Ray's socket paths under
+    # it must fit AF_UNIX's 107 bytes.
+    ray_temp = Path(tempfile.mkdtemp(prefix="dox-", dir="/tmp"))
+    environment = {**os.environ, "RAY_TMPDIR": str(ray_temp)}
+    output = tmp_path / "run"
+    if entry == "command":
+        argv = [sys.executable, "-m", "distributed_onnx", "backtest"]
+        argv += ["--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), "--output", str(output)]
+    else:
+        script = (  # the driver's own function, which waits for the Ray it started to stop before it raises
+            "import sys, ray\n"
+            "from distributed_onnx.errors import DataError\n"
+            "from distributed_onnx.evaluation.run import run_backtest\n"
+            "from distributed_onnx.evaluation.settings import BacktestSettings\n"
+            f"given = {{'checkpoint': [{str(tiny_checkpoint.weights_path)!r}], 'data': {str(data)!r},"
+            f" 'output': {str(output)!r}}}\n"
+            "try:\n"
+            "    run_backtest(BacktestSettings.from_sources(given, source='test'))\n"
+            "except DataError as exc:\n"
+            "    print('error:', exc, file=sys.stderr)\n"
+            "    sys.exit(0 if ray.is_initialized() else 2)\n"
+        )
+        argv = [sys.executable, "-c", script]
+
+    finished = subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=300, check=False)
+
+    assert finished.returncode == 2, finished.stderr
+    assert "duplicate (series_id, timestamp)" in finished.stderr
+    assert any(ray_temp.iterdir()), "no Ray session under the test's temp dir: the early start did not happen"
+    left: list[int] = []
+    for _ in range(60):  # Ray's processes die with the thread that started them: give the kernel a moment
+        left = _processes_naming(str(ray_temp))
+        if not left:
+            break
+        time.sleep(0.5)
+    shutil.rmtree(ray_temp, ignore_errors=True)
+    assert not left, f"Ray processes outlived the run: {left}"

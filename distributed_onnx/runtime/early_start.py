@@ -9,6 +9,12 @@ The thread that starts Ray lives as long as Ray does and stops it too: Ray's emb
 *thread* that started them (they are started with ``PR_SET_PDEATHSIG``, which Linux fires when the parent
 thread exits; measured: the GCS died as soon as a starting thread returned). Stopping Ray on that thread also
 lets the driver finish its merge and report while Ray shuts down (:meth:`EarlyStart.stop`).
+
+A run whose data turns out bad does not wait for a pool it will never use (:meth:`EarlyStart.abandon`): the pool
+is not started, and Ray is stopped on the owning thread and waited for (the Python API: the next call starts
+clean), or, for a process about to exit (the command, which prints the data error first), left to the exit: a
+Ray still starting dies with the thread that started it (above), one already up is stopped by ``ray.init``'s own
+exit handler. The thread then never stops Ray itself, so two shutdowns never race.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class EarlyStart:
     _ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _left_to_exit: bool = False  # the process exits: Ray's exit handler stops Ray, not the thread
 
     def __post_init__(self) -> None:
         _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
@@ -70,7 +77,9 @@ class EarlyStart:
         started = time.perf_counter()
         try:
             self.started_ray = connect(self.address)
-            if self.pool is not None:
+            if self._left_to_exit:
+                return
+            if self.pool is not None and not self._stop.is_set():
                 request = self.pool
                 self.actors, self.infos = start_pool(request.config, request.count, request.num_cpus, request.num_gpus)
             self.ready_s = time.perf_counter() - started
@@ -79,6 +88,8 @@ class EarlyStart:
         finally:
             self._ready.set()
         self._stop.wait()
+        if self._left_to_exit:
+            return
         stopping = time.perf_counter()
         try:
             for actor in self.actors:
@@ -88,6 +99,11 @@ class EarlyStart:
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
         self.shutdown_s = time.perf_counter() - stopping
+
+    @property
+    def ready(self) -> bool:
+        """True once Ray is up and the pool warm (or starting them failed): :meth:`wait` would return at once."""
+        return self._ready.is_set()
 
     def wait(self) -> None:
         """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error)."""
@@ -107,6 +123,15 @@ class EarlyStart:
     def stop(self) -> None:
         """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
         self._stop.set()
+
+    def abandon(self, *, wait: bool = True) -> None:
+        """Stop for a run that will not use the pool (its input was bad): waiting for Ray to stop, or (``wait``
+        false, in a process about to exit) leaving Ray to the exit and returning at once (module docstring)."""
+        if wait:
+            self.join()
+        else:
+            self._left_to_exit = True
+            self._stop.set()
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait until Ray has stopped (after :meth:`stop`)."""
