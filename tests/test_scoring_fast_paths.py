@@ -154,3 +154,26 @@ def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.
     general = run()
     np.testing.assert_array_equal(fast.origins, general.origins)
     np.testing.assert_array_equal(fast.sums.view(np.uint64), general.sums.view(np.uint64))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 5 * 6 * 3, 1 << 20])
+def test_the_sums_do_not_depend_on_how_many_windows_are_scored_at_once(
+    chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of one window, of three, or the whole batch: every sum the same, bit for bit (lead sums carry over)."""
+    from distributed_onnx.evaluation.scoring import losses
+
+    rng = np.random.default_rng(10)
+    windows, horizon = 11, 6
+    actual = rng.normal(size=(windows, horizon))
+    actual[4, 2] = np.nan
+    forecast = np.sort(rng.normal(size=(windows, len(QUANTILES), horizon)), axis=1).astype(np.float32)
+    scale = np.abs(rng.normal(size=windows))
+    ids = ["a", "b", "a", "c", "b", "a", "c", "a", "a", "b", "c"]
+    reference = MetricsAccumulator(QUANTILES, horizon)
+    reference.update(ids, actual, forecast.transpose(0, 2, 1), scale)
+    monkeypatch.setattr(losses, "CHUNK_BYTES", chunk_bytes)
+    chunked = MetricsAccumulator(QUANTILES, horizon)
+    chunked.update(ids, actual, forecast.transpose(0, 2, 1), scale)
+    for name, values in chunked.state().items():
+        np.testing.assert_array_equal(values, reference.state()[name], err_msg=name)

@@ -297,7 +297,10 @@ class PartRunner:
             names: list[str] = [*self.workers, *BASELINES]
             first, rest = names[0], names[1:]
             middle = min(range(len(job.quantiles)), key=lambda i: abs(job.quantiles[i] - 0.5))
-            others = np.stack([forecasts[name][..., middle] for name in rest], axis=1)  # [W, M, H]
+
+            def others(rows: np.ndarray) -> np.ndarray:  # [k, M, H]: only the few windows kept
+                return np.stack([forecasts[name][rows, :, middle] for name in rest], axis=1)
+
             observed = np.where(valid, actual, np.nan)
             fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
 
