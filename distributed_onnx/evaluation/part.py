@@ -47,6 +47,7 @@ from distributed_onnx.evaluation.data.windows import (
 from distributed_onnx.evaluation.fans import FanCollector
 from distributed_onnx.evaluation.part_history import SeriesHistory, cell_positions
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
+from distributed_onnx.evaluation.scoring.losses import Scratch
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
 from distributed_onnx.evaluation.sums import PartSums, write_sums
 from distributed_onnx.model.window_batch import strings_of, unpack_batch
@@ -128,6 +129,7 @@ class PartRunner:
         uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self.history = SeriesHistory(job.source, job.plan, job.spec, job.seasonality)
+        self._scratch = Scratch()  # the scoring's work buffers, reused part after part
 
     @property
     def worker(self) -> InferenceWorker:
@@ -150,7 +152,7 @@ class PartRunner:
             written = read_written(job.output, part.index, expected, windows, job.spec.horizon, job.quantiles)
         clock.add("read", started)
         to_run = [name for name in self.workers if name not in written.values]
-        scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon)
+        scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         tables: dict[str, list[pa.Table]] = {name: [] for name in to_run}
         done = 0

@@ -110,9 +110,19 @@ class BatchPairs:
 
     @classmethod
     def of(
-        cls, codes: SeriesCodes, actual: F64, scale: F64, valid: npt.NDArray[np.bool_] | None, finite: Any = None
+        cls,
+        codes: SeriesCodes,
+        actual: F64,
+        scale: F64,
+        valid: npt.NDArray[np.bool_] | None,
+        finite: Any = None,
+        scratch: Scratch | None = None,
     ) -> BatchPairs:
-        """``valid`` given: the pairs scored (the caller guarantees them); None: observed and ``finite`` there."""
+        """``valid`` given: the pairs scored (the caller guarantees them); None: observed and ``finite`` there.
+
+        ``scratch``: work buffers to reuse (a part's batches share them: fresh megabytes every batch cost page
+        faults and cold caches, measured); new ones by default.
+        """
         n_win, horizon = actual.shape
         if valid is None:
             valid = np.isfinite(actual) & (np.ones_like(actual, dtype=bool) if finite is None else finite)
@@ -140,7 +150,7 @@ class BatchPairs:
             abs_y=abs_y,
             abs_y_by_window=abs_y.sum(axis=1),
             by_lead={"pairs": valid.sum(axis=0), "abs_y": abs_y.sum(axis=0), "scaled": lead_scaled.sum(axis=0)},
-            scratch=Scratch(),
+            scratch=scratch if scratch is not None else Scratch(),
         )
 
 

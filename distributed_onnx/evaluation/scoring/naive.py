@@ -194,7 +194,7 @@ def seasonal_quantiles_batch(
         return np.take(by_level, lead_cell, axis=2).transpose(1, 2, 0)  # np.take: fancy indexing was ~50x slower
     keys = (np.asarray(positions, dtype=np.int64)[:, None] + np.arange(m, dtype=np.int64)).ravel()  # [W m]
     first, inverse = _distinct_cells(keys)
-    cells = stacked.transpose(0, 2, 1).reshape(n_windows * m, -1)[first]  # [U, K]
+    cells = stacked[first // m, :, first % m]  # [U, K]: only the distinct cells are gathered
     by_cell = np.ascontiguousarray(_nan_quantiles(cells[:, :, None], levels)[:, 0, :].T)  # [Q, U]
     cell_of_lead = np.take(inverse.reshape(n_windows, m), lead_cell, axis=1)  # [W, H]
     return np.take(by_cell, cell_of_lead, axis=1).transpose(1, 2, 0)  # one gather into [Q, W, H]

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
+from distributed_onnx.evaluation.scoring.losses import Scratch
 from distributed_onnx.evaluation.scoring.metrics import (
     METRICS_SCHEMA,
     BatchPairs,
@@ -100,7 +101,10 @@ def common_pairs(
 class PairScores:
     """The pooled and fev-convention sums of every model of a run, on the run's common pairs."""
 
-    def __init__(self, models: Sequence[str], quantiles: Sequence[float], horizon: int) -> None:
+    def __init__(
+        self, models: Sequence[str], quantiles: Sequence[float], horizon: int, scratch: Scratch | None = None
+    ) -> None:
+        """``scratch``: the scoring's work buffers, reused batch after batch (an actor passes its own to every part)."""
         if len(set(models)) != len(models):
             raise DataError(f"model names must be distinct; got {list(models)}")
         self.models = tuple(models)
@@ -111,6 +115,7 @@ class PairScores:
         self.windows = {name: WindowSums(self.quantiles, median) for name in self.models}
         self.excluded = dict.fromkeys(REASONS, 0)
         self.nonfinite: dict[str, list[str]] = {name: [] for name in self.models if name not in BASELINES}
+        self.scratch = scratch if scratch is not None else Scratch()
 
     def update(
         self,
@@ -138,7 +143,7 @@ class PairScores:
         scale = np.asarray(scale, dtype=np.float64)
         if actual.shape[0] == 0:
             return valid
-        shared = BatchPairs.of(SeriesCodes.of(series_ids), actual, scale, valid)  # once for every model
+        shared = BatchPairs.of(SeriesCodes.of(series_ids), actual, scale, valid, scratch=self.scratch)
         for name in self.models:
             per_window = self.pooled[name].add(shared, arrays[name])
             self.windows[name].update(origin_us, per_window, scale)
