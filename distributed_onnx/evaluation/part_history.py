@@ -79,7 +79,8 @@ class SeriesHistory:
         """
         m, n_windows, history_steps = self.seasonality, planned.n_windows, self.history_steps
         source = self.source
-        several = isinstance(source, SeriesArrays) and np.unique(planned.series_index).size > 1
+        series_index = np.asarray(planned.series_index)
+        several = isinstance(source, SeriesArrays) and bool((series_index != series_index[:1]).any())
         arrays = source if several and isinstance(source, SeriesArrays) else None
         if arrays is not None:
             series_index = np.asarray(planned.series_index, dtype=np.int64)
