@@ -290,7 +290,8 @@ class PartRunner:
         actual = np.asarray(block.target, dtype=np.float64)
         scale, history = self.history.scales_and_history(planned)
         positions = cell_positions(planned, m)
-        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions)}
+        reused = self._scratch.array("seasonal_quantiles", (len(job.quantiles), planned.n_windows, horizon))
+        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions, reused)}
         series_ids = strings_of(batch.column("series_id"))
         window_ids = strings_of(batch.column("window_id"))
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)

@@ -19,6 +19,7 @@ from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PlannedBatch, WindowPlan, WindowSpec, plan_series
+from distributed_onnx.evaluation.scoring.losses import Scratch
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, season_count
 
 __all__ = ["SeriesHistory", "cell_positions", "gather_history"]
@@ -38,6 +39,7 @@ class SeriesHistory:
         self.history_steps = season_count(spec.context_length, seasonality) * seasonality
         self._plans: OrderedDict[int, np.ndarray] = OrderedDict()
         self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
+        self._scratch = Scratch()
 
     def origins(self, series_index: int) -> np.ndarray:
         """The kept origins of one series, checked against the driver's plan (cached)."""
@@ -71,7 +73,8 @@ class SeriesHistory:
         return cached
 
     def scales_and_history(self, planned: PlannedBatch) -> tuple[np.ndarray, np.ndarray]:
-        """Each window's seasonal scale ``[W]`` and the ``K m`` steps before its origin ``[W, K m]`` (NaN outside).
+        """Each window's seasonal scale ``[W]`` and the ``K m`` steps before its origin ``[W, K m]`` (NaN outside);
+        the history is valid until the next call (its memory is reused).
 
         Over the flat layout both come from vector passes over every series of the batch (many short series put
         a hundred in one batch); otherwise, or for a batch of a few long series, per series from cached prefix
@@ -89,8 +92,8 @@ class SeriesHistory:
             flat = flat_seasonal_scales(arrays.values, arrays.offsets, series_index, origins, m)
             if flat is not None:
                 return flat, history
-        else:  # one series (the usual batch of a long series): its cached scaler and one gather
-            history = np.empty((n_windows, history_steps))
+        else:  # one series (the usual batch of a long series): its cached scaler and one gather, into memory
+            history = self._scratch.array("history", (n_windows, history_steps))  # reused batch after batch
         scale = np.empty(n_windows)
         cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
         for rows in np.split(np.arange(n_windows), cuts):
@@ -98,7 +101,11 @@ class SeriesHistory:
             origins_one = planned.origin_index[rows]
             scale[rows] = self._scaler(series_index_one).scales(origins_one)
             if arrays is None:
-                history[rows] = gather_blocks(source.series(series_index_one).values, origins_one, history_steps, 0)
+                values = source.series(series_index_one).values
+                if rows.size == n_windows:
+                    gather_blocks(values, origins_one, history_steps, 0, out=history)
+                else:
+                    history[rows] = gather_blocks(values, origins_one, history_steps, 0)
         return scale, history
 
 

@@ -18,8 +18,11 @@ from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, w
 from distributed_onnx.model.window_batch import TIMESTAMP, arrow_array, arrow_strings, fixed_lists
 
 
-def gather_blocks(values: np.ndarray, origins: np.ndarray, before: int, after: int) -> np.ndarray:
-    """``values[o - before : o + after]`` for every origin ``o``, NaN outside the series, as one fresh copy.
+def gather_blocks(
+    values: np.ndarray, origins: np.ndarray, before: int, after: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``values[o - before : o + after]`` for every origin ``o``, NaN outside the series, as one fresh copy
+    (into ``out`` when given: C-ordered, ``[len(origins), before + after]``).
 
     Only the span the origins cover is padded (not the whole series per batch, which dominated packing of long
     series). Origins must lie in ``0..len(values)`` (one step past the data is the latest window there is).
@@ -36,6 +39,8 @@ def gather_blocks(values: np.ndarray, origins: np.ndarray, before: int, after: i
     inside_lo, inside_hi = max(first, 0), min(last, values.shape[0])
     segment[inside_lo - first : inside_hi - first] = values[inside_lo:inside_hi]
     windows = np.lib.stride_tricks.sliding_window_view(segment, width)
+    if out is not None:
+        return np.take(windows, origins - low, axis=0, out=out, mode="clip")  # in range: checked above
     return windows[origins - low]  # row i starts at first + i; fancy indexing copies: fresh memory
 
 

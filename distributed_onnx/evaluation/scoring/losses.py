@@ -67,6 +67,16 @@ class Scratch:
             self._buffers[key] = np.empty(shape, dtype=dtype)
         return self._buffers[key]
 
+    def array(self, name: str, shape: tuple[int, ...]) -> F64:
+        """A C-ordered float64 array of ``shape`` over one buffer kept under ``name`` (grown when too small): the
+        batches of a run, of whatever size, reuse the same memory."""
+        size = int(np.prod(shape, dtype=np.int64))
+        key = (name, ())
+        if key not in self._buffers or self._buffers[key].size < size:
+            self._buffers[key] = np.empty(size)
+        flat: F64 = self._buffers[key][:size]
+        return flat.reshape(shape)
+
 
 def batch_losses(
     actual: F64,

@@ -163,6 +163,7 @@ def seasonal_quantiles_batch(
     horizon: int,
     quantiles: Sequence[float],
     positions: npt.ArrayLike | None = None,
+    out: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
     """The seasonal-quantile baseline: ``[W, K * m]`` history blocks -> ``[W, horizon, Q]`` forecasts.
 
@@ -179,7 +180,8 @@ def seasonal_quantiles_batch(
     windows of one series share all but one of their ``m`` cells, so a batch of 256 such windows holds ``256 + m``
     distinct cells, not ``256 m``. The values are the same either way (each cell's arithmetic is its own).
 
-    The result is a ``[W, H, Q]`` view of a ``[Q, W, H]`` array: the layout the scoring reads fastest.
+    The result is a ``[W, H, Q]`` view of a ``[Q, W, H]`` array: the layout the scoring reads fastest; with
+    ``positions``, that array can be ``out`` (C-ordered ``[Q, W, H]``, reused by the caller batch after batch).
     """
     block = np.asarray(seasons, dtype=np.float64)
     _check_season(m)
@@ -197,7 +199,8 @@ def seasonal_quantiles_batch(
     cells = stacked[first // m, :, first % m]  # [U, K]: only the distinct cells are gathered
     by_cell = np.ascontiguousarray(_nan_quantiles(cells[:, :, None], levels)[:, 0, :].T)  # [Q, U]
     cell_of_lead = np.take(inverse.reshape(n_windows, m), lead_cell, axis=1)  # [W, H]
-    return np.take(by_cell, cell_of_lead, axis=1).transpose(1, 2, 0)  # one gather into [Q, W, H]
+    gathered = np.take(by_cell, cell_of_lead, axis=1, out=out, mode="clip")  # one gather into [Q, W, H]
+    return gathered.transpose(1, 2, 0)
 
 
 def _distinct_cells(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:

@@ -60,17 +60,23 @@ F64 = npt.NDArray[np.float64]
 
 
 def baseline_forecasts(
-    history: F64, m: int, horizon: int, quantiles: Sequence[float], positions: npt.NDArray[np.int64] | None = None
+    history: F64,
+    m: int,
+    horizon: int,
+    quantiles: Sequence[float],
+    positions: npt.NDArray[np.int64] | None = None,
+    out: F64 | None = None,
 ) -> dict[str, F64]:
     """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
 
     The one place the baselines are built, for the backtest's parts and for live scoring alike, so both
     score the same baselines from the same history. ``positions`` (each window's origin on one axis of time per
-    series, see :func:`.naive.seasonal_quantiles_batch`) let windows share the quantiles of their common cells.
+    series, see :func:`.naive.seasonal_quantiles_batch`) let windows share the quantiles of their common cells,
+    and ``out`` (``[Q, W, H]``, with ``positions``) receives the seasonal quantiles.
     """
     return {
         SEASONAL_NAIVE: broadcast_quantiles(seasonal_naive_batch(history[:, -m:], horizon), len(quantiles), copy=False),
-        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles, positions),
+        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles, positions, out),
     }
 
 
