@@ -20,9 +20,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from servers import RESULTS, ROOT, free_port, remove_server_logs, serve_command, start_server, stop_server
+
 CONCURRENCY = [1, 8, 32]
 ANCHOR = "plain uvicorn + Starlette + ORT (anchor)"
 DEFAULT = "1 replica, direct ingress, batching on (default)"
@@ -66,14 +65,17 @@ class _Connection:
             chunks.append(chunk[:-2])
 
 
-def http_post(port: int, path: str, body: bytes) -> bytes:
+def http_post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     return (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n{extra}"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
-async def _load(port: int, payload: bytes, requests: int, concurrency: int, cap_s: float) -> dict[str, Any]:
+async def _load(port: int, payloads: list[bytes], requests: int, concurrency: int, cap_s: float) -> dict[str, Any]:
+    """``requests`` requests from ``concurrency`` keep-alive connections, the payloads in turn (request k sends
+    ``payloads[k % len(payloads)]``), until done or ``cap_s``."""
     latencies: list[float] = []
     codes: dict[str, int] = {}
     remaining = requests
@@ -85,6 +87,7 @@ async def _load(port: int, payload: bytes, requests: int, concurrency: int, cap_
         try:
             while remaining > 0 and time.perf_counter() < deadline:
                 remaining -= 1
+                payload = payloads[remaining % len(payloads)]
                 started = time.perf_counter()
                 try:
                     status, _ = await connection.request(payload)
@@ -106,10 +109,21 @@ async def _load(port: int, payload: bytes, requests: int, concurrency: int, cap_
     return _summary(latencies, wall) | {"codes": codes, "concurrency": concurrency}
 
 
-def load(port: int, path: str, body: bytes, *, requests: int, concurrency: int, cap_s: float) -> dict[str, Any]:
-    payload = http_post(port, path, body)
-    asyncio.run(_load(port, payload, min(requests, 4 * concurrency), concurrency, cap_s))  # warm connections
-    return asyncio.run(_load(port, payload, requests, concurrency, cap_s))
+def load(
+    port: int, path: str, body: bytes | list[bytes], *, requests: int, concurrency: int, cap_s: float, warm: bool = True
+) -> dict[str, Any]:
+    """POST ``body`` (or several bodies, in turn) to ``path``: a warm-up round, then the measured one."""
+    payloads = [http_post(port, path, one) for one in (body if isinstance(body, list) else [body])]
+    return load_payloads(port, payloads, requests=requests, concurrency=concurrency, cap_s=cap_s, warm=warm)
+
+
+def load_payloads(
+    port: int, payloads: list[bytes], *, requests: int, concurrency: int, cap_s: float, warm: bool = True
+) -> dict[str, Any]:
+    """Send whole HTTP requests (:func:`http_post`), in turn; with ``warm``, a short unmeasured round first."""
+    if warm:
+        asyncio.run(_load(port, payloads, min(requests, 4 * concurrency), concurrency, cap_s))
+    return asyncio.run(_load(port, payloads, requests, concurrency, cap_s))
 
 
 def _summary(latencies: list[float], wall_s: float) -> dict[str, Any]:
@@ -128,53 +142,6 @@ def _summary(latencies: list[float], wall_s: float) -> dict[str, Any]:
 
 def history(rng: np.random.Generator, length: int) -> list[float]:
     return [float(v) for v in 30000 + 3000 * np.sin(np.arange(length) / 7.6) + 300 * rng.standard_normal(length)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def ready(port: int) -> bool:
-    payload = f"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-
-    async def check() -> bool:
-        connection = _Connection(*await asyncio.open_connection("127.0.0.1", port))
-        try:
-            status, _ = await asyncio.wait_for(connection.request(payload), 2)
-            return status == 200
-        finally:
-            connection.writer.close()
-
-    try:
-        return asyncio.run(check())
-    except (TimeoutError, OSError, asyncio.IncompleteReadError):
-        return False
-
-
-def start_server(command: list[str], port: int, timeout_s: float = 300.0) -> subprocess.Popen[str]:
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    log = open(RESULTS / f".server-{port}.log", "w")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + timeout_s
-    while not ready(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"server did not start: {command} (see {log.name})")
-        time.sleep(0.5)
-    time.sleep(5.0)  # let the ingress settle (HAProxy reloads its config as replicas register)
-    return process
-
-
-def stop_server(process: subprocess.Popen[str]) -> float:
-    started = time.perf_counter()
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    return round(time.perf_counter() - started, 2)
 
 
 def in_process(checkpoint: Path, single: list[float], horizon: int, requests: int) -> dict[str, Any]:
@@ -238,7 +205,7 @@ def main() -> int:
         "model_call": in_process(checkpoint, single, args.horizon, args.requests),
         "servers": [],
     }
-    serve = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", str(checkpoint)]
+    serve = serve_command("--checkpoint", str(checkpoint))
     servers = [
         (ANCHOR, [sys.executable, str(ROOT / "benchmarks" / "plain_server.py"), "--checkpoint", str(checkpoint)]),
         (DEFAULT, serve),
@@ -276,8 +243,7 @@ def main() -> int:
     results["targets"] = targets(results) if len(servers) == 5 else []
     (RESULTS / "serve.json").write_text(json.dumps(results, indent=2))
     (RESULTS / "serve.md").write_text(markdown(results))
-    for log in RESULTS.glob(".server-*.log"):
-        log.unlink()
+    remove_server_logs()
     print((RESULTS / "serve.md").read_text())
     return 0
 

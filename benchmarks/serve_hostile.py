@@ -26,8 +26,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,53 +35,23 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from servers import (
+    RESULTS,
+    free_port,
+    remove_server_logs,
+    replica_pid,
+    rss_bytes,
+    serve_command,
+    start_server,
+    stop_server,
+)
+
 CLIENTS = 200
 BODY_BYTES = 8 * 1024 * 1024
 GRPC_BYTES = 100 * 1024 * 1024
 MEMORY_BOUND = 1024 * 1024 * 1024  # ServeSettings.max_request_memory_bytes default
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            continue
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return sorted(tree)
-
-
-def replica_pid(root: int) -> int:
-    for pid in descendants(root):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "ServeReplica" in command and "OnnxForecastServer" in command:
-            return pid
-    raise RuntimeError("no ServeReplica process under the server")
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 class RssSampler:
@@ -205,28 +173,11 @@ def grpc_call(port: int) -> dict[str, Any]:
         }
 
 
-def start_server() -> tuple[subprocess.Popen[str], int, int]:
+def start() -> tuple[subprocess.Popen[str], int, int]:
     """``distributed-onnx serve`` with default limits on free loopback ports, once ready."""
-    import httpx
-
     port, grpc_port = free_port(), free_port()
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    command = [sys.executable, "-m", "distributed_onnx", "serve", "--port", str(port), "--grpc-port", str(grpc_port)]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(server.stdout.read() if server.stdout else "server exited")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
-                return server, port, grpc_port
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            server.kill()
-            raise RuntimeError("server not ready in 300 s")
-        time.sleep(0.5)
+    server = start_server(serve_command("--port", str(port), "--grpc-port", str(grpc_port)), port, settle_s=0.0)
+    return server, port, grpc_port
 
 
 def hostile_http(pid: int, port: int, expect: bool) -> dict[str, Any]:
@@ -284,7 +235,7 @@ def hostile_grpc(pid: int, port: int, grpc_port: int) -> dict[str, Any]:
 
 def main() -> int:
     load_before = os.getloadavg()
-    server, port, grpc_port = start_server()
+    server, port, grpc_port = start()
     results: dict[str, Any] = {}
     try:
         pid = replica_pid(server.pid)
@@ -292,12 +243,8 @@ def main() -> int:
         results["http"] = hostile_http(pid, port, expect=False)
         results["grpc"] = hostile_grpc(pid, port, grpc_port)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.communicate()
+        stop_server(server)
+        remove_server_logs()
     results["conditions"] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

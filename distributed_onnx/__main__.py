@@ -1,5 +1,5 @@
 """``python -m distributed_onnx`` is the ``distributed-onnx`` command."""
 
-from distributed_onnx.cli import main
+from distributed_onnx.cli import run
 
-raise SystemExit(main())
+run()

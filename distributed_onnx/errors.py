@@ -6,6 +6,8 @@ catch the family with one clause and the CLI can turn it into a one-line message
     DistributedOnnxError
     ├── MissingExtraError              an optional dependency is not installed (message has the install hint)
     ├── ConfigError                    a setting is invalid (names the key and, when known, the file)
+    │   └── NotABacktestError          ``score --backtest DIR`` names a directory that is not a backtest's
+    │                                  output (names what it lacks)
     ├── CheckpointError
     │   ├── CheckpointNotFoundError    the weights or metadata file does not exist
     │   ├── CheckpointMetadataError    the metadata is not valid JSON or violates the schema
@@ -87,6 +89,11 @@ class MissingExtraError(DistributedOnnxError):
 
 class ConfigError(DistributedOnnxError):
     """A setting is invalid or inconsistent."""
+
+
+class NotABacktestError(ConfigError):
+    """``score --backtest DIR``: DIR holds no backtest's outputs (``summary.json``, ``metrics.parquet``,
+    ``leaderboard.parquet``), or they are not a backtest's; the message names what is missing or wrong."""
 
 
 class CheckpointError(DistributedOnnxError):

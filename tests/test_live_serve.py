@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from distributed_onnx.evaluation.live import score_log
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.forecast_log.layout import log_files
+from distributed_onnx.storage import sha256 as storage_sha256
 
 pytestmark = pytest.mark.integration
 
@@ -63,19 +65,26 @@ class Setup:
             self.forecasts[name] = read_forecasts(settings.output)
             self.metrics[name] = backtest_metrics(plan)
 
-    def requests(self) -> list[dict[str, Any]]:
-        """One request per backtest window: its series' history up to the window's origin, and its start."""
+    def windows(self) -> list[tuple[str, int, list[float | None]]]:
+        """Each backtest window: its series, its origin (us) and its series' history up to that origin."""
         series = dense_series()
         table = self.forecasts[CHAMPION]
-        bodies = []
+        found = []
         firsts = zip(table["series_id"].to_pylist()[::HORIZON], table["origin"].to_pylist()[::HORIZON], strict=True)
         for series_id, origin in firsts:
             data = series[series_id]
-            start_us = int(data["start_us"])
-            position = (int(origin.timestamp() * 1_000_000) - start_us) // STEP_US
+            origin_us = int(origin.timestamp() * 1_000_000)
+            position = (origin_us - int(data["start_us"])) // STEP_US
             history = [None if not present or np.isnan(y) else float(y) for y, present in
                        zip(data["y"][:position], data["present"][:position], strict=True)]  # fmt: skip
-            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_us / 1e6))
+            found.append((series_id, origin_us, history))
+        return found
+
+    def requests(self) -> list[dict[str, Any]]:
+        """One request per backtest window: its series' history up to the window's origin, and its start."""
+        bodies = []
+        for series_id, origin_us, history in self.windows():
+            start = _iso(origin_us - len(history) * STEP_US)
             bodies.append(
                 {
                     "series": [{"series_id": series_id, "y": history, "start": start}],
@@ -84,6 +93,10 @@ class Setup:
                 }
             )
         return bodies
+
+
+def _iso(moment_us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment_us / 1e6))
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +127,17 @@ def _metrics(url: str) -> dict[tuple[str, str, str], float]:
     }
 
 
+def _requests_timed(url: str, model: str) -> dict[str, float]:
+    """Requests timed on /metrics by endpoint, for ``model``."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        sample.labels["endpoint"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "distributed_onnx_request_duration_seconds_count" and sample.labels["model"] == model
+    }
+
+
 def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -123,6 +147,42 @@ def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
 
 def _logged_rows(log: Path) -> int:
     return sum(pq.read_metadata(path).num_rows for path in log_files(log))
+
+
+def _assert_backtest_forecasts(setup: Setup, name: str, logged: pa.Table) -> None:
+    """The log's placed rows of ``name`` are its backtest's forecasts: same windows, leads, timestamps, values."""
+    keys = ["series_id", "origin", "lead"]
+    served = logged.sort_by([(key, "ascending") for key in keys])
+    backtest = setup.forecasts[name].sort_by([(key, "ascending") for key in keys])
+    for key in (*keys, "timestamp", "cutoff"):
+        assert served[key].equals(backtest[key]), (name, key)
+    for level in QUANTILES:
+        column = f"q{format(level, 'g')}"
+        np.testing.assert_allclose(served[column].to_numpy(), backtest[column].to_numpy(), rtol=1e-6, atol=1e-6)
+
+
+def _champion_tensors(setup: Setup, histories: list[list[float | None]]) -> dict[str, np.ndarray]:
+    """The champion's input tensors for these histories, laid out as its backtest lays out a window."""
+    from distributed_onnx.model.adapters import adapter_for
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    metadata = LocalCheckpoint(path=setup.checkpoints[CHAMPION]).resolve().metadata
+    length = metadata.context_length
+    grid = np.full((len(histories), length), np.nan, dtype=np.float32)
+    for row, history in enumerate(histories):
+        kept = np.array([np.nan if y is None else y for y in history[-length:]], dtype=np.float32)
+        grid[row, length - len(kept) :] = kept
+    inputs, _ = adapter_for(metadata).build_inputs(grid, None)
+    return inputs
+
+
+def _v2_body(inputs: dict[str, np.ndarray], **fields: Any) -> dict[str, Any]:
+    encoded = [
+        {"name": name, "datatype": "FP32" if value.dtype == np.float32 else "INT64",
+         "shape": list(value.shape), "data": value.reshape(-1).tolist()}
+        for name, value in inputs.items()
+    ]  # fmt: skip
+    return {"inputs": encoded, **fields}
 
 
 def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup: Setup, server: Server) -> None:
@@ -153,14 +213,7 @@ def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup
     for name in (CHAMPION, CHALLENGER):
         role = "shadow" if name == CHALLENGER else "served"
         mine = log.filter((pc.field("model") == name) & (pc.field("role") == role) & pc.field("origin").is_valid())
-        keys = ["series_id", "origin", "lead"]
-        served = mine.sort_by([(key, "ascending") for key in keys])
-        backtest = setup.forecasts[name].sort_by([(key, "ascending") for key in keys])
-        for key in (*keys, "timestamp", "cutoff"):
-            assert served[key].equals(backtest[key]), key
-        for level in QUANTILES:
-            column = f"q{format(level, 'g')}"
-            np.testing.assert_allclose(served[column].to_numpy(), backtest[column].to_numpy(), rtol=1e-6, atol=1e-6)
+        _assert_backtest_forecasts(setup, name, mine)
 
     scored = score_log(ScoreSettings(forecasts=setup.log, actuals=setup.data, output=setup.root / "score"))
     assert scored.summary["windows"][CHAMPION] == {"scored": windows, "no_start": 1}
@@ -195,3 +248,81 @@ def test_an_unwritable_log_drops_counted_and_logging_resumes(setup: Setup, serve
     assert after[logged] == before[logged] + 3
     assert after[dropped_key] == before.get(dropped_key, 0) + 5
     assert after[("distributed_onnx_forecast_log_pending", CHAMPION, "")] == 0
+
+
+def _send_windows_over_v2(
+    setup: Setup, server: Server, windows: list[tuple[str, int, list[float | None]]]
+) -> list[str]:
+    """Each window to the champion over v2 (even ones over HTTP, odd ones over gRPC), placed by its parameters;
+    then a request without parameters (id ``bare``) and malformed ones. Returns the placed requests' ids."""
+    grpc = pytest.importorskip("tritonclient.grpc")
+    from test_serve_ingress import triton_inputs
+    from tritonclient.utils import InferenceServerException
+
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    context_length = LocalCheckpoint(path=setup.checkpoints[CHAMPION]).resolve().metadata.context_length
+    tensors = partial(_champion_tensors, setup)
+    ids = []
+    triton = grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for index, (series_id, origin_us, history) in enumerate(windows):
+            inputs = tensors([history])
+            parameters = {"start": _iso(origin_us - context_length * STEP_US), "series_ids": series_id}
+            if index % 2:
+                ids.append(f"grpc-{index}")
+                triton.infer(CHAMPION, triton_inputs(grpc, inputs), request_id=ids[-1], parameters=parameters)
+            else:
+                ids.append(f"http-{index}")
+                body = _v2_body(inputs, id=ids[-1], parameters=parameters)
+                response = client.post(f"/v2/models/{CHAMPION}/infer", json=body)
+                assert response.status_code == 200, response.text
+        bare = client.post(f"/v2/models/{CHAMPION}/infer", json=_v2_body(tensors([[1.0, 2.0], [3.0]]), id="bare"))
+        assert bare.status_code == 200, bare.text
+        bad = _v2_body(tensors([[1.0]]), parameters={"start": "yesterday"})
+        refused = client.post(f"/v2/models/{CHAMPION}/infer", json=bad)
+        assert refused.status_code == 422 and "parameters.start" in refused.json()["error"], refused.text
+        assert client.post("/v2/models/nope/infer", json=bad).status_code == 404
+    with pytest.raises(InferenceServerException, match=r"INVALID_ARGUMENT.*parameters.series_ids: 2 ids"):
+        triton.infer(CHAMPION, triton_inputs(grpc, tensors([[1.0]])), parameters={"series_ids": "a,b"})
+    triton.close()
+    return ids
+
+
+def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup, server: Server) -> None:
+    """Each backtest window sent as the champion's own tensors (KServe v2, half over HTTP, half over gRPC) with
+    ``start`` and ``series_ids`` parameters: the log holds the backtests' forecasts, served and shadow; a request
+    without parameters is logged unplaceable; a malformed parameter is refused before the model runs."""
+    before = _metrics(server.url)
+    windows = setup.windows()
+    ids = _send_windows_over_v2(setup, server, windows)
+
+    mine = pc.field("request_id").isin([*ids, "bare"])
+    expected_rows = (len(windows) + 2) * HORIZON * 2  # served and shadow, the windows and the two bare ones
+
+    def logged() -> pa.Table:
+        tables = [pq.read_table(path) for path in log_files(setup.log)]
+        return pa.concat_tables(tables, promote_options="default").filter(mine) if tables else pa.table({})
+
+    _wait_for(lambda: logged().num_rows == expected_rows)
+    log = logged()
+    for name, role in ((CHAMPION, "served"), (CHALLENGER, "shadow")):
+        rows = log.filter((pc.field("model") == name) & (pc.field("role") == role))
+        _assert_backtest_forecasts(setup, name, rows.filter(pc.field("origin").is_valid()))
+        unplaced = rows.filter(pc.field("request_id") == "bare")
+        assert unplaced["series_id"].to_pylist() == ["0"] * HORIZON + ["1"] * HORIZON
+        assert unplaced["origin"].null_count == 2 * HORIZON
+    assert set(log.filter(pc.field("role") == "served")["checkpoint_sha256"].to_pylist()) == {
+        storage_sha256(setup.checkpoints[CHAMPION])
+    }
+    after = _metrics(server.url)
+
+    def grew(name: str, model: str) -> float:
+        return after[(name, model, "")] - before.get((name, model, ""), 0)
+
+    assert not [key for key in after if key[1] == "nope"]  # a label per unknown name would grow without bound
+    assert grew("distributed_onnx_forecasts_served_total", CHAMPION) == len(windows) + 2
+    assert grew("distributed_onnx_forecasts_shadow_total", CHALLENGER) == len(windows) + 2
+    latency = _requests_timed(server.url, CHAMPION)
+    assert latency["grpc_infer"] == len(windows) // 2 + 1  # the refused request is timed too
+    assert latency["infer"] == len(windows) - len(windows) // 2 + 2

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from distributed_onnx.forecast_log.layout import forecast_rows, log_files
 from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.serve.forecasting import forecast_timestamps
-from distributed_onnx.serve.live_log import LiveTraffic, logged_forecast, origins_us, request_id
+from distributed_onnx.serve.live_log import LiveTraffic, in_shadow_sample, logged_forecast, origins_us, request_id
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
 
@@ -91,3 +91,32 @@ def test_answered_returns_at_once_then_logs_served_and_shadow_forecasts(tmp_path
     body, _ = metrics.render()
     assert b'distributed_onnx_forecasts_served_total{model="primary",replica="t"} 3.0' in body
     assert b'distributed_onnx_forecasts_shadow_total{model="shadow",replica="t"} 3.0' in body
+
+
+def test_a_shadow_fraction_samples_requests_by_id_and_the_primary_still_logs_every_answer(tmp_path: Path) -> None:
+    log = ForecastLog(tmp_path, flush_interval_s=60.0)
+    metrics = LiveMetrics(log, replica="t")
+    shadow = FakeModel("shadow")
+    traffic = LiveTraffic(log, metrics, [shadow], shadow_fraction=0.25)
+    ids = [f"req-{index}" for index in range(400)]
+    sampled = [request for request in ids if in_shadow_sample(request, 0.25)]
+
+    async def scenario() -> None:
+        for request in ids:
+            traffic.answered(FakeModel("primary"), REQUEST, np.ones((3, 3, 1), np.float32), (0.5,), request, 0)
+            await traffic.drain()
+
+    asyncio.run(scenario())
+    assert log.flush()
+    log.close()
+
+    assert 70 <= len(sampled) <= 130  # a quarter of 400, give or take the hash (these ids are fixed: no flake)
+    assert shadow.calls == len(sampled)
+    assert all(in_shadow_sample(request, 1.0) for request in ids)
+    assert [in_shadow_sample(request, 0.25) for request in ids] == [request in sampled for request in ids]
+    assert set(sampled) <= {request for request in ids if in_shadow_sample(request, 0.5)}  # nested shares
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path)])
+    shadow_rows = table.filter(pa.compute.equal(table["model"], "shadow"))
+    primary_rows = table.filter(pa.compute.equal(table["model"], "primary"))
+    assert set(shadow_rows["request_id"].to_pylist()) == set(sampled)
+    assert set(primary_rows["request_id"].to_pylist()) == set(ids)

@@ -129,5 +129,5 @@ def test_a_v2_infer_whose_values_overflow_the_model_is_422_and_not_a_model_failu
     with pytest.raises(InputValidationError, match=r"NaN or infinite values in output\(s\) \['quantile_preds'\]"):
         asyncio.run(model.infer(body(3e38), None))
     assert model.health.ready  # max_consecutive_model_failures=1: it would be not ready had it counted
-    encoded, _ = asyncio.run(model.infer(body(2.0), None))
+    encoded = asyncio.run(model.infer(body(2.0), None)).body
     assert 2.0 in json.loads(encoded)["outputs"][0]["data"]  # the median of the tiny graph: the context's mean

@@ -23,7 +23,13 @@ class ScoreSettings(CommandSettings):
     )
     output: Path | str = Field(
         description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "
-        "leaderboard.parquet, summary.json. Rerun it to score what is new."
+        "leaderboard.parquet, summary.json, report.html. Rerun it to score what is new."
+    )
+    backtest: Path | str | None = Field(
+        default=None,
+        description="A backtest's output directory (backtest --output) of the served checkpoints: the report and "
+        "live_vs_backtest.parquet set live skill against its skill by lead, and flag a model whose live score "
+        "falls outside its backtest's bootstrap interval.",
     )
     seasonality: int | None = Field(
         default=None, gt=0, description="Seasonal period in steps, for the baselines and MASE (default: one day)."

@@ -17,11 +17,15 @@ thread: ``/v1/forecast`` picks one by its ``model`` field (default: the first th
 addresses each as ``/v2/models/{name}``, and shadow models forecast each answered request after the answer has
 gone (:mod:`distributed_onnx.serve.live_log`), logged to the forecast log (``--forecast-log``) and counted on
 ``GET /metrics`` (:mod:`distributed_onnx.serve.live_metrics`). One deployment holding every model was chosen
-over the two ways Ray Serve offers, by reasoning rather than measurement: model multiplexing loads models
-lazily into an LRU per replica and routes by a request header, for many models that do not all fit, while a
-shadow needs its model warm on every request its primary answers, and KServe v2 routes by path; one deployment
-per model puts a handle call (a second Serve hop, on a path where Serve's proxy already dominates small
-requests) between the ingress and each model, shadows included, and loses the direct ingress to one replica.
+over the two ways Ray Serve offers, and measured against them (``benchmarks/multiplex_bench.py``, figures in
+``benchmarks/results/multiplex.md``): with the same handler, model multiplexing (``@serve.multiplexed``) serves
+about as many requests as long as its LRU holds every model, but loads each model on its first request (a cold
+request several times a warm one) and on every switch once the LRU is smaller than the models, while a shadow
+needs its model warm on every request its primary answers, and KServe v2 routes by path, not by a header.
+One deployment per model costs a replica's memory per model (a replica's Python and Ray dwarf a small
+checkpoint's session) and, behind the one ``/v1/forecast`` entry (or a primary calling its shadows), a handle
+call per request: the largest loss of requests per second of the ways measured. Multiplexing is the way for many
+models that do not all fit in a replica, which is not this package's use (a champion and a few challengers).
 The cost of this choice: each replica holds every model's session (memory) and they share its CPUs.
 
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any
@@ -51,7 +55,7 @@ from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH
-from distributed_onnx.serve.core import ForecastAnswer, ModelCore, ReplicaCore
+from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.grpc_messages import (
@@ -70,6 +74,7 @@ from distributed_onnx.serve.http import (
     json_body,
     read_body,
 )
+from distributed_onnx.serve.infer_call import InferServed
 from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.loopback import pin_replica_servers
@@ -134,7 +139,9 @@ class OnnxForecastServer:
                 flush_interval_s=settings.forecast_log_flush_s,
             )
         self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
-        self._traffic = LiveTraffic(log, self._live_metrics, self._replica.shadows)
+        self._traffic = LiveTraffic(
+            log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
+        )
 
     def __del__(self) -> None:
         """Serve calls this when the replica stops: write what the forecast log still holds."""
@@ -189,17 +196,37 @@ class OnnxForecastServer:
         summary="Run the model on named tensors (Open Inference Protocol, JSON or binary tensor data)",
     )
     async def infer(self, name: str, request: Request) -> Response:
+        started = time.perf_counter()
+        received_us = now_us()
+        header_id = request.headers.get(REQUEST_ID_HEADER)
+        answered: list[InferAnswer] = []
+
         async def handle(ticket: Ticket) -> Response:
             model = self._replica.model(name)
             body = await read_body(request, self._settings.max_body_bytes, ticket)
-            return infer_response(*await model.infer(body, request.headers.get(HEADER_LENGTH)))
+            answer = await model.infer(body, request.headers.get(HEADER_LENGTH))
+            answered.append(answer)
+            return infer_response(answer.body, answer.header_length)
 
-        started = time.perf_counter()
         try:
-            answer = self._replica.observe("infer", handle)
-            return await drained_on_refusal(request, self._settings.max_body_bytes, answer)
+            answer_or_refusal = self._replica.observe("infer", handle)
+            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         finally:
-            self._live_metrics.request("infer", name, time.perf_counter() - started)
+            self._live_metrics.request("infer", self._model_label(name), time.perf_counter() - started)
+        # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
+        # the request and returns in the response's header).
+        served = answered[0].served
+        self._infer_answered(served, request_id(served.request_id or header_id), received_us)
+        return response
+
+    def _model_label(self, name: str) -> str:
+        """A served model's name, else ``-``: a label per unknown name a client sends would grow without bound."""
+        return name if name in self._replica.models else "-"
+
+    def _infer_answered(self, served: InferServed, identifier: str, received_us: int) -> None:
+        """Log and shadow an answered v2 infer (scheduled, not awaited: after the response is on its way)."""
+        model = self._replica.models[served.model.name]
+        self._traffic.answered_later(model, served.windows.count, served.request, identifier, received_us)
 
     @api.post(
         "/v1/forecast",
@@ -287,11 +314,25 @@ class OnnxForecastServer:
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
 
     async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
+        started = time.perf_counter()
+        received_us = now_us()
+        answered: list[InferServed] = []
+
         async def handle(ticket: Ticket) -> Any:
             model: ModelCore = self._replica.model(request.model_name)
-            return await model.grpc_infer(request, ticket)
+            response, served = await model.grpc_infer(request, ticket)
+            answered.append(served)
+            return response
 
-        return await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
+        try:
+            response = await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
+        finally:
+            self._live_metrics.request(
+                "grpc_infer", self._model_label(request.model_name), time.perf_counter() - started
+            )
+        if answered:
+            self._infer_answered(answered[0], request_id(answered[0].request_id), received_us)
+        return response
 
 
 def build_app(settings: ServeSettings) -> Any:

@@ -2,7 +2,8 @@
 
 :class:`ModelCore` owns one :class:`InferenceWorker` (one ONNX Runtime session) and everything a request to it
 needs: its model thread, its readiness (:mod:`distributed_onnx.serve.health`), the planning of ``/v1/forecast``
-and v2 infer requests (HTTP and gRPC) and their answers. :class:`ReplicaCore` owns what the replica's models
+requests and the answers to them and to v2 infer requests (HTTP and gRPC; planned by
+:mod:`distributed_onnx.serve.infer_call`). :class:`ReplicaCore` owns what the replica's models
 share: admission (requests counted and their memory charged, :mod:`distributed_onnx.serve.admission`), the
 codec thread, the metrics, and the models by name. The Serve deployment (:mod:`distributed_onnx.serve.app`) is
 a thin shell over it: its HTTP routes and gRPC methods delegate here, and its ``@serve.batch`` method is the
@@ -33,12 +34,13 @@ from distributed_onnx.errors import BackendClosedError, InferenceError
 from distributed_onnx.model.quantiles import clamped_levels
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.serve.admission import Admission, Ticket
-from distributed_onnx.serve.binary import binary_outputs, encode_response
+from distributed_onnx.serve.binary import encode_response
 from distributed_onnx.serve.forecasting import ForecastJob, check_finite_forecasts, encode_forecasts, plan_job, run_jobs
-from distributed_onnx.serve.grpc_api import check_response_fits, infer_inputs, model_infer_response, requested_outputs
+from distributed_onnx.serve.grpc_api import check_response_fits, model_infer_response
 from distributed_onnx.serve.health import ModelHealth
-from distributed_onnx.serve.http import HttpError, parse_body, parse_infer_request, status_of
-from distributed_onnx.serve.protocol import decode_inputs, run_checked, select_outputs, tensor_metadata
+from distributed_onnx.serve.http import HttpError, parse_body, status_of
+from distributed_onnx.serve.infer_call import InferCall, InferServed, plan_grpc, plan_http
+from distributed_onnx.serve.protocol import run_checked, tensor_metadata
 from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
 from distributed_onnx.serve.settings import ServeSettings
 
@@ -79,13 +81,12 @@ class ForecastAnswer:
 
 
 @dataclass(frozen=True)
-class InferCall:
-    """A decoded v2 infer request: the model's inputs and what to send back."""
+class InferAnswer:
+    """A v2 infer answer over HTTP: the body, its binary header length (``None``: JSON), what the log takes."""
 
-    inputs: dict[str, np.ndarray]
-    names: list[str]
-    binary: set[str]
-    document: dict[str, Any]
+    body: bytes
+    header_length: int | None
+    served: InferServed
 
 
 class ModelCore:
@@ -207,50 +208,35 @@ class ModelCore:
 
     # ------------------------------------------------------------------------------------------ v2 infer
 
-    async def infer(self, body: bytes, header_length: str | None) -> tuple[bytes, int | None]:
-        """A v2 infer request over HTTP: the response body and its binary header length (``None``: JSON)."""
+    async def infer(self, body: bytes, header_length: str | None) -> InferAnswer:
+        """A v2 infer request over HTTP: the response body, its binary header length and what the log takes."""
         codec = self._replica.run_codec
         call = (
-            await codec(self.plan_infer, body, header_length)
+            await codec(plan_http, self, body, header_length)
             if len(body) > OFFLOAD_BODY_BYTES
-            else (self.plan_infer(body, header_length))
+            else plan_http(self, body, header_length)
         )
         outputs = await self._run_infer("infer", call)
         if sum(outputs[name].size for name in call.names) > OFFLOAD_RESPONSE_VALUES:
-            return await codec(encode_response, call.document, outputs, call.names, call.binary)
-        return encode_response(call.document, outputs, call.names, call.binary)
+            encoded = await codec(encode_response, call.document, outputs, call.names, call.binary)
+        else:
+            encoded = encode_response(call.document, outputs, call.names, call.binary)
+        return InferAnswer(*encoded, InferServed(self, call.windows, outputs, call.request_id))
 
-    def plan_infer(self, body: bytes, header_length: str | None) -> InferCall:
-        parsed, raw = parse_infer_request(body, header_length)
-        names = select_outputs((spec.name for spec in self.output_specs), parsed.outputs)
-        document: dict[str, Any] = {"model_name": self.name}
-        if parsed.id is not None:
-            document["id"] = parsed.id
-        inputs = decode_inputs(parsed.inputs, self.input_specs, raw)
-        self.worker.adapter.check_tensors(inputs)  # the family's NaN/inf rule (docs/design.md, Model families)
-        return InferCall(inputs, names, binary_outputs(parsed, names), document)
-
-    async def grpc_infer(self, request: Any, ticket: Ticket) -> Any:
+    async def grpc_infer(self, request: Any, ticket: Ticket) -> tuple[Any, InferServed]:
         """A ``ModelInferResponse`` for a ``ModelInferRequest`` (gRPC parsed it, within its message limit)."""
         size = request.ByteSize()
         if size > self.settings.max_body_bytes:
             raise HttpError(413, f"Request is {size} bytes, the limit is {self.settings.max_body_bytes} bytes.")
         ticket.charge_body(size)
         if size > OFFLOAD_BODY_BYTES:
-            call = await self._replica.run_codec(self.plan_grpc_infer, request)
+            call = await self._replica.run_codec(plan_grpc, self, request)
         else:
-            call = self.plan_grpc_infer(request)
+            call = plan_grpc(self, request)
         outputs = await self._run_infer("grpc_infer", call)
         response = model_infer_response(self.name, request.id, outputs, call.names)
         check_response_fits(response)
-        return response
-
-    def plan_grpc_infer(self, request: Any) -> InferCall:
-        tensors, raw = infer_inputs(request)
-        names = select_outputs((spec.name for spec in self.output_specs), requested_outputs(request))
-        inputs = decode_inputs(tensors, self.input_specs, raw)
-        self.worker.adapter.check_tensors(inputs)  # the same family NaN/inf rule as over HTTP
-        return InferCall(inputs, names, set(), {})
+        return response, InferServed(self, call.windows, outputs, call.request_id)
 
     async def _run_infer(self, endpoint: str, call: InferCall) -> Mapping[str, np.ndarray]:
         started = time.perf_counter()

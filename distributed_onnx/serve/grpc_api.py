@@ -132,6 +132,16 @@ def infer_inputs(request: Any) -> tuple[list[InferInputTensor], list[bytes | Non
     return tensors, (list(raw_contents) if raw_contents else None)
 
 
+def request_parameters(request: Any) -> dict[str, Any]:
+    """The request's ``parameters`` map as plain values (``InferParameter`` holds one of bool, int, double, str)."""
+    found: dict[str, Any] = {}
+    for key, value in request.parameters.items():
+        choice = value.WhichOneof("parameter_choice")
+        if choice is not None:
+            found[key] = getattr(value, choice)
+    return found
+
+
 def requested_outputs(request: Any) -> list[RequestedOutput] | None:
     return [RequestedOutput(name=output.name) for output in request.outputs] or None
 

@@ -2,7 +2,9 @@
 
 Nothing here is on the request's path: the route hands over the parsed request and the forecasts it answered
 with (references, no copies) and :meth:`LiveTraffic.answered` schedules the rest as a task on the replica's
-event loop, which runs after the handler has returned its response. The task builds the log rows' inputs
+event loop, which runs after the handler has returned its response. A KServe v2 infer request hands over a
+function instead (:meth:`LiveTraffic.answered_later`), which turns its tensors into the same request and
+forecasts inside that task (:mod:`distributed_onnx.serve.infer_log`). The task builds the log rows' inputs
 (:class:`~distributed_onnx.forecast_log.layout.LoggedForecast`; the rows themselves are built by the log's
 writer thread), then asks each shadow model for its forecast of the same request, in that model's own thread,
 and logs it with role ``shadow``. A shadow that fails (a horizon it cannot emit, a broken session) is counted
@@ -15,7 +17,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -33,6 +36,10 @@ REQUEST_ID_HEADER = "x-request-id"
 _US_PER_MINUTE = 60_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+
+#: What the log and the shadows take of an answered request: the request (series, starts), the forecasts
+#: ``[series, horizon, quantiles]`` and their levels; ``None`` when there is nothing to log.
+Served = tuple[ForecastRequest, np.ndarray, tuple[float, ...]]
 
 
 class LoggedModel(Protocol):
@@ -99,6 +106,17 @@ def logged_forecast(
     )
 
 
+def in_shadow_sample(request_id: str, fraction: float) -> bool:
+    """Whether the shadows forecast this request: a hash of its id below ``fraction`` of the hash range.
+
+    Drawn from the id rather than at random, so a request replayed with its id is drawn the same way, in every
+    replica; CRC-32 is uniform enough over ids for a share (and costs nothing next to a forecast).
+    """
+    if fraction >= 1.0:
+        return True
+    return zlib.crc32(request_id.encode()) < fraction * 2**32
+
+
 class LiveTraffic:
     """The replica's after-the-answer work: the forecast log, the shadow models, the live counters."""
 
@@ -109,10 +127,13 @@ class LiveTraffic:
         shadows: Sequence[ShadowModel] = (),
         warn_period_s: float = 60.0,
         max_pending: int = 64,
+        shadow_fraction: float = 1.0,
     ) -> None:
         self.log = log
         self.metrics = metrics
         self.shadows = list(shadows)
+        #: The share of requests the shadows forecast (:func:`in_shadow_sample`: drawn from the request id).
+        self.shadow_fraction = shadow_fraction
         #: Answers whose after-work may wait at once; beyond it a request's shadows are skipped (counted), so a
         #: shadow slower than the traffic cannot pile up work (and memory) without bound.
         self.max_pending = max_pending
@@ -130,17 +151,30 @@ class LiveTraffic:
         request_time_us: int,
     ) -> None:
         """Count a served forecast and schedule its logging and shadows (call from the event loop; returns at once)."""
-        self.metrics.served(model.name, int(forecasts.shape[0]))
+        served: Served = (request, forecasts, tuple(quantiles))
+        self.answered_later(model, int(forecasts.shape[0]), lambda: served, request_id, request_time_us)
+
+    def answered_later(
+        self,
+        model: LoggedModel,
+        windows: int,
+        served: Callable[[], Served | None],
+        request_id: str,
+        request_time_us: int,
+    ) -> None:
+        """:meth:`answered` for a request whose log view ``served()`` builds after the answer (``windows``: its
+        forecasts, counted now); a ``served`` that fails or returns None logs and shadows nothing."""
+        self.metrics.served(model.name, windows)
         if self.log is None and not self.shadows:
             return
         shadows = [shadow for shadow in self.shadows if shadow.name != model.name]
+        if shadows and not in_shadow_sample(request_id, self.shadow_fraction):
+            shadows = []
         if shadows and len(self._tasks) >= self.max_pending:
             for shadow in shadows:
-                self.metrics.shadow_skipped(shadow.name, int(forecasts.shape[0]))
+                self.metrics.shadow_skipped(shadow.name, windows)
             shadows = []
-        task = asyncio.get_running_loop().create_task(
-            self._after(model, shadows, request, forecasts, tuple(quantiles), request_id, request_time_us)
-        )
+        task = asyncio.get_running_loop().create_task(self._after(model, shadows, served, request_id, request_time_us))
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
 
@@ -153,13 +187,19 @@ class LiveTraffic:
         self,
         model: LoggedModel,
         shadows: Sequence[ShadowModel],
-        request: ForecastRequest,
-        forecasts: np.ndarray,
-        quantiles: tuple[float, ...],
+        served: Callable[[], Served | None],
         request_id: str,
         request_time_us: int,
     ) -> None:
         await asyncio.sleep(0)  # let the handler's response go first
+        try:
+            found = served()
+        except Exception as exc:  # the answer has gone; what it was cannot be logged
+            self._warning.warn("An answer of %s could not be logged: %s: %s", model.name, type(exc).__name__, exc)
+            return
+        if found is None:
+            return
+        request, forecasts, quantiles = found
         if self.log is not None:
             self.log.submit(
                 logged_forecast(model, "served", request, forecasts, quantiles, request_id, request_time_us)

@@ -44,6 +44,14 @@ class ServeSettings(CommandSettings):
         description="Names (file stems) of checkpoints that are shadows: each forecasts every /v1/forecast request "
         "another model answers, after the answer is sent, and is only logged (--forecast-log), never returned.",
     )
+    shadow_fraction: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Share of the answered requests the shadows also forecast, drawn per request id (a replayed "
+        "request is drawn the same way): on CPUs a shadow as costly as its primary halves the replica's req/s at "
+        "saturation, 0.1 costs a tenth of that. score compares models on the windows both forecast.",
+    )
     forecast_log: Path | str | None = Field(
         default=None,
         description="Folder or URL (s3://...) of the forecast log: every forecast answered and every shadow "

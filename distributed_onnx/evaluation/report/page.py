@@ -29,6 +29,7 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.tables import Scores, escape
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
+REPORT = "report.html"
 #: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
 MAX_CALIBRATION_SERIES = 500
 
@@ -57,7 +58,7 @@ def write_report(
             "<h3>Pairs scored and left out</h3>",
             report_compare.pairs_section(summary),
             "<h3>Skill by lead, every model</h3>",
-            report_compare.skill_by_lead(scores, models, _lead_label(step_us)),
+            report_compare.skill_by_lead(scores, models, lead_label(step_us)),
             "<h3>Calibration, every model</h3>",
             report_compare.calibration_table(scores, models, quantiles),
         ]
@@ -73,7 +74,7 @@ def write_report(
         "<h2>Skill by lead</h2>",
         _skill(scores, model, step_us),
         "<h2>Calibration of the central intervals</h2>",
-        _calibration(scores, model, quantiles, clamped, _lead_label(step_us)),
+        _calibration(scores, model, quantiles, clamped, lead_label(step_us)),
         "<h2>Series, ranked by MASE</h2>",
         report_tables.series_table(scores, model),
         "<h2>Throughput</h2>",
@@ -84,13 +85,19 @@ def write_report(
         + escape(json.dumps(summary, indent=2, default=str))
         + "</pre></details>",
     ]
+    return write_page(output, f"Backtest of {title}", sections)
+
+
+def write_page(output: storage.Location, title: str, sections: Sequence[str]) -> storage.Location:
+    """``output/report.html``: ``sections`` (HTML) in the report's one page shell (styles, sorting script, no
+    external resource). Shared by the backtest's report and live scoring's, so both read the same."""
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>Backtest of {escape(title)}</title><style>{report_tables.CSS}</style></head><body>"
+        f"<title>{escape(title)}</title><style>{report_tables.CSS}</style></head><body>"
         + "\n".join(sections)
         + f"<script>{report_tables.SORT_SCRIPT}</script></body></html>"
     )
-    path = storage.join(output, "report.html")
+    path = storage.join(output, REPORT)
     storage.write_bytes(path, page.encode())
     return path
 
@@ -159,10 +166,10 @@ def _skill(scores: Scores, model: str, step_us: int | None) -> str:
                 leads, curve[metric] = found
     if leads is None:
         return "<p>(no metrics by lead)</p>"
-    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, _lead_label(step_us))
+    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, lead_label(step_us))
 
 
-def _lead_label(step_us: int | None) -> str:
+def lead_label(step_us: int | None) -> str:
     return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
 
 

@@ -42,7 +42,7 @@ from scipy import special
 from distributed_onnx.evaluation.scoring.metrics import POOLED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 
-__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard"]
+__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard", "percentile_interval"]
 
 SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
@@ -113,8 +113,22 @@ def _gmean_skill(ratios: F64, picks: npt.NDArray[np.intp]) -> tuple[float, float
     counts = defined[picks].sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         resampled = 1.0 - np.exp(logs[picks].sum(axis=1) / counts)
-    low, high = np.nanquantile(resampled, [0.025, 0.975])
-    return point, float(low), float(high), int(defined.sum())
+    low, high = percentile_interval(resampled)
+    return point, low, high, int(defined.sum())
+
+
+def percentile_interval(resampled: F64) -> tuple[float, float]:
+    """The 95% percentile interval of the resamples that are defined; NaN when none is.
+
+    A resample is undefined (NaN) when every series it drew has no scored pair (or no scale) for the metric;
+    when all are (no series, or none with a scored pair: seen in live scoring, whose groups can hold such
+    series), there is no interval, and asking ``nanquantile`` for one would warn "All-NaN slice".
+    """
+    defined = resampled[~np.isnan(resampled)]
+    if not defined.size:
+        return math.nan, math.nan
+    low, high = np.quantile(defined, [0.025, 0.975])
+    return float(low), float(high)
 
 
 def diebold_mariano(loss_a: F64, loss_b: F64, lag: int) -> tuple[float, float, int]:
@@ -185,8 +199,8 @@ def leaderboard(
         resampled = _global(sums[model], weights, has_median)
         n_pairs = int(sums[model]["pairs"].sum())
         for metric, value in point.items():
-            low, high = np.nanquantile(resampled[metric], [0.025, 0.975]) if series else (math.nan, math.nan)
-            add("metric", model, metric, float(value[0]), float(low), float(high), n_pairs)
+            low, high = percentile_interval(resampled[metric])
+            add("metric", model, metric, float(value[0]), low, high, n_pairs)
         # Every metric against seasonal naive; the probabilistic ones against seasonal quantiles too.
         references = [(reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql"))]
         for versus, metrics in references:

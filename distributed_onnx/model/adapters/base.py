@@ -46,6 +46,15 @@ class ModelAdapter(Protocol):
         """Model outputs -> ``[W, n_native_quantiles, H]`` float32 for the windows' target rows."""
         ...
 
+    def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The inverse of :meth:`build_inputs` for tensors a client built: ``(context [W, C], target rows)``.
+
+        ``context`` holds each window's history as the model saw it (float32, NaN = missing, as the family's
+        masks say); ``target_rows`` are the rows whose outputs :meth:`decode` reads. The serving side logs and
+        shadows an Open Inference Protocol request through it (tensors checked against the session first).
+        """
+        ...
+
 
 AdapterFactory = Callable[[CheckpointMetadata], ModelAdapter]
 _REGISTRY: dict[str, AdapterFactory] = {}

@@ -139,5 +139,24 @@ class Chronos2Adapter:
             nan_allowed = self.variant is not Chronos2Variant.OPENSTEF and name in _UPSTREAM_NAN_INPUTS
             refuse_non_finite(name, values, nan_allowed=nan_allowed)
 
+    def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """One window per group (``group_ids``), its target the group's first row, as :meth:`build_inputs` lays
+        them out (Chronos-2's own pipeline puts a group's target rows first); the other rows are covariates.
+
+        A context value is missing where ``attention_mask`` is 0 (and, upstream, where it is NaN).
+        """
+        groups = np.asarray(inputs["group_ids"]).reshape(-1)
+        rows = np.asarray(inputs["context"]).shape[0]
+        if groups.shape[0] != rows:
+            raise InputValidationError(
+                f"group_ids has {groups.shape[0]} entries for {rows} context rows; send one group id per row.",
+                tensor="group_ids",
+            )
+        _, first_rows = np.unique(groups, return_index=True)
+        target_rows = np.sort(first_rows).astype(np.int64)
+        context = np.asarray(inputs["context"], dtype=np.float32)[target_rows]
+        observed = np.asarray(inputs["attention_mask"])[target_rows] > 0
+        return np.where(observed, context, np.float32(np.nan)), target_rows
+
     def decode(self, outputs: Mapping[str, np.ndarray], target_rows: np.ndarray) -> np.ndarray:
         return np.asarray(outputs[self._output_name], dtype=np.float32)[target_rows]

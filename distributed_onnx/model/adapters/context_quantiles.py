@@ -44,5 +44,10 @@ class ContextQuantilesAdapter:
         for name, values in inputs.items():
             refuse_non_finite(name, values, nan_allowed=False)
 
+    def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Every row is a window; its context is the values as sent (the graph has no mask: a 0 stays a 0)."""
+        context = np.asarray(inputs[self._input_name], dtype=np.float32)
+        return context.reshape(context.shape[0], -1), np.arange(context.shape[0], dtype=np.int64)
+
     def decode(self, outputs: Mapping[str, np.ndarray], target_rows: np.ndarray) -> np.ndarray:
         return np.asarray(outputs[self._output_name], dtype=np.float32)[target_rows]

@@ -1,0 +1,185 @@
+"""The log's windows placed on the actuals, and the models that forecast the same window joined.
+
+Reading and joining only: what a window is scored against (its actuals, scale and baselines) is taken in
+:mod:`.scoring`. Each window of the log (one series of one request, for one model) is placed on its series in
+the actuals with one outcome:
+
+- ``scored``: its whole horizon lies within the actuals (it will be scored);
+- **pending**: ``series_not_in_actuals`` or ``actuals_not_arrived`` (its horizon runs past them): looked at
+  again on the next run, so the log files holding it are not marked done;
+- **not placeable** (counted per reason, never scored): ``no_start`` (the request gave no ``start``, so its
+  forecasts have no timestamps), ``before_actuals`` (its origin precedes the series' first actual, so the
+  history it was cut from is unknown here), ``off_grid`` (its origin is not on the series' grid).
+
+The checkpoints logged under one window id (a primary and its shadows: :mod:`~distributed_onnx.forecast_log.layout`)
+forecast the same window, so they are joined into one group and scored together, like the checkpoints of one
+backtest run (the same pairs rule). A group is keyed by its checkpoints, horizon, quantile levels and
+resolution: only windows of one shape stack, and only the same checkpoints share their common pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
+from distributed_onnx.evaluation.live.log_windows import LogWindows
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
+from distributed_onnx.storage import Location
+
+SCORED = "scored"
+NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid")
+PENDING = ("series_not_in_actuals", "actuals_not_arrived")
+
+GroupKey = tuple[tuple[str, ...], int, tuple[float, ...], int]  # checkpoints, horizon, levels, resolution
+
+
+class Actuals:
+    """The actuals laid out as the backtest lays out its data, per resolution (read once)."""
+
+    def __init__(self, location: Location, seasonality: int | None, context_length: int | None = None) -> None:
+        self._location = location
+        self._seasonality = seasonality
+        self._context_length = context_length
+        self._raw: pa.Table | None = None
+        self._tables: dict[int, tuple[SeriesTable, dict[str, int]]] = {}
+        self._scalers: dict[tuple[int, int], SeasonalScaler] = {}
+
+    def season(self, resolution_minutes: int) -> int:
+        return self._seasonality or max(1, 1440 // resolution_minutes)
+
+    def seasons(self, resolution_minutes: int) -> int:
+        """Seasons the seasonal-quantile baseline looks back over: those within the checkpoints' context, as in
+        the backtest (:func:`~distributed_onnx.evaluation.scoring.naive.season_count`); one when the context
+        length is not given."""
+        if self._context_length is None:
+            return 1
+        return season_count(self._context_length, self.season(resolution_minutes))
+
+    def table(self, resolution_minutes: int) -> tuple[SeriesTable, dict[str, int]]:
+        if resolution_minutes not in self._tables:
+            if self._raw is None:
+                self._raw = read_table(self._location)
+                keep = [name for name in ("series_id", "timestamp", "y") if name in self._raw.column_names]
+                self._raw = self._raw.select(keep) if len(keep) == 3 else self._raw
+            series = series_from_table(self._raw, resolution_minutes, source=str(self._location))
+            self._tables[resolution_minutes] = (series, series.index_of())
+        return self._tables[resolution_minutes]
+
+    def scaler(self, resolution_minutes: int, series_index: int) -> SeasonalScaler:
+        key = (resolution_minutes, series_index)
+        if key not in self._scalers:
+            series = self.table(resolution_minutes)[0].series[series_index]
+            self._scalers[key] = SeasonalScaler(series.values, self.season(resolution_minutes))
+        return self._scalers[key]
+
+
+@dataclass
+class Placement:
+    """Where each window of a :class:`LogWindows` lands: an outcome each, and for the scored ones their series."""
+
+    outcome: npt.NDArray[np.str_]
+    series_index: npt.NDArray[np.int64]
+    position: npt.NDArray[np.int64]  # the origin's index on its series' grid
+
+
+def place(windows: LogWindows, actuals: Actuals) -> Placement:
+    """Each window's outcome (module docstring) and, where it has one, its series and origin on the actuals."""
+    n = windows.series_ids.size
+    outcome = np.full(n, SCORED, dtype="<U32")
+    series_index = np.full(n, -1, dtype=np.int64)
+    position = np.zeros(n, dtype=np.int64)
+    for w in range(n):
+        if not windows.has_origin[w]:
+            outcome[w] = "no_start"
+            continue
+        resolution = int(windows.resolution_minutes[w])
+        table, index = actuals.table(resolution)
+        found = index.get(str(windows.series_ids[w]))
+        if found is None:
+            outcome[w] = "series_not_in_actuals"
+            continue
+        series = table.series[found]
+        offset = int(windows.origin_us[w]) - series.start_us
+        if offset % series.step_us:
+            outcome[w] = "off_grid"
+        elif offset < 0:
+            outcome[w] = "before_actuals"
+        elif offset // series.step_us + windows.horizon > series.n_points:
+            outcome[w] = "actuals_not_arrived"
+        series_index[w] = found
+        position[w] = offset // series.step_us
+    return Placement(outcome, series_index, position)
+
+
+@dataclass
+class JoinedWindows:
+    """The windows that the same checkpoints logged (a primary and its shadows): scored together on their pairs.
+
+    ``windows`` holds what the models share (series, origin, resolution, request time; the first model's
+    forecasts), and ``forecasts`` every model's ``[W, H, Q]``, rows aligned by window id.
+    """
+
+    key: GroupKey
+    windows: LogWindows
+    forecasts: dict[str, npt.NDArray[np.float32]]
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.key[0]
+
+
+def join_models(found: Sequence[LogWindows]) -> list[JoinedWindows]:
+    """Group fresh windows by the set of checkpoints that logged each window id (its horizon and levels alike).
+
+    A window id names one series of one request, so the models logged under it forecast the same window; they
+    are scored together, like the checkpoints of one backtest. A model logging a window id twice counts once.
+    """
+    by_shape: dict[tuple[int, tuple[float, ...]], dict[str, dict[str, tuple[LogWindows, int]]]] = {}
+    for windows in found:
+        rows = by_shape.setdefault((windows.horizon, windows.quantiles), {})
+        for row, window in enumerate(windows.window_ids.tolist()):
+            rows.setdefault(str(window), {}).setdefault(windows.model, (windows, row))
+    joined: list[JoinedWindows] = []
+    for (horizon, quantiles), rows in sorted(by_shape.items()):
+        by_models: dict[tuple[tuple[str, ...], int], list[dict[str, tuple[LogWindows, int]]]] = {}
+        for window, per_model in rows.items():
+            first, row = next(iter(per_model.values()))
+            for other, other_row in per_model.values():
+                same = other.series_ids[other_row] == first.series_ids[row] and bool(
+                    other.origin_us[other_row] == first.origin_us[row]
+                )
+                if not same:
+                    raise DataError(f"window {window} is logged for different series or origins by different models")
+            resolution = int(first.resolution_minutes[row])
+            by_models.setdefault((tuple(sorted(per_model)), resolution), []).append(per_model)
+        for (models, resolution), windows_of in sorted(by_models.items()):
+            lead = [per_model[models[0]] for per_model in windows_of]
+
+            def pick(name: str, found_rows: list[tuple[LogWindows, int]] = lead) -> npt.NDArray[Any]:
+                return np.asarray([getattr(windows, name)[row] for windows, row in found_rows])
+
+            shared = LogWindows(
+                model=models[0],
+                horizon=horizon,
+                quantiles=quantiles,
+                series_ids=pick("series_ids").astype(np.str_),
+                window_ids=pick("window_ids").astype(np.str_),
+                origin_us=pick("origin_us").astype(np.int64),
+                has_origin=pick("has_origin").astype(bool),
+                resolution_minutes=pick("resolution_minutes").astype(np.int64),
+                forecasts=pick("forecasts").astype(np.float32),
+                request_time_us=pick("request_time_us").astype(np.int64),
+            )
+            forecasts = {
+                model: np.stack([windows.forecasts[row] for windows, row in (pm[model] for pm in windows_of)])
+                for model in models
+            }
+            joined.append(JoinedWindows((models, horizon, quantiles, resolution), shared, forecasts))
+    return joined

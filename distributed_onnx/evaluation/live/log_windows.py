@@ -1,0 +1,105 @@
+"""One forecast-log file read back as windows: the arrays ``score`` places and joins (no scoring here).
+
+A log file holds rows per (window, lead) (:mod:`distributed_onnx.forecast_log.layout`); scoring wants arrays over
+windows with the forecasts as ``[W, H, Q]``. The rows of a window are its leads ``1..H`` in order (the writer
+writes them so); a file where they are not is not a forecast log and is refused, naming it, rather than scored
+as something else. Windows of one file are grouped by (model, horizon, quantile levels): requests may ask for
+other horizons or levels, and only windows of one shape stack into one array.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from distributed_onnx import storage
+from distributed_onnx.errors import DataError
+from distributed_onnx.storage import Location
+
+_QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
+
+
+@dataclass
+class LogWindows:
+    """Windows of one log file that share a model, a horizon and quantile levels (arrays over windows)."""
+
+    model: str
+    horizon: int
+    quantiles: tuple[float, ...]
+    series_ids: npt.NDArray[np.str_]
+    window_ids: npt.NDArray[np.str_]
+    origin_us: npt.NDArray[np.int64]
+    has_origin: npt.NDArray[np.bool_]
+    resolution_minutes: npt.NDArray[np.int64]
+    forecasts: npt.NDArray[np.float32]  # [W, H, Q]
+    request_time_us: npt.NDArray[np.int64]
+
+    def subset(self, keep: npt.NDArray[np.bool_]) -> LogWindows:
+        """The windows where ``keep`` is true (same model, horizon and levels)."""
+        return LogWindows(
+            self.model,
+            self.horizon,
+            self.quantiles,
+            self.series_ids[keep],
+            self.window_ids[keep],
+            self.origin_us[keep],
+            self.has_origin[keep],
+            self.resolution_minutes[keep],
+            self.forecasts[keep],
+            self.request_time_us[keep],
+        )
+
+
+def read_log_windows(path: Location) -> list[LogWindows]:
+    """One log file as windows, grouped by (model, horizon, levels); rows of a window are its leads 1..H."""
+    table = storage.read_parquet(path)
+    if table.num_rows == 0:
+        return []
+    levels = sorted(
+        (float(match.group(1)), name) for name in table.column_names if (match := _QUANTILE_COLUMN.match(name))
+    )
+    lead = table.column("lead").to_numpy()
+    starts = np.flatnonzero(lead == 1)
+    ends = np.append(starts[1:], lead.size)
+    if starts.size == 0 or starts[0] != 0 or not np.array_equal(lead, _expected_leads(starts, ends)):
+        raise DataError(f"{path}: rows are not whole windows of leads 1..H in order; is it a forecast log file?")
+    horizons = ends - starts
+    models = table.column("model").to_numpy(zero_copy_only=False)
+    origin = table.column("origin")
+    has_origin = ~np.asarray(origin.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    origin_us = origin.cast(pa.int64()).fill_null(0).to_numpy()
+    request_time_us = table.column("request_time").cast(pa.int64()).fill_null(0).to_numpy()
+    resolution = table.column("resolution_minutes").to_numpy().astype(np.int64)
+    series_ids = table.column("series_id").to_numpy(zero_copy_only=False).astype(np.str_)
+    window_ids = table.column("window_id").to_numpy(zero_copy_only=False).astype(np.str_)
+    values = np.stack([table.column(name).to_numpy().astype(np.float32) for _, name in levels], axis=-1)
+    found: list[LogWindows] = []
+    for model in np.unique(models[starts]):
+        for horizon in np.unique(horizons):
+            first = starts[(horizons == horizon) & (models[starts] == model)]
+            if first.size == 0:
+                continue
+            rows = first[:, None] + np.arange(horizon)
+            found.append(
+                LogWindows(
+                    model=str(model),
+                    horizon=int(horizon),
+                    quantiles=tuple(level for level, _ in levels),
+                    series_ids=series_ids[first],
+                    window_ids=window_ids[first],
+                    origin_us=origin_us[first],
+                    has_origin=has_origin[first],
+                    resolution_minutes=resolution[first],
+                    forecasts=values[rows],
+                    request_time_us=request_time_us[first],
+                )
+            )
+    return found
+
+
+def _expected_leads(starts: npt.NDArray[np.intp], ends: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    return np.concatenate([np.arange(1, end - start + 1) for start, end in zip(starts, ends, strict=True)])
