@@ -177,3 +177,29 @@ def test_the_sums_do_not_depend_on_how_many_windows_are_scored_at_once(
     chunked.update(ids, actual, forecast.transpose(0, 2, 1), scale)
     for name, values in chunked.state().items():
         np.testing.assert_array_equal(values, reference.state()[name], err_msg=name)
+
+
+def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> None:
+    """A runner keeps one set of buffers for every batch and part (any size): the sums are those of fresh buffers."""
+    from distributed_onnx.evaluation.scoring.losses import Scratch
+    from distributed_onnx.evaluation.scoring.pairs import PairScores
+
+    rng = np.random.default_rng(11)
+    horizon = 5
+    kept = PairScores(["a", "b"], QUANTILES, horizon, Scratch())
+    fresh = PairScores(["a", "b"], QUANTILES, horizon)
+    for windows in (7, 3, 9, 1):
+        actual = rng.normal(size=(windows, horizon))
+        forecasts = {
+            name: np.sort(rng.normal(size=(windows, horizon, len(QUANTILES))), axis=2).astype(np.float32)
+            for name in ("a", "b")
+        }
+        ids = rng.choice(["s1", "s2"], size=windows)
+        origins = rng.integers(0, 10**6, size=windows)
+        window_ids = np.asarray([f"w{i}" for i in range(windows)], dtype=object)
+        scale = np.abs(rng.normal(size=windows)) + 0.1
+        for scores in (kept, fresh):
+            scores.update(ids, origins, window_ids, actual, forecasts, scale)
+            fresh.scratch = Scratch()  # new buffers before every batch
+    for name, values in kept.state().items():
+        np.testing.assert_array_equal(values, fresh.state()[name], err_msg=name)

@@ -1,7 +1,7 @@
 """The losses of one batch of forecasts, reduced straight to the sums the metrics keep (vectorised, in cache).
 
-Scoring a batch touches every (window, lead, quantile) of every model once: for the reference checkpoint a batch
-of 256 windows x 96 leads x 21 quantiles is half a million losses, against one model call for the whole batch.
+Scoring a batch touches every (window, lead, quantile) of every model once: a batch of 256 windows x 96 leads x
+21 quantiles (Chronos-2's levels) is half a million losses, against one model call for the whole batch.
 To cost a small fraction of that call (benchmarks/results/scoring.md), the losses are computed here
 
 - in the model's own layout, ``[windows, quantiles, leads]`` (ONNX Runtime emits ``[W, Q, H]``; the forecast the
@@ -11,7 +11,7 @@ To cost a small fraction of that call (benchmarks/results/scoring.md), the losse
 - straight into the sums: per window over leads, per lead over windows, per (window, lead) over quantiles.
 
 Exactness: every loss is the same IEEE operation on the same operands whatever the forecast's dtype or memory
-layout (the error is always formed into the same fresh float64 buffer), and every sum has one fixed order: over
+layout (the error is always formed into a float64 buffer of one layout), and every sum has one fixed order: over
 leads, numpy's pairwise sum of a contiguous row; over quantiles and over windows, left to right (the window order
 carries on from chunk to chunk: the lead sums so far are the first row of the next chunk's reduction). So a
 forecast read back from its Parquet part rescores bit for bit, and parts merge exactly as before.
@@ -56,26 +56,23 @@ class BatchLosses:
 
 
 class Scratch:
-    """Work buffers of :func:`batch_losses`, reused by every model scored on a batch (allocated once a batch)."""
+    """Work buffers of :func:`batch_losses` and its callers, kept by name and reused: by every model scored on a
+    batch, and batch after batch and part after part when the caller keeps one (an actor's part runner does).
+
+    One flat buffer per name, grown when a larger shape is asked for, so batches of any size (the last of a
+    part is often shorter) share it: memory stays that of the largest batch.
+    """
 
     def __init__(self) -> None:
-        self._buffers: dict[tuple[str, tuple[int, ...]], npt.NDArray[Any]] = {}
+        self._buffers: dict[tuple[str, str], npt.NDArray[Any]] = {}
 
-    def get(self, name: str, shape: tuple[int, ...], dtype: type = np.float64) -> npt.NDArray[Any]:
-        key = (name, shape)
-        if key not in self._buffers:
-            self._buffers[key] = np.empty(shape, dtype=dtype)
-        return self._buffers[key]
-
-    def array(self, name: str, shape: tuple[int, ...]) -> F64:
-        """A C-ordered float64 array of ``shape`` over one buffer kept under ``name`` (grown when too small): the
-        batches of a run, of whatever size, reuse the same memory."""
+    def array(self, name: str, shape: tuple[int, ...], dtype: type = np.float64) -> npt.NDArray[Any]:
+        """A C-ordered array of ``shape`` over the buffer kept under ``name`` (its contents are left over)."""
         size = int(np.prod(shape, dtype=np.int64))
-        key = (name, ())
+        key = (name, np.dtype(dtype).str)
         if key not in self._buffers or self._buffers[key].size < size:
-            self._buffers[key] = np.empty(size)
-        flat: F64 = self._buffers[key][:size]
-        return flat.reshape(shape)
+            self._buffers[key] = np.empty(size, dtype=dtype)
+        return self._buffers[key][:size].reshape(shape)
 
 
 def batch_losses(
@@ -114,7 +111,7 @@ def batch_losses(
     return BatchLosses(
         point=out.point,
         rho_by_window=out.rho_by_window,
-        rho_by_lead=np.ascontiguousarray(kernel.lead_sums.T),
+        rho_by_lead=kernel.lead_sums.T.copy(),  # a copy: the buffer serves the next model
         rho_by_pair=out.rho_by_pair,
         hits_by_window=out.hits_by_window,
         hits_by_lead=np.ascontiguousarray(out.hits_by_lead.T),
@@ -148,14 +145,14 @@ class _Chunks:
         self.lower_ends, self.upper_ends = _as_slice(levels.lower), _as_slice(levels.upper)
         # Row 0 of ``work`` carries the lead sums of the windows before the chunk: reducing rows 0..c over windows
         # adds window after window, exactly as one reduction over the whole batch would.
-        self.work = scratch.get("work", (chunk + 1, n_quantiles, horizon))
+        self.work = scratch.array("work", (chunk + 1, n_quantiles, horizon))
         self.work[0] = 0.0
-        self.negative = scratch.get("negative", (chunk, n_quantiles, horizon))
+        self.negative = scratch.array("negative", (chunk, n_quantiles, horizon))
         n_intervals = levels.lower.size
-        self.single = scratch.get("single", (chunk, 1, horizon))
-        self.hits_one = scratch.get("hits_one", (chunk, 1, horizon), bool)
-        self.hits = scratch.get("hits", (chunk, n_intervals, horizon), bool)
-        self.above = scratch.get("above", (chunk, n_intervals, horizon), bool)
+        self.single = scratch.array("single", (chunk, 1, horizon))
+        self.hits_one = scratch.array("hits_one", (chunk, 1, horizon), bool)
+        self.hits = scratch.array("hits", (chunk, n_intervals, horizon), bool)
+        self.above = scratch.array("above", (chunk, n_intervals, horizon), bool)
 
     @property
     def lead_sums(self) -> F64:
