@@ -44,8 +44,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 # This checkout's package, for this process, its children and Ray's workers (not a venv's editable install).
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
+# A child measuring the baseline tree (``--baseline-tree``) gets that tree's package first instead.
+PACKAGE_ROOT = os.environ.get("TIME_TO_RESULTS_PACKAGE", str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+sys.path[:0] = [PACKAGE_ROOT, str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data  # noqa: E402
 
@@ -53,13 +55,16 @@ from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
 
 ROWS_PER_BATCH = 256
 SERIES_POINTS = 260
+#: The command's argv prefix; ``--cli-from-this-python`` replaces it (see benchmarks/cli_no_pandas.py).
+CLI_COMMAND = [CLI]
 
 
 def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``distributed-onnx backtest ... --output output`` and return wall, summary timing and report size."""
     if output.exists():
         shutil.rmtree(output)
-    command = [CLI, "backtest", "--output", str(output), "--no-progress", *args]
+    command = [*CLI_COMMAND, "backtest", "--output", str(output), "--no-progress", *args]
+    load_before = os.getloadavg()
     started = time.perf_counter()
     completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env, check=False)
     wall_s = time.perf_counter() - started
@@ -78,6 +83,8 @@ def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None
         "driver_peak_rss_mb": timing.get("driver_peak_rss_mb"),
         "actor_stage_s": timing.get("actor_stage_s"),
         "report_bytes": report.stat().st_size if report.exists() else None,
+        "series_transport": summary.get("transport", {}).get("series_transport"),
+        "load_average": [load_before, os.getloadavg()],
     }
 
 
@@ -216,23 +223,63 @@ def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path
     }
 
 
-def many_series(output: Path, counts: list[int]) -> dict[str, Any]:
-    """CLI against the plain pandas loop at the first count; the CLI alone at the others (driver RSS)."""
+def many_series(output: Path, counts: list[int], baseline_tree: str | None = None) -> dict[str, Any]:
+    """CLI against the plain pandas loop at the first count; the CLI alone at the others (driver RSS).
+
+    With ``baseline_tree`` the CLI also runs from that checkout at every count (alternating with this tree), and
+    both trees' planning alone (``prepare`` in a child process: reading, checking and planning the data) gives
+    the data layer's own peak RSS apart from the merge and the report.
+    """
+    trees: dict[str, dict[str, str] | None] = {"this tree": None}
+    if baseline_tree:
+        tree = str(Path(baseline_tree).resolve())
+        trees["baseline"] = {**os.environ, "PYTHONPATH": tree, "TIME_TO_RESULTS_PACKAGE": tree}
     runs: dict[str, Any] = {}
     for index, n_series in enumerate(counts):
         data, checkpoint = write_many_series(output / f"data_{n_series}", n_series)
         arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", "2"]
         arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
-        entry: dict[str, Any] = {"cli_2_actors": cli_process(arguments, output / f"cli_{n_series}")}
+        args = argparse.Namespace(data=str(data), checkpoint=str(checkpoint), n_windows_per_series=2)
+        entry: dict[str, Any] = {}
+        for name, env in trees.items():
+            key = "cli_2_actors" if name == "this tree" else "baseline_cli_2_actors"
+            entry[key] = cli_process(arguments, output / f"cli_{n_series}", env)
+            entry[key.replace("cli_2_actors", "plan_only")] = child("plan_only", args, output / "plan", env)
+            print(f"many_series {n_series} {name}: {entry[key]}", flush=True)
         if index == 0:
-            args = argparse.Namespace(data=str(data), checkpoint=str(checkpoint), n_windows_per_series=2)
+            # This tree with every series in the object store (read whole by the driver, as before): the transport
+            # that ``auto`` no longer picks for a multi-chunk sorted input, measured against the streamed one.
+            by_store = [*arguments, "--series-transport", "object_store"]
+            entry["cli_2_actors_object_store"] = cli_process(by_store, output / f"cli_{n_series}")
             entry["plain_pandas_loop"] = child("pandas_loop", args, output / f"pandas_{n_series}")
-            cli_s, plain_s = entry["cli_2_actors"].get("process_s"), entry["plain_pandas_loop"].get("process_s")
-            entry["cli_vs_plain"] = plain_s / cli_s if cli_s and plain_s else None
+            plain_s = entry["plain_pandas_loop"].get("process_s")
+            for key in ("cli_2_actors", "baseline_cli_2_actors", "cli_2_actors_object_store"):
+                cli_s = entry.get(key, {}).get("process_s")
+                if cli_s and plain_s:
+                    entry[key.replace("cli_2_actors", "cli_vs_plain")] = plain_s / cli_s
         runs[str(n_series)] = entry
         print(f"many_series {n_series}: {entry}", flush=True)
         shutil.rmtree(output / f"data_{n_series}", ignore_errors=True)
     return runs
+
+
+def plan_only(data: Path, checkpoint: Path, n_windows: int, output: Path) -> dict[str, Any]:
+    """Read, check and plan the data as the CLI's driver does (``prepare``), nothing else: the data layer's RSS."""
+    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    started = time.perf_counter()
+    settings = BacktestSettings.model_validate(
+        {"checkpoint": checkpoint, "data": data, "output": output, "n_windows": n_windows, "progress": False}
+    )
+    plan = prepare(settings)
+    return {
+        "prepare_s": time.perf_counter() - started,
+        "windows": plan.windows.planned,
+        "series": len(plan.table.series),
+        "layout": type(plan.table.series).__name__,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def first_forecast(output: Path, n_windows: int) -> dict[str, Any]:
@@ -261,15 +308,16 @@ CHILD_MODES = {
     "loop_1_thread": lambda a, o: run_loop(a, o, 1),
     "ray_data": run_ray_data,
     "pandas_loop": lambda a, o: plain_pandas_loop(Path(a.data), Path(a.checkpoint), a.n_windows_per_series, o),
+    "plan_only": lambda a, o: plan_only(Path(a.data), Path(a.checkpoint), a.n_windows_per_series, o),
 }
 
 
-def child(mode: str, args: argparse.Namespace, output: Path) -> dict[str, Any]:
+def child(mode: str, args: argparse.Namespace, output: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``mode`` in a fresh Python process (its own RSS, its own imports); wall time measured from outside."""
     command = [sys.executable, __file__, "--child", mode, "--data", args.data, "--checkpoint", args.checkpoint]
     command += ["--n-windows-per-series", str(args.n_windows_per_series), "--output", str(output)]
     started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, check=False)
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env, check=False)
     wall_s = time.perf_counter() - started
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -295,6 +343,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="comparisons to run (default: all)")
     parser.add_argument("--name", default="time_to_results", help="results file stem under benchmarks/results/")
     parser.add_argument("--series", type=int, nargs="*", default=[40_000, 10_000, 100_000])
+    parser.add_argument(
+        "--cli-from-this-python",
+        action="store_true",
+        help="run the command with this interpreter, pandas hidden (benchmarks/cli_no_pandas.py), not .venv-cli",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
@@ -304,12 +357,16 @@ def main() -> None:
     if args.child:
         run_child(args)
         return
-    ensure_cli_venv()
+    if args.cli_from_this_python:
+        CLI_COMMAND[:] = [sys.executable, str(ROOT / "benchmarks" / "cli_no_pandas.py")]
+    else:
+        ensure_cli_venv()
     wanted = set(args.only or ["make_backtest", "one_minute", "many_series", "first_forecast"])
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "load_average_before": os.getloadavg(),
         "scale": args.scale,
+        "cli": CLI_COMMAND,
     }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -320,7 +377,7 @@ def main() -> None:
             print(f"one_minute: {report['one_minute']}", flush=True)
         if "many_series" in wanted:
             counts = [max(1, int(n * args.scale)) for n in args.series]
-            report["many_series"] = many_series(work / "many_series", counts)
+            report["many_series"] = many_series(work / "many_series", counts, args.baseline_tree)
         if "first_forecast" in wanted:
             report["first_forecast"] = first_forecast(work / "first_forecast", int(150_000 * args.scale))
             print(f"first_forecast: {report['first_forecast']}", flush=True)

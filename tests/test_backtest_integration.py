@@ -40,6 +40,7 @@ from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
 from distributed_onnx.evaluation import run as run_module  # noqa: E402
+from distributed_onnx.evaluation.data import rows as rows_module  # noqa: E402
 from distributed_onnx.evaluation.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
@@ -254,6 +255,29 @@ def test_input_file_transport_gives_the_object_store_forecasts(tmp_path: Path, t
 
     assert result.summary["transport"]["series_transport"] == "input_file"
     assert read_forecasts(Path(by_file.output)).equals(read_forecasts(Path(by_store.output)))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_streamed_input_gives_the_object_store_forecasts(
+    tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sorted input of several chunks is checked streamed; the actors read their series' rows themselves."""
+    sorted_rows = long_table(dense_series()).sort_by([("series_id", "ascending"), ("timestamp", "ascending")])
+    data = tmp_path / "sorted.parquet"
+    pq.write_table(sorted_rows, data, row_group_size=17)
+    monkeypatch.setattr(rows_module, "STREAM_CHUNK_ROWS", 20)
+    by_store = settings_for(tiny, data, tmp_path / "store", series_transport="object_store", covariates=[COVARIATE])
+    streamed = settings_for(tiny, data, tmp_path / "streamed", covariates=[COVARIATE])
+
+    run_backtest(by_store)
+    result = run_backtest(streamed)
+
+    assert result.summary["transport"]["series_transport"] == "input_file"
+    assert "streamed" in result.summary["transport"]["reason"]
+    assert read_forecasts(Path(streamed.output)).equals(read_forecasts(Path(by_store.output)))
+    assert pq.read_table(Path(streamed.output) / "metrics.parquet").equals(
+        pq.read_table(Path(by_store.output) / "metrics.parquet")
+    )
 
 
 @pytest.mark.usefixtures("ray_session")

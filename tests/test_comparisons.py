@@ -245,3 +245,26 @@ def test_different_grids_are_refused_with_one_line(tmp_path: Path, integer_data:
     with pytest.raises(ConfigError, match="distinct file stems"):
         prepare(twice)
     assert pa is not None
+
+
+def test_the_bootstrap_drawn_in_chunks_gives_the_one_draw_leaderboard(
+    tmp_path: Path, integer_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resamples drawn and applied a few rows at a time (bounded memory) give the leaderboard of one [B, S] draw."""
+    from distributed_onnx.evaluation.scoring import leaderboard as leaderboard_module
+
+    tiny = write_tiny_chronos2(tmp_path, "tiny").weights_path
+    plan, scores = _merged(settings_for(tiny, integer_data, tmp_path / "run", seasonality=8, n_windows=6, stride=2))
+    monkeypatch.setattr(leaderboard_module, "RESAMPLE_CHUNK", 1000)  # every resample at once
+    at_once = leaderboard(scores, plan.step_us)  # type: ignore[attr-defined]
+    monkeypatch.setattr(leaderboard_module, "RESAMPLE_CHUNK", 7)  # a chunk size that does not divide 1000
+    chunked = leaderboard(scores, plan.step_us)  # type: ignore[attr-defined]
+
+    assert chunked.num_rows == at_once.num_rows > 0
+    assert np.isfinite(chunked["ci_low"].to_numpy(zero_copy_only=False)).any()
+    for name in chunked.column_names:
+        a, b = chunked[name].to_numpy(zero_copy_only=False), at_once[name].to_numpy(zero_copy_only=False)
+        if a.dtype.kind == "f":
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        else:
+            assert a.tolist() == b.tolist(), name

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ pytest.importorskip("onnxruntime")
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.serve.admission import Ticket
-from distributed_onnx.serve.core import ModelCore, ReplicaCore
+from distributed_onnx.serve.core import SHADOW_NICE, ModelCore, ReplicaCore
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.http import HttpError
 from distributed_onnx.serve.settings import ServeSettings
@@ -131,3 +134,24 @@ def test_a_v2_infer_whose_values_overflow_the_model_is_422_and_not_a_model_failu
     assert model.health.ready  # max_consecutive_model_failures=1: it would be not ready had it counted
     encoded = asyncio.run(model.infer(body(2.0), None)).body
     assert 2.0 in json.loads(encoded)["outputs"][0]["data"]  # the median of the tiny graph: the context's mean
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux")
+def test_a_shadow_runs_its_model_calls_at_the_lowest_priority_and_the_primary_at_the_process_s(
+    tiny_checkpoint: ResolvedCheckpoint,
+) -> None:
+    """Best effort: a shadow's model calls yield the CPUs to the served requests' models (core.SHADOW_NICE)."""
+    core, primary, _ = replica(tiny_checkpoint.weights_path)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=tiny_checkpoint.weights_path))
+    shadow = ModelCore(worker, core.settings, core, shadow=True)
+
+    def nice_of_this_thread() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    async def priorities() -> tuple[int, int]:
+        return await primary.run_model(nice_of_this_thread), await shadow.run_model(nice_of_this_thread)
+
+    served_nice, shadow_nice = asyncio.run(priorities())
+    assert served_nice == os.getpriority(os.PRIO_PROCESS, 0)
+    assert shadow_nice == max(SHADOW_NICE, served_nice)  # nice only goes up for an unprivileged process
+    assert shadow_nice > served_nice or served_nice == SHADOW_NICE

@@ -32,9 +32,9 @@ from pydantic import BaseModel, Field
 
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
-from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
@@ -130,6 +130,7 @@ class PartRunner:
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
         self.history = SeriesHistory(job.source, job.plan, job.spec, job.seasonality)
         self._scratch = Scratch()  # the scoring's work buffers, reused part after part
+        self._source: SeriesSource = job.source  # the current part's series (see _part_source)
 
     @property
     def worker(self) -> InferenceWorker:
@@ -140,6 +141,8 @@ class PartRunner:
         job = self.job
         clock = _Clock()
         started = time.perf_counter()
+        self._source = self._part_source(part)
+        self.history.source = self._source
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
@@ -203,13 +206,23 @@ class PartRunner:
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
         """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
         job = self.job
-        if isinstance(job.source, SeriesArrays):  # the flat layout: every series of the part in vector passes
-            series_index, origin_index = self._part_windows(job.source, part)
+        if isinstance(self._source, SeriesArrays):  # the flat layout: every series of the part in vector passes
+            series_index, origin_index = self._part_windows(self._source, part)
             return batches_of(series_index, origin_index, job.rows_per_batch), len(origin_index)
         segments = [
             (series, self._origins(series)[lo:hi]) for series, lo, hi in job.plan.segments(part.start, part.stop)
         ]
         return batches(segments, job.rows_per_batch), sum(len(origins) for _, origins in segments)
+
+    def _part_source(self, part: PartSpec) -> SeriesSource:
+        """The series a part reads: the flat layout of its series (read from the input file's rows when the
+        driver streamed it, :mod:`.data.rows`), or the job's source as it is."""
+        source, plan = self.job.source, self.job.plan
+        if not isinstance(source, FlatSeries) or part.n_windows <= 0:
+            return source
+        first = int(np.searchsorted(plan.offsets, part.start, side="right")) - 1
+        last = int(np.searchsorted(plan.offsets, part.stop - 1, side="right")) - 1
+        return source.arrays(first, last + 1)
 
     def _part_windows(self, source: SeriesArrays, part: PartSpec) -> tuple[np.ndarray, np.ndarray]:
         """Windows ``[start, stop)`` of the run as (series index, origin index), checked against the driver's plan."""
@@ -236,7 +249,7 @@ class PartRunner:
 
     def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
         spec = self.job.spec
-        return pack_batch(self.job.source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
+        return pack_batch(self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
 
     def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
         """Each model on the same packed batch (packed once, run K times)."""

@@ -15,9 +15,9 @@ from collections import OrderedDict
 import numpy as np
 
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.data.series_source import SeriesSource
-from distributed_onnx.evaluation.data.table import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PlannedBatch, WindowPlan, WindowSpec, plan_series
 from distributed_onnx.evaluation.scoring.losses import Scratch
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, season_count
@@ -32,7 +32,7 @@ class SeriesHistory:
     """Per-series origins, scales and history of one backtest's series, with the caches an actor keeps."""
 
     def __init__(self, source: SeriesSource, plan: WindowPlan, spec: WindowSpec, seasonality: int) -> None:
-        self.source = source
+        self.source = source  # the series of the part being run (the runner sets it part by part)
         self.plan = plan
         self.spec = spec
         self.seasonality = seasonality

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
-from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.rows import scan_sorted_parquet
+from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesTransport
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.fans import fan_series
@@ -119,7 +120,6 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     quantiles = settings.quantiles or list(metadata.native_quantiles)
     seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
-    table = load_series(settings.data, metadata.resolution_minutes, settings.covariates)
     n_windows = settings.n_windows
     if n_windows is None and settings.start is None and settings.end is None:
         n_windows = 1
@@ -135,7 +135,16 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     except ValidationError as exc:
         raise ConfigError(f"Invalid window settings: {describe_validation(exc.errors())}") from exc
-    windows = plan_windows(table.series, spec)
+    # A large sorted Parquet input is checked in streamed chunks and its values stay in the file (the actors
+    # read them): the driver keeps a summary per series. Anything else is read whole, as the object store needs.
+    scanned = None
+    if settings.series_transport is not SeriesTransport.OBJECT_STORE:
+        scanned = scan_sorted_parquet(settings.data, metadata.resolution_minutes, settings.covariates, spec)
+    if scanned is not None:
+        table, windows = scanned.table, scanned.windows
+    else:
+        table = load_series(settings.data, metadata.resolution_minutes, settings.covariates)
+        windows = plan_windows(table.series, spec)
     notes = fit_notes + _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)
     for each in checkpoints:

@@ -24,30 +24,24 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, DistributedOnnxError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
-from distributed_onnx.evaluation.data.series_source import (
-    ParquetSeriesReader,
-    SeriesSource,
-    SeriesStore,
-    SeriesTransport,
-)
-from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
+from distributed_onnx.evaluation.part_ledger import PartLedger
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import read_done_part, unverified_models
+from distributed_onnx.evaluation.transport import series_source_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
-from distributed_onnx.runtime.deadlines import AttemptDeadlines
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest
@@ -169,27 +163,6 @@ class _Dispatched:
     stats: DispatchStats
 
 
-class _PartLedger:
-    """Receipts and failures as the dispatcher delivers them, and what the next part's deadline follows from."""
-
-    def __init__(self) -> None:
-        self.receipts: list[PartReceipt] = []
-        self.failures: list[PartFailure] = []
-        self.deadlines = AttemptDeadlines()
-        self.first_result_s: float | None = None
-
-    def add_receipt(self, receipt: PartReceipt, elapsed_s: float) -> None:
-        self.receipts.append(receipt)
-        self.deadlines.observe(receipt.windows, sum(receipt.seconds.values()))
-        if self.first_result_s is None:
-            self.first_result_s = elapsed_s
-
-    def deadline_s(self, part: PartSpec, part_timeout_s: float | None) -> float:
-        """The given timeout, else one that fits the part: its windows times the slowest rate per window so far
-        (:mod:`distributed_onnx.runtime.deadlines`)."""
-        return part_timeout_s if part_timeout_s is not None else self.deadlines.deadline_s(part.n_windows)
-
-
 class _BacktestRun:
     """One execution of a plan: it runs the parts left, then writes what its :class:`RunOutcome` says."""
 
@@ -200,7 +173,7 @@ class _BacktestRun:
         self.parts = plan.parts()
         self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
         self.leaderboard: pa.Table | None = None
-        self.ledger = _PartLedger()
+        self.ledger = PartLedger()
         self.progress: Progress | None = None
 
     def run(self) -> BacktestResult:
@@ -363,29 +336,9 @@ class _BacktestRun:
         else:
             self.sums.add(part.index, sums)
 
-    def _series_source(self) -> tuple[SeriesSource, dict[str, Any]]:
-        plan = self.plan
-        store = SeriesStore.from_table(plan.table)
-        smallest = cluster.smallest_object_store_bytes()
-        transport, reason = choose_series_transport(
-            plan.settings.series_transport, store.nbytes, smallest, plan.settings.data
-        )
-        logger.info("Series transport: %s (%s)", transport.value, reason)
-        info: dict[str, Any] = {"series_transport": transport.value, "reason": reason, "series_bytes": store.nbytes}
-        if transport is SeriesTransport.OBJECT_STORE:
-            return store, info
-        reader = ParquetSeriesReader(
-            plan.settings.data,
-            store.series_ids,
-            tuple(int(n) for n in store.offsets[1:] - store.offsets[:-1]),
-            plan.checkpoint.metadata.resolution_minutes,
-            tuple(plan.table.covariate_names),
-        )
-        return reader, info
-
     def _dispatch(self, todo: list[PartSpec], progress: Progress) -> _Dispatched:
         settings = self.plan.settings
-        source, transport = self._series_source()
+        source, transport = series_source_for(self.plan)
         job = self.plan.job(source)
         put_started = time.perf_counter()
         job_ref = cluster.put(job)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -89,6 +91,24 @@ class InferAnswer:
     served: InferServed
 
 
+#: The scheduling priority (Linux ``nice``) of a shadow's model thread: the lowest. A shadow's work is best
+#: effort: on CPUs the requests' own models keep busy it runs in what they leave, and what piles up beyond
+#: :class:`~.live_log.LiveTraffic`'s bound is skipped and counted, never a delay on the served path.
+SHADOW_NICE = 19
+
+
+def lower_thread_priority() -> None:
+    """Give the calling thread the lowest scheduling priority (Linux sets ``nice`` per thread; elsewhere, a no-op).
+
+    ONNX Runtime runs a session with one intra-op thread on the calling thread (a replica's default, one CPU),
+    so the shadow's model calls run at this priority; with more intra-op threads, ORT's own pool keeps its own.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICE)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed: a shadow at normal priority
+        logger.info("A shadow's model thread keeps its priority: %s", exc)
+
+
 class ModelCore:
     """One model in a replica: its worker, model thread, health and the planning and running of its requests."""
 
@@ -117,7 +137,11 @@ class ModelCore:
         # One thread runs every model call (forecast batches, v2 infer) off the event loop, so the session sees
         # one call at a time with the threads PinnedWorker sized for this replica's CPUs, rather than asyncio's
         # default pool oversubscribing them.
-        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx")
+        self._model_thread = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="onnx-shadow" if shadow else "onnx",
+            initializer=lower_thread_priority if shadow else None,
+        )
         self._forecasts_in_flight = 0  # /v1/forecast requests between validation and their result
 
     def set_batcher(self, batcher: Batcher | None) -> None:

@@ -10,8 +10,10 @@ starts). It then hands the actors the dense series in one of two ways:
   of the series it needs from the input Parquet file (row groups pruned by the ``series_id`` filter) and lays
   them out with the same code the driver validated them with, keeping a few recently used series cached.
 
-Both give the same :class:`~.table.Series` for the same index, so a part's forecasts do not
-depend on the transport. The rule that picks one (``choose_transport``) is documented and measured in the README.
+A large sorted Parquet input is not read whole at all: the driver streams it and the actors read their parts'
+row ranges (:class:`~.rows.SeriesRows`, also reported as ``input_file``). All of them give the same
+:class:`~.layout.Series` for the same index, so a part's forecasts do not depend on the transport. The rule
+that picks one (``choose_transport``) is documented and measured in the README.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Reads Parquet or CSV with pyarrow, checks the contract of docs/design.md (required columns, UTC timestamps on a
 regular grid, no duplicates) and lays each series out on its own dense grid, where gaps become NaN (masked
-downstream). The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error
-names the file and, where rows are at fault, the rows (0-based data rows).
+downstream; the layout itself is :mod:`.layout`, the streamed reading of a large sorted input :mod:`.rows`).
+The file may be local or a URL (``s3://...``, see :mod:`distributed_onnx.storage`). Every error names the file
+and, where rows are at fault, the rows (0-based data rows).
 
 The dense grid is sized by each series' time span, not by its rows, so its memory is bounded here: a series
 may hold at most :data:`GRID_POINTS_PER_ROW` grid points per row of data (plus :data:`GRID_SLACK_POINTS`).
@@ -18,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,23 @@ import pyarrow.csv as pa_csv
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
+
+__all__ = [
+    "REQUIRED_COLUMNS",
+    "Series",
+    "SeriesArrays",
+    "SeriesTable",
+    "Validated",
+    "check_columns",
+    "load_series",
+    "numpy_view",
+    "float_column",
+    "read_table",
+    "series_from_table",
+    "timestamps_us",
+    "validate_table",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,129 +65,6 @@ _US_PER_MINUTE = 60_000_000
 _MAX_ROWS_IN_MESSAGE = 5
 #: Microseconds per unit of an Arrow timestamp type (``ns`` is handled apart: it may not divide evenly).
 _US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
-
-
-@dataclass
-class Series:
-    """One series on its dense grid: ``values[i]`` is the value at ``start_us + i * step_us`` (NaN = missing)."""
-
-    series_id: str
-    start_us: int
-    step_us: int
-    values: np.ndarray
-    covariates: np.ndarray  # [n_covariates, n_points], NaN = missing
-
-    @property
-    def n_points(self) -> int:
-        return int(self.values.shape[0])
-
-    def timestamp_us(self, index: int | np.ndarray) -> int | np.ndarray:
-        return self.start_us + np.asarray(index, dtype=np.int64) * self.step_us
-
-
-@dataclass(frozen=True, eq=False)
-class SeriesArrays(Sequence[Series]):
-    """Every series of a dataset in flat arrays: series ``s`` is ``values[offsets[s]:offsets[s + 1]]``.
-
-    The layout the reader builds in a few vector passes (no Python per series) and the one the actors read:
-    planning, packing and the object store work on the flat arrays, and a :class:`Series` is a view made on
-    demand (``arrays[s]``), so a run over 100,000 series holds no 100,000 objects.
-    """
-
-    series_ids: tuple[str, ...]
-    start_us: np.ndarray  # int64 [S]
-    offsets: np.ndarray  # int64 [S + 1]
-    values: np.ndarray  # float64 [N]
-    covariates: np.ndarray  # float64 [K, N]
-    step_us: int
-
-    @classmethod
-    def from_series(cls, series: Sequence[Series], step_us: int | None = None) -> SeriesArrays:
-        """Concatenate a list of :class:`Series` (hand-built tables, tests) into the flat layout."""
-        if isinstance(series, SeriesArrays):
-            return series
-        lengths = np.asarray([one.n_points for one in series], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        values = np.concatenate([one.values for one in series]) if series else np.empty(0)
-        k = series[0].covariates.shape[0] if series else 0
-        covariates = np.concatenate([one.covariates for one in series], axis=1) if k else np.empty((0, values.size))
-        return cls(
-            series_ids=tuple(one.series_id for one in series),
-            start_us=np.asarray([one.start_us for one in series], dtype=np.int64),
-            offsets=offsets,
-            values=np.ascontiguousarray(values, dtype=np.float64),
-            covariates=np.ascontiguousarray(covariates, dtype=np.float64),
-            step_us=series[0].step_us if series else int(step_us or 0),
-        )
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Grid points of every series (int64 [S])."""
-        return np.diff(self.offsets)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.values.nbytes + self.covariates.nbytes + self.offsets.nbytes + self.start_us.nbytes)
-
-    def series(self, index: int) -> Series:
-        lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
-        return Series(
-            self.series_ids[index],
-            int(self.start_us[index]),
-            self.step_us,
-            self.values[lo:hi],
-            self.covariates[:, lo:hi],
-        )
-
-    def __len__(self) -> int:
-        return len(self.series_ids)
-
-    @overload
-    def __getitem__(self, index: int) -> Series: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Series]: ...
-
-    def __getitem__(self, index: int | slice) -> Series | list[Series]:
-        if isinstance(index, slice):
-            return [self.series(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"series index {index} out of range for {len(self)} series")
-        return self.series(index)
-
-
-@dataclass
-class SeriesTable:
-    """All series of a dataset, in ``series_id`` order, plus what was read.
-
-    ``series`` is a :class:`SeriesArrays` when read from data (the flat layout), or any list of :class:`Series`.
-    """
-
-    series: Sequence[Series]
-    covariate_names: list[str]
-    resolution_minutes: int
-    source: str
-
-    @property
-    def n_points(self) -> int:
-        if isinstance(self.series, SeriesArrays):
-            return int(self.series.offsets[-1])
-        return sum(series.n_points for series in self.series)
-
-    def index_of(self) -> dict[str, int]:
-        return {series_id: i for i, series_id in enumerate(self.series_ids)}
-
-    @property
-    def series_ids(self) -> tuple[str, ...]:
-        if isinstance(self.series, SeriesArrays):
-            return self.series.series_ids
-        return tuple(series.series_id for series in self.series)
-
-    def arrays(self) -> SeriesArrays:
-        """The flat layout of every series (no copy when the table was read from data)."""
-        return SeriesArrays.from_series(self.series, self.resolution_minutes * _US_PER_MINUTE)
 
 
 def read_table(path: storage.Location) -> pa.Table:
@@ -204,21 +98,48 @@ def series_from_table(
     source: str = "<table>",
 ) -> SeriesTable:
     """Validate an Arrow table against the input contract and build dense series from it."""
-    missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in table.column_names]
+    return validate_table(table, resolution_minutes, covariates, source=source).table
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A checked table laid out as dense series, and how its rows were arranged (for the streamed reader)."""
+
+    table: SeriesTable
+    presorted: bool  # the rows were already in (series_id, timestamp) order
+    rows_per_series: np.ndarray  # int64 [S]: rows of each series, in series order
+
+
+def check_columns(column_names: Sequence[str], covariates: Sequence[str], source: str) -> None:
+    """Refuse missing required or declared columns; warn about undeclared extra columns."""
+    missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in column_names]
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {table.column_names}.", path=source)
-    extra = [name for name in table.column_names if name not in (*REQUIRED_COLUMNS, *covariates)]
+        raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.", path=source)
+    extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates)]
     if extra:
         logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
+
+
+def validate_table(
+    table: pa.Table,
+    resolution_minutes: int,
+    covariates: Sequence[str] = (),
+    *,
+    source: str = "<table>",
+    check_names: bool = True,
+) -> Validated:
+    """:func:`series_from_table`, also saying whether the rows were presorted and how many each series has."""
+    if check_names:
+        check_columns(table.column_names, covariates, source)
     if table.num_rows == 0:
         raise DataError(f"{source}: the data has no rows.", path=source)
 
     distinct_ids, codes = _series_ids(table["series_id"], source)
-    timestamps = _timestamps_us(table["timestamp"], source)
-    values = _floats(table, "y", source)
-    covariate_values = [_floats(table, name, source) for name in covariates]
+    timestamps = timestamps_us(table["timestamp"], source)
+    values = float_column(table, "y", source)
+    covariate_values = [float_column(table, name, source) for name in covariates]
 
     # Sorted by integer codes that follow the ids' order: sorting the id strings themselves cost seconds.
     order, presorted = _sort_order(codes, timestamps)
@@ -265,25 +186,15 @@ def series_from_table(
             f"{resolution_minutes}-minute resolution. Resample the data or use a matching checkpoint.",
             path=source,
         )
-
-    # The dense layout in vector passes: each row lands at its series' offset plus its grid position.
-    n_points = positions[ends - 1] + 1
-    series_offsets = np.concatenate([[0], np.cumsum(n_points)]).astype(np.int64)
-    flat_index = np.repeat(series_offsets[:-1], rows_per_series) + positions
-    dense = np.full(int(series_offsets[-1]), np.nan)
-    dense[flat_index] = in_order(values)
-    covariate_block = np.full((len(covariate_values), dense.size), np.nan)
-    for k, column in enumerate(covariate_values):
-        covariate_block[k, flat_index] = in_order(column)
-    arrays = SeriesArrays(
-        series_ids=tuple(str(series_id) for series_id in run_ids.tolist()),
-        start_us=np.ascontiguousarray(sorted_ts[starts], dtype=np.int64),
-        offsets=series_offsets,
-        values=dense,
-        covariates=covariate_block,
-        step_us=step_us,
+    arrays, _ = dense_layout(
+        [str(series_id) for series_id in run_ids.tolist()],
+        sorted_ts[starts],
+        rows_per_series,
+        positions,
+        [in_order(column) for column in (values, *covariate_values)],
+        step_us,
     )
-    return SeriesTable(arrays, list(covariates), resolution_minutes, source)
+    return Validated(SeriesTable(arrays, list(covariates), resolution_minutes, source), presorted, rows_per_series)
 
 
 def _sort_order(codes: np.ndarray, timestamps: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -341,7 +252,7 @@ def _series_ids(column: pa.ChunkedArray, source: str) -> tuple[np.ndarray, np.nd
     return distinct[ranked], rank[numpy_view(encoded.indices)]
 
 
-def _timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
+def timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
     """``timestamp`` as int64 UTC microseconds; a value that they cannot hold exactly is an error naming rows."""
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -491,7 +402,7 @@ def _duration(span_us: int) -> str:
     return f"{days / 365.25:,.1f} years" if days >= 365.25 else f"{days:,.1f} days"
 
 
-def _floats(table: pa.Table, name: str, source: str) -> np.ndarray:
+def float_column(table: pa.Table, name: str, source: str) -> np.ndarray:
     try:
         column = pc.cast(table[name], pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from distributed_onnx.evaluation.data.table import Series, SeriesArrays
+from distributed_onnx.evaluation.data.layout import FlatSeries, Series, SeriesArrays
 
 
 class WindowSpec(BaseModel):
@@ -193,8 +193,8 @@ def plan_windows(series: Iterable[Series], spec: WindowSpec) -> WindowPlan:
     chunks of series (:func:`plan_origins`); over any other iterable, :func:`plan_series` per series. Both give
     the same counts: they are the same arithmetic on the same integers.
     """
-    if isinstance(series, SeriesArrays):
-        return _plan_arrays(series, spec)
+    if isinstance(series, FlatSeries):
+        return _plan_arrays(series.arrays(0, len(series)), spec)
     counts: list[int] = []
     skipped = capped = 0
     capped_series: list[str] = []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from matplotlib import colormaps, rc_context
 
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
@@ -48,10 +49,12 @@ def leaderboard_section(board: pa.Table, models: Sequence[str], metrics: pa.Tabl
         for row in _rows(board, "skill")
         if row["versus"] == SEASONAL_QUANTILES and row["metric"] == "sql"
     }
+    # Filtered in Arrow first: the table holds a few rows per series (millions at 100,000 series), and converting
+    # every row to Python took most of the report's time there (benchmarks/results/time_to_results.md).
+    global_fev = (pc.field("convention") == "fev") & (pc.field("scope") == "global")
     fev = {
         (row["model"], row["metric"]): row["value"]
-        for row in metrics.to_pylist()
-        if row["convention"] == "fev" and row["scope"] == "global"
+        for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
     }
     shown = [metric for metric in _METRICS if any(key[1] == metric for key in metric_rows)]
     rank_metric = "mase" if "mase" in shown else "sql"

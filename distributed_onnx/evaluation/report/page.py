@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
@@ -47,7 +48,7 @@ def write_report(
     scores = Scores(metrics)
     clamped = _clamped_levels(summary)
     step_us = fans[0].step_us if fans else None
-    models = list(dict.fromkeys(metrics.column("model").to_pylist()))
+    models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow
     checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
     title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
     comparison = []

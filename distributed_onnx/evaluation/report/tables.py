@@ -32,10 +32,14 @@ class Scores:
     def __init__(self, metrics: pa.Table) -> None:
         self.cells: dict[tuple[str, str, str | None, float | None], float] = {}
         leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
-        if "convention" in metrics.column_names:  # fev and count rows belong to the comparison section
-            metrics = metrics.filter(pc.equal(metrics.column("convention"), "pooled"))
-        scope = metrics.column("scope")
-        for row in metrics.filter(pc.not_equal(scope, "series")).to_pylist():
+        # fev and count rows belong to the comparison section. One filter per scope over the columns each needs:
+        # the series rows are most of the table, and a filtered copy of every column cost hundreds of MB of the
+        # driver's peak at 40,000 series (benchmarks/results/time_to_results.md).
+        is_series = pc.equal(metrics.column("scope"), "series")
+        pooled = pc.equal(metrics.column("convention"), "pooled") if "convention" in metrics.column_names else None
+        run_wide = pc.invert(is_series) if pooled is None else pc.and_(pooled, pc.invert(is_series))
+        series_rows = is_series if pooled is None else pc.and_(pooled, is_series)
+        for row in metrics.filter(run_wide).to_pylist():
             quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)
             if row["scope"] == "lead":
                 leads[(row["model"], row["metric"], quantile)].append((int(row["lead"]), float(row["value"])))
@@ -47,7 +51,8 @@ class Scores:
         self._series_counts: dict[str, np.ndarray] = {}
         self.series_ids: list[str] = []
         self._series_row: dict[str, int] = {}
-        self._index_series(metrics.filter(pc.equal(scope, "series")))
+        columns = ["series_id", "model", "metric", "quantile", "value", "n"]
+        self._index_series(metrics.select(columns).filter(series_rows))
 
     def _index_series(self, rows: pa.Table) -> None:
         """Series-scope rows -> one value array per (model, metric, quantile); the series in first-seen order.

@@ -31,7 +31,8 @@ at the end of every run, ``scipy.special`` a third of that).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,8 @@ __all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "lead
 
 SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
+#: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
+RESAMPLE_CHUNK = 32
 RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
 F64 = npt.NDArray[np.float64]
 
@@ -76,11 +79,11 @@ def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dic
 
 def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
     """Each pooled global metric from per-series sums weighted by ``weights[B, S]`` (one row per resample)."""
+    return _global_of(lambda name: np.asarray(weights @ sums[name].reshape(sums[name].shape[0], -1)), has_median)
 
-    def total(name: str) -> F64:
-        values = sums[name].reshape(sums[name].shape[0], -1)
-        return np.asarray(weights @ values)
 
+def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
+    """Each pooled global metric from ``total(name)``: the weighted sums ``[B, k]`` of the per-series sums."""
     with np.errstate(divide="ignore", invalid="ignore"):
         pairs, scaled = total("pairs")[:, 0], total("scaled")[:, 0]
         out = {
@@ -102,17 +105,20 @@ def _per_series(sums: dict[str, F64], has_median: bool) -> dict[str, F64]:
     return out
 
 
-def _gmean_skill(ratios: F64, picks: npt.NDArray[np.intp]) -> tuple[float, float, float, int]:
-    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval over series."""
+def _skill_logs(ratios: F64) -> tuple[F64, npt.NDArray[np.bool_]]:
+    """The logs of the defined, clipped ratios (0 where undefined) and which are defined."""
+    defined = np.isfinite(ratios) & (ratios > 0)
+    clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
+    return np.where(defined, np.log(clipped), 0.0), defined
+
+
+def _gmean_skill(ratios: F64, resampled: F64) -> tuple[float, float, float, int]:
+    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval (``resampled``) over series."""
     defined = np.isfinite(ratios) & (ratios > 0)
     if not defined.any():
         return math.nan, math.nan, math.nan, 0
     clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
     point = 1.0 - float(np.exp(np.mean(np.log(clipped[defined]))))
-    logs = np.where(defined, np.log(clipped), 0.0)
-    counts = defined[picks].sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        resampled = 1.0 - np.exp(logs[picks].sum(axis=1) / counts)
     low, high = percentile_interval(resampled)
     return point, low, high, int(defined.sum())
 
@@ -129,6 +135,58 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
         return math.nan, math.nan
     low, high = np.quantile(defined, [0.025, 0.975])
     return float(low), float(high)
+
+
+@dataclass
+class _Bootstrap:
+    """Every resampled figure of the leaderboard, the resamples drawn and applied a chunk at a time.
+
+    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn :data:`RESAMPLE_CHUNK` rows at
+    a time they are the same numbers (the generator's stream does not depend on how it is cut), and a row's
+    figures depend on that row only. Drawn at once, the [B, S] picks, their weights and each gather took
+    ``8 B S`` bytes apiece: 0.8 GB per array at 100,000 series, the driver's peak (benchmarks/results/
+    time_to_results.md).
+    """
+
+    n_series: int
+    n_resamples: int
+    globals_: dict[str, dict[str, list[F64]]] = field(default_factory=dict)
+    skills: dict[tuple[str, str, str], list[F64]] = field(default_factory=dict)
+
+    def run(
+        self,
+        sums: dict[str, dict[str, F64]],
+        has_median: bool,
+        skill_logs: dict[tuple[str, str, str], tuple[F64, npt.NDArray[np.bool_]]],
+    ) -> None:
+        rng = np.random.default_rng(SEED)
+        distinct: dict[bytes, int] = {}  # keys whose defined series are the same share their counts
+        defined_of = {
+            key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
+            for key, (_, defined) in skill_logs.items()
+        }
+        for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
+            rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
+            picks = rng.integers(0, max(self.n_series, 1), size=(rows, self.n_series))
+            # How often each series is drawn in each resample (what np.add.at counted, in one pass).
+            flat = (picks + np.arange(rows, dtype=np.int64)[:, None] * self.n_series).ravel()
+            weights = np.bincount(flat, minlength=rows * self.n_series).reshape(rows, self.n_series).astype(np.float64)
+            for model, model_sums in sums.items():
+                for metric, values in _global(model_sums, weights, has_median).items():
+                    self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
+            counts: dict[int, npt.NDArray[np.int64]] = {}
+            for key, (logs, defined) in skill_logs.items():
+                row = defined_of[key]
+                if row not in counts:
+                    counts[row] = defined[picks].sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    self.skills.setdefault(key, []).append(1.0 - np.exp(logs[picks].sum(axis=1) / counts[row]))
+
+    def global_(self, model: str, metric: str) -> F64:
+        return np.concatenate(self.globals_[model][metric])
+
+    def skill(self, key: tuple[str, str, str]) -> F64:
+        return np.concatenate(self.skills[key])
 
 
 def diebold_mariano(loss_a: F64, loss_b: F64, lag: int) -> tuple[float, float, int]:
@@ -170,12 +228,25 @@ def leaderboard(
     models = list(scores.models)
     series = sorted(scores.pooled[models[0]].series_ids)
     has_median = scores.pooled[models[0]]._median is not None
-    rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, max(len(series), 1), size=(n_resamples, len(series)))
-    weights = np.zeros((n_resamples, len(series)))
-    np.add.at(weights, (np.arange(n_resamples)[:, None], picks), 1.0)
     sums = {model: _series_matrix(scores, model, series) for model in models}
     per_series = {model: _per_series(sums[model], has_median) for model in models}
+    # Every model against seasonal naive; the probabilistic metrics against seasonal quantiles too.
+    versus_metrics = {
+        model: [
+            (versus, metric)
+            for versus, metrics in ((reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql")))
+            if versus in per_series
+            for metric in metrics
+        ]
+        for model in models
+    }
+    ratios = {
+        (model, versus, metric): per_series[model][metric] / per_series[versus][metric]
+        for model in models
+        for versus, metric in versus_metrics[model]
+    }
+    bootstrap = _Bootstrap(len(series), n_resamples)
+    bootstrap.run(sums, has_median, {key: _skill_logs(ratio) for key, ratio in ratios.items() if len(series)})
     records: list[dict[str, Any]] = []
 
     def add(kind: str, model: str, metric: str, value: float, low: float, high: float, n: int, **extra: Any) -> None:
@@ -196,20 +267,15 @@ def leaderboard(
 
     for model in models:
         point = _global(sums[model], np.ones((1, len(series))), has_median)
-        resampled = _global(sums[model], weights, has_median)
         n_pairs = int(sums[model]["pairs"].sum())
         for metric, value in point.items():
-            low, high = percentile_interval(resampled[metric])
+            low, high = percentile_interval(bootstrap.global_(model, metric))
             add("metric", model, metric, float(value[0]), low, high, n_pairs)
-        # Every metric against seasonal naive; the probabilistic ones against seasonal quantiles too.
-        references = [(reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql"))]
-        for versus, metrics in references:
-            if versus not in per_series:
-                continue
-            for metric in metrics:
-                ratio = per_series[model][metric] / per_series[versus][metric]
-                skill, low, high, n = _gmean_skill(ratio, picks)
-                add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
+        for versus, metric in versus_metrics[model]:
+            key = (model, versus, metric)
+            resampled = bootstrap.skill(key) if series else np.empty(0)
+            skill, low, high, n = _gmean_skill(ratios[key], resampled)
+            add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
     metric = "mase" if has_median else "sql"
     losses = {model: scores.windows[model].per_window()[metric] for model in models}
     origins = scores.windows[models[0]].origins
