@@ -84,7 +84,7 @@ def many_series(repeats: int = 20) -> dict[str, float]:
 
     from distributed_onnx.evaluation.data.packing import gather_blocks
     from distributed_onnx.evaluation.data.table import SeriesArrays
-    from distributed_onnx.evaluation.part import _gather_history
+    from distributed_onnx.evaluation.part_history import gather_history
     from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales
 
     rng = np.random.default_rng(0)
@@ -113,7 +113,7 @@ def many_series(repeats: int = 20) -> dict[str, float]:
     def flat() -> tuple[np.ndarray, np.ndarray]:
         scales = flat_seasonal_scales(values, offsets, series_index, origins, m)
         assert scales is not None
-        return scales, _gather_history(source, series_index, origins, steps)
+        return scales, gather_history(source, series_index, origins, steps)
 
     assert all(np.array_equal(a, b) for a, b in zip(per_series(), flat(), strict=True))
     out = {}

@@ -180,3 +180,34 @@ def test_fans_pick_best_typical_worst_and_latest_over_parts() -> None:
     assert by_label["latest"] == max(origin for _, origin in all_scores)
     assert "typical" in by_label
     assert set(picked.series_index.tolist()) == {0}
+
+
+def test_a_part_opens_only_the_footers_the_driver_says_may_be_written(
+    tmp_path: Path, tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh (``written=()``): no footer is read and the part is computed; unknown (None) or named: read back."""
+    from dataclasses import replace
+
+    from distributed_onnx.evaluation import part_written
+    from distributed_onnx.evaluation.data.series_source import SeriesStore
+    from distributed_onnx.evaluation.part import PartRunner
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=4)
+    plan = run_parts_in_process(settings)  # every part written
+    opened: list[str] = []
+    verifies = part_written.model_part_verifies
+
+    def counting(output: object, model: str, *args: object) -> bool:
+        opened.append(model)
+        return verifies(output, model, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(part_written, "model_part_verifies", counting)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=tiny))
+    runner = PartRunner(worker, plan.job(SeriesStore.from_table(plan.table)))
+    part = plan.parts()[0]
+    assert runner.run(replace(part, written=())).models_computed == [worker.model_name]
+    assert opened == []
+    assert runner.run(replace(part, written=None)).models_computed == []  # verified: read back, rescored
+    assert runner.run(replace(part, written=(worker.model_name,))).models_computed == []
+    assert opened == [worker.model_name, worker.model_name]

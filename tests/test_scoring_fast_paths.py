@@ -27,8 +27,25 @@ def test_seasonal_quantiles_match_numpy_nanquantile(gaps: bool) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = np.nanquantile(history.reshape(6, seasons, m), QUANTILES, axis=1)  # [Q, W, m]
     expected = np.moveaxis(expected, 0, 2)[:, np.arange(horizon) % m, :]
-    assert got.flags.c_contiguous
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_seasonal_quantiles_of_shared_cells_equal_those_of_every_window(gaps: bool) -> None:
+    """Windows of one series placed by their origins share cells; each cell's quantiles are computed once."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+
+    rng = np.random.default_rng(8)
+    m, seasons, horizon = 6, 4, 15
+    values = rng.normal(size=200)
+    if gaps:
+        values[rng.random(values.size) < 0.2] = np.nan
+    origins = np.concatenate([np.arange(10, 60), np.arange(90, 200, 7)]).astype(np.int64)  # some before K m steps
+    history = gather_blocks(values, origins, seasons * m, 0)
+    for positions in (origins, origins * 1000):  # dense keys, and keys far apart (sorted instead)
+        shared = seasonal_quantiles_batch(history, m, horizon, QUANTILES, positions)
+        each = seasonal_quantiles_batch(history, m, horizon, QUANTILES)
+        np.testing.assert_array_equal(shared.view(np.uint64), each.view(np.uint64))
 
 
 def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
@@ -77,7 +94,7 @@ def test_float32_views_score_like_their_float64_copies() -> None:
 def test_flat_history_equals_the_per_series_gather() -> None:
     from distributed_onnx.evaluation.data.packing import gather_blocks
     from distributed_onnx.evaluation.data.table import SeriesArrays
-    from distributed_onnx.evaluation.part import _gather_history
+    from distributed_onnx.evaluation.part_history import gather_history
 
     rng = np.random.default_rng(6)
     lengths = rng.integers(1, 40, size=12)
@@ -88,7 +105,7 @@ def test_flat_history_equals_the_per_series_gather() -> None:
     )
     series = np.sort(rng.integers(0, 12, size=50))
     origins = (rng.random(50) * (lengths[series] + 1)).astype(np.int64)
-    got = _gather_history(source, series, origins, 9)
+    got = gather_history(source, series, origins, 9)
     for row, (s, o) in enumerate(zip(series, origins, strict=True)):
         expected = gather_blocks(values[offsets[s] : offsets[s + 1]], np.asarray([o]), 9, 0)[0]
         np.testing.assert_array_equal(got[row], expected)
@@ -113,3 +130,76 @@ def test_a_broadcast_point_scores_like_its_copy() -> None:
     for name, values in by_view.state().items():
         np.testing.assert_array_equal(values, by_copy.state()[name], err_msg=name)
     assert by_view.series_sums()["hits"].sum() > 0
+
+
+def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a batch whose origins are all new skips the unique/add.at merge; the sums are the same bit for bit."""
+    from distributed_onnx.evaluation.scoring import conventions
+    from distributed_onnx.evaluation.scoring.conventions import WindowSums
+
+    rng = np.random.default_rng(9)
+    batches = [np.arange(0, 40), np.arange(40, 70), np.arange(10, 30), rng.permutation(np.arange(100, 130))]
+    batches.append(np.asarray([200, 200, 5]))  # repeated and kept origins: the general path
+    blocks = [rng.normal(size=(b.size, 7 + len(QUANTILES))) for b in batches]
+    blocks[0][3] = -0.0  # a negative zero becomes 0 + -0.0 = 0.0 on both paths
+
+    def run() -> WindowSums:
+        sums = WindowSums(QUANTILES, 2)
+        for origins, block in zip(batches, blocks, strict=True):
+            sums._add(origins.astype(np.int64), block)
+        return sums
+
+    fast = run()
+    monkeypatch.setattr(conventions, "_new_and_distinct", lambda kept, origins: False)
+    general = run()
+    np.testing.assert_array_equal(fast.origins, general.origins)
+    np.testing.assert_array_equal(fast.sums.view(np.uint64), general.sums.view(np.uint64))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 5 * 6 * 3, 1 << 20])
+def test_the_sums_do_not_depend_on_how_many_windows_are_scored_at_once(
+    chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of one window, of three, or the whole batch: every sum the same, bit for bit (lead sums carry over)."""
+    from distributed_onnx.evaluation.scoring import losses
+
+    rng = np.random.default_rng(10)
+    windows, horizon = 11, 6
+    actual = rng.normal(size=(windows, horizon))
+    actual[4, 2] = np.nan
+    forecast = np.sort(rng.normal(size=(windows, len(QUANTILES), horizon)), axis=1).astype(np.float32)
+    scale = np.abs(rng.normal(size=windows))
+    ids = ["a", "b", "a", "c", "b", "a", "c", "a", "a", "b", "c"]
+    reference = MetricsAccumulator(QUANTILES, horizon)
+    reference.update(ids, actual, forecast.transpose(0, 2, 1), scale)
+    monkeypatch.setattr(losses, "CHUNK_BYTES", chunk_bytes)
+    chunked = MetricsAccumulator(QUANTILES, horizon)
+    chunked.update(ids, actual, forecast.transpose(0, 2, 1), scale)
+    for name, values in chunked.state().items():
+        np.testing.assert_array_equal(values, reference.state()[name], err_msg=name)
+
+
+def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> None:
+    """A runner keeps one set of buffers for every batch and part (any size): the sums are those of fresh buffers."""
+    from distributed_onnx.evaluation.scoring.losses import Scratch
+    from distributed_onnx.evaluation.scoring.pairs import PairScores
+
+    rng = np.random.default_rng(11)
+    horizon = 5
+    kept = PairScores(["a", "b"], QUANTILES, horizon, Scratch())
+    fresh = PairScores(["a", "b"], QUANTILES, horizon)
+    for windows in (7, 3, 9, 1):
+        actual = rng.normal(size=(windows, horizon))
+        forecasts = {
+            name: np.sort(rng.normal(size=(windows, horizon, len(QUANTILES))), axis=2).astype(np.float32)
+            for name in ("a", "b")
+        }
+        ids = rng.choice(["s1", "s2"], size=windows)
+        origins = rng.integers(0, 10**6, size=windows)
+        window_ids = np.asarray([f"w{i}" for i in range(windows)], dtype=object)
+        scale = np.abs(rng.normal(size=windows)) + 0.1
+        for scores in (kept, fresh):
+            scores.update(ids, origins, window_ids, actual, forecasts, scale)
+            fresh.scratch = Scratch()  # new buffers before every batch
+    for name, values in kept.state().items():
+        np.testing.assert_array_equal(values, fresh.state()[name], err_msg=name)

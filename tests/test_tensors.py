@@ -220,3 +220,19 @@ def test_gather_blocks_copies_only_the_span_of_the_origins() -> None:
         tracemalloc.stop()
     np.testing.assert_array_equal(out[1], np.arange(500_002, 500_014, dtype=np.float64))
     assert peak < 100_000  # a whole-series pad would be 8 MB
+
+
+@pytest.mark.parametrize("n_covariates", [0, 2])
+def test_a_one_series_batch_packs_as_the_general_gather_does(n_covariates: int) -> None:
+    """A batch of one series takes a sliding-window view of it; each window equals the general path's."""
+    store = _store((10, 6), n_covariates)
+    windows = [(0, 0), (0, 2), (0, 5), (0, 9), (0, 10)]  # before the start, inside, and one step past the end
+    alone = unpack_batch(pack_batch(store, _planned(windows), CONTEXT, HORIZON, "fp"), CONTEXT, HORIZON)
+    mixed = unpack_batch(pack_batch(store, _planned([*windows, (1, 3)]), CONTEXT, HORIZON, "fp"), CONTEXT, HORIZON)
+    for name in ("context", "target", "covariates", "origins_us"):
+        got, expected = getattr(alone, name), getattr(mixed, name)
+        if got is None:
+            assert expected is None and n_covariates == 0
+            continue
+        np.testing.assert_array_equal(got, expected[: len(windows)], err_msg=name)
+    assert alone.window_ids == mixed.window_ids[: len(windows)]

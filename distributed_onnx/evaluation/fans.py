@@ -11,7 +11,7 @@ median is requested, else by their scaled quantile loss (SQL); the label says wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,25 +142,44 @@ class FanCollector:
         actual: np.ndarray,
         forecast: np.ndarray,
         scale: np.ndarray,
-        others: np.ndarray | None = None,
+        others: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
-        """One model batch: keep best, worst, latest and the median window of each fan series in it."""
+        """One model batch: keep best, worst, latest and the median window of each fan series in it.
+
+        ``others`` are the other models' medians ``[W, M, H]``, or a function giving them for some rows: only the
+        few windows kept are copied (the batch's forecasts were copied whole before, for four windows a series).
+        """
         rows = np.flatnonzero(np.isin(series_index, list(self.fan_series)))
         if rows.size == 0:
             return
-        scores = window_scores(actual[rows], forecast[rows], scale[rows], self.quantiles)
-        batch = FanCandidates(
-            series_index[rows].astype(np.int64),
-            np.full(rows.size, "", dtype="<U8"),
-            origin_us[rows].astype(np.int64),
-            scores,
-            actual[rows].astype(np.float64),
-            forecast[rows].astype(np.float32),
-            (np.empty((forecast.shape[0], 0, self.horizon)) if others is None else others)[rows].astype(np.float32),
+        if rows.size == series_index.shape[0]:  # every window (one fan series in the batch): no copies
+            scores = window_scores(actual, forecast, scale, self.quantiles)
+        else:
+            scores = window_scores(actual[rows], forecast[rows], scale[rows], self.quantiles)
+        picked: list[int] = []
+        labels: list[str] = []
+        mine_series = series_index[rows]
+        for series in _distinct(mine_series):
+            mine = np.flatnonzero(mine_series == series)
+            for position, label in _extremes(origin_us[rows], scores, mine):
+                picked.append(position)
+                labels.append(label)
+        keep = rows[np.asarray(picked, dtype=np.intp)]
+        if others is None:
+            kept_others = np.empty((keep.size, 0, self.horizon))
+        else:
+            kept_others = others(keep) if callable(others) else others[keep]
+        self._kept.append(
+            FanCandidates(
+                series_index[keep].astype(np.int64),
+                np.asarray(labels, dtype="<U8"),
+                origin_us[keep].astype(np.int64),
+                scores[np.asarray(picked, dtype=np.intp)],
+                actual[keep].astype(np.float64),
+                forecast[keep].astype(np.float32),
+                np.asarray(kept_others).astype(np.float32),
+            )
         )
-        for series in np.unique(batch.series_index):
-            mine = np.flatnonzero(batch.series_index == series)
-            self._kept.append(_extremes(batch, mine))
 
     def candidates(self) -> FanCandidates:
         """The part's candidates: per fan series, the best/worst/latest over the part and one typical per batch."""
@@ -168,23 +187,20 @@ class FanCollector:
         return reduce_candidates(pooled, keep_typical=True)
 
 
-def _extremes(batch: FanCandidates, rows: np.ndarray) -> FanCandidates:
-    picked = [int(rows[np.argmax(batch.origin_us[rows])])]
-    labels = ["latest"]
-    scored = rows[np.isfinite(batch.score[rows])]
+def _extremes(origin_us: np.ndarray, score: np.ndarray, rows: np.ndarray) -> list[tuple[int, str]]:
+    """Positions among ``rows`` of the latest window, then (when any is scored) the best, worst and typical."""
+    picked = [(int(rows[np.argmax(origin_us[rows])]), "latest")]
+    scored = rows[np.isfinite(score[rows])]
     if scored.size:
-        order = scored[np.argsort(batch.score[scored], kind="stable")]
-        picked += [int(order[0]), int(order[-1]), int(order[(order.size - 1) // 2])]
-        labels += ["best", "worst", "typical"]
-    out = batch.take(picked)
-    out.label = np.asarray(labels, dtype="<U8")
-    return out
+        order = scored[np.argsort(score[scored], kind="stable")]
+        picked += [(int(order[0]), "best"), (int(order[-1]), "worst"), (int(order[(order.size - 1) // 2]), "typical")]
+    return picked
 
 
 def reduce_candidates(pooled: FanCandidates, keep_typical: bool) -> FanCandidates:
     """Per series: the best, the worst and the latest of ``pooled``; every typical one if ``keep_typical``."""
     kept: list[FanCandidates] = []
-    for series in np.unique(pooled.series_index):
+    for series in _distinct(pooled.series_index):
         mine = pooled.series_index == series
         for label, pick in (("best", np.argmin), ("worst", np.argmax), ("latest", None)):
             rows = np.flatnonzero(mine & (pooled.label == label))
@@ -218,7 +234,7 @@ class FanPicker:
         """Best, typical (closest to the series' score), worst and latest of every fan series, deduplicated."""
         chosen: list[FanCandidates] = []
         final = reduce_candidates(self._pool, keep_typical=False)
-        for series in np.unique(self._pool.series_index):
+        for series in _distinct(self._pool.series_index):
             mine = final.series_index == series
             typical = np.flatnonzero((self._pool.series_index == series) & (self._pool.label == "typical"))
             target = series_scores.get(int(series))
@@ -238,3 +254,9 @@ class FanPicker:
                 seen.add(window)
                 unique.append(i)
         return merged.take(unique)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``: asked for indices, numpy skips its masked-array check, whose first use imports
+    ``numpy.ma`` (0.04-0.1 s of an actor's first part, measured)."""
+    return np.unique(values, return_index=True)[0]

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
 from distributed_onnx.model.quantiles import quantile_column_name
+from distributed_onnx.model.window_batch import arrow_array, flat_values, masked_floats, numpy_view
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -112,25 +113,25 @@ def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequ
     n_windows, horizon, _ = forecasts.shape
     if n_windows != batch.num_rows:
         raise ValueError(f"batch has {batch.num_rows} windows but {n_windows} forecasts came back")
-    repeat = pa.array(np.repeat(np.arange(n_windows), horizon))
-    origin = pc.take(batch.column("origin"), repeat)
-    origin_us = origin.cast(pa.int64()).to_numpy()
-    lead = np.tile(np.arange(1, horizon + 1, dtype=np.int32), n_windows)
+    # Numeric columns from their buffers: pyarrow's numpy conversions import pandas (see window_batch).
+    repeat = arrow_array(np.repeat(np.arange(n_windows, dtype=np.int64), horizon))
     timestamp_type = batch.schema.field("origin").type
-    target = batch.column("target").flatten().to_numpy(zero_copy_only=False)
+    origin_us = np.repeat(numpy_view(batch.column("origin")).view(np.int64), horizon)
+    lead = np.tile(np.arange(1, horizon + 1, dtype=np.int32), n_windows)
+    target = flat_values(batch.column("target"))
     columns: dict[str, pa.Array] = {
         "series_id": pc.take(batch.column("series_id"), repeat),
         "window_id": pc.take(batch.column("window_id"), repeat),
-        "origin": origin,
-        "cutoff": pa.array(origin_us - step_us, timestamp_type),
-        "timestamp": pa.array(origin_us + (lead.astype(np.int64) - 1) * step_us, timestamp_type),
-        "lead": pa.array(lead),
-        "y": pa.array(target, mask=np.isnan(target)),
+        "origin": arrow_array(origin_us, timestamp_type),
+        "cutoff": arrow_array(origin_us - step_us, timestamp_type),
+        "timestamp": arrow_array(origin_us + (lead.astype(np.int64) - 1) * step_us, timestamp_type),
+        "lead": arrow_array(lead),
+        "y": masked_floats(target),
     }
     flat = forecasts.reshape(n_windows * horizon, -1)
     for position, level in enumerate(quantiles):
-        columns[quantile_column_name(level)] = pa.array(np.ascontiguousarray(flat[:, position]))
-    return pa.table(columns)
+        columns[quantile_column_name(level)] = arrow_array(flat[:, position])
+    return pa.Table.from_pydict(columns)
 
 
 def write_part(output: Location, model: str, part_index: int, table: pa.Table, record: dict[str, Any]) -> int:

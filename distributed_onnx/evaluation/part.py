@@ -7,8 +7,9 @@ on the batch, builds each model's forecast table, scores every model and both ba
 common pairs (:mod:`.scoring.pairs`) into mergeable sums, writes the parts and the sums (atomic, durable,
 retried on storage errors) and returns a small :class:`PartReceipt`. A model whose part is already written
 and verifies (its footer names this run, this part and the model's fingerprint) is not run again: its
-forecasts are read back and rescored with the others, which is how a checkpoint is added to a finished run.
-The same class runs in-process for the benchmark's plain loop and the tests' reference.
+forecasts are read back and rescored with the others, which is how a checkpoint is added to a finished run
+(:mod:`.part_written`). Each window's seasonal scale and history come from :mod:`.part_history`. The same class
+runs in-process for the benchmark's plain loop and the tests' reference.
 
 On a GPU the next batch is packed on a CPU thread while the device runs the current one (ORT releases the
 GIL); on CPU the packing thread would only compete with ONNX Runtime's own threads for the actor's cores, so
@@ -20,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,11 +30,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from distributed_onnx import storage
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
-from distributed_onnx.evaluation.data.packing import gather_blocks, pack_batch
+from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
@@ -44,21 +43,18 @@ from distributed_onnx.evaluation.data.windows import (
     batches,
     batches_of,
     plan_origins,
-    plan_series,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, season_count
+from distributed_onnx.evaluation.part_history import SeriesHistory, cell_positions
+from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
+from distributed_onnx.evaluation.scoring.losses import Scratch
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
-from distributed_onnx.evaluation.sums import PartSums, model_part_verifies, write_sums
-from distributed_onnx.model.quantiles import quantile_column_name
-from distributed_onnx.model.window_batch import unpack_batch
+from distributed_onnx.evaluation.sums import PartSums, write_sums
+from distributed_onnx.model.window_batch import strings_of, unpack_batch
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
-
-#: Series whose plan and seasonal scale an actor keeps between parts (a part rarely spans more).
-_SERIES_CACHE = 256
 
 
 @dataclass(frozen=True)
@@ -132,10 +128,8 @@ class PartRunner:
         self.node_id = node_id
         uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
         self._overlap = uses_gpu if job.overlap_packing is None else job.overlap_packing
-        self._plans: OrderedDict[int, tuple[np.ndarray, SeasonalScaler]] = OrderedDict()
-        self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
-        self._seasons = season_count(job.spec.context_length, job.seasonality)
-        self._written_ids: dict[str, np.ndarray] = {}  # window ids of the models read back, for the current part
+        self.history = SeriesHistory(job.source, job.plan, job.spec, job.seasonality)
+        self._scratch = Scratch()  # the scoring's work buffers, reused part after part
         self._source: SeriesSource = job.source  # the current part's series (see _part_source)
 
     @property
@@ -148,14 +142,20 @@ class PartRunner:
         clock = _Clock()
         started = time.perf_counter()
         self._source = self._part_source(part)
+        self.history.source = self._source
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
         record = {"run_fingerprint": job.run_fingerprint, "part": part.index, "windows": windows}
-        written = self._written(part, record, windows)
+        # The models that may be written already (all of them unless the driver knows): read back if they verify.
+        maybe = [name for name in self.workers if part.written is None or name in part.written]
+        expected = {name: {**record, "model_fingerprint": self.fingerprints[name]} for name in maybe}
+        written = WrittenForecasts()
+        if expected:
+            written = read_written(job.output, part.index, expected, windows, job.spec.horizon, job.quantiles)
         clock.add("read", started)
-        to_run = [name for name in self.workers if name not in written]
-        scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon)
+        to_run = [name for name in self.workers if name not in written.values]
+        scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         tables: dict[str, list[pa.Table]] = {name: [] for name in to_run}
         done = 0
@@ -163,18 +163,16 @@ class PartRunner:
             mark = time.perf_counter()
             rows = slice(done, done + planned.n_windows)
             done += planned.n_windows
-            packed_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
-            for name, values in written.items():
-                if not np.array_equal(self._written_ids[name][rows], packed_ids):
-                    raise DataError(f"part {part.index} of {name}: the written windows are not the ones planned")
-                forecasts[name] = values[rows]
+            if written.values:
+                packed_ids = strings_of(batch.column("window_id"))
+                forecasts.update(written.batch(part.index, rows, packed_ids))
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
             mark = clock.add("table", mark)
             self._score(planned, batch, forecasts, scores=scores, fans=fans)
             clock.add("score", mark)
         mark = time.perf_counter()
-        part_bytes = {name: int(storage_size) for name, storage_size in self._sizes(part, written).items()}
+        part_bytes = written.sizes(job.output, part.index)
         attempts = 0
         for name in to_run:
             table = pa.concat_tables(tables[name])
@@ -246,68 +244,8 @@ class PartRunner:
         window_range = slice(part.start - base, part.stop - base)
         return series_index[window_range], origin_index[window_range]
 
-    def _written(self, part: PartSpec, record: dict[str, Any], windows: int) -> dict[str, np.ndarray]:
-        """The forecasts ``[W, H, Q]`` of the models whose part is already written and verifies (read back).
-
-        Their window ids (in plan order) are kept to check, batch by batch, that they line up with the windows
-        packed now.
-        """
-        job, horizon = self.job, self.job.spec.horizon
-        columns = [quantile_column_name(q) for q in job.quantiles]
-        found = {}
-        self._written_ids = {}
-        for name, fingerprint in self.fingerprints.items():
-            expected = {**record, "model_fingerprint": fingerprint}
-            try:
-                if not model_part_verifies(job.output, name, part.index, expected, windows * horizon):
-                    continue
-            except OSError:  # unreadable now: recompute it (the write replaces it, or fails and is retried)
-                continue
-            try:
-                path = outputs.part_path(job.output, name, part.index)
-                table = storage.read_parquet(path, columns=["window_id", *columns])
-            except (OSError, pa.ArrowException, KeyError):
-                continue
-            ids = table.column("window_id").to_numpy(zero_copy_only=False)[::horizon]
-            values = np.stack([table.column(c).to_numpy() for c in columns], axis=1)
-            found[name] = values.reshape(windows, horizon, len(columns))  # as written: rescoring is exact
-            self._written_ids[name] = ids
-        return found
-
-    def _sizes(self, part: PartSpec, written: dict[str, np.ndarray]) -> dict[str, int]:
-        return {name: storage.file_size(outputs.part_path(self.job.output, name, part.index)) or 0 for name in written}
-
     def _origins(self, series_index: int) -> np.ndarray:
-        return self._series_plan(series_index)[0]
-
-    def _scaler(self, series_index: int) -> SeasonalScaler:
-        """The seasonal scale of one series (cached: a part's batches share their series)."""
-        cached = self._scalers.get(series_index)
-        if cached is None:
-            values = self._source.series(series_index).values
-            cached = self._scalers[series_index] = SeasonalScaler(values, self.job.seasonality)
-            if len(self._scalers) > _SERIES_CACHE:
-                self._scalers.popitem(last=False)
-        else:
-            self._scalers.move_to_end(series_index)
-        return cached
-
-    def _series_plan(self, series_index: int) -> tuple[np.ndarray, SeasonalScaler]:
-        cached = self._plans.get(series_index)
-        if cached is None:
-            series = self._source.series(series_index)
-            origins = plan_series(series, self.job.spec).origins
-            if origins.shape[0] != self.job.plan.counts[series_index]:
-                raise DataError(
-                    f"series {series.series_id!r} gives {origins.shape[0]} windows here but "
-                    f"{self.job.plan.counts[series_index]} when the run was planned"
-                )
-            cached = self._plans[series_index] = (origins, self._scaler(series_index))
-            if len(self._plans) > _SERIES_CACHE:
-                self._plans.popitem(last=False)
-        else:
-            self._plans.move_to_end(series_index)
-        return cached
+        return self.history.origins(series_index)
 
     def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
         spec = self.job.spec
@@ -363,51 +301,24 @@ class PartRunner:
         horizon, m = job.spec.horizon, job.seasonality
         block = unpack_batch(batch, job.spec.context_length, horizon)
         actual = np.asarray(block.target, dtype=np.float64)
-        scale, history = self._scales_and_history(planned)
-        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles)}
-        series_ids = batch.column("series_id").to_numpy(zero_copy_only=False)
-        window_ids = batch.column("window_id").to_numpy(zero_copy_only=False)
+        scale, history = self.history.scales_and_history(planned)
+        positions = cell_positions(planned, m)
+        reused = self._scratch.array("seasonal_quantiles", (len(job.quantiles), planned.n_windows, horizon))
+        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions, reused)}
+        series_ids = strings_of(batch.column("series_id"))
+        window_ids = strings_of(batch.column("window_id"))
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
         if job.fan_series:
             # The first checkpoint's fan, and every other model's median on the same windows beside it.
             names: list[str] = [*self.workers, *BASELINES]
             first, rest = names[0], names[1:]
             middle = min(range(len(job.quantiles)), key=lambda i: abs(job.quantiles[i] - 0.5))
-            others = np.stack([forecasts[name][..., middle] for name in rest], axis=1)  # [W, M, H]
+
+            def others(rows: np.ndarray) -> np.ndarray:  # [k, M, H]: only the few windows kept
+                return np.stack([forecasts[name][rows, :, middle] for name in rest], axis=1)
+
             observed = np.where(valid, actual, np.nan)
             fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
-
-    def _scales_and_history(self, planned: PlannedBatch) -> tuple[np.ndarray, np.ndarray]:
-        """Each window's seasonal scale ``[W]`` and the ``K m`` steps before its origin ``[W, K m]`` (NaN outside).
-
-        From the float64 series, not the float32 context: the baselines repeat actuals exactly. Over the flat
-        layout both come from vector passes over every series of the batch (many short series put a hundred in
-        one batch); otherwise, or for a batch of a few long series, per series from cached prefix sums.
-        """
-        job = self.job
-        m, n_windows = job.seasonality, planned.n_windows
-        history_steps = self._seasons * m
-        source = self._source
-        several = isinstance(source, SeriesArrays) and np.unique(planned.series_index).size > 1
-        arrays = source if several and isinstance(source, SeriesArrays) else None
-        if arrays is not None:
-            series_index = np.asarray(planned.series_index, dtype=np.int64)
-            origins = np.asarray(planned.origin_index, dtype=np.int64)
-            history = _gather_history(arrays, series_index, origins, history_steps)
-            flat = flat_seasonal_scales(arrays.values, arrays.offsets, series_index, origins, m)
-            if flat is not None:
-                return flat, history
-        else:  # one series (the usual batch of a long series): its cached scaler and one gather
-            history = np.empty((n_windows, history_steps))
-        scale = np.empty(n_windows)
-        cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
-        for rows in np.split(np.arange(n_windows), cuts):
-            series_index_one = int(planned.series_index[rows[0]])
-            origins_one = planned.origin_index[rows]
-            scale[rows] = self._scaler(series_index_one).scales(origins_one)
-            if arrays is None:
-                history[rows] = gather_blocks(source.series(series_index_one).values, origins_one, history_steps, 0)
-        return scale, history
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""
@@ -429,17 +340,3 @@ class PartRunner:
 def _first(iterator: Iterator[PlannedBatch]) -> list[PlannedBatch]:
     first = next(iterator, None)
     return [] if first is None else [first]
-
-
-def _gather_history(source: SeriesArrays, series_index: np.ndarray, origins: np.ndarray, steps: int) -> np.ndarray:
-    """``values[o - steps : o]`` of each window's series, NaN before the series starts: one gather, no loop."""
-    lengths = source.offsets[series_index + 1] - source.offsets[series_index]
-    if origins.size and ((origins < 0) | (origins > lengths)).any():
-        bad = int(np.flatnonzero((origins < 0) | (origins > lengths))[0])
-        raise ValueError(f"origins must lie in 0..{int(lengths[bad])} (the series' steps), got {int(origins[bad])}")
-    positions = origins[:, None] + np.arange(-steps, 0, dtype=np.int64)  # [W, steps]
-    inside = positions >= 0  # and < origin <= length
-    flat = np.where(inside, source.offsets[series_index][:, None] + positions, 0)
-    if not source.values.size:
-        return np.full(positions.shape, np.nan)
-    return np.where(inside, source.values[flat], np.nan)

@@ -15,7 +15,7 @@ import pickle
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -311,9 +311,12 @@ class _BacktestRun:
             args = (output, part.index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, models)
             sums = read_done_part(*args)
             if sums is None:
-                # Forecasts that verify for their model stay: the part's actor reads them back and rescores.
-                outputs.discard_part(output, part.index, unverified_models(*args))
-                todo.append(part)
+                # Forecasts that verify for their model stay: the part's actor reads them back and rescores. It
+                # is told which may be there, so on a fresh run it opens no footer at all.
+                discarded = unverified_models(*args)
+                outputs.discard_part(output, part.index, discarded)
+                may_be_written = tuple(name for name in models if name not in discarded)
+                todo.append(replace(part, written=may_be_written))
             else:
                 self.sums.add(part.index, sums)
         return todo

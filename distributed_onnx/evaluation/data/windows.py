@@ -76,12 +76,20 @@ class PlannedBatch:
 class PartSpec:
     """A unit of work: windows ``[start, stop)`` of the run's window sequence, written as part ``index``.
 
-    Three integers on purpose: this is all that crosses from the driver to an actor per unit of work.
+    Three integers on purpose, and what the driver knows of the part's files: this is all that crosses from the
+    driver to an actor per unit of work. ``written`` names the models whose forecasts of this part may already
+    be written (the actor reads them back if they verify); ``()`` when the driver knows none is (a fresh run:
+    the actor then opens no footer), ``None`` when it does not know (the actor checks every model).
     """
 
     index: int
     start: int
     stop: int
+    written: tuple[str, ...] | None = None
+
+    def __reduce__(self) -> tuple[type[PartSpec], tuple[int, int, int, tuple[str, ...] | None]]:
+        # Pickled as its four values (no field names): a few dozen bytes per unit of work.
+        return (PartSpec, (self.index, self.start, self.stop, self.written))
 
     @property
     def n_windows(self) -> int:

@@ -67,6 +67,14 @@ class WindowSums:
         self._add(np.asarray(origin_us, dtype=np.int64), block)
 
     def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:
+        """Add ``block`` row by row to the sums of its origins (each origin's rows in order, after the sums kept)."""
+        if origins.size and _new_and_distinct(self.origins, origins):
+            # The usual batch (one series, ascending origins): every origin is new, so every sum is 0 + its row
+            # (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does) placed in order.
+            keys = np.concatenate([self.origins, origins])
+            order = np.argsort(keys, kind="stable")
+            self.origins, self.sums = keys[order], np.concatenate([self.sums, block + 0.0])[order]
+            return
         keys, inverse = np.unique(np.concatenate([self.origins, origins]), return_inverse=True)
         merged = np.zeros((keys.size, self.sums.shape[1]))
         np.add.at(merged, inverse.ravel(), np.concatenate([self.sums, block]))
@@ -123,3 +131,16 @@ class WindowSums:
                 rows.append((metric, float(values[defined].mean()), n))
         order = ("mae", "rmse", "mase", "sql", "wql")
         return sorted(rows, key=lambda row: order.index(row[0]))
+
+
+def _new_and_distinct(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:
+    """Whether ``origins`` are distinct and none is in ``kept`` (sorted): cheap for ascending origins."""
+    ascending = bool((origins[1:] > origins[:-1]).all())
+    if not ascending and np.unique(origins, return_index=True)[0].size != origins.size:  # (no numpy.ma import)
+        return False
+    if kept.size == 0:
+        return True
+    if ascending and (origins[0] > kept[-1] or origins[-1] < kept[0]):
+        return True
+    where = np.searchsorted(kept, origins)
+    return not bool((kept[np.minimum(where, kept.size - 1)] == origins).any())

@@ -18,11 +18,15 @@ same for every level; ``n`` always counts (window, lead) pairs, MASE and SQL inc
 with a usable scale). Missing pairs and windows without a usable scale are left out and counted
 (``n_missing_pairs``, ``n_unscaled_windows``). The seasonal scale ``s_w`` and the seasonal-naive
 baseline (scored by a second accumulator) come from :mod:`distributed_onnx.evaluation.scoring.naive`.
+
+The losses of a batch are computed and reduced in :mod:`.losses`; the table of metrics is built from the sums in
+:mod:`.metrics_table`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -30,28 +34,13 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
+from distributed_onnx.evaluation.scoring.losses import Levels, Scratch, batch_losses
+from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
+__all__ = ["METRICS_SCHEMA", "POOLED", "BatchPairs", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
 
 F64 = npt.NDArray[np.float64]
-
-#: The long ``metrics`` table (docs/design.md, Outputs).
-METRICS_SCHEMA = pa.schema(
-    [
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("scope", pa.string(), nullable=False),
-        pa.field("series_id", pa.string()),
-        pa.field("lead", pa.int32()),
-        pa.field("metric", pa.string(), nullable=False),
-        pa.field("quantile", pa.float64()),
-        pa.field("value", pa.float64(), nullable=False),
-        pa.field("n", pa.int64(), nullable=False),
-        pa.field("convention", pa.string(), nullable=False),
-    ]
-)
-#: Sums over every pair of a scope (this module); the other convention is :mod:`.conventions` (``fev``).
-POOLED = "pooled"
 
 # Sums kept per unit (a series, or a lead); the trailing shape is () unless noted.
 # pairs: valid (window, lead) pairs; abs_err / sq_err: |y - q0.5| and its square; abs_y: |y|;
@@ -59,21 +48,6 @@ POOLED = "pooled"
 # scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses;
 # scaled_pairs: the valid pairs of those windows (the ``n`` of mase and sql rows).
 _FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql", "scaled_pairs")
-
-
-class _Sums(NamedTuple):
-    """The sums of one reporting unit (everything, one series, or one lead)."""
-
-    pairs: float
-    abs_err: float
-    sq_err: float
-    abs_y: float
-    rho: F64
-    hits: F64
-    scaled: float
-    mase: float
-    sql: float
-    scaled_pairs: float
 
 
 def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: int) -> F64:
@@ -111,6 +85,75 @@ class SeriesCodes(NamedTuple):
         return cls([str(sid) for sid in distinct], local.ravel().astype(np.intp), int(ids.size))
 
 
+@dataclass(frozen=True)
+class BatchPairs:
+    """What every model scored on one batch shares: the pairs, the actuals there, the windows' scales.
+
+    Built once a batch (:meth:`of`), not once per model: with three or more models a batch these sums were a
+    good part of the scoring (benchmarks/results/scoring.md).
+    """
+
+    codes: SeriesCodes
+    actual: F64  # [W, H]: zero on the pairs not scored, so they add nothing to any sum
+    valid: npt.NDArray[np.bool_]  # [W, H]
+    all_valid: bool
+    n_valid: npt.NDArray[np.int64]  # [W]
+    scaled: npt.NDArray[np.bool_]  # [W]: a usable scale (finite, positive)
+    scale: F64  # [W]: the scale where usable, else 1
+    use_window: npt.NDArray[np.bool_]  # [W]: a usable scale and at least one pair (the windows of mase, sql)
+    denominator: F64  # [W]: pairs x scale of those windows, 1 elsewhere
+    lead_scaled: npt.NDArray[np.bool_]  # [W, H]: pairs of windows with a usable scale
+    abs_y: F64  # [W, H]
+    abs_y_by_window: F64  # [W]
+    by_lead: dict[str, F64]  # [H]: pairs, abs_y, and scaled pairs (the ``scaled`` and ``scaled_pairs`` of a lead)
+    scratch: Scratch  # the losses' work buffers, shared by the batch's models
+
+    @classmethod
+    def of(
+        cls,
+        codes: SeriesCodes,
+        actual: F64,
+        scale: F64,
+        valid: npt.NDArray[np.bool_] | None,
+        finite: Any = None,
+        scratch: Scratch | None = None,
+    ) -> BatchPairs:
+        """``valid`` given: the pairs scored (the caller guarantees them); None: observed and ``finite`` there.
+
+        ``scratch``: work buffers to reuse (a part's batches share them: fresh megabytes every batch cost page
+        faults and cold caches, measured); new ones by default.
+        """
+        n_win, horizon = actual.shape
+        if valid is None:
+            valid = np.isfinite(actual) & (np.ones_like(actual, dtype=bool) if finite is None else finite)
+        else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
+            valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
+        all_valid = bool(valid.all())
+        y0 = actual if all_valid else np.where(valid, actual, 0.0)  # invalid pairs: 0 - 0 adds nothing
+        scaled = np.isfinite(scale) & (scale > 0.0)
+        s_safe = np.where(scaled, scale, 1.0)
+        n_valid = valid.sum(axis=1)
+        use_window = scaled & (n_valid > 0)
+        lead_scaled = valid & scaled[:, None]
+        abs_y = np.abs(y0)
+        return cls(
+            codes=codes,
+            actual=y0,
+            valid=valid,
+            all_valid=all_valid,
+            n_valid=n_valid,
+            scaled=scaled,
+            scale=s_safe,
+            use_window=use_window,
+            denominator=np.where(use_window, n_valid, 1) * s_safe,
+            lead_scaled=lead_scaled,
+            abs_y=abs_y,
+            abs_y_by_window=abs_y.sum(axis=1),
+            by_lead={"pairs": valid.sum(axis=0), "abs_y": abs_y.sum(axis=0), "scaled": lead_scaled.sum(axis=0)},
+            scratch=scratch if scratch is not None else Scratch(),
+        )
+
+
 class MetricsAccumulator:
     """Accumulates forecast metrics batch by batch; ``merge`` adds another accumulator's sums.
 
@@ -129,6 +172,7 @@ class MetricsAccumulator:
         self._median = next((i for i, q in enumerate(self.quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
         self._lower = np.asarray([self.quantiles.index(lo) for lo, _ in self.intervals], dtype=np.intp)
         self._upper = np.asarray([self.quantiles.index(hi) for _, hi in self.intervals], dtype=np.intp)
+        self._layout = Levels(self._levels, self._lower, self._upper, self._median)
         self._series_index: dict[str, int] = {}
         self._series = {name: self._zeros(0, name) for name in _FIELDS}
         self._leads = {name: self._zeros(self.horizon, name) for name in _FIELDS}
@@ -169,12 +213,15 @@ class MetricsAccumulator:
         """
         ids = series_ids if isinstance(series_ids, SeriesCodes) else SeriesCodes.of(series_ids)
         y = np.ascontiguousarray(actual, dtype=np.float64)
-        # float32 forecasts stay float32 here: the subtraction below casts them exactly, in one pass.
-        f = np.asarray(forecast)
-        if f.dtype not in (np.float32, np.float64):
-            f = f.astype(np.float64)
+        f = _as_float(forecast)
         s = np.asarray(scale, dtype=np.float64)
-        n_win, horizon, n_q = ids.size, self.horizon, len(self.quantiles)
+        self._check_shapes(ids.size, y, f, s)
+        if ids.size == 0:
+            return {}
+        return self.add(BatchPairs.of(ids, y, s, valid, None if valid is not None else finite_pairs(f)), f)
+
+    def _check_shapes(self, n_win: int, y: F64, f: npt.NDArray[Any], s: F64) -> None:
+        horizon, n_q = self.horizon, len(self.quantiles)
         expected = {"actual": (n_win, horizon), "forecast": (n_win, horizon, n_q), "scale": (n_win,)}
         for name, array in (("actual", y), ("forecast", f), ("scale", s)):
             if array.shape != expected[name]:
@@ -183,110 +230,62 @@ class MetricsAccumulator:
                     f"quantiles={n_q}); got {array.shape}.",
                     array=name,
                 )
+
+    def add(self, pairs: BatchPairs, forecast: npt.NDArray[Any]) -> dict[str, F64]:
+        """:meth:`update` with the batch's pairs built once for every model (``forecast`` float32 or float64)."""
+        n_win = pairs.codes.size
+        self._check_shapes(n_win, pairs.actual, forecast, pairs.scale)
         if n_win == 0:
             return {}
-
-        if valid is None:
-            valid = np.isfinite(y) & finite_pairs(f)  # [W, H]
-        else:  # the caller's pairs (pairs.common_pairs): observed, every forecast finite; not checked again
-            valid = np.asarray(valid, dtype=bool).reshape(n_win, horizon)
-        all_valid = bool(valid.all())
-        y0 = y if all_valid else np.where(valid, y, 0.0)  # invalid pairs become 0 - 0: they add nothing to any sum
-        if f.ndim == 3 and n_q > 1 and f.strides[2] == 0:
-            rho, point, hits = self._point_losses(y0, f[..., 0], valid, all_valid)
-        else:
-            rho, point, hits = self._losses(y0, f, valid, all_valid)
-
-        scaled = np.isfinite(s) & (s > 0.0)
-        s_safe = np.where(scaled, s, 1.0)
-        n_valid = valid.sum(axis=1)
-        use_window = scaled & (n_valid > 0)
-        denom = np.where(use_window, n_valid, 1) * s_safe
-        step_sql = 2.0 * rho.mean(axis=2)  # [W, H]: mean over q of 2 * rho_q
-        lead_scaled = valid & scaled[:, None]
-
-        per_pair = {
-            "pairs": valid,
-            "abs_err": point,
-            "sq_err": point**2,
-            "abs_y": np.abs(y0),
-            "rho": rho,
-            "hits": hits,
+        losses = batch_losses(pairs.actual, forecast, pairs.valid, pairs.all_valid, self._layout, pairs.scratch)
+        point = losses.point
+        squared = point**2
+        step_sql = 2.0 * (losses.rho_by_pair / len(self.quantiles))  # [W, H]: mean over q of 2 * rho_q
+        s_safe, use_window, lead_scaled = pairs.scale, pairs.use_window, pairs.lead_scaled
+        per_window: dict[str, F64] = {
+            "pairs": pairs.n_valid.astype(np.float64),  # counts: exact as floats
+            "abs_err": point.sum(axis=1),
+            "sq_err": squared.sum(axis=1),
+            "abs_y": pairs.abs_y_by_window,
+            "rho": losses.rho_by_window,
+            "hits": losses.hits_by_window.astype(np.float64),
         }
         window_level = {
             "scaled": use_window,
-            "mase": np.where(use_window, point.sum(axis=1) / denom, 0.0),
-            "sql": np.where(use_window, step_sql.sum(axis=1) / denom, 0.0),
-            "scaled_pairs": np.where(use_window, n_valid, 0),
+            "mase": np.where(use_window, per_window["abs_err"] / pairs.denominator, 0.0),
+            "sql": np.where(use_window, step_sql.sum(axis=1) / pairs.denominator, 0.0),
+            "scaled_pairs": np.where(use_window, pairs.n_valid, 0),
         }
         lead_level = {
-            "scaled": lead_scaled,
-            "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0),
-            "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0),
-            "scaled_pairs": lead_scaled,
+            "pairs": pairs.by_lead["pairs"],
+            "abs_err": point.sum(axis=0),
+            "sq_err": squared.sum(axis=0),
+            "abs_y": pairs.by_lead["abs_y"],
+            "rho": losses.rho_by_lead,
+            "hits": losses.hits_by_lead,
+            "scaled": pairs.by_lead["scaled"],
+            "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0).sum(axis=0),
+            "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0).sum(axis=0),
+            "scaled_pairs": pairs.by_lead["scaled"],
         }
-
-        # The batch's distinct series (found once per batch, not once per model); windows grouped by bincount.
-        rows = self._rows_of(ids.distinct)
-        per_window: dict[str, F64] = {}
-        for name, values in per_pair.items():
-            # Series scope sums over leads; lead scope sums over windows.
-            per_window[name] = values.sum(axis=1)
-            self._series[name][rows] += _group_sum(ids.local, per_window[name], rows.size)
-            self._leads[name] += values.sum(axis=0)
-        for name, values in window_level.items():
-            self._series[name][rows] += _group_sum(ids.local, values, rows.size)
-        for name, values in lead_level.items():
-            self._leads[name] += values.sum(axis=0)
+        # The batch's distinct series (found once per batch, not once per model); every field of every window
+        # grouped by one bincount (per group, window after window: the same sums as one bincount per field).
+        rows = self._rows_of(pairs.codes.distinct)
+        by_window = {**per_window, **window_level}
+        widths = [int(np.prod(by_window[name].shape[1:], dtype=np.int64)) for name in _FIELDS]
+        matrix = np.concatenate([by_window[name].reshape(n_win, -1) for name in _FIELDS], axis=1)
+        grouped = _group_sum(pairs.codes.local, matrix, rows.size)
+        start = 0
+        for name, width in zip(_FIELDS, widths, strict=True):
+            trailing = self._series[name].shape[1:]
+            self._series[name][rows] += grouped[:, start : start + width].reshape(rows.size, *trailing)
+            self._leads[name] += lead_level[name]
+            start += width
 
         self.n_windows += n_win
-        self.n_missing_pairs += int(valid.size - valid.sum())
-        self.n_unscaled_windows += int((~scaled).sum())
+        self.n_missing_pairs += int(pairs.valid.size - pairs.n_valid.sum())
+        self.n_unscaled_windows += int((~pairs.scaled).sum())
         return per_window
-
-    def _losses(
-        self, y0: F64, f: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
-    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
-        """``rho[W, H, Q]``, ``|y - q0.5|[W, H]`` and coverage hits ``[W, H, C]`` (zero on invalid pairs)."""
-        n_win, horizon, n_q = f.shape
-        # error = y0 - f0 into one fresh C-ordered float64 array (reductions then follow one memory order whatever
-        # the forecast's layout, so a forecast read back from its Parquet part rescores bit for bit); invalid
-        # pairs are zeroed afterwards, which is the 0 - 0 of the masked operands, bit for bit.
-        error = np.empty((n_win, horizon, n_q))
-        np.subtract(y0[..., None], f, out=error)
-        if not all_valid:
-            error[~valid] = 0.0
-        # Coverage from the signs of the errors: y - f >= 0 exactly when f <= y (an IEEE difference of finite values
-        # is 0 only for equal operands and keeps its sign on overflow), so the forecast is not read a second time.
-        hits = (np.take(error, self._lower, axis=2) >= 0.0) & (np.take(error, self._upper, axis=2) <= 0.0)
-        if not all_valid:
-            hits &= valid[..., None]
-        point = np.abs(error[..., self._median]) if self._median is not None else np.zeros_like(y0)
-        # rho_q(u) = max(q*u, (q-1)*u) = q*u - min(u, 0); np.maximum was ~10x slower here (measured). In place:
-        # the [W, H, Q] arrays are the scoring's whole cost (benchmarks/results/scoring.md).
-        rho = np.minimum(error, 0.0)
-        np.subtract(np.multiply(error, self._levels, out=error), rho, out=rho)  # error is spent from here on
-        return rho, point, hits
-
-    def _point_losses(
-        self, y0: F64, point_forecast: npt.NDArray[Any], valid: npt.NDArray[np.bool_], all_valid: bool
-    ) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
-        """:meth:`_losses` of a forecast whose every level is one point ``[W, H]`` (the seasonal naive, broadcast).
-
-        The same numbers element for element, so the same sums bit for bit: the error is one ``[W, H]`` array,
-        ``rho_q = q*e - min(e, 0)`` is built from it in two passes, and an interval holds the actual exactly when
-        the error is zero, whatever the interval.
-        """
-        error = np.subtract(y0, point_forecast, dtype=np.float64)
-        if not all_valid:
-            error[~valid] = 0.0
-        hits = np.repeat(((error >= 0.0) & (error <= 0.0))[..., None], len(self.intervals), axis=2)
-        if not all_valid:
-            hits &= valid[..., None]
-        point = np.abs(error) if self._median is not None else np.zeros_like(y0)
-        rho = np.multiply(error[..., None], self._levels)
-        np.subtract(rho, np.minimum(error, 0.0)[..., None], out=rho)
-        return rho, point, hits
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""
@@ -367,117 +366,21 @@ class MetricsAccumulator:
         """The series seen so far, in first-seen order."""
         return list(self._series_index)
 
-    def _unit(self, table: dict[str, F64], row: int | None) -> _Sums:
-        if row is None:
-            pick = {name: values.sum(axis=0) for name, values in table.items()}
-        else:
-            pick = {name: values[row] for name, values in table.items()}
-        scalars = {n: float(pick[n]) for n in _FIELDS if n not in ("rho", "hits")}
-        return _Sums(rho=pick["rho"], hits=pick["hits"], **scalars)
-
-    def _rows(self, sums: _Sums) -> list[tuple[str, float | None, float, int]]:
-        """The (metric, quantile, value, n) rows of one unit; rows with n == 0 are left out."""
-        rows: list[tuple[str, float | None, float, int]] = []
-        pairs = sums.pairs
-        if pairs > 0 and self._median is not None:
-            rows.append(("mae", None, sums.abs_err / pairs, int(pairs)))
-            rows.append(("rmse", None, float(np.sqrt(sums.sq_err / pairs)), int(pairs)))
-        if sums.scaled > 0:
-            if self._median is not None:
-                rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled_pairs)))
-            rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled_pairs)))
-        if pairs <= 0:
-            return rows
-        # Undefined (NaN) rather than infinite when every actual in scope is exactly zero.
-        wql = float(np.mean(2.0 * sums.rho / sums.abs_y)) if sums.abs_y > 0 else float("nan")
-        rows.append(("wql", None, wql, int(pairs)))
-        for q, loss in zip(self.quantiles, sums.rho, strict=True):
-            rows.append(("pinball", q, float(loss) / pairs, int(pairs)))
-        for (lo, _), hit in zip(self.intervals, sums.hits, strict=True):
-            rows.append(("coverage", lo, float(hit) / pairs, int(pairs)))
-        return rows
-
     def to_table(self, model: str) -> pa.Table:
-        """The long ``metrics`` table: global rows, then one block per series (sorted), then per lead.
+        """The long ``metrics`` table: global rows, then one block per series (sorted), then per lead
+        (:func:`.metrics_table.metrics_table`)."""
+        return metrics_table(
+            model,
+            self.quantiles,
+            self.intervals,
+            self._median is not None,
+            self._series_index,
+            self._series,
+            self._leads,
+        )
 
-        Built in vector passes over every unit at once (:meth:`_unit_rows`), in exactly the order and with
-        exactly the arithmetic of :meth:`_rows` per unit: at 40,000 series a loop per unit cost the driver
-        seconds (measured).
-        """
-        order = sorted(self._series_index)
-        series_rows = np.asarray([self._series_index[sid] for sid in order], dtype=np.intp)
-        scopes = [
-            ("global", {name: values.sum(axis=0)[None, ...] for name, values in self._series.items()}),
-            ("series", {name: values[series_rows] for name, values in self._series.items()}),
-            ("lead", self._leads),
-        ]
-        columns: dict[str, list[pa.Array]] = {name: [] for name in METRICS_SCHEMA.names}
-        for scope, sums in scopes:
-            metric_names, levels, values, counts, valid = self._unit_rows(sums)
-            unit, column = np.nonzero(valid)  # row-major: unit after unit, each in _rows' order
-            n = unit.size
-            columns["model"].append(pa.array(np.full(n, model, dtype=object), pa.string()))
-            columns["scope"].append(pa.array(np.full(n, scope, dtype=object), pa.string()))
-            if scope == "series":
-                ids = pa.array(order, pa.string()) if order else pa.array([], pa.string())
-                columns["series_id"].append(ids.take(pa.array(unit)))
-            else:
-                columns["series_id"].append(pa.nulls(n, pa.string()))
-            lead = pa.array((unit + 1).astype(np.int32)) if scope == "lead" else pa.nulls(n, pa.int32())
-            columns["lead"].append(lead)
-            columns["metric"].append(pa.array(np.asarray(metric_names, dtype=object)[column], pa.string()))
-            level = levels[column]
-            columns["quantile"].append(pa.array(level, pa.float64(), mask=np.isnan(level)))
-            columns["value"].append(pa.array(values[unit, column], pa.float64()))
-            columns["n"].append(pa.array(counts[unit, column], pa.int64()))
-            columns["convention"].append(pa.array(np.full(n, POOLED, dtype=object), pa.string()))
-        arrays = [
-            pa.concat_arrays(columns[name]).cast(field.type)
-            for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)
-        ]
-        return pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
 
-    def _unit_rows(
-        self, sums: dict[str, F64]
-    ) -> tuple[list[str], F64, F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """:meth:`_rows` for every unit at once: (metric per column, quantile per column, value, n, kept).
-
-        ``sums`` holds each field for ``U`` units (``[U, ...]``); the columns are every row :meth:`_rows` can
-        emit, in its order, and ``kept[U, R]`` says which it does emit for each unit.
-        """
-        pairs, scaled = sums["pairs"], sums["scaled"]
-        units = pairs.shape[0]
-        has_median = self._median is not None
-        metric_names: list[str] = ["mae", "rmse", "mase", "sql", "wql"]
-        metric_names += ["pinball"] * len(self.quantiles) + ["coverage"] * len(self.intervals)
-        levels = np.asarray([np.nan] * 5 + list(self.quantiles) + [lo for lo, _ in self.intervals], dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            safe_abs_y = np.where(sums["abs_y"] > 0, sums["abs_y"], 1.0)
-            wql = np.where(sums["abs_y"] > 0, np.mean(2.0 * sums["rho"] / safe_abs_y[:, None], axis=1), np.nan)
-            values = np.column_stack(
-                [
-                    sums["abs_err"] / pairs,
-                    np.sqrt(sums["sq_err"] / pairs),
-                    sums["mase"] / scaled,
-                    sums["sql"] / scaled,
-                    wql,
-                    *(sums["rho"][:, k] / pairs for k in range(len(self.quantiles))),
-                    *(sums["hits"][:, c] / pairs for c in range(len(self.intervals))),
-                ]
-            ).reshape(units, len(metric_names))
-        by_pairs = pairs.astype(np.int64)
-        by_scaled = sums["scaled_pairs"].astype(np.int64)  # MASE and SQL count the pairs of their windows
-        counts = np.column_stack(
-            [by_pairs, by_pairs, by_scaled, by_scaled, *([by_pairs] * (1 + len(self.quantiles) + len(self.intervals)))]
-        ).reshape(units, len(metric_names))
-        paired = pairs > 0
-        kept = np.column_stack(
-            [
-                paired & has_median,
-                paired & has_median,
-                (scaled > 0) & has_median,
-                scaled > 0,
-                *([paired] * (1 + len(self.quantiles) + len(self.intervals))),
-            ]
-        ).reshape(units, len(metric_names))
-        return metric_names, levels, values, counts, kept
+def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
+    """float32 and float64 arrays as they are (no copy: the losses cast them exactly); anything else as float64."""
+    array = np.asarray(values)
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)

@@ -27,7 +27,14 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
-from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator, SeriesCodes, finite_pairs
+from distributed_onnx.evaluation.scoring.losses import Scratch
+from distributed_onnx.evaluation.scoring.metrics import (
+    METRICS_SCHEMA,
+    BatchPairs,
+    MetricsAccumulator,
+    SeriesCodes,
+    finite_pairs,
+)
 from distributed_onnx.evaluation.scoring.naive import (
     broadcast_quantiles,
     seasonal_naive_batch,
@@ -52,15 +59,24 @@ REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
 F64 = npt.NDArray[np.float64]
 
 
-def baseline_forecasts(history: F64, m: int, horizon: int, quantiles: Sequence[float]) -> dict[str, F64]:
+def baseline_forecasts(
+    history: F64,
+    m: int,
+    horizon: int,
+    quantiles: Sequence[float],
+    positions: npt.NDArray[np.int64] | None = None,
+    out: F64 | None = None,
+) -> dict[str, F64]:
     """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
 
     The one place the baselines are built, for the backtest's parts and for live scoring alike, so both
-    score the same baselines from the same history.
+    score the same baselines from the same history. ``positions`` (each window's origin on one axis of time per
+    series, see :func:`.naive.seasonal_quantiles_batch`) let windows share the quantiles of their common cells,
+    and ``out`` (``[Q, W, H]``, with ``positions``) receives the seasonal quantiles.
     """
     return {
         SEASONAL_NAIVE: broadcast_quantiles(seasonal_naive_batch(history[:, -m:], horizon), len(quantiles), copy=False),
-        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles),
+        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles, positions, out),
     }
 
 
@@ -91,7 +107,10 @@ def common_pairs(
 class PairScores:
     """The pooled and fev-convention sums of every model of a run, on the run's common pairs."""
 
-    def __init__(self, models: Sequence[str], quantiles: Sequence[float], horizon: int) -> None:
+    def __init__(
+        self, models: Sequence[str], quantiles: Sequence[float], horizon: int, scratch: Scratch | None = None
+    ) -> None:
+        """``scratch``: the scoring's work buffers, reused batch after batch (an actor passes its own to every part)."""
         if len(set(models)) != len(models):
             raise DataError(f"model names must be distinct; got {list(models)}")
         self.models = tuple(models)
@@ -102,6 +121,7 @@ class PairScores:
         self.windows = {name: WindowSums(self.quantiles, median) for name in self.models}
         self.excluded = dict.fromkeys(REASONS, 0)
         self.nonfinite: dict[str, list[str]] = {name: [] for name in self.models if name not in BASELINES}
+        self.scratch = scratch if scratch is not None else Scratch()
 
     def update(
         self,
@@ -127,9 +147,11 @@ class PairScores:
             if rows.any():
                 self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
         scale = np.asarray(scale, dtype=np.float64)
-        codes = SeriesCodes.of(series_ids)  # once for every model
+        if actual.shape[0] == 0:
+            return valid
+        shared = BatchPairs.of(SeriesCodes.of(series_ids), actual, scale, valid, scratch=self.scratch)
         for name in self.models:
-            per_window = self.pooled[name].update(codes, actual, arrays[name], scale, valid)
+            per_window = self.pooled[name].add(shared, arrays[name])
             self.windows[name].update(origin_us, per_window, scale)
         return valid
 
