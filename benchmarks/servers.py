@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from distributed_onnx.runtime.listening import process_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 READY_PATH = "/v2/health/ready"
@@ -93,21 +95,8 @@ def remove_server_logs() -> None:
 
 
 def descendants(root: int) -> list[int]:
-    """``root`` and every process below it (read from /proc)."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            continue
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return sorted(tree)
+    """``root`` and every process below it (read from /proc, as the package's loopback check reads it)."""
+    return sorted(process_tree(root))
 
 
 def replica_pids(root: int, deployment: str = "") -> list[int]:
