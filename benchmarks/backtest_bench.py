@@ -227,7 +227,7 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     first_windows = 0
     windows = 0
     for index, table in enumerate(dataset.iter_batches(batch_size=None, batch_format="pyarrow")):
-        outputs.write_part(output, index, table, {"part": index})
+        outputs.write_part(output, "ray_data", index, table, {"part": index})
         windows += table.num_rows // spec.horizon
         if first is None:
             first, first_at, first_windows = time.perf_counter() - started, time.perf_counter(), windows

@@ -58,7 +58,9 @@ from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
 ROWS_PER_BATCH = 256
 SERIES_POINTS = 260
 #: The command's argv prefix; ``--cli-from-this-python`` replaces it (see benchmarks/cli_no_pandas.py).
-CLI_COMMAND = [CLI]
+#: ``python -m distributed_onnx``, not the console script: the script's entry point is fixed when the venv is
+#: installed, while ``-m`` runs the entry of whichever tree is first on PYTHONPATH (this one, or the baseline).
+CLI_COMMAND = [str(Path(CLI).parent / "python"), "-P", "-m", "distributed_onnx"]  # -P: not the working directory first
 
 
 def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
