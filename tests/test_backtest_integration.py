@@ -40,7 +40,7 @@ from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
 from distributed_onnx.evaluation import run as run_module  # noqa: E402
-from distributed_onnx.evaluation.data import rows as rows_module  # noqa: E402
+from distributed_onnx.evaluation.data import scan as scan_module  # noqa: E402
 from distributed_onnx.evaluation.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
@@ -265,7 +265,7 @@ def test_a_streamed_input_gives_the_object_store_forecasts(
     sorted_rows = long_table(dense_series()).sort_by([("series_id", "ascending"), ("timestamp", "ascending")])
     data = tmp_path / "sorted.parquet"
     pq.write_table(sorted_rows, data, row_group_size=17)
-    monkeypatch.setattr(rows_module, "STREAM_CHUNK_ROWS", 20)
+    monkeypatch.setattr(scan_module, "STREAM_CHUNK_ROWS", 20)
     by_store = settings_for(tiny, data, tmp_path / "store", series_transport="object_store", covariates=[COVARIATE])
     streamed = settings_for(tiny, data, tmp_path / "streamed", covariates=[COVARIATE])
 

@@ -17,7 +17,9 @@ import pytest
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import rows as rows_module
-from distributed_onnx.evaluation.data.rows import SeriesRows, scan_sorted_parquet
+from distributed_onnx.evaluation.data import scan as scan_module
+from distributed_onnx.evaluation.data.rows import SeriesRows
+from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.table import load_series
 from distributed_onnx.evaluation.data.windows import WindowSpec, plan_windows
 from distributed_onnx.evaluation.plan import prepare
@@ -184,7 +186,7 @@ def test_the_plan_of_a_streamed_input_and_its_errors(
 ) -> None:
     """``prepare`` streams a multi-chunk sorted input (same windows as a whole read), and a bad row far in the
     file is named by its row in the file."""
-    monkeypatch.setattr(rows_module, "STREAM_CHUNK_ROWS", 16)
+    monkeypatch.setattr(scan_module, "STREAM_CHUNK_ROWS", 16)
     table = _long()
     path = _write(table, tmp_path / "data.parquet")
     settings = {"checkpoint": tiny_checkpoint.weights_path, "data": path, "n_windows": 3, "progress": False}

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
-from distributed_onnx.evaluation.data.rows import scan_sorted_parquet
+from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesTransport
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
