@@ -50,6 +50,28 @@ class FlatSeries(Sequence[Series]):
         """The flat layout with the values of series ``lo..hi`` (only those may be read from it)."""
         raise NotImplementedError
 
+    def series(self, index: int) -> Series:
+        """Series ``index`` (0 <= index < len), its values a view where the layout holds them."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.series_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Series: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Series]: ...
+
+    def __getitem__(self, index: int | slice) -> Series | list[Series]:
+        if isinstance(index, slice):
+            return [self.series(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"series index {index} out of range for {len(self)} series")
+        return self.series(index)
+
     @property
     def lengths(self) -> np.ndarray:
         """Grid points of every series (int64 [S])."""
@@ -108,24 +130,6 @@ class SeriesArrays(FlatSeries):
             self.values[lo:hi],
             self.covariates[:, lo:hi],
         )
-
-    def __len__(self) -> int:
-        return len(self.series_ids)
-
-    @overload
-    def __getitem__(self, index: int) -> Series: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Series]: ...
-
-    def __getitem__(self, index: int | slice) -> Series | list[Series]:
-        if isinstance(index, slice):
-            return [self.series(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"series index {index} out of range for {len(self)} series")
-        return self.series(index)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,25 +69,7 @@ class SeriesRows(FlatSeries):
     def n_rows(self) -> int:
         return int(self.row_offsets[-1])
 
-    def __len__(self) -> int:
-        return len(self.series_ids)
-
     def series(self, index: int) -> Series:
-        return self[index]
-
-    @overload
-    def __getitem__(self, index: int) -> Series: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Series]: ...
-
-    def __getitem__(self, index: int | slice) -> Series | list[Series]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"series index {index} out of range for {len(self)} series")
         return self.arrays(index, index + 1).series(index)
 
     def __iter__(self) -> Iterator[Series]:
