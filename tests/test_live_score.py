@@ -176,7 +176,8 @@ def _item(request: str, series: str, origin_us: int | None, model: str = "m", ho
     )
 
 
-def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) -> None:
+def _ramp_actuals(path: Path) -> tuple[int, int]:
+    """100 actuals of series ``a`` (0, 1, 2, ...) from the request time on; returns (step_us, first instant)."""
     step_us = STEP_MIN * 60_000_000
     start = REQUEST_TIME_US
     actuals = pa.table(
@@ -186,7 +187,12 @@ def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) ->
             "y": np.arange(100, dtype=np.float64),
         }
     )
-    pq.write_table(actuals, tmp_path / "actuals.parquet")
+    pq.write_table(actuals, path)
+    return step_us, start
+
+
+def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) -> None:
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
     log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
     log.submit(_item("placed", "a", start + 60 * step_us))
     log.submit(_item("placed-shadow", "a", start + 60 * step_us, model="shadow"))
@@ -230,16 +236,7 @@ def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_
     """One request answered by ``m`` and shadowed by ``shadow`` (one window id), the shadow NaN at one lead: both
     models and both baselines are scored on the same two pairs, and the left-out pair is counted, as in a backtest
     of the two checkpoints; a window ``m`` answered alone is scored in a group of its own."""
-    step_us = STEP_MIN * 60_000_000
-    start = REQUEST_TIME_US
-    actuals = pa.table(
-        {
-            "series_id": ["a"] * 100,
-            "timestamp": pa.array([start + i * step_us for i in range(100)], pa.timestamp("us", tz="UTC")),
-            "y": np.arange(100, dtype=np.float64),
-        }
-    )
-    pq.write_table(actuals, tmp_path / "actuals.parquet")
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
     log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
     nan_at_lead_2 = np.array([[[1.0], [np.nan], [1.0]]], dtype=np.float32)
     log.submit(_item("both", "a", start + 60 * step_us))
