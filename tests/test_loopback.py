@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import free_port, wait_until_ready
 
-from distributed_onnx.runtime.listening import is_loopback, listening_addresses
+from distributed_onnx.runtime.listening import is_loopback, listening_addresses, process_tree
 from distributed_onnx.runtime.ray_private import CLUSTER_SWITCH
 
 pytestmark = [
@@ -35,6 +36,7 @@ SCRIPT = textwrap.dedent(
 
     @ray.remote
     def where():
+        print("hello from a task")  # reaches this console through the log monitor
         return ray.util.get_node_ip_address()
 
     print(json.dumps({"node": ray.get(where.remote()), "pid": os.getpid()}), flush=True)
@@ -44,7 +46,10 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_embedded_ray_listens_on_loopback_only() -> None:
+def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> None:
+    """Loopback only; and the head is lean (``ray_private.single_node_head``): no dashboard API server and no
+    autoscaler monitor among its processes, while GCS, the raylet, its agents and the log monitor run, and a
+    task's output still reaches the console."""
     env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(
@@ -58,19 +63,34 @@ def test_embedded_ray_listens_on_loopback_only() -> None:
     )
     try:
         assert process.stdout is not None and process.stdin is not None
-        line = process.stdout.readline()
-        started = json.loads(line)
+        console = [process.stdout.readline()]  # a task's output lands on stdout too, before or after the result
+        while not console[-1].startswith("{"):
+            console.append(process.stdout.readline())
+        started = json.loads(console[-1])
         assert started["node"] == "127.0.0.1"
         addresses = listening_addresses(process.pid)
         assert addresses, "found no listening sockets: the /proc reading is broken"
         exposed = [address for address in addresses if not is_loopback(address)]
         assert not exposed, f"embedded Ray listens beyond loopback: {exposed} (all: {addresses})"
+        commands = " ".join(_command_line(pid) for pid in process_tree(process.pid))
+        for running in ("gcs_server", "raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py"):
+            assert running in commands, f"{running} is not running: {commands}"
+        assert "dashboard/dashboard.py" not in commands  # the API server
+        assert "autoscaler/_private/monitor.py" not in commands
         process.stdin.write("\n")
         process.stdin.flush()
-        process.wait(timeout=60)
+        console.append(process.communicate(timeout=60)[0])
     finally:
         if process.poll() is None:
             process.kill()
+    assert "hello from a task" in "".join(console)
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:  # gone meanwhile
+        return ""
 
 
 # ------------------------------------------------------------------------------------------ distributed-onnx serve

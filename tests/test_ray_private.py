@@ -70,6 +70,30 @@ def test_a_missing_module_and_a_changed_value_are_both_reported() -> None:
         check_names([GRPC, SWITCH], import_module=importer(modules), ray_version="3.0.0")
 
 
+def test_a_dotted_name_is_a_class_attribute_and_a_missing_method_is_reported() -> None:
+    module = ModuleType("fake_ray._private.node")
+
+    class Node:
+        def start_monitor(self) -> None: ...
+
+    module.Node = Node  # type: ignore[attr-defined]
+    names = [PrivateName(module.__name__, "Node.start_monitor"), PrivateName(module.__name__, "Node.start_api_server")]
+    assert missing_names(names, importer({module.__name__: module})) == ["fake_ray._private.node.Node.start_api_server"]
+
+
+def test_the_single_node_head_skips_two_processes_for_its_block_only() -> None:
+    from ray._private.node import Node
+
+    before = {name.attribute: name.get() for name in ray_private.SINGLE_NODE_SKIPS}
+    with ray_private.single_node_head():
+        for name in ray_private.SINGLE_NODE_SKIPS:
+            method = name.get()
+            assert method is not before[name.attribute]
+            assert method(object()) is None  # a no-op, whatever Ray passes
+    assert {name.attribute: name.get() for name in ray_private.SINGLE_NODE_SKIPS} == before
+    assert Node.start_monitor is before["Node.start_monitor"]
+
+
 def test_the_installed_ray_has_every_private_name_the_package_and_tests_use() -> None:
     assert missing_names(ray_private.ALL_NAMES) == []
     assert len(ray_private.SERVE_SWITCHES) == len(set(ray_private.SERVE_SWITCHES)) >= 12

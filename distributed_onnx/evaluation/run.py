@@ -21,10 +21,11 @@ from typing import Any
 import pyarrow as pa
 
 from distributed_onnx import storage
-from distributed_onnx.errors import BatchError, DistributedOnnxError
+from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.data.windows import PartSpec
+from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import RunSums, fan_windows
@@ -38,13 +39,12 @@ from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import read_done_part, unverified_models
 from distributed_onnx.evaluation.transport import series_source_for
-from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 from distributed_onnx.runtime.dispatch_state import DispatchStats
-from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest
+from distributed_onnx.runtime.early_start import EarlyStart
 from distributed_onnx.runtime.local_ray import connect
 
 __all__ = ["BacktestResult", "RunPlan", "prepare", "run_backtest"]
@@ -60,7 +60,11 @@ class BacktestResult:
 
 
 def run_backtest(
-    settings: BacktestSettings, started_wall_s: float | None = None, *, wait_for_ray_stop: bool = True
+    settings: BacktestSettings,
+    started_wall_s: float | None = None,
+    *,
+    wait_for_ray_stop: bool = True,
+    early: EarlyStart | StartHere | None = START_HERE,
 ) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed.
 
@@ -71,11 +75,15 @@ def run_backtest(
     Bad data raises once the plan fails, but a Ray started early for the run is still starting then: by default
     this call waits for it to stop; with ``wait_for_ray_stop=False`` (a process that exits after the error: the
     command) it raises at once and Ray stops with the process (``runtime/early_start.py``).
+
+    ``early`` is Ray and the pool already starting for these settings (the command starts them before it
+    imports this module: :func:`~.early.start_early`), or None for none; by default this call starts them.
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
         clock.mark("python_start")
-    early = _early_start(settings)
+    if isinstance(early, StartHere):
+        early = start_early(settings)
     try:
         plan = prepare(settings)
     except BaseException:
@@ -83,25 +91,6 @@ def run_backtest(
             early.abandon(wait=wait_for_ray_stop)
         raise
     return _BacktestRun(plan, clock, early).run()
-
-
-def _early_start(settings: BacktestSettings) -> EarlyStart | None:
-    """Ray and the pool on a thread while the plan is made, for a run that has work to do (see early_start).
-
-    Only a fresh output directory is known to need Ray before its plan exists; a rerun may find every part
-    done, and then starts nothing. A checkpoint that does not resolve is left to :func:`prepare` to name.
-    """
-    if outputs.has_scored_parts(settings.output):
-        return None
-    if cluster.is_connected():  # a Ray this process already holds (the Python API, tests) costs nothing to reach
-        return None
-    try:
-        checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
-    except DistributedOnnxError:
-        return None
-    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
-    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
-    return EarlyStart(settings.address, pool)
 
 
 def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:

@@ -13,11 +13,6 @@ from typing import Any
 import ray
 
 
-def is_connected() -> bool:
-    """Whether this process is connected to a Ray (embedded or a cluster's)."""
-    return bool(ray.is_initialized())
-
-
 def put(value: Any) -> Any:
     """Put ``value`` into the object store once; the reference travels, the value is mapped per node."""
     return ray.put(value)

@@ -15,6 +15,10 @@ is not started, and Ray is stopped on the owning thread and waited for (the Pyth
 clean), or, for a process about to exit (the command, which prints the data error first), left to the exit: a
 Ray still starting dies with the thread that started it (above), one already up is stopped by ``ray.init``'s own
 exit handler. The thread then never stops Ray itself, so two shutdowns never race.
+
+This module imports Ray on the thread, not at its own import: the command creates an :class:`EarlyStart` before
+it imports the rest of the backtest, so Ray's processes start while the driver still imports (``import ray``
+alone is ~0.3 s of a ~6 s ``make backtest``).
 """
 
 from __future__ import annotations
@@ -25,15 +29,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import ray
-from ray.exceptions import RayTaskError
+from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
-from distributed_onnx.runtime.actors import JobFactory, start_pool
-from distributed_onnx.runtime.local_ray import connect
+
+if TYPE_CHECKING:
+    from distributed_onnx.runtime.actors import JobFactory
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +55,15 @@ class PoolRequest:
 
 @dataclass
 class EarlyStart:
-    """Connects (or starts the embedded Ray) and starts the pool on a thread that then waits to stop Ray."""
+    """Connects (or starts the embedded Ray) and starts the pool on a thread that then waits to stop Ray.
+
+    ``quiet_ray``: when not None, Ray's console logging is set on the thread right after it imports Ray, before
+    Ray starts (:func:`~.local_ray.quiet_ray_logging`: Ray's import resets its loggers).
+    """
 
     address: str | None
     pool: PoolRequest | None
+    quiet_ray: bool | None = None
     started_ray: bool = False
     actors: list[Any] = field(default_factory=list)
     infos: list[WorkerInfo] = field(default_factory=list)
@@ -76,6 +83,13 @@ class EarlyStart:
     def _own_ray(self) -> None:
         started = time.perf_counter()
         try:
+            import ray
+
+            from distributed_onnx.runtime.actors import start_pool
+            from distributed_onnx.runtime.local_ray import connect, quiet_ray_logging
+
+            if self.quiet_ray is not None:
+                quiet_ray_logging(quiet=self.quiet_ray)
             self.started_ray = connect(self.address)
             if self._left_to_exit:
                 return
@@ -92,6 +106,8 @@ class EarlyStart:
             return
         stopping = time.perf_counter()
         try:
+            import ray
+
             for actor in self.actors:
                 ray.kill(actor)
             if self.started_ray:
@@ -113,6 +129,9 @@ class EarlyStart:
 
     def hand_job(self, job_factory: JobFactory, job_input: Any) -> None:
         """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor)."""
+        import ray
+        from ray.exceptions import RayTaskError
+
         try:
             ray.get([actor.take_job.remote(job_factory, job_input) for actor in self.actors])
         except RayTaskError as exc:
@@ -138,6 +157,12 @@ class EarlyStart:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+
+def ray_connected() -> bool:
+    """Whether this process holds a connected Ray (embedded or a cluster's); never imports Ray to find out."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def _exit_on_sigterm() -> None:

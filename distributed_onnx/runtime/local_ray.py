@@ -76,7 +76,10 @@ def quiet_ray_logging(*, quiet: bool = True) -> None:
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
-    The embedded instance is private: loopback only (see the module docstring) and no dashboard.
+    The embedded instance is private and lean: loopback only (see the module docstring), no dashboard, and no
+    autoscaler monitor (:func:`~.ray_private.single_node_head`: they cost ~1 s of ``ray.init`` and ~1 s of
+    ``ray.shutdown`` on 2 cores, ``benchmarks/results/time_to_results.md``). For Ray's dashboard, start Ray
+    yourself (``ray start --head``) and pass its address.
     """
     if ray.is_initialized():
         return False
@@ -85,13 +88,14 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
     use_loopback_only()
-    ray.init(
-        num_cpus=num_cpus or os.cpu_count() or 1,
-        _node_ip_address=LOOPBACK,
-        include_dashboard=False,
-        log_to_driver=True,
-        configure_logging=False,
-    )
+    with ray_private.single_node_head():
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            _node_ip_address=LOOPBACK,
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=False,
+        )
     logger.info("Started an embedded local Ray on %s", LOOPBACK)
     warn_if_exposed()
     return True

@@ -7,6 +7,8 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
 - the embedded Ray stays on loopback by turning Ray's multi-node clustering off (:func:`disable_clustering`):
   the environment switch for the processes Ray starts, and the constant ``ray._private.ray_constants`` read
   into this process at import (docs/design.md, "Ray specifics");
+- the embedded Ray's head starts without the two processes a single fixed node never uses, the dashboard's
+  API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``);
 - Ray Serve binds its gRPC servers to all interfaces through two private functions, which
   ``serve/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
 - the fast ingresses and the per-request savings are Serve's experimental environment switches
@@ -25,7 +27,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -42,7 +46,10 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class PrivateName:
-    """An attribute of one of Ray's modules that the package relies on; ``expected``: the value it must have."""
+    """An attribute of one of Ray's modules that the package relies on; ``expected``: the value it must have.
+
+    ``attribute`` may be dotted (``Class.method``): an attribute of a class the module holds.
+    """
 
     module: str
     attribute: str
@@ -57,7 +64,17 @@ class PrivateName:
         return importlib.import_module(self.module)
 
     def get(self) -> Any:
-        return getattr(self.owner(), self.attribute)
+        return _lookup(self.owner(), self.attribute)
+
+
+def _lookup(owner: Any, dotted: str) -> Any:
+    """``owner``'s attribute ``dotted`` (``a.b``: attribute ``b`` of attribute ``a``), or ``_MISSING``."""
+    value = owner
+    for part in dotted.split("."):
+        value = getattr(value, part, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    return value
 
 
 # ------------------------------------------------------------------------------------------ the embedded Ray
@@ -68,6 +85,14 @@ CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 CLUSTER_ENABLED = PrivateName("ray._private.ray_constants", "ENABLE_RAY_CLUSTER")
 #: The variable Ray reads the switch from: still ours.
 CLUSTER_SWITCH_VARIABLE = PrivateName("ray._private.ray_constants", "ENABLE_RAY_CLUSTERS_ENV_VAR", CLUSTER_SWITCH)
+
+#: Starts the dashboard's head process, which with ``include_dashboard=False`` serves only Ray's usage stats, then
+#: polls for its address for up to a second, before the raylet starts (measured: ``docs/design.md``).
+HEAD_API_SERVER = PrivateName("ray._private.node", "Node.start_api_server")
+#: Starts the autoscaler's monitor: nothing to scale on one fixed node, and it took ~1 s to stop on SIGTERM.
+HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
+#: Both, skipped by :func:`single_node_head`.
+SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR)
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -144,7 +169,7 @@ TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_set
 
 # ------------------------------------------------------------------------------------------ the checks
 
-EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE)
+EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS)
 SERVE_NAMES = (
     REPLICA_GRPC_PORT,
     GRPC_INGRESS_ADDRESS,
@@ -167,7 +192,7 @@ def missing_names(
                 modules[name.module] = import_module(name.module)
             except ImportError:
                 modules[name.module] = None
-        value = getattr(modules[name.module], name.attribute, _MISSING)
+        value = _lookup(modules[name.module], name.attribute)
         if value is _MISSING:
             missing.append(name.dotted)
         elif name.expected is not _MISSING and value != name.expected:
@@ -210,6 +235,35 @@ def disable_clustering() -> None:
     """
     os.environ[CLUSTER_SWITCH] = "0"
     setattr(CLUSTER_ENABLED.owner(), CLUSTER_ENABLED.attribute, False)
+
+
+_HEAD_PATCH = threading.Lock()
+
+
+@contextmanager
+def single_node_head() -> Iterator[None]:
+    """While a private single-machine Ray starts in this block, its head skips :data:`SINGLE_NODE_SKIPS`.
+
+    What is left is what a fixed node runs work with: GCS, raylet (object store), the log monitor (the actors'
+    output on the console), and the raylet's two agents (it registers only once they are up). The methods are
+    replaced for the block only (other threads of the process see them replaced meanwhile; two blocks at once
+    wait for each other), so a later ``ray.init`` of the process starts Ray's usual head.
+    """
+    with _HEAD_PATCH:
+        owners = [(name, _lookup(name.owner(), name.attribute.rpartition(".")[0])) for name in SINGLE_NODE_SKIPS]
+        originals = [(owner, name.attribute.rpartition(".")[2]) for name, owner in owners]
+        saved = [(owner, method, owner.__dict__[method]) for owner, method in originals]
+        try:
+            for owner, method in originals:
+                setattr(owner, method, _skipped)
+            yield
+        finally:
+            for owner, method, original in saved:
+                setattr(owner, method, original)
+
+
+def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Stands in for a head process :func:`single_node_head` does not start."""
 
 
 def wrap_address_argument(name: PrivateName, host: str, rebind: Callable[[str, str], str], position: int = 1) -> bool:

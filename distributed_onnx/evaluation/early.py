@@ -1,0 +1,46 @@
+"""Which backtest starts Ray and its actor pool before its plan exists, and with which pool.
+
+A fresh run's first forecast waits for both its plan and a warm pool; :class:`~.runtime.early_start.EarlyStart`
+starts the pool on a thread meanwhile. This module decides, from the settings alone, whether a run needs it,
+and imports nothing heavy (no Ray, no planning): the command calls :func:`start_early` before it imports the
+rest of the backtest, so Ray's processes start while the driver still imports (docs/design.md, "Time to
+results").
+"""
+
+from __future__ import annotations
+
+from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import LocalCheckpoint
+from distributed_onnx.model.worker import WorkerConfig
+from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest, ray_connected
+
+
+class StartHere:
+    """The default of ``run_backtest(early=...)``: the run decides and starts Ray and the pool itself."""
+
+    def __repr__(self) -> str:
+        return "START_HERE"
+
+
+START_HERE = StartHere()
+
+
+def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) -> EarlyStart | None:
+    """Ray and the pool on a thread while the plan is made, for a run that has work to do; else None.
+
+    Only a fresh output directory is known to need Ray before its plan exists; a rerun may find every part
+    done, and then starts nothing. A Ray this process already holds (the Python API, tests) costs nothing to
+    reach. A checkpoint that does not resolve is left to the plan to name. ``quiet_ray``: see
+    :class:`~.runtime.early_start.EarlyStart`.
+    """
+    if outputs.has_scored_parts(settings.output) or ray_connected():
+        return None
+    try:
+        checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
+    except DistributedOnnxError:
+        return None
+    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
+    return EarlyStart(settings.address, pool, quiet_ray=quiet_ray)
