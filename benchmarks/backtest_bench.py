@@ -100,13 +100,18 @@ def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, 
     loop_started = time.perf_counter()
     first = None
     windows = 0
+    stage_s: dict[str, float] = {}
     for part in plan.parts():
-        windows += runner.run(part).windows
+        receipt = runner.run(part)
+        windows += receipt.windows
+        for stage, seconds in receipt.seconds.items():
+            stage_s[stage] = stage_s.get(stage, 0.0) + seconds
         first = first or time.perf_counter() - started
     elapsed = time.perf_counter() - loop_started
     return {
         "windows": windows,
         "seconds": elapsed,
+        "stage_s": {stage: round(seconds, 3) for stage, seconds in stage_s.items()},
         "windows_per_s": windows / elapsed,
         "first_forecast_s": first,
         "process_s": time.perf_counter() - started,

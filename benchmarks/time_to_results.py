@@ -7,7 +7,12 @@ Four comparisons (issue "Time to results"), each mode in its own subprocess:
    caches, as a user's second run). With ``--baseline-tree DIR`` the same command also runs from another
    checkout (its package first on PYTHONPATH, for the driver and Ray's workers): before and after in one run.
 2. ``one_minute``: the whole CLI process (2 actors x 1 CPU) against the plain 1-thread loop (the actors' own
-   part runner in one process, no Ray) on the same windows of the reference checkpoint.
+   part runner in one process, no Ray) on the same windows of the reference checkpoint: 59,200 windows, 20
+   series of 2,960. ``five_minutes`` (not in the default set: ~10 minutes) is the same comparison at 5x the
+   work, 296,000 windows: 100 series of 2,960 windows. Every series is a copy of the bundled Taylor series
+   (4,032 half-hours), scaled by a random factor in [0.5, 1.5] with Gaussian noise (sd 200) added
+   (``backtest_bench.make_dataset``, seed 0); ``--scale`` above 1 adds series, never longer ones (the bundled
+   history caps a series at 3,936 windows).
 3. ``many_series``: tens of thousands of short hourly series (260 points, 2 windows each, a tiny model): the
    whole CLI process against a plain pandas-groupby + ONNX Runtime loop (read, group, window, run, write
    Parquet; no scoring), report.html's size, and the driver's peak RSS at several series counts.
@@ -52,10 +57,15 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.enviro
 sys.path[:0] = [PACKAGE_ROOT, str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data  # noqa: E402
+from process_cpu import ProcessTreeCpu, actors_between, between  # noqa: E402
 
 from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
 
 ROWS_PER_BATCH = 256
+#: ~1 minute of plain 1-thread model work on 2 cores (reference checkpoint): 20 series x 2,960 windows.
+ONE_MINUTE_WINDOWS = 59_200
+#: Windows per series of the long runs (``one_minute``, ``five_minutes``): the 1-minute scenario's.
+WINDOWS_PER_SERIES = 2_960
 SERIES_POINTS = 260
 #: The command's argv prefix; ``--cli-from-this-python`` replaces it (see benchmarks/cli_no_pandas.py).
 #: ``python -m distributed_onnx``, not the console script: the script's entry point is fixed when the venv is
@@ -69,15 +79,14 @@ def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None
         shutil.rmtree(output)
     command = [*CLI_COMMAND, "backtest", "--output", str(output), "--no-progress", *args]
     load_before = os.getloadavg()
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env, check=False)
-    wall_s = time.perf_counter() - started
+    completed, wall_s, cpu = measured_run(command, env)
     if completed.returncode != 0:
         return {"error": completed.stderr[-2000:]}
     summary = json.loads((output / "summary.json").read_text())
     timing = summary["timing"]
     report = output / "report.html"
     return {
+        "cpu_by_phase": cpu_by_phase(cpu, timing.get("driver_wall_phases_s") or {}),
         "process_s": wall_s,
         "total_s": timing.get("total_s"),
         "first_forecast_s": timing.get("first_forecast_s"),
@@ -90,6 +99,32 @@ def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None
         "series_transport": summary.get("transport", {}).get("series_transport"),
         "load_average": [load_before, os.getloadavg()],
     }
+
+
+def measured_run(
+    command: list[str], env: dict[str, str] | None
+) -> tuple[subprocess.CompletedProcess[str], float, dict[str, Any]]:
+    """Run ``command`` to its end: the completed process, its wall seconds, and its tree's CPU by role."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    sampler = ProcessTreeCpu(process.pid)
+    stdout, stderr = process.communicate(timeout=3600)
+    wall_s = time.perf_counter() - started
+    sampler.stop()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), wall_s, sampler.result()
+
+
+def cpu_by_phase(cpu: dict[str, Any], phases_s: dict[str, float]) -> dict[str, Any]:
+    """The whole run's CPU by role, and each phase's (the driver's wall phases, consecutive from the start)."""
+    timeline = cpu.pop("timeline")
+    result: dict[str, Any] = {"whole": cpu}
+    start = 0.0
+    for phase, seconds in phases_s.items():
+        result[phase] = between(timeline, start, start + seconds)
+        if phase == "dispatch":
+            result["actors_in_dispatch"] = actors_between(timeline, start, start + seconds)
+        start += seconds
+    return result
 
 
 def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> dict[str, Any]:
@@ -126,13 +161,23 @@ def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> d
     return results
 
 
+def long_run_series(n_windows: int) -> int:
+    """Series for ``n_windows`` of the long-run comparison: 20, or more at :data:`WINDOWS_PER_SERIES` each.
+
+    The bundled series (4,032 half-hours) gives at most 3,936 windows; ~1 minute of work is 20 series of 2,960
+    windows, and more work adds series of the same length and windows (never longer histories), so that every
+    series is planned, packed and scored the same way at every scale.
+    """
+    return max(20, -(-n_windows // WINDOWS_PER_SERIES))
+
+
 def one_minute(output: Path, n_windows: int) -> dict[str, Any]:
     """The whole CLI process against the plain 1-thread loop on the same windows of the reference checkpoint."""
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
     data = output / "data.parquet"
     output.mkdir(parents=True, exist_ok=True)
-    n_series, per_series = make_dataset(data, n_windows, 20)
+    n_series, per_series = make_dataset(data, n_windows, long_run_series(n_windows))
     loop_args = argparse.Namespace(
         checkpoint=str(REFERENCE_CHECKPOINT), data=str(data), n_windows_per_series=per_series
     )
@@ -338,13 +383,15 @@ def child(mode: str, args: argparse.Namespace, output: Path, env: dict[str, str]
     """Run ``mode`` in a fresh Python process (its own RSS, its own imports); wall time measured from outside."""
     command = [sys.executable, __file__, "--child", mode, "--data", args.data, "--checkpoint", args.checkpoint]
     command += ["--n-windows-per-series", str(args.n_windows_per_series), "--output", str(output)]
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env, check=False)
-    wall_s = time.perf_counter() - started
+    load_before = os.getloadavg()
+    completed, wall_s, cpu = measured_run(command, env)
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
             result = dict(json.loads(line.removeprefix("RESULT ")))
             result["process_s"] = wall_s  # the whole process, Python's start included, as for the CLI
+            cpu.pop("timeline")
+            result["cpu"] = cpu
+            result["load_average"] = [load_before, os.getloadavg()]
             return result
     return {"error": completed.stderr[-2000:]}
 
@@ -396,8 +443,11 @@ def main() -> None:
         if "make_backtest" in wanted:
             report["make_backtest"] = make_backtest(work / "make_backtest", args.baseline_tree, args.rounds)
         if "one_minute" in wanted:
-            report["one_minute"] = one_minute(work / "one_minute", int(59_200 * args.scale))
+            report["one_minute"] = one_minute(work / "one_minute", int(ONE_MINUTE_WINDOWS * args.scale))
             print(f"one_minute: {report['one_minute']}", flush=True)
+        if "five_minutes" in wanted:
+            report["five_minutes"] = one_minute(work / "five_minutes", int(5 * ONE_MINUTE_WINDOWS * args.scale))
+            print(f"five_minutes: {report['five_minutes']}", flush=True)
         if "many_series" in wanted:
             counts = [max(1, int(n * args.scale)) for n in args.series]
             report["many_series"] = many_series(work / "many_series", counts, args.baseline_tree)
