@@ -24,10 +24,15 @@ Reproduce (2 cores: about 15 minutes unloaded)::
     .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
     .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 6 --baseline-tree ../main \
         --name time_to_results_make_backtest      # the main job alone, 5 counted runs per tree
+    .venv/bin/python benchmarks/time_to_results.py --only one_minute five_minutes \
+        --name time_to_results_scale5             # ~1 and ~5 minutes of work (about 15 minutes unloaded)
 
 Results go to benchmarks/results/time_to_results.{json,md}; every timing is wall clock, and the ratios are
 between modes run one after the other in the same invocation (say in the results whether the machine was
-shared: ``load_average`` is recorded before and after).
+shared: ``load_average`` is recorded before and after). Each process tree's CPU is sampled from ``/proc``
+(``process_cpu.py``): by role (driver, actors, Ray's GCS, raylet, agents, log monitor) for each of the
+command's phases, with what the rest of the machine used meanwhile (``outside_tree_cpu_s``: other users' load,
+measured) and each actor's CPU share and idle tail in the dispatch phase.
 """
 
 from __future__ import annotations
