@@ -19,6 +19,7 @@ from distributed_onnx.evaluation.data.windows import (
     SeriesPlan,
     WindowSpec,
     batches,
+    dispatch_order,
     plan_series,
     plan_windows,
     series_origins,
@@ -235,6 +236,19 @@ def test_parts_ramp_up_from_one_batch_then_keep_their_size() -> None:
     assert parts[-1].stop == 100 and [part.index for part in parts] == list(range(6))
     assert [part.n_windows for part in plan.parts(32)] == [32, 32, 32, 4]  # without a ramp
     assert plan_windows([], spec).parts(32, first_part=4) == []
+
+
+def test_parts_go_out_first_part_first_then_largest_first_so_the_small_ones_end_the_run() -> None:
+    spec = WindowSpec(context_length=2, horizon=1, n_windows=200)
+    plan = plan_windows([_series("a", 300)], spec)
+    parts = plan.parts(32, first_part=4)  # 4, 8, 16, 32 x 5, 12
+    ordered = dispatch_order(parts)
+    assert [part.n_windows for part in ordered] == [4, 32, 32, 32, 32, 32, 16, 12, 8]
+    assert [part.index for part in ordered] == [0, 3, 4, 5, 6, 7, 2, 8, 1]  # equal sizes keep the plan's order
+    assert sorted(ordered, key=lambda part: part.index) == parts  # the same parts, only their order changes
+    resumed = [parts[2], parts[5], parts[8]]  # what a resumed run has left: its first part still goes first
+    assert [part.index for part in dispatch_order(resumed)] == [2, 5, 8]
+    assert dispatch_order([]) == []
 
 
 def test_a_part_descriptor_is_a_few_integers() -> None:

@@ -96,6 +96,23 @@ class PartSpec:
         return self.stop - self.start
 
 
+def dispatch_order(parts: Sequence[PartSpec]) -> list[PartSpec]:
+    """The order in which to hand ``parts`` to the actors: the first as planned, then the largest first.
+
+    The first part (one model batch, :meth:`WindowPlan.parts`) still goes first: the first forecasts and the
+    first sign of trouble come after one batch. The others go largest first (longest processing time first),
+    so what is left at the end is the ramp's small parts and the short remainder: the actors finish within
+    about one small part of each other, where the plan's order ended on full parts and left every actor but
+    the last idle for up to one full part (each actor holds one or two parts queued). Only the order changes:
+    the parts, their indices and files are the plan's, so resume and fingerprints are untouched. Equal sizes
+    keep the plan's order (neighbouring parts share their series' data).
+    """
+    if not parts:
+        return []
+    first, *rest = parts
+    return [first, *sorted(rest, key=lambda part: -part.n_windows)]
+
+
 @dataclass(frozen=True)
 class WindowPlan:
     """How many windows each series has; ``offsets[s]`` is the position of series ``s``' first window."""
