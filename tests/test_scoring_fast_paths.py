@@ -48,6 +48,43 @@ def test_seasonal_quantiles_of_shared_cells_equal_those_of_every_window(gaps: bo
         np.testing.assert_array_equal(shared.view(np.uint64), each.view(np.uint64))
 
 
+@pytest.mark.parametrize("gaps", [False, True])
+def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bool) -> None:
+    """An actor reads a batch's distinct seasonal cells straight from its series: the same values, the same cells of
+    every pair, so both baselines are the same bit for bit as from the ``[W, K m]`` history."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+
+    rng = np.random.default_rng(11)
+    m, seasons, horizon = 6, 4, 15
+    values = rng.normal(size=400)
+    if gaps:
+        values[rng.random(values.size) < 0.2] = np.nan
+    batches = {
+        "consecutive, some before K m steps": np.arange(5, 70),
+        "strided and unsorted": rng.permutation(np.arange(30, 390, 7)),
+        "far apart (sorted keys)": np.array([3, 398, 200]),
+        "one window": np.array([400]),
+    }
+    for name, origins in batches.items():
+        origins = origins.astype(np.int64)
+        history = gather_blocks(values, origins, seasons * m, 0)
+        expected = naive.season_cells(history, m, horizon, origins)
+        got = naive.series_season_cells(values, origins, m, seasons, horizon)
+        np.testing.assert_array_equal(got.values.view(np.uint64), expected.values.view(np.uint64), err_msg=name)
+        np.testing.assert_array_equal(got.of_pair, expected.of_pair, err_msg=name)
+        for built, reference in zip(
+            naive.seasonal_baselines(got, QUANTILES),
+            (
+                naive.seasonal_naive_batch(history[:, -m:], horizon),
+                naive.seasonal_quantiles_batch(history, m, horizon, QUANTILES),
+            ),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(built.view(np.uint64), reference.view(np.uint64), err_msg=name)
+    empty = naive.series_season_cells(values, np.empty(0, np.int64), m, seasons, horizon)
+    assert empty.values.shape == (0, seasons) and empty.of_pair.shape == (0, horizon)
+
+
 def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
     rng = np.random.default_rng(4)
     lengths = rng.integers(0, 120, size=30)

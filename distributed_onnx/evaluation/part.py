@@ -45,10 +45,10 @@ from distributed_onnx.evaluation.data.windows import (
     plan_origins,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.part_history import SeriesHistory, cell_positions
+from distributed_onnx.evaluation.part_history import SeriesHistory
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.scoring.losses import Scratch
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, cell_baselines
 from distributed_onnx.evaluation.sums import PartSums, write_sums
 from distributed_onnx.model.window_batch import strings_of, unpack_batch
 from distributed_onnx.model.worker import InferenceWorker
@@ -298,13 +298,12 @@ class PartRunner:
     ) -> None:
         """Add one batch to every model's and baseline's sums (scale and baselines see only the history)."""
         job = self.job
-        horizon, m = job.spec.horizon, job.seasonality
+        horizon = job.spec.horizon
         block = unpack_batch(batch, job.spec.context_length, horizon)
         actual = np.asarray(block.target, dtype=np.float64)
-        scale, history = self.history.scales_and_history(planned)
-        positions = cell_positions(planned, m)
+        scale, cells = self.history.scales_and_cells(planned)
         reused = self._scratch.array("seasonal_quantiles", (len(job.quantiles), planned.n_windows, horizon))
-        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions, reused)}
+        forecasts = {**forecasts, **cell_baselines(cells, job.quantiles, reused)}
         series_ids = strings_of(batch.column("series_id"))
         window_ids = strings_of(batch.column("window_id"))
         valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)

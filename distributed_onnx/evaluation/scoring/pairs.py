@@ -36,9 +36,10 @@ from distributed_onnx.evaluation.scoring.metrics import (
     finite_pairs,
 )
 from distributed_onnx.evaluation.scoring.naive import (
+    SeasonCells,
     broadcast_quantiles,
-    seasonal_naive_batch,
-    seasonal_quantiles_batch,
+    season_cells,
+    seasonal_baselines,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "SEASONAL_QUANTILES",
     "PairScores",
     "baseline_forecasts",
+    "cell_baselines",
     "common_pairs",
 ]
 
@@ -69,14 +71,23 @@ def baseline_forecasts(
 ) -> dict[str, F64]:
     """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
 
-    The one place the baselines are built, for the backtest's parts and for live scoring alike, so both
-    score the same baselines from the same history. ``positions`` (each window's origin on one axis of time per
-    series, see :func:`.naive.seasonal_quantiles_batch`) let windows share the quantiles of their common cells,
-    and ``out`` (``[Q, W, H]``, with ``positions``) receives the seasonal quantiles.
+    ``positions`` (each window's origin on one axis of time per series, see :func:`.naive.season_cells`) let
+    windows share the quantiles of their common cells, and ``out`` (``[Q, W, H]``) receives the seasonal quantiles.
     """
+    return cell_baselines(season_cells(history, m, horizon, positions), quantiles, out)
+
+
+def cell_baselines(cells: SeasonCells, quantiles: Sequence[float], out: F64 | None = None) -> dict[str, F64]:
+    """Both baselines ``[W, H, Q]`` from a batch's seasonal cells (:mod:`.naive`).
+
+    The one place the baselines are built, for the backtest's parts (whose actors gather the cells straight from
+    the series) and for live scoring (from its history blocks) alike, so both score the same baselines from the
+    same values. The naive's quantile axis has stride 0: the accumulator scores its point once.
+    """
+    naive, seasonal = seasonal_baselines(cells, quantiles, out)
     return {
-        SEASONAL_NAIVE: broadcast_quantiles(seasonal_naive_batch(history[:, -m:], horizon), len(quantiles), copy=False),
-        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles, positions, out),
+        SEASONAL_NAIVE: broadcast_quantiles(naive, len(quantiles), copy=False),
+        SEASONAL_QUANTILES: seasonal,
     }
 
 
