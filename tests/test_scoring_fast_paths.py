@@ -85,6 +85,21 @@ def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bo
     assert empty.values.shape == (0, seasons) and empty.of_pair.shape == (0, horizon)
 
 
+def test_a_batch_of_one_series_groups_like_the_general_bincount() -> None:
+    """The usual batch (one series) sums its windows with one reduction instead of a bincount: the same bits, signed
+    zeros included."""
+    from distributed_onnx.evaluation.scoring.metrics import _group_sum
+
+    rng = np.random.default_rng(12)
+    values = rng.normal(size=(300, 7)) * 10.0 ** rng.integers(-8, 8, size=(300, 7))
+    values[:, 0] = -0.0
+    values[1:, 1] = 0.0
+    values[0, 1] = -0.0
+    codes = np.zeros(300, dtype=np.intp)
+    general = _group_sum(codes, values, 2)[:1]  # a second, empty group: the bincount path
+    np.testing.assert_array_equal(_group_sum(codes, values, 1).view(np.uint64), general.view(np.uint64))
+
+
 def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
     rng = np.random.default_rng(4)
     lengths = rng.integers(0, 120, size=30)
