@@ -48,9 +48,10 @@ from distributed_onnx.evaluation.fans import FanCollector
 from distributed_onnx.evaluation.part_history import SeriesHistory
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.scoring.losses import Scratch
+from distributed_onnx.evaluation.scoring.metrics import SeriesCodes
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, cell_baselines
 from distributed_onnx.evaluation.sums import PartSums, write_sums
-from distributed_onnx.model.window_batch import strings_of, unpack_batch
+from distributed_onnx.model.window_batch import strings_of, targets_and_origins
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.storage import Location
 
@@ -299,15 +300,16 @@ class PartRunner:
         """Add one batch to every model's and baseline's sums (scale and baselines see only the history)."""
         job = self.job
         horizon = job.spec.horizon
-        block = unpack_batch(batch, job.spec.context_length, horizon)
-        actual = np.asarray(block.target, dtype=np.float64)
+        target, origins_us = targets_and_origins(batch, horizon)
+        actual = np.asarray(target, dtype=np.float64)
         scale, cells = self.history.scales_and_cells(planned)
         reused = self._scratch.array("seasonal_quantiles", (len(job.quantiles), planned.n_windows, horizon))
         forecasts = {**forecasts, **cell_baselines(cells, job.quantiles, reused)}
-        series_ids = strings_of(batch.column("series_id"))
-        window_ids = strings_of(batch.column("window_id"))
-        valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
-        if job.fan_series:
+        # The series ids of the windows from the planned batch (each distinct id once), not decoded per window;
+        # the window ids are read only for a non-finite forecast's windows.
+        codes = SeriesCodes.of_indices(planned.series_index, self._source.series_ids)
+        valid = scores.update(codes, origins_us, batch.column("window_id"), actual, forecasts, scale)
+        if fans.touches(planned.series_index):
             # The first checkpoint's fan, and every other model's median on the same windows beside it.
             names: list[str] = [*self.workers, *BASELINES]
             first, rest = names[0], names[1:]
@@ -317,7 +319,7 @@ class PartRunner:
                 return np.stack([forecasts[name][rows, :, middle] for name in rest], axis=1)
 
             observed = np.where(valid, actual, np.nan)
-            fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
+            fans.observe(planned.series_index, origins_us, observed, forecasts[first], scale, others)
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""

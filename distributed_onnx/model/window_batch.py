@@ -56,6 +56,13 @@ def unpack_batch(batch: pa.RecordBatch, context_length: int, horizon: int) -> Wi
     )
 
 
+def targets_and_origins(batch: pa.RecordBatch, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's ``target`` ``[W, horizon]`` (float64, NaN = unknown) and ``origin`` ``[W]`` (int64 microseconds):
+    what scoring reads, as views; the context and covariates are left undecoded."""
+    target = flat_values(batch.column("target")).reshape(batch.num_rows, horizon)
+    return target, numpy_view(batch.column("origin")).view(np.int64)
+
+
 def fixed_lists(block: np.ndarray, width: int) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(arrow_array(block.reshape(-1)), width)
 

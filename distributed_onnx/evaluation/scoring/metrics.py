@@ -89,6 +89,20 @@ class SeriesCodes(NamedTuple):
         distinct, local = np.unique(ids, return_inverse=True)
         return cls([str(sid) for sid in distinct], local.ravel().astype(np.intp), int(ids.size))
 
+    @classmethod
+    def of_indices(cls, series_index: npt.NDArray[np.integer[Any]], series_ids: Sequence[str]) -> SeriesCodes:
+        """:meth:`of` the ids ``series_ids[series_index]``: each distinct series' id looked up once, none decoded per
+        window (a batch's windows are a few series). The same codes: distinct ids in sorted order."""
+        index = np.asarray(series_index).ravel()
+        if index.size and (index == index[0]).all():  # the usual batch: one series
+            return cls([str(series_ids[int(index[0])])], np.zeros(index.size, dtype=np.intp), int(index.size))
+        numbers, local = np.unique(index, return_inverse=True)
+        ids = [str(series_ids[int(number)]) for number in numbers]
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        rank = np.empty(len(ids), dtype=np.intp)
+        rank[order] = np.arange(len(ids), dtype=np.intp)
+        return cls([ids[i] for i in order], rank[local.ravel()], int(index.size))
+
 
 @dataclass(frozen=True)
 class BatchPairs:

@@ -92,7 +92,7 @@ class SeasonalScaler:
                 key="origins",
             )
         # Pair j compares y[j + m] with y[j]; it lies before the origin when j + m < origin.
-        upto = np.clip(positions - self.m, 0, self._pairs)
+        upto = np.minimum(np.maximum(positions - self.m, 0), self._pairs)
         n = np.take(self._counts, upto)
         with np.errstate(invalid="ignore"):  # no pair: 0 / 0, set to the one NaN below
             scale: npt.NDArray[np.float64] = np.take(self._sums, upto) / n
@@ -248,10 +248,14 @@ def series_season_cells(
         start = origins - low
         edges = np.bincount(start, minlength=span + 1) - np.bincount(start + m, minlength=span + 1)
         covered = np.cumsum(edges[:span]) > 0  # step low + i is a cell of some window
-        number = np.cumsum(covered) - 1  # its row among the distinct cells (in step order, as _distinct_cells)
-        steps = low + np.flatnonzero(covered)
-        lead_cell = np.arange(horizon) % m
-        of_pair = np.take(number, start[:, None] + lead_cell).astype(np.intp, copy=False)
+        lead_cell = np.arange(horizon, dtype=np.intp) % m
+        if covered.all():  # windows a step or a few apart (the usual batch): every step of the span is a cell
+            steps = np.arange(low, low + span, dtype=np.int64)
+            of_pair = start.astype(np.intp)[:, None] + lead_cell
+        else:
+            number = np.cumsum(covered) - 1  # its row among the distinct cells (in step order, as _distinct_cells)
+            steps = low + np.flatnonzero(covered)
+            of_pair = np.take(number, start[:, None] + lead_cell).astype(np.intp, copy=False)
     seasons_back = steps[:, None] - m * np.arange(seasons, 0, -1, dtype=np.int64)  # [U, K]: y(step - k m)
     inside = seasons_back >= 0  # and < origin <= len(values)
     if not values.size:

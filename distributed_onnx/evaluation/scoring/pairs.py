@@ -136,14 +136,18 @@ class PairScores:
 
     def update(
         self,
-        series_ids: npt.NDArray[Any],
+        series_ids: npt.NDArray[Any] | SeriesCodes,
         origin_us: npt.NDArray[np.int64],
-        window_ids: npt.NDArray[Any],
+        window_ids: npt.NDArray[Any] | pa.Array,
         actual: F64,
         forecasts: Mapping[str, F64],
         scale: F64,
     ) -> npt.NDArray[np.bool_]:
-        """Score one batch of windows for every model on their common pairs; returns those pairs."""
+        """Score one batch of windows for every model on their common pairs; returns those pairs.
+
+        ``series_ids`` may be the batch's :class:`SeriesCodes` already, and ``window_ids`` an Arrow string column
+        (its ids are only read for the windows of a non-finite forecast).
+        """
         if set(forecasts) != set(self.models):
             raise DataError(f"forecasts of {sorted(forecasts)} given, the scores hold {sorted(self.models)}")
         # The forecasts keep their dtype and layout (a model's output may be a float32 transposed view): the
@@ -156,11 +160,12 @@ class PairScores:
             self.excluded[reason] += count
         for name, rows in nonfinite.items():
             if rows.any():
-                self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
+                self.nonfinite[name] += _ids_at(window_ids, rows)
         scale = np.asarray(scale, dtype=np.float64)
         if actual.shape[0] == 0:
             return valid
-        shared = BatchPairs.of(SeriesCodes.of(series_ids), actual, scale, valid, scratch=self.scratch)
+        codes = series_ids if isinstance(series_ids, SeriesCodes) else SeriesCodes.of(series_ids)
+        shared = BatchPairs.of(codes, actual, scale, valid, scratch=self.scratch)
         for name in self.models:
             per_window = self.pooled[name].add(shared, arrays[name])
             self.windows[name].update(origin_us, per_window, scale)
@@ -235,6 +240,13 @@ class PairScores:
                     records.append(_row(name, key, float(count), count, "count"))
         tables.append(pa.Table.from_pylist(records, schema=METRICS_SCHEMA))
         return pa.concat_tables(tables)
+
+
+def _ids_at(window_ids: npt.NDArray[Any] | pa.Array, rows: npt.NDArray[np.bool_]) -> list[str]:
+    """The ids of the windows ``rows`` marks, from an array or an Arrow column (read only there)."""
+    if isinstance(window_ids, pa.Array | pa.ChunkedArray):
+        return [str(window_ids[int(i)].as_py()) for i in np.flatnonzero(rows)]
+    return [str(w) for w in np.asarray(window_ids)[rows]]
 
 
 def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
