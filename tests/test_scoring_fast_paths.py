@@ -65,8 +65,8 @@ def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bo
         "far apart (sorted keys)": np.array([3, 398, 200]),
         "one window": np.array([400]),
     }
-    for name, origins in batches.items():
-        origins = origins.astype(np.int64)
+    for name, batch in batches.items():
+        origins = batch.astype(np.int64)
         history = gather_blocks(values, origins, seasons * m, 0)
         expected = naive.season_cells(history, m, horizon, origins)
         got = naive.series_season_cells(values, origins, m, seasons, horizon)
@@ -185,7 +185,8 @@ def test_a_broadcast_point_scores_like_its_copy() -> None:
 
 
 def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding a batch whose origins are all new skips the unique/add.at merge; the sums are the same bit for bit."""
+    """Adding a batch whose origins are all new skips the unique/add.at merge (and one whose origins follow those kept
+    is appended); the sums are the same bit for bit."""
     from distributed_onnx.evaluation.scoring import conventions
     from distributed_onnx.evaluation.scoring.conventions import WindowSums
 
@@ -202,6 +203,7 @@ def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.
         return sums
 
     fast = run()
+    monkeypatch.setattr(conventions, "_after", lambda kept, origins: False)
     monkeypatch.setattr(conventions, "_new_and_distinct", lambda kept, origins: False)
     general = run()
     np.testing.assert_array_equal(fast.origins, general.origins)
@@ -229,6 +231,45 @@ def test_the_sums_do_not_depend_on_how_many_windows_are_scored_at_once(
     chunked.update(ids, actual, forecast.transpose(0, 2, 1), scale)
     for name, values in chunked.state().items():
         np.testing.assert_array_equal(values, reference.state()[name], err_msg=name)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 5 * 6 * 3, 1 << 20])
+def test_seasonal_quantiles_gathered_chunk_by_chunk_score_like_their_copy(
+    chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seasonal quantiles reach the losses as a table of cells, gathered a chunk at a time: every sum, the
+    common pairs (cells with no observed value) and the fans' medians equal those of the materialized copy."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+    from distributed_onnx.evaluation.scoring import losses
+    from distributed_onnx.evaluation.scoring.pairs import SEASONAL_QUANTILES, PairScores, cell_baselines
+
+    monkeypatch.setattr(losses, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(13)
+    m, seasons, horizon = 3, 4, 6
+    values = rng.normal(size=120)
+    values[40:52] = np.nan  # four seasons missing: some cells have no value, their pairs are left out
+    origins = np.arange(50, 70, dtype=np.int64)
+    cells = naive.series_season_cells(values, origins, m, seasons, horizon)
+    baselines = cell_baselines(cells, QUANTILES)
+    table = baselines[SEASONAL_QUANTILES]
+    assert isinstance(table, losses.CellForecast)
+    copy = naive.seasonal_quantiles_batch(gather_blocks(values, origins, seasons * m, 0), m, horizon, QUANTILES)
+    np.testing.assert_array_equal(table.materialized().view(np.uint64), copy.view(np.uint64))
+    assert not table.finite().all()
+    actual = gather_blocks(values, origins, 0, horizon)
+    scale = np.abs(rng.normal(size=origins.size)) + 0.1
+    model = np.sort(rng.normal(size=(origins.size, len(QUANTILES), horizon)), axis=1).astype(np.float32)
+    scores = {}
+    for name, seasonal in (("table", table), ("copy", copy)):
+        scores[name] = PairScores(["model", *baselines], QUANTILES, horizon)
+        forecasts = {"model": model.transpose(0, 2, 1), **baselines, SEASONAL_QUANTILES: seasonal}
+        ids = np.full(origins.size, "s", dtype=object)
+        scores[name].update(ids, origins * 1000, ids, actual, forecasts, scale)
+    for key, array in scores["table"].state().items():
+        np.testing.assert_array_equal(array, scores["copy"].state()[key], err_msg=key)
+    assert scores["table"].excluded["baseline_undefined"] > 0
+    rows = np.asarray([0, 5, 19])
+    np.testing.assert_array_equal(table.level(rows, 2), copy[rows, :, 2])
 
 
 def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> None:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHUNK_BYTES", "BatchLosses", "Levels", "Scratch", "batch_losses"]
+__all__ = ["CHUNK_BYTES", "BatchLosses", "CellForecast", "Levels", "Scratch", "batch_losses"]
 
 F64 = npt.NDArray[np.float64]
 #: Bytes of one chunk's float64 buffer: the windows scored at once fill about this much, so the two buffers stay
@@ -86,9 +86,47 @@ class Scratch:
         return kernel
 
 
+@dataclass(frozen=True)
+class CellForecast:
+    """A forecast ``[W, H, Q]`` whose pair ``(w, h)`` is column ``of_pair[w, h]`` of ``by_cell[Q, U]``.
+
+    The seasonal-quantile baseline is one: its windows share seasonal cells, so it is a small table and an index.
+    :func:`batch_losses` gathers it a chunk of windows at a time into a buffer that stays in cache, instead of
+    reading a ``[Q, W, H]`` copy written to memory first (what that copy cost, in writing it, checking it finite and
+    reading it back cold: benchmarks/results/scoring.md). The values are the same.
+    """
+
+    by_cell: F64  # [Q, U]
+    of_pair: npt.NDArray[np.intp]  # [W, H]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (*self.of_pair.shape, self.by_cell.shape[0])
+
+    def block(self, rows: slice, out: F64) -> F64:
+        """Rows ``rows`` as ``[c, Q, H]`` (a view of ``out``, C-ordered ``[Q, c, H]``)."""
+        np.take(self.by_cell, self.of_pair[rows], axis=1, out=out, mode="clip")
+        return out.transpose(1, 0, 2)
+
+    def level(self, rows: npt.NDArray[np.intp], index: int) -> F64:
+        """Level ``index`` of windows ``rows``: ``[k, H]``."""
+        return np.take(self.by_cell[index], self.of_pair[rows])
+
+    def materialized(self) -> F64:
+        """The whole forecast ``[W, H, Q]`` (a view of a ``[Q, W, H]`` array)."""
+        return np.take(self.by_cell, self.of_pair, axis=1).transpose(1, 2, 0)
+
+    def finite(self) -> npt.NDArray[np.bool_]:
+        """``[W, H]``: every level finite (a cell's levels are all finite or all NaN: no observed value)."""
+        cell_finite = np.isfinite(self.by_cell).all(axis=0)
+        if cell_finite.all():
+            return np.ones(self.of_pair.shape, dtype=bool)
+        return np.take(cell_finite, self.of_pair)
+
+
 def batch_losses(
     actual: F64,
-    forecast: npt.NDArray[np.floating[Any]],
+    forecast: npt.NDArray[np.floating[Any]] | CellForecast,
     valid: npt.NDArray[np.bool_],
     all_valid: bool,
     levels: Levels,
@@ -102,6 +140,8 @@ def batch_losses(
     ``f <= y``), so the forecast is read once. A forecast whose every level is one point (a stride-0 quantile
     axis: the seasonal naive) has one error per pair: it is formed, masked and signed once, not once per level;
     every loss is still the same operation on the same operands, so the sums equal those of a copy bit for bit.
+    A :class:`CellForecast` is gathered chunk by chunk, its losses those of its :meth:`~CellForecast.materialized`
+    copy.
     """
     n_windows, horizon, n_quantiles = forecast.shape
     most = max(1, CHUNK_BYTES // (8 * n_quantiles * horizon))
@@ -109,12 +149,17 @@ def batch_losses(
     out = _Sums(n_windows, horizon, n_quantiles, levels.lower.size, chunk)
     kernel = (scratch if scratch is not None else Scratch()).kernel(levels, most, n_quantiles, horizon)
     kernel.start()
-    one_point = n_quantiles > 1 and forecast.strides[2] == 0
-    by_level = forecast.transpose(0, 2, 1)  # [W, Q, H]: a view, contiguous leads for a model's output
+    cells = forecast if isinstance(forecast, CellForecast) else None
+    if not isinstance(forecast, CellForecast):
+        one_point = n_quantiles > 1 and forecast.strides[2] == 0
+        by_level = forecast.transpose(0, 2, 1)  # [W, Q, H]: a view, contiguous leads for a model's output
     for start in range(0, n_windows, chunk):
         rows = slice(start, min(start + chunk, n_windows))
         mask = None if all_valid else ~valid[rows]
-        if one_point:
+        if cells is not None:
+            block = cells.block(rows, kernel.gathered(rows.stop - rows.start))
+            error = kernel.losses(actual[rows], block, mask, out, rows)
+        elif one_point:
             error = kernel.point_losses(actual[rows], by_level[rows, :1, :], mask, out, rows)
         else:
             error = kernel.losses(actual[rows], by_level[rows], mask, out, rows)
@@ -164,11 +209,18 @@ class _Chunks:
         # adds window after window, exactly as one reduction over the whole batch would.
         self.work = scratch.array("work", (chunk + 1, n_quantiles, horizon))
         self.product = scratch.array("product", (chunk, n_quantiles, horizon))
+        self._gathered = scratch.array("gathered", (chunk * n_quantiles * horizon,))
+        self._level_block = n_quantiles, horizon
         n_intervals = levels.lower.size
         self.single = scratch.array("single", (chunk, 1, horizon))
         self.hits_one = scratch.array("hits_one", (chunk, 1, horizon), bool)
         self.hits = scratch.array("hits", (chunk, n_intervals, horizon), bool)
         self.above = scratch.array("above", (chunk, n_intervals, horizon), bool)
+
+    def gathered(self, count: int) -> F64:
+        """A C-ordered ``[Q, count, H]`` buffer for a chunk of a :class:`CellForecast`."""
+        n_quantiles, horizon = self._level_block
+        return self._gathered[: n_quantiles * count * horizon].reshape(n_quantiles, count, horizon)
 
     def start(self) -> None:
         """Ready for a batch: no lead sums carried yet."""

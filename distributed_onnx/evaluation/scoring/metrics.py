@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
-from distributed_onnx.evaluation.scoring.losses import Levels, Scratch, batch_losses
+from distributed_onnx.evaluation.scoring.losses import CellForecast, Levels, Scratch, batch_losses
 from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
@@ -64,10 +64,12 @@ def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: 
     return np.asarray(sums, dtype=np.float64).reshape(n_groups, width)
 
 
-def finite_pairs(forecast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+def finite_pairs(forecast: npt.NDArray[Any] | CellForecast) -> npt.NDArray[np.bool_]:
     """``[W, H]``: every quantile of the pair's forecast finite. One fast pass when all are (the usual batch): the
     reduction over the short quantile axis costs ten times more and only runs when something is not finite.
     """
+    if isinstance(forecast, CellForecast):
+        return forecast.finite()
     if forecast.ndim == 3 and forecast.shape[2] > 1 and forecast.strides[2] == 0:  # one point for every level
         return np.asarray(np.isfinite(forecast[..., 0]))
     finite = np.isfinite(forecast)
@@ -260,7 +262,7 @@ class MetricsAccumulator:
             return {}
         return self.add(BatchPairs.of(ids, y, s, valid, None if valid is not None else finite_pairs(f)), f)
 
-    def _check_shapes(self, n_win: int, y: F64, f: npt.NDArray[Any], s: F64) -> None:
+    def _check_shapes(self, n_win: int, y: F64, f: npt.NDArray[Any] | CellForecast, s: F64) -> None:
         horizon, n_q = self.horizon, len(self.quantiles)
         expected = {"actual": (n_win, horizon), "forecast": (n_win, horizon, n_q), "scale": (n_win,)}
         for name, array in (("actual", y), ("forecast", f), ("scale", s)):
@@ -271,7 +273,7 @@ class MetricsAccumulator:
                     array=name,
                 )
 
-    def add(self, pairs: BatchPairs, forecast: npt.NDArray[Any]) -> dict[str, F64]:
+    def add(self, pairs: BatchPairs, forecast: npt.NDArray[Any] | CellForecast) -> dict[str, F64]:
         """:meth:`update` with the batch's pairs built once for every model (``forecast`` float32 or float64)."""
         n_win = pairs.codes.size
         self._check_shapes(n_win, pairs.actual, forecast, pairs.scale)

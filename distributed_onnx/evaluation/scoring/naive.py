@@ -17,11 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.scoring.losses import CellForecast
 
 __all__ = [
     "SeasonCells",
     "SeasonalScaler",
     "broadcast_quantiles",
+    "cell_naive",
+    "cell_quantiles",
     "season_cells",
     "season_count",
     "seasonal_baselines",
@@ -272,19 +275,30 @@ def _cells_of_pairs(inverse: npt.NDArray[np.intp], n_windows: int, m: int, horiz
 def seasonal_baselines(
     cells: SeasonCells, quantiles: Sequence[float], out: npt.NDArray[np.float64] | None = None
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Both seasonal baselines of a batch's cells: the seasonal naive ``[W, H]`` (each cell's latest value, as
-    :func:`seasonal_naive_batch`) and the seasonal quantiles ``[W, H, Q]`` (a view of ``[Q, W, H]``, in ``out``
-    when given; see :func:`seasonal_quantiles_batch`).
+    """Both seasonal baselines of a batch's cells as arrays: the seasonal naive ``[W, H]``
+    (:func:`cell_naive`) and the seasonal quantiles ``[W, H, Q]`` (a view of ``[Q, W, H]``, in ``out`` when given;
+    see :func:`seasonal_quantiles_batch`).
     """
-    levels = np.asarray(quantiles, dtype=np.float64)
-    values = cells.values
-    naive = np.take(values[:, -1], cells.of_pair)  # the latest season's value: y(origin - m + (h mod m))
-    by_cell = np.ascontiguousarray(_nan_quantiles(values[:, :, None], levels)[:, 0, :].T)  # [Q, U]
+    quantile_forecast = cell_quantiles(cells, quantiles)
     if not cells.of_pair.size:
-        empty = np.empty((levels.size, *cells.of_pair.shape))
-        return naive, empty.transpose(1, 2, 0)
-    gathered = np.take(by_cell, cells.of_pair, axis=1, out=out, mode="clip")  # one gather into [Q, W, H]
-    return naive, gathered.transpose(1, 2, 0)
+        empty = np.empty((len(quantiles), *cells.of_pair.shape))
+        return cell_naive(cells), empty.transpose(1, 2, 0)
+    gathered = np.take(quantile_forecast.by_cell, cells.of_pair, axis=1, out=out, mode="clip")  # [Q, W, H]
+    return cell_naive(cells), gathered.transpose(1, 2, 0)
+
+
+def cell_naive(cells: SeasonCells) -> npt.NDArray[np.float64]:
+    """The seasonal naive ``[W, H]`` of a batch's cells: each cell's latest value, ``y(origin - m + (h mod m))``
+    (as :func:`seasonal_naive_batch`)."""
+    return np.take(cells.values[:, -1], cells.of_pair)
+
+
+def cell_quantiles(cells: SeasonCells, quantiles: Sequence[float]) -> CellForecast:
+    """The seasonal quantiles of a batch's cells as a table of each distinct cell's levels and every pair's cell
+    (:class:`~.losses.CellForecast`: the losses gather it chunk by chunk)."""
+    levels = np.asarray(quantiles, dtype=np.float64)
+    by_cell = np.ascontiguousarray(_nan_quantiles(cells.values[:, :, None], levels)[:, 0, :].T)  # [Q, U]
+    return CellForecast(by_cell, cells.of_pair)
 
 
 def _distinct_cells(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
-from distributed_onnx.evaluation.scoring.losses import Scratch
+from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
 from distributed_onnx.evaluation.scoring.metrics import (
     METRICS_SCHEMA,
     BatchPairs,
@@ -38,8 +38,9 @@ from distributed_onnx.evaluation.scoring.metrics import (
 from distributed_onnx.evaluation.scoring.naive import (
     SeasonCells,
     broadcast_quantiles,
+    cell_naive,
+    cell_quantiles,
     season_cells,
-    seasonal_baselines,
 )
 
 __all__ = [
@@ -59,6 +60,8 @@ SEASONAL_QUANTILES = "seasonal_quantiles"
 BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
 REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
 F64 = npt.NDArray[np.float64]
+#: A model's or baseline's forecast ``[W, H, Q]``: an array (float32 or float64, any layout) or a table of cells.
+Forecast = npt.NDArray[np.floating[Any]] | CellForecast
 
 
 def baseline_forecasts(
@@ -67,32 +70,31 @@ def baseline_forecasts(
     horizon: int,
     quantiles: Sequence[float],
     positions: npt.NDArray[np.int64] | None = None,
-    out: F64 | None = None,
-) -> dict[str, F64]:
+) -> dict[str, Forecast]:
     """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
 
     ``positions`` (each window's origin on one axis of time per series, see :func:`.naive.season_cells`) let
-    windows share the quantiles of their common cells, and ``out`` (``[Q, W, H]``) receives the seasonal quantiles.
+    windows share the quantiles of their common cells.
     """
-    return cell_baselines(season_cells(history, m, horizon, positions), quantiles, out)
+    return cell_baselines(season_cells(history, m, horizon, positions), quantiles)
 
 
-def cell_baselines(cells: SeasonCells, quantiles: Sequence[float], out: F64 | None = None) -> dict[str, F64]:
+def cell_baselines(cells: SeasonCells, quantiles: Sequence[float]) -> dict[str, Forecast]:
     """Both baselines ``[W, H, Q]`` from a batch's seasonal cells (:mod:`.naive`).
 
     The one place the baselines are built, for the backtest's parts (whose actors gather the cells straight from
     the series) and for live scoring (from its history blocks) alike, so both score the same baselines from the
-    same values. The naive's quantile axis has stride 0: the accumulator scores its point once.
+    same values. The naive's quantile axis has stride 0 (the accumulator scores its point once); the seasonal
+    quantiles are a :class:`~.losses.CellForecast` (the losses gather them chunk by chunk).
     """
-    naive, seasonal = seasonal_baselines(cells, quantiles, out)
     return {
-        SEASONAL_NAIVE: broadcast_quantiles(naive, len(quantiles), copy=False),
-        SEASONAL_QUANTILES: seasonal,
+        SEASONAL_NAIVE: broadcast_quantiles(cell_naive(cells), len(quantiles), copy=False),
+        SEASONAL_QUANTILES: cell_quantiles(cells, quantiles),
     }
 
 
 def common_pairs(
-    actual: F64, forecasts: Mapping[str, npt.NDArray[np.floating[Any]]], baselines: Sequence[str]
+    actual: F64, forecasts: Mapping[str, Forecast], baselines: Sequence[str]
 ) -> tuple[npt.NDArray[np.bool_], dict[str, int], dict[str, npt.NDArray[np.bool_]]]:
     """``(valid[W, H], left out per reason, per checkpoint: which windows hold a non-finite forecast)``."""
     observed = np.isfinite(actual)
@@ -140,7 +142,7 @@ class PairScores:
         origin_us: npt.NDArray[np.int64],
         window_ids: npt.NDArray[Any] | pa.Array,
         actual: F64,
-        forecasts: Mapping[str, F64],
+        forecasts: Mapping[str, Forecast],
         scale: F64,
     ) -> npt.NDArray[np.bool_]:
         """Score one batch of windows for every model on their common pairs; returns those pairs.
@@ -249,8 +251,10 @@ def _ids_at(window_ids: npt.NDArray[Any] | pa.Array, rows: npt.NDArray[np.bool_]
     return [str(w) for w in np.asarray(window_ids)[rows]]
 
 
-def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
-    """float32 and float64 arrays as they are (no copy); anything else as float64."""
+def _as_float(values: npt.ArrayLike | CellForecast) -> Forecast:
+    """float32 and float64 arrays (and tables of cells) as they are (no copy); anything else as float64."""
+    if isinstance(values, CellForecast):
+        return values
     array = np.asarray(values)
     return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
 
