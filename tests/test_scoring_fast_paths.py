@@ -296,3 +296,18 @@ def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> Non
             fresh.scratch = Scratch()  # new buffers before every batch
     for name, values in kept.state().items():
         np.testing.assert_array_equal(values, fresh.state()[name], err_msg=name)
+
+
+def test_finite_pairs_fast_pass_finds_every_non_finite_value() -> None:
+    """The fast pass sums the forecast; NaN and either infinity still mark their pair, an overflowing sum does not."""
+    from distributed_onnx.evaluation.scoring.metrics import finite_pairs
+
+    forecast = np.random.default_rng(14).normal(size=(6, len(QUANTILES), 4)).astype(np.float32).transpose(0, 2, 1)
+    assert finite_pairs(forecast).all()
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = np.array(forecast)
+        broken[3, 2, 1] = bad
+        expected = np.ones((6, 4), dtype=bool)
+        expected[3, 2] = False
+        np.testing.assert_array_equal(finite_pairs(broken), expected)
+    assert finite_pairs(np.full((2, 3, 5), 3e38, dtype=np.float32)).all()  # the sum overflows; every value finite
