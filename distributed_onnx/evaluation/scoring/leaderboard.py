@@ -69,17 +69,48 @@ LEADERBOARD_SCHEMA = pa.schema(
 )
 
 
-def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dict[str, F64]:
+@dataclass(frozen=True)
+class _SeriesSums:
+    """One model's per-series sums side by side, ``matrix[S, K]`` (each sum a slice of its columns).
+
+    A resample's weighted sums of all of them are then one matrix product that reads the resample weights once;
+    a product per sum read them once per sum and took most of the leaderboard's time at 40,000 series
+    (benchmarks/results/time_to_results.md).
+    """
+
+    matrix: F64
+    columns: dict[str, slice]
+    vectors: frozenset[str]  # the sums with one value per series (the others have one per quantile)
+
+    @classmethod
+    def of(cls, sums: dict[str, F64]) -> _SeriesSums:
+        blocks = [values.reshape(values.shape[0], -1) for values in sums.values()]
+        edges = np.cumsum([0, *(block.shape[1] for block in blocks)])
+        columns = {name: slice(int(a), int(b)) for name, a, b in zip(sums, edges[:-1], edges[1:], strict=True)}
+        vectors = frozenset(name for name, values in sums.items() if values.ndim == 1)
+        return cls(np.hstack(blocks), columns, vectors)
+
+    def __getitem__(self, name: str) -> F64:
+        block = self.matrix[:, self.columns[name]]
+        return block[:, 0] if name in self.vectors else block
+
+    def weighted(self, weights: F64) -> dict[str, F64]:
+        """Each sum weighted by ``weights[B, S]``: ``[B, k]`` per sum."""
+        product = weights @ self.matrix
+        return {name: product[:, columns] for name, columns in self.columns.items()}
+
+
+def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _SeriesSums:
     """The model's per-series sums, rows in ``series`` order."""
     accumulator = scores.pooled[model]
     rows = {sid: i for i, sid in enumerate(accumulator.series_ids)}
     order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
-    return {name: values[order] for name, values in accumulator.series_sums().items()}
+    return _SeriesSums.of({name: values[order] for name, values in accumulator.series_sums().items()})
 
 
-def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
+def _global(sums: _SeriesSums, weights: F64, has_median: bool) -> dict[str, F64]:
     """Each pooled global metric from per-series sums weighted by ``weights[B, S]`` (one row per resample)."""
-    return _global_of(lambda name: np.asarray(weights @ sums[name].reshape(sums[name].shape[0], -1)), has_median)
+    return _global_of(sums.weighted(weights).__getitem__, has_median)
 
 
 def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
@@ -97,7 +128,7 @@ def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
     return out
 
 
-def _per_series(sums: dict[str, F64], has_median: bool) -> dict[str, F64]:
+def _per_series(sums: _SeriesSums, has_median: bool) -> dict[str, F64]:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = {"sql": sums["sql"] / sums["scaled"], "wql": (2.0 * sums["rho"] / sums["abs_y"][:, None]).mean(axis=1)}
         if has_median:
@@ -155,16 +186,23 @@ class _Bootstrap:
 
     def run(
         self,
-        sums: dict[str, dict[str, F64]],
+        sums: dict[str, _SeriesSums],
         has_median: bool,
         skill_logs: dict[tuple[str, str, str], tuple[F64, npt.NDArray[np.bool_]]],
     ) -> None:
         rng = np.random.default_rng(SEED)
-        distinct: dict[bytes, int] = {}  # keys whose defined series are the same share their counts
+        # A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are
+        # the resample's weights times a column, so the logs of every key and each distinct defined-indicator are
+        # one matrix, and every skill of a chunk one product (keys whose defined series are the same share theirs).
+        distinct: dict[bytes, int] = {}
         defined_of = {
             key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
             for key, (_, defined) in skill_logs.items()
         }
+        indicators = {row: defined for key, (_, defined) in skill_logs.items() for row in [defined_of[key]]}
+        skill_columns = [logs for logs, _ in skill_logs.values()]
+        skill_columns += [indicators[row].astype(np.float64) for row in range(len(distinct))]
+        skill_matrix = np.column_stack(skill_columns) if skill_columns else np.empty((self.n_series, 0))
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
             picks = rng.integers(0, max(self.n_series, 1), size=(rows, self.n_series))
@@ -174,13 +212,11 @@ class _Bootstrap:
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
-            counts: dict[int, npt.NDArray[np.int64]] = {}
-            for key, (logs, defined) in skill_logs.items():
-                row = defined_of[key]
-                if row not in counts:
-                    counts[row] = defined[picks].sum(axis=1)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    self.skills.setdefault(key, []).append(1.0 - np.exp(logs[picks].sum(axis=1) / counts[row]))
+            totals = weights @ skill_matrix
+            with np.errstate(invalid="ignore", divide="ignore"):
+                for index, key in enumerate(skill_logs):
+                    counts = totals[:, len(skill_logs) + defined_of[key]]
+                    self.skills.setdefault(key, []).append(1.0 - np.exp(totals[:, index] / counts))
 
     def global_(self, model: str, metric: str) -> F64:
         return np.concatenate(self.globals_[model][metric])
