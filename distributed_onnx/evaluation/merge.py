@@ -6,7 +6,7 @@ Sums are added in part order whatever order the parts finished in (or in which r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanPicker, FanWindow
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import PartSums
 
 if TYPE_CHECKING:
@@ -52,11 +54,25 @@ class RunSums:
         """The long metrics table of every checkpoint and baseline, both conventions, and the left-out counts."""
         return self.merged().to_table()
 
-    def write_metrics(self, output: storage.Location, scores: PairScores | None = None) -> pa.Table:
-        """Write ``metrics.parquet`` (a few rows per series and lead, whatever the number of windows)."""
-        metrics = (scores or self.merged()).to_table()
-        storage.write_parquet(storage.join(output, METRICS), metrics)
-        return metrics
+    def write_metrics(
+        self, output: storage.Location, scores: PairScores | None = None, series_per_table: int = SERIES_PER_TABLE
+    ) -> pa.Table:
+        """Write ``metrics.parquet`` and return its run-wide rows (every row but the series scope's).
+
+        The file holds a few rows per series, lead, metric and quantile of every model (5.4 M rows at 100,000
+        series): it is written a block of series at a time (:meth:`.PairScores.tables`), so the driver never holds
+        the whole table; the report and the leaderboard read the per-series values from the sums instead
+        (:mod:`.scoring.series_scores`). The file's rows are those of :meth:`.PairScores.to_table`, in its order.
+        """
+        run_wide: list[pa.Table] = []
+
+        def tables() -> Iterator[pa.Table]:
+            for table in (scores or self.merged()).tables(series_per_table):
+                run_wide.append(table.filter(pc.not_equal(table.column("scope"), "series")))
+                yield table
+
+        storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())
+        return pa.concat_tables(run_wide).combine_chunks()
 
     def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
         """Write ``leaderboard.parquet`` (:mod:`.scoring.leaderboard`: a few rows per model and pair)."""
@@ -73,23 +89,15 @@ class RunSums:
         return picker
 
 
-def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWindow]:
+def fan_windows(sums: RunSums, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
-    index = plan.table.index_of()  # from the ids alone: no series object per series
     metric = "mase" if any(abs(q - 0.5) < 1e-9 for q in plan.quantiles) else "sql"
-    wanted = (
-        (pc.field("scope") == "series")
-        & (pc.field("metric") == metric)
-        & (pc.field("model") == plan.checkpoint.name)
-        & (pc.field("convention") == "pooled")
-    )
-    rows = metrics.filter(wanted).select(["series_id", "value"]).to_pydict()
-    series_scores = {
-        index[series_id]: value
-        for series_id, value in zip(rows["series_id"], rows["value"], strict=True)
-        if series_id in index
-    }
-    picked = sums.fans().pick(series_scores)
+    picker = sums.fans()
+    # Only the candidates' series need a score (the typical window is the one closest to its series' score).
+    candidates = {int(index): plan.table.series[int(index)].series_id for index in picker.series_indices()}
+    found = series_scores.values_of(plan.checkpoint.name, metric, list(candidates.values()))
+    scores = {index: found[series_id] for index, series_id in candidates.items() if series_id in found}
+    picked = picker.pick(scores)
     labels = {
         "best": f"best {metric.upper()}",
         "worst": f"worst {metric.upper()}",

@@ -28,13 +28,14 @@ from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
-from distributed_onnx.evaluation.merge import RunSums, fan_windows
+from distributed_onnx.evaluation.merge import METRICS, RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
 from distributed_onnx.evaluation.part_ledger import PartLedger
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import read_done_part, unverified_models
@@ -54,9 +55,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BacktestResult:
+    """What a run returns. The whole metrics table is in ``metrics.parquet`` (:meth:`read_metrics`); the result
+    holds only its run-wide rows, so a run over 100,000 series does not keep millions of rows in the driver."""
+
     summary: dict[str, Any]
-    metrics: pa.Table
+    #: The rows of ``metrics.parquet`` that are not per series: scopes ``global`` (every convention) and ``lead``.
+    run_wide_metrics: pa.Table
+    #: Where the whole table is: ``metrics.parquet`` in the run directory.
+    metrics_path: storage.Location
     failed_parts: list[dict[str, Any]] = field(default_factory=list)
+
+    def read_metrics(self) -> pa.Table:
+        """The whole long metrics table (every scope), read from :attr:`metrics_path` now."""
+        return storage.read_parquet(self.metrics_path)
 
 
 def run_backtest(
@@ -115,12 +126,15 @@ def render_report(
     quantiles: list[float],
     fans: list[FanWindow],
     leaderboard: pa.Table | None = None,
+    series: SeriesScores | None = None,
 ) -> float:
-    """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
+    """Write report.html and return the CPU seconds it took (matplotlib's import included).
+
+    ``metrics``: the run-wide rows; ``series``: the per-series values (else the series rows of ``metrics``)."""
     started = time.process_time()
     from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
 
-    report.write_report(output, summary, metrics, quantiles, fans, leaderboard)
+    report.write_report(output, summary, metrics, quantiles, fans, leaderboard, series)
     return time.process_time() - started
 
 
@@ -196,13 +210,13 @@ class _BacktestRun:
                 if part.index not in failed:
                     self._merge_written(part)
             scores = self.sums.merged()
-            metrics = self.sums.write_metrics(output, scores)
+            run_wide = self.sums.write_metrics(output, scores)
             self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
             nonfinite = self._compared(summary, scores, outcome)
-            self._report(summary, metrics)
+            self._report(summary, run_wide, scores)
         finally:
             if self.early is not None:
                 self.early.join()
@@ -221,7 +235,7 @@ class _BacktestRun:
             raise failure_error(plan, self.parts, failures)
         if nonfinite is not None:
             raise nonfinite
-        return BacktestResult(summary, metrics, failures)
+        return BacktestResult(summary, run_wide, storage.join(output, METRICS), failures)
 
     def _ray_ready(self) -> bool:
         """Ray (and the pool, if started early) up for the dispatch; returns True if this run started Ray."""
@@ -266,7 +280,7 @@ class _BacktestRun:
             first_result_s=self.ledger.first_result_s,
         )
 
-    def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
+    def _report(self, summary: dict[str, Any], run_wide: pa.Table, scores: PairScores) -> None:
         """Draw report.html here, in the driver, while Ray stops on its own thread.
 
         Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
@@ -275,9 +289,10 @@ class _BacktestRun:
         the summary are the results.
         """
         plan = self.plan
-        fans = fan_windows(self.sums, plan, metrics)
+        series = SeriesScores(scores)  # per-series values from the sums: the long table is never held
+        fans = fan_windows(self.sums, plan, series)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-        arguments = (plan.settings.output, summary, metrics, plan.quantiles, fans, self.leaderboard)
+        arguments = (plan.settings.output, summary, run_wide, plan.quantiles, fans, self.leaderboard, series)
         try:
             cpu_s = render_report(*arguments)
             summary["timing"]["report_cpu_s"] = round(cpu_s, 4)

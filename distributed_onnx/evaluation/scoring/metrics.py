@@ -25,7 +25,7 @@ The losses of a batch are computed and reduced in :mod:`.losses`; the table of m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self
 
@@ -35,10 +35,28 @@ import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.evaluation.scoring.losses import Levels, Scratch, batch_losses
-from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
+from distributed_onnx.evaluation.scoring.metrics_table import (
+    METRICS_SCHEMA,
+    POOLED,
+    SERIES_PER_TABLE,
+    RowLayout,
+    SortedSeries,
+    metrics_table,
+    metrics_tables,
+    sorted_series,
+    unit_column,
+)
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "BatchPairs", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
+__all__ = [
+    "METRICS_SCHEMA",
+    "POOLED",
+    "SERIES_PER_TABLE",
+    "BatchPairs",
+    "MetricsAccumulator",
+    "SeriesCodes",
+    "finite_pairs",
+]
 
 F64 = npt.NDArray[np.float64]
 
@@ -361,6 +379,14 @@ class MetricsAccumulator:
         """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
         return {name: values.copy() for name, values in self._series.items()}
 
+    def series_rows(self) -> Mapping[str, int]:
+        """Each series' row of the sums (read only)."""
+        return self._series_index
+
+    def pairs_scored(self) -> int:
+        """Pairs scored over every series (no copy of the sums: the driver calls it at 100,000 series)."""
+        return int(self._series["pairs"].sum())
+
     @property
     def series_ids(self) -> list[str]:
         """The series seen so far, in first-seen order."""
@@ -378,6 +404,25 @@ class MetricsAccumulator:
             self._series,
             self._leads,
         )
+
+    def tables(self, model: str, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time: global, the series ``series_per_table`` at a time, leads."""
+        layout = self._row_layout()
+        return metrics_tables(model, layout, self._series_index, self._series, self._leads, series_per_table)
+
+    def sorted_series(self) -> SortedSeries:
+        """The series sorted by id (the order of the table's series block), with their rows of the sums."""
+        return sorted_series(self._series_index)
+
+    def series_column(
+        self, metric: str, quantile: float | None, rows: npt.NDArray[np.intp]
+    ) -> tuple[F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """One per-series metric of the series at ``rows``: (value, n, kept) as the table's series rows have them."""
+        sums = {name: values[rows] for name, values in self._series.items()}
+        return unit_column(sums, self._row_layout(), metric, quantile)
+
+    def _row_layout(self) -> RowLayout:
+        return RowLayout(self.quantiles, self.intervals, self._median is not None)
 
 
 def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
