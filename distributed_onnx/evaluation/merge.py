@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.evaluation.fans import FanPicker, FanWindow
+from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
@@ -35,19 +35,41 @@ class RunSums:
         self._quantiles = list(quantiles)
         self._horizon = horizon
         self._models = [*models, *BASELINES]
-        self._parts: dict[int, PartSums] = {}
+        self._scores: dict[int, PairScores] = {}
+        self._fans: dict[int, FanCandidates] = {}
+        self._released = False
 
     def add(self, part_index: int, sums: PartSums) -> None:
-        self._parts[part_index] = sums
+        self._scores[part_index] = sums.scores
+        self._fans[part_index] = sums.fans
 
     def __len__(self) -> int:
-        return len(self._parts)
+        return len(self._fans)
 
-    def merged(self) -> PairScores:
-        """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in)."""
+    def merged(self, release: bool = False) -> PairScores:
+        """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in).
+
+        The merged sums get every series' row first (in the order the parts add them), so no part grows them.
+        ``release``: each part's own sums are let go once added (the driver merges once: at 100,000 series they
+        are as large as the merged sums); the parts' fan candidates stay for :meth:`fans`.
+        """
+        if self._released:
+            raise RuntimeError("the parts' sums were released by an earlier merged(release=True)")
         scores = PairScores(self._models, self._quantiles, self._horizon)
-        for index in sorted(self._parts):
-            scores.merge(self._parts[index].scores)
+        order = sorted(self._scores)
+        canonical: dict[str, str] = {}  # one string per series id, whichever part and model named it
+        for model in self._models:
+            ids = (
+                canonical.setdefault(sid, sid)
+                for index in order
+                for sid in self._scores[index].pooled[model].series_ids
+            )
+            scores.pooled[model].reserve(list(dict.fromkeys(ids)))
+        for index in order:
+            scores.merge(self._scores[index])
+            if release:
+                del self._scores[index]
+        self._released = release
         return scores
 
     def metrics_table(self) -> pa.Table:
@@ -84,8 +106,8 @@ class RunSums:
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)
-        for index in sorted(self._parts):
-            picker.add(self._parts[index].fans)
+        for index in sorted(self._fans):
+            picker.add(self._fans[index])
         return picker
 
 

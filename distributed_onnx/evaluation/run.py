@@ -209,7 +209,7 @@ class _BacktestRun:
             for part in todo:
                 if part.index not in failed:
                     self._merge_written(part)
-            scores = self.sums.merged()
+            scores = self.sums.merged(release=True)
             run_wide = self.sums.write_metrics(output, scores)
             self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             clock.mark("merge")

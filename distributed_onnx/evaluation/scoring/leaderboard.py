@@ -72,9 +72,8 @@ LEADERBOARD_SCHEMA = pa.schema(
 def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dict[str, F64]:
     """The model's per-series sums, rows in ``series`` order."""
     accumulator = scores.pooled[model]
-    rows = {sid: i for i, sid in enumerate(accumulator.series_ids)}
-    order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
-    return {name: values[order] for name, values in accumulator.series_sums().items()}
+    rows = accumulator.series_rows()
+    return accumulator.series_sums(np.asarray([rows[sid] for sid in series], dtype=np.intp))
 
 
 def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
@@ -141,11 +140,12 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
 class _Bootstrap:
     """Every resampled figure of the leaderboard, the resamples drawn and applied a chunk at a time.
 
-    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn :data:`RESAMPLE_CHUNK` rows at
-    a time they are the same numbers (the generator's stream does not depend on how it is cut), and a row's
-    figures depend on that row only. Drawn at once, the [B, S] picks, their weights and each gather took
-    ``8 B S`` bytes apiece: 0.8 GB per array at 100,000 series, the driver's peak (benchmarks/results/
-    time_to_results.md).
+    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn a row at a time they are the
+    same numbers (the generator's stream does not depend on how it is cut), and a row's figures depend on that
+    row only. Drawn at once, the [B, S] picks, their weights and each gather took ``8 B S`` bytes apiece: 0.8 GB
+    per array at 100,000 series, the driver's peak; drawn 32 rows at a time, ~200 MB (benchmarks/results/
+    time_to_results.md). Now only the weights of :data:`RESAMPLE_CHUNK` resamples are held at once (the products
+    with the per-series sums take them as one matrix).
     """
 
     n_series: int
@@ -165,22 +165,29 @@ class _Bootstrap:
             key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
             for key, (_, defined) in skill_logs.items()
         }
+        n = max(self.n_series, 1)
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
-            picks = rng.integers(0, max(self.n_series, 1), size=(rows, self.n_series))
-            # How often each series is drawn in each resample (what np.add.at counted, in one pass).
-            flat = (picks + np.arange(rows, dtype=np.int64)[:, None] * self.n_series).ravel()
-            weights = np.bincount(flat, minlength=rows * self.n_series).reshape(rows, self.n_series).astype(np.float64)
+            # One resample (row) drawn and gathered at a time: the same numbers as a [rows, S] draw, and each row's
+            # sums reduce the same values in the same order; only the weights stay [rows, S] for the products.
+            weights = np.empty((rows, self.n_series))
+            log_sums = {key: np.empty(rows) for key in skill_logs}
+            counts = {key: np.empty(rows, dtype=np.int64) for key in skill_logs}
+            for row in range(rows):
+                picks = rng.integers(0, n, size=self.n_series)
+                weights[row] = np.bincount(picks, minlength=self.n_series)  # how often each series is drawn
+                drawn: dict[int, int] = {}  # keys whose defined series are the same share their counts
+                for key, (logs, defined) in skill_logs.items():
+                    if defined_of[key] not in drawn:
+                        drawn[defined_of[key]] = int(defined[picks].sum())
+                    counts[key][row] = drawn[defined_of[key]]
+                    log_sums[key][row] = logs[picks].sum()
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
-            counts: dict[int, npt.NDArray[np.int64]] = {}
-            for key, (logs, defined) in skill_logs.items():
-                row = defined_of[key]
-                if row not in counts:
-                    counts[row] = defined[picks].sum(axis=1)
+            for key, total in log_sums.items():
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    self.skills.setdefault(key, []).append(1.0 - np.exp(logs[picks].sum(axis=1) / counts[row]))
+                    self.skills.setdefault(key, []).append(1.0 - np.exp(total / counts[key]))
 
     def global_(self, model: str, metric: str) -> F64:
         return np.concatenate(self.globals_[model][metric])

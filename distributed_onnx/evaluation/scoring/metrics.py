@@ -375,9 +375,18 @@ class MetricsAccumulator:
             start += width
         return out
 
-    def series_sums(self) -> dict[str, F64]:
-        """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
-        return {name: values.copy() for name, values in self._series.items()}
+    def series_sums(self, rows: npt.NDArray[np.intp] | None = None) -> dict[str, F64]:
+        """Every per-series sum (a copy), rows in :attr:`series_ids` order or those at ``rows``: the leaderboard
+        resamples series from them."""
+        if rows is None:
+            return {name: values.copy() for name, values in self._series.items()}
+        return {name: values[rows] for name, values in self._series.items()}
+
+    def reserve(self, series_ids: Sequence[str]) -> None:
+        """Give these series their rows now, in this order (each not yet seen), so merging parts that add them
+        later grows no array: one allocation instead of one copy of every sum per part (the driver, at 100,000
+        series). The sums merged afterwards are the same, added in the same order."""
+        self._rows_of(list(series_ids))
 
     def series_rows(self) -> Mapping[str, int]:
         """Each series' row of the sums (read only)."""
