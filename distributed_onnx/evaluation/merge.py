@@ -6,7 +6,7 @@ Sums are added in part order whatever order the parts finished in (or in which r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,7 +37,6 @@ class RunSums:
         self._models = [*models, *BASELINES]
         self._scores: dict[int, PairScores] = {}
         self._fans: dict[int, FanCandidates] = {}
-        self._released = False
 
     def add(self, part_index: int, sums: PartSums) -> None:
         self._scores[part_index] = sums.scores
@@ -46,31 +45,42 @@ class RunSums:
     def __len__(self) -> int:
         return len(self._fans)
 
-    def merged(self, release: bool = False) -> PairScores:
+    def merged(self) -> PairScores:
         """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in).
 
         The merged sums get every series' row first (in the order the parts add them), so no part grows them.
-        ``release``: each part's own sums are let go once added (the driver merges once: at 100,000 series they
-        are as large as the merged sums); the parts' fan candidates stay for :meth:`fans`.
         """
-        if self._released:
-            raise RuntimeError("the parts' sums were released by an earlier merged(release=True)")
         scores = PairScores(self._models, self._quantiles, self._horizon)
         order = sorted(self._scores)
         canonical: dict[str, str] = {}  # one string per series id, whichever part and model named it
         for model in self._models:
-            ids = (
-                canonical.setdefault(sid, sid)
-                for index in order
-                for sid in self._scores[index].pooled[model].series_ids
-            )
+            parts = [self._scores[index].pooled[model] for index in order]
+            ids = (canonical.setdefault(sid, sid) for part in parts for sid in part.series_ids)
             scores.pooled[model].reserve(list(dict.fromkeys(ids)))
         for index in order:
             scores.merge(self._scores[index])
-            if release:
-                del self._scores[index]
-        self._released = release
         return scores
+
+    def merge_parts(
+        self, indices: Iterable[int], read: Callable[[int], PartSums | None]
+    ) -> tuple[PairScores, list[int]]:
+        """Read each part's sums (``read``; None: it does not verify) in part order and add them as they come.
+
+        The driver's merge: one part's sums held at a time, where holding every part until all were read (at
+        100,000 series together as large as the merged sums) cost ~50 MB of its peak (benchmarks/results/
+        time_to_results.md). The sums are those of :meth:`merged` over the same parts, bit for bit. Each part's
+        fan candidates are kept for :meth:`fans`. Returns the merged sums and the parts that did not verify.
+        """
+        scores = PairScores(self._models, self._quantiles, self._horizon)
+        unverified = []
+        for index in sorted(indices):
+            sums = read(index)
+            if sums is None:
+                unverified.append(index)
+                continue
+            scores.merge(sums.scores)
+            self._fans[index] = sums.fans
+        return scores, unverified
 
     def metrics_table(self) -> pa.Table:
         """The long metrics table of every checkpoint and baseline, both conventions, and the left-out counts."""

@@ -38,7 +38,7 @@ from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
-from distributed_onnx.evaluation.sums import read_done_part, unverified_models
+from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
 from distributed_onnx.evaluation.transport import series_source_for
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
@@ -175,6 +175,7 @@ class _BacktestRun:
         self.early = early
         self.parts = plan.parts()
         self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
+        self.done: list[int] = []  # the parts whose files verify (done before, or written by this run's actors)
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
@@ -206,10 +207,8 @@ class _BacktestRun:
             if self.early is not None:
                 self.early.stop()  # Ray stops on its own thread while the driver merges and draws the report
             failed = {failure.part for failure in self.ledger.failures}
-            for part in todo:
-                if part.index not in failed:
-                    self._merge_written(part)
-            scores = self.sums.merged(release=True)
+            self.done += [part.index for part in todo if part.index not in failed]
+            scores = self._merged()
             run_wide = self.sums.write_metrics(output, scores)
             self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             clock.mark("merge")
@@ -308,7 +307,7 @@ class _BacktestRun:
         return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
 
     def _verified_todo(self) -> list[PartSpec]:
-        """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
+        """The parts still to run; the verified ones are noted (merged at the end), the unverifiable discarded."""
         plan, output, todo = self.plan, self.plan.settings.output, []
         models = plan.model_fingerprints
         for part in self.parts:
@@ -322,23 +321,27 @@ class _BacktestRun:
                 may_be_written = tuple(name for name in models if name not in discarded)
                 todo.append(replace(part, written=may_be_written))
             else:
-                self.sums.add(part.index, sums)
+                self.done.append(part.index)  # its sums are read again, one part at a time, when merged
         return todo
 
-    def _merge_written(self, part: PartSpec) -> None:
+    def _merged(self) -> PairScores:
+        """Every done part's sums, read (and verified) again one at a time in part order and merged as they come.
+
+        A part that does not verify now (an actor reported it written, or a file changed since this run verified
+        it) is a failed part: sums that do not verify are never merged.
+        """
         plan = self.plan
-        sums = read_done_part(
-            plan.settings.output,
-            part.index,
-            plan.run_fingerprint,
-            part.n_windows,
-            plan.spec.horizon,
-            plan.model_fingerprints,
-        )
-        if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
-            self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
-        else:
-            self.sums.add(part.index, sums)
+        by_index = {part.index: part for part in self.parts}
+
+        def read(index: int) -> PartSums | None:
+            part = by_index[index]
+            args = (plan.settings.output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            return read_done_part(*args, plan.model_fingerprints)
+
+        scores, unverified = self.sums.merge_parts(self.done, read)
+        for index in unverified:
+            self._on_failure(by_index[index], BatchError(f"part {index} was reported written but does not verify"))
+        return scores
 
     def _dispatch(self, todo: list[PartSpec], progress: Progress) -> _Dispatched:
         settings = self.plan.settings

@@ -49,6 +49,8 @@ SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
 RESAMPLE_CHUNK = 32
+#: Resamples drawn and gathered at once inside a chunk (their picks and gathers are ``8 x DRAW_CHUNK x S`` bytes).
+DRAW_CHUNK = 8
 RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
 F64 = npt.NDArray[np.float64]
 
@@ -69,11 +71,17 @@ LEADERBOARD_SCHEMA = pa.schema(
 )
 
 
+#: The per-series sums the leaderboard reads (:func:`_global_of`, :func:`_per_series`): copied in series order, the
+#: others are not (a copy of every sum of every model is 50 MB at 100,000 series).
+_RESAMPLED_SUMS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "scaled", "mase", "sql")
+
+
 def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dict[str, F64]:
     """The model's per-series sums, rows in ``series`` order."""
     accumulator = scores.pooled[model]
     rows = accumulator.series_rows()
-    return accumulator.series_sums(np.asarray([rows[sid] for sid in series], dtype=np.intp))
+    order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
+    return accumulator.series_sums(order, _RESAMPLED_SUMS)
 
 
 def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
@@ -143,9 +151,9 @@ class _Bootstrap:
     The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn a row at a time they are the
     same numbers (the generator's stream does not depend on how it is cut), and a row's figures depend on that
     row only. Drawn at once, the [B, S] picks, their weights and each gather took ``8 B S`` bytes apiece: 0.8 GB
-    per array at 100,000 series, the driver's peak; drawn 32 rows at a time, ~200 MB (benchmarks/results/
-    time_to_results.md). Now only the weights of :data:`RESAMPLE_CHUNK` resamples are held at once (the products
-    with the per-series sums take them as one matrix).
+    per array at 100,000 series, the driver's peak; drawn 32 rows at a time, ~100 MB (benchmarks/results/
+    time_to_results.md). Now the picks and gathers are :data:`DRAW_CHUNK` rows at a time and only the weights
+    are :data:`RESAMPLE_CHUNK` rows (the products with the per-series sums take them as one matrix).
     """
 
     n_series: int
@@ -168,20 +176,23 @@ class _Bootstrap:
         n = max(self.n_series, 1)
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
-            # One resample (row) drawn and gathered at a time: the same numbers as a [rows, S] draw, and each row's
-            # sums reduce the same values in the same order; only the weights stay [rows, S] for the products.
+            # Drawn and gathered DRAW_CHUNK resamples at a time: the same numbers as a [rows, S] draw, each row's
+            # sums over the same values in the same order; only the weights are [rows, S] (the products take them
+            # as one matrix: a product row by row differs in the last bits, measured).
             weights = np.empty((rows, self.n_series))
             log_sums = {key: np.empty(rows) for key in skill_logs}
             counts = {key: np.empty(rows, dtype=np.int64) for key in skill_logs}
-            for row in range(rows):
-                picks = rng.integers(0, n, size=self.n_series)
-                weights[row] = np.bincount(picks, minlength=self.n_series)  # how often each series is drawn
-                drawn: dict[int, int] = {}  # keys whose defined series are the same share their counts
+            for first in range(0, rows, DRAW_CHUNK):
+                block = slice(first, min(first + DRAW_CHUNK, rows))
+                picks = rng.integers(0, n, size=(block.stop - first, self.n_series))
+                for row, drawn in enumerate(picks, start=first):  # how often each series is drawn
+                    weights[row] = np.bincount(drawn, minlength=self.n_series)
+                defined_counts: dict[int, npt.NDArray[np.int64]] = {}  # keys with the same defined series share
                 for key, (logs, defined) in skill_logs.items():
-                    if defined_of[key] not in drawn:
-                        drawn[defined_of[key]] = int(defined[picks].sum())
-                    counts[key][row] = drawn[defined_of[key]]
-                    log_sums[key][row] = logs[picks].sum()
+                    if defined_of[key] not in defined_counts:
+                        defined_counts[defined_of[key]] = defined[picks].sum(axis=1)
+                    counts[key][block] = defined_counts[defined_of[key]]
+                    log_sums[key][block] = logs[picks].sum(axis=1)
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)

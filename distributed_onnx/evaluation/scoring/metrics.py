@@ -375,12 +375,12 @@ class MetricsAccumulator:
             start += width
         return out
 
-    def series_sums(self, rows: npt.NDArray[np.intp] | None = None) -> dict[str, F64]:
-        """Every per-series sum (a copy), rows in :attr:`series_ids` order or those at ``rows``: the leaderboard
-        resamples series from them."""
+    def series_sums(self, rows: npt.NDArray[np.intp] | None = None, names: Sequence[str] = _FIELDS) -> dict[str, F64]:
+        """The per-series sums ``names`` (a copy), rows in :attr:`series_ids` order or those at ``rows``: the
+        leaderboard resamples series from them."""
         if rows is None:
-            return {name: values.copy() for name, values in self._series.items()}
-        return {name: values[rows] for name, values in self._series.items()}
+            return {name: self._series[name].copy() for name in names}
+        return {name: self._series[name][rows] for name in names}
 
     def reserve(self, series_ids: Sequence[str]) -> None:
         """Give these series their rows now, in this order (each not yet seen), so merging parts that add them
