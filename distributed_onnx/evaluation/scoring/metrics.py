@@ -382,6 +382,13 @@ class MetricsAccumulator:
             return {name: self._series[name].copy() for name in names}
         return {name: self._series[name][rows] for name in names}
 
+    def series_views(self, names: Sequence[str] = _FIELDS) -> dict[str, F64]:
+        """The per-series sums ``names`` themselves (read-only views, rows in :attr:`series_ids` order): no copy."""
+        views = {name: self._series[name].view() for name in names}
+        for view in views.values():
+            view.flags.writeable = False
+        return views
+
     def reserve(self, series_ids: Sequence[str]) -> None:
         """Give these series their rows now, in this order (each not yet seen), so merging parts that add them
         later grows no array: one allocation instead of one copy of every sum per part (the driver, at 100,000
