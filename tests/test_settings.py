@@ -431,6 +431,22 @@ def test_serve_checkpoint_flag_repeated() -> None:
     from distributed_onnx.settings_sources import given_flags
 
     arguments = ["serve", "--checkpoint", "x/a.onnx", "--checkpoint", "y/b.onnx", "--shadow", "b"]
-    settings = ServeSettings.from_sources(given_flags(_parser().parse_args(arguments)))
+    settings = ServeSettings.from_sources(given_flags(_parser(arguments).parse_args(arguments)))
     assert settings.checkpoint == [Path("x/a.onnx"), Path("y/b.onnx")]
     assert settings.model_name == "a" and settings.shadow == ["b"]
+
+
+def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> None:
+    """Each settings model costs its imports before a backtest can start Ray: the others are not loaded."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from distributed_onnx import cli; parser = cli._parser(['-v', 'backtest', '--n-windows', '3']);"
+        "args = parser.parse_args(['-v', 'backtest', '--n-windows', '3']); assert str(args.n_windows) == '3', args;"
+        "assert 'distributed_onnx.serve.settings' not in sys.modules;"
+        "assert 'distributed_onnx.evaluation.score_settings' not in sys.modules;"
+        "print(parser.format_help())"
+    )
+    listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "{inspect,backtest,serve,score}" in listing

@@ -90,6 +90,13 @@ def _times(start_us: int, step_us: int, count: int) -> np.ndarray:
     return (start_us + step_us * np.arange(count, dtype=np.int64)).astype("datetime64[us]")
 
 
+def warm_up() -> None:
+    """Draw a small dated figure and discard it: matplotlib's first figure pays for loading its font and its
+    date machinery (~0.2 s, ``benchmarks/results/time_to_results.md``), so the driver pays it while it waits
+    for Ray instead of at the end of the run."""
+    fan(Fan("", 0, 3_600_000_000, np.zeros(2), np.zeros(2), [(0.1, 0.9, np.zeros(2), np.ones(2), False)], None))
+
+
 def fan(window: Fan) -> str:
     """History, actuals, central intervals (widest palest) and the median of one window, on a UTC time axis."""
     with rc_context(_RC):

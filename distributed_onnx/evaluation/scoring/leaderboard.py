@@ -49,7 +49,7 @@ SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
 RESAMPLE_CHUNK = 32
-#: Resamples drawn and gathered at once inside a chunk (their picks and gathers are ``8 x DRAW_CHUNK x S`` bytes).
+#: Resamples whose picks are drawn at once (``8 x DRAW_CHUNK x S`` bytes; only the weights are a whole chunk).
 DRAW_CHUNK = 8
 RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
 F64 = npt.NDArray[np.float64]
@@ -71,24 +71,58 @@ LEADERBOARD_SCHEMA = pa.schema(
 )
 
 
-#: The per-series sums the leaderboard reads (:func:`_global_of`, :func:`_per_series`): copied in series order, the
-#: others are not (a copy of every sum of every model is 50 MB at 100,000 series).
-_RESAMPLED_SUMS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "scaled", "mase", "sql")
+@dataclass(frozen=True)
+class _SeriesSums:
+    """One model's per-series sums side by side, ``matrix[S, K]`` (each sum a slice of its columns).
+
+    A resample's weighted sums of all of them are then one matrix product that reads the resample weights once;
+    a product per sum read them once per sum and took most of the leaderboard's time at 40,000 series
+    (benchmarks/results/time_to_results.md).
+    """
+
+    matrix: F64
+    columns: dict[str, slice]
+    vectors: frozenset[str]  # the sums with one value per series (the others have one per quantile)
+
+    @classmethod
+    def of(cls, sums: dict[str, F64], rows: npt.NDArray[np.intp] | None = None) -> _SeriesSums:
+        """``sums`` side by side, their rows at ``rows`` (all, in order, if None)."""
+        widths = [int(np.prod(values.shape[1:], dtype=np.int64)) for values in sums.values()]
+        edges = np.cumsum([0, *widths])
+        columns = {name: slice(int(a), int(b)) for name, a, b in zip(sums, edges[:-1], edges[1:], strict=True)}
+        vectors = frozenset(name for name, values in sums.items() if values.ndim == 1)
+        n_rows = next(iter(sums.values())).shape[0] if rows is None else rows.size
+        matrix = np.empty((n_rows, int(edges[-1])))
+        for (name, values), width in zip(sums.items(), widths, strict=True):
+            picked = values if rows is None else values[rows]
+            matrix[:, columns[name]] = picked.reshape(n_rows, width)
+        return cls(matrix, columns, vectors)
+
+    def __getitem__(self, name: str) -> F64:
+        block = self.matrix[:, self.columns[name]]
+        return block[:, 0] if name in self.vectors else block
+
+    def weighted(self, weights: F64) -> dict[str, F64]:
+        """Each sum weighted by ``weights[B, S]``: ``[B, k]`` per sum."""
+        product = weights @ self.matrix
+        return {name: product[:, columns] for name, columns in self.columns.items()}
 
 
-def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> dict[str, F64]:
-    """The model's per-series sums, rows in ``series`` order."""
+def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _SeriesSums:
+    """The model's per-series sums, rows in ``series`` order: the matrix filled a sum at a time, from the merged
+    sums in place when their rows are in that order already (the usual run: parts follow the plan, sorted by id);
+    a reordered copy of every sum, then their side-by-side copy, cost twice the matrix (~100 MB at 100,000
+    series and 3 models: benchmarks/results/time_to_results.md)."""
     accumulator = scores.pooled[model]
     rows = accumulator.series_rows()
     order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
-    if np.array_equal(order, np.arange(len(rows))):  # the usual run: parts follow the plan, sorted by series id
-        return accumulator.series_views(_RESAMPLED_SUMS)
-    return accumulator.series_sums(order, _RESAMPLED_SUMS)
+    in_order = bool(np.array_equal(order, np.arange(len(rows))))
+    return _SeriesSums.of(accumulator.series_views(), None if in_order else order)
 
 
-def _global(sums: dict[str, F64], weights: F64, has_median: bool) -> dict[str, F64]:
+def _global(sums: _SeriesSums, weights: F64, has_median: bool) -> dict[str, F64]:
     """Each pooled global metric from per-series sums weighted by ``weights[B, S]`` (one row per resample)."""
-    return _global_of(lambda name: np.asarray(weights @ sums[name].reshape(sums[name].shape[0], -1)), has_median)
+    return _global_of(sums.weighted(weights).__getitem__, has_median)
 
 
 def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
@@ -106,7 +140,7 @@ def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
     return out
 
 
-def _per_series(sums: dict[str, F64], has_median: bool) -> dict[str, F64]:
+def _per_series(sums: _SeriesSums, has_median: bool) -> dict[str, F64]:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = {"sql": sums["sql"] / sums["scaled"], "wql": (2.0 * sums["rho"] / sums["abs_y"][:, None]).mean(axis=1)}
         if has_median:
@@ -161,12 +195,12 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
 class _Bootstrap:
     """Every resampled figure of the leaderboard, the resamples drawn and applied a chunk at a time.
 
-    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn a row at a time they are the
-    same numbers (the generator's stream does not depend on how it is cut), and a row's figures depend on that
-    row only. Drawn at once, the [B, S] picks, their weights and each gather took ``8 B S`` bytes apiece: 0.8 GB
-    per array at 100,000 series, the driver's peak; drawn 32 rows at a time, ~100 MB (benchmarks/results/
-    time_to_results.md). Now the picks and gathers are :data:`DRAW_CHUNK` rows at a time and only the weights
-    are :data:`RESAMPLE_CHUNK` rows (the products with the per-series sums take them as one matrix).
+    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn :data:`DRAW_CHUNK` rows at a
+    time they are the same numbers (the generator's stream does not depend on how it is cut), and a row's
+    figures depend on that row only. Drawn at once, the [B, S] picks, their weights and each gather took
+    ``8 B S`` bytes apiece: 0.8 GB per array at 100,000 series, the driver's peak; the weights of
+    :data:`RESAMPLE_CHUNK` resamples at a time are one matrix for the products (benchmarks/results/
+    time_to_results.md).
     """
 
     n_series: int
@@ -176,42 +210,39 @@ class _Bootstrap:
 
     def run(
         self,
-        sums: dict[str, dict[str, F64]],
+        sums: dict[str, _SeriesSums],
         has_median: bool,
         skill_logs: dict[tuple[str, str, str], tuple[F64, npt.NDArray[np.bool_]]],
     ) -> None:
         rng = np.random.default_rng(SEED)
-        distinct: dict[bytes, int] = {}  # keys whose defined series are the same share their counts
+        # A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are
+        # the resample's weights times a column, so the logs of every key and each distinct defined-indicator are
+        # one matrix, and every skill of a chunk one product (keys whose defined series are the same share theirs).
+        distinct: dict[bytes, int] = {}
         defined_of = {
             key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
             for key, (_, defined) in skill_logs.items()
         }
-        n = max(self.n_series, 1)
+        indicators = {row: defined for key, (_, defined) in skill_logs.items() for row in [defined_of[key]]}
+        skill_columns = [logs for logs, _ in skill_logs.values()]
+        skill_columns += [indicators[row].astype(np.float64) for row in range(len(distinct))]
+        skill_matrix = np.column_stack(skill_columns) if skill_columns else np.empty((self.n_series, 0))
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
-            # Drawn and gathered DRAW_CHUNK resamples at a time: the same numbers as a [rows, S] draw, each row's
-            # sums over the same values in the same order; only the weights are [rows, S] (the products take them
-            # as one matrix: a product row by row differs in the last bits, measured).
+            # How often each series is drawn in each resample, the picks drawn DRAW_CHUNK resamples at a time.
             weights = np.empty((rows, self.n_series))
-            log_sums = {key: np.empty(rows) for key in skill_logs}
-            counts = {key: np.empty(rows, dtype=np.int64) for key in skill_logs}
             for first in range(0, rows, DRAW_CHUNK):
-                block = slice(first, min(first + DRAW_CHUNK, rows))
-                picks = rng.integers(0, n, size=(block.stop - first, self.n_series))
-                for row, drawn in enumerate(picks, start=first):  # how often each series is drawn
+                picks = rng.integers(0, max(self.n_series, 1), size=(min(DRAW_CHUNK, rows - first), self.n_series))
+                for row, drawn in enumerate(picks, start=first):
                     weights[row] = np.bincount(drawn, minlength=self.n_series)
-                defined_counts: dict[int, npt.NDArray[np.int64]] = {}  # keys with the same defined series share
-                for key, (logs, defined) in skill_logs.items():
-                    if defined_of[key] not in defined_counts:
-                        defined_counts[defined_of[key]] = defined[picks].sum(axis=1)
-                    counts[key][block] = defined_counts[defined_of[key]]
-                    log_sums[key][block] = logs[picks].sum(axis=1)
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
-            for key, total in log_sums.items():
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    self.skills.setdefault(key, []).append(1.0 - np.exp(total / counts[key]))
+            totals = weights @ skill_matrix
+            with np.errstate(invalid="ignore", divide="ignore"):
+                for index, key in enumerate(skill_logs):
+                    counts = totals[:, len(skill_logs) + defined_of[key]]
+                    self.skills.setdefault(key, []).append(1.0 - np.exp(totals[:, index] / counts))
 
     def global_(self, model: str, metric: str) -> F64:
         return np.concatenate(self.globals_[model][metric])

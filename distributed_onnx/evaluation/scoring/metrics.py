@@ -393,16 +393,14 @@ class MetricsAccumulator:
             start += width
         return out
 
-    def series_sums(self, rows: npt.NDArray[np.intp] | None = None, names: Sequence[str] = _FIELDS) -> dict[str, F64]:
-        """The per-series sums ``names`` (a copy), rows in :attr:`series_ids` order or those at ``rows``: the
-        leaderboard resamples series from them."""
-        if rows is None:
-            return {name: self._series[name].copy() for name in names}
-        return {name: self._series[name][rows] for name in names}
+    def series_sums(self) -> dict[str, F64]:
+        """Every per-series sum (a copy, rows in :attr:`series_ids` order)."""
+        return {name: values.copy() for name, values in self._series.items()}
 
-    def series_views(self, names: Sequence[str] = _FIELDS) -> dict[str, F64]:
-        """The per-series sums ``names`` themselves (read-only views, rows in :attr:`series_ids` order): no copy."""
-        views = {name: self._series[name].view() for name in names}
+    def series_views(self) -> dict[str, F64]:
+        """Every per-series sum itself (read-only views, rows in :attr:`series_ids` order): the leaderboard
+        resamples series from them without a copy of every sum."""
+        views = {name: values.view() for name, values in self._series.items()}
         for view in views.values():
             view.flags.writeable = False
         return views
