@@ -191,6 +191,42 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
     return float(low), float(high)
 
 
+@dataclass(frozen=True)
+class _SkillMatrix:
+    """What the bootstrap resamples of every skill, as one matrix ``[S, keys + distinct]``.
+
+    A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are the
+    resample's weights times a column, so the logs of every key's defined, clipped ratios and one indicator per
+    distinct set of defined series (keys whose defined series are the same share theirs) are one matrix, and
+    every skill of a chunk one product. Filled a column at a time from the ratios, which are not kept: with their
+    logs and a stacked copy they were three times the matrix (~40 MB at 100,000 series, 3 models).
+    """
+
+    keys: list[tuple[str, str, str]]
+    matrix: F64
+    distinct_of: list[int]  # each key's indicator column, after the keys' columns
+
+    @classmethod
+    def of(
+        cls, n_series: int, keys: Sequence[tuple[str, str, str]], ratio_of: Callable[[tuple[str, str, str]], F64]
+    ) -> _SkillMatrix:
+        distinct: dict[bytes, int] = {}
+        distinct_of: list[int] = []
+        indicators: list[npt.NDArray[np.bool_]] = []
+        for key in keys:
+            _, defined = _skill_logs(ratio_of(key))
+            column = distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
+            if column == len(indicators):
+                indicators.append(defined)
+            distinct_of.append(column)
+        matrix = np.empty((n_series, len(keys) + len(indicators)))
+        for index, key in enumerate(keys):
+            matrix[:, index] = _skill_logs(ratio_of(key))[0]
+        for index, defined in enumerate(indicators):
+            matrix[:, len(keys) + index] = defined
+        return cls(list(keys), matrix, distinct_of)
+
+
 @dataclass
 class _Bootstrap:
     """Every resampled figure of the leaderboard, the resamples drawn and applied a chunk at a time.
@@ -208,25 +244,13 @@ class _Bootstrap:
     globals_: dict[str, dict[str, list[F64]]] = field(default_factory=dict)
     skills: dict[tuple[str, str, str], list[F64]] = field(default_factory=dict)
 
-    def run(
-        self,
-        sums: dict[str, _SeriesSums],
-        has_median: bool,
-        skill_logs: dict[tuple[str, str, str], tuple[F64, npt.NDArray[np.bool_]]],
-    ) -> None:
+    def run(self, sums: dict[str, _SeriesSums], has_median: bool, skill: _SkillMatrix) -> None:
+        """Every resampled global metric of every model and every resampled skill, one draw of the resamples.
+
+        Each chunk's weights are applied to every model's sums at once: drawing the resamples again per model
+        (to hold one model's sums at a time, 33 MB less at 100,000 series) cost ~1 s of CPU a pass there.
+        """
         rng = np.random.default_rng(SEED)
-        # A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are
-        # the resample's weights times a column, so the logs of every key and each distinct defined-indicator are
-        # one matrix, and every skill of a chunk one product (keys whose defined series are the same share theirs).
-        distinct: dict[bytes, int] = {}
-        defined_of = {
-            key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
-            for key, (_, defined) in skill_logs.items()
-        }
-        indicators = {row: defined for key, (_, defined) in skill_logs.items() for row in [defined_of[key]]}
-        skill_columns = [logs for logs, _ in skill_logs.values()]
-        skill_columns += [indicators[row].astype(np.float64) for row in range(len(distinct))]
-        skill_matrix = np.column_stack(skill_columns) if skill_columns else np.empty((self.n_series, 0))
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
             # How often each series is drawn in each resample, the picks drawn DRAW_CHUNK resamples at a time.
@@ -238,10 +262,10 @@ class _Bootstrap:
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
-            totals = weights @ skill_matrix
+            totals = weights @ skill.matrix
             with np.errstate(invalid="ignore", divide="ignore"):
-                for index, key in enumerate(skill_logs):
-                    counts = totals[:, len(skill_logs) + defined_of[key]]
+                for index, key in enumerate(skill.keys):
+                    counts = totals[:, len(skill.keys) + skill.distinct_of[index]]
                     self.skills.setdefault(key, []).append(1.0 - np.exp(totals[:, index] / counts))
 
     def global_(self, model: str, metric: str) -> F64:
@@ -302,17 +326,15 @@ def leaderboard(
         ]
         for model in models
     }
-    ratios = {
-        (model, versus, metric): per_series[model][metric] / per_series[versus][metric]
-        for model in models
-        for versus, metric in versus_metrics[model]
-    }
-    points = {key: _gmean_point(ratio) for key, ratio in ratios.items()}
-    logs = {key: _skill_logs(ratio) for key, ratio in ratios.items() if len(series)}
-    del ratios  # [S] per (model, reference, metric): the bootstrap needs only their logs
+    keys = [(model, versus, metric) for model in models for versus, metric in versus_metrics[model]]
+
+    def ratio_of(key: tuple[str, str, str]) -> F64:
+        model, versus, metric = key
+        return per_series[model][metric] / per_series[versus][metric]
+
+    points = {key: _gmean_point(ratio_of(key)) for key in keys}
     bootstrap = _Bootstrap(len(series), n_resamples)
-    bootstrap.run(sums, has_median, logs)
-    del logs
+    bootstrap.run(sums, has_median, _SkillMatrix.of(len(series), keys if series else [], ratio_of))
     records: list[dict[str, Any]] = []
 
     def add(kind: str, model: str, metric: str, value: float, low: float, high: float, n: int, **extra: Any) -> None:
