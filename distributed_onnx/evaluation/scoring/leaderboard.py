@@ -85,18 +85,23 @@ class _SeriesSums:
     vectors: frozenset[str]  # the sums with one value per series (the others have one per quantile)
 
     @classmethod
-    def of(cls, sums: dict[str, F64], rows: npt.NDArray[np.intp] | None = None) -> _SeriesSums:
-        """``sums`` side by side, their rows at ``rows`` (all, in order, if None)."""
+    def of(
+        cls, sums: dict[str, F64], rows: npt.NDArray[np.intp] | None = None, matrix: F64 | None = None
+    ) -> _SeriesSums:
+        """``sums`` side by side, their rows at ``rows`` (all, in order, if None); ``matrix``: that matrix
+        already (the accumulator's own, :meth:`.MetricsAccumulator.series_matrix`), used as it is."""
         widths = [int(np.prod(values.shape[1:], dtype=np.int64)) for values in sums.values()]
         edges = np.cumsum([0, *widths])
         columns = {name: slice(int(a), int(b)) for name, a, b in zip(sums, edges[:-1], edges[1:], strict=True)}
         vectors = frozenset(name for name, values in sums.items() if values.ndim == 1)
+        if matrix is not None and rows is None and matrix.shape[1] == edges[-1]:
+            return cls(matrix, columns, vectors)
         n_rows = next(iter(sums.values())).shape[0] if rows is None else rows.size
-        matrix = np.empty((n_rows, int(edges[-1])))
+        filled = np.empty((n_rows, int(edges[-1])))
         for (name, values), width in zip(sums.items(), widths, strict=True):
             picked = values if rows is None else values[rows]
-            matrix[:, columns[name]] = picked.reshape(n_rows, width)
-        return cls(matrix, columns, vectors)
+            filled[:, columns[name]] = picked.reshape(n_rows, width)
+        return cls(filled, columns, vectors)
 
     def __getitem__(self, name: str) -> F64:
         block = self.matrix[:, self.columns[name]]
@@ -109,15 +114,16 @@ class _SeriesSums:
 
 
 def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _SeriesSums:
-    """The model's per-series sums, rows in ``series`` order: the matrix filled a sum at a time, from the merged
-    sums in place when their rows are in that order already (the usual run: parts follow the plan, sorted by id);
-    a reordered copy of every sum, then their side-by-side copy, cost twice the matrix (~100 MB at 100,000
-    series and 3 models: benchmarks/results/time_to_results.md)."""
+    """The model's per-series sums, rows in ``series`` order: the merged sums' own side-by-side matrix when their
+    rows are in that order already (the usual run: parts follow the plan, sorted by id), else a matrix filled a
+    sum at a time. A reordered copy of every sum, then their side-by-side copy, cost twice the matrix (~100 MB at
+    100,000 series and 3 models: benchmarks/results/time_to_results.md)."""
     accumulator = scores.pooled[model]
     rows = accumulator.series_rows()
     order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
-    in_order = bool(np.array_equal(order, np.arange(len(rows))))
-    return _SeriesSums.of(accumulator.series_views(), None if in_order else order)
+    if np.array_equal(order, np.arange(len(rows))):
+        return _SeriesSums.of(accumulator.series_views(), matrix=accumulator.series_matrix())
+    return _SeriesSums.of(accumulator.series_views(), order)
 
 
 def _global(sums: _SeriesSums, weights: F64, has_median: bool) -> dict[str, F64]:

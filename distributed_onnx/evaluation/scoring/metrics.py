@@ -193,7 +193,7 @@ class MetricsAccumulator:
         self._layout = Levels(self._levels, self._lower, self._upper, self._median)
         self._series_index: dict[str, int] = {}
         self._series = {name: self._zeros(0, name) for name in _FIELDS}
-        self._buffers: dict[str, F64] = {}  # what the per-series sums are views of (see _grow)
+        self._buffer: F64 | None = None  # what the per-series sums are views of (see _grow)
         self._leads = {name: self._zeros(self.horizon, name) for name in _FIELDS}
         self.n_windows = 0
         self.n_missing_pairs = 0
@@ -213,22 +213,32 @@ class MetricsAccumulator:
         return np.asarray([self._series_index[sid] for sid in series_ids], dtype=np.intp)
 
     def _grow(self, rows: int) -> None:
-        """Per-series sums of ``rows`` rows, the new ones zero: views of buffers that double when full.
+        """Per-series sums of ``rows`` rows, the new ones zero: column views of one ``[capacity, columns]`` buffer
+        (every sum side by side, in :data:`_FIELDS` order) whose capacity doubles when full.
 
         The driver merges part after part, each adding its series: grown by a copy of every sum per part, the
         merged sums cost it ~25 MB more than their size at 100,000 series (freed copies it could not give back,
-        measured). Rows past ``rows`` are zeros no view reaches (``np.zeros``: pages untouched until written).
+        measured). Side by side, they are the matrix the leaderboard multiplies (:meth:`series_matrix`) without a
+        copy. Rows past ``rows`` are zeros no view reaches (``np.zeros``: pages untouched until written).
         """
-        for name, current in self._series.items():
-            buffer = self._buffers.get(name, current)
-            if current.base is not buffer:  # sums set elsewhere (from_state) are their own buffer
-                buffer = current
-            if buffer.shape[0] < rows:
-                bigger = self._zeros(max(rows, 2 * buffer.shape[0]), name)
-                bigger[: current.shape[0]] = current
-                buffer = bigger
-            self._buffers[name] = buffer
-            self._series[name] = buffer[:rows]
+        widths = self._widths()
+        current = self._matrix()
+        if self._buffer is None or self._buffer.shape[0] < rows:
+            bigger = np.zeros((max(rows, 2 * current.shape[0]), sum(width for _, width in widths)))
+            bigger[: current.shape[0]] = current
+            self._buffer = bigger
+        start = 0
+        for name, width in widths:
+            trailing = self._zeros(0, name).shape[1:]
+            self._series[name] = self._buffer[:rows, start : start + width].reshape(rows, *trailing)
+            start += width
+
+    def _matrix(self) -> F64:
+        """The per-series sums side by side (a view of the buffer when they are its views, else a copy)."""
+        rows = self._series["pairs"].shape[0]
+        if self._buffer is not None and all(values.base is self._buffer for values in self._series.values()):
+            return self._buffer[:rows]
+        return self._packed(self._series)
 
     def update(
         self,
@@ -366,7 +376,7 @@ class MetricsAccumulator:
             restored = cls([float(q) for q in arrays[prefix + "quantiles"]], horizon)
             restored._rows_of([str(sid) for sid in arrays[prefix + "series_ids"]])
             restored._series = restored._unpacked(arrays[prefix + "series"], len(restored._series_index), "series")
-            restored._buffers = {}
+            restored._buffer = None
             restored._leads = restored._unpacked(arrays[prefix + "leads"], horizon, "leads")
         except (KeyError, ValueError) as exc:
             raise DataError(f"metric sums are incomplete or misshapen: {exc}") from exc
@@ -396,6 +406,13 @@ class MetricsAccumulator:
     def series_sums(self) -> dict[str, F64]:
         """Every per-series sum (a copy, rows in :attr:`series_ids` order)."""
         return {name: values.copy() for name, values in self._series.items()}
+
+    def series_matrix(self) -> F64:
+        """Every per-series sum side by side, ``[series, columns]`` in :data:`_FIELDS` order (rows in
+        :attr:`series_ids` order): read only, a view of the sums themselves once they have grown by a merge."""
+        matrix = self._matrix().view()
+        matrix.flags.writeable = False
+        return matrix
 
     def series_views(self) -> dict[str, F64]:
         """Every per-series sum itself (read-only views, rows in :attr:`series_ids` order): the leaderboard
