@@ -240,6 +240,10 @@ class FanPicker:
         pooled = FanCandidates.concat([self._pool, candidates], self._horizon, len(self._quantiles))
         self._pool = reduce_candidates(pooled, keep_typical=True)
 
+    def series_indices(self) -> np.ndarray:
+        """The series (plan indices) of every candidate: the only ones :meth:`pick` asks a score of."""
+        return _distinct(self._pool.series_index)
+
     def pick(self, series_scores: Mapping[int, float]) -> FanCandidates:
         """Best, typical (closest to the series' score), worst and latest of every fan series, deduplicated."""
         chosen: list[FanCandidates] = []

@@ -25,7 +25,7 @@ The losses of a batch are computed and reduced in :mod:`.losses`; the table of m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self
 
@@ -35,10 +35,28 @@ import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Levels, Scratch, batch_losses
-from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
+from distributed_onnx.evaluation.scoring.metrics_table import (
+    METRICS_SCHEMA,
+    POOLED,
+    SERIES_PER_TABLE,
+    RowLayout,
+    SortedSeries,
+    metrics_table,
+    metrics_tables,
+    sorted_series,
+    unit_column,
+)
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "BatchPairs", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
+__all__ = [
+    "METRICS_SCHEMA",
+    "POOLED",
+    "SERIES_PER_TABLE",
+    "BatchPairs",
+    "MetricsAccumulator",
+    "SeriesCodes",
+    "finite_pairs",
+]
 
 F64 = npt.NDArray[np.float64]
 
@@ -205,8 +223,8 @@ class MetricsAccumulator:
         self._layout = Levels(self._levels, self._lower, self._upper, self._median)
         self._series_index: dict[str, int] = {}
         # Every field of a scope side by side in one matrix (the columns of :data:`_FIELDS`, ``rho`` and ``hits``
-        # one column per level / interval): a batch adds to each scope with one addition, and the matrix is the
-        # state a part's sums file holds.
+        # one column per level / interval): a batch adds to each scope with one addition, the leaderboard multiplies
+        # the series' matrix as it is, and it is the state a part's sums file holds.
         trailing = {"rho": (len(self.quantiles),), "hits": (len(self.intervals),)}
         self._trailing = {name: trailing.get(name, ()) for name in _FIELDS}
         self._columns: dict[str, int | slice] = {}
@@ -216,7 +234,8 @@ class MetricsAccumulator:
             self._columns[name] = slice(start, start + width) if self._trailing[name] else start
             start += width
         self._width = start
-        self._series_sums = np.zeros((0, self._width))
+        self._buffer = np.zeros((0, self._width))  # the per-series sums' rows and room to grow (see _grow)
+        self._series_sums = self._buffer[:0]
         self._lead_sums = np.zeros((self.horizon, self._width))
         self.n_windows = 0
         self.n_missing_pairs = 0
@@ -241,8 +260,22 @@ class MetricsAccumulator:
         if new:
             for sid in new:
                 self._series_index[sid] = len(self._series_index)
-            self._series_sums = np.concatenate([self._series_sums, np.zeros((len(new), self._width))])
+            self._grow(len(self._series_index))
         return np.asarray([self._series_index[sid] for sid in series_ids], dtype=np.intp)
+
+    def _grow(self, rows: int) -> None:
+        """Per-series sums of ``rows`` rows, the new ones zero: the first rows of one ``[capacity, columns]`` buffer
+        whose capacity doubles when full.
+
+        The driver merges part after part, each adding its series: grown by a copy of every sum per part, the
+        merged sums cost it ~25 MB more than their size at 100,000 series (freed copies it could not give back,
+        measured). Rows past ``rows`` are zeros no view reaches (``np.zeros``: pages untouched until written).
+        """
+        if self._buffer.shape[0] < rows:
+            bigger = np.zeros((max(rows, 2 * self._buffer.shape[0]), self._width))
+            bigger[: self._series_sums.shape[0]] = self._series_sums
+            self._buffer = bigger
+        self._series_sums = self._buffer[:rows]
 
     def update(
         self,
@@ -377,7 +410,8 @@ class MetricsAccumulator:
             horizon, n_windows, n_missing, n_unscaled = (int(v) for v in arrays[prefix + "counters"])
             restored = cls([float(q) for q in arrays[prefix + "quantiles"]], horizon)
             restored._rows_of([str(sid) for sid in arrays[prefix + "series_ids"]])
-            restored._series_sums = restored._unpacked(arrays[prefix + "series"], len(restored._series_index), "series")
+            restored._buffer = restored._unpacked(arrays[prefix + "series"], len(restored._series_index), "series")
+            restored._series_sums = restored._buffer[:]
             restored._lead_sums = restored._unpacked(arrays[prefix + "leads"], horizon, "leads")
         except (KeyError, ValueError) as exc:
             raise DataError(f"metric sums are incomplete or misshapen: {exc}") from exc
@@ -392,8 +426,37 @@ class MetricsAccumulator:
         return matrix
 
     def series_sums(self) -> dict[str, F64]:
-        """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
+        """Every per-series sum (a copy, rows in :attr:`series_ids` order)."""
         return {name: values.copy() for name, values in self._series.items()}
+
+    def series_matrix(self) -> F64:
+        """Every per-series sum side by side, ``[series, columns]`` in :data:`_FIELDS` order (rows in
+        :attr:`series_ids` order): read only, a view of the sums themselves."""
+        matrix = self._series_sums.view()
+        matrix.flags.writeable = False
+        return matrix
+
+    def series_views(self) -> dict[str, F64]:
+        """Every per-series sum itself (read-only views, rows in :attr:`series_ids` order): the leaderboard
+        resamples series from them without a copy of every sum."""
+        views = {name: values.view() for name, values in self._series.items()}
+        for view in views.values():
+            view.flags.writeable = False
+        return views
+
+    def reserve(self, series_ids: Sequence[str]) -> None:
+        """Give these series their rows now, in this order (each not yet seen), so merging parts that add them
+        later grows no array: one allocation instead of one copy of every sum per part (the driver, at 100,000
+        series). The sums merged afterwards are the same, added in the same order."""
+        self._rows_of(list(series_ids))
+
+    def series_rows(self) -> Mapping[str, int]:
+        """Each series' row of the sums (read only)."""
+        return self._series_index
+
+    def pairs_scored(self) -> int:
+        """Pairs scored over every series (no copy of the sums: the driver calls it at 100,000 series)."""
+        return int(self._series["pairs"].sum())
 
     @property
     def series_ids(self) -> list[str]:
@@ -412,6 +475,25 @@ class MetricsAccumulator:
             self._series,
             self._leads,
         )
+
+    def tables(self, model: str, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time: global, the series ``series_per_table`` at a time, leads."""
+        layout = self._row_layout()
+        return metrics_tables(model, layout, self._series_index, self._series, self._leads, series_per_table)
+
+    def sorted_series(self) -> SortedSeries:
+        """The series sorted by id (the order of the table's series block), with their rows of the sums."""
+        return sorted_series(self._series_index)
+
+    def series_column(
+        self, metric: str, quantile: float | None, rows: npt.NDArray[np.intp]
+    ) -> tuple[F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """One per-series metric of the series at ``rows``: (value, n, kept) as the table's series rows have them."""
+        sums = {name: values[rows] for name, values in self._series.items()}
+        return unit_column(sums, self._row_layout(), metric, quantile)
+
+    def _row_layout(self) -> RowLayout:
+        return RowLayout(self.quantiles, self.intervals, self._median is not None)
 
 
 def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:

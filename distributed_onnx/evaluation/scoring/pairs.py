@@ -18,7 +18,7 @@ parts merge exactly (:meth:`merge`); everything in it is vectorised over windows
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -30,6 +30,7 @@ from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
 from distributed_onnx.evaluation.scoring.metrics import (
     METRICS_SCHEMA,
+    SERIES_PER_TABLE,
     BatchPairs,
     MetricsAccumulator,
     SeriesCodes,
@@ -226,7 +227,7 @@ class PairScores:
         """Per model: pairs scored, pairs left out per reason, and (checkpoints) windows with non-finite values."""
         out = {}
         for name in self.models:
-            pairs = int(self.pooled[name].series_sums()["pairs"].sum())
+            pairs = self.pooled[name].pairs_scored()
             record = {"pairs_scored": pairs, **{f"left_out_{reason}": n for reason, n in self.excluded.items()}}
             if name in self.nonfinite:
                 record["nonfinite_windows"] = len(self.nonfinite[name])
@@ -235,7 +236,17 @@ class PairScores:
 
     def to_table(self) -> pa.Table:
         """The long metrics table: each model pooled (every scope), then fev (global), then left-out counts."""
-        tables = [self.pooled[name].to_table(name) for name in self.models]
+        return pa.concat_tables(list(self.tables(SERIES_PER_TABLE)))
+
+    def tables(self, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time (the series block ``series_per_table`` series at a time), so
+        ``metrics.parquet`` is written without the whole table in memory (:func:`.metrics_table.metrics_tables`)."""
+        for name in self.models:
+            yield from self.pooled[name].tables(name, series_per_table)
+        yield self.fev_and_count_rows()
+
+    def fev_and_count_rows(self) -> pa.Table:
+        """The fev rows and the left-out counts of every model (global scope; the last rows of the table)."""
         records = []
         for name in self.models:
             for metric, value, n in self.windows[name].rows():
@@ -243,8 +254,7 @@ class PairScores:
             for key, count in self.left_out()[name].items():
                 if key.startswith("left_out_") or key == "nonfinite_windows":
                     records.append(_row(name, key, float(count), count, "count"))
-        tables.append(pa.Table.from_pylist(records, schema=METRICS_SCHEMA))
-        return pa.concat_tables(tables)
+        return pa.Table.from_pylist(records, schema=METRICS_SCHEMA)
 
 
 def _ids_at(window_ids: npt.NDArray[Any] | pa.Array, rows: npt.NDArray[np.bool_]) -> list[str]:
