@@ -98,7 +98,8 @@ def backtest(
             run_settings = run_settings.model_copy(update={"data": write_input(table, run_settings.output)})
         result = run_backtest(run_settings)
         forecasts = read_forecasts(run_settings.output)
-    return Backtest(forecasts, result.metrics, result.summary, None if output is None else run_settings.output)
+        metrics = result.read_metrics()  # the whole table, read before a temporary directory goes
+    return Backtest(forecasts, metrics, result.summary, None if output is None else run_settings.output)
 
 
 def read_forecasts(output: Location) -> pa.Table:

@@ -22,7 +22,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -278,6 +278,30 @@ def write_parquet(location: Location, table: pa.Table, **options: Any) -> int:
     # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **options)
+    return write_bytes(location, sink.getvalue().to_pybytes())
+
+
+def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable[pa.Table], **options: Any) -> int:
+    """Write ``tables`` (each of ``schema``) one after the other as one Parquet file, atomically and durably, without
+    holding more than one of them; returns the file's size in bytes.
+
+    The file reads back as ``pyarrow.concat_tables(tables)`` written by :func:`write_parquet` would (the same rows,
+    values and schema; its row groups end where each table ends). ``options`` go to ``pyarrow.parquet.ParquetWriter``.
+    A URL gets the encoded file in memory first (compressed: a fraction of the tables), then one upload.
+    """
+    path = local_path(location)
+    if path is not None:
+        with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
+            with pq.ParquetWriter(handle, schema, **options) as writer:
+                for table in tables:
+                    writer.write_table(table)
+            handle.flush()
+            os.fsync(handle.fileno())
+            return handle.tell()
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, **options) as writer:
+        for table in tables:
+            writer.write_table(table)
     return write_bytes(location, sink.getvalue().to_pybytes())
 
 

@@ -98,7 +98,10 @@ def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Pa
     assert summary["transport"]["receipt_bytes"] < 1000
     assert summary["transport"]["series_transport"] == "object_store"
     assert json.loads((Path(settings.output) / "summary.json").read_text())["windows"] == summary["windows"]
-    assert pq.read_table(Path(settings.output) / "metrics.parquet").equals(result.metrics)
+    # The result holds the run-wide rows of metrics.parquet (every row but the series scope's) and its path.
+    written = pq.read_table(Path(settings.output) / "metrics.parquet")
+    assert result.run_wide_metrics.equals(written.filter(pa.compute.field("scope") != "series"))
+    assert result.read_metrics().equals(written) and written.filter(pa.compute.field("scope") == "series").num_rows
     # The report draws the fans the actors picked (series spread over the run), without a part read back.
     # Series a is long enough for a seasonal scale (48 steps) before its origins: its windows are ranked by MASE;
     # b and c are not, so only their latest window is drawn.
@@ -135,7 +138,7 @@ def test_reference_checkpoint_distributed_equals_in_process(tmp_path: Path) -> N
     assert_same_forecasts(read_forecasts(Path(settings.output)), in_process_forecasts(settings), rtol=1e-5)
     scores = {
         (row["model"], row["metric"]): row["value"]
-        for row in result.metrics.to_pylist()
+        for row in result.run_wide_metrics.to_pylist()
         if row["scope"] == "global" and row["quantile"] is None
     }
     # The reference model beats seasonal naive by a wide margin on its own data (see its metadata).
@@ -201,6 +204,7 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
 ) -> None:
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=2)
     first = run_backtest(settings)
+    first_metrics = first.read_metrics()  # the run directory's metrics.parquet, before the reruns rewrite it
     complete = read_forecasts(Path(settings.output))
     parts = Path(settings.output) / outputs.FORECASTS_DIR / "model=tiny"
     sums = Path(settings.output) / outputs.SCORES_DIR
@@ -224,7 +228,7 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
 
     assert not partial.exists()
     assert read_forecasts(Path(settings.output)).equals(complete)
-    assert second.metrics.equals(first.metrics)  # merged in part order: bit-identical
+    assert second.read_metrics().equals(first_metrics)  # merged in part order: bit-identical
     assert second.summary["parts"]["done_before"] == 2
     assert second.summary["parts"]["submitted"] == 4
     assert second.summary["windows"]["done_before"] == 4
@@ -235,7 +239,7 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
     assert third.summary["parts"]["done_before"] == 6
     assert third.summary["parts"]["submitted"] == 0
     assert third.summary["actors"] == []
-    assert third.metrics.equals(first.metrics)
+    assert third.read_metrics().equals(first_metrics)
     # The record of who computed the parts survives the rerun that computed nothing.
     assert [record["windows"] for record in third.summary["computed_by"]] == [12, 8]
     assert third.summary["computed_by"][0]["providers"] == ["CPUExecutionProvider"]

@@ -137,4 +137,4 @@ def test_submitted_backtest_equals_a_local_run(
     assert summary["windows"]["run_now"] == local.summary["windows"]["planned"] == 36
     assert len(summary["actors"]) == 2
     assert read_forecasts(job_dir).equals(read_forecasts(tmp_path / "local-run"))
-    assert pq.read_table(job_dir / "metrics.parquet").equals(local.metrics)
+    assert pq.read_table(job_dir / "metrics.parquet").equals(local.read_metrics())

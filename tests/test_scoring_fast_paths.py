@@ -48,6 +48,58 @@ def test_seasonal_quantiles_of_shared_cells_equal_those_of_every_window(gaps: bo
         np.testing.assert_array_equal(shared.view(np.uint64), each.view(np.uint64))
 
 
+@pytest.mark.parametrize("gaps", [False, True])
+def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bool) -> None:
+    """An actor reads a batch's distinct seasonal cells straight from its series: the same values, the same cells of
+    every pair, so both baselines are the same bit for bit as from the ``[W, K m]`` history."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+
+    rng = np.random.default_rng(11)
+    m, seasons, horizon = 6, 4, 15
+    values = rng.normal(size=400)
+    if gaps:
+        values[rng.random(values.size) < 0.2] = np.nan
+    batches = {
+        "consecutive, some before K m steps": np.arange(5, 70),
+        "strided and unsorted": rng.permutation(np.arange(30, 390, 7)),
+        "far apart (sorted keys)": np.array([3, 398, 200]),
+        "one window": np.array([400]),
+    }
+    for name, batch in batches.items():
+        origins = batch.astype(np.int64)
+        history = gather_blocks(values, origins, seasons * m, 0)
+        expected = naive.season_cells(history, m, horizon, origins)
+        got = naive.series_season_cells(values, origins, m, seasons, horizon)
+        np.testing.assert_array_equal(got.values.view(np.uint64), expected.values.view(np.uint64), err_msg=name)
+        np.testing.assert_array_equal(got.of_pair, expected.of_pair, err_msg=name)
+        for built, reference in zip(
+            naive.seasonal_baselines(got, QUANTILES),
+            (
+                naive.seasonal_naive_batch(history[:, -m:], horizon),
+                naive.seasonal_quantiles_batch(history, m, horizon, QUANTILES),
+            ),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(built.view(np.uint64), reference.view(np.uint64), err_msg=name)
+    empty = naive.series_season_cells(values, np.empty(0, np.int64), m, seasons, horizon)
+    assert empty.values.shape == (0, seasons) and empty.of_pair.shape == (0, horizon)
+
+
+def test_a_batch_of_one_series_groups_like_the_general_bincount() -> None:
+    """The usual batch (one series) sums its windows with one reduction instead of a bincount: the same bits, signed
+    zeros included."""
+    from distributed_onnx.evaluation.scoring.metrics import _group_sum
+
+    rng = np.random.default_rng(12)
+    values = rng.normal(size=(300, 7)) * 10.0 ** rng.integers(-8, 8, size=(300, 7))
+    values[:, 0] = -0.0
+    values[1:, 1] = 0.0
+    values[0, 1] = -0.0
+    codes = np.zeros(300, dtype=np.intp)
+    general = _group_sum(codes, values, 2)[:1]  # a second, empty group: the bincount path
+    np.testing.assert_array_equal(_group_sum(codes, values, 1).view(np.uint64), general.view(np.uint64))
+
+
 def test_flat_scales_equal_the_per_series_scaler_bit_for_bit() -> None:
     rng = np.random.default_rng(4)
     lengths = rng.integers(0, 120, size=30)
@@ -133,7 +185,8 @@ def test_a_broadcast_point_scores_like_its_copy() -> None:
 
 
 def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding a batch whose origins are all new skips the unique/add.at merge; the sums are the same bit for bit."""
+    """Adding a batch whose origins are all new skips the unique/add.at merge (and one whose origins follow those kept
+    is appended); the sums are the same bit for bit."""
     from distributed_onnx.evaluation.scoring import conventions
     from distributed_onnx.evaluation.scoring.conventions import WindowSums
 
@@ -150,6 +203,7 @@ def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.
         return sums
 
     fast = run()
+    monkeypatch.setattr(conventions, "_after", lambda kept, origins: False)
     monkeypatch.setattr(conventions, "_new_and_distinct", lambda kept, origins: False)
     general = run()
     np.testing.assert_array_equal(fast.origins, general.origins)
@@ -179,6 +233,45 @@ def test_the_sums_do_not_depend_on_how_many_windows_are_scored_at_once(
         np.testing.assert_array_equal(values, reference.state()[name], err_msg=name)
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 5 * 6 * 3, 1 << 20])
+def test_seasonal_quantiles_gathered_chunk_by_chunk_score_like_their_copy(
+    chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seasonal quantiles reach the losses as a table of cells, gathered a chunk at a time: every sum, the
+    common pairs (cells with no observed value) and the fans' medians equal those of the materialized copy."""
+    from distributed_onnx.evaluation.data.packing import gather_blocks
+    from distributed_onnx.evaluation.scoring import losses
+    from distributed_onnx.evaluation.scoring.pairs import SEASONAL_QUANTILES, PairScores, cell_baselines
+
+    monkeypatch.setattr(losses, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(13)
+    m, seasons, horizon = 3, 4, 6
+    values = rng.normal(size=120)
+    values[40:52] = np.nan  # four seasons missing: some cells have no value, their pairs are left out
+    origins = np.arange(50, 70, dtype=np.int64)
+    cells = naive.series_season_cells(values, origins, m, seasons, horizon)
+    baselines = cell_baselines(cells, QUANTILES)
+    table = baselines[SEASONAL_QUANTILES]
+    assert isinstance(table, losses.CellForecast)
+    copy = naive.seasonal_quantiles_batch(gather_blocks(values, origins, seasons * m, 0), m, horizon, QUANTILES)
+    np.testing.assert_array_equal(table.materialized().view(np.uint64), copy.view(np.uint64))
+    assert not table.finite().all()
+    actual = gather_blocks(values, origins, 0, horizon)
+    scale = np.abs(rng.normal(size=origins.size)) + 0.1
+    model = np.sort(rng.normal(size=(origins.size, len(QUANTILES), horizon)), axis=1).astype(np.float32)
+    scores = {}
+    for name, seasonal in (("table", table), ("copy", copy)):
+        scores[name] = PairScores(["model", *baselines], QUANTILES, horizon)
+        forecasts = {"model": model.transpose(0, 2, 1), **baselines, SEASONAL_QUANTILES: seasonal}
+        ids = np.full(origins.size, "s", dtype=object)
+        scores[name].update(ids, origins * 1000, ids, actual, forecasts, scale)
+    for key, array in scores["table"].state().items():
+        np.testing.assert_array_equal(array, scores["copy"].state()[key], err_msg=key)
+    assert scores["table"].excluded["baseline_undefined"] > 0
+    rows = np.asarray([0, 5, 19])
+    np.testing.assert_array_equal(table.level(rows, 2), copy[rows, :, 2])
+
+
 def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> None:
     """A runner keeps one set of buffers for every batch and part (any size): the sums are those of fresh buffers."""
     from distributed_onnx.evaluation.scoring.losses import Scratch
@@ -203,3 +296,18 @@ def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> Non
             fresh.scratch = Scratch()  # new buffers before every batch
     for name, values in kept.state().items():
         np.testing.assert_array_equal(values, fresh.state()[name], err_msg=name)
+
+
+def test_finite_pairs_fast_pass_finds_every_non_finite_value() -> None:
+    """The fast pass sums the forecast; NaN and either infinity still mark their pair, an overflowing sum does not."""
+    from distributed_onnx.evaluation.scoring.metrics import finite_pairs
+
+    forecast = np.random.default_rng(14).normal(size=(6, len(QUANTILES), 4)).astype(np.float32).transpose(0, 2, 1)
+    assert finite_pairs(forecast).all()
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = np.array(forecast)
+        broken[3, 2, 1] = bad
+        expected = np.ones((6, 4), dtype=bool)
+        expected[3, 2] = False
+        np.testing.assert_array_equal(finite_pairs(broken), expected)
+    assert finite_pairs(np.full((2, 3, 5), 3e38, dtype=np.float32)).all()  # the sum overflows; every value finite

@@ -236,3 +236,25 @@ def test_a_one_series_batch_packs_as_the_general_gather_does(n_covariates: int) 
             continue
         np.testing.assert_array_equal(got, expected[: len(windows)], err_msg=name)
     assert alone.window_ids == mixed.window_ids[: len(windows)]
+
+
+def test_targets_and_origins_read_from_the_buffers_equal_the_unpacked_blocks() -> None:
+    """Scoring reads a batch's targets and origins straight from their buffers, sliced batches included."""
+    from distributed_onnx.model.window_batch import TIMESTAMP, arrow_array, fixed_lists, targets_and_origins
+
+    rng = np.random.default_rng(0)
+    windows, context, horizon = 10, 7, 5
+    target = rng.normal(size=(windows, horizon))
+    target[2, 3] = np.nan
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "origin": arrow_array(rng.integers(0, 10**12, windows).astype(np.int64), TIMESTAMP),
+            "context": fixed_lists(rng.normal(size=(windows, context)).astype(np.float32), context),
+            "target": fixed_lists(target, horizon),
+        }
+    )
+    for part in (batch, batch.slice(3, 4), batch.slice(0, 0)):
+        got_target, got_origins = targets_and_origins(part, horizon)
+        block = unpack_batch(part, context, horizon)
+        np.testing.assert_array_equal(got_target, block.target)
+        np.testing.assert_array_equal(got_origins, block.origins_us)

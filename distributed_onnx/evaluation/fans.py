@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from distributed_onnx.evaluation.scoring.metrics import finite_pairs
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
 
 #: How many series the report draws fans for.
@@ -113,7 +114,7 @@ def window_scores(
     """Per window: MASE (mean |y - q0.5| / s) when the median is requested, else SQL; NaN when undefined."""
     levels = np.asarray(quantiles, dtype=np.float64)
     median = np.flatnonzero(np.abs(levels - 0.5) <= LEVEL_TOLERANCE)
-    valid = np.isfinite(actual) & np.isfinite(forecast).all(axis=2)
+    valid = np.isfinite(actual) & finite_pairs(forecast)
     if median.size:
         loss = np.abs(actual - forecast[..., median[0]])
     else:
@@ -149,9 +150,9 @@ class FanCollector:
         ``others`` are the other models' medians ``[W, M, H]``, or a function giving them for some rows: only the
         few windows kept are copied (the batch's forecasts were copied whole before, for four windows a series).
         """
-        rows = np.flatnonzero(np.isin(series_index, list(self.fan_series)))
-        if rows.size == 0:
+        if not self.touches(series_index):
             return
+        rows = np.flatnonzero(np.isin(series_index, list(self.fan_series)))
         if rows.size == series_index.shape[0]:  # every window (one fan series in the batch): no copies
             scores = window_scores(actual, forecast, scale, self.quantiles)
         else:
@@ -180,6 +181,15 @@ class FanCollector:
                 np.asarray(kept_others).astype(np.float32),
             )
         )
+
+    def touches(self, series_index: np.ndarray) -> bool:
+        """Whether a batch holds a window of a fan series (most batches hold none: checked before any work)."""
+        if series_index.size == 0 or not self.fan_series:
+            return False
+        first = int(series_index[0])
+        if (series_index == first).all():  # the usual batch: one series
+            return first in self.fan_series
+        return bool(np.isin(series_index, list(self.fan_series)).any())
 
     def candidates(self) -> FanCandidates:
         """The part's candidates: per fan series, the best/worst/latest over the part and one typical per batch."""
@@ -229,6 +239,10 @@ class FanPicker:
     def add(self, candidates: FanCandidates) -> None:
         pooled = FanCandidates.concat([self._pool, candidates], self._horizon, len(self._quantiles))
         self._pool = reduce_candidates(pooled, keep_typical=True)
+
+    def series_indices(self) -> np.ndarray:
+        """The series (plan indices) of every candidate: the only ones :meth:`pick` asks a score of."""
+        return _distinct(self._pool.series_index)
 
     def pick(self, series_scores: Mapping[int, float]) -> FanCandidates:
         """Best, typical (closest to the series' score), worst and latest of every fan series, deduplicated."""

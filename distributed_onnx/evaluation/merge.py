@@ -6,7 +6,7 @@ Sums are added in part order whatever order the parts finished in (or in which r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,8 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.evaluation.fans import FanPicker, FanWindow
+from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import PartSums
 
 if TYPE_CHECKING:
@@ -33,30 +35,76 @@ class RunSums:
         self._quantiles = list(quantiles)
         self._horizon = horizon
         self._models = [*models, *BASELINES]
-        self._parts: dict[int, PartSums] = {}
+        self._scores: dict[int, PairScores] = {}
+        self._fans: dict[int, FanCandidates] = {}
 
     def add(self, part_index: int, sums: PartSums) -> None:
-        self._parts[part_index] = sums
+        self._scores[part_index] = sums.scores
+        self._fans[part_index] = sums.fans
 
     def __len__(self) -> int:
-        return len(self._parts)
+        return len(self._fans)
 
     def merged(self) -> PairScores:
-        """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in)."""
+        """Every model's sums over every part, added in part order (bit-identical whatever order parts ran in).
+
+        The merged sums get every series' row first (in the order the parts add them), so no part grows them.
+        """
         scores = PairScores(self._models, self._quantiles, self._horizon)
-        for index in sorted(self._parts):
-            scores.merge(self._parts[index].scores)
+        order = sorted(self._scores)
+        canonical: dict[str, str] = {}  # one string per series id, whichever part and model named it
+        for model in self._models:
+            parts = [self._scores[index].pooled[model] for index in order]
+            ids = (canonical.setdefault(sid, sid) for part in parts for sid in part.series_ids)
+            scores.pooled[model].reserve(list(dict.fromkeys(ids)))
+        for index in order:
+            scores.merge(self._scores[index])
         return scores
+
+    def merge_parts(
+        self, indices: Iterable[int], read: Callable[[int], PartSums | None]
+    ) -> tuple[PairScores, list[int]]:
+        """Read each part's sums (``read``; None: it does not verify) in part order and add them as they come.
+
+        The driver's merge: one part's sums held at a time, where holding every part until all were read (at
+        100,000 series together as large as the merged sums) cost ~50 MB of its peak (benchmarks/results/
+        time_to_results.md). The sums are those of :meth:`merged` over the same parts, bit for bit. Each part's
+        fan candidates are kept for :meth:`fans`. Returns the merged sums and the parts that did not verify.
+        """
+        scores = PairScores(self._models, self._quantiles, self._horizon)
+        unverified = []
+        for index in sorted(indices):
+            sums = read(index)
+            if sums is None:
+                unverified.append(index)
+                continue
+            scores.merge(sums.scores)
+            self._fans[index] = sums.fans
+        return scores, unverified
 
     def metrics_table(self) -> pa.Table:
         """The long metrics table of every checkpoint and baseline, both conventions, and the left-out counts."""
         return self.merged().to_table()
 
-    def write_metrics(self, output: storage.Location, scores: PairScores | None = None) -> pa.Table:
-        """Write ``metrics.parquet`` (a few rows per series and lead, whatever the number of windows)."""
-        metrics = (scores or self.merged()).to_table()
-        storage.write_parquet(storage.join(output, METRICS), metrics)
-        return metrics
+    def write_metrics(
+        self, output: storage.Location, scores: PairScores | None = None, series_per_table: int = SERIES_PER_TABLE
+    ) -> pa.Table:
+        """Write ``metrics.parquet`` and return its run-wide rows (every row but the series scope's).
+
+        The file holds a few rows per series, lead, metric and quantile of every model (5.4 M rows at 100,000
+        series): it is written a block of series at a time (:meth:`.PairScores.tables`), so the driver never holds
+        the whole table; the report and the leaderboard read the per-series values from the sums instead
+        (:mod:`.scoring.series_scores`). The file's rows are those of :meth:`.PairScores.to_table`, in its order.
+        """
+        run_wide: list[pa.Table] = []
+
+        def tables() -> Iterator[pa.Table]:
+            for table in (scores or self.merged()).tables(series_per_table):
+                run_wide.append(table.filter(pc.not_equal(table.column("scope"), "series")))
+                yield table
+
+        storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())
+        return pa.concat_tables(run_wide).combine_chunks()
 
     def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
         """Write ``leaderboard.parquet`` (:mod:`.scoring.leaderboard`: a few rows per model and pair)."""
@@ -68,28 +116,20 @@ class RunSums:
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)
-        for index in sorted(self._parts):
-            picker.add(self._parts[index].fans)
+        for index in sorted(self._fans):
+            picker.add(self._fans[index])
         return picker
 
 
-def fan_windows(sums: RunSums, plan: RunPlan, metrics: pa.Table) -> list[FanWindow]:
+def fan_windows(sums: RunSums, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
-    index = plan.table.index_of()  # from the ids alone: no series object per series
     metric = "mase" if any(abs(q - 0.5) < 1e-9 for q in plan.quantiles) else "sql"
-    wanted = (
-        (pc.field("scope") == "series")
-        & (pc.field("metric") == metric)
-        & (pc.field("model") == plan.checkpoint.name)
-        & (pc.field("convention") == "pooled")
-    )
-    rows = metrics.filter(wanted).select(["series_id", "value"]).to_pydict()
-    series_scores = {
-        index[series_id]: value
-        for series_id, value in zip(rows["series_id"], rows["value"], strict=True)
-        if series_id in index
-    }
-    picked = sums.fans().pick(series_scores)
+    picker = sums.fans()
+    # Only the candidates' series need a score (the typical window is the one closest to its series' score).
+    candidates = {int(index): plan.table.series[int(index)].series_id for index in picker.series_indices()}
+    found = series_scores.values_of(plan.checkpoint.name, metric, list(candidates.values()))
+    scores = {index: found[series_id] for index, series_id in candidates.items() if series_id in found}
+    picked = picker.pick(scores)
     labels = {
         "best": f"best {metric.upper()}",
         "worst": f"worst {metric.upper()}",

@@ -45,12 +45,13 @@ from distributed_onnx.evaluation.data.windows import (
     plan_origins,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.part_history import SeriesHistory, cell_positions
+from distributed_onnx.evaluation.part_history import SeriesHistory
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
-from distributed_onnx.evaluation.scoring.losses import Scratch
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
+from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
+from distributed_onnx.evaluation.scoring.metrics import SeriesCodes
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, cell_baselines
 from distributed_onnx.evaluation.sums import PartSums, write_sums
-from distributed_onnx.model.window_batch import strings_of, unpack_batch
+from distributed_onnx.model.window_batch import strings_of, targets_and_origins
 from distributed_onnx.model.worker import InferenceWorker
 from distributed_onnx.storage import Location
 
@@ -298,27 +299,26 @@ class PartRunner:
     ) -> None:
         """Add one batch to every model's and baseline's sums (scale and baselines see only the history)."""
         job = self.job
-        horizon, m = job.spec.horizon, job.seasonality
-        block = unpack_batch(batch, job.spec.context_length, horizon)
-        actual = np.asarray(block.target, dtype=np.float64)
-        scale, history = self.history.scales_and_history(planned)
-        positions = cell_positions(planned, m)
-        reused = self._scratch.array("seasonal_quantiles", (len(job.quantiles), planned.n_windows, horizon))
-        forecasts = {**forecasts, **baseline_forecasts(history, m, horizon, job.quantiles, positions, reused)}
-        series_ids = strings_of(batch.column("series_id"))
-        window_ids = strings_of(batch.column("window_id"))
-        valid = scores.update(series_ids, block.origins_us, window_ids, actual, forecasts, scale)
-        if job.fan_series:
+        horizon = job.spec.horizon
+        target, origins_us = targets_and_origins(batch, horizon)
+        actual = np.asarray(target, dtype=np.float64)
+        scale, cells = self.history.scales_and_cells(planned)
+        scored: dict[str, Forecast] = {**forecasts, **cell_baselines(cells, job.quantiles)}
+        # The series ids of the windows from the planned batch (each distinct id once), not decoded per window;
+        # the window ids are read only for a non-finite forecast's windows.
+        codes = SeriesCodes.of_indices(planned.series_index, self._source.series_ids)
+        valid = scores.update(codes, origins_us, batch.column("window_id"), actual, scored, scale)
+        if fans.touches(planned.series_index):
             # The first checkpoint's fan, and every other model's median on the same windows beside it.
             names: list[str] = [*self.workers, *BASELINES]
             first, rest = names[0], names[1:]
             middle = min(range(len(job.quantiles)), key=lambda i: abs(job.quantiles[i] - 0.5))
 
             def others(rows: np.ndarray) -> np.ndarray:  # [k, M, H]: only the few windows kept
-                return np.stack([forecasts[name][rows, :, middle] for name in rest], axis=1)
+                return np.stack([_level(scored[name], rows, middle) for name in rest], axis=1)
 
             observed = np.where(valid, actual, np.nan)
-            fans.observe(planned.series_index, block.origins_us, observed, forecasts[first], scale, others)
+            fans.observe(planned.series_index, origins_us, observed, forecasts[first], scale, others)
 
     def _retry(self, write: Any, part: PartSpec) -> tuple[int, int]:
         """Run a write, retrying storage errors with backoff; the last failure becomes a :class:`StorageError`."""
@@ -335,6 +335,13 @@ class PartRunner:
                 logger.warning("part %d: write failed (attempt %d): %s; retrying", part.index, attempt, exc)
                 time.sleep(self.job.write_backoff_s * attempt)
                 attempt += 1
+
+
+def _level(forecast: Forecast, rows: np.ndarray, index: int) -> np.ndarray:
+    """Level ``index`` of a forecast's windows ``rows``: ``[k, H]``."""
+    if isinstance(forecast, CellForecast):
+        return forecast.level(rows, index)
+    return np.asarray(forecast[rows, :, index])
 
 
 def _first(iterator: Iterator[PlannedBatch]) -> list[PlannedBatch]:

@@ -1,11 +1,12 @@
-"""What the scoring of a part needs from the series before each window: its seasonal scale and its history.
+"""What the scoring of a part needs from the series before each window: its seasonal scale and its seasons.
 
 MASE and SQL divide by each window's seasonal scale, and both baselines repeat (or take quantiles of) the seasons
-before the origin, so the actor that scores a batch gathers, per window, the scale ``s_w`` and the ``K m`` steps
-before the origin (docs/design.md, Metrics). Both come from the float64 series, not the float32 context the
-model saw: the baselines repeat actuals exactly. Over the flat layout (:class:`SeriesArrays`) a batch of many
-short series is served by vector passes over every series at once; a batch of a few long series by per-series
-prefix sums, cached between the parts an actor runs (a part rarely spans more than a few series).
+before the origin, so the actor that scores a batch gathers, per window, the scale ``s_w`` and the seasonal cells
+of the ``K m`` steps before the origin (docs/design.md, Metrics). Both come from the float64 series, not the
+float32 context the model saw: the baselines repeat actuals exactly. A batch of one series reads its distinct
+cells straight from the series and its scales from per-series prefix sums, cached between the parts an actor runs
+(a part rarely spans more than a few series); over the flat layout (:class:`SeriesArrays`) a batch of many short
+series is served by vector passes over every series at once.
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.windows import PlannedBatch, WindowPlan, WindowSpec, plan_series
-from distributed_onnx.evaluation.scoring.losses import Scratch
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, season_count
+from distributed_onnx.evaluation.scoring.naive import (
+    SeasonalScaler,
+    SeasonCells,
+    flat_seasonal_scales,
+    season_cells,
+    season_count,
+    series_season_cells,
+)
 
 __all__ = ["SeriesHistory", "cell_positions", "gather_history"]
 
@@ -39,7 +46,6 @@ class SeriesHistory:
         self.history_steps = season_count(spec.context_length, seasonality) * seasonality
         self._plans: OrderedDict[int, np.ndarray] = OrderedDict()
         self._scalers: OrderedDict[int, SeasonalScaler] = OrderedDict()
-        self._scratch = Scratch()
 
     def origins(self, series_index: int) -> np.ndarray:
         """The kept origins of one series, checked against the driver's plan (cached)."""
@@ -72,41 +78,45 @@ class SeriesHistory:
             self._scalers.move_to_end(series_index)
         return cached
 
-    def scales_and_history(self, planned: PlannedBatch) -> tuple[np.ndarray, np.ndarray]:
-        """Each window's seasonal scale ``[W]`` and the ``K m`` steps before its origin ``[W, K m]`` (NaN outside);
-        the history is valid until the next call (its memory is reused).
+    def scales_and_cells(self, planned: PlannedBatch) -> tuple[np.ndarray, SeasonCells]:
+        """Each window's seasonal scale ``[W]`` and the seasonal cells its baselines read (:class:`SeasonCells`).
 
-        Over the flat layout both come from vector passes over every series of the batch (many short series put
-        a hundred in one batch); otherwise, or for a batch of a few long series, per series from cached prefix
-        sums.
+        A batch of one series (the usual batch of a long series): the scale from its cached prefix sums and the
+        distinct cells read straight from its values (a few hundred cells of ``K`` values, not ``W x K m`` steps of
+        history). A batch of several series: the ``K m`` steps before each origin, gathered by vector passes over
+        every series at once over the flat layout (many short series put a hundred in one batch), else per series;
+        its cells are those of :func:`cell_positions`.
         """
         m, n_windows, history_steps = self.seasonality, planned.n_windows, self.history_steps
         source = self.source
         series_index = np.asarray(planned.series_index)
-        several = isinstance(source, SeriesArrays) and bool((series_index != series_index[:1]).any())
-        arrays = source if several and isinstance(source, SeriesArrays) else None
-        if arrays is not None:
+        horizon = self.spec.horizon
+        if n_windows and not (series_index != series_index[0]).any():
+            one = int(series_index[0])
+            values = source.series(one).values
+            origins = np.asarray(planned.origin_index, dtype=np.int64)
+            cells = series_season_cells(values, origins, m, history_steps // m, horizon)
+            return self._scaler(one).scales(origins), cells
+        positions = cell_positions(planned, m)
+        if isinstance(source, SeriesArrays):
             series_index = np.asarray(planned.series_index, dtype=np.int64)
             origins = np.asarray(planned.origin_index, dtype=np.int64)
-            history = gather_history(arrays, series_index, origins, history_steps)
-            flat = flat_seasonal_scales(arrays.values, arrays.offsets, series_index, origins, m)
+            history = gather_history(source, series_index, origins, history_steps)
+            flat = flat_seasonal_scales(source.values, source.offsets, series_index, origins, m)
             if flat is not None:
-                return flat, history
-        else:  # one series (the usual batch of a long series): its cached scaler and one gather, into memory
-            history = self._scratch.array("history", (n_windows, history_steps))  # reused batch after batch
+                return flat, season_cells(history, m, horizon, positions)
+        else:
+            history = np.empty((n_windows, history_steps))
         scale = np.empty(n_windows)
         cuts = np.flatnonzero(np.diff(planned.series_index)) + 1
         for rows in np.split(np.arange(n_windows), cuts):
             series_index_one = int(planned.series_index[rows[0]])
             origins_one = planned.origin_index[rows]
             scale[rows] = self._scaler(series_index_one).scales(origins_one)
-            if arrays is None:
+            if not isinstance(source, SeriesArrays):
                 values = source.series(series_index_one).values
-                if rows.size == n_windows:
-                    gather_blocks(values, origins_one, history_steps, 0, out=history)
-                else:
-                    history[rows] = gather_blocks(values, origins_one, history_steps, 0)
-        return scale, history
+                history[rows] = gather_blocks(values, origins_one, history_steps, 0)
+        return scale, season_cells(history, m, horizon, positions)
 
 
 def cell_positions(planned: PlannedBatch, seasonality: int) -> np.ndarray:

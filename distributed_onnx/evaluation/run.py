@@ -28,16 +28,17 @@ from distributed_onnx.evaluation.data.windows import PartSpec, dispatch_order
 from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
-from distributed_onnx.evaluation.merge import RunSums, fan_windows
+from distributed_onnx.evaluation.merge import METRICS, RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
 from distributed_onnx.evaluation.part_ledger import PartLedger
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
-from distributed_onnx.evaluation.sums import read_done_part, unverified_models
+from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
 from distributed_onnx.evaluation.transport import series_source_for
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
@@ -54,9 +55,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BacktestResult:
+    """What a run returns. The whole metrics table is in ``metrics.parquet`` (:meth:`read_metrics`); the result
+    holds only its run-wide rows, so a run over 100,000 series does not keep millions of rows in the driver."""
+
     summary: dict[str, Any]
-    metrics: pa.Table
+    #: The rows of ``metrics.parquet`` that are not per series: scopes ``global`` (every convention) and ``lead``.
+    run_wide_metrics: pa.Table
+    #: Where the whole table is: ``metrics.parquet`` in the run directory.
+    metrics_path: storage.Location
     failed_parts: list[dict[str, Any]] = field(default_factory=list)
+
+    def read_metrics(self) -> pa.Table:
+        """The whole long metrics table (every scope), read from :attr:`metrics_path` now."""
+        return storage.read_parquet(self.metrics_path)
 
 
 def run_backtest(
@@ -122,12 +133,15 @@ def render_report(
     quantiles: list[float],
     fans: list[FanWindow],
     leaderboard: pa.Table | None = None,
+    series: SeriesScores | None = None,
 ) -> float:
-    """Write report.html and return the CPU seconds it took (matplotlib's import included)."""
+    """Write report.html and return the CPU seconds it took (matplotlib's import included).
+
+    ``metrics``: the run-wide rows; ``series``: the per-series values (else the series rows of ``metrics``)."""
     started = time.process_time()
     from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
 
-    report.write_report(output, summary, metrics, quantiles, fans, leaderboard)
+    report.write_report(output, summary, metrics, quantiles, fans, leaderboard, series)
     return time.process_time() - started
 
 
@@ -168,6 +182,7 @@ class _BacktestRun:
         self.early = early
         self.parts = plan.parts()
         self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
+        self.done: list[int] = []  # the parts whose files verify (done before, or written by this run's actors)
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
@@ -199,17 +214,15 @@ class _BacktestRun:
             if self.early is not None:
                 self.early.stop()  # Ray stops on its own thread while the driver merges and draws the report
             failed = {failure.part for failure in self.ledger.failures}
-            for part in todo:
-                if part.index not in failed:
-                    self._merge_written(part)
-            scores = self.sums.merged()
-            metrics = self.sums.write_metrics(output, scores)
+            self.done += [part.index for part in todo if part.index not in failed]
+            scores = self._merged()
+            run_wide = self.sums.write_metrics(output, scores)
             self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
             nonfinite = self._compared(summary, scores, outcome)
-            self._report(summary, metrics)
+            self._report(summary, run_wide, scores)
         finally:
             if self.early is not None:
                 self.early.join()
@@ -228,7 +241,7 @@ class _BacktestRun:
             raise failure_error(plan, self.parts, failures)
         if nonfinite is not None:
             raise nonfinite
-        return BacktestResult(summary, metrics, failures)
+        return BacktestResult(summary, run_wide, storage.join(output, METRICS), failures)
 
     def _ray_ready(self) -> bool:
         """Ray (and the pool, if started early) up for the dispatch; returns True if this run started Ray."""
@@ -273,7 +286,7 @@ class _BacktestRun:
             first_result_s=self.ledger.first_result_s,
         )
 
-    def _report(self, summary: dict[str, Any], metrics: pa.Table) -> None:
+    def _report(self, summary: dict[str, Any], run_wide: pa.Table, scores: PairScores) -> None:
         """Draw report.html here, in the driver, while Ray stops on its own thread.
 
         Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
@@ -282,9 +295,10 @@ class _BacktestRun:
         the summary are the results.
         """
         plan = self.plan
-        fans = fan_windows(self.sums, plan, metrics)
+        series = SeriesScores(scores)  # per-series values from the sums: the long table is never held
+        fans = fan_windows(self.sums, plan, series)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-        arguments = (plan.settings.output, summary, metrics, plan.quantiles, fans, self.leaderboard)
+        arguments = (plan.settings.output, summary, run_wide, plan.quantiles, fans, self.leaderboard, series)
         try:
             cpu_s = render_report(*arguments)
             summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
@@ -300,7 +314,7 @@ class _BacktestRun:
         return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
 
     def _verified_todo(self) -> list[PartSpec]:
-        """The parts still to run; verified parts' sums are merged now, anything unverifiable is discarded."""
+        """The parts still to run; the verified ones are noted (merged at the end), the unverifiable discarded."""
         plan, output, todo = self.plan, self.plan.settings.output, []
         models = plan.model_fingerprints
         for part in self.parts:
@@ -314,23 +328,27 @@ class _BacktestRun:
                 may_be_written = tuple(name for name in models if name not in discarded)
                 todo.append(replace(part, written=may_be_written))
             else:
-                self.sums.add(part.index, sums)
+                self.done.append(part.index)  # its sums are read again, one part at a time, when merged
         return todo
 
-    def _merge_written(self, part: PartSpec) -> None:
+    def _merged(self) -> PairScores:
+        """Every done part's sums, read (and verified) again one at a time in part order and merged as they come.
+
+        A part that does not verify now (an actor reported it written, or a file changed since this run verified
+        it) is a failed part: sums that do not verify are never merged.
+        """
         plan = self.plan
-        sums = read_done_part(
-            plan.settings.output,
-            part.index,
-            plan.run_fingerprint,
-            part.n_windows,
-            plan.spec.horizon,
-            plan.model_fingerprints,
-        )
-        if sums is None:  # an actor reported success but the files do not verify: never merge unverified sums
-            self._on_failure(part, BatchError(f"part {part.index} was reported written but does not verify"))
-        else:
-            self.sums.add(part.index, sums)
+        by_index = {part.index: part for part in self.parts}
+
+        def read(index: int) -> PartSums | None:
+            part = by_index[index]
+            args = (plan.settings.output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+            return read_done_part(*args, plan.model_fingerprints)
+
+        scores, unverified = self.sums.merge_parts(self.done, read)
+        for index in unverified:
+            self._on_failure(by_index[index], BatchError(f"part {index} was reported written but does not verify"))
+        return scores
 
     def _dispatch(self, todo: list[PartSpec], progress: Progress) -> _Dispatched:
         settings = self.plan.settings

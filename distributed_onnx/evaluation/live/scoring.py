@@ -52,7 +52,7 @@ from distributed_onnx.evaluation.live.versus_backtest import BacktestRun, Versus
 from distributed_onnx.evaluation.merge import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores, baseline_forecasts
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, baseline_forecasts
 from distributed_onnx.forecast_log.layout import log_files, read_states
 from distributed_onnx.storage import Location
 
@@ -103,7 +103,9 @@ def score_windows(joined: JoinedWindows, placement: Placement, actuals: Actuals,
         actual[row] = values[origin : origin + horizon]
         scale[row] = actuals.scaler(resolution, series_index).scales([origin])[0]
         history[row] = gather_blocks(values, np.asarray([origin]), history_steps, 0)[0]
-    forecasts = {model: values[chosen].astype(np.float64) for model, values in joined.forecasts.items()}
+    forecasts: dict[str, Forecast] = {
+        model: values[chosen].astype(np.float64) for model, values in joined.forecasts.items()
+    }
     forecasts |= baseline_forecasts(history, m, horizon, quantiles)
     ids = windows.series_ids[chosen], windows.origin_us[chosen], windows.window_ids[chosen]
     scores.update(*ids, actual, forecasts, scale)

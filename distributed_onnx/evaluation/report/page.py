@@ -27,7 +27,7 @@ from distributed_onnx.evaluation.merge import NAIVE_MODEL
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
-from distributed_onnx.evaluation.report.tables import Scores, escape
+from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
@@ -42,10 +42,15 @@ def write_report(
     quantiles: Sequence[float],
     fans: Sequence[FanWindow] = (),
     leaderboard: pa.Table | None = None,
+    series: SeriesValues | None = None,
 ) -> storage.Location:
-    """Write ``output/report.html`` and return its location."""
+    """Write ``output/report.html`` and return its location.
+
+    ``metrics``: the long metrics table, or only its run-wide rows when ``series`` gives the per-series values
+    (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
+    """
     model = str(summary["model"])
-    scores = Scores(metrics)
+    scores = Scores(metrics, series)
     clamped = _clamped_levels(summary)
     step_us = fans[0].step_us if fans else None
     models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow

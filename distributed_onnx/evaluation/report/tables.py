@@ -7,7 +7,7 @@ import html
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,24 +21,39 @@ MAX_TABLE_SERIES = 200
 _HEADLINE_METRICS = ("mase", "wql", "mae", "rmse", "sql")
 
 
-class Scores:
-    """The long metrics table indexed by scope: ``value(model, metric, quantile=None, series=None)``, by lead.
+class SeriesValues(Protocol):
+    """Per-series values of each model, aligned with :attr:`series_ids` (the series that have an MAE)."""
 
-    The series scope (a few rows per series: millions at 100,000 series) stays in numpy arrays, one per
-    (model, metric, quantile) aligned with :attr:`series_ids`, built in vector passes; only the run-wide and
-    per-lead rows (a few hundred) become Python objects.
+    @property
+    def series_ids(self) -> Sequence[str]: ...
+
+    def values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
+        """Every series' value, NaN where it has none."""
+        ...
+
+    def counts(self, model: str) -> np.ndarray:
+        """Every series' scored pairs (the ``n`` of its MAE), -1 where it has none."""
+        ...
+
+
+class Scores:
+    """The metrics indexed by scope: ``value(model, metric, quantile=None, series=None)``, by lead.
+
+    The run-wide and per-lead rows (a few hundred) become Python objects. The series scope comes from
+    ``series`` when given (a backtest's driver passes :class:`~distributed_onnx.evaluation.scoring.series_scores.
+    SeriesScores`, computed from the merged sums: it never holds the long table), else from the table's series
+    rows (:class:`TableSeries`).
     """
 
-    def __init__(self, metrics: pa.Table) -> None:
+    def __init__(self, metrics: pa.Table, series: SeriesValues | None = None) -> None:
         self.cells: dict[tuple[str, str, str | None, float | None], float] = {}
         leads: dict[tuple[str, str, float | None], list[tuple[int, float]]] = defaultdict(list)
         # fev and count rows belong to the comparison section. One filter per scope over the columns each needs:
-        # the series rows are most of the table, and a filtered copy of every column cost hundreds of MB of the
-        # driver's peak at 40,000 series (benchmarks/results/time_to_results.md).
+        # the series rows are most of a whole table, and a filtered copy of every column cost hundreds of MB of
+        # the driver's peak at 40,000 series (benchmarks/results/time_to_results.md).
         is_series = pc.equal(metrics.column("scope"), "series")
         pooled = pc.equal(metrics.column("convention"), "pooled") if "convention" in metrics.column_names else None
         run_wide = pc.invert(is_series) if pooled is None else pc.and_(pooled, pc.invert(is_series))
-        series_rows = is_series if pooled is None else pc.and_(pooled, is_series)
         for row in metrics.filter(run_wide).to_pylist():
             quantile = None if row["quantile"] is None else round(float(row["quantile"]), 9)
             if row["scope"] == "lead":
@@ -47,19 +62,57 @@ class Scores:
             self.cells[(row["model"], row["metric"], None, quantile)] = float(row["value"])
         self.leads = {key: sorted(points) for key, points in leads.items()}
         self.max_lead = max((lead for points in leads.values() for lead, _ in points), default=0)
-        self._series_values: dict[tuple[str, str, float | None], np.ndarray] = {}
-        self._series_counts: dict[str, np.ndarray] = {}
+        if series is None:
+            series_rows = is_series if pooled is None else pc.and_(pooled, is_series)
+            columns = ["series_id", "model", "metric", "quantile", "value", "n"]
+            series = TableSeries(metrics.select(columns).filter(series_rows))
+        self._series = series
+        self._series_row: dict[str, int] | None = None
+
+    @property
+    def series_ids(self) -> Sequence[str]:
+        return self._series.series_ids
+
+    def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
+        level = None if quantile is None else round(quantile, 9)
+        if series is None:
+            return self.cells.get((model, metric, None, level))
+        if self._series_row is None:
+            self._series_row = {name: i for i, name in enumerate(self.series_ids)}
+        row = self._series_row.get(series)
+        if row is None:
+            return None
+        value = self.series_values(model, metric, quantile)[row]
+        return float(value) if np.isfinite(value) else None
+
+    def series_values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
+        """Every series' value (NaN where it has none), aligned with :attr:`series_ids`."""
+        return self._series.values(model, metric, quantile)
+
+    def series_counts(self, model: str) -> np.ndarray:
+        """Every series' scored pairs (-1 where it has none), aligned with :attr:`series_ids`."""
+        return self._series.counts(model)
+
+    def by_lead(self, model: str, metric: str, quantile: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Values on the common grid of leads 1..max (NaN where this model has no value: no scored pair)."""
+        points = self.leads.get((model, metric, None if quantile is None else round(quantile, 9)))
+        if not points:
+            return None
+        values = np.full(self.max_lead, np.nan)
+        for lead, value in points:
+            values[lead - 1] = value
+        return np.arange(1, self.max_lead + 1, dtype=float), values
+
+
+class TableSeries:
+    """The series-scope rows of a metrics table as one value array per (model, metric, quantile), built in vector
+    passes (live scoring's tables, tests); :attr:`series_ids` are the series with an MAE, in the order they
+    first appear among the MAE rows, as the per-series table has always listed them."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        self._values: dict[tuple[str, str, float | None], np.ndarray] = {}
+        self._counts: dict[str, np.ndarray] = {}
         self.series_ids: list[str] = []
-        self._series_row: dict[str, int] = {}
-        columns = ["series_id", "model", "metric", "quantile", "value", "n"]
-        self._index_series(metrics.select(columns).filter(series_rows))
-
-    def _index_series(self, rows: pa.Table) -> None:
-        """Series-scope rows -> one value array per (model, metric, quantile); the series in first-seen order.
-
-        :attr:`series_ids` holds the series with an MAE (a scored pair and a median), in the order they
-        first appear among the MAE rows, as the per-series table has always listed them.
-        """
         if rows.num_rows == 0:
             return
         series, names = _encoded(rows.column("series_id"))
@@ -73,7 +126,6 @@ class Scores:
         position = np.full(len(names), -1, dtype=np.int64)
         position[listed] = np.arange(listed.size)
         self.series_ids = [str(names[code]) for code in listed.tolist()]
-        self._series_row = {name: i for i, name in enumerate(self.series_ids)}
         row = position[series]
         keep = row >= 0
         value, count = _floats(rows.column("value")), _floats(rows.column("n")).astype(np.int64)
@@ -89,41 +141,19 @@ class Scores:
             level = None if level_value < 0 else round(level_value, 9)
             values = np.full(len(self.series_ids), np.nan)
             values[row[group]] = value[group]
-            self._series_values[(model, metric, level)] = values
+            self._values[(model, metric, level)] = values
             if metric == "mae":
                 counts = np.full(len(self.series_ids), -1, dtype=np.int64)
                 counts[row[group]] = count[group]
-                self._series_counts[model] = counts
+                self._counts[model] = counts
 
-    def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
-        level = None if quantile is None else round(quantile, 9)
-        if series is None:
-            return self.cells.get((model, metric, None, level))
-        row = self._series_row.get(series)
-        values = self._series_values.get((model, metric, level))
-        if row is None or values is None or not np.isfinite(values[row]):
-            return None
-        return float(values[row])
-
-    def series_values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
-        """Every series' value (NaN where it has none), aligned with :attr:`series_ids`."""
-        found = self._series_values.get((model, metric, None if quantile is None else round(quantile, 9)))
+    def values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
+        found = self._values.get((model, metric, None if quantile is None else round(quantile, 9)))
         return found if found is not None else np.full(len(self.series_ids), np.nan)
 
-    def series_counts(self, model: str) -> np.ndarray:
-        """Every series' scored pairs (-1 where it has none), aligned with :attr:`series_ids`."""
-        found = self._series_counts.get(model)
+    def counts(self, model: str) -> np.ndarray:
+        found = self._counts.get(model)
         return found if found is not None else np.full(len(self.series_ids), -1, dtype=np.int64)
-
-    def by_lead(self, model: str, metric: str, quantile: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-        """Values on the common grid of leads 1..max (NaN where this model has no value: no scored pair)."""
-        points = self.leads.get((model, metric, None if quantile is None else round(quantile, 9)))
-        if not points:
-            return None
-        values = np.full(self.max_lead, np.nan)
-        for lead, value in points:
-            values[lead - 1] = value
-        return np.arange(1, self.max_lead + 1, dtype=float), values
 
 
 def _encoded(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:

@@ -54,23 +54,25 @@ class WindowSums:
         scaled = np.isfinite(scale) & (scale > 0.0)
         s_safe = np.where(scaled, scale, 1.0)
         rho = per_window["rho"]  # [W, Q]: sums of rho_q over the window's scored pairs
-        columns = [
-            per_window["pairs"],
-            per_window["abs_err"],
-            per_window["sq_err"],
-            per_window["abs_y"],
-            np.where(scaled, per_window["pairs"], 0.0),
-            np.where(scaled, per_window["abs_err"] / s_safe, 0.0),
-            np.where(scaled, 2.0 * rho.mean(axis=1) / s_safe, 0.0),
-        ]
-        block = np.concatenate([np.stack(columns, axis=1), 2.0 * rho], axis=1)
+        block = np.empty((rho.shape[0], self.sums.shape[1]))  # the columns of _SCALARS, then 2 rho, filled in place
+        for column, name in enumerate(("pairs", "abs_err", "sq_err", "abs_y")):
+            block[:, column] = per_window[name]
+        block[:, 4] = np.where(scaled, per_window["pairs"], 0.0)
+        block[:, 5] = np.where(scaled, per_window["abs_err"] / s_safe, 0.0)
+        block[:, 6] = np.where(scaled, 2.0 * rho.mean(axis=1) / s_safe, 0.0)
+        np.multiply(rho, 2.0, out=block[:, len(_SCALARS) :])
         self._add(np.asarray(origin_us, dtype=np.int64), block)
 
     def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:
         """Add ``block`` row by row to the sums of its origins (each origin's rows in order, after the sums kept)."""
+        if origins.size and _after(self.origins, origins):
+            # The usual batch (one series, origins ascending after those kept): appended in order, each sum 0 + its
+            # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does).
+            self.origins = np.concatenate([self.origins, origins])
+            self.sums = np.concatenate([self.sums, block + 0.0])
+            return
         if origins.size and _new_and_distinct(self.origins, origins):
-            # The usual batch (one series, ascending origins): every origin is new, so every sum is 0 + its row
-            # (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does) placed in order.
+            # Every origin new and distinct: every sum is 0 + its row, placed in order.
             keys = np.concatenate([self.origins, origins])
             order = np.argsort(keys, kind="stable")
             self.origins, self.sums = keys[order], np.concatenate([self.sums, block + 0.0])[order]
@@ -131,6 +133,13 @@ class WindowSums:
                 rows.append((metric, float(values[defined].mean()), n))
         order = ("mae", "rmse", "mase", "sql", "wql")
         return sorted(rows, key=lambda row: order.index(row[0]))
+
+
+def _after(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:
+    """Whether ``origins`` ascend strictly, all after the last of ``kept`` (sorted)."""
+    if kept.size and origins[0] <= kept[-1]:
+        return False
+    return bool((origins[1:] > origins[:-1]).all())
 
 
 def _new_and_distinct(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:

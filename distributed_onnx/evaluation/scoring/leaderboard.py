@@ -49,6 +49,8 @@ SEED = 123  # fev's default seed
 N_RESAMPLES = 1000
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
 RESAMPLE_CHUNK = 32
+#: Resamples whose picks are drawn at once (``8 x DRAW_CHUNK x S`` bytes; only the weights are a whole chunk).
+DRAW_CHUNK = 8
 RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
 F64 = npt.NDArray[np.float64]
 
@@ -83,12 +85,23 @@ class _SeriesSums:
     vectors: frozenset[str]  # the sums with one value per series (the others have one per quantile)
 
     @classmethod
-    def of(cls, sums: dict[str, F64]) -> _SeriesSums:
-        blocks = [values.reshape(values.shape[0], -1) for values in sums.values()]
-        edges = np.cumsum([0, *(block.shape[1] for block in blocks)])
+    def of(
+        cls, sums: dict[str, F64], rows: npt.NDArray[np.intp] | None = None, matrix: F64 | None = None
+    ) -> _SeriesSums:
+        """``sums`` side by side, their rows at ``rows`` (all, in order, if None); ``matrix``: that matrix
+        already (the accumulator's own, :meth:`.MetricsAccumulator.series_matrix`), used as it is."""
+        widths = [int(np.prod(values.shape[1:], dtype=np.int64)) for values in sums.values()]
+        edges = np.cumsum([0, *widths])
         columns = {name: slice(int(a), int(b)) for name, a, b in zip(sums, edges[:-1], edges[1:], strict=True)}
         vectors = frozenset(name for name, values in sums.items() if values.ndim == 1)
-        return cls(np.hstack(blocks), columns, vectors)
+        if matrix is not None and rows is None and matrix.shape[1] == edges[-1]:
+            return cls(matrix, columns, vectors)
+        n_rows = next(iter(sums.values())).shape[0] if rows is None else rows.size
+        filled = np.empty((n_rows, int(edges[-1])))
+        for (name, values), width in zip(sums.items(), widths, strict=True):
+            picked = values if rows is None else values[rows]
+            filled[:, columns[name]] = picked.reshape(n_rows, width)
+        return cls(filled, columns, vectors)
 
     def __getitem__(self, name: str) -> F64:
         block = self.matrix[:, self.columns[name]]
@@ -101,11 +114,16 @@ class _SeriesSums:
 
 
 def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _SeriesSums:
-    """The model's per-series sums, rows in ``series`` order."""
+    """The model's per-series sums, rows in ``series`` order: the merged sums' own side-by-side matrix when their
+    rows are in that order already (the usual run: parts follow the plan, sorted by id), else a matrix filled a
+    sum at a time. A reordered copy of every sum, then their side-by-side copy, cost twice the matrix (~100 MB at
+    100,000 series and 3 models: benchmarks/results/time_to_results.md)."""
     accumulator = scores.pooled[model]
-    rows = {sid: i for i, sid in enumerate(accumulator.series_ids)}
+    rows = accumulator.series_rows()
     order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
-    return _SeriesSums.of({name: values[order] for name, values in accumulator.series_sums().items()})
+    if np.array_equal(order, np.arange(len(rows))):
+        return _SeriesSums.of(accumulator.series_views(), matrix=accumulator.series_matrix())
+    return _SeriesSums.of(accumulator.series_views(), order)
 
 
 def _global(sums: _SeriesSums, weights: F64, has_median: bool) -> dict[str, F64]:
@@ -143,15 +161,26 @@ def _skill_logs(ratios: F64) -> tuple[F64, npt.NDArray[np.bool_]]:
     return np.where(defined, np.log(clipped), 0.0), defined
 
 
-def _gmean_skill(ratios: F64, resampled: F64) -> tuple[float, float, float, int]:
-    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval (``resampled``) over series."""
+def _gmean_point(ratios: F64) -> tuple[float, int]:
+    """Skill = 1 - gmean of the defined, clipped ratios, and how many are defined (NaN, 0 when none is)."""
     defined = np.isfinite(ratios) & (ratios > 0)
     if not defined.any():
-        return math.nan, math.nan, math.nan, 0
+        return math.nan, 0
     clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
-    point = 1.0 - float(np.exp(np.mean(np.log(clipped[defined]))))
+    return 1.0 - float(np.exp(np.mean(np.log(clipped[defined])))), int(defined.sum())
+
+
+def _gmean_skill(ratios: F64, resampled: F64) -> tuple[float, float, float, int]:
+    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval (``resampled``) over series."""
+    return _with_interval(_gmean_point(ratios), resampled)
+
+
+def _with_interval(point: tuple[float, int], resampled: F64) -> tuple[float, float, float, int]:
+    skill, n = point
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
     low, high = percentile_interval(resampled)
-    return point, low, high, int(defined.sum())
+    return skill, low, high, n
 
 
 def percentile_interval(resampled: F64) -> tuple[float, float]:
@@ -168,14 +197,51 @@ def percentile_interval(resampled: F64) -> tuple[float, float]:
     return float(low), float(high)
 
 
+@dataclass(frozen=True)
+class _SkillMatrix:
+    """What the bootstrap resamples of every skill, as one matrix ``[S, keys + distinct]``.
+
+    A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are the
+    resample's weights times a column, so the logs of every key's defined, clipped ratios and one indicator per
+    distinct set of defined series (keys whose defined series are the same share theirs) are one matrix, and
+    every skill of a chunk one product. Filled a column at a time from the ratios, which are not kept: with their
+    logs and a stacked copy they were three times the matrix (~40 MB at 100,000 series, 3 models).
+    """
+
+    keys: list[tuple[str, str, str]]
+    matrix: F64
+    distinct_of: list[int]  # each key's indicator column, after the keys' columns
+
+    @classmethod
+    def of(
+        cls, n_series: int, keys: Sequence[tuple[str, str, str]], ratio_of: Callable[[tuple[str, str, str]], F64]
+    ) -> _SkillMatrix:
+        distinct: dict[bytes, int] = {}
+        distinct_of: list[int] = []
+        indicators: list[npt.NDArray[np.bool_]] = []
+        for key in keys:
+            _, defined = _skill_logs(ratio_of(key))
+            column = distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
+            if column == len(indicators):
+                indicators.append(defined)
+            distinct_of.append(column)
+        matrix = np.empty((n_series, len(keys) + len(indicators)))
+        for index, key in enumerate(keys):
+            matrix[:, index] = _skill_logs(ratio_of(key))[0]
+        for index, defined in enumerate(indicators):
+            matrix[:, len(keys) + index] = defined
+        return cls(list(keys), matrix, distinct_of)
+
+
 @dataclass
 class _Bootstrap:
     """Every resampled figure of the leaderboard, the resamples drawn and applied a chunk at a time.
 
-    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn :data:`RESAMPLE_CHUNK` rows at
-    a time they are the same numbers (the generator's stream does not depend on how it is cut), and a row's
+    The draws are fev's (``default_rng(SEED).integers(0, S, size=(B, S))``): drawn :data:`DRAW_CHUNK` rows at a
+    time they are the same numbers (the generator's stream does not depend on how it is cut), and a row's
     figures depend on that row only. Drawn at once, the [B, S] picks, their weights and each gather took
-    ``8 B S`` bytes apiece: 0.8 GB per array at 100,000 series, the driver's peak (benchmarks/results/
+    ``8 B S`` bytes apiece: 0.8 GB per array at 100,000 series, the driver's peak; the weights of
+    :data:`RESAMPLE_CHUNK` resamples at a time are one matrix for the products (benchmarks/results/
     time_to_results.md).
     """
 
@@ -184,38 +250,28 @@ class _Bootstrap:
     globals_: dict[str, dict[str, list[F64]]] = field(default_factory=dict)
     skills: dict[tuple[str, str, str], list[F64]] = field(default_factory=dict)
 
-    def run(
-        self,
-        sums: dict[str, _SeriesSums],
-        has_median: bool,
-        skill_logs: dict[tuple[str, str, str], tuple[F64, npt.NDArray[np.bool_]]],
-    ) -> None:
+    def run(self, sums: dict[str, _SeriesSums], has_median: bool, skill: _SkillMatrix) -> None:
+        """Every resampled global metric of every model and every resampled skill, one draw of the resamples.
+
+        Each chunk's weights are applied to every model's sums at once: drawing the resamples again per model
+        (to hold one model's sums at a time, 33 MB less at 100,000 series) cost ~1 s of CPU a pass there.
+        """
         rng = np.random.default_rng(SEED)
-        # A resample's skill is 1 - exp(sum of the drawn series' logs / how many drawn are defined): both sums are
-        # the resample's weights times a column, so the logs of every key and each distinct defined-indicator are
-        # one matrix, and every skill of a chunk one product (keys whose defined series are the same share theirs).
-        distinct: dict[bytes, int] = {}
-        defined_of = {
-            key: distinct.setdefault(np.packbits(defined).tobytes(), len(distinct))
-            for key, (_, defined) in skill_logs.items()
-        }
-        indicators = {row: defined for key, (_, defined) in skill_logs.items() for row in [defined_of[key]]}
-        skill_columns = [logs for logs, _ in skill_logs.values()]
-        skill_columns += [indicators[row].astype(np.float64) for row in range(len(distinct))]
-        skill_matrix = np.column_stack(skill_columns) if skill_columns else np.empty((self.n_series, 0))
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):
             rows = min(RESAMPLE_CHUNK, self.n_resamples - start)
-            picks = rng.integers(0, max(self.n_series, 1), size=(rows, self.n_series))
-            # How often each series is drawn in each resample (what np.add.at counted, in one pass).
-            flat = (picks + np.arange(rows, dtype=np.int64)[:, None] * self.n_series).ravel()
-            weights = np.bincount(flat, minlength=rows * self.n_series).reshape(rows, self.n_series).astype(np.float64)
+            # How often each series is drawn in each resample, the picks drawn DRAW_CHUNK resamples at a time.
+            weights = np.empty((rows, self.n_series))
+            for first in range(0, rows, DRAW_CHUNK):
+                picks = rng.integers(0, max(self.n_series, 1), size=(min(DRAW_CHUNK, rows - first), self.n_series))
+                for row, drawn in enumerate(picks, start=first):
+                    weights[row] = np.bincount(drawn, minlength=self.n_series)
             for model, model_sums in sums.items():
                 for metric, values in _global(model_sums, weights, has_median).items():
                     self.globals_.setdefault(model, {}).setdefault(metric, []).append(values)
-            totals = weights @ skill_matrix
+            totals = weights @ skill.matrix
             with np.errstate(invalid="ignore", divide="ignore"):
-                for index, key in enumerate(skill_logs):
-                    counts = totals[:, len(skill_logs) + defined_of[key]]
+                for index, key in enumerate(skill.keys):
+                    counts = totals[:, len(skill.keys) + skill.distinct_of[index]]
                     self.skills.setdefault(key, []).append(1.0 - np.exp(totals[:, index] / counts))
 
     def global_(self, model: str, metric: str) -> F64:
@@ -276,13 +332,15 @@ def leaderboard(
         ]
         for model in models
     }
-    ratios = {
-        (model, versus, metric): per_series[model][metric] / per_series[versus][metric]
-        for model in models
-        for versus, metric in versus_metrics[model]
-    }
+    keys = [(model, versus, metric) for model in models for versus, metric in versus_metrics[model]]
+
+    def ratio_of(key: tuple[str, str, str]) -> F64:
+        model, versus, metric = key
+        return per_series[model][metric] / per_series[versus][metric]
+
+    points = {key: _gmean_point(ratio_of(key)) for key in keys}
     bootstrap = _Bootstrap(len(series), n_resamples)
-    bootstrap.run(sums, has_median, {key: _skill_logs(ratio) for key, ratio in ratios.items() if len(series)})
+    bootstrap.run(sums, has_median, _SkillMatrix.of(len(series), keys if series else [], ratio_of))
     records: list[dict[str, Any]] = []
 
     def add(kind: str, model: str, metric: str, value: float, low: float, high: float, n: int, **extra: Any) -> None:
@@ -310,7 +368,7 @@ def leaderboard(
         for versus, metric in versus_metrics[model]:
             key = (model, versus, metric)
             resampled = bootstrap.skill(key) if series else np.empty(0)
-            skill, low, high, n = _gmean_skill(ratios[key], resampled)
+            skill, low, high, n = _with_interval(points[key], resampled)
             add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
     metric = "mase" if has_median else "sql"
     losses = {model: scores.windows[model].per_window()[metric] for model in models}

@@ -25,7 +25,7 @@ The losses of a batch are computed and reduced in :mod:`.losses`; the table of m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self
 
@@ -34,11 +34,29 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.errors import ConfigError, DataError
-from distributed_onnx.evaluation.scoring.losses import Levels, Scratch, batch_losses
-from distributed_onnx.evaluation.scoring.metrics_table import METRICS_SCHEMA, POOLED, metrics_table
+from distributed_onnx.evaluation.scoring.losses import CellForecast, Levels, Scratch, batch_losses
+from distributed_onnx.evaluation.scoring.metrics_table import (
+    METRICS_SCHEMA,
+    POOLED,
+    SERIES_PER_TABLE,
+    RowLayout,
+    SortedSeries,
+    metrics_table,
+    metrics_tables,
+    sorted_series,
+    unit_column,
+)
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "BatchPairs", "MetricsAccumulator", "SeriesCodes", "finite_pairs"]
+__all__ = [
+    "METRICS_SCHEMA",
+    "POOLED",
+    "SERIES_PER_TABLE",
+    "BatchPairs",
+    "MetricsAccumulator",
+    "SeriesCodes",
+    "finite_pairs",
+]
 
 F64 = npt.NDArray[np.float64]
 
@@ -51,20 +69,34 @@ _FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase
 
 
 def _group_sum(codes: npt.NDArray[np.intp], values: npt.NDArray[Any], n_groups: int) -> F64:
-    """Sum ``values[W, ...]`` by ``codes[W]`` into ``[n_groups, ...]`` with one ``bincount`` (no loop)."""
-    flat = values.reshape(values.shape[0], -1)
-    width = flat.shape[1]
+    """Sum ``values[W, F]`` by ``codes[W]`` into ``[n_groups, F]``, per group window after window from 0.
+
+    One ``bincount`` (no loop); a batch of one series (the usual batch) is one reduction over windows, which adds
+    window after window in the same order (``+ 0.0`` is bincount's first addition: it turns a -0.0 into 0.0).
+    """
+    if n_groups == 1:
+        return np.asarray(np.sum(values, axis=0, keepdims=True) + 0.0, dtype=np.float64)
+    width = values.shape[1]
     index = (codes[:, None] * width + np.arange(width)).ravel()
-    sums = np.bincount(index, weights=flat.ravel().astype(np.float64), minlength=n_groups * width)
-    return sums.reshape((n_groups, *values.shape[1:]))
+    sums = np.bincount(index, weights=values.ravel().astype(np.float64), minlength=n_groups * width)
+    return np.asarray(sums, dtype=np.float64).reshape(n_groups, width)
 
 
-def finite_pairs(forecast: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+def finite_pairs(forecast: npt.NDArray[Any] | CellForecast) -> npt.NDArray[np.bool_]:
     """``[W, H]``: every quantile of the pair's forecast finite. One fast pass when all are (the usual batch): the
     reduction over the short quantile axis costs ten times more and only runs when something is not finite.
+
+    The fast pass is a plain sum: a NaN or an infinity makes it non-finite (NaN stays NaN, infinities stay
+    infinite or meet as NaN), so a finite sum proves every value finite; a sum that overflows only sends the
+    batch to the exact check.
     """
+    if isinstance(forecast, CellForecast):
+        return forecast.finite()
     if forecast.ndim == 3 and forecast.shape[2] > 1 and forecast.strides[2] == 0:  # one point for every level
         return np.asarray(np.isfinite(forecast[..., 0]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(forecast)):
+            return np.ones(forecast.shape[:2], dtype=bool)
     finite = np.isfinite(forecast)
     if finite.all():
         return np.ones(forecast.shape[:2], dtype=bool)
@@ -84,6 +116,20 @@ class SeriesCodes(NamedTuple):
         distinct, local = np.unique(ids, return_inverse=True)
         return cls([str(sid) for sid in distinct], local.ravel().astype(np.intp), int(ids.size))
 
+    @classmethod
+    def of_indices(cls, series_index: npt.NDArray[np.integer[Any]], series_ids: Sequence[str]) -> SeriesCodes:
+        """:meth:`of` the ids ``series_ids[series_index]``: each distinct series' id looked up once, none decoded per
+        window (a batch's windows are a few series). The same codes: distinct ids in sorted order."""
+        index = np.asarray(series_index).ravel()
+        if index.size and (index == index[0]).all():  # the usual batch: one series
+            return cls([str(series_ids[int(index[0])])], np.zeros(index.size, dtype=np.intp), int(index.size))
+        numbers, local = np.unique(index, return_inverse=True)
+        ids = [str(series_ids[int(number)]) for number in numbers]
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        rank = np.empty(len(ids), dtype=np.intp)
+        rank[order] = np.arange(len(ids), dtype=np.intp)
+        return cls([ids[i] for i in order], rank[local.ravel()], int(index.size))
+
 
 @dataclass(frozen=True)
 class BatchPairs:
@@ -99,6 +145,7 @@ class BatchPairs:
     all_valid: bool
     n_valid: npt.NDArray[np.int64]  # [W]
     scaled: npt.NDArray[np.bool_]  # [W]: a usable scale (finite, positive)
+    all_scaled: bool
     scale: F64  # [W]: the scale where usable, else 1
     use_window: npt.NDArray[np.bool_]  # [W]: a usable scale and at least one pair (the windows of mase, sql)
     denominator: F64  # [W]: pairs x scale of those windows, 1 elsewhere
@@ -143,6 +190,7 @@ class BatchPairs:
             all_valid=all_valid,
             n_valid=n_valid,
             scaled=scaled,
+            all_scaled=bool(scaled.all()),
             scale=s_safe,
             use_window=use_window,
             denominator=np.where(use_window, n_valid, 1) * s_safe,
@@ -174,15 +222,37 @@ class MetricsAccumulator:
         self._upper = np.asarray([self.quantiles.index(hi) for _, hi in self.intervals], dtype=np.intp)
         self._layout = Levels(self._levels, self._lower, self._upper, self._median)
         self._series_index: dict[str, int] = {}
-        self._series = {name: self._zeros(0, name) for name in _FIELDS}
-        self._leads = {name: self._zeros(self.horizon, name) for name in _FIELDS}
+        # Every field of a scope side by side in one matrix (the columns of :data:`_FIELDS`, ``rho`` and ``hits``
+        # one column per level / interval): a batch adds to each scope with one addition, the leaderboard multiplies
+        # the series' matrix as it is, and it is the state a part's sums file holds.
+        trailing = {"rho": (len(self.quantiles),), "hits": (len(self.intervals),)}
+        self._trailing = {name: trailing.get(name, ()) for name in _FIELDS}
+        self._columns: dict[str, int | slice] = {}
+        start = 0
+        for name in _FIELDS:
+            width = int(np.prod(self._trailing[name], dtype=np.int64))
+            self._columns[name] = slice(start, start + width) if self._trailing[name] else start
+            start += width
+        self._width = start
+        self._buffer = np.zeros((0, self._width))  # the per-series sums' rows and room to grow (see _grow)
+        self._series_sums = self._buffer[:0]
+        self._lead_sums = np.zeros((self.horizon, self._width))
         self.n_windows = 0
         self.n_missing_pairs = 0
         self.n_unscaled_windows = 0
 
-    def _zeros(self, rows: int, name: str) -> F64:
-        trailing = {"rho": (len(self.quantiles),), "hits": (len(self.intervals),)}.get(name, ())
-        return np.zeros((rows, *trailing))
+    @property
+    def _series(self) -> dict[str, F64]:
+        """Each field's per-series sums: views of the packed matrix."""
+        return self._fields(self._series_sums)
+
+    @property
+    def _leads(self) -> dict[str, F64]:
+        """Each field's per-lead sums: views of the packed matrix."""
+        return self._fields(self._lead_sums)
+
+    def _fields(self, matrix: F64) -> dict[str, F64]:
+        return {name: matrix[:, self._columns[name]] for name in _FIELDS}
 
     def _rows_of(self, series_ids: Sequence[str]) -> npt.NDArray[np.intp]:
         """Map distinct series ids to rows of the per-series state, growing it for series seen first."""
@@ -190,10 +260,22 @@ class MetricsAccumulator:
         if new:
             for sid in new:
                 self._series_index[sid] = len(self._series_index)
-            self._series = {
-                name: np.concatenate([arr, self._zeros(len(new), name)]) for name, arr in self._series.items()
-            }
+            self._grow(len(self._series_index))
         return np.asarray([self._series_index[sid] for sid in series_ids], dtype=np.intp)
+
+    def _grow(self, rows: int) -> None:
+        """Per-series sums of ``rows`` rows, the new ones zero: the first rows of one ``[capacity, columns]`` buffer
+        whose capacity doubles when full.
+
+        The driver merges part after part, each adding its series: grown by a copy of every sum per part, the
+        merged sums cost it ~25 MB more than their size at 100,000 series (freed copies it could not give back,
+        measured). Rows past ``rows`` are zeros no view reaches (``np.zeros``: pages untouched until written).
+        """
+        if self._buffer.shape[0] < rows:
+            bigger = np.zeros((max(rows, 2 * self._buffer.shape[0]), self._width))
+            bigger[: self._series_sums.shape[0]] = self._series_sums
+            self._buffer = bigger
+        self._series_sums = self._buffer[:rows]
 
     def update(
         self,
@@ -220,7 +302,7 @@ class MetricsAccumulator:
             return {}
         return self.add(BatchPairs.of(ids, y, s, valid, None if valid is not None else finite_pairs(f)), f)
 
-    def _check_shapes(self, n_win: int, y: F64, f: npt.NDArray[Any], s: F64) -> None:
+    def _check_shapes(self, n_win: int, y: F64, f: npt.NDArray[Any] | CellForecast, s: F64) -> None:
         horizon, n_q = self.horizon, len(self.quantiles)
         expected = {"actual": (n_win, horizon), "forecast": (n_win, horizon, n_q), "scale": (n_win,)}
         for name, array in (("actual", y), ("forecast", f), ("scale", s)):
@@ -231,7 +313,7 @@ class MetricsAccumulator:
                     array=name,
                 )
 
-    def add(self, pairs: BatchPairs, forecast: npt.NDArray[Any]) -> dict[str, F64]:
+    def add(self, pairs: BatchPairs, forecast: npt.NDArray[Any] | CellForecast) -> dict[str, F64]:
         """:meth:`update` with the batch's pairs built once for every model (``forecast`` float32 or float64)."""
         n_win = pairs.codes.size
         self._check_shapes(n_win, pairs.actual, forecast, pairs.scale)
@@ -239,53 +321,53 @@ class MetricsAccumulator:
             return {}
         losses = batch_losses(pairs.actual, forecast, pairs.valid, pairs.all_valid, self._layout, pairs.scratch)
         point = losses.point
-        squared = point**2
-        step_sql = 2.0 * (losses.rho_by_pair / len(self.quantiles))  # [W, H]: mean over q of 2 * rho_q
-        s_safe, use_window, lead_scaled = pairs.scale, pairs.use_window, pairs.lead_scaled
-        per_window: dict[str, F64] = {
-            "pairs": pairs.n_valid.astype(np.float64),  # counts: exact as floats
-            "abs_err": point.sum(axis=1),
-            "sq_err": squared.sum(axis=1),
-            "abs_y": pairs.abs_y_by_window,
-            "rho": losses.rho_by_window,
-            "hits": losses.hits_by_window.astype(np.float64),
-        }
-        window_level = {
-            "scaled": use_window,
-            "mase": np.where(use_window, per_window["abs_err"] / pairs.denominator, 0.0),
-            "sql": np.where(use_window, step_sql.sum(axis=1) / pairs.denominator, 0.0),
-            "scaled_pairs": np.where(use_window, pairs.n_valid, 0),
-        }
-        lead_level = {
-            "pairs": pairs.by_lead["pairs"],
-            "abs_err": point.sum(axis=0),
-            "sq_err": squared.sum(axis=0),
-            "abs_y": pairs.by_lead["abs_y"],
-            "rho": losses.rho_by_lead,
-            "hits": losses.hits_by_lead,
-            "scaled": pairs.by_lead["scaled"],
-            "mase": np.where(lead_scaled, point / s_safe[:, None], 0.0).sum(axis=0),
-            "sql": np.where(lead_scaled, step_sql / s_safe[:, None], 0.0).sum(axis=0),
-            "scaled_pairs": pairs.by_lead["scaled"],
-        }
-        # The batch's distinct series (found once per batch, not once per model); every field of every window
-        # grouped by one bincount (per group, window after window: the same sums as one bincount per field).
+        squared = np.square(point)
+        step_sql = losses.rho_by_pair  # [W, H], made 2 * (rho / Q): each pair's mean over q of 2 * rho_q
+        np.divide(step_sql, len(self.quantiles), out=step_sql)
+        np.multiply(step_sql, 2.0, out=step_sql)
+        s_safe, use_window, column = pairs.scale, pairs.use_window, self._columns
+        # Every window's sums (the columns of _FIELDS), written in place into one matrix.
+        by_window = np.empty((n_win, self._width))
+        by_window[:, column["pairs"]] = pairs.n_valid  # counts: exact as floats
+        abs_err = np.sum(point, axis=1, out=by_window[:, column["abs_err"]])
+        np.sum(squared, axis=1, out=by_window[:, column["sq_err"]])
+        by_window[:, column["abs_y"]] = pairs.abs_y_by_window
+        by_window[:, column["rho"]] = losses.rho_by_window
+        by_window[:, column["hits"]] = losses.hits_by_window
+        by_window[:, column["scaled"]] = use_window
+        by_window[:, column["mase"]] = np.where(use_window, abs_err / pairs.denominator, 0.0)
+        by_window[:, column["sql"]] = np.where(use_window, step_sql.sum(axis=1) / pairs.denominator, 0.0)
+        by_window[:, column["scaled_pairs"]] = np.where(use_window, pairs.n_valid, 0)
+        # Every lead's sums, likewise. The scaled losses of a pair not scored are 0 / s = 0 already, so only the
+        # windows without a usable scale need masking (none, in the usual batch).
+        by_lead = np.empty((self.horizon, self._width))
+        by_lead[:, column["pairs"]] = pairs.by_lead["pairs"]
+        np.sum(point, axis=0, out=by_lead[:, column["abs_err"]])
+        np.sum(squared, axis=0, out=by_lead[:, column["sq_err"]])
+        by_lead[:, column["abs_y"]] = pairs.by_lead["abs_y"]
+        by_lead[:, column["rho"]] = losses.rho_by_lead
+        by_lead[:, column["hits"]] = losses.hits_by_lead
+        by_lead[:, column["scaled"]] = pairs.by_lead["scaled"]
+        for name, losses_of_pairs in (("mase", point), ("sql", step_sql)):
+            scaled = np.divide(losses_of_pairs, s_safe[:, None], out=squared)  # squared's last use was above
+            if not pairs.all_scaled:
+                np.copyto(scaled, 0.0, where=~pairs.lead_scaled)
+            np.sum(scaled, axis=0, out=by_lead[:, column[name]])
+        by_lead[:, column["scaled_pairs"]] = pairs.by_lead["scaled"]
+        # The batch's distinct series (found once per batch, not once per model); every column of every window
+        # grouped by one bincount (per group, window after window).
         rows = self._rows_of(pairs.codes.distinct)
-        by_window = {**per_window, **window_level}
-        widths = [int(np.prod(by_window[name].shape[1:], dtype=np.int64)) for name in _FIELDS]
-        matrix = np.concatenate([by_window[name].reshape(n_win, -1) for name in _FIELDS], axis=1)
-        grouped = _group_sum(pairs.codes.local, matrix, rows.size)
-        start = 0
-        for name, width in zip(_FIELDS, widths, strict=True):
-            trailing = self._series[name].shape[1:]
-            self._series[name][rows] += grouped[:, start : start + width].reshape(rows.size, *trailing)
-            self._leads[name] += lead_level[name]
-            start += width
+        grouped = _group_sum(pairs.codes.local, by_window, rows.size)
+        if rows.size == 1:
+            self._series_sums[int(rows[0])] += grouped[0]
+        else:
+            self._series_sums[rows] += grouped
+        self._lead_sums += by_lead
 
         self.n_windows += n_win
         self.n_missing_pairs += int(pairs.valid.size - pairs.n_valid.sum())
         self.n_unscaled_windows += int((~pairs.scaled).sum())
-        return per_window
+        return {name: by_window[:, column[name]] for name in ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits")}
 
     def merge(self, other: MetricsAccumulator) -> Self:
         """Add ``other``'s sums to this accumulator (in place) and return it, for ``functools.reduce``."""
@@ -297,10 +379,8 @@ class MetricsAccumulator:
             )
         other_ids = list(other._series_index)  # insertion order == row order
         rows = self._rows_of(other_ids)
-        for name, values in other._series.items():
-            self._series[name][rows] += values
-        for name, values in other._leads.items():
-            self._leads[name] += values
+        self._series_sums[rows] += other._series_sums
+        self._lead_sums += other._lead_sums
         self.n_windows += other.n_windows
         self.n_missing_pairs += other.n_missing_pairs
         self.n_unscaled_windows += other.n_unscaled_windows
@@ -319,8 +399,8 @@ class MetricsAccumulator:
             f"{prefix}counters": np.asarray(
                 [self.horizon, self.n_windows, self.n_missing_pairs, self.n_unscaled_windows], dtype=np.int64
             ),
-            f"{prefix}series": self._packed(self._series),
-            f"{prefix}leads": self._packed(self._leads),
+            f"{prefix}series": self._series_sums.copy(),
+            f"{prefix}leads": self._lead_sums.copy(),
         }
 
     @classmethod
@@ -330,36 +410,53 @@ class MetricsAccumulator:
             horizon, n_windows, n_missing, n_unscaled = (int(v) for v in arrays[prefix + "counters"])
             restored = cls([float(q) for q in arrays[prefix + "quantiles"]], horizon)
             restored._rows_of([str(sid) for sid in arrays[prefix + "series_ids"]])
-            restored._series = restored._unpacked(arrays[prefix + "series"], len(restored._series_index), "series")
-            restored._leads = restored._unpacked(arrays[prefix + "leads"], horizon, "leads")
+            restored._buffer = restored._unpacked(arrays[prefix + "series"], len(restored._series_index), "series")
+            restored._series_sums = restored._buffer[:]
+            restored._lead_sums = restored._unpacked(arrays[prefix + "leads"], horizon, "leads")
         except (KeyError, ValueError) as exc:
             raise DataError(f"metric sums are incomplete or misshapen: {exc}") from exc
         restored.n_windows, restored.n_missing_pairs, restored.n_unscaled_windows = n_windows, n_missing, n_unscaled
         return restored
 
-    def _widths(self) -> list[tuple[str, int]]:
-        return [(name, int(np.prod(self._zeros(0, name).shape[1:], dtype=np.int64))) for name in _FIELDS]
-
-    def _packed(self, table: dict[str, F64]) -> F64:
-        rows = table["pairs"].shape[0]
-        return np.concatenate([table[name].reshape(rows, width) for name, width in self._widths()], axis=1)
-
-    def _unpacked(self, packed: npt.NDArray[Any], rows: int, scope: str) -> dict[str, F64]:
-        widths = self._widths()
-        expected = (rows, sum(width for _, width in widths))
-        matrix = np.asarray(packed, dtype=np.float64)
+    def _unpacked(self, packed: npt.NDArray[Any], rows: int, scope: str) -> F64:
+        expected = (rows, self._width)
+        matrix = np.array(packed, dtype=np.float64)  # a copy: the state may be a read-only file's
         if matrix.shape != expected:
             raise ValueError(f"{scope} sums have shape {matrix.shape}, expected {expected}")
-        out, start = {}, 0
-        for name, width in widths:
-            trailing = self._zeros(0, name).shape[1:]
-            out[name] = matrix[:, start : start + width].reshape((rows, *trailing)).copy()
-            start += width
-        return out
+        return matrix
 
     def series_sums(self) -> dict[str, F64]:
-        """Every per-series sum (rows in :attr:`series_ids` order): the leaderboard resamples series from them."""
+        """Every per-series sum (a copy, rows in :attr:`series_ids` order)."""
         return {name: values.copy() for name, values in self._series.items()}
+
+    def series_matrix(self) -> F64:
+        """Every per-series sum side by side, ``[series, columns]`` in :data:`_FIELDS` order (rows in
+        :attr:`series_ids` order): read only, a view of the sums themselves."""
+        matrix = self._series_sums.view()
+        matrix.flags.writeable = False
+        return matrix
+
+    def series_views(self) -> dict[str, F64]:
+        """Every per-series sum itself (read-only views, rows in :attr:`series_ids` order): the leaderboard
+        resamples series from them without a copy of every sum."""
+        views = {name: values.view() for name, values in self._series.items()}
+        for view in views.values():
+            view.flags.writeable = False
+        return views
+
+    def reserve(self, series_ids: Sequence[str]) -> None:
+        """Give these series their rows now, in this order (each not yet seen), so merging parts that add them
+        later grows no array: one allocation instead of one copy of every sum per part (the driver, at 100,000
+        series). The sums merged afterwards are the same, added in the same order."""
+        self._rows_of(list(series_ids))
+
+    def series_rows(self) -> Mapping[str, int]:
+        """Each series' row of the sums (read only)."""
+        return self._series_index
+
+    def pairs_scored(self) -> int:
+        """Pairs scored over every series (no copy of the sums: the driver calls it at 100,000 series)."""
+        return int(self._series["pairs"].sum())
 
     @property
     def series_ids(self) -> list[str]:
@@ -378,6 +475,25 @@ class MetricsAccumulator:
             self._series,
             self._leads,
         )
+
+    def tables(self, model: str, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time: global, the series ``series_per_table`` at a time, leads."""
+        layout = self._row_layout()
+        return metrics_tables(model, layout, self._series_index, self._series, self._leads, series_per_table)
+
+    def sorted_series(self) -> SortedSeries:
+        """The series sorted by id (the order of the table's series block), with their rows of the sums."""
+        return sorted_series(self._series_index)
+
+    def series_column(
+        self, metric: str, quantile: float | None, rows: npt.NDArray[np.intp]
+    ) -> tuple[F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """One per-series metric of the series at ``rows``: (value, n, kept) as the table's series rows have them."""
+        sums = {name: values[rows] for name, values in self._series.items()}
+        return unit_column(sums, self._row_layout(), metric, quantile)
+
+    def _row_layout(self) -> RowLayout:
+        return RowLayout(self.quantiles, self.intervals, self._median is not None)
 
 
 def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:

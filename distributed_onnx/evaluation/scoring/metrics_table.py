@@ -7,14 +7,27 @@ that order and with exactly that arithmetic: at 40,000 series a loop per unit co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["METRICS_SCHEMA", "POOLED", "UnitSums", "metrics_table", "unit_rows"]
+__all__ = [
+    "METRICS_SCHEMA",
+    "POOLED",
+    "SERIES_PER_TABLE",
+    "RowLayout",
+    "SortedSeries",
+    "UnitSums",
+    "metrics_table",
+    "metrics_tables",
+    "sorted_series",
+    "unit_column",
+    "unit_rows",
+]
 
 F64 = npt.NDArray[np.float64]
 
@@ -34,6 +47,9 @@ METRICS_SCHEMA = pa.schema(
 )
 #: Sums over every pair of a scope (:mod:`.metrics`); the other convention is :mod:`.conventions` (``fev``).
 POOLED = "pooled"
+#: Series per table when the metrics are written a table at a time (:func:`metrics_tables`): with 9 quantiles
+#: ~150,000 rows (18 per series), a few MB.
+SERIES_PER_TABLE = 8192
 
 
 class UnitSums(NamedTuple):
@@ -88,39 +104,106 @@ def metrics_table(
     """The long table: global rows, then one block per series (sorted by id), then one per lead.
 
     ``series`` and ``leads`` hold each sum of :mod:`.metrics` per unit (``[units, ...]``); ``series_index`` maps a
-    series id to its row of ``series``.
+    series id to its row of ``series``. The same rows as :func:`metrics_tables`, in one table.
     """
-    order = sorted(series_index)
-    series_rows = np.asarray([series_index[sid] for sid in order], dtype=np.intp)
-    scopes = [
-        ("global", {name: values.sum(axis=0)[None, ...] for name, values in series.items()}),
-        ("series", {name: values[series_rows] for name, values in series.items()}),
-        ("lead", dict(leads)),
-    ]
-    columns: dict[str, list[pa.Array]] = {name: [] for name in METRICS_SCHEMA.names}
-    for scope, sums in scopes:
-        metric_names, levels, values, counts, valid = _unit_rows(sums, quantiles, intervals, has_median)
-        unit, column = np.nonzero(valid)  # row-major: unit after unit, each in unit_rows' order
-        n = unit.size
-        columns["model"].append(pa.array(np.full(n, model, dtype=object), pa.string()))
-        columns["scope"].append(pa.array(np.full(n, scope, dtype=object), pa.string()))
-        if scope == "series":
-            ids = pa.array(order, pa.string()) if order else pa.array([], pa.string())
-            columns["series_id"].append(ids.take(pa.array(unit)))
-        else:
-            columns["series_id"].append(pa.nulls(n, pa.string()))
-        lead = pa.array((unit + 1).astype(np.int32)) if scope == "lead" else pa.nulls(n, pa.int32())
-        columns["lead"].append(lead)
-        columns["metric"].append(pa.array(np.asarray(metric_names, dtype=object)[column], pa.string()))
-        level = levels[column]
-        columns["quantile"].append(pa.array(level, pa.float64(), mask=np.isnan(level)))
-        columns["value"].append(pa.array(values[unit, column], pa.float64()))
-        columns["n"].append(pa.array(counts[unit, column], pa.int64()))
-        columns["convention"].append(pa.array(np.full(n, POOLED, dtype=object), pa.string()))
-    arrays = [
-        pa.concat_arrays(columns[name]).cast(field.type)
-        for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)
-    ]
+    layout = RowLayout(quantiles, intervals, has_median)
+    tables = metrics_tables(model, layout, series_index, series, leads, max(len(series_index), 1))
+    return pa.concat_tables(list(tables))
+
+
+def metrics_tables(
+    model: str,
+    layout: RowLayout,
+    series_index: Mapping[str, int],
+    series: Mapping[str, F64],
+    leads: Mapping[str, F64],
+    series_per_table: int = SERIES_PER_TABLE,
+) -> Iterator[pa.Table]:
+    """:func:`metrics_table`'s rows as a sequence of tables: the global rows, the series block in tables of
+    ``series_per_table`` series (sorted by id), then the lead rows.
+
+    A writer that takes them one at a time holds one table of a few hundred thousand rows, not the whole table
+    (5.4 M rows at 100,000 series: benchmarks/results/time_to_results.md). Each row's arithmetic is the whole
+    table's (per unit, on the same sums), so the rows are the same whatever ``series_per_table``.
+    """
+    if series_per_table < 1:
+        raise ValueError(f"series_per_table must be at least 1; got {series_per_table}")
+    order = sorted_series(series_index)
+    global_sums = {name: values.sum(axis=0)[None, ...] for name, values in series.items()}
+    yield _scope_table(model, "global", global_sums, layout)
+    for start in range(0, len(order.ids), series_per_table):
+        rows = order.rows[start : start + series_per_table]
+        sums = {name: values[rows] for name, values in series.items()}
+        ids = order.ids[start : start + series_per_table]
+        yield _scope_table(model, "series", sums, layout, ids)
+    yield _scope_table(model, "lead", dict(leads), layout)
+
+
+class RowLayout(NamedTuple):
+    """What decides a unit's rows besides its sums: the quantiles, their central intervals, a median or not."""
+
+    quantiles: Sequence[float]
+    intervals: Sequence[tuple[float, float]]
+    has_median: bool
+
+
+class SortedSeries(NamedTuple):
+    """The series of an accumulator sorted by id (the order of the table's series block) and their rows."""
+
+    ids: list[str]
+    rows: npt.NDArray[np.intp]
+
+
+def sorted_series(series_index: Mapping[str, int]) -> SortedSeries:
+    ids = sorted(series_index)
+    return SortedSeries(ids, np.asarray([series_index[sid] for sid in ids], dtype=np.intp))
+
+
+def unit_column(
+    sums: Mapping[str, F64],
+    layout: RowLayout,
+    metric: str,
+    quantile: float | None = None,
+) -> tuple[F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """One metric of every unit of ``sums`` (``[U, ...]``): (value, n, kept), each ``[U]``, as the table's rows
+    of that metric have them (a unit without the row: ``kept`` False). Unknown metric or level: nothing kept."""
+    metric_names, levels, values, counts, kept = _unit_rows(sums, *layout)
+    for column, (name, level) in enumerate(zip(metric_names, levels.tolist(), strict=True)):
+        same_level = math.isnan(level) if quantile is None else abs(level - quantile) <= 1e-9
+        if name == metric and same_level:
+            return values[:, column], counts[:, column], kept[:, column]
+    units = sums["pairs"].shape[0]
+    return np.full(units, np.nan), np.zeros(units, dtype=np.int64), np.zeros(units, dtype=bool)
+
+
+def _scope_table(
+    model: str,
+    scope: str,
+    sums: Mapping[str, F64],
+    layout: RowLayout,
+    series_ids: Sequence[str] = (),
+) -> pa.Table:
+    """The rows of one scope's units (``series_ids`` name the units of the series scope)."""
+    metric_names, levels, values, counts, valid = _unit_rows(sums, *layout)
+    unit, column = np.nonzero(valid)  # row-major: unit after unit, each in unit_rows' order
+    n = unit.size
+    columns: dict[str, pa.Array] = {
+        "model": pa.array(np.full(n, model, dtype=object), pa.string()),
+        "scope": pa.array(np.full(n, scope, dtype=object), pa.string()),
+    }
+    if scope == "series":
+        ids = pa.array(list(series_ids), pa.string())
+        columns["series_id"] = ids.take(pa.array(unit))
+    else:
+        columns["series_id"] = pa.nulls(n, pa.string())
+    columns["lead"] = pa.array((unit + 1).astype(np.int32)) if scope == "lead" else pa.nulls(n, pa.int32())
+    columns["metric"] = pa.array(np.asarray(metric_names, dtype=object)[column], pa.string())
+    level = levels[column]
+    columns["quantile"] = pa.array(level, pa.float64(), mask=np.isnan(level))
+    columns["value"] = pa.array(values[unit, column], pa.float64())
+    columns["n"] = pa.array(counts[unit, column], pa.int64())
+    columns["convention"] = pa.array(np.full(n, POOLED, dtype=object), pa.string())
+    arrays = [columns[name].cast(field.type) for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)]
     return pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
 
 

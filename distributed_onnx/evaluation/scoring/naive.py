@@ -11,22 +11,29 @@ Pure numpy; the batch variants are vectorised over windows so a backtest never l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.scoring.losses import CellForecast
 
 __all__ = [
+    "SeasonCells",
     "SeasonalScaler",
     "broadcast_quantiles",
+    "cell_naive",
+    "cell_quantiles",
+    "season_cells",
     "season_count",
+    "seasonal_baselines",
     "seasonal_quantiles_batch",
     "seasonal_naive_batch",
     "seasonal_naive_forecast",
     "seasonal_scale",
     "seasonal_scales",
+    "series_season_cells",
 ]
 
 
@@ -88,11 +95,11 @@ class SeasonalScaler:
                 key="origins",
             )
         # Pair j compares y[j + m] with y[j]; it lies before the origin when j + m < origin.
-        upto = np.clip(positions - self.m, 0, self._pairs)
-        n = self._counts[upto]
-        scale = np.full(positions.shape, np.nan)
-        has_pair = n > 0
-        scale[has_pair] = self._sums[upto][has_pair] / n[has_pair]
+        upto = np.minimum(np.maximum(positions - self.m, 0), self._pairs)
+        n = np.take(self._counts, upto)
+        with np.errstate(invalid="ignore"):  # no pair: 0 / 0, set to the one NaN below
+            scale: npt.NDArray[np.float64] = np.take(self._sums, upto) / n
+        scale[n == 0] = np.nan
         return scale
 
 
@@ -174,33 +181,124 @@ def seasonal_quantiles_batch(
     skill has a probabilistic reference. Undefined (NaN) where every one of the K values is missing, which is
     never where the seasonal naive is defined.
 
+    ``positions[W]`` (optional) place the windows on one axis of time (see :func:`season_cells`): each distinct
+    cell's quantiles are then computed once. The values are the same either way (each cell's arithmetic is its
+    own).
+
+    The result is a ``[W, H, Q]`` view of a ``[Q, W, H]`` array: the layout the scoring reads fastest; that
+    array can be ``out`` (C-ordered ``[Q, W, H]``, reused by the caller batch after batch).
+    """
+    return seasonal_baselines(season_cells(seasons, m, horizon, positions), quantiles, out)[1]
+
+
+class SeasonCells(NamedTuple):
+    """The seasonal cells a batch's baselines read: each distinct cell's ``K`` values, and every pair's cell.
+
+    Cell ``j`` of a window (``0 <= j < m``) holds the ``K`` values at position ``j`` of the ``K`` seasons before its
+    origin, ``y(origin - k m + j)``, k = K..1; lead ``h`` reads cell ``h mod m``. Consecutive windows of one series
+    share all but one of their ``m`` cells, so a batch of 256 such windows holds ``256 + m - 1`` distinct cells, not
+    ``256 m``: the baselines' quantiles are computed once per distinct cell.
+    """
+
+    values: npt.NDArray[np.float64]  # [U, K]: oldest season first, NaN = missing
+    of_pair: npt.NDArray[np.intp]  # [W, H]: the cell (row of ``values``) each (window, lead) reads
+
+
+def season_cells(seasons: npt.ArrayLike, m: int, horizon: int, positions: npt.ArrayLike | None = None) -> SeasonCells:
+    """The cells of ``[W, K * m]`` history blocks (as in :func:`seasonal_quantiles_batch`).
+
     ``positions[W]`` (optional) place the windows on one axis of time: cell ``j`` of window ``w`` holds the same
     K values as cell ``j'`` of window ``v`` when ``positions[w] + j == positions[v] + j'`` (the caller vouches: the
-    same series, origins counted in steps). Each distinct cell's quantiles are then computed once: consecutive
-    windows of one series share all but one of their ``m`` cells, so a batch of 256 such windows holds ``256 + m``
-    distinct cells, not ``256 m``. The values are the same either way (each cell's arithmetic is its own).
-
-    The result is a ``[W, H, Q]`` view of a ``[Q, W, H]`` array: the layout the scoring reads fastest; with
-    ``positions``, that array can be ``out`` (C-ordered ``[Q, W, H]``, reused by the caller batch after batch).
+    same series, origins counted in steps), and such cells are kept once. Without them every window keeps its own.
     """
     block = np.asarray(seasons, dtype=np.float64)
     _check_season(m)
     if block.ndim != 2 or block.shape[1] < m or block.shape[1] % m:
         raise ConfigError(f"seasons must have shape [windows, K * {m}]; got {block.shape}.", key="seasons")
-    levels = np.asarray(quantiles, dtype=np.float64)
     n_windows = block.shape[0]
     stacked = block.reshape(n_windows, -1, m)  # [W, K, m], oldest season first
-    lead_cell = np.arange(horizon) % m
-    if positions is None or n_windows == 0:
-        by_level = np.ascontiguousarray(_nan_quantiles(stacked, levels).transpose(2, 0, 1))  # [Q, W, m]
-        return np.take(by_level, lead_cell, axis=2).transpose(1, 2, 0)  # np.take: fancy indexing was ~50x slower
+    if positions is None:
+        positions = np.arange(n_windows, dtype=np.int64) * m  # every window's cells distinct
     keys = (np.asarray(positions, dtype=np.int64)[:, None] + np.arange(m, dtype=np.int64)).ravel()  # [W m]
+    if keys.size == 0:
+        return SeasonCells(np.empty((0, stacked.shape[1])), np.empty((0, horizon), dtype=np.intp))
     first, inverse = _distinct_cells(keys)
-    cells = stacked[first // m, :, first % m]  # [U, K]: only the distinct cells are gathered
-    by_cell = np.ascontiguousarray(_nan_quantiles(cells[:, :, None], levels)[:, 0, :].T)  # [Q, U]
-    cell_of_lead = np.take(inverse.reshape(n_windows, m), lead_cell, axis=1)  # [W, H]
-    gathered = np.take(by_cell, cell_of_lead, axis=1, out=out, mode="clip")  # one gather into [Q, W, H]
-    return gathered.transpose(1, 2, 0)
+    return SeasonCells(stacked[first // m, :, first % m], _cells_of_pairs(inverse, n_windows, m, horizon))
+
+
+def series_season_cells(
+    values: npt.NDArray[np.float64], origins: npt.NDArray[np.int64], m: int, seasons: int, horizon: int
+) -> SeasonCells:
+    """:func:`season_cells` of windows of one series, read from its values: no ``[W, K m]`` history is gathered.
+
+    Equal to ``season_cells(gather_blocks(values, origins, seasons * m, 0), m, horizon, origins)`` value for value
+    (the same steps, NaN before the series starts; the cells in the same order); only the distinct cells' ``K``
+    values are read. A cell is named by its step, ``origin + j``: the steps the windows cover are marked on their
+    span (each window covers ``m`` consecutive steps), so no ``[W, m]`` keys are sorted or scattered.
+    """
+    _check_season(m)
+    origins = np.asarray(origins, dtype=np.int64)
+    n_windows = origins.shape[0]
+    if n_windows == 0:
+        return SeasonCells(np.empty((0, seasons)), np.empty((0, horizon), dtype=np.intp))
+    low = int(origins.min())
+    span = int(origins.max()) - low + m  # steps low .. max + m - 1
+    if span > 4 * n_windows * m:  # windows far apart: their keys sorted instead
+        keys = (origins[:, None] + np.arange(m, dtype=np.int64)).ravel()
+        first, inverse = _distinct_cells(keys)
+        steps, of_pair = keys[first], _cells_of_pairs(inverse, n_windows, m, horizon)
+    else:
+        start = origins - low
+        edges = np.bincount(start, minlength=span + 1) - np.bincount(start + m, minlength=span + 1)
+        covered = np.cumsum(edges[:span]) > 0  # step low + i is a cell of some window
+        lead_cell = np.arange(horizon, dtype=np.intp) % m
+        if covered.all():  # windows a step or a few apart (the usual batch): every step of the span is a cell
+            steps = np.arange(low, low + span, dtype=np.int64)
+            of_pair = start.astype(np.intp)[:, None] + lead_cell
+        else:
+            number = np.cumsum(covered) - 1  # its row among the distinct cells (in step order, as _distinct_cells)
+            steps = low + np.flatnonzero(covered)
+            of_pair = np.take(number, start[:, None] + lead_cell).astype(np.intp, copy=False)
+    seasons_back = steps[:, None] - m * np.arange(seasons, 0, -1, dtype=np.int64)  # [U, K]: y(step - k m)
+    inside = seasons_back >= 0  # and < origin <= len(values)
+    if not values.size:
+        return SeasonCells(np.full(seasons_back.shape, np.nan), of_pair)
+    return SeasonCells(np.where(inside, values[np.where(inside, seasons_back, 0)], np.nan), of_pair)
+
+
+def _cells_of_pairs(inverse: npt.NDArray[np.intp], n_windows: int, m: int, horizon: int) -> npt.NDArray[np.intp]:
+    """``[W, H]``: the distinct cell of each (window, lead), from each (window, cell j)'s distinct number."""
+    lead_cell = np.arange(horizon) % m
+    return np.take(inverse.reshape(n_windows, m), lead_cell, axis=1)  # np.take: fancy indexing was ~50x slower
+
+
+def seasonal_baselines(
+    cells: SeasonCells, quantiles: Sequence[float], out: npt.NDArray[np.float64] | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Both seasonal baselines of a batch's cells as arrays: the seasonal naive ``[W, H]``
+    (:func:`cell_naive`) and the seasonal quantiles ``[W, H, Q]`` (a view of ``[Q, W, H]``, in ``out`` when given;
+    see :func:`seasonal_quantiles_batch`).
+    """
+    quantile_forecast = cell_quantiles(cells, quantiles)
+    if not cells.of_pair.size:
+        empty = np.empty((len(quantiles), *cells.of_pair.shape))
+        return cell_naive(cells), empty.transpose(1, 2, 0)
+    gathered = np.take(quantile_forecast.by_cell, cells.of_pair, axis=1, out=out, mode="clip")  # [Q, W, H]
+    return cell_naive(cells), gathered.transpose(1, 2, 0)
+
+
+def cell_naive(cells: SeasonCells) -> npt.NDArray[np.float64]:
+    """The seasonal naive ``[W, H]`` of a batch's cells: each cell's latest value, ``y(origin - m + (h mod m))``
+    (as :func:`seasonal_naive_batch`)."""
+    return np.take(cells.values[:, -1], cells.of_pair)
+
+
+def cell_quantiles(cells: SeasonCells, quantiles: Sequence[float]) -> CellForecast:
+    """The seasonal quantiles of a batch's cells as a table of each distinct cell's levels and every pair's cell
+    (:class:`~.losses.CellForecast`: the losses gather it chunk by chunk)."""
+    levels = np.asarray(quantiles, dtype=np.float64)
+    by_cell = np.ascontiguousarray(_nan_quantiles(cells.values[:, :, None], levels)[:, 0, :].T)  # [Q, U]
+    return CellForecast(by_cell, cells.of_pair)
 
 
 def _distinct_cells(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:

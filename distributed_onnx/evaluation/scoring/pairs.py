@@ -18,7 +18,7 @@ parts merge exactly (:meth:`merge`); everything in it is vectorised over windows
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -27,18 +27,21 @@ import pyarrow as pa
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
-from distributed_onnx.evaluation.scoring.losses import Scratch
+from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
 from distributed_onnx.evaluation.scoring.metrics import (
     METRICS_SCHEMA,
+    SERIES_PER_TABLE,
     BatchPairs,
     MetricsAccumulator,
     SeriesCodes,
     finite_pairs,
 )
 from distributed_onnx.evaluation.scoring.naive import (
+    SeasonCells,
     broadcast_quantiles,
-    seasonal_naive_batch,
-    seasonal_quantiles_batch,
+    cell_naive,
+    cell_quantiles,
+    season_cells,
 )
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "SEASONAL_QUANTILES",
     "PairScores",
     "baseline_forecasts",
+    "cell_baselines",
     "common_pairs",
 ]
 
@@ -57,6 +61,8 @@ SEASONAL_QUANTILES = "seasonal_quantiles"
 BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
 REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
 F64 = npt.NDArray[np.float64]
+#: A model's or baseline's forecast ``[W, H, Q]``: an array (float32 or float64, any layout) or a table of cells.
+Forecast = npt.NDArray[np.floating[Any]] | CellForecast
 
 
 def baseline_forecasts(
@@ -65,23 +71,31 @@ def baseline_forecasts(
     horizon: int,
     quantiles: Sequence[float],
     positions: npt.NDArray[np.int64] | None = None,
-    out: F64 | None = None,
-) -> dict[str, F64]:
+) -> dict[str, Forecast]:
     """Both baselines ``[W, H, Q]`` from ``history[W, K * m]`` (the ``K`` seasons before each origin).
 
-    The one place the baselines are built, for the backtest's parts and for live scoring alike, so both
-    score the same baselines from the same history. ``positions`` (each window's origin on one axis of time per
-    series, see :func:`.naive.seasonal_quantiles_batch`) let windows share the quantiles of their common cells,
-    and ``out`` (``[Q, W, H]``, with ``positions``) receives the seasonal quantiles.
+    ``positions`` (each window's origin on one axis of time per series, see :func:`.naive.season_cells`) let
+    windows share the quantiles of their common cells.
+    """
+    return cell_baselines(season_cells(history, m, horizon, positions), quantiles)
+
+
+def cell_baselines(cells: SeasonCells, quantiles: Sequence[float]) -> dict[str, Forecast]:
+    """Both baselines ``[W, H, Q]`` from a batch's seasonal cells (:mod:`.naive`).
+
+    The one place the baselines are built, for the backtest's parts (whose actors gather the cells straight from
+    the series) and for live scoring (from its history blocks) alike, so both score the same baselines from the
+    same values. The naive's quantile axis has stride 0 (the accumulator scores its point once); the seasonal
+    quantiles are a :class:`~.losses.CellForecast` (the losses gather them chunk by chunk).
     """
     return {
-        SEASONAL_NAIVE: broadcast_quantiles(seasonal_naive_batch(history[:, -m:], horizon), len(quantiles), copy=False),
-        SEASONAL_QUANTILES: seasonal_quantiles_batch(history, m, horizon, quantiles, positions, out),
+        SEASONAL_NAIVE: broadcast_quantiles(cell_naive(cells), len(quantiles), copy=False),
+        SEASONAL_QUANTILES: cell_quantiles(cells, quantiles),
     }
 
 
 def common_pairs(
-    actual: F64, forecasts: Mapping[str, npt.NDArray[np.floating[Any]]], baselines: Sequence[str]
+    actual: F64, forecasts: Mapping[str, Forecast], baselines: Sequence[str]
 ) -> tuple[npt.NDArray[np.bool_], dict[str, int], dict[str, npt.NDArray[np.bool_]]]:
     """``(valid[W, H], left out per reason, per checkpoint: which windows hold a non-finite forecast)``."""
     observed = np.isfinite(actual)
@@ -94,6 +108,9 @@ def common_pairs(
         else:
             model_ok &= ok
     valid = observed & baseline_ok & model_ok
+    if valid.all():  # the usual batch: nothing left out, no failure
+        nothing = np.zeros(valid.shape[0], dtype=bool)
+        return valid, dict.fromkeys(REASONS, 0), {name: nothing.copy() for name in finite if name not in baselines}
     excluded = {
         "actual_missing": int((~observed).sum()),
         "baseline_undefined": int((observed & ~baseline_ok).sum()),
@@ -125,14 +142,18 @@ class PairScores:
 
     def update(
         self,
-        series_ids: npt.NDArray[Any],
+        series_ids: npt.NDArray[Any] | SeriesCodes,
         origin_us: npt.NDArray[np.int64],
-        window_ids: npt.NDArray[Any],
+        window_ids: npt.NDArray[Any] | pa.Array,
         actual: F64,
-        forecasts: Mapping[str, F64],
+        forecasts: Mapping[str, Forecast],
         scale: F64,
     ) -> npt.NDArray[np.bool_]:
-        """Score one batch of windows for every model on their common pairs; returns those pairs."""
+        """Score one batch of windows for every model on their common pairs; returns those pairs.
+
+        ``series_ids`` may be the batch's :class:`SeriesCodes` already, and ``window_ids`` an Arrow string column
+        (its ids are only read for the windows of a non-finite forecast).
+        """
         if set(forecasts) != set(self.models):
             raise DataError(f"forecasts of {sorted(forecasts)} given, the scores hold {sorted(self.models)}")
         # The forecasts keep their dtype and layout (a model's output may be a float32 transposed view): the
@@ -145,11 +166,12 @@ class PairScores:
             self.excluded[reason] += count
         for name, rows in nonfinite.items():
             if rows.any():
-                self.nonfinite[name] += [str(w) for w in np.asarray(window_ids)[rows]]
+                self.nonfinite[name] += _ids_at(window_ids, rows)
         scale = np.asarray(scale, dtype=np.float64)
         if actual.shape[0] == 0:
             return valid
-        shared = BatchPairs.of(SeriesCodes.of(series_ids), actual, scale, valid, scratch=self.scratch)
+        codes = series_ids if isinstance(series_ids, SeriesCodes) else SeriesCodes.of(series_ids)
+        shared = BatchPairs.of(codes, actual, scale, valid, scratch=self.scratch)
         for name in self.models:
             per_window = self.pooled[name].add(shared, arrays[name])
             self.windows[name].update(origin_us, per_window, scale)
@@ -205,7 +227,7 @@ class PairScores:
         """Per model: pairs scored, pairs left out per reason, and (checkpoints) windows with non-finite values."""
         out = {}
         for name in self.models:
-            pairs = int(self.pooled[name].series_sums()["pairs"].sum())
+            pairs = self.pooled[name].pairs_scored()
             record = {"pairs_scored": pairs, **{f"left_out_{reason}": n for reason, n in self.excluded.items()}}
             if name in self.nonfinite:
                 record["nonfinite_windows"] = len(self.nonfinite[name])
@@ -214,7 +236,17 @@ class PairScores:
 
     def to_table(self) -> pa.Table:
         """The long metrics table: each model pooled (every scope), then fev (global), then left-out counts."""
-        tables = [self.pooled[name].to_table(name) for name in self.models]
+        return pa.concat_tables(list(self.tables(SERIES_PER_TABLE)))
+
+    def tables(self, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time (the series block ``series_per_table`` series at a time), so
+        ``metrics.parquet`` is written without the whole table in memory (:func:`.metrics_table.metrics_tables`)."""
+        for name in self.models:
+            yield from self.pooled[name].tables(name, series_per_table)
+        yield self.fev_and_count_rows()
+
+    def fev_and_count_rows(self) -> pa.Table:
+        """The fev rows and the left-out counts of every model (global scope; the last rows of the table)."""
         records = []
         for name in self.models:
             for metric, value, n in self.windows[name].rows():
@@ -222,12 +254,20 @@ class PairScores:
             for key, count in self.left_out()[name].items():
                 if key.startswith("left_out_") or key == "nonfinite_windows":
                     records.append(_row(name, key, float(count), count, "count"))
-        tables.append(pa.Table.from_pylist(records, schema=METRICS_SCHEMA))
-        return pa.concat_tables(tables)
+        return pa.Table.from_pylist(records, schema=METRICS_SCHEMA)
 
 
-def _as_float(values: npt.ArrayLike) -> npt.NDArray[np.floating[Any]]:
-    """float32 and float64 arrays as they are (no copy); anything else as float64."""
+def _ids_at(window_ids: npt.NDArray[Any] | pa.Array, rows: npt.NDArray[np.bool_]) -> list[str]:
+    """The ids of the windows ``rows`` marks, from an array or an Arrow column (read only there)."""
+    if isinstance(window_ids, pa.Array | pa.ChunkedArray):
+        return [str(window_ids[int(i)].as_py()) for i in np.flatnonzero(rows)]
+    return [str(w) for w in np.asarray(window_ids)[rows]]
+
+
+def _as_float(values: npt.ArrayLike | CellForecast) -> Forecast:
+    """float32 and float64 arrays (and tables of cells) as they are (no copy); anything else as float64."""
+    if isinstance(values, CellForecast):
+        return values
     array = np.asarray(values)
     return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
 
