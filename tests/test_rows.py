@@ -132,12 +132,18 @@ def test_a_bad_row_far_in_the_file_is_named_by_the_whole_reader(tmp_path: Path) 
         load_series(path, 30)
 
 
-def test_a_file_replaced_after_planning_is_refused_by_the_actor(tmp_path: Path) -> None:
-    path = _write(_long(), tmp_path / "data.parquet")
+def _scanned_rows(path: Path) -> SeriesRows:
+    """The streamed layout the driver's scan plans for ``path`` (sorted, several chunks)."""
     scanned = scan_sorted_parquet(path, 30, [], SPEC, chunk_rows=7)
     assert scanned is not None
     rows = scanned.table.series
     assert isinstance(rows, SeriesRows)
+    return rows
+
+
+def test_a_file_replaced_after_planning_is_refused_by_the_actor(tmp_path: Path) -> None:
+    path = _write(_long(), tmp_path / "data.parquet")
+    rows = _scanned_rows(path)
 
     _write(_long(seed=5), path)  # other lengths and ids at the same path
 
@@ -146,11 +152,7 @@ def test_a_file_replaced_after_planning_is_refused_by_the_actor(tmp_path: Path) 
 
 
 def test_pickling_drops_the_decoded_row_groups(tmp_path: Path) -> None:
-    path = _write(_long(), tmp_path / "data.parquet")
-    scanned = scan_sorted_parquet(path, 30, [], SPEC, chunk_rows=7)
-    assert scanned is not None
-    rows = scanned.table.series
-    assert isinstance(rows, SeriesRows)
+    rows = _scanned_rows(_write(_long(), tmp_path / "data.parquet"))
     rows.arrays(0, 3)
     assert rows._groups  # cached where read
 
