@@ -104,6 +104,14 @@ def run_backtest(
     return _BacktestRun(plan, clock, early).run()
 
 
+def _pickled_bytes(value: Any) -> int:
+    """The bytes ``value`` pickles to, its array buffers counted out of band rather than copied: the job of an
+    object-store run holds the whole input (160 MB copied, 0.1 s, to count 10 M rows in band; measured)."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return len(head) + sum(buffer.raw().nbytes for buffer in buffers)
+
+
 def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:
     """The actors' job factory (module level, so Ray pickles it by reference): one worker per checkpoint."""
     return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
@@ -357,8 +365,8 @@ class _BacktestRun:
         put_started = time.perf_counter()
         job_ref = cluster.put(job)
         transport["put_s"] = round(time.perf_counter() - put_started, 4)
-        transport["job_bytes"] = len(pickle.dumps(job, protocol=5))
-        transport["descriptor_bytes"] = len(pickle.dumps(todo[0], protocol=5))
+        transport["job_bytes"] = _pickled_bytes(job)
+        transport["descriptor_bytes"] = _pickled_bytes(todo[0])
         config = self.worker_config()
         if self.early is not None:  # warm already: each actor builds its job from the one in the object store
             pool, infos = self.early.actors, self.early.infos
