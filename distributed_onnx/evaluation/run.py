@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.data.windows import PartSpec, dispatch_order
 from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early
+from distributed_onnx.evaluation.end_imports import start_end_imports
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import METRICS, RunSums, fan_windows
@@ -117,23 +119,6 @@ def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: Wo
     return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
 
 
-def _import_report_modules() -> None:
-    """Import what the merge and the report need (scipy for the leaderboard, matplotlib for the figures), and
-    draw one throw-away figure (matplotlib's first loads its font and date machinery).
-
-    They cost the driver ~1 s of wall time after the last part (measured on 2 cores). Paid while the driver
-    waits for Ray and the pool to start, they cost the wait nothing (``benchmarks/results/``).
-    """
-    import distributed_onnx.evaluation.report.page
-    import distributed_onnx.evaluation.scoring.leaderboard  # noqa: F401
-    from distributed_onnx.evaluation.report import plots
-
-    try:
-        plots.warm_up()
-    except Exception as exc:  # best effort: a report that cannot be drawn is a note in summary.json later
-        logger.debug("The report's warm-up figure failed: %s", exc)
-
-
 def render_report(
     output: storage.Location,
     summary: dict[str, Any],
@@ -194,6 +179,7 @@ class _BacktestRun:
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
+        self.end_imports: threading.Thread | None = None  # started with the dispatch (:mod:`.end_imports`)
 
     def run(self) -> BacktestResult:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
@@ -255,8 +241,6 @@ class _BacktestRun:
         """Ray (and the pool, if started early) up for the dispatch; returns True if this run started Ray."""
         if self.early is None:
             return connect(self.plan.settings.address)
-        if not self.early.ready:
-            _import_report_modules()  # the driver only waits here: pay the imports of the end now
         self.early.wait()  # Ray and the pool, started while the data was read and planned
         return self.early.started_ray
 
@@ -303,6 +287,8 @@ class _BacktestRun:
         the summary are the results.
         """
         plan = self.plan
+        if self.end_imports is not None:
+            self.end_imports.join()  # its warm-up figure and the report must not draw at once
         series = SeriesScores(scores)  # per-series values from the sums: the long table is never held
         fans = fan_windows(self.sums, plan, series)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
@@ -382,6 +368,9 @@ class _BacktestRun:
             )
         actors = list(pool)  # the pool and its replacements: every one is killed at the end
         self.clock.mark("series_and_pool")
+        # The end's imports, on a thread while the actors forecast: not while Ray and the pool start, whose
+        # own start needs the two cores, nor while the series go out (:mod:`.end_imports`).
+        self.end_imports = start_end_imports()
         progress.start()
         try:
             callbacks = DispatchCallbacks[PartSpec](
