@@ -129,6 +129,7 @@ def _lede(summary: dict[str, Any], step_us: int | None) -> str:
 def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float]) -> str:
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
+    canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
     figures = []
     for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
         by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
@@ -145,21 +146,33 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
         mase = "" if window.mase is None else f", MASE {window.mase:.3g}"
-        title = f"{window.series_id} · {window.label} · origin {origin}{mase}"
-        figure = report_plots.fan(
-            report_plots.Fan(
-                title,
-                window.origin_us,
-                window.step_us,
-                np.asarray(window.history, float),
-                np.asarray(window.actual, float),
-                bands,
-                by_level.get(0.5),
-                sorted(window.others.items()),
-            )
+        fan = report_plots.Fan(
+            f"{window.series_id} · {window.label} · origin {origin}{mase}",
+            window.origin_us,
+            window.step_us,
+            np.asarray(window.history, float),
+            np.asarray(window.actual, float),
+            bands,
+            by_level.get(0.5),
+            sorted(window.others.items()),
         )
-        figures.append(f"<figure class='fan'>{figure}</figure>")
+        figures.append(
+            f"<figure class='fan'><figcaption>{escape(fan.title)}</figcaption>{canvas.draw(fan)}"
+            f"{_legend(report_plots.fan_legend(fan))}</figure>"
+        )
     return "<div class='fans'>" + "".join(figures) + "</div>"
+
+
+def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
+    """A fan's legend as an HTML list: a swatch (a band's fill, or a solid or dashed line) and its label."""
+    items = []
+    for entry in entries:
+        if entry.kind == "band":
+            style = f"background:{entry.color};opacity:{entry.alpha:.2f}"
+        else:
+            style = f"border-top:2px {'dashed' if entry.kind == 'dashed' else 'solid'} {entry.color}"
+        items.append(f"<li><i class='{entry.kind}' style='{style}'></i>{escape(entry.label)}</li>")
+    return "<ul class='legend'>" + "".join(items) + "</ul>"
 
 
 def _skill(scores: Scores, model: str, step_us: int | None) -> str:
