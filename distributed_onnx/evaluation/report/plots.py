@@ -148,9 +148,9 @@ class FanCanvas:
 
     Each fan is drawn on the same axes, cleared of the previous fan's data, and its title and legend are HTML
     beside the figure (:func:`fan_legend`): a fresh figure per fan rebuilt its axes' ticks, and a title and a
-    legend inside the SVG cost a text-layout pass each. For 16 fans (the report's four series x four windows)
-    that was 1.15 s of the driver's wall time after the last part, against 0.62 s this way (best of 5, 2
-    cores; ``benchmarks/results/time_to_results.md``). The bytes stay deterministic: the same fans in the same
+    legend inside the SVG cost a text-layout pass each. 16 fans (the report's four series x four windows)
+    took 1.06-1.27 s of the driver's wall time after the last part, against 0.47-0.67 s this way (2 cores,
+    ``benchmarks/fan_drawing.py``). The bytes stay deterministic: the same fans in the same
     order draw the same SVG.
     """
 
