@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,44 @@ def long_run_series(n_windows: int) -> int:
     return max(20, -(-n_windows // WINDOWS_PER_SERIES))
 
 
+def alternating_pairs(
+    rounds: int, first: Callable[[], dict[str, Any]], second: Callable[[], dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``rounds`` pairs (first's result, second's), ``first`` run first in odd rounds and second in even ones:
+    on a shared 2-core machine whichever runs right after the other may find the machine in another state."""
+    pairs = []
+    for round_ in range(1, max(rounds, 1) + 1):
+        if round_ % 2:
+            one = first()
+            two = second()
+        else:
+            two = second()
+            one = first()
+        pairs.append((one, two))
+    return pairs
+
+
+def median_pair(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    ratio: Callable[[dict[str, Any], dict[str, Any]], float | None],
+) -> tuple[int, float | None]:
+    """The median of the pairs' ratios (those defined), and the index of the pair whose ratio it is (the lower
+    middle for an even count): the pair reported in full."""
+    defined = sorted((value, index) for index, pair in enumerate(pairs) if (value := ratio(*pair)) is not None)
+    if not defined:
+        return 0, None
+    return defined[(len(defined) - 1) // 2][1], float(np.median([value for value, _ in defined]))
+
+
+def _loop_over_cli(loop: dict[str, Any], cli: dict[str, Any]) -> float | None:
+    return loop["process_s"] / cli["process_s"] if "process_s" in loop and "process_s" in cli else None
+
+
+def _first_forecast_ratio(cli: dict[str, Any], ray_data: dict[str, Any]) -> float | None:
+    ours, theirs = cli.get("first_forecast_s"), ray_data.get("first_forecast_s")
+    return ours / theirs if ours and theirs else None
+
+
 def one_minute(output: Path, n_windows: int, rounds: int = 1) -> dict[str, Any]:
     """The whole CLI process against the plain 1-thread loop on the same windows of the reference checkpoint.
 
@@ -206,32 +245,24 @@ def one_minute(output: Path, n_windows: int, rounds: int = 1) -> dict[str, Any]:
         "--cpus-per-actor",
         "1",
     ]
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for round_ in range(1, max(rounds, 1) + 1):
-        modes = ["loop", "cli"] if round_ % 2 else ["cli", "loop"]
-        measured: dict[str, dict[str, Any]] = {}
-        for mode in modes:
-            if mode == "loop":
-                measured[mode] = child("loop_1_thread", loop_args, output / "loop")
-            else:
-                measured[mode] = cli_process(cli_args, output / "cli")
-        pairs.append((measured["loop"], measured["cli"]))
-    ratios = [loop["process_s"] / cli["process_s"] for loop, cli in pairs if "process_s" in loop and "process_s" in cli]
-    median_index = sorted(range(len(ratios)), key=lambda index: ratios[index])[(len(ratios) - 1) // 2] if ratios else 0
-    loop, cli = pairs[median_index]
+    pairs = alternating_pairs(
+        rounds,
+        lambda: child("loop_1_thread", loop_args, output / "loop"),
+        lambda: cli_process(cli_args, output / "cli"),
+    )
+    index, median = median_pair(pairs, _loop_over_cli)
+    loop, cli = pairs[index]
     return {
         "windows": n_series * per_series,
         "loop_1_thread": loop,
         "cli_2_actors": cli,
-        "cli_vs_loop": float(np.median(ratios)) if ratios else None,
+        "cli_vs_loop": median,
         "rounds": [
             {
                 "order": "loop first" if index % 2 == 0 else "command first",
                 "loop_process_s": pair_loop.get("process_s"),
                 "cli_process_s": pair_cli.get("process_s"),
-                "ratio": pair_loop["process_s"] / pair_cli["process_s"]
-                if "process_s" in pair_loop and "process_s" in pair_cli
-                else None,
+                "ratio": _loop_over_cli(pair_loop, pair_cli),
                 "cli_wall_phases_s": pair_cli.get("wall_phases_s"),
                 "loop_model_s": pair_loop.get("stage_s", {}).get("model"),
                 "actors_model_s": (pair_cli.get("actor_stage_s") or {}).get("model"),
@@ -402,27 +433,18 @@ def first_forecast(output: Path, n_windows: int, rounds: int = 1) -> dict[str, A
     arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", str(per_series)]
     arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
     args = argparse.Namespace(checkpoint=str(checkpoint), data=str(data), n_windows_per_series=per_series)
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for round_ in range(1, max(rounds, 1) + 1):
-        measured: dict[str, dict[str, Any]] = {}
-        for mode in ["cli", "ray_data"] if round_ % 2 else ["ray_data", "cli"]:
-            if mode == "cli":
-                measured[mode] = cli_process(arguments, output / "cli")
-            else:
-                measured[mode] = child("ray_data", args, output / "ray_data")
-        pairs.append((measured["cli"], measured["ray_data"]))
-    ratios = [
-        cli["first_forecast_s"] / theirs["first_forecast_s"]
-        for cli, theirs in pairs
-        if cli.get("first_forecast_s") and theirs.get("first_forecast_s")
-    ]
-    median_index = sorted(range(len(ratios)), key=lambda index: ratios[index])[(len(ratios) - 1) // 2] if ratios else 0
-    cli, ray_data = pairs[median_index]
+    pairs = alternating_pairs(
+        rounds,
+        lambda: cli_process(arguments, output / "cli"),
+        lambda: child("ray_data", args, output / "ray_data"),
+    )
+    index, median = median_pair(pairs, _first_forecast_ratio)
+    cli, ray_data = pairs[index]
     return {
         "windows": n_series * per_series,
         "cli_2_actors": cli,
         "ray_data_map_batches": ray_data,
-        "cli_over_ray_data": float(np.median(ratios)) if ratios else None,
+        "cli_over_ray_data": median,
         "rounds": [
             {
                 "order": "command first" if index % 2 == 0 else "Ray Data first",
