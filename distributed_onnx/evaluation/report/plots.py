@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from matplotlib import colormaps, rc_context
@@ -110,7 +110,7 @@ class LegendEntry:
 
     label: str
     color: str
-    kind: str = "line"  # "band" (a filled swatch at ``alpha``), "line" or "dashed"
+    kind: Literal["band", "line", "dashed"] = "line"  # a band is a filled swatch at ``alpha``
     alpha: float = 1.0
 
 
