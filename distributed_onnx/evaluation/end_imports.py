@@ -6,16 +6,16 @@ font and date machinery: ~0.7 s of CPU on 2 cores. Where the driver pays them de
 - after the last part, all of it is on the user's wait;
 - while Ray starts (where the driver paid them before), they take the two cores from Ray's own start, which
   is CPU-bound Python (the raylet registers only once its dashboard agent has imported its modules): the pool
-  was ready ~0.8 s later, measured on the 1-minute run (``benchmarks/results/time_to_results.md``);
+  was ready ~0.8 s later, traced on the 1-minute run's data (``benchmarks/results/time_to_results.md``);
 - during the dispatch, with the driver otherwise idle, they take ~0.7 s of CPU from two actors, ~0.35 s of
   their wall time, and a short run's dispatch hides what it can of the rest.
 
 So the driver starts them (:func:`start_end_imports`) on a daemon thread once the actors have their job (not
 while the series go out to them: that is on the way to the first forecast too), and joins the thread before it
-draws the report: matplotlib's ``rc_context`` changes process-wide settings, so the warm-up
-figure and the report must not draw at once. Importing a module the main thread also imports is safe (each
-module's import lock); best effort throughout: an import that fails here fails again, with its error, where
-the report needs it.
+draws the report: matplotlib's ``rc_context`` changes process-wide settings, so the warm-up figure and the
+report must not draw at once. Importing a module the main thread also imports is safe (each module's import
+lock). Best effort throughout: an import that fails here fails again, with its error, where the report needs
+it.
 """
 
 from __future__ import annotations
