@@ -12,6 +12,8 @@ the commit before the change measures "before" with the same script::
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1,4 --n-windows 2000 --repeats 3
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1 --repeats 1 --profile
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --many-series   # scale + history, 128 series
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scoring_bench.py --ks 1 --repeats 1 --series 100 --n-windows 2960 \
+        --max-parts 8    # the 5-minute run's parts: several series each, on one time grid
 """
 
 from __future__ import annotations
@@ -30,8 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def run_once(checkpoints: list[Path], output: Path, n_windows: int, profile: bool) -> dict[str, Any]:
-    """Every part of one run by one in-process runner; the summed receipt seconds."""
+def run_once(
+    checkpoints: list[Path],
+    output: Path,
+    n_windows: int,
+    profile: bool,
+    data: Path | None = None,
+    max_parts: int | None = None,
+) -> dict[str, Any]:
+    """Every part of one run (the first ``max_parts``) by one in-process runner; the summed receipt seconds.
+
+    ``data``: another dataset than the bundled series (``--series``)."""
     from distributed_onnx.evaluation import outputs
     from distributed_onnx.evaluation.data.series_source import SeriesStore
     from distributed_onnx.evaluation.part import PartRunner
@@ -40,8 +51,9 @@ def run_once(checkpoints: list[Path], output: Path, n_windows: int, profile: boo
     from distributed_onnx.model.backend.providers import SessionOptionsConfig
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
+    extra = {"data": data} if data is not None else {}
     settings = BacktestSettings(
-        checkpoint=checkpoints, output=output, n_windows=n_windows, rows_per_batch=256, progress=False
+        checkpoint=checkpoints, output=output, n_windows=n_windows, rows_per_batch=256, progress=False, **extra
     )
     plan = prepare(settings)
     outputs.prepare_output(settings.output, plan.run_fingerprint, {})
@@ -65,7 +77,7 @@ def run_once(checkpoints: list[Path], output: Path, n_windows: int, profile: boo
 
         runner._score = profiled  # type: ignore[method-assign]
     windows = 0
-    for part in plan.parts():
+    for part in plan.parts()[:max_parts]:
         receipt = runner.run(part)
         windows += receipt.windows
         for stage, seconds in receipt.seconds.items():
@@ -135,6 +147,13 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--many-series", action="store_true", help="only the many-short-series batch")
+    parser.add_argument(
+        "--series",
+        type=int,
+        help="score N noisy copies of the bundled series (the long runs' data, time_to_results.py) instead of it: "
+        "with --n-windows 2960 and N=100, the 5-minute run's parts, several series each",
+    )
+    parser.add_argument("--max-parts", type=int, help="run only the first parts of the plan")
     args = parser.parse_args()
     if args.many_series:
         print(json.dumps(many_series()))
@@ -144,9 +163,17 @@ def main() -> None:
         base = Path(scratch)
         ks = [int(k) for k in args.ks.split(",")]
         models = copies(base, max(ks))
+        data = None
+        if args.series:
+            from backtest_bench import make_dataset
+
+            data = base / "series.parquet"
+            make_dataset(data, args.series * args.n_windows, args.series)
         for k in ks:
             runs = [
-                run_once(models[:k], base / f"run-{k}-{i}", args.n_windows, args.profile and i == 0)
+                run_once(
+                    models[:k], base / f"run-{k}-{i}", args.n_windows, args.profile and i == 0, data, args.max_parts
+                )
                 for i in range(args.repeats)
             ]
             runs.sort(key=lambda run: run["score_share"])

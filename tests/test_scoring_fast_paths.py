@@ -184,17 +184,20 @@ def test_a_broadcast_point_scores_like_its_copy() -> None:
     assert by_view.series_sums()["hits"].sum() > 0
 
 
-def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding a batch whose origins are all new skips the unique/add.at merge (and one whose origins follow those kept
-    is appended); the sums are the same bit for bit."""
+def test_window_sums_of_distinct_origins_equal_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a batch of distinct origins (new, kept already, or both) skips the unique/add.at merge (and one whose
+    origins follow those kept is appended); the sums are the same bit for bit."""
     from distributed_onnx.evaluation.scoring import conventions
     from distributed_onnx.evaluation.scoring.conventions import WindowSums
 
     rng = np.random.default_rng(9)
     batches = [np.arange(0, 40), np.arange(40, 70), np.arange(10, 30), rng.permutation(np.arange(100, 130))]
+    batches.append(np.arange(60, 90))  # kept and new: a part's next series on the same time grid
+    batches.append(rng.permutation(np.arange(20, 120, 3)))  # kept and new, not ascending
     batches.append(np.asarray([200, 200, 5]))  # repeated and kept origins: the general path
     blocks = [rng.normal(size=(b.size, 7 + len(QUANTILES))) for b in batches]
     blocks[0][3] = -0.0  # a negative zero becomes 0 + -0.0 = 0.0 on both paths
+    blocks[4][:5] = -0.0  # added to kept sums and to new ones
 
     def run() -> WindowSums:
         sums = WindowSums(QUANTILES, 2)
@@ -204,7 +207,7 @@ def test_window_sums_of_new_origins_equal_the_general_merge(monkeypatch: pytest.
 
     fast = run()
     monkeypatch.setattr(conventions, "_after", lambda kept, origins: False)
-    monkeypatch.setattr(conventions, "_new_and_distinct", lambda kept, origins: False)
+    monkeypatch.setattr(conventions, "_distinct", lambda origins: False)
     general = run()
     np.testing.assert_array_equal(fast.origins, general.origins)
     np.testing.assert_array_equal(fast.sums.view(np.uint64), general.sums.view(np.uint64))
