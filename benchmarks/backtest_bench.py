@@ -118,25 +118,32 @@ def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, 
     }
 
 
+def two_actor_arguments(checkpoint: str, data: str, n_windows: int, rows_per_batch: int) -> list[str]:
+    """The backtest flags every whole-process comparison gives the command: 2 actors of 1 CPU each."""
+    return [
+        "--checkpoint",
+        checkpoint,
+        "--data",
+        data,
+        "--n-windows",
+        str(n_windows),
+        "--rows-per-batch",
+        str(rows_per_batch),
+        "--actors",
+        "2",
+        "--cpus-per-actor",
+        "1",
+    ]
+
+
 def run_cli(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     """``distributed-onnx backtest`` as a user runs it: a whole process, an embedded Ray, 2 actors."""
     command = [
         CLI,
         "backtest",
-        "--checkpoint",
-        args.checkpoint,
-        "--data",
-        args.data,
         "--output",
         str(output),
-        "--n-windows",
-        str(args.n_windows_per_series),
-        "--rows-per-batch",
-        str(ROWS_PER_BATCH),
-        "--actors",
-        "2",
-        "--cpus-per-actor",
-        "1",
+        *two_actor_arguments(args.checkpoint, args.data, args.n_windows_per_series, ROWS_PER_BATCH),
         "--no-progress",
     ]
     started = time.perf_counter()

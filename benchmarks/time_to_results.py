@@ -62,7 +62,7 @@ PACKAGE_ROOT = os.environ.get("TIME_TO_RESULTS_PACKAGE", str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
 sys.path[:0] = [PACKAGE_ROOT, str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
-from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data  # noqa: E402
+from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data, two_actor_arguments  # noqa: E402
 from process_cpu import ProcessTreeCpu, actors_between, between  # noqa: E402
 
 from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
@@ -231,20 +231,7 @@ def one_minute(output: Path, n_windows: int, rounds: int = 1) -> dict[str, Any]:
     loop_args = argparse.Namespace(
         checkpoint=str(REFERENCE_CHECKPOINT), data=str(data), n_windows_per_series=per_series
     )
-    cli_args = [
-        "--checkpoint",
-        str(REFERENCE_CHECKPOINT),
-        "--data",
-        str(data),
-        "--n-windows",
-        str(per_series),
-        "--rows-per-batch",
-        str(ROWS_PER_BATCH),
-        "--actors",
-        "2",
-        "--cpus-per-actor",
-        "1",
-    ]
+    cli_args = two_actor_arguments(str(REFERENCE_CHECKPOINT), str(data), per_series, ROWS_PER_BATCH)
     pairs = alternating_pairs(
         rounds,
         lambda: child("loop_1_thread", loop_args, output / "loop"),
@@ -373,8 +360,7 @@ def many_series(output: Path, counts: list[int], baseline_tree: str | None = Non
     runs: dict[str, Any] = {}
     for index, n_series in enumerate(counts):
         data, checkpoint = write_many_series(output / f"data_{n_series}", n_series)
-        arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", "2"]
-        arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
+        arguments = two_actor_arguments(str(checkpoint), str(data), 2, ROWS_PER_BATCH)
         args = argparse.Namespace(data=str(data), checkpoint=str(checkpoint), n_windows_per_series=2)
         entry: dict[str, Any] = {}
         for name, env in trees.items():
@@ -430,8 +416,7 @@ def first_forecast(output: Path, n_windows: int, rounds: int = 1) -> dict[str, A
     checkpoint = write_tiny_chronos2(output, context_length=16, output_patch_size=4).weights_path
     data = output / "data.parquet"
     n_series, per_series = make_dataset(data, n_windows, 50)
-    arguments = ["--checkpoint", str(checkpoint), "--data", str(data), "--n-windows", str(per_series)]
-    arguments += ["--rows-per-batch", str(ROWS_PER_BATCH), "--actors", "2", "--cpus-per-actor", "1"]
+    arguments = two_actor_arguments(str(checkpoint), str(data), per_series, ROWS_PER_BATCH)
     args = argparse.Namespace(checkpoint=str(checkpoint), data=str(data), n_windows_per_series=per_series)
     pairs = alternating_pairs(
         rounds,
