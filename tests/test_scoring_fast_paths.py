@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from distributed_onnx.evaluation.scoring import naive
-from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator, SeriesCodes
+from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
+from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, seasonal_quantiles_batch
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -88,7 +89,7 @@ def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bo
 def test_a_batch_of_one_series_groups_like_the_general_bincount() -> None:
     """The usual batch (one series) sums its windows with one reduction instead of a bincount: the same bits, signed
     zeros included."""
-    from distributed_onnx.evaluation.scoring.metrics import _group_sum
+    from distributed_onnx.evaluation.scoring.batch_pairs import _group_sum
 
     rng = np.random.default_rng(12)
     values = rng.normal(size=(300, 7)) * 10.0 ** rng.integers(-8, 8, size=(300, 7))
@@ -303,7 +304,7 @@ def test_scores_with_work_buffers_kept_between_batches_equal_fresh_ones() -> Non
 
 def test_finite_pairs_fast_pass_finds_every_non_finite_value() -> None:
     """The fast pass sums the forecast; NaN and either infinity still mark their pair, an overflowing sum does not."""
-    from distributed_onnx.evaluation.scoring.metrics import finite_pairs
+    from distributed_onnx.evaluation.scoring.batch_pairs import finite_pairs
 
     forecast = np.random.default_rng(14).normal(size=(6, len(QUANTILES), 4)).astype(np.float32).transpose(0, 2, 1)
     assert finite_pairs(forecast).all()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.metrics import finite_pairs
+from distributed_onnx.evaluation.scoring.batch_pairs import finite_pairs
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
 
 #: How many series the report draws fans for.

@@ -47,8 +47,8 @@ from distributed_onnx.evaluation.data.windows import (
 from distributed_onnx.evaluation.fans import FanCollector
 from distributed_onnx.evaluation.part_history import SeriesHistory
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
+from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
-from distributed_onnx.evaluation.scoring.metrics import SeriesCodes
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, cell_baselines
 from distributed_onnx.evaluation.sums import PartSums, write_sums
 from distributed_onnx.model.window_batch import strings_of, targets_and_origins

@@ -26,16 +26,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.scoring.batch_pairs import BatchPairs, SeriesCodes, finite_pairs
 from distributed_onnx.evaluation.scoring.conventions import FEV, WindowSums
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
-from distributed_onnx.evaluation.scoring.metrics import (
-    METRICS_SCHEMA,
-    SERIES_PER_TABLE,
-    BatchPairs,
-    MetricsAccumulator,
-    SeriesCodes,
-    finite_pairs,
-)
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE, MetricsAccumulator
 from distributed_onnx.evaluation.scoring.naive import (
     SeasonCells,
     broadcast_quantiles,
