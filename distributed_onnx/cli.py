@@ -1,4 +1,4 @@
-"""The ``distributed-onnx`` command: ``inspect``, ``backtest``, ``serve`` and ``score``.
+"""The ``distributed-onnx`` command: ``inspect``, ``export``, ``backtest``, ``serve`` and ``score``.
 
 Thin entry points: parse flags into typed settings, build objects, run. The flags of ``backtest`` and
 ``serve`` are generated from their settings models (:mod:`distributed_onnx.settings_sources`), so a new field
@@ -166,6 +166,21 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     inspect.add_argument("checkpoint", type=Path)
     inspect.set_defaults(handler=_inspect)
 
+    export = commands.add_parser(
+        "export",
+        help="export a model family's pretrained folder to an ONNX checkpoint, with a parity report",
+        description="Build FAMILY's graph from its upstream package and a local pretrained folder, write the "
+        "ONNX checkpoint and its metadata, and compare ONNX Runtime with the upstream pipeline on sample windows.",
+    )
+    export.add_argument("family", help="the model family: chronos2, chronos_bolt or tirex")
+    export.add_argument(
+        "--from-pretrained", type=Path, required=True, metavar="DIR", help="local folder of the pretrained model"
+    )
+    export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
+    export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
+    export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
+    export.set_defaults(handler=_export)
+
     for name, summary, settings, handler in _SETTINGS_COMMANDS:
         _settings_command(commands, name, summary, settings if name == given else None, handler)
     return parser
@@ -237,6 +252,22 @@ def _inspect(args: argparse.Namespace) -> int:
         "available_providers": available_providers(),
     }
     print(json.dumps(document, indent=2))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from distributed_onnx.export import ExportRequest, run_export
+
+    request = ExportRequest(
+        family=args.family,
+        pretrained_dir=args.from_pretrained,
+        output=args.output,
+        data=args.data,
+        parity_windows=args.parity_windows,
+    )
+    result = run_export(request)
+    print(json.dumps(result.parity, indent=2))
+    print(f"wrote {result.weights_path}, {result.metadata_path.name} and {result.parity_path.name}")
     return 0
 
 

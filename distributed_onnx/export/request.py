@@ -1,0 +1,57 @@
+"""What an export is asked for and what it gives back, and the dispatch to the family's exporter module."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from distributed_onnx.errors import ConfigError
+
+
+class ExportRequest(BaseModel):
+    """One ``distributed-onnx export`` call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: str = Field(description="The model family to export, a key of distributed_onnx.export.EXPORTERS.")
+    pretrained_dir: Path = Field(description="A local folder of the upstream model (its config and weights).")
+    output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
+    data: Path | None = Field(
+        default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
+    )
+    parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
+
+
+class ExportResult(BaseModel):
+    """What an export wrote and how close ONNX Runtime came to the upstream pipeline."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights_path: Path = Field(description="The .onnx file written.")
+    metadata_path: Path = Field(description="The checkpoint metadata JSON written beside it.")
+    parity_path: Path = Field(description="The parity report (JSON) written beside it.")
+    parity: dict[str, Any] = Field(description="The parity report's content: windows compared, max abs diff, ...")
+
+
+class Exporter(Protocol):
+    """A family's exporter module."""
+
+    def export(self, request: ExportRequest) -> ExportResult: ...
+
+
+def run_export(request: ExportRequest) -> ExportResult:
+    """Export ``request.family`` through its module in :data:`distributed_onnx.export.EXPORTERS`."""
+    from distributed_onnx.export import EXPORTERS
+
+    try:
+        module_name = EXPORTERS[request.family]
+    except KeyError:
+        raise ConfigError(
+            f"Cannot export family {request.family!r}; known families: {sorted(EXPORTERS)}.", family=request.family
+        ) from None
+    module: Any = importlib.import_module(module_name)
+    result: ExportResult = module.export(request)
+    return result
