@@ -74,7 +74,8 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
                 key="output",
             )
         return
-    storage.write_bytes(path, json.dumps({"fingerprint": fingerprint, **manifest}, indent=2, default=str).encode())
+    document = storage.redacted({"fingerprint": fingerprint, **manifest})  # a URL's secrets stay in the URL
+    storage.write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
 def _make_run_directory(output: Location) -> None:
