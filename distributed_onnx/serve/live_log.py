@@ -19,12 +19,13 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.forecast_log.layout import LoggedForecast, Role
+from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
 from distributed_onnx.forecast_log.writer import ForecastLog, ThrottledWarning
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
@@ -62,8 +63,11 @@ class ShadowModel(LoggedModel, Protocol):
 
 
 def request_id(header: str | None) -> str:
-    """The client's request id when it sent one (truncated to 128 characters), else a fresh one."""
-    return header[:128] if header else uuid.uuid4().hex
+    """The client's request id when it sent one (cut to :data:`MAX_REQUEST_ID_CHARS`), else a fresh one.
+
+    Data only: the log's window ids come from the key :meth:`LiveTraffic.answered_later` draws per request.
+    """
+    return header[:MAX_REQUEST_ID_CHARS] if header else uuid.uuid4().hex
 
 
 def now_us() -> int:
@@ -83,26 +87,37 @@ def origins_us(request: ForecastRequest, resolution_minutes: int) -> list[int | 
     return found
 
 
+@dataclass(frozen=True)
+class RequestStamp:
+    """Who asked and when: the client's id (data), the time received, and the server's key of the request."""
+
+    request_id: str
+    request_time_us: int
+    #: The log's name for the request's windows (:func:`~distributed_onnx.forecast_log.layout.window_id`), drawn
+    #: by the server; empty: derived from ``request_id`` (see :class:`LoggedForecast`).
+    key: str = ""
+
+
 def logged_forecast(
     model: LoggedModel,
     role: Role,
     request: ForecastRequest,
     forecasts: np.ndarray,
     quantiles: Sequence[float],
-    request_id: str,
-    request_time_us: int,
+    stamp: RequestStamp,
 ) -> LoggedForecast:
     return LoggedForecast(
         model=model.name,
         checkpoint_sha256=model.checkpoint_sha256,
         role=role,
-        request_id=request_id,
-        request_time_us=request_time_us,
+        request_id=stamp.request_id,
+        request_time_us=stamp.request_time_us,
         resolution_minutes=model.resolution_minutes,
         series_ids=[series.series_id for series in request.series],
         origins_us=origins_us(request, model.resolution_minutes),
         quantiles=tuple(quantiles),
         forecasts=forecasts,
+        request_key=stamp.key,
     )
 
 
@@ -174,7 +189,9 @@ class LiveTraffic:
             for shadow in shadows:
                 self.metrics.shadow_skipped(shadow.name, windows)
             shadows = []
-        task = asyncio.get_running_loop().create_task(self._after(model, shadows, served, request_id, request_time_us))
+        # The windows' key in the log: drawn here, once per answered request, shared by its primary and shadows.
+        stamp = RequestStamp(request_id, request_time_us, uuid.uuid4().hex)
+        task = asyncio.get_running_loop().create_task(self._after(model, shadows, served, stamp))
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
 
@@ -188,8 +205,7 @@ class LiveTraffic:
         model: LoggedModel,
         shadows: Sequence[ShadowModel],
         served: Callable[[], Served | None],
-        request_id: str,
-        request_time_us: int,
+        stamp: RequestStamp,
     ) -> None:
         await asyncio.sleep(0)  # let the handler's response go first
         try:
@@ -201,9 +217,7 @@ class LiveTraffic:
             return
         request, forecasts, quantiles = found
         if self.log is not None:
-            self.log.submit(
-                logged_forecast(model, "served", request, forecasts, quantiles, request_id, request_time_us)
-            )
+            self.log.submit(logged_forecast(model, "served", request, forecasts, quantiles, stamp))
         for shadow in shadows:
             try:
                 shadow_forecasts, shadow_levels = await shadow.shadow_forecast(request)
@@ -213,8 +227,4 @@ class LiveTraffic:
                 continue
             self.metrics.shadow(shadow.name, int(shadow_forecasts.shape[0]))
             if self.log is not None:
-                self.log.submit(
-                    logged_forecast(
-                        shadow, "shadow", request, shadow_forecasts, shadow_levels, request_id, request_time_us
-                    )
-                )
+                self.log.submit(logged_forecast(shadow, "shadow", request, shadow_forecasts, shadow_levels, stamp))
