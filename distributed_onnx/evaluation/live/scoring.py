@@ -300,11 +300,25 @@ def _summary(
         for reason, value in counts.items():
             target[f"pending_{reason}"] = value
     dropped: dict[str, dict[str, int]] = {}
+    shadow_failures: dict[str, dict[str, int]] = {}
     for state in read_states(settings.forecasts):
         for model, record in dict(state.get("models") or {}).items():
             for reason, value in dict(record.get("dropped") or {}).items():
                 target = dropped.setdefault(model, {})
                 target[reason] = target.get(reason, 0) + int(value)
+            for key, reason in (("shadow_failed", "failed"), ("shadow_nonfinite", "nonfinite")):
+                if record.get(key):
+                    target = shadow_failures.setdefault(model, {"failed": 0, "nonfinite": 0})
+                    target[reason] += int(record[key])
+    for model, counts in sorted(shadow_failures.items()):
+        # As a backtest reports its failed windows: said, not only recorded (the service's own record).
+        logger.warning(
+            "Shadow model %s: %d window(s) failed to forecast and %d were forecast NaN or inf (left out of its "
+            "pairs), by the service's record",
+            model,
+            counts["failed"],
+            counts["nonfinite"],
+        )
     return {
         "forecasts": storage.redact(settings.forecasts),
         "actuals": storage.redact(settings.actuals),
@@ -320,6 +334,8 @@ def _summary(
             for key, scores in sorted(merged.items())
         ],
         "dropped_by_the_log": dropped,
+        # Per shadow model, from the log's records: windows its call failed on, windows it forecast NaN or inf.
+        "failed_by_the_shadows": shadow_failures,
         "files_done": sum(len(batch.files_done) for batch in batches),
     }
 
