@@ -16,7 +16,7 @@ import pytest
 from test_live_score import REQUEST_TIME_US, STEP_MIN, _item, _ramp_actuals
 
 from distributed_onnx.cli import main
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.evaluation.live import score_log
 from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.forecast_log.layout import LoggedForecast
@@ -114,3 +114,13 @@ def test_a_model_of_another_resolution_leaves_the_other_models_scored(tmp_path: 
     result = score_log(_settings(tmp_path))
     assert result.summary["windows"] == {"m": {"scored": 1}, "hourly": {"actuals_not_at_resolution": 1}}
     assert REQUEST_TIME_US and STEP_MIN == 30
+
+
+def test_actuals_that_fit_no_model_of_the_log_are_still_an_error(tmp_path: Path) -> None:
+    """Defect 14's fix sets one model of another resolution aside; actuals that fit none are a wrong file."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    other = LoggedForecast(**{**_item("r2", "a", start + 60 * step_us).__dict__, "resolution_minutes": 7})
+    _log(tmp_path, other)
+    with pytest.raises(DataError, match=r"actuals\.parquet"):
+        score_log(_settings(tmp_path))
+    assert not (tmp_path / "score" / "scored").exists()  # nothing written

@@ -114,6 +114,12 @@ class Actuals:
                 )
         return False
 
+    def check_some_usable(self) -> None:
+        """Raise the actuals' own :class:`DataError` when they fit no resolution of the log (a wrong file, not
+        one model of another time step)."""
+        if self.unusable and not self._tables:
+            raise DataError(next(iter(self.unusable.values())), path=str(self._location))
+
     def arrived_until_us(self) -> int:
         """The last instant at which any series has an observed (non-null) actual (module docstring)."""
         if self._arrived_until_us is None:

@@ -135,6 +135,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     fresh = _read_fresh(storage.normalize(settings.forecasts), previous)
     actuals = Actuals(settings.actuals, settings.seasonality, settings.context_length)
     pending = _score_fresh(fresh, actuals, batch)
+    actuals.check_some_usable()  # before anything is written
     batch.files_done = [name for name in fresh.files_read if name not in pending.files]
     batches = previous
     new_batch = None
