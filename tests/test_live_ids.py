@@ -141,3 +141,20 @@ def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: P
     (windows,) = read_log_windows(path)
     assert windows.series_ids[0] == "a" and len(windows.series_ids[1]) < 2 * MAX_SERIES_ID_CHARS
     assert windows.series_ids.nbytes < 10_000  # was 96 rows x 1e6 characters x 4 bytes
+
+
+def test_a_client_id_is_kept_as_data_bounded_and_never_names_the_windows(tmp_path: Path) -> None:
+    """The same client id on every route is cut to MAX_REQUEST_ID_CHARS and kept in ``request_id``; the windows'
+    ids come from the server's key, so a forged id cannot choose them."""
+    from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, window_id
+    from distributed_onnx.serve.live_log import request_id
+
+    assert request_id("x" * 10_000) == "x" * MAX_REQUEST_ID_CHARS
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    traffic = LiveTraffic(log, LiveMetrics(log, replica="t"))
+    forged = "forged"
+    _answer(traffic, [(Model("primary"), _request("a", "2026-12-01T00:00:00Z"), forged)])
+    log.close()
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path / "log")])
+    assert table["request_id"].to_pylist()[0] == forged
+    assert table["window_id"].to_pylist()[0] != window_id(forged, 0)
