@@ -284,13 +284,14 @@ def _backtest(args: argparse.Namespace) -> int:
 
     from distributed_onnx.evaluation.run import run_backtest
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
+    from distributed_onnx.storage import redact
 
     quiet_ray_logging(quiet=not args.verbose)  # no-op where the early start set it; a rerun's Ray starts later
     result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early)
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))
-    print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
+    print(f"wrote {redact(settings.output)}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
 
@@ -324,6 +325,7 @@ def _score(args: argparse.Namespace) -> int:
     from distributed_onnx.evaluation.live import score_log
     from distributed_onnx.evaluation.score_settings import ScoreSettings
     from distributed_onnx.settings_sources import given_flags
+    from distributed_onnx.storage import redact
 
     settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
     result = score_log(settings)
@@ -333,7 +335,7 @@ def _score(args: argparse.Namespace) -> int:
         shown["flagged_against_the_backtest"] = result.versus_backtest.flagged
         written += ", live_vs_backtest.parquet"
     print(json.dumps(shown, indent=2))
-    print(f"wrote {settings.output}/ ({written})")
+    print(f"wrote {redact(settings.output)}/ ({written})")
     return 0
 
 

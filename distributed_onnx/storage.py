@@ -51,6 +51,40 @@ def is_url(location: Location) -> bool:
     return isinstance(location, str) and len(urlsplit(location).scheme) > 1 and "://" in location
 
 
+def redact(location: Location) -> str:
+    """``location`` as it may be shown or recorded: a URL's user-info and option values replaced by ``***``.
+
+    ``s3://KEY:SECRET@bucket/run?access_key=K&secret_key=S&region=eu`` is accepted by pyarrow, and whatever the
+    run prints or writes (stdout, ``summary.json``, ``run.json``, ``report.html``) must not carry the secrets:
+    ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``. Every option's value goes, not only the
+    ones known to be secret (a store's own option names vary); the option names stay, to say what was set.
+    """
+    if not is_url(location):
+        return str(location)
+    url = urlsplit(str(location))
+    netloc = url.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(
+        f"{option.split('=', 1)[0]}=***" if "=" in option else option for option in url.query.split("&") if option
+    )
+    return urlunsplit(url._replace(netloc=netloc, query=query))
+
+
+def redacted(document: T) -> T:
+    """A JSON-like ``document`` (dicts, lists, strings) with every URL in it :func:`redact`-ed: what a run
+    records (``summary.json``, ``run.json``) and shows (``report.html``) of its settings."""
+    if isinstance(document, str):
+        return redact(document) if is_url(document) else document  # type: ignore[return-value]
+    if isinstance(document, Path):
+        return document
+    if isinstance(document, dict):
+        return {key: redacted(value) for key, value in document.items()}  # type: ignore[return-value]
+    if isinstance(document, list | tuple):
+        return type(document)(redacted(value) for value in document)
+    return document
+
+
 def local_path(location: Location) -> Path | None:
     """The local path of ``location`` (``file://`` URLs included), or None for a remote URL."""
     if isinstance(location, Path):
@@ -215,17 +249,33 @@ def read_parquet_metadata(location: Location) -> Any:
 def _replaced_atomically(path: Path) -> Iterator[str]:
     """A temporary name beside ``path`` to write to; renamed onto ``path`` only if the block succeeds.
 
-    The file is made world-readable (a temporary file starts as 0600): outputs and checkpoints are shared data.
+    The file gets the mode a plain ``open`` would give it, ``0666`` less the process's umask (a temporary file
+    starts as 0600): outputs and checkpoints are shared data where the umask says so, and private where it does
+    not (``umask 077``), as the directories already were.
     """
     handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".tmp-{path.name}.", delete=False)
     handle.close()
     try:
         yield handle.name
-        os.chmod(handle.name, 0o644)
+        os.chmod(handle.name, 0o666 & ~_umask())
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask: from ``/proc`` on Linux, where reading it does not set it (the writer threads of a
+    replica write at the same time), else by setting it and back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _upload_atomically(location: Location, payload: bytes) -> None:

@@ -14,7 +14,14 @@ import pyarrow.parquet as pq
 from distributed_onnx.forecast_log.layout import forecast_rows, log_files
 from distributed_onnx.forecast_log.writer import ForecastLog
 from distributed_onnx.serve.forecasting import forecast_timestamps
-from distributed_onnx.serve.live_log import LiveTraffic, in_shadow_sample, logged_forecast, origins_us, request_id
+from distributed_onnx.serve.live_log import (
+    LiveTraffic,
+    RequestStamp,
+    in_shadow_sample,
+    logged_forecast,
+    origins_us,
+    request_id,
+)
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
 
@@ -47,7 +54,12 @@ class FakeModel:
 
 def test_logged_timestamps_are_the_ones_the_response_carries() -> None:
     item = logged_forecast(
-        FakeModel("m"), "served", REQUEST, np.zeros((3, 3, 1), np.float32), (0.5,), "r", 1_796_083_200_000_000
+        FakeModel("m"),
+        "served",
+        REQUEST,
+        np.zeros((3, 3, 1), np.float32),
+        (0.5,),
+        RequestStamp("r", 1_796_083_200_000_000),
     )
     rows = forecast_rows(item)
     stamps = rows.column("timestamp").to_pylist()

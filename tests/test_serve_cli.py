@@ -99,3 +99,29 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return False
+
+
+def test_a_checkpoint_onnx_runtime_cannot_load_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
+    """Issue 29, defect 7: a shadow whose metadata resolves but whose graph cannot be loaded exited 4 ("internal
+    error, please report"), and the traceback file never named the file."""
+    import hashlib
+    import json
+
+    from graphs import write_tiny_chronos2, write_tiny_context_quantiles
+
+    primary = write_tiny_chronos2(tmp_path).weights_path
+    shadow = write_tiny_context_quantiles(tmp_path).weights_path
+    shadow.write_bytes(shadow.read_bytes()[:100])  # torn, with metadata that agrees (its digest recomputed)
+    metadata = shadow.with_suffix(".metadata.json")
+    document = json.loads(metadata.read_text())
+    document["sha256"] = hashlib.sha256(shadow.read_bytes()).hexdigest()
+    metadata.write_text(json.dumps(document))
+    arguments = ["--checkpoint", str(primary), "--checkpoint", str(shadow), "--shadow", shadow.stem]
+    arguments += ["--port", str(free_port()), "--grpc-port", str(free_port()), "--warm-up-rows", "0"]
+    arguments += ["--cpus-per-replica", "1"]
+    result = subprocess.run(
+        [*COMMAND, *arguments], check=False, env=environment(), capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and str(shadow) in last and "internal error" not in last

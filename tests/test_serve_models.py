@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,3 +88,26 @@ def test_a_failing_shadow_does_not_make_the_replica_unready(replica: ReplicaCore
     for _ in range(5):
         replica.models["champion"].health.failed(RuntimeError("broken champion"))
     assert not replica.ready and "champion: " in replica.not_ready_reason
+
+
+def test_a_shadows_plan_runs_off_the_event_loop(replica: ReplicaCore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29, defect 10: a large request's shadow plan ran on the replica's event loop (hundreds of ms)."""
+    import threading
+
+    from distributed_onnx.serve import core
+
+    planned_in: list[threading.Thread] = []
+    original = core.plan_job
+
+    def plan_job(*args: Any) -> Any:
+        planned_in.append(threading.current_thread())
+        return original(*args)
+
+    monkeypatch.setattr(core, "plan_job", plan_job)
+
+    async def shadow() -> threading.Thread:
+        await replica.models["tiny_plain"].shadow_forecast(ForecastRequest.model_validate(BODY))
+        return threading.current_thread()
+
+    loop_thread = asyncio.run(shadow())
+    assert planned_in and planned_in[0] is not loop_thread

@@ -431,3 +431,35 @@ def test_bad_grpc_requests_name_the_tensor() -> None:
     tensors, payload = infer_inputs(short)
     with pytest.raises(InputValidationError, match="'context'"):
         decode_inputs(tensors, SPECS[:1], payload)
+
+
+# ------------------------------------------------------------------------------------------ defect 4 of issue 29
+
+
+def test_a_shape_that_holds_no_values_is_refused_before_any_array_is_built() -> None:
+    """``[0, 10**30]`` holds no values, so no data check caught it and numpy's reshape raised (a 500)."""
+    for shape in ([0, 10**30], [0, 2**62], [2, 0], [0, 4]):
+        with pytest.raises(InputValidationError, match="holds no values"):
+            decode_tensor(tensor("context", shape, "FP32", []))
+        with pytest.raises(InputValidationError, match="holds no values"):
+            slice_inputs([binary_tensor("context", shape, "FP32", 0)], b"")
+
+
+def test_the_header_length_takes_ascii_digits_only() -> None:
+    """``str.isdigit`` accepts ``²``, which ``int`` then refused (a 500); only ASCII digits are a byte count."""
+    for length in ("²", "١٢", "8²", " ²"):
+        with pytest.raises(InputValidationError, match="must be a byte count"):
+            split_body(b'{"a": 1}xyz', length)
+    assert split_body(b'{"a": 1}xyz', " 8 ") == (b'{"a": 1}', b"xyz")
+
+
+def test_a_grpc_shape_of_no_values_is_refused_as_over_http() -> None:
+    from distributed_onnx.serve.grpc_api import infer_inputs
+    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+
+    request = ModelInferRequest(model_name="m")
+    request.inputs.add(name="context", datatype="FP32", shape=[0, 2**62])
+    request.inputs.add(name="group_ids", datatype="INT64", shape=[0])
+    tensors, payload = infer_inputs(request)
+    with pytest.raises(InputValidationError, match="holds no values"):
+        decode_inputs(tensors, SPECS, payload)

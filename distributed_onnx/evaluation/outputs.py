@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
@@ -74,7 +75,8 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
                 key="output",
             )
         return
-    storage.write_bytes(path, json.dumps({"fingerprint": fingerprint, **manifest}, indent=2, default=str).encode())
+    document = storage.redacted({"fingerprint": fingerprint, **manifest})  # a URL's secrets stay in the URL
+    storage.write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
 def _make_run_directory(output: Location) -> None:
@@ -178,6 +180,47 @@ def clean_partials(output: Location, models: Sequence[str] = ()) -> None:
     for folder in folders:
         for path in storage.list_files(folder, ".tmp-", ""):
             storage.delete(path)
+
+
+#: Where the forecasts of a checkpoint no longer in the run are moved: out of the ``forecasts/`` dataset, kept.
+REMOVED_DIR = "removed"
+
+
+def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[str]:
+    """Move ``forecasts/model=X/`` of every ``X`` not among ``models`` to ``removed/model=X/``; the names moved.
+
+    ``forecasts/`` is one dataset that readers take whole (``pd.read_parquet("DIR/forecasts")``): a checkpoint
+    dropped from the run's ``--checkpoint`` list would otherwise stay in it, a model the run no longer has.
+    Moved, not deleted (its forecasts may be all that is left of it); adding the checkpoint back recomputes it.
+    """
+    fs, base = storage.filesystem(storage.join(output, FORECASTS_DIR))
+    _, removed = storage.filesystem(storage.join(output, REMOVED_DIR))
+    kept = {f"{MODEL_KEY}={model}" for model in models}
+    listed = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    found = sorted(info.base_name for info in listed if info.type == pafs.FileType.Directory)
+    moved = []
+    for name in found:
+        if not name.startswith(f"{MODEL_KEY}=") or name in kept:
+            continue
+        source, target = f"{base}/{name}", f"{removed}/{name}"
+        fs.create_dir(removed, recursive=True)
+        if fs.get_file_info(target).type != pafs.FileType.NotFound:  # set aside before: the newer copy wins
+            fs.delete_dir(target)
+        if isinstance(fs, pafs.LocalFileSystem):
+            fs.move(source, target)
+        else:  # object stores move objects, not folders
+            for info in fs.get_file_info(pafs.FileSelector(source, recursive=True)):
+                if info.type == pafs.FileType.File:
+                    fs.move(info.path, target + info.path[len(source) :])
+            fs.delete_dir(source)
+        target_location = storage.join(output, REMOVED_DIR, name)
+        moved.append(name.removeprefix(f"{MODEL_KEY}="))
+        logger.warning(
+            "Checkpoint %r is no longer in this run: its forecasts moved out of forecasts/ to %s",
+            moved[-1],
+            storage.redact(target_location),
+        )
+    return moved
 
 
 def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) -> None:

@@ -186,6 +186,7 @@ class _BacktestRun:
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
         outputs.clean_partials(output, plan.model_names)
+        outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._verified_todo()
         done_windows = plan.windows.planned - sum(part.n_windows for part in todo)

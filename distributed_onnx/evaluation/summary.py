@@ -88,11 +88,11 @@ def build_summary(
     done_parts, done_windows = outcome.parts_done_before, outcome.windows_done_before
     return {
         "model": plan.checkpoint.name,
-        "checkpoint": str(plan.checkpoint.weights_path),
+        "checkpoint": storage.redact(plan.checkpoint.weights_path),
         "checkpoint_sha256": plan.checkpoint.metadata.sha256,
-        "data": str(plan.settings.data),
+        "data": storage.redact(plan.settings.data),  # a URL's secrets stay in the URL (report.html shows these)
         "run_fingerprint": plan.run_fingerprint,
-        "settings": plan.settings.model_dump(mode="json"),
+        "settings": storage.redacted(plan.settings.model_dump(mode="json")),
         "versions": versions(),
         "resolved": {
             "context_length": plan.spec.context_length,

@@ -13,10 +13,16 @@ got; ``shadow``: a forecast only logged) and ``resolution_minutes``. ``y`` is al
 have not happened yet; ``score`` joins them in. A request without ``start`` has no timestamps: its rows have
 null ``origin``, ``cutoff`` and ``timestamp`` (logged anyway, and counted by ``score`` as not placeable).
 
-A *window* of the log is one series of one request: its ``window_id`` is a digest of the request id and the
-series' position in the request, so a shadow model's forecast of the same window carries the same id as the
-served one, and the two can be scored on the same pairs. Files of one partition may hold different quantile
-columns (requests may ask for other levels); every file is written whole and atomically, never appended to.
+A *window* of the log is one series of one request: its ``window_id`` is a digest of the request's *key* and
+the series' position in the request, so a shadow model's forecast of the same window carries the same id as the
+served one, and the two can be scored on the same pairs. The key is drawn by the server for each answered
+request (:attr:`LoggedForecast.request_key`, 128 random bits), never taken from the client: a client's
+``X-Request-ID`` (or v2 ``id``) is kept as data in ``request_id`` (at most :data:`MAX_REQUEST_ID_CHARS`
+characters), so reusing one, or sending the shadow's model an id a later request reuses, can neither merge two
+requests' windows nor make one request's windows collide with another's.
+
+Files of one partition may hold different quantile columns (requests may ask for other levels); every file is
+written whole and atomically, never appended to.
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ _FILE = re.compile(r"part-.*\.parquet$")
 
 Role = Literal["served", "shadow"]
 
+#: The longest client request id the log keeps (longer ones are cut); series ids are bounded at the routes.
+MAX_REQUEST_ID_CHARS = 128
+#: The longest series id a route accepts (``/v1/forecast``'s ``series_id``, v2 ``series_ids``) and ``score`` reads
+#: as it is: an id is data of every row of its window, and unbounded ones overflowed an Arrow batch of the log.
+MAX_SERIES_ID_CHARS = 256
+
 #: The backtest's forecast columns, before the quantile columns (``evaluation/outputs.py``).
 FORECAST_FIELDS = [
     pa.field("series_id", pa.string()),
@@ -72,7 +84,9 @@ class LoggedForecast:
     """One model's forecasts for one request: what the serving side hands the log (cheap to build).
 
     ``origins_us[i]`` is series ``i``'s first forecast timestamp (microseconds since the epoch, UTC), or None
-    when the request gave no ``start``; ``forecasts`` is ``[series, horizon, quantiles]``.
+    when the request gave no ``start``; ``forecasts`` is ``[series, horizon, quantiles]``. ``request_key`` names
+    the answered request in the windows' ids (the server's, shared by the primary and its shadows); empty, the
+    ids are derived from ``request_id`` (logs written before the key existed, and in-process callers).
     """
 
     model: str
@@ -85,6 +99,7 @@ class LoggedForecast:
     origins_us: Sequence[int | None]
     quantiles: tuple[float, ...]
     forecasts: np.ndarray
+    request_key: str = ""
 
     @property
     def n_windows(self) -> int:
@@ -96,9 +111,9 @@ class LoggedForecast:
         return datetime.fromtimestamp(self.request_time_us / 1e6, UTC).strftime("%Y-%m-%d")
 
 
-def window_id(request_id: str, position: int) -> str:
-    """16 hex digits naming series ``position`` of request ``request_id`` (the same for every model)."""
-    return hashlib.blake2b(f"{request_id}\x00{position}".encode(), digest_size=8).hexdigest()
+def window_id(request_key: str, position: int) -> str:
+    """16 hex digits naming series ``position`` of the request keyed ``request_key`` (the same for every model)."""
+    return hashlib.blake2b(f"{request_key}\x00{position}".encode(), digest_size=8).hexdigest()
 
 
 def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
@@ -129,7 +144,8 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
         if n_quantiles != len(item.quantiles) or item.quantiles != levels:
             raise ValueError(f"forecasts hold {n_quantiles} quantiles of levels {item.quantiles}; expected {levels}")
         series.extend(item.series_ids)
-        ids.extend(window_id(item.request_id, position) for position in range(n_windows))
+        key = item.request_key or item.request_id
+        ids.extend(window_id(key, position) for position in range(n_windows))
         origins.extend(origin if origin is not None else 0 for origin in item.origins_us)
         known.extend(origin is not None for origin in item.origins_us)
         horizons.extend([horizon] * n_windows)

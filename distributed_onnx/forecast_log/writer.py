@@ -12,7 +12,10 @@ again, so logging resumes by itself when the sink comes back. Failures are logge
 Every forecast submitted ends in exactly one counter: ``logged`` (its file was written) or ``dropped`` (by
 reason: ``queue_full``, ``write_failed``); until then it is ``pending``. The counts are per model
 (:meth:`ForecastLog.counts`, read by ``/metrics``) and are written, after each batch, to the writer's own
-record ``LOG/_log_state/<writer>.json``, so the log says itself what it is missing.
+record ``LOG/_log_state/<writer>.json``, so the log says itself what it is missing. So are a shadow model's
+problems (:meth:`ForecastLog.shadow_problems`): windows it failed to forecast (``shadow_failed``: never
+submitted, so nothing else would say they are missing) and windows it forecast NaN or inf for
+(``shadow_nonfinite``: logged as they are, left out of the pairs by ``score`` as the backtest leaves them out).
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ class ModelCounts:
     logged: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: {QUEUE_FULL: 0, WRITE_FAILED: 0})
     rows_logged: int = 0
+    shadow_failed: int = 0
+    shadow_nonfinite: int = 0
 
     @property
     def dropped_total(self) -> int:
@@ -148,6 +153,7 @@ class ForecastLog:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._state_submitted = 0
+        self._problems = 0  # shadow problems counted, so that a record with only those is written too
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"forecast-log-{self.writer_id}", daemon=True)
         self._thread.start()
@@ -181,11 +187,21 @@ class ForecastLog:
             self._wake.set()  # a full batch: write it now rather than at the next interval
         return True
 
+    def shadow_problems(self, model: str, failed: int = 0, nonfinite: int = 0) -> None:
+        """Count a shadow model's windows that failed, or that it forecast NaN or inf for (constant time)."""
+        with self._lock:
+            counts = self._counts.setdefault(model, ModelCounts())
+            counts.shadow_failed += failed
+            counts.shadow_nonfinite += nonfinite
+            self._problems += failed + nonfinite
+
     def counts(self) -> dict[str, ModelCounts]:
         """A snapshot of the counts per model."""
         with self._lock:
             return {
-                model: ModelCounts(c.submitted, c.logged, dict(c.dropped), c.rows_logged)
+                model: ModelCounts(
+                    c.submitted, c.logged, dict(c.dropped), c.rows_logged, c.shadow_failed, c.shadow_nonfinite
+                )
                 for model, c in self._counts.items()
             }
 
@@ -226,6 +242,8 @@ class ForecastLog:
                         "dropped": c.dropped,
                         "pending": c.pending,
                         "rows_logged": c.rows_logged,
+                        "shadow_failed": c.shadow_failed,
+                        "shadow_nonfinite": c.shadow_nonfinite,
                     }
                     for model, c in counts.items()
                 },
@@ -270,7 +288,7 @@ class ForecastLog:
 
     def _state_stale(self) -> bool:
         with self._lock:
-            seen = sum(counts.submitted for counts in self._counts.values())
+            seen = sum(counts.submitted for counts in self._counts.values()) + self._problems
             stale = seen != self._state_submitted
             self._state_submitted = seen
         return stale

@@ -12,7 +12,6 @@ values are then checked like JSON data by :func:`distributed_onnx.serve.protocol
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 import pydantic_core
 
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.serve.protocol import datatype_of, encode_outputs, numpy_dtype
+from distributed_onnx.serve.protocol import check_shape, datatype_of, encode_outputs, numpy_dtype
 from distributed_onnx.serve.schemas import InferInputTensor, InferRequest
 
 #: Request and response header giving the size in bytes of the JSON part of the body.
@@ -29,12 +28,20 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSION = "binary_tensor_data"
 
 
+def byte_count(text: str) -> int | None:
+    """``text`` as a byte count (ASCII digits only), else None.
+
+    Not ``str.isdigit`` alone: it accepts ``²`` and other Unicode digits that ``int`` then refuses.
+    """
+    stripped = text.strip()
+    return int(stripped) if stripped.isascii() and stripped.isdigit() else None
+
+
 def split_body(body: bytes, header_length: str) -> tuple[bytes, bytes]:
     """The JSON header and the binary part of a request body sent with ``Inference-Header-Content-Length``."""
-    length = header_length.strip()
-    if not length.isdigit():
+    size = byte_count(header_length)
+    if size is None:
         raise InputValidationError(f"{HEADER_LENGTH} must be a byte count, got {header_length!r}.")
-    size = int(length)
     if size == 0 or size > len(body):
         raise InputValidationError(
             f"{HEADER_LENGTH} is {size} bytes but the request body has {len(body)} bytes; "
@@ -61,7 +68,7 @@ def slice_inputs(tensors: Sequence[InferInputTensor], payload: bytes) -> list[by
         if tensor.data is not None:
             raise InputValidationError(f"Input {name!r} has both 'data' and binary_data_size; send one.", tensor=name)
         dtype = numpy_dtype(tensor)
-        expected = math.prod(tensor.shape) * dtype.itemsize
+        expected = check_shape(tensor) * dtype.itemsize
         if size != expected:
             raise InputValidationError(
                 f"Input {name!r}: binary_data_size is {size} bytes, shape {tensor.shape} of {tensor.datatype} "

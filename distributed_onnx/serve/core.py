@@ -159,11 +159,13 @@ class ModelCore:
         return ForecastAnswer(body, self, parsed, forecasts, job.quantiles)
 
     async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
-        """This model's forecast of a request another model answered (planned for this model's own grid)."""
-        job = plan_job(request, self.metadata, time.perf_counter())
-        forecasts = await self._compute(job)
-        check_finite_forecasts(forecasts, request)
-        return forecasts, job.quantiles
+        """This model's forecast of a request another model answered (planned for this model's own grid).
+
+        Planned in a thread, not on the event loop (a large request's plan took hundreds of milliseconds there);
+        NaN or inf forecasts are returned as they are, for the log to count (:mod:`.live_log`).
+        """
+        job = await asyncio.to_thread(plan_job, request, self.metadata, time.perf_counter())
+        return await self._compute(job), job.quantiles
 
     async def _compute(self, job: ForecastJob) -> np.ndarray:
         """The job's forecasts, from a model call of its own or merged with concurrent ones by the batcher."""

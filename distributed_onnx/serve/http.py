@@ -43,7 +43,7 @@ from distributed_onnx.errors import (
     InputValidationError,
     describe_validation,
 )
-from distributed_onnx.serve.binary import HEADER_LENGTH, slice_inputs, split_body
+from distributed_onnx.serve.binary import HEADER_LENGTH, byte_count, slice_inputs, split_body
 from distributed_onnx.serve.schemas import InferRequest
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -94,14 +94,14 @@ async def read_body(request: Request, max_body_bytes: int, charge: BodyCharge | 
     With ``charge``, the body's memory is charged from its Content-Length before a byte is read, and as it
     streams when it has none, so a replica that is full refuses (503) before it holds the body.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit():
-        if int(declared) > max_body_bytes:
+    declared = byte_count(request.headers.get("content-length", ""))
+    if declared is not None:
+        if declared > max_body_bytes:
             raise HttpError(
                 413, f"Request body is {declared} bytes, the limit is {max_body_bytes} bytes (max_body_bytes)."
             )
         if charge is not None:
-            charge.charge_body(int(declared))
+            charge.charge_body(declared)
     chunks: list[bytes] = []
     size = 0
     request.state.body = "reading"  # for drained_on_refusal: what is left on the wire
@@ -134,8 +134,8 @@ async def drained_on_refusal(request: Request, max_body_bytes: int, answer: Awai
 
 
 async def _drain(request: Request, max_body_bytes: int) -> None:
-    declared = request.headers.get("content-length", "")
-    if getattr(request.state, "body", None) == "read" or (declared.isdigit() and int(declared) > max_body_bytes):
+    declared = byte_count(request.headers.get("content-length", ""))
+    if getattr(request.state, "body", None) == "read" or (declared is not None and declared > max_body_bytes):
         return
     seen = 0
     while seen <= max_body_bytes:

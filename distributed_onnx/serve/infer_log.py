@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from distributed_onnx.errors import InputValidationError
+from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.adapters import ModelAdapter
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.serve.schemas import ForecastRequest, SeriesHistory
@@ -126,6 +127,13 @@ def _series_ids(value: Any, count: int) -> tuple[str, ...]:
     if not isinstance(ids, list | tuple) or not all(isinstance(item, str) and item for item in ids):
         raise InputValidationError(
             f"parameters.{SERIES_IDS}: expected non-empty series ids, comma-separated, got {value!r}.",
+            field=f"parameters.{SERIES_IDS}",
+        )
+    longest = max((len(item) for item in ids), default=0)
+    if longest > MAX_SERIES_ID_CHARS:
+        raise InputValidationError(
+            f"parameters.{SERIES_IDS}: an id of {longest} characters; ids are at most {MAX_SERIES_ID_CHARS} "
+            "characters (as /v1/forecast's series_id).",
             field=f"parameters.{SERIES_IDS}",
         )
     if len(ids) != count:

@@ -8,7 +8,9 @@ forecasts inside that task (:mod:`distributed_onnx.serve.infer_log`). The task b
 (:class:`~distributed_onnx.forecast_log.layout.LoggedForecast`; the rows themselves are built by the log's
 writer thread), then asks each shadow model for its forecast of the same request, in that model's own thread,
 and logs it with role ``shadow``. A shadow that fails (a horizon it cannot emit, a broken session) is counted
-and reported at most once per minute; the client never sees it.
+per model and window (``/metrics`` and the log's record) and reported at most once per minute; one whose
+forecasts hold NaN or inf is logged as it is and counted too; the client never sees either. The Python work of
+the task (the v2 request's windows, the log's inputs, a shadow's plan) runs in a thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.forecast_log.layout import LoggedForecast, Role
+from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
 from distributed_onnx.forecast_log.writer import ForecastLog, ThrottledWarning
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
 
 logger = logging.getLogger(__name__)
 
+#: Why a shadow's windows were not forecast (``/metrics`` reason, the log's ``shadow_failed``), or not finitely.
+SHADOW_ERROR = "error"
+SHADOW_NONFINITE = "nonfinite"
 #: The request header whose value becomes the log's ``request_id`` (a fresh UUID when absent).
 REQUEST_ID_HEADER = "x-request-id"
 _US_PER_MINUTE = 60_000_000
@@ -62,8 +68,11 @@ class ShadowModel(LoggedModel, Protocol):
 
 
 def request_id(header: str | None) -> str:
-    """The client's request id when it sent one (truncated to 128 characters), else a fresh one."""
-    return header[:128] if header else uuid.uuid4().hex
+    """The client's request id when it sent one (cut to :data:`MAX_REQUEST_ID_CHARS`), else a fresh one.
+
+    Data only: the log's window ids come from the key :meth:`LiveTraffic.answered_later` draws per request.
+    """
+    return header[:MAX_REQUEST_ID_CHARS] if header else uuid.uuid4().hex
 
 
 def now_us() -> int:
@@ -83,26 +92,37 @@ def origins_us(request: ForecastRequest, resolution_minutes: int) -> list[int | 
     return found
 
 
+@dataclass(frozen=True)
+class RequestStamp:
+    """Who asked and when: the client's id (data), the time received, and the server's key of the request."""
+
+    request_id: str
+    request_time_us: int
+    #: The log's name for the request's windows (:func:`~distributed_onnx.forecast_log.layout.window_id`), drawn
+    #: by the server; empty: derived from ``request_id`` (see :class:`LoggedForecast`).
+    key: str = ""
+
+
 def logged_forecast(
     model: LoggedModel,
     role: Role,
     request: ForecastRequest,
     forecasts: np.ndarray,
     quantiles: Sequence[float],
-    request_id: str,
-    request_time_us: int,
+    stamp: RequestStamp,
 ) -> LoggedForecast:
     return LoggedForecast(
         model=model.name,
         checkpoint_sha256=model.checkpoint_sha256,
         role=role,
-        request_id=request_id,
-        request_time_us=request_time_us,
+        request_id=stamp.request_id,
+        request_time_us=stamp.request_time_us,
         resolution_minutes=model.resolution_minutes,
         series_ids=[series.series_id for series in request.series],
         origins_us=origins_us(request, model.resolution_minutes),
         quantiles=tuple(quantiles),
         forecasts=forecasts,
+        request_key=stamp.key,
     )
 
 
@@ -174,7 +194,9 @@ class LiveTraffic:
             for shadow in shadows:
                 self.metrics.shadow_skipped(shadow.name, windows)
             shadows = []
-        task = asyncio.get_running_loop().create_task(self._after(model, shadows, served, request_id, request_time_us))
+        # The windows' key in the log: drawn here, once per answered request, shared by its primary and shadows.
+        stamp = RequestStamp(request_id, request_time_us, uuid.uuid4().hex)
+        task = asyncio.get_running_loop().create_task(self._after(model, shadows, served, stamp))
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
 
@@ -188,33 +210,65 @@ class LiveTraffic:
         model: LoggedModel,
         shadows: Sequence[ShadowModel],
         served: Callable[[], Served | None],
-        request_id: str,
-        request_time_us: int,
+        stamp: RequestStamp,
     ) -> None:
+        """Log the answer, then each shadow's forecast of it; the Python work in a thread, off the event loop.
+
+        Building a v2 request's windows as a /v1 request, the log's inputs and a shadow's plan cost about a
+        millisecond per thousand values; on the loop they stalled every other request for that long.
+        """
         await asyncio.sleep(0)  # let the handler's response go first
         try:
-            found = served()
+            request = await asyncio.to_thread(self._log_served, model, served, stamp)
         except Exception as exc:  # the answer has gone; what it was cannot be logged
             self._warning.warn("An answer of %s could not be logged: %s: %s", model.name, type(exc).__name__, exc)
             return
-        if found is None:
+        if request is None:
             return
-        request, forecasts, quantiles = found
-        if self.log is not None:
-            self.log.submit(
-                logged_forecast(model, "served", request, forecasts, quantiles, request_id, request_time_us)
-            )
         for shadow in shadows:
             try:
                 shadow_forecasts, shadow_levels = await shadow.shadow_forecast(request)
             except Exception as exc:  # a shadow never fails a request, nor the replica
+                windows = len(request.series)
                 self.shadow_failures += 1
+                self.metrics.shadow_failed(shadow.name, windows, SHADOW_ERROR)
+                if self.log is not None:
+                    self.log.shadow_problems(shadow.name, failed=windows)
                 self._warning.warn("Shadow model %s failed on a request: %s: %s", shadow.name, type(exc).__name__, exc)
                 continue
-            self.metrics.shadow(shadow.name, int(shadow_forecasts.shape[0]))
-            if self.log is not None:
-                self.log.submit(
-                    logged_forecast(
-                        shadow, "shadow", request, shadow_forecasts, shadow_levels, request_id, request_time_us
-                    )
-                )
+            await asyncio.to_thread(self._log_shadow, shadow, request, shadow_forecasts, shadow_levels, stamp)
+
+    def _log_served(
+        self, model: LoggedModel, served: Callable[[], Served | None], stamp: RequestStamp
+    ) -> ForecastRequest | None:
+        """The answer's request as the shadows take it, its forecasts submitted to the log (in a thread)."""
+        found = served()
+        if found is None:
+            return None
+        request, forecasts, quantiles = found
+        if self.log is not None:
+            self.log.submit(logged_forecast(model, "served", request, forecasts, quantiles, stamp))
+        return request
+
+    def _log_shadow(
+        self,
+        shadow: ShadowModel,
+        request: ForecastRequest,
+        forecasts: np.ndarray,
+        levels: tuple[float, ...],
+        stamp: RequestStamp,
+    ) -> None:
+        """Count a shadow's forecasts (its NaN or inf windows apart) and submit them all to the log (in a thread).
+
+        Non-finite windows are logged as they are: ``score`` leaves them out of the pairs and counts them, as a
+        backtest does with a checkpoint's non-finite forecasts; the count here says so before any scoring.
+        """
+        windows = int(forecasts.shape[0])
+        nonfinite = int((~np.isfinite(forecasts.reshape(windows, -1)).all(axis=1)).sum())
+        self.metrics.shadow(shadow.name, windows)
+        if nonfinite:
+            self.metrics.shadow_failed(shadow.name, nonfinite, SHADOW_NONFINITE)
+        if self.log is not None:
+            if nonfinite:
+                self.log.shadow_problems(shadow.name, nonfinite=nonfinite)
+            self.log.submit(logged_forecast(shadow, "shadow", request, forecasts, levels, stamp))

@@ -13,6 +13,8 @@ series apart from whatever Ray registers in the process-global one.
 - ``distributed_onnx_forecasts_shadow_total`` (``model``): forecasts a shadow model made (logged, never returned);
 - ``distributed_onnx_forecasts_shadow_skipped_total`` (``model``): shadow forecasts skipped, the shadow being
   behind (see :class:`distributed_onnx.serve.live_log.LiveTraffic`);
+- ``distributed_onnx_forecasts_shadow_failed_total`` (``model``, ``reason``): windows a shadow model did not
+  forecast (``error``: its call failed) or forecast NaN or inf for (``nonfinite``: logged, never scored);
 - ``distributed_onnx_forecasts_logged_total`` (``model``): forecasts whose log file was written;
 - ``distributed_onnx_forecasts_dropped_total`` (``model``, ``reason``): forecasts the log dropped
   (``queue_full``: the sink was slower than the traffic; ``write_failed``: the sink failed);
@@ -105,6 +107,12 @@ class LiveMetrics:
             ["model", "replica"],
             registry=self.registry,
         )
+        self._shadow_failed = Counter(
+            "distributed_onnx_forecasts_shadow_failed",
+            "Windows a shadow model failed to forecast (error) or forecast NaN or inf for (nonfinite).",
+            ["model", "reason", "replica"],
+            registry=self.registry,
+        )
         self._latency = Histogram(
             "distributed_onnx_request_duration_seconds",
             "Handler time of a request, body read to response.",
@@ -123,6 +131,10 @@ class LiveMetrics:
 
     def shadow_skipped(self, model: str, forecasts: int) -> None:
         self._shadow_skipped.labels(model, self.replica).inc(forecasts)
+
+    def shadow_failed(self, model: str, windows: int, reason: str) -> None:
+        """``reason``: ``error`` (the shadow's call failed) or ``nonfinite`` (NaN or inf forecasts)."""
+        self._shadow_failed.labels(model, reason, self.replica).inc(windows)
 
     def request(self, endpoint: str, model: str, seconds: float) -> None:
         self._latency.labels(endpoint, model, self.replica).observe(seconds)

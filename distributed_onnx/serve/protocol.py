@@ -71,6 +71,22 @@ def tensor_metadata(spec: TensorSpec) -> TensorMetadata:
     return TensorMetadata(name=spec.name, datatype=datatype_of(spec.dtype), shape=shape)
 
 
+def check_shape(tensor: InferInputTensor) -> int:
+    """The number of values ``tensor``'s shape holds, refusing a shape that holds none.
+
+    Checked before any array is built: a zero on one axis lets any other axis be as large as a client likes
+    (``[0, 10**30]`` holds no values, so no data check catches it), which numpy cannot even reshape to, and a
+    model call on no rows forecasts nothing. With every axis at least 1, the count must match data that fit in
+    the body, so an absurd axis is refused by the data checks.
+    """
+    if 0 in tensor.shape:
+        raise InputValidationError(
+            f"Input {tensor.name!r}: shape {tensor.shape} holds no values; send at least one value on every axis.",
+            tensor=tensor.name,
+        )
+    return math.prod(tensor.shape)
+
+
 def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndarray:
     """One v2 input tensor as a numpy array of its declared datatype and shape.
 
@@ -79,6 +95,7 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
     """
     name = tensor.name
     dtype = numpy_dtype(tensor)
+    expected = check_shape(tensor)
     parameters = tensor.parameters or {}
     if "shared_memory_region" in parameters:
         raise InputValidationError(
@@ -95,7 +112,6 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
         )
     if tensor.data is None:
         raise InputValidationError(f"Input {name!r} has no 'data' (nor binary_data_size).", tensor=name)
-    expected = math.prod(tensor.shape)
     try:
         values = np.asarray(tensor.data)
     except ValueError as exc:  # ragged nesting

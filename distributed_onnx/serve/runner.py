@@ -74,7 +74,13 @@ def deploy(settings: ServeSettings, plan: IngressPlan) -> None:
     )
     http_options = settings.http_options() | {"port": plan.proxy_http_port}
     serve.start(http_options=http_options, grpc_options=grpc_options)
-    serve.run(build_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
+    try:
+        serve.run(build_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
+    except RuntimeError:
+        # Serve gave up on the replicas (a checkpoint whose metadata resolves but whose graph ONNX Runtime cannot
+        # load): their own error, which names the file, rather than Serve's "failed to update the deployments".
+        check_not_failed()
+        raise
 
 
 def preflight(settings: ServeSettings) -> None:
@@ -149,7 +155,8 @@ def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
 def check_not_failed() -> None:
     """Raise the replicas' start-up error (its last line: the exception) once Serve marks the deploy failed."""
     application = serve.status().applications.get(APP_NAME)
-    if application is None or str(application.status) != "DEPLOY_FAILED":
+    # The status is a str enum, whose str() is "ApplicationStatus.DEPLOY_FAILED" on Python 3.11: its value.
+    if application is None or getattr(application.status, "value", application.status) != "DEPLOY_FAILED":
         return
     deployment = application.deployments.get(DEPLOYMENT_NAME)
     message = (deployment.message if deployment is not None else "") or application.message

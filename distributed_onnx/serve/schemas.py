@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
@@ -47,7 +48,7 @@ class _Strict(BaseModel):
 class SeriesHistory(_Strict):
     """One series' history, oldest first, on the checkpoint's grid."""
 
-    series_id: str = Field(min_length=1, max_length=256, description="Echoed back in the forecast.")
+    series_id: str = Field(min_length=1, max_length=MAX_SERIES_ID_CHARS, description="Echoed back in the forecast.")
     y: list[FiniteFloat | None] = Field(
         min_length=1,
         description="History, oldest first; null = missing. Longer than the context: the last context_length "

@@ -5,20 +5,30 @@ Reading and joining only: what a window is scored against (its actuals, scale an
 the actuals with one outcome:
 
 - ``scored``: its whole horizon lies within the actuals (it will be scored);
-- **pending**: ``series_not_in_actuals`` or ``actuals_not_arrived`` (its horizon runs past them): looked at
-  again on the next run, so the log files holding it are not marked done;
+- **pending**: ``series_not_in_actuals`` or ``actuals_not_arrived`` (its horizon runs past the series' actuals,
+  or past the last instant at which *any* series has an observed actual: rows whose ``y`` is null after that
+  are placeholders of actuals yet to come, not missing ones, while a null before it is missing for good, as
+  the backtest takes it): looked at again on the next run, so the log files holding it are not marked done;
 - **not placeable** (counted per reason, never scored): ``no_start`` (the request gave no ``start``, so its
   forecasts have no timestamps), ``before_actuals`` (its origin precedes the series' first actual, so the
-  history it was cut from is unknown here), ``off_grid`` (its origin is not on the series' grid).
+  history it was cut from is unknown here), ``off_grid`` (its origin is not on the series' grid),
+  ``actuals_not_at_resolution`` (the actuals cannot be laid out at the model's resolution: one model of another
+  time step in the log; the others are scored).
 
 The checkpoints logged under one window id (a primary and its shadows: :mod:`~distributed_onnx.forecast_log.layout`)
 forecast the same window, so they are joined into one group and scored together, like the checkpoints of one
 backtest run (the same pairs rule). A group is keyed by its checkpoints, horizon, quantile levels and
 resolution: only windows of one shape stack, and only the same checkpoints share their common pairs.
+
+Two things are set aside, counted per model and never scored, rather than failing the run: a window id that one
+model logged twice (``duplicate``: the copy; the first is scored), and a window id whose models disagree on
+the series or origin (``conflicting_ids``: every model's; only logs written before the server drew the ids
+could hold one, where a client's reused request id made two requests' windows collide).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
@@ -33,8 +44,12 @@ from distributed_onnx.evaluation.live.log_windows import LogWindows
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
 from distributed_onnx.storage import Location
 
+logger = logging.getLogger(__name__)
+
 SCORED = "scored"
-NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid")
+DUPLICATE = "duplicate"
+CONFLICTING = "conflicting_ids"
+NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid", "actuals_not_at_resolution")
 PENDING = ("series_not_in_actuals", "actuals_not_arrived")
 
 GroupKey = tuple[tuple[str, ...], int, tuple[float, ...], int]  # checkpoints, horizon, levels, resolution
@@ -50,6 +65,9 @@ class Actuals:
         self._raw: pa.Table | None = None
         self._tables: dict[int, tuple[SeriesTable, dict[str, int]]] = {}
         self._scalers: dict[tuple[int, int], SeasonalScaler] = {}
+        self._arrived_until_us: int | None = None
+        #: Why the actuals cannot be laid out at a resolution (the message, logged once).
+        self.unusable: dict[int, str] = {}
 
     def season(self, resolution_minutes: int) -> int:
         return self._seasonality or max(1, 1440 // resolution_minutes)
@@ -64,13 +82,55 @@ class Actuals:
 
     def table(self, resolution_minutes: int) -> tuple[SeriesTable, dict[str, int]]:
         if resolution_minutes not in self._tables:
-            if self._raw is None:
-                self._raw = read_table(self._location)
-                keep = [name for name in ("series_id", "timestamp", "y") if name in self._raw.column_names]
-                self._raw = self._raw.select(keep) if len(keep) == 3 else self._raw
-            series = series_from_table(self._raw, resolution_minutes, source=str(self._location))
+            series = series_from_table(self._read(), resolution_minutes, source=str(self._location))
             self._tables[resolution_minutes] = (series, series.index_of())
         return self._tables[resolution_minutes]
+
+    def _read(self) -> pa.Table:
+        if self._raw is None:
+            raw = read_table(self._location)
+            keep = [name for name in ("series_id", "timestamp", "y") if name in raw.column_names]
+            self._raw = raw.select(keep) if len(keep) == 3 else raw
+        return self._raw
+
+    def usable(self, resolution_minutes: int) -> bool:
+        """Whether the actuals can be laid out at ``resolution_minutes`` (else :attr:`unusable` says why).
+
+        Reading the actuals fails as before; only laying them out on one resolution's grid is per resolution.
+        """
+        if resolution_minutes in self._tables:
+            return True
+        if resolution_minutes not in self.unusable:
+            self._read()  # the actuals themselves unreadable: every model's problem, raised
+            try:
+                self.table(resolution_minutes)
+                return True
+            except DataError as exc:
+                self.unusable[resolution_minutes] = str(exc)
+                logger.warning(
+                    "Windows of %d-minute models are not scored: the actuals are not on that grid (%s)",
+                    resolution_minutes,
+                    exc,
+                )
+        return False
+
+    def check_some_usable(self) -> None:
+        """Raise the actuals' own :class:`DataError` when they fit no resolution of the log (a wrong file, not
+        one model of another time step)."""
+        if self.unusable and not self._tables:
+            raise DataError(next(iter(self.unusable.values())), path=str(self._location))
+
+    def arrived_until_us(self) -> int:
+        """The last instant at which any series has an observed (non-null) actual (module docstring)."""
+        if self._arrived_until_us is None:
+            raw = self._read()
+            try:
+                observed = raw.filter(pc.is_valid(raw["y"]))
+                latest = pc.max(observed["timestamp"].cast(pa.timestamp("us"))).value if observed.num_rows else None
+            except (KeyError, pa.ArrowException):  # not laid out yet: laying it out names what is wrong
+                latest = 2**62
+            self._arrived_until_us = int(latest) if latest is not None else -(2**62)
+        return self._arrived_until_us
 
     def scaler(self, resolution_minutes: int, series_index: int) -> SeasonalScaler:
         key = (resolution_minutes, series_index)
@@ -100,6 +160,9 @@ def place(windows: LogWindows, actuals: Actuals) -> Placement:
             outcome[w] = "no_start"
             continue
         resolution = int(windows.resolution_minutes[w])
+        if not actuals.usable(resolution):
+            outcome[w] = "actuals_not_at_resolution"
+            continue
         table, index = actuals.table(resolution)
         found = index.get(str(windows.series_ids[w]))
         if found is None:
@@ -111,7 +174,9 @@ def place(windows: LogWindows, actuals: Actuals) -> Placement:
             outcome[w] = "off_grid"
         elif offset < 0:
             outcome[w] = "before_actuals"
-        elif offset // series.step_us + windows.horizon > series.n_points:
+        elif offset // series.step_us + windows.horizon > series.n_points or (
+            int(windows.origin_us[w]) + (windows.horizon - 1) * series.step_us > actuals.arrived_until_us()
+        ):
             outcome[w] = "actuals_not_arrived"
         series_index[w] = found
         position[w] = offset // series.step_us
@@ -135,28 +200,46 @@ class JoinedWindows:
         return self.key[0]
 
 
-def join_models(found: Sequence[LogWindows]) -> list[JoinedWindows]:
+@dataclass
+class SetAside:
+    """Window ids not scored (module docstring): (model, window id, outcome) of each :data:`DUPLICATE` copy and
+    every model's :data:`CONFLICTING` window."""
+
+    keys: list[tuple[str, str, str]]
+
+
+def join_models(found: Sequence[LogWindows], set_aside: SetAside | None = None) -> list[JoinedWindows]:
     """Group fresh windows by the set of checkpoints that logged each window id (its horizon and levels alike).
 
     A window id names one series of one request, so the models logged under it forecast the same window; they
-    are scored together, like the checkpoints of one backtest. A model logging a window id twice counts once.
+    are scored together, like the checkpoints of one backtest. A model logging a window id twice is scored
+    once, and a window id whose models disagree on its series or origin not at all: both are added to
+    ``set_aside`` (counted, never silently dropped).
     """
+    aside = set_aside if set_aside is not None else SetAside([])
     by_shape: dict[tuple[int, tuple[float, ...]], dict[str, dict[str, tuple[LogWindows, int]]]] = {}
     for windows in found:
         rows = by_shape.setdefault((windows.horizon, windows.quantiles), {})
         for row, window in enumerate(windows.window_ids.tolist()):
-            rows.setdefault(str(window), {}).setdefault(windows.model, (windows, row))
+            per_model = rows.setdefault(str(window), {})
+            if windows.model in per_model:
+                aside.keys.append((windows.model, str(window), DUPLICATE))
+            else:
+                per_model[windows.model] = (windows, row)
     joined: list[JoinedWindows] = []
     for (horizon, quantiles), rows in sorted(by_shape.items()):
         by_models: dict[tuple[tuple[str, ...], int], list[dict[str, tuple[LogWindows, int]]]] = {}
         for window, per_model in rows.items():
             first, row = next(iter(per_model.values()))
-            for other, other_row in per_model.values():
-                same = other.series_ids[other_row] == first.series_ids[row] and bool(
-                    other.origin_us[other_row] == first.origin_us[row]
-                )
-                if not same:
-                    raise DataError(f"window {window} is logged for different series or origins by different models")
+            same = all(
+                other.series_ids[other_row] == first.series_ids[row]
+                and bool(other.origin_us[other_row] == first.origin_us[row])
+                and other.resolution_minutes[other_row] == first.resolution_minutes[row]
+                for other, other_row in per_model.values()
+            )
+            if not same:
+                aside.keys.extend((model, window, CONFLICTING) for model in sorted(per_model))
+                continue
             resolution = int(first.resolution_minutes[row])
             by_models.setdefault((tuple(sorted(per_model)), resolution), []).append(per_model)
         for (models, resolution), windows_of in sorted(by_models.items()):

@@ -5,19 +5,29 @@ windows with the forecasts as ``[W, H, Q]``. The rows of a window are its leads 
 writes them so); a file where they are not is not a forecast log and is refused, naming it, rather than scored
 as something else. Windows of one file are grouped by (model, horizon, quantile levels): requests may ask for
 other horizons or levels, and only windows of one shape stack into one array.
+
+A file that cannot be read as a log file (0 bytes, not Parquet, a column missing or of another type) is a
+:class:`~distributed_onnx.errors.DataError` naming it, which ``score`` reports and leaves out of that run (the
+file is looked at again on the next run). Ids are taken once per window, not per row, and a series id longer
+than :data:`~distributed_onnx.forecast_log.layout.MAX_SERIES_ID_CHARS` (only in logs written before the routes
+bounded them) is replaced by a digest of it, which no actual's series matches: fixed-width arrays of ids cost
+windows x longest id x 4 bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.errors import DataError
+from distributed_onnx.errors import DataError, StorageError
+from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.storage import Location
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
@@ -55,7 +65,23 @@ class LogWindows:
 
 
 def read_log_windows(path: Location) -> list[LogWindows]:
-    """One log file as windows, grouped by (model, horizon, levels); rows of a window are its leads 1..H."""
+    """One log file as windows, grouped by (model, horizon, levels); rows of a window are its leads 1..H.
+
+    A file that is not a readable log file is a :class:`DataError` naming it (the module docstring).
+    """
+    try:
+        return _read(path)
+    except (DataError, StorageError):
+        raise
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError, ValueError, TypeError) as exc:
+        raise DataError(
+            f"{path}: not a readable forecast log file ({type(exc).__name__}: {exc}); move it out of the log, "
+            "or restore it, and rerun",
+            path=str(path),
+        ) from exc
+
+
+def _read(path: Location) -> list[LogWindows]:
     table = storage.read_parquet(path)
     if table.num_rows == 0:
         return []
@@ -74,8 +100,8 @@ def read_log_windows(path: Location) -> list[LogWindows]:
     origin_us = origin.cast(pa.int64()).fill_null(0).to_numpy()
     request_time_us = table.column("request_time").cast(pa.int64()).fill_null(0).to_numpy()
     resolution = table.column("resolution_minutes").to_numpy().astype(np.int64)
-    series_ids = table.column("series_id").to_numpy(zero_copy_only=False).astype(np.str_)
-    window_ids = table.column("window_id").to_numpy(zero_copy_only=False).astype(np.str_)
+    series_ids = _bounded_ids(table.column("series_id"), starts)
+    window_ids = _bounded_ids(table.column("window_id"), starts)
     values = np.stack([table.column(name).to_numpy().astype(np.float32) for _, name in levels], axis=-1)
     found: list[LogWindows] = []
     for model in np.unique(models[starts]):
@@ -89,8 +115,8 @@ def read_log_windows(path: Location) -> list[LogWindows]:
                     model=str(model),
                     horizon=int(horizon),
                     quantiles=tuple(level for level, _ in levels),
-                    series_ids=series_ids[first],
-                    window_ids=window_ids[first],
+                    series_ids=series_ids[np.searchsorted(starts, first)],
+                    window_ids=window_ids[np.searchsorted(starts, first)],
                     origin_us=origin_us[first],
                     has_origin=has_origin[first],
                     resolution_minutes=resolution[first],
@@ -99,6 +125,17 @@ def read_log_windows(path: Location) -> list[LogWindows]:
                 )
             )
     return found
+
+
+def _bounded_ids(column: pa.ChunkedArray, starts: npt.NDArray[np.intp]) -> npt.NDArray[np.str_]:
+    """The ids of each window's first row (``starts``), over-long ones replaced by a digest (module docstring)."""
+    ids = column.take(pa.array(starts))
+    long = np.asarray(pc.greater(pc.utf8_length(ids), MAX_SERIES_ID_CHARS).fill_null(False).to_numpy(), dtype=bool)
+    values = ids.to_pylist()
+    for index in np.flatnonzero(long):
+        digest = hashlib.blake2b(str(values[index]).encode(), digest_size=16).hexdigest()
+        values[index] = f"<id of {len(values[index])} characters, blake2b {digest}>"
+    return np.asarray(["" if value is None else value for value in values], dtype=np.str_)
 
 
 def _expected_leads(starts: npt.NDArray[np.intp], ends: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:

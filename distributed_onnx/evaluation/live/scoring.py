@@ -34,9 +34,11 @@ import numpy as np
 import pyarrow as pa
 
 from distributed_onnx import storage
+from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.live.batches import ScoreBatch, merged_sums, read_batches, widen, write_batch
 from distributed_onnx.evaluation.live.join import (
+    CONFLICTING,
     NOT_PLACEABLE,
     PENDING,
     SCORED,
@@ -44,10 +46,12 @@ from distributed_onnx.evaluation.live.join import (
     GroupKey,
     JoinedWindows,
     Placement,
+    SetAside,
     join_models,
     place,
 )
 from distributed_onnx.evaluation.live.log_windows import LogWindows, read_log_windows
+from distributed_onnx.evaluation.live.score_directory import check_output, record_settings
 from distributed_onnx.evaluation.live.versus_backtest import BacktestRun, VersusBacktest, compare
 from distributed_onnx.evaluation.merge import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.score_settings import ScoreSettings
@@ -126,15 +130,18 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     # The backtest is read first: a directory that is not a backtest's output fails before anything is written.
     backtest = BacktestRun.read(settings.backtest) if settings.backtest is not None else None
     previous = read_batches(output)
+    check_output(settings, has_batches=bool(previous))  # not a backtest's folder, nor scored otherwise before
     batch = ScoreBatch(index=max((b.index for b in previous), default=-1) + 1)
     fresh = _read_fresh(storage.normalize(settings.forecasts), previous)
     actuals = Actuals(settings.actuals, settings.seasonality, settings.context_length)
     pending = _score_fresh(fresh, actuals, batch)
+    actuals.check_some_usable()  # before anything is written
     batch.files_done = [name for name in fresh.files_read if name not in pending.files]
     batches = previous
     new_batch = None
     if batch.keys or batch.files_done:
         write_batch(output, batch)
+        record_settings(settings)
         batches = [*previous, batch]
         new_batch = batch.index
     merged = merged_sums(batches)
@@ -143,6 +150,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     leaderboard = leaderboard_table(merged)
     storage.write_parquet(storage.join(output, LEADERBOARD), leaderboard)
     summary = _summary(settings, batches, merged, pending, new_batch)
+    summary["files_unreadable"] = fresh.unreadable  # left out of this run, named (read again on the next)
     versus = None
     if backtest is not None:
         versus = compare(merged, backtest, logged_models=list(summary["windows"]))
@@ -164,6 +172,8 @@ class _Fresh:
     windows: list[LogWindows] = field(default_factory=list)
     file_of: dict[tuple[str, str], str] = field(default_factory=dict)  # (model, window id) -> its log file
     files_read: list[str] = field(default_factory=list)
+    #: Files that are not readable log files (named, with why): left out of this run, looked at again next run.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 def _read_fresh(root: Location, previous: list[ScoreBatch]) -> _Fresh:
@@ -175,8 +185,14 @@ def _read_fresh(root: Location, previous: list[ScoreBatch]) -> _Fresh:
         name = _relative(root, path)
         if name in done_files:
             continue
+        try:
+            windows = read_log_windows(path)
+        except DataError as exc:  # one bad file must not block the log's other files
+            logger.warning("Left out of this run: %s", exc)
+            fresh.unreadable[name] = str(exc)
+            continue
         fresh.files_read.append(name)
-        for found in read_log_windows(path):
+        for found in windows:
             keep = np.asarray([(found.model, str(w)) not in settled for w in found.window_ids.tolist()], dtype=bool)
             if keep.any():
                 fresh.windows.append(found.subset(keep))
@@ -196,7 +212,8 @@ class _Pending:
 def _score_fresh(fresh: _Fresh, actuals: Actuals, batch: ScoreBatch) -> _Pending:
     """Join, place and score the fresh windows into ``batch``; the settled ones are its keys."""
     pending = _Pending()
-    for joined in join_models(fresh.windows):
+    aside = SetAside([])
+    for joined in join_models(fresh.windows, aside):
         placement = place(joined.windows, actuals)
         if joined.key not in batch.sums:
             models, horizon, quantiles, _ = joined.key
@@ -214,6 +231,11 @@ def _score_fresh(fresh: _Fresh, actuals: Actuals, batch: ScoreBatch) -> _Pending
                     counts[outcome] = counts.get(outcome, 0) + 1
                 else:
                     batch.keys.append((model, str(window), str(outcome)))
+    settled = {(model, window) for model, window, _ in batch.keys}
+    for model, window, outcome in aside.keys:
+        # A copy is counted once its first is settled (a pending first is read again, its copy with it).
+        if outcome == CONFLICTING or (model, window) in settled:
+            batch.keys.append((model, window, outcome))
     return pending
 
 
@@ -279,15 +301,29 @@ def _summary(
         for reason, value in counts.items():
             target[f"pending_{reason}"] = value
     dropped: dict[str, dict[str, int]] = {}
+    shadow_failures: dict[str, dict[str, int]] = {}
     for state in read_states(settings.forecasts):
         for model, record in dict(state.get("models") or {}).items():
             for reason, value in dict(record.get("dropped") or {}).items():
                 target = dropped.setdefault(model, {})
                 target[reason] = target.get(reason, 0) + int(value)
+            for key, reason in (("shadow_failed", "failed"), ("shadow_nonfinite", "nonfinite")):
+                if record.get(key):
+                    target = shadow_failures.setdefault(model, {"failed": 0, "nonfinite": 0})
+                    target[reason] += int(record[key])
+    for model, counts in sorted(shadow_failures.items()):
+        # As a backtest reports its failed windows: said, not only recorded (the service's own record).
+        logger.warning(
+            "Shadow model %s: %d window(s) failed to forecast and %d were forecast NaN or inf (left out of its "
+            "pairs), by the service's record",
+            model,
+            counts["failed"],
+            counts["nonfinite"],
+        )
     return {
-        "forecasts": str(settings.forecasts),
-        "actuals": str(settings.actuals),
-        "backtest": None if settings.backtest is None else str(settings.backtest),
+        "forecasts": storage.redact(settings.forecasts),
+        "actuals": storage.redact(settings.actuals),
+        "backtest": None if settings.backtest is None else storage.redact(settings.backtest),
         "batches": len(batches),
         "new_batch": new_batch,
         "windows": windows,
@@ -299,6 +335,8 @@ def _summary(
             for key, scores in sorted(merged.items())
         ],
         "dropped_by_the_log": dropped,
+        # Per shadow model, from the log's records: windows its call failed on, windows it forecast NaN or inf.
+        "failed_by_the_shadows": shadow_failures,
         "files_done": sum(len(batch.files_done) for batch in batches),
     }
 

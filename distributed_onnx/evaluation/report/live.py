@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from distributed_onnx.evaluation.live.versus_backtest import VersusBacktest
 
 _US_PER_MINUTE = 60_000_000
-_NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid")
+_NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid", "actuals_not_at_resolution")
 _PENDING = ("pending_actuals_not_arrived", "pending_series_not_in_actuals")
 
 
@@ -94,12 +94,13 @@ def windows_table(summary: dict[str, Any]) -> str:
     """Per model: windows logged (one series of one request), scored, pending, not placeable by reason, dropped."""
     windows: dict[str, dict[str, int]] = summary.get("windows") or {}
     dropped: dict[str, dict[str, int]] = summary.get("dropped_by_the_log") or {}
-    models = sorted(set(windows) | set(dropped))
+    failed: dict[str, dict[str, int]] = summary.get("failed_by_the_shadows") or {}
+    models = sorted(set(windows) | set(dropped) | set(failed))
     if not models:
         return "<p>(the log holds no forecast yet)</p>"
     head = ["model", "logged", "scored", "pending: actuals not arrived", "pending: series not in actuals"]
     head += [f"not placeable: {reason.replace('_', ' ')}" for reason in _NOT_PLACEABLE]
-    head += ["dropped by the log"]
+    head += ["dropped by the log", "shadow failed", "shadow NaN/inf"]
     body = ""
     totals = np.zeros(len(head) - 1, dtype=np.int64)
     for model in models:
@@ -110,6 +111,8 @@ def windows_table(summary: dict[str, Any]) -> str:
             *(counts.get(key, 0) for key in _PENDING),
             *(counts.get(reason, 0) for reason in _NOT_PLACEABLE),
             sum((dropped.get(model) or {}).values()),
+            (failed.get(model) or {}).get("failed", 0),
+            (failed.get(model) or {}).get("nonfinite", 0),
         ]
         totals += np.asarray(cells, dtype=np.int64)
         body += f"<tr><th>{escape(model)}</th>" + "".join(f"<td>{value}</td>" for value in cells) + "</tr>"
@@ -121,7 +124,9 @@ def windows_table(summary: dict[str, Any]) -> str:
         + f"</tr>{body}</table><p class='hint'>A window is one series of one request, for one model. Pending "
         "windows are looked at again on the next run; not placeable ones are never scored: no <code>start</code> "
         "in the request (no timestamps), an origin before the series' first actual, or off its grid. Dropped: "
-        "forecasts the service could not write to the log (its own record, by reason, in summary.json).</p>"
+        "forecasts the service could not write to the log (its own record, by reason, in summary.json). Shadow "
+        "failed: windows a shadow model did not forecast; shadow NaN/inf: windows it forecast NaN or inf for "
+        "(logged, left out of its pairs).</p>"
     )
 
 

@@ -1,0 +1,160 @@
+"""Issue 29, defects 1-3: a window's identity in the forecast log cannot be forged or collided by a client.
+
+Unit tier: the replica's after-the-answer work (:class:`LiveTraffic`, real :class:`ForecastLog` on a temporary
+folder, fake models), the v2 route's parameter checks and ``score`` on what was logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_live_score import REQUEST_TIME_US, STEP_MIN, _item, _ramp_actuals
+
+from distributed_onnx.errors import InputValidationError
+from distributed_onnx.evaluation.live import score_log
+from distributed_onnx.evaluation.live.log_windows import read_log_windows
+from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS, LoggedForecast, forecast_rows, log_files
+from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.serve.infer_log import _series_ids
+from distributed_onnx.serve.live_log import LiveTraffic
+from distributed_onnx.serve.live_metrics import LiveMetrics
+from distributed_onnx.serve.schemas import ForecastRequest
+
+
+@dataclass
+class Model:
+    """A model as the log sees it; as a shadow it forecasts 1.0 everywhere."""
+
+    name: str
+    checkpoint_sha256: str = "f" * 64
+    resolution_minutes: int = STEP_MIN
+
+    async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
+        return np.ones((len(request.series), request.horizon or 3, 1), dtype=np.float32), (0.5,)
+
+
+def _request(series_id: str, start: str, steps: int = 60) -> ForecastRequest:
+    return ForecastRequest.model_validate(
+        {"series": [{"series_id": series_id, "y": [1.0] * steps, "start": start}], "horizon": 3}
+    )
+
+
+def _answer(traffic: LiveTraffic, answers: list[tuple[Model, ForecastRequest, str]]) -> None:
+    async def scenario() -> None:
+        for model, request, client_id in answers:
+            forecasts = np.ones((len(request.series), 3, 1), np.float32)
+            traffic.answered(model, request, forecasts, (0.5,), client_id, REQUEST_TIME_US)
+            await traffic.drain()
+
+    asyncio.run(scenario())
+
+
+def _score(tmp_path: Path, actuals: Path) -> dict[str, dict[str, int]]:
+    result = score_log(ScoreSettings(forecasts=tmp_path / "log", actuals=actuals, output=tmp_path / "score"))
+    return dict(result.summary["windows"])
+
+
+def test_a_client_id_sent_to_the_shadow_then_reused_by_a_primary_request_does_not_break_score(
+    tmp_path: Path,
+) -> None:
+    """Defect 1: the shadow answered request ``X`` for series ``a`` itself, then a primary request reused ``X``
+    for series ``b`` (the shadow forecast it too). The ids collided: every later ``score`` exited 2."""
+    _ramp_actuals(tmp_path / "actuals.parquet")
+    b = pa.table(
+        {
+            "series_id": ["b"] * 100,
+            "timestamp": pa.array(
+                [REQUEST_TIME_US + i * STEP_MIN * 60_000_000 for i in range(100)], pa.timestamp("us", tz="UTC")
+            ),
+            "y": np.arange(100, dtype=np.float64),
+        }
+    )
+    a = pq.read_table(tmp_path / "actuals.parquet")
+    pq.write_table(pa.concat_tables([a, b]), tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    primary, shadow = Model("primary"), Model("shadow")
+    traffic = LiveTraffic(log, LiveMetrics(log, replica="t"), [shadow])
+    start = "2026-12-01T00:00:00Z"  # REQUEST_TIME_US: the actuals' first instant
+    _answer(traffic, [(shadow, _request("a", start), "X"), (primary, _request("b", start, steps=61), "X")])
+    log.close()
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path / "log")])
+    assert set(table["request_id"].to_pylist()) == {"X"}  # the client's id is kept, as data
+    windows = _score(tmp_path, tmp_path / "actuals.parquet")
+    assert windows == {"shadow": {"scored": 2}, "primary": {"scored": 1}}
+
+
+def test_two_requests_with_the_same_client_id_are_two_windows(tmp_path: Path) -> None:
+    """Defect 2: the second request of a reused ``X-Request-ID`` was silently dropped (logged 2, scored 1)."""
+    _ramp_actuals(tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    traffic = LiveTraffic(log, LiveMetrics(log, replica="t"))
+    primary = Model("primary")
+    start = "2026-12-01T00:00:00Z"
+    _answer(traffic, [(primary, _request("a", start, 60), "same"), (primary, _request("a", start, 70), "same")])
+    log.close()
+    assert _score(tmp_path, tmp_path / "actuals.parquet") == {"primary": {"scored": 2}}
+
+
+def test_a_window_logged_twice_or_for_different_series_is_counted_not_fatal(tmp_path: Path) -> None:
+    """Logs written before the server drew the ids: the same id for two series (a collision) is set aside,
+    counted per model, and a copy of a window is counted as a duplicate; the rest is scored."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    log.submit(_item("collided", "a", start + 60 * step_us))
+    log.submit(_item("collided", "a", start + 70 * step_us, model="shadow"))  # same id, another origin
+    log.submit(_item("copied", "a", start + 80 * step_us))
+    assert log.flush()
+    log.submit(_item("copied", "a", start + 80 * step_us))  # another file: the same window again
+    log.submit(_item("fine", "a", start + 50 * step_us))
+    log.close()
+    windows = _score(tmp_path, tmp_path / "actuals.parquet")
+    assert windows == {"m": {"scored": 2, "duplicate": 1, "conflicting_ids": 1}, "shadow": {"conflicting_ids": 1}}
+
+
+def test_series_ids_are_bounded_on_the_v2_route_as_on_v1() -> None:
+    """Defect 3: v2 ``series_ids`` had no length limit (v1 caps them at 256 characters)."""
+    assert _series_ids("a," + "b" * MAX_SERIES_ID_CHARS, 2) == ("a", "b" * MAX_SERIES_ID_CHARS)
+    with pytest.raises(InputValidationError, match="at most 256 characters"):
+        _series_ids("a," + "b" * (MAX_SERIES_ID_CHARS + 1), 2)
+    with pytest.raises(InputValidationError, match="at most 256 characters"):
+        _series_ids(["x" * 8_000_000], 1)
+    with pytest.raises(ValueError, match="256"):
+        ForecastRequest.model_validate({"series": [{"series_id": "x" * 257, "y": [1.0]}]})
+
+
+def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: Path) -> None:
+    """Defect 3, the score side: ids were made fixed-width over every row (rows x longest x 4 bytes)."""
+    long_id = "z" * 1_000_000
+    item = LoggedForecast(
+        "m", "0" * 64, "served", "r", REQUEST_TIME_US, STEP_MIN, ["a", long_id], [None, None], (0.5,),
+        np.ones((2, 48, 1), dtype=np.float32),
+    )  # fmt: skip
+    path = tmp_path / "part-x.parquet"
+    pq.write_table(forecast_rows(item), path)
+    (windows,) = read_log_windows(path)
+    assert windows.series_ids[0] == "a" and len(windows.series_ids[1]) < 2 * MAX_SERIES_ID_CHARS
+    assert windows.series_ids.nbytes < 10_000  # was 96 rows x 1e6 characters x 4 bytes
+
+
+def test_a_client_id_is_kept_as_data_bounded_and_never_names_the_windows(tmp_path: Path) -> None:
+    """The same client id on every route is cut to MAX_REQUEST_ID_CHARS and kept in ``request_id``; the windows'
+    ids come from the server's key, so a forged id cannot choose them."""
+    from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, window_id
+    from distributed_onnx.serve.live_log import request_id
+
+    assert request_id("x" * 10_000) == "x" * MAX_REQUEST_ID_CHARS
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    traffic = LiveTraffic(log, LiveMetrics(log, replica="t"))
+    forged = "forged"
+    _answer(traffic, [(Model("primary"), _request("a", "2026-12-01T00:00:00Z"), forged)])
+    log.close()
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path / "log")])
+    assert table["request_id"].to_pylist()[0] == forged
+    assert table["window_id"].to_pylist()[0] != window_id(forged, 0)
