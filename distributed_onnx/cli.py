@@ -264,12 +264,15 @@ def _backtest(args: argparse.Namespace) -> int:
 
 
 def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from distributed_onnx.evaluation.scoring.registry import headline
+
+    shown = headline()
     scores = {
         f"{row['model']}.{row['metric']}": round(row["value"], 4)
         for row in rows
         if row["scope"] == "global"
         and row["quantile"] is None
-        and row["metric"] in {"mae", "mase", "wql"}
+        and row["metric"] in shown
         and row.get("convention", "pooled") == "pooled"
     }
     return {
