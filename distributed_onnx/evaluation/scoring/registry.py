@@ -198,8 +198,20 @@ class Coverage(Metric):
         return sums.mean("hits", "pairs")
 
 
+class MQL(Metric):
+    """Mean quantile loss, the approximation of the CRPS from the forecast's quantiles (fev's ``MQL``):
+    ``mean_q (sum 2 rho_q(y - y_q) / n)``. In the units of ``y``, so only the fev convention reports it (each
+    window origin scored on all its series, then the plain mean over origins)."""
+
+    name = "mql"
+    conventions = (FEV,)
+
+    def value(self, sums: Sums) -> F64:
+        return np.mean(2.0 * sums.mean("rho", "pairs"), axis=1)
+
+
 #: Every metric, in the order of their rows in ``metrics.parquet``.
-METRICS: tuple[Metric, ...] = (MAE(), RMSE(), MASE(), SQL(), WQL(), Pinball(), Coverage())
+METRICS: tuple[Metric, ...] = (MAE(), RMSE(), MASE(), SQL(), WQL(), Pinball(), Coverage(), MQL())
 
 
 def of_convention(convention: str, has_median: bool = True) -> list[Metric]:
