@@ -9,16 +9,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from references import seasonal_naive_batch, seasonal_naive_forecast, seasonal_scale, seasonal_scales
 
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator
-from distributed_onnx.evaluation.scoring.naive import (
-    broadcast_quantiles,
-    seasonal_naive_batch,
-    seasonal_naive_forecast,
-    seasonal_scale,
-    seasonal_scales,
-)
+from distributed_onnx.evaluation.scoring.naive import broadcast_quantiles
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 HORIZON = 4

@@ -6,11 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
+import references
 
 from distributed_onnx.evaluation.scoring import naive
 from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
 from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales, seasonal_quantiles_batch
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
@@ -23,7 +24,7 @@ def test_seasonal_quantiles_match_numpy_nanquantile(gaps: bool) -> None:
     if gaps:
         history[rng.random(history.shape) < 0.3] = np.nan
         history[0, ::m] = np.nan  # one cell with no value at all
-    got = seasonal_quantiles_batch(history, m, horizon, QUANTILES)
+    got = references.seasonal_quantiles_batch(history, m, horizon, QUANTILES)
     with warnings.catch_warnings():  # numpy warns of the all-NaN cell
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = np.nanquantile(history.reshape(6, seasons, m), QUANTILES, axis=1)  # [Q, W, m]
@@ -44,8 +45,8 @@ def test_seasonal_quantiles_of_shared_cells_equal_those_of_every_window(gaps: bo
     origins = np.concatenate([np.arange(10, 60), np.arange(90, 200, 7)]).astype(np.int64)  # some before K m steps
     history = gather_blocks(values, origins, seasons * m, 0)
     for positions in (origins, origins * 1000):  # dense keys, and keys far apart (sorted instead)
-        shared = seasonal_quantiles_batch(history, m, horizon, QUANTILES, positions)
-        each = seasonal_quantiles_batch(history, m, horizon, QUANTILES)
+        shared = references.seasonal_quantiles_batch(history, m, horizon, QUANTILES, positions)
+        each = references.seasonal_quantiles_batch(history, m, horizon, QUANTILES)
         np.testing.assert_array_equal(shared.view(np.uint64), each.view(np.uint64))
 
 
@@ -74,10 +75,10 @@ def test_cells_read_from_the_series_equal_those_of_the_gathered_history(gaps: bo
         np.testing.assert_array_equal(got.values.view(np.uint64), expected.values.view(np.uint64), err_msg=name)
         np.testing.assert_array_equal(got.of_pair, expected.of_pair, err_msg=name)
         for built, reference in zip(
-            naive.seasonal_baselines(got, QUANTILES),
+            references.seasonal_baselines(got, QUANTILES),
             (
-                naive.seasonal_naive_batch(history[:, -m:], horizon),
-                naive.seasonal_quantiles_batch(history, m, horizon, QUANTILES),
+                references.seasonal_naive_batch(history[:, -m:], horizon),
+                references.seasonal_quantiles_batch(history, m, horizon, QUANTILES),
             ),
             strict=True,
         ):
@@ -257,7 +258,7 @@ def test_seasonal_quantiles_gathered_chunk_by_chunk_score_like_their_copy(
     baselines = cell_baselines(cells, QUANTILES)
     table = baselines[SEASONAL_QUANTILES]
     assert isinstance(table, losses.CellForecast)
-    copy = naive.seasonal_quantiles_batch(gather_blocks(values, origins, seasons * m, 0), m, horizon, QUANTILES)
+    copy = references.seasonal_quantiles_batch(gather_blocks(values, origins, seasons * m, 0), m, horizon, QUANTILES)
     np.testing.assert_array_equal(table.materialized().view(np.uint64), copy.view(np.uint64))
     assert not table.finite().all()
     actual = gather_blocks(values, origins, 0, horizon)

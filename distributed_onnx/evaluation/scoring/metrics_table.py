@@ -2,7 +2,6 @@
 
 The sums are divided only here (:mod:`.metrics` keeps them mergeable), each metric as its class in :mod:`.registry`
 defines it, for every unit of a scope at once (at 40,000 series a loop per unit cost the driver seconds, measured).
-:func:`unit_rows` is the same rows for one unit, written plainly.
 """
 
 from __future__ import annotations
@@ -23,12 +22,10 @@ __all__ = [
     "SERIES_PER_TABLE",
     "RowLayout",
     "SortedSeries",
-    "UnitSums",
     "metrics_table",
     "metrics_tables",
     "sorted_series",
     "unit_column",
-    "unit_rows",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -50,46 +47,6 @@ METRICS_SCHEMA = pa.schema(
 #: Series per table when the metrics are written a table at a time (:func:`metrics_tables`): with 9 quantiles
 #: ~150,000 rows (18 per series), a few MB.
 SERIES_PER_TABLE = 8192
-
-
-class UnitSums(NamedTuple):
-    """The sums of one reporting unit (everything, one series, or one lead); see :mod:`.metrics` for each."""
-
-    pairs: float
-    abs_err: float
-    sq_err: float
-    abs_y: float
-    rho: F64
-    hits: F64
-    scaled: float
-    mase: float
-    sql: float
-    scaled_pairs: float
-
-
-def unit_rows(
-    sums: UnitSums, quantiles: Sequence[float], intervals: Sequence[tuple[float, float]], has_median: bool
-) -> list[tuple[str, float | None, float, int]]:
-    """The (metric, quantile, value, n) rows of one unit; rows with n == 0 are left out."""
-    rows: list[tuple[str, float | None, float, int]] = []
-    pairs = sums.pairs
-    if pairs > 0 and has_median:
-        rows.append(("mae", None, sums.abs_err / pairs, int(pairs)))
-        rows.append(("rmse", None, float(np.sqrt(sums.sq_err / pairs)), int(pairs)))
-    if sums.scaled > 0:
-        if has_median:
-            rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled_pairs)))
-        rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled_pairs)))
-    if pairs <= 0:
-        return rows
-    # Undefined (NaN) rather than infinite when every actual in scope is exactly zero.
-    wql = float(np.mean(2.0 * sums.rho / sums.abs_y)) if sums.abs_y > 0 else float("nan")
-    rows.append(("wql", None, wql, int(pairs)))
-    for q, loss in zip(quantiles, sums.rho, strict=True):
-        rows.append(("pinball", q, float(loss) / pairs, int(pairs)))
-    for (lo, _), hit in zip(intervals, sums.hits, strict=True):
-        rows.append(("coverage", lo, float(hit) / pairs, int(pairs)))
-    return rows
 
 
 def metrics_table(
