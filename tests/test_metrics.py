@@ -300,12 +300,3 @@ def test_coverage_bounds_are_inclusive() -> None:
     forecast = np.array([[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]])
     acc.update(["s"], np.array([[1.0, 3.0, 3.5]]), forecast, np.array([1.0]))
     assert _as_dict(acc.to_table("m"))[("global", None, None, "coverage", 0.25)] == (pytest.approx(2 / 3), 3)
-
-
-def test_accumulator_survives_pickling() -> None:
-    # Actors ship their accumulators to the driver through Ray, which pickles them.
-    import pickle
-
-    acc = _tiny()
-    copy = pickle.loads(pickle.dumps(acc))
-    assert copy.to_table("tiny").equals(acc.to_table("tiny"))
