@@ -68,29 +68,10 @@ class WindowSums:
         """Add ``block`` row by row to the sums of its origins (each origin's rows in order, after the sums kept)."""
         if origins.size and _after(self.origins, origins):
             # The usual batch (one series, origins ascending after those kept): appended in order, each sum 0 + its
-            # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does).
+            # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does). A binary search
+            # for batches of distinct origins kept already gained nothing beyond noise (benchmarks/results/scoring.md).
             self.origins = np.concatenate([self.origins, origins])
             self.sums = np.concatenate([self.sums, block + 0.0])
-            return
-        if origins.size and _distinct(origins):
-            # Distinct origins, some kept already (a part's next series repeats the origins of the one before:
-            # series on one time grid): the kept rows are found by binary search and each gets 0 + kept + its
-            # row, the new ones 0 + row, in order; the same sums as the general path below, which re-sorted and
-            # re-added every kept row for every batch (~15% of the scoring of parts of several series, profiled).
-            # Kept sums never hold -0.0 (each is 0 + something), so the rows not in the batch need no ``+ 0.0``.
-            where = np.searchsorted(self.origins, origins)
-            found = where < self.origins.size
-            found[found] = self.origins[where[found]] == origins[found]
-            rows = where[found]
-            sums = self.sums.copy()  # never in place: the arrays kept may be another accumulator's (merge, state)
-            sums[rows] = (sums[rows] + 0.0) + block[found]
-            new = ~found
-            if new.any():
-                keys = np.concatenate([self.origins, origins[new]])
-                order = np.argsort(keys, kind="stable")
-                self.origins, self.sums = keys[order], np.concatenate([sums, block[new] + 0.0])[order]
-            else:
-                self.sums = sums
             return
         keys, inverse = np.unique(np.concatenate([self.origins, origins]), return_inverse=True)
         merged = np.zeros((keys.size, self.sums.shape[1]))
@@ -163,10 +144,3 @@ def _after(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:
     if kept.size and origins[0] <= kept[-1]:
         return False
     return bool((origins[1:] > origins[:-1]).all())
-
-
-def _distinct(origins: npt.NDArray[np.int64]) -> bool:
-    """Whether ``origins`` are distinct (cheap when they ascend, as a batch of one series' windows does)."""
-    if bool((origins[1:] > origins[:-1]).all()):
-        return True
-    return bool(np.unique(origins).size == origins.size)
