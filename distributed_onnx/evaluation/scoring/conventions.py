@@ -108,6 +108,15 @@ class WindowSums:
         with np.errstate(divide="ignore", invalid="ignore"):
             return {metric.name: metric.value(view) for metric in of_convention(FEV, self.median is not None)}
 
+    def by_origin(self) -> list[tuple[str, F64, npt.NDArray[np.int64]]]:
+        """``(metric, value [origins], n [origins])`` of each fev metric at every origin (in :attr:`origins` order;
+        NaN where an origin has no pair for it): the scope ``origin``, what a per-cutoff evaluation reports."""
+        per_window = self.per_window()
+        return [
+            (metric.name, per_window[metric.name], self.column(metric.count).astype(np.int64))
+            for metric in of_convention(FEV, self.median is not None)
+        ]
+
     def rows(self) -> list[tuple[str, float, int]]:
         """``(metric, value, n)`` of the global scope in the fev convention; ``n`` counts the pairs scored."""
         rows = []
