@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.api import Backtest, backtest
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.model.adapters import AdapterFactory, ModelAdapter, register_adapter
 from distributed_onnx.model.backend import (
     CoreMLProvider,
     CpuProvider,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "AdapterFactory",
     "Backtest",
     "CheckpointMetadata",
     "CoreMLProvider",
@@ -49,12 +51,14 @@ __all__ = [
     "HostCapabilities",
     "InferenceBackend",
     "LocalCheckpoint",
+    "ModelAdapter",
     "OnnxBackend",
     "ProviderPolicy",
     "ResolvedCheckpoint",
     "SessionOptionsConfig",
     "TensorRTProvider",
     "backtest",
+    "register_adapter",
     "write_checkpoint",
 ]
 

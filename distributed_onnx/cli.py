@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from distributed_onnx.errors import BatchError, DistributedOnnxError, StorageError, WorkerStartError
+from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
@@ -81,12 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def describe_error(exc: BaseException) -> tuple[int, str]:
     """The exit code and the one line (without ``error:``) for an exception that ended a command."""
     cause = _own_cause(exc)
-    if isinstance(cause, BatchError):
-        return EXIT_PARTS_FAILED, _one_line(cause)
-    if isinstance(cause, StorageError | WorkerStartError):
-        return EXIT_ENVIRONMENT, _one_line(cause)
-    if isinstance(cause, DistributedOnnxError):
-        return EXIT_BAD_INPUT, _one_line(cause)
+    if isinstance(cause, DistributedOnnxError):  # the class says (errors.py: the tree, grouped by exit code)
+        return cause.exit_code, _one_line(cause)
     ray_exceptions = sys.modules.get("ray.exceptions")  # a Ray error needs Ray imported: never import it here
     # A task's own exception (RayTaskError) is ours: a bug, below.
     if (
@@ -296,12 +292,15 @@ def _backtest(args: argparse.Namespace) -> int:
 
 
 def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from distributed_onnx.evaluation.scoring.registry import headline
+
+    shown = headline()
     scores = {
         f"{row['model']}.{row['metric']}": round(row["value"], 4)
         for row in rows
         if row["scope"] == "global"
         and row["quantile"] is None
-        and row["metric"] in {"mae", "mase", "wql"}
+        and row["metric"] in shown
         and row.get("convention", "pooled") == "pooled"
     }
     return {

@@ -1,9 +1,12 @@
 """The one exception tree of distributed_onnx.
 
 Every error the package raises on purpose derives from :class:`DistributedOnnxError`, so callers can
-catch the family with one clause and the CLI can turn it into a one-line message and a non-zero exit::
+catch the family with one clause and the CLI can turn it into a one-line message and a non-zero exit.
+The exit code is the class's ``exit_code`` (``cli.describe_error`` reads it): 2, bad input or settings,
+unless a base says otherwise; 3 under :class:`EnvironmentFailedError` (the environment failed, not the
+input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run is resumable)::
 
-    DistributedOnnxError
+    DistributedOnnxError               exit 2 (bad input or settings)
     ├── MissingExtraError              an optional dependency is not installed (message has the install hint)
     ├── ConfigError                    a setting is invalid (names the key and, when known, the file)
     │   └── NotABacktestError          ``score --backtest DIR`` names a directory that is not a backtest's
@@ -21,14 +24,17 @@ catch the family with one clause and the CLI can turn it into a one-line message
     ├── BackendClosedError             ``run`` after ``close``
     ├── InputValidationError           tensors that do not match the session (name, dtype, rank, dims) or the
     │                                  model family's value rule (NaN/inf)
-    ├── InferenceError                 ONNX Runtime failed while running valid-looking inputs
     ├── DataError                      the input table is unusable (names the file and rows)
-    ├── StorageError                   a part could not be written after its retries (names the path)
-    ├── WorkerStartError               worker actors did not become ready in time (names what was asked)
-    ├── UnsupportedRayError            the installed Ray lacks a private part this package relies on (names it
-    │                                  and the Ray version tested)
-    ├── LoopbackError                  the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
-    └── BatchError                     dispatched work failed (names the parts; their windows are listed)
+    ├── PluginError                    a plugin's entry point failed to load or registers something unusable
+    │                                  (names the plugin and its distribution)
+    ├── EnvironmentFailedError         exit 3 (the environment failed; rerunning resumes)
+    │   ├── InferenceError             ONNX Runtime failed while running valid-looking inputs
+    │   ├── StorageError               a part could not be written after its retries (names the path)
+    │   ├── WorkerStartError           worker actors did not become ready in time (names what was asked)
+    │   ├── UnsupportedRayError        the installed Ray lacks a private part this package relies on (names it
+    │   │                              and the Ray version tested)
+    │   └── LoopbackError              the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
+    └── BatchError                     exit 1: dispatched work failed (names the parts; their windows are listed)
 
 Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
 in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
@@ -37,11 +43,14 @@ in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 
 class DistributedOnnxError(Exception):
     """Base class of every error raised on purpose by distributed_onnx."""
+
+    #: The command's exit code when this error ends it (the module docstring's tree).
+    exit_code: ClassVar[int] = 2
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -144,7 +153,17 @@ class InputValidationError(DistributedOnnxError):
     """Input tensors do not match what the session expects."""
 
 
-class InferenceError(DistributedOnnxError):
+class PluginError(DistributedOnnxError):
+    """A plugin (a Python entry point of the package's groups) failed to load or registered something unusable."""
+
+
+class EnvironmentFailedError(DistributedOnnxError):
+    """The environment failed, not the input: storage, Ray or the cluster, the runtime. Rerunning resumes."""
+
+    exit_code = 3
+
+
+class InferenceError(EnvironmentFailedError):
     """ONNX Runtime failed while running the model."""
 
 
@@ -152,21 +171,23 @@ class DataError(DistributedOnnxError):
     """The input table cannot be used as it is."""
 
 
-class StorageError(DistributedOnnxError):
+class StorageError(EnvironmentFailedError):
     """Writing a run file failed after its retries; the run records the part as failed and stays resumable."""
 
 
-class WorkerStartError(DistributedOnnxError):
+class WorkerStartError(EnvironmentFailedError):
     """Worker actors did not become ready within their timeout (no room in the cluster, or a slow start)."""
 
 
-class UnsupportedRayError(DistributedOnnxError):
+class UnsupportedRayError(EnvironmentFailedError):
     """The installed Ray lacks a private or experimental part the package relies on (``runtime/ray_private.py``)."""
 
 
-class LoopbackError(DistributedOnnxError):
+class LoopbackError(EnvironmentFailedError):
     """A process of the embedded Ray (or its Serve) listens on an address beyond loopback it was not asked for."""
 
 
 class BatchError(DistributedOnnxError):
     """Dispatched work failed: ``failed_parts`` lists the parts; ``failed_windows.json`` their window ids."""
+
+    exit_code = 1

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from distributed_onnx import storage
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
@@ -143,10 +144,16 @@ def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | Non
 
 
 def read_forecasts(output: Path | str, model: str = "*") -> pa.Table:
-    """One model's (default: every model's) forecast parts of a (local) run directory, in (window_id, lead) order."""
-    paths = sorted((Path(output) / outputs.FORECASTS_DIR).glob(f"{outputs.MODEL_KEY}={model}/part-*.parquet"))
-    tables = [pq.read_table(path) for path in paths]
-    return sort_forecasts(pa.concat_tables([table.replace_schema_metadata(None) for table in tables]))
+    """One model's (default: every model's, of a local run) forecast parts of a run directory, local or on an object
+    store, in (window_id, lead) order: the one place the tests read forecasts back."""
+    if model == "*":
+        found = sorted((Path(output) / outputs.FORECASTS_DIR).glob(f"{outputs.MODEL_KEY}=*"))
+        models = [path.name.split("=", 1)[1] for path in found]
+    else:
+        models = [model]
+    parts = [part for name in models for part in outputs.part_files(output, name)]
+    tables = [storage.read_parquet(part).replace_schema_metadata(None) for part in parts]
+    return sort_forecasts(pa.concat_tables(tables))
 
 
 def sort_forecasts(table: pa.Table) -> pa.Table:

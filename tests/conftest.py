@@ -44,6 +44,12 @@ def ray_session() -> Iterator[None]:
     Starting Ray costs seconds, so it stays up across tests; a test that needs another topology (a
     ``ray.cluster_utils.Cluster``) shuts it down first and this fixture starts it again when next needed.
     """
+    start_test_ray()
+    yield
+
+
+def start_test_ray() -> None:
+    """Start the shared local Ray unless it is up (:func:`ray_session`; module-scoped fixtures call it directly)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(
@@ -53,7 +59,6 @@ def ray_session() -> Iterator[None]:
             log_to_driver=False,
             configure_logging=False,
         )
-    yield
 
 
 @pytest.fixture(autouse=True)

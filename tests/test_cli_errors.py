@@ -9,13 +9,22 @@ the command itself for the errors that happen before Ray starts: an ``--output``
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 from backtest_data import write_dataset
 
 from distributed_onnx import cli
-from distributed_onnx.errors import BatchError, ConfigError, StorageError, WorkerStartError
+from distributed_onnx.errors import (
+    BatchError,
+    ConfigError,
+    InferenceError,
+    LoopbackError,
+    StorageError,
+    UnsupportedRayError,
+    WorkerStartError,
+)
 from distributed_onnx.evaluation import plan as plan_module
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -45,6 +54,9 @@ def data(tmp_path: Path) -> Path:
         (ConfigError("bad"), 2),
         (StorageError("cannot read"), 3),
         (WorkerStartError("died"), 3),
+        (LoopbackError("the raylet listens on 10.0.0.5:6379"), 3),
+        (UnsupportedRayError("ray 9.0 lacks ray._private.services"), 3),
+        (InferenceError("ONNX Runtime failed: CUDA out of memory"), 3),
         (ray_exceptions.OutOfDiskError("Local disk is full"), 3),
         (ray_exceptions.TaskCancelledError(error_message="cancelled"), 3),
         (ray_exceptions.RaySystemError("the raylet died"), 3),
@@ -64,6 +76,8 @@ def test_each_error_has_its_code_and_one_line(error: BaseException, code: int) -
 def test_our_error_inside_a_ray_task_error_keeps_its_code() -> None:
     wrapped = ray_exceptions.RayTaskError("run", "Traceback ...", ConfigError("bad setting"))
     assert cli.describe_error(wrapped) == (2, "bad setting")
+    pickled = pickle.loads(pickle.dumps(ray_exceptions.RayTaskError("run", "...", LoopbackError("beyond"))))
+    assert cli.describe_error(pickled) == (3, "beyond")
 
 
 def test_output_naming_a_file_is_one_line(

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from backtest_data import read_forecasts
 from ray_head import RAY, RayHead, ray_head
 
 from distributed_onnx.evaluation.run import run_backtest
@@ -92,12 +93,6 @@ def job_status(head: RayHead, submission_id: str) -> str:
         check=False,
     )
     return done.stdout + done.stderr
-
-
-def read_forecasts(run_dir: Path) -> pa.Table:
-    parts = sorted((run_dir / "forecasts").glob("model=*/part-*.parquet"))
-    table = pa.concat_tables(pq.read_table(path) for path in parts)
-    return table.sort_by([("window_id", "ascending"), ("lead", "ascending")])
 
 
 @pytest.mark.timeout(420)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from backtest_data import QUANTILES, dense_series, long_table, read_forecasts
-from conftest import RAY_TEST_RESOURCES
+from conftest import start_test_ray
 from graphs import write_season_copy, write_tiny_chronos2
 
 from distributed_onnx import cli
@@ -42,11 +42,9 @@ MODELS = ("tiny", "season_copy")
 @pytest.fixture(scope="module")
 def backtest_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """A finished backtest (through the CLI) of two tiny checkpoints on the shared panel: (its data, its output)."""
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     pytest.importorskip("onnxruntime")
-    if not ray.is_initialized():  # as conftest's ray_session, once for the module
-        ray.init(**RAY_TEST_RESOURCES, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)  # fmt: skip
+    start_test_ray()  # what the shared ray_session fixture does, at module scope
     root = tmp_path_factory.mktemp("live_report")
     table = long_table(dense_series(0), covariate=False)
     data = root / "panel.parquet"

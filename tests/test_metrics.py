@@ -9,16 +9,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from references import seasonal_naive_batch, seasonal_naive_forecast, seasonal_scale, seasonal_scales
 
 from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, MetricsAccumulator
-from distributed_onnx.evaluation.scoring.naive import (
-    broadcast_quantiles,
-    seasonal_naive_batch,
-    seasonal_naive_forecast,
-    seasonal_scale,
-    seasonal_scales,
-)
+from distributed_onnx.evaluation.scoring.naive import broadcast_quantiles
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 HORIZON = 4
@@ -305,12 +300,3 @@ def test_coverage_bounds_are_inclusive() -> None:
     forecast = np.array([[[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]])
     acc.update(["s"], np.array([[1.0, 3.0, 3.5]]), forecast, np.array([1.0]))
     assert _as_dict(acc.to_table("m"))[("global", None, None, "coverage", 0.25)] == (pytest.approx(2 / 3), 3)
-
-
-def test_accumulator_survives_pickling() -> None:
-    # Actors ship their accumulators to the driver through Ray, which pickles them.
-    import pickle
-
-    acc = _tiny()
-    copy = pickle.loads(pickle.dumps(acc))
-    assert copy.to_table("tiny").equals(acc.to_table("tiny"))

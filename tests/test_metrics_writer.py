@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from references import UnitSums, unit_rows
 
 from distributed_onnx.evaluation.merge import METRICS, RunSums
 from distributed_onnx.evaluation.report.tables import Scores
-from distributed_onnx.evaluation.scoring.metrics_table import UnitSums, unit_rows
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 

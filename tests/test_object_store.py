@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
@@ -21,7 +20,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the 'dev' extra)")
 
-from backtest_data import in_process_forecasts, settings_for, sort_forecasts, write_dataset  # noqa: E402
+from backtest_data import in_process_forecasts, read_forecasts, settings_for, write_dataset  # noqa: E402
 
 from distributed_onnx import storage  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
@@ -70,12 +69,6 @@ def _objects(options: str) -> list[str]:
     return sorted(info.path for info in infos if info.type == pafs.FileType.File)
 
 
-def _forecasts(output: str) -> pa.Table:
-    parts = outputs.part_files(output, "tiny")
-    tables = [storage.read_parquet(part).replace_schema_metadata(None) for part in parts]
-    return sort_forecasts(pa.concat_tables(tables))
-
-
 @pytest.mark.timeout(900)  # three runs, two of them start Ray: minutes on a loaded machine
 def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload(
     s3_options: str, tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint
@@ -94,7 +87,7 @@ def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload
     assert all(path.startswith((f"{BUCKET}/inputs/", f"{BUCKET}/runs/one/")) for path in objects), objects
     assert f"{BUCKET}/runs/one/metrics.parquet" in objects and f"{BUCKET}/runs/one/report.html" in objects
     assert len([path for path in objects if "/scores/part-" in path]) == 6
-    complete = _forecasts(output)
+    complete = read_forecasts(output, "tiny")
     expected = in_process_forecasts(settings)
     assert complete["window_id"].equals(expected["window_id"])
     assert first.summary["transport"]["series_transport"] == "input_file"
@@ -110,7 +103,7 @@ def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload
     assert second.summary["parts"]["done_before"] == 4
     assert second.summary["parts"]["submitted"] == 2
     assert second.read_metrics().equals(first_metrics)
-    assert _forecasts(output).equals(complete)
+    assert read_forecasts(output, "tiny").equals(complete)
 
     third = run_backtest(settings)  # a finished run: no Ray, the same numbers from the sums on S3
     assert third.summary["parts"]["submitted"] == 0 and third.summary["actors"] == []

@@ -29,7 +29,7 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
 from distributed_onnx.evaluation.plan import default_windows_per_part
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.evaluation.sums import PartSums, read_done_part
+from distributed_onnx.evaluation.sums import SUMS_FORMAT, PartSums, read_done_part
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 pytestmark = pytest.mark.integration
@@ -133,7 +133,7 @@ def test_sums_round_trip_and_refuse_torn_or_foreign_bytes() -> None:
     sums = PartSums({"run_fingerprint": "fp", "part": 3}, scores, FanCandidates.empty(2, 3))
     payload = sums.to_bytes()
     back = PartSums.from_bytes(payload)
-    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": 3}
+    assert back.header == {"run_fingerprint": "fp", "part": 3, "format": SUMS_FORMAT}
     assert back.scores.to_table().equals(scores.to_table())
     assert back.scores.nonfinite == {"m": ["w1"]}
     assert back.scores.excluded == {"actual_missing": 1, "baseline_undefined": 0, "model_nonfinite": 2}

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("ray.serve")
 pytest.importorskip("onnxruntime")
 
-from conftest import RAY_TEST_RESOURCES, free_port
+from conftest import free_port, start_test_ray
 from failing_graph import POISON, write_failing_chronos2
 
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
@@ -48,20 +48,12 @@ def grpc_port() -> int:
 @pytest.fixture(scope="module")
 def base_url(tiny_checkpoint: ResolvedCheckpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Serve on a free loopback port: the main app at /, an overload-prone one at /overload, /failing."""
-    import ray
     from ray import serve
 
     from distributed_onnx.serve.app import build_app
     from distributed_onnx.serve.settings import ServeSettings
 
-    if not ray.is_initialized():  # what the shared ray_session fixture does, at module scope
-        ray.init(
-            **RAY_TEST_RESOURCES,
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+    start_test_ray()  # what the shared ray_session fixture does, at module scope
     port = free_port()
     from ray.serve.config import gRPCOptions
 

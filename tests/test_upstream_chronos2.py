@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 ray = pytest.importorskip("ray")
 
 from backtest_data import COVARIATE, STEP_US, dense_series, read_forecasts, settings_for, write_dataset  # noqa: E402
-from conftest import RAY_TEST_RESOURCES, free_port  # noqa: E402
+from conftest import free_port, start_test_ray  # noqa: E402
 from graphs import UPSTREAM_QUANTILES, upstream_expected, write_tiny_upstream_chronos2  # noqa: E402
 
 from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
@@ -122,14 +122,7 @@ def base_url(upstream: ResolvedCheckpoint) -> Iterator[str]:
     from distributed_onnx.serve.app import build_app
     from distributed_onnx.serve.settings import ServeSettings
 
-    if not ray.is_initialized():
-        ray.init(
-            **RAY_TEST_RESOURCES,
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+    start_test_ray()  # what the shared ray_session fixture does, at module scope
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     settings = ServeSettings(checkpoint=upstream.weights_path, port=port, cpus_per_replica=0.5, max_batch_size=4)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from references import series_origins
 
 from distributed_onnx.evaluation.data.table import Series, SeriesTable
 from distributed_onnx.evaluation.data.windows import (
@@ -22,7 +23,6 @@ from distributed_onnx.evaluation.data.windows import (
     dispatch_order,
     plan_series,
     plan_windows,
-    series_origins,
     window_id_array,
     window_ids,
 )

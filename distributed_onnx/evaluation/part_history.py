@@ -120,7 +120,7 @@ class SeriesHistory:
 
 
 def cell_positions(planned: PlannedBatch, seasonality: int) -> np.ndarray:
-    """Each window's origin on one axis of time per series (for :func:`.naive.seasonal_quantiles_batch`).
+    """Each window's origin on one axis of time per series (for :func:`.naive.season_cells`).
 
     Two windows share a seasonal cell only within a series; the series are laid side by side, far enough apart
     that no cell of one meets a cell of another.

@@ -27,7 +27,7 @@ from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.model.window_batch import arrow_array, arrow_strings
 
 #: Bumped whenever the file's layout changes; a file of another format is redone, not read.
-SUMS_FORMAT = 3
+SUMS_FORMAT = 4
 SUMS_METADATA_KEY = b"distributed_onnx.sums"
 
 

@@ -160,11 +160,6 @@ class WindowPlan:
             series += 1
 
 
-def series_origins(series: Series, spec: WindowSpec) -> np.ndarray:
-    """Origin indices of one series (ascending), before the context-coverage filter."""
-    return _candidate_origins(series, spec)[0]
-
-
 def _candidate_origins(series: Series, spec: WindowSpec) -> tuple[np.ndarray, int]:
     # An origin needs at least one step of history and may sit at most one step past the data: [1, n].
     # Both modes count within that range before allocating, so an unbounded request (``--start 0001-01-01

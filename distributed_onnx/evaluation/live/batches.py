@@ -25,7 +25,7 @@ from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.storage import Location
 
 SCORED_DIR = "scored"
-BATCH_FORMAT = 2
+BATCH_FORMAT = 3
 
 
 @dataclass

@@ -20,9 +20,10 @@ from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, 
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
+from distributed_onnx.evaluation.scoring.registry import reported
 from distributed_onnx.model.quantiles import central_intervals
 
-_METRICS = ("mase", "sql", "wql", "mae", "rmse")
+_METRICS = reported()
 
 
 def _rows(board: pa.Table, kind: str) -> list[dict[str, Any]]:

@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 
 from distributed_onnx.evaluation.data.table import numpy_view
 from distributed_onnx.evaluation.merge import NAIVE_MODEL
+from distributed_onnx.evaluation.scoring.registry import reported
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
 MAX_TABLE_SERIES = 200
-_HEADLINE_METRICS = ("mase", "wql", "mae", "rmse", "sql")
+_HEADLINE_METRICS = reported()
 
 
 class SeriesValues(Protocol):

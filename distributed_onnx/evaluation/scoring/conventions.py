@@ -6,9 +6,8 @@ Two conventions answer "how good is the model over this run", and both are legit
   more observed pairs weighs more.
 - ``fev`` (this module): fev 0.10.0's ``Task.evaluation_summary``. An evaluation window there is one cutoff
   across every series; each metric is computed on that window's pairs (pooling its series and leads, exactly
-  as ``fev.metrics`` does: ``MAE = nanmean |e|``, ``RMSE = sqrt(nanmean e^2)``, ``MASE = safemean |e| / s_i``,
-  ``SQL = mean_q safemean 2 rho_q / s_i``, ``WQL = mean_q (nanmean 2 rho_q / nanmean |y|)``) and the window
-  scores are averaged with equal weight. Here a window of fev is the set of this run's windows that share an
+  as ``fev.metrics`` does; each metric's definition is its class in :mod:`.registry`) and the window scores are
+  averaged with equal weight. Here a window of fev is the set of this run's windows that share an
   origin, so the accumulator keeps sums *per origin* (its memory grows with distinct origins, not windows).
 
 Per-series MASE and SQL agree between the two; WQL and RMSE do not (RMSE's square root and WQL's ratio do
@@ -26,11 +25,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from distributed_onnx.evaluation.scoring.registry import FEV, of_convention
+
 __all__ = ["FEV", "WindowSums"]
 
-FEV = "fev"
 F64 = npt.NDArray[np.float64]
-#: Column layout of the per-origin matrix (``rho`` takes one column per quantile level, at the end).
+#: Column layout of the per-origin matrix (``rho`` takes one column per quantile level, at the end; in a window, the
+#: scaled metrics' units are its pairs, so ``scaled`` is ``scaled_pairs``).
 _SCALARS = ("pairs", "abs_err", "sq_err", "abs_y", "scaled_pairs", "mase", "sql")
 
 
@@ -54,42 +55,23 @@ class WindowSums:
         scaled = np.isfinite(scale) & (scale > 0.0)
         s_safe = np.where(scaled, scale, 1.0)
         rho = per_window["rho"]  # [W, Q]: sums of rho_q over the window's scored pairs
-        block = np.empty((rho.shape[0], self.sums.shape[1]))  # the columns of _SCALARS, then 2 rho, filled in place
+        block = np.empty((rho.shape[0], self.sums.shape[1]))  # the columns of _SCALARS, then rho, filled in place
         for column, name in enumerate(("pairs", "abs_err", "sq_err", "abs_y")):
             block[:, column] = per_window[name]
         block[:, 4] = np.where(scaled, per_window["pairs"], 0.0)
         block[:, 5] = np.where(scaled, per_window["abs_err"] / s_safe, 0.0)
         block[:, 6] = np.where(scaled, 2.0 * rho.mean(axis=1) / s_safe, 0.0)
-        np.multiply(rho, 2.0, out=block[:, len(_SCALARS) :])
+        block[:, len(_SCALARS) :] = rho
         self._add(np.asarray(origin_us, dtype=np.int64), block)
 
     def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:
         """Add ``block`` row by row to the sums of its origins (each origin's rows in order, after the sums kept)."""
         if origins.size and _after(self.origins, origins):
             # The usual batch (one series, origins ascending after those kept): appended in order, each sum 0 + its
-            # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does).
+            # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does). A binary search
+            # for batches of distinct origins kept already gained nothing beyond noise (benchmarks/results/scoring.md).
             self.origins = np.concatenate([self.origins, origins])
             self.sums = np.concatenate([self.sums, block + 0.0])
-            return
-        if origins.size and _distinct(origins):
-            # Distinct origins, some kept already (a part's next series repeats the origins of the one before:
-            # series on one time grid): the kept rows are found by binary search and each gets 0 + kept + its
-            # row, the new ones 0 + row, in order; the same sums as the general path below, which re-sorted and
-            # re-added every kept row for every batch (~15% of the scoring of parts of several series, profiled).
-            # Kept sums never hold -0.0 (each is 0 + something), so the rows not in the batch need no ``+ 0.0``.
-            where = np.searchsorted(self.origins, origins)
-            found = where < self.origins.size
-            found[found] = self.origins[where[found]] == origins[found]
-            rows = where[found]
-            sums = self.sums.copy()  # never in place: the arrays kept may be another accumulator's (merge, state)
-            sums[rows] = (sums[rows] + 0.0) + block[found]
-            new = ~found
-            if new.any():
-                keys = np.concatenate([self.origins, origins[new]])
-                order = np.argsort(keys, kind="stable")
-                self.origins, self.sums = keys[order], np.concatenate([sums, block[new] + 0.0])[order]
-            else:
-                self.sums = sums
             return
         keys, inverse = np.unique(np.concatenate([self.origins, origins]), return_inverse=True)
         merged = np.zeros((keys.size, self.sums.shape[1]))
@@ -122,31 +104,48 @@ class WindowSums:
 
     def per_window(self) -> dict[str, F64]:
         """Each metric per origin (NaN where a window has no pair for it), in origin order."""
-        pairs, scaled = self.column("pairs"), self.column("scaled_pairs")
-        rho = self.sums[:, len(_SCALARS) :]
+        view = _OriginSums(self)
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_pair = np.where(pairs > 0, 1.0 / np.maximum(pairs, 1), np.nan)
-            per_scaled = np.where(scaled > 0, 1.0 / np.maximum(scaled, 1), np.nan)
-            abs_y = self.column("abs_y")
-            wql = np.where((pairs > 0) & (abs_y > 0), (rho / abs_y[:, None]).mean(axis=1), np.nan)
-        out = {"sql": self.column("sql") * per_scaled, "wql": wql}
-        if self.median is not None:
-            out["mae"] = self.column("abs_err") * per_pair
-            out["rmse"] = np.sqrt(self.column("sq_err") * per_pair)
-            out["mase"] = self.column("mase") * per_scaled
-        return out
+            return {metric.name: metric.value(view) for metric in of_convention(FEV, self.median is not None)}
+
+    def by_origin(self) -> list[tuple[str, F64, npt.NDArray[np.int64]]]:
+        """``(metric, value [origins], n [origins])`` of each fev metric at every origin (in :attr:`origins` order;
+        NaN where an origin has no pair for it): the scope ``origin``, what a per-cutoff evaluation reports."""
+        per_window = self.per_window()
+        return [
+            (metric.name, per_window[metric.name], self.column(metric.count).astype(np.int64))
+            for metric in of_convention(FEV, self.median is not None)
+        ]
 
     def rows(self) -> list[tuple[str, float, int]]:
         """``(metric, value, n)`` of the global scope in the fev convention; ``n`` counts the pairs scored."""
-        n_pairs, n_scaled = int(self.column("pairs").sum()), int(self.column("scaled_pairs").sum())
         rows = []
-        for metric, values in self.per_window().items():
+        per_window = self.per_window()
+        for metric in of_convention(FEV, self.median is not None):
+            values = per_window[metric.name]
             defined = np.isfinite(values)
             if defined.any():
-                n = n_scaled if metric in ("mase", "sql") else n_pairs
-                rows.append((metric, float(values[defined].mean()), n))
-        order = ("mae", "rmse", "mase", "sql", "wql")
-        return sorted(rows, key=lambda row: order.index(row[0]))
+                rows.append((metric.name, float(values[defined].mean()), int(self.column(metric.count).sum())))
+        return rows
+
+
+class _OriginSums:
+    """The fev convention's view of the sums of each origin: a mean is the sum times the count's reciprocal (NaN
+    where the count is zero)."""
+
+    def __init__(self, sums: WindowSums) -> None:
+        self._sums = sums
+
+    def __getitem__(self, name: str) -> F64:
+        if name == "rho":
+            return self._sums.sums[:, len(_SCALARS) :]
+        return self._sums.column("scaled_pairs" if name == "scaled" else name)
+
+    def mean(self, name: str, count: str) -> F64:
+        by = self[count]
+        per = np.where(by > 0, 1.0 / np.maximum(by, 1), np.nan)
+        total = self[name]
+        return total * per[:, None] if total.ndim == 2 else total * per
 
 
 def _after(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:
@@ -154,10 +153,3 @@ def _after(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:
     if kept.size and origins[0] <= kept[-1]:
         return False
     return bool((origins[1:] > origins[:-1]).all())
-
-
-def _distinct(origins: npt.NDArray[np.int64]) -> bool:
-    """Whether ``origins`` are distinct (cheap when they ascend, as a batch of one series' windows does)."""
-    if bool((origins[1:] > origins[:-1]).all()):
-        return True
-    return bool(np.unique(origins).size == origins.size)

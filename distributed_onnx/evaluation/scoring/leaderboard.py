@@ -31,7 +31,7 @@ at the end of every run, ``scipy.special`` a third of that).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,16 @@ import numpy.typing as npt
 import pyarrow as pa
 from scipy import special
 
-from distributed_onnx.evaluation.scoring.metrics import POOLED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
+from distributed_onnx.evaluation.scoring.registry import (
+    POOLED,
+    Metric,
+    PooledSums,
+    leaderboard_order,
+    of_convention,
+    primary,
+    skill_metrics,
+)
 
 __all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard", "percentile_interval"]
 
@@ -128,30 +136,35 @@ def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _Se
 
 def _global(sums: _SeriesSums, weights: F64, has_median: bool) -> dict[str, F64]:
     """Each pooled global metric from per-series sums weighted by ``weights[B, S]`` (one row per resample)."""
-    return _global_of(sums.weighted(weights).__getitem__, has_median)
-
-
-def _global_of(total: Callable[[str], F64], has_median: bool) -> dict[str, F64]:
-    """Each pooled global metric from ``total(name)``: the weighted sums ``[B, k]`` of the per-series sums."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pairs, scaled = total("pairs")[:, 0], total("scaled")[:, 0]
-        out = {
-            "sql": total("sql")[:, 0] / scaled,
-            "wql": (2.0 * total("rho") / total("abs_y")).mean(axis=1),
-        }
-        if has_median:
-            out["mae"] = total("abs_err")[:, 0] / pairs
-            out["rmse"] = np.sqrt(total("sq_err")[:, 0] / pairs)
-            out["mase"] = total("mase")[:, 0] / scaled
-    return out
+    weighted = sums.weighted(weights)
+    totals = {name: block[:, 0] if name in sums.vectors else block for name, block in weighted.items()}
+    return _metrics_of(PooledSums(totals), leaderboard_order(of_convention(POOLED, has_median)))
 
 
 def _per_series(sums: _SeriesSums, has_median: bool) -> dict[str, F64]:
+    """The metrics that are scored as skill, per series."""
+    return _metrics_of(PooledSums(_AsMapping(sums)), skill_metrics(has_median))
+
+
+def _metrics_of(sums: PooledSums, metrics: Sequence[Metric]) -> dict[str, F64]:
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = {"sql": sums["sql"] / sums["scaled"], "wql": (2.0 * sums["rho"] / sums["abs_y"][:, None]).mean(axis=1)}
-        if has_median:
-            out["mase"] = sums["mase"] / sums["scaled"]
-    return out
+        return {metric.name: metric.value(sums) for metric in metrics if metric.per == "unit"}
+
+
+class _AsMapping(Mapping[str, F64]):
+    """A :class:`_SeriesSums` read as a mapping of its sums (no copy)."""
+
+    def __init__(self, sums: _SeriesSums) -> None:
+        self._sums = sums
+
+    def __getitem__(self, name: str) -> F64:
+        return self._sums[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sums.columns)
+
+    def __len__(self) -> int:
+        return len(self._sums.columns)
 
 
 def _skill_logs(ratios: F64) -> tuple[F64, npt.NDArray[np.bool_]]:
@@ -323,10 +336,11 @@ def leaderboard(
     sums = {model: _series_matrix(scores, model, series) for model in models}
     per_series = {model: _per_series(sums[model], has_median) for model in models}
     # Every model against seasonal naive; the probabilistic metrics against seasonal quantiles too.
+    probabilistic = tuple(metric.name for metric in skill_metrics(has_median, probabilistic_only=True))
     versus_metrics = {
         model: [
             (versus, metric)
-            for versus, metrics in ((reference, tuple(per_series[model])), (SEASONAL_QUANTILES, ("sql", "wql")))
+            for versus, metrics in ((reference, tuple(per_series[model])), (SEASONAL_QUANTILES, probabilistic))
             if versus in per_series
             for metric in metrics
         ]
@@ -370,7 +384,7 @@ def leaderboard(
             resampled = bootstrap.skill(key) if series else np.empty(0)
             skill, low, high, n = _with_interval(points[key], resampled)
             add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
-    metric = "mase" if has_median else "sql"
+    metric = primary(has_median)
     losses = {model: scores.windows[model].per_window()[metric] for model in models}
     origins = scores.windows[models[0]].origins
     lag = overlap_lag(origins, scores.horizon, step_us)

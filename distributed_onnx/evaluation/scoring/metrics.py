@@ -47,18 +47,16 @@ from distributed_onnx.evaluation.scoring.metrics_table import (
     sorted_series,
     unit_column,
 )
+from distributed_onnx.evaluation.scoring.registry import SUMS
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
 
 __all__ = ["METRICS_SCHEMA", "POOLED", "SERIES_PER_TABLE", "MetricsAccumulator"]
 
 F64 = npt.NDArray[np.float64]
 
-# Sums kept per unit (a series, or a lead); the trailing shape is () unless noted.
-# pairs: valid (window, lead) pairs; abs_err / sq_err: |y - q0.5| and its square; abs_y: |y|;
-# rho[Q]: pinball losses rho_q; hits[C]: actuals inside each central interval;
-# scaled: windows (series) or pairs (lead) with a usable scale; mase / sql: their scaled losses;
-# scaled_pairs: the valid pairs of those windows (the ``n`` of mase and sql rows).
-_FIELDS = ("pairs", "abs_err", "sq_err", "abs_y", "rho", "hits", "scaled", "mase", "sql", "scaled_pairs")
+#: Sums kept per unit (a series, or a lead), each described in :mod:`.registry`; ``rho`` has one column per
+#: quantile level, ``hits`` one per central interval, the others one.
+_FIELDS = SUMS
 
 
 class MetricsAccumulator:

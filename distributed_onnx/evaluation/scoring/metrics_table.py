@@ -1,8 +1,7 @@
 """The long ``metrics`` table from an accumulator's sums: every unit (global, each series, each lead) at once.
 
-The sums are divided only here (:mod:`.metrics` keeps them mergeable). :func:`unit_rows` is the definition for
-one unit, written plainly; :func:`metrics_table` builds the same rows for every unit in vector passes, in exactly
-that order and with exactly that arithmetic: at 40,000 series a loop per unit cost the driver seconds (measured).
+The sums are divided only here (:mod:`.metrics` keeps them mergeable), each metric as its class in :mod:`.registry`
+defines it, for every unit of a scope at once (at 40,000 series a loop per unit cost the driver seconds, measured).
 """
 
 from __future__ import annotations
@@ -15,18 +14,18 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from distributed_onnx.evaluation.scoring.registry import POOLED, PooledSums, of_convention
+
 __all__ = [
     "METRICS_SCHEMA",
     "POOLED",
     "SERIES_PER_TABLE",
     "RowLayout",
     "SortedSeries",
-    "UnitSums",
     "metrics_table",
     "metrics_tables",
     "sorted_series",
     "unit_column",
-    "unit_rows",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -45,51 +44,9 @@ METRICS_SCHEMA = pa.schema(
         pa.field("convention", pa.string(), nullable=False),
     ]
 )
-#: Sums over every pair of a scope (:mod:`.metrics`); the other convention is :mod:`.conventions` (``fev``).
-POOLED = "pooled"
 #: Series per table when the metrics are written a table at a time (:func:`metrics_tables`): with 9 quantiles
 #: ~150,000 rows (18 per series), a few MB.
 SERIES_PER_TABLE = 8192
-
-
-class UnitSums(NamedTuple):
-    """The sums of one reporting unit (everything, one series, or one lead); see :mod:`.metrics` for each."""
-
-    pairs: float
-    abs_err: float
-    sq_err: float
-    abs_y: float
-    rho: F64
-    hits: F64
-    scaled: float
-    mase: float
-    sql: float
-    scaled_pairs: float
-
-
-def unit_rows(
-    sums: UnitSums, quantiles: Sequence[float], intervals: Sequence[tuple[float, float]], has_median: bool
-) -> list[tuple[str, float | None, float, int]]:
-    """The (metric, quantile, value, n) rows of one unit; rows with n == 0 are left out."""
-    rows: list[tuple[str, float | None, float, int]] = []
-    pairs = sums.pairs
-    if pairs > 0 and has_median:
-        rows.append(("mae", None, sums.abs_err / pairs, int(pairs)))
-        rows.append(("rmse", None, float(np.sqrt(sums.sq_err / pairs)), int(pairs)))
-    if sums.scaled > 0:
-        if has_median:
-            rows.append(("mase", None, sums.mase / sums.scaled, int(sums.scaled_pairs)))
-        rows.append(("sql", None, sums.sql / sums.scaled, int(sums.scaled_pairs)))
-    if pairs <= 0:
-        return rows
-    # Undefined (NaN) rather than infinite when every actual in scope is exactly zero.
-    wql = float(np.mean(2.0 * sums.rho / sums.abs_y)) if sums.abs_y > 0 else float("nan")
-    rows.append(("wql", None, wql, int(pairs)))
-    for q, loss in zip(quantiles, sums.rho, strict=True):
-        rows.append(("pinball", q, float(loss) / pairs, int(pairs)))
-    for (lo, _), hit in zip(intervals, sums.hits, strict=True):
-        rows.append(("coverage", lo, float(hit) / pairs, int(pairs)))
-    return rows
 
 
 def metrics_table(
@@ -213,43 +170,31 @@ def _unit_rows(
     intervals: Sequence[tuple[float, float]],
     has_median: bool,
 ) -> tuple[list[str], F64, F64, npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """:func:`unit_rows` for every unit at once: (metric per column, quantile per column, value, n, kept).
+    """Every pooled metric of every unit at once: (metric per column, quantile per column, value, n, kept).
 
-    ``sums`` holds each field for ``U`` units (``[U, ...]``); the columns are every row :func:`unit_rows` can
-    emit, in its order, and ``kept[U, R]`` says which it does emit for each unit.
+    ``sums`` holds each field for ``U`` units (``[U, ...]``); the columns are every row a unit can have, in the
+    registry's order (:data:`.registry.METRICS`), and ``kept[U, R]`` says which it does have: its metric's
+    ``defined_by`` sum is positive, and the median is forecast where the metric needs it.
     """
-    pairs, scaled = sums["pairs"], sums["scaled"]
-    units = pairs.shape[0]
-    metric_names: list[str] = ["mae", "rmse", "mase", "sql", "wql"]
-    metric_names += ["pinball"] * len(quantiles) + ["coverage"] * len(intervals)
-    levels = np.asarray([np.nan] * 5 + list(quantiles) + [lo for lo, _ in intervals], dtype=np.float64)
+    units = sums["pairs"].shape[0]
+    view = PooledSums(sums)
+    metric_names: list[str] = []
+    levels: list[float] = []
+    values, counts, kept = [], [], []
     with np.errstate(divide="ignore", invalid="ignore"):
-        safe_abs_y = np.where(sums["abs_y"] > 0, sums["abs_y"], 1.0)
-        wql = np.where(sums["abs_y"] > 0, np.mean(2.0 * sums["rho"] / safe_abs_y[:, None], axis=1), np.nan)
-        values = np.column_stack(
-            [
-                sums["abs_err"] / pairs,
-                np.sqrt(sums["sq_err"] / pairs),
-                sums["mase"] / scaled,
-                sums["sql"] / scaled,
-                wql,
-                *(sums["rho"][:, k] / pairs for k in range(len(quantiles))),
-                *(sums["hits"][:, c] / pairs for c in range(len(intervals))),
-            ]
-        ).reshape(units, len(metric_names))
-    by_pairs = pairs.astype(np.int64)
-    by_scaled = sums["scaled_pairs"].astype(np.int64)  # MASE and SQL count the pairs of their windows
-    counts = np.column_stack(
-        [by_pairs, by_pairs, by_scaled, by_scaled, *([by_pairs] * (1 + len(quantiles) + len(intervals)))]
-    ).reshape(units, len(metric_names))
-    paired = pairs > 0
-    kept = np.column_stack(
-        [
-            paired & has_median,
-            paired & has_median,
-            (scaled > 0) & has_median,
-            scaled > 0,
-            *([paired] * (1 + len(quantiles) + len(intervals))),
-        ]
-    ).reshape(units, len(metric_names))
-    return metric_names, levels, values, counts, kept
+        for metric in of_convention(POOLED):
+            of_level = metric.levels(quantiles, intervals)
+            width = 1 if of_level is None else len(of_level)
+            value = metric.value(view).reshape(units, width)
+            metric_names += [metric.name] * width
+            levels += of_level if of_level is not None else [np.nan]
+            values.append(value)
+            counts += [sums[metric.count].astype(np.int64)] * width
+            kept += [(sums[metric.defined_by] > 0) & (has_median or not metric.needs_median)] * width
+    return (
+        metric_names,
+        np.asarray(levels, dtype=np.float64),
+        np.concatenate(values, axis=1),
+        np.column_stack(counts).reshape(units, len(metric_names)),
+        np.column_stack(kept).reshape(units, len(metric_names)),
+    )

@@ -27,12 +27,6 @@ __all__ = [
     "cell_quantiles",
     "season_cells",
     "season_count",
-    "seasonal_baselines",
-    "seasonal_quantiles_batch",
-    "seasonal_naive_batch",
-    "seasonal_naive_forecast",
-    "seasonal_scale",
-    "seasonal_scales",
     "series_season_cells",
 ]
 
@@ -49,26 +43,12 @@ def _as_series(values: npt.ArrayLike, name: str) -> npt.NDArray[np.float64]:
     return array
 
 
-def seasonal_scale(history: npt.ArrayLike, m: int) -> float:
-    """Mean ``|y_t - y_(t-m)|`` over every pair in ``history`` with both values observed; NaN if none.
-
-    ``history`` holds the series' values strictly before the window's origin. This is the in-sample MAE of
-    the seasonal-naive forecast (the fev / GluonTS scale), so MASE 1.0 means "as good as repeating the last
-    season". NaN, not 0, when no pair exists, so the caller cannot divide by it by accident.
-    """
-    _check_season(m)
-    y = _as_series(history, "history")
-    if y.size <= m:
-        return float("nan")
-    diff = np.abs(y[m:] - y[:-m])
-    observed = np.isfinite(diff)
-    if not observed.any():
-        return float("nan")
-    return float(diff[observed].mean())
-
-
 class SeasonalScaler:
-    """``seasonal_scale(values[:origin], m)`` for any origin of one series, in O(1) per window.
+    """The seasonal scale ``s_w`` of a window for any origin of one series, in O(1) per window.
+
+    ``s_w`` is the mean ``|y_t - y_(t-m)|`` over every pair strictly before the window's origin with both values
+    observed: the in-sample MAE of the seasonal-naive forecast (the fev / GluonTS scale), so MASE 1.0 means "as
+    good as repeating the last season". NaN, not 0, when no pair exists, so no caller divides by it by accident.
 
     Prefix sums of ``|y_t - y_(t-m)|`` and of the pair counts are built once per series (an actor scoring many
     parts of one long series builds them once, not once per batch); recomputing the scale per window would be
@@ -103,45 +83,6 @@ class SeasonalScaler:
         return scale
 
 
-def seasonal_scales(values: npt.ArrayLike, origins: npt.ArrayLike, m: int) -> npt.NDArray[np.float64]:
-    """``seasonal_scale(values[:origin], m)`` for many origin positions of one series at once.
-
-    ``origins`` are integer positions into ``values`` (the index of each window's first forecast step).
-    """
-    return SeasonalScaler(values, m).scales(origins)
-
-
-def seasonal_naive_batch(last_season: npt.ArrayLike, horizon: int) -> npt.NDArray[np.float64]:
-    """Seasonal-naive forecasts for many windows: ``[W, m]`` last-season blocks -> ``[W, horizon]``.
-
-    Row ``w`` of ``last_season`` holds ``y(origin - m) .. y(origin - 1)``; lead ``h`` (0-based) repeats
-    ``y(origin - m + (h mod m))``. NaN stays NaN, so the baseline is missing exactly where it has no value.
-    """
-    block = np.asarray(last_season, dtype=np.float64)
-    if block.ndim != 2 or block.shape[1] < 1:
-        raise ConfigError(
-            f"last_season must have shape [windows, m] with m >= 1; got {block.shape}.", key="last_season"
-        )
-    if horizon < 1:
-        raise ConfigError(f"horizon must be at least 1 step; got {horizon}.", key="horizon")
-    return np.take(block, np.arange(horizon) % block.shape[1], axis=1)
-
-
-def seasonal_naive_forecast(history: npt.ArrayLike, m: int, horizon: int) -> npt.NDArray[np.float64]:
-    """Seasonal-naive forecast of one window: ``history[-m:]`` repeated over ``horizon`` steps.
-
-    ``history`` ends at ``origin - 1``. A history shorter than one season is padded with NaN on the left:
-    the values before the series starts are missing, not zero.
-    """
-    _check_season(m)
-    y = _as_series(history, "history")
-    season = np.full(m, np.nan)
-    tail = y[-m:]
-    season[m - tail.size :] = tail
-    forecast: npt.NDArray[np.float64] = seasonal_naive_batch(season[None, :], horizon)[0]
-    return forecast
-
-
 def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int, copy: bool = True) -> npt.NDArray[np.float64]:
     """Give a point forecast ``[..., H]`` a quantile axis ``[..., H, Q]`` where every level equals the point.
 
@@ -164,33 +105,6 @@ def season_count(context_length: int, m: int) -> int:
     return max(1, context_length // m)
 
 
-def seasonal_quantiles_batch(
-    seasons: npt.ArrayLike,
-    m: int,
-    horizon: int,
-    quantiles: Sequence[float],
-    positions: npt.ArrayLike | None = None,
-    out: npt.NDArray[np.float64] | None = None,
-) -> npt.NDArray[np.float64]:
-    """The seasonal-quantile baseline: ``[W, K * m]`` history blocks -> ``[W, horizon, Q]`` forecasts.
-
-    Row ``w`` holds ``y(origin - K m) .. y(origin - 1)``; the forecast of lead ``h`` (0-based) at level ``q`` is
-    the empirical ``q``-quantile (numpy's default linear interpolation, Hyndman & Fan type 7) of the observed
-    values at the same position of the ``K`` earlier seasons, ``y(origin - k m + (h mod m))``, k = 1..K. It is
-    the probabilistic twin of :func:`seasonal_naive_batch` (whose point is the k = 1 value), so probabilistic
-    skill has a probabilistic reference. Undefined (NaN) where every one of the K values is missing, which is
-    never where the seasonal naive is defined.
-
-    ``positions[W]`` (optional) place the windows on one axis of time (see :func:`season_cells`): each distinct
-    cell's quantiles are then computed once. The values are the same either way (each cell's arithmetic is its
-    own).
-
-    The result is a ``[W, H, Q]`` view of a ``[Q, W, H]`` array: the layout the scoring reads fastest; that
-    array can be ``out`` (C-ordered ``[Q, W, H]``, reused by the caller batch after batch).
-    """
-    return seasonal_baselines(season_cells(seasons, m, horizon, positions), quantiles, out)[1]
-
-
 class SeasonCells(NamedTuple):
     """The seasonal cells a batch's baselines read: each distinct cell's ``K`` values, and every pair's cell.
 
@@ -205,7 +119,7 @@ class SeasonCells(NamedTuple):
 
 
 def season_cells(seasons: npt.ArrayLike, m: int, horizon: int, positions: npt.ArrayLike | None = None) -> SeasonCells:
-    """The cells of ``[W, K * m]`` history blocks (as in :func:`seasonal_quantiles_batch`).
+    """The cells of ``[W, K * m]`` history blocks (``[W, K * m]``: ``y(origin - K m) .. y(origin - 1)``).
 
     ``positions[W]`` (optional) place the windows on one axis of time: cell ``j`` of window ``w`` holds the same
     K values as cell ``j'`` of window ``v`` when ``positions[w] + j == positions[v] + j'`` (the caller vouches: the
@@ -272,30 +186,21 @@ def _cells_of_pairs(inverse: npt.NDArray[np.intp], n_windows: int, m: int, horiz
     return np.take(inverse.reshape(n_windows, m), lead_cell, axis=1)  # np.take: fancy indexing was ~50x slower
 
 
-def seasonal_baselines(
-    cells: SeasonCells, quantiles: Sequence[float], out: npt.NDArray[np.float64] | None = None
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Both seasonal baselines of a batch's cells as arrays: the seasonal naive ``[W, H]``
-    (:func:`cell_naive`) and the seasonal quantiles ``[W, H, Q]`` (a view of ``[Q, W, H]``, in ``out`` when given;
-    see :func:`seasonal_quantiles_batch`).
-    """
-    quantile_forecast = cell_quantiles(cells, quantiles)
-    if not cells.of_pair.size:
-        empty = np.empty((len(quantiles), *cells.of_pair.shape))
-        return cell_naive(cells), empty.transpose(1, 2, 0)
-    gathered = np.take(quantile_forecast.by_cell, cells.of_pair, axis=1, out=out, mode="clip")  # [Q, W, H]
-    return cell_naive(cells), gathered.transpose(1, 2, 0)
-
-
 def cell_naive(cells: SeasonCells) -> npt.NDArray[np.float64]:
-    """The seasonal naive ``[W, H]`` of a batch's cells: each cell's latest value, ``y(origin - m + (h mod m))``
-    (as :func:`seasonal_naive_batch`)."""
+    """The seasonal naive ``[W, H]`` of a batch's cells: each cell's latest value, ``y(origin - m + (h mod m))``.
+    NaN stays NaN, so the baseline is missing exactly where it has no value."""
     return np.take(cells.values[:, -1], cells.of_pair)
 
 
 def cell_quantiles(cells: SeasonCells, quantiles: Sequence[float]) -> CellForecast:
-    """The seasonal quantiles of a batch's cells as a table of each distinct cell's levels and every pair's cell
-    (:class:`~.losses.CellForecast`: the losses gather it chunk by chunk)."""
+    """The seasonal-quantile baseline of a batch's cells as a table of each distinct cell's levels and every pair's
+    cell (:class:`~.losses.CellForecast`: the losses gather it chunk by chunk).
+
+    The forecast of lead ``h`` (0-based) at level ``q`` is the empirical ``q``-quantile (numpy's default linear
+    interpolation, Hyndman & Fan type 7) of the observed values at the same position of the ``K`` earlier seasons,
+    ``y(origin - k m + (h mod m))``, k = 1..K: the probabilistic twin of the seasonal naive (whose point is the
+    k = 1 value), so probabilistic skill has a probabilistic reference. Undefined (NaN) where every one of the K
+    values is missing, which is never where the seasonal naive is defined."""
     levels = np.asarray(quantiles, dtype=np.float64)
     by_cell = np.ascontiguousarray(_nan_quantiles(cells.values[:, :, None], levels)[:, 0, :].T)  # [Q, U]
     return CellForecast(by_cell, cells.of_pair)

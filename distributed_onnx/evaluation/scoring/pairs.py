@@ -40,6 +40,7 @@ from distributed_onnx.evaluation.scoring.naive import (
 
 __all__ = [
     "BASELINES",
+    "ORIGIN_SCHEMA",
     "REASONS",
     "SEASONAL_NAIVE",
     "SEASONAL_QUANTILES",
@@ -54,6 +55,17 @@ SEASONAL_QUANTILES = "seasonal_quantiles"
 #: The baselines every run scores; seasonal naive is the reference of skill.
 BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
 REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
+#: Each model's fev-convention score per window origin (:meth:`PairScores.origin_table`).
+ORIGIN_SCHEMA = pa.schema(
+    [
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("origin", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("convention", pa.string(), nullable=False),
+    ]
+)
 F64 = npt.NDArray[np.float64]
 #: A model's or baseline's forecast ``[W, H, Q]``: an array (float32 or float64, any layout) or a table of cells.
 Forecast = npt.NDArray[np.floating[Any]] | CellForecast
@@ -238,6 +250,24 @@ class PairScores:
         for name in self.models:
             yield from self.pooled[name].tables(name, series_per_table)
         yield self.fev_and_count_rows()
+
+    def origin_table(self) -> pa.Table:
+        """Every model's fev-convention score of each window origin (:data:`ORIGIN_SCHEMA`): the scope ``origin``,
+        one row per (model, origin, metric) that origin defines; the mean of a metric's rows over the origins is
+        its ``fev`` row of the metrics table. Built from the sums already merged (no forecast read)."""
+        columns: dict[str, list[Any]] = {name: [] for name in ORIGIN_SCHEMA.names}
+        for name in self.models:
+            window_sums = self.windows[name]
+            for metric, values, counts in window_sums.by_origin():
+                defined = np.isfinite(values)
+                size = int(defined.sum())
+                columns["model"] += [name] * size
+                columns["origin"] += window_sums.origins[defined].tolist()
+                columns["metric"] += [metric] * size
+                columns["value"] += values[defined].tolist()
+                columns["n"] += counts[defined].tolist()
+        columns["convention"] = [FEV] * len(columns["model"])
+        return pa.table(columns, schema=ORIGIN_SCHEMA)
 
     def fev_and_count_rows(self) -> pa.Table:
         """The fev rows and the left-out counts of every model (global scope; the last rows of the table)."""

@@ -1,6 +1,12 @@
 """Model-family adapters, looked up by the checkpoint's ``model_family``."""
 
-from distributed_onnx.model.adapters.base import ModelAdapter, adapter_for, register_adapter
+from distributed_onnx.model.adapters.base import (
+    PLUGIN_GROUP,
+    AdapterFactory,
+    ModelAdapter,
+    adapter_for,
+    register_adapter,
+)
 from distributed_onnx.model.adapters.chronos2 import Chronos2Adapter, Chronos2Variant, detect_variant
 from distributed_onnx.model.adapters.context_quantiles import ContextQuantilesAdapter
 
@@ -8,6 +14,8 @@ register_adapter("chronos2", Chronos2Adapter)
 register_adapter("context_quantiles", ContextQuantilesAdapter)
 
 __all__ = [
+    "PLUGIN_GROUP",
+    "AdapterFactory",
     "Chronos2Adapter",
     "Chronos2Variant",
     "ContextQuantilesAdapter",

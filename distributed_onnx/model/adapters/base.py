@@ -10,16 +10,23 @@ own that rule (the backend only checks what ORT itself would reject: names, dtyp
 Windows mark a missing value with NaN and never with an infinity: an adapter refuses infinite window values,
 and :meth:`ModelAdapter.check_tensors` applies the family's rule to tensors a client sends as they are
 (the Open Inference Protocol route).
+
+A family of another package is a plugin: an entry point of the group :data:`PLUGIN_GROUP` whose name is the
+family and whose object is its factory (docs/plugins.md). :func:`adapter_for` loads it the first time a checkpoint
+of that family is met, in whatever process meets it (the driver, every actor, every Serve replica), so a plugin
+installed on the nodes reaches all of them; :func:`register_adapter` only reaches the process that calls it.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata as importlib_metadata
 from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.errors import ConfigError, InputValidationError, PluginError
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 
 
@@ -58,24 +65,61 @@ class ModelAdapter(Protocol):
 
 AdapterFactory = Callable[[CheckpointMetadata], ModelAdapter]
 _REGISTRY: dict[str, AdapterFactory] = {}
+#: The entry-point group of model-family plugins: ``family name = "module:factory"``.
+PLUGIN_GROUP = "distributed_onnx.model_families"
 
 
 def register_adapter(model_family: str, factory: AdapterFactory) -> None:
-    """Make ``model_family`` known (third-party families register here too)."""
+    """Make ``model_family`` known in this process (a test, a notebook). To reach Ray's actors and Serve's
+    replicas, a family is a plugin instead: an entry point of :data:`PLUGIN_GROUP` (docs/plugins.md)."""
     _REGISTRY[model_family] = factory
 
 
 def adapter_for(metadata: CheckpointMetadata) -> ModelAdapter:
-    """The adapter of the checkpoint's ``model_family``."""
-    try:
-        factory = _REGISTRY[metadata.model_family]
-    except KeyError:
+    """The adapter of the checkpoint's ``model_family``: registered in this process, else an installed plugin's."""
+    family = metadata.model_family
+    factory = _REGISTRY.get(family) or _plugin_factory(family)
+    if factory is None:
         raise ConfigError(
-            f"No adapter for model_family {metadata.model_family!r}; known families: {sorted(_REGISTRY)}. "
-            "Register one with distributed_onnx.model.adapters.register_adapter.",
-            model_family=metadata.model_family,
-        ) from None
+            f"No adapter for model_family {family!r}; known families: {sorted(_REGISTRY)}, installed plugins: "
+            f"{sorted(ep.name for ep in _plugins())}. Install the package that provides it on every node (it "
+            f"declares the family under the entry-point group {PLUGIN_GROUP!r}: docs/plugins.md); "
+            "register_adapter reaches only the process that calls it, not Ray's actors or Serve's replicas.",
+            model_family=family,
+        )
     return factory(metadata)
+
+
+def _plugins() -> list[importlib_metadata.EntryPoint]:
+    return list(importlib_metadata.entry_points(group=PLUGIN_GROUP))
+
+
+def _plugin_factory(family: str) -> AdapterFactory | None:
+    """The factory an installed plugin declares for ``family`` (loaded once per process, then registered)."""
+    importlib.invalidate_caches()  # a package installed while this process runs is found too
+    found = [ep for ep in _plugins() if ep.name == family]
+    if not found:
+        return None
+    entry = found[0]
+    distribution = entry.dist.name if entry.dist is not None else "an unknown distribution"
+    try:
+        factory = entry.load()
+    except Exception as exc:
+        raise PluginError(
+            f"The plugin for model_family {family!r} ({entry.value!r}, from {distribution}) failed to load: "
+            f"{type(exc).__name__}: {exc}. Fix or reinstall that package on this node.",
+            model_family=family,
+            plugin=entry.value,
+        ) from exc
+    if not callable(factory):
+        raise PluginError(
+            f"The plugin for model_family {family!r} ({entry.value!r}, from {distribution}) is a "
+            f"{type(factory).__name__}, not a factory: it must be a callable taking the checkpoint's metadata.",
+            model_family=family,
+            plugin=entry.value,
+        )
+    _REGISTRY[family] = factory
+    return factory
 
 
 def zero_fill(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
