@@ -30,7 +30,7 @@ pytestmark = [
     ),
 ]
 
-#: The CPU/GPU parity docs/gpu.md states: max |gpu - cpu| / max |cpu| with TF32 on (measured: results/gpu.md).
+#: CPU/GPU parity (docs/gpu.md): max |gpu - cpu| / max |cpu| with TF32 on; measured in benchmarks/results/gpu.md.
 TF32_TOLERANCE = 1e-3
 
 
