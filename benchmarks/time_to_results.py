@@ -24,10 +24,11 @@ Reproduce (2 cores: about 15 minutes unloaded)::
     .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
     .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 6 --baseline-tree ../main \
         --name time_to_results_make_backtest      # the main job alone, 5 counted runs per tree
-    .venv/bin/python benchmarks/time_to_results.py --only one_minute five_minutes \
-        --name time_to_results_scale5             # ~1 and ~5 minutes of work (about 15 minutes unloaded)
+    .venv/bin/python benchmarks/time_to_results.py --only one_minute --rounds 4 \
+        --name time_to_results_one_minute         # ~1 minute of work, 4 alternating pairs
 
-Results go to benchmarks/results/time_to_results.{json,md}; every timing is wall clock, and the ratios are
+Results go to benchmarks/results/<name>.json (``--name``), and by hand into time_to_results.md, the current
+figures of each comparison (git keeps the earlier ones); every timing is wall clock, and the ratios are
 between modes run one after the other in the same invocation (say in the results whether the machine was
 shared: ``load_average`` is recorded before and after). Each process tree's CPU is sampled from ``/proc``
 (``process_cpu.py``): by role (driver, actors, Ray's GCS, raylet, agents, log monitor) for each of the
