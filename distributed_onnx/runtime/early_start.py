@@ -1,5 +1,9 @@
 """Ray and the backtest's actor pool, started on a thread while the driver reads, checks and plans the data.
 
+The one path by which a backtest starts its pool and stops Ray: early, for a fresh run (the plan is made
+meanwhile), or once the plan shows parts to run (a resumed run; a process that holds Ray already, whose Ray is
+then only joined and never stopped).
+
 A run's first forecast waits for two independent things: the driver's plan (imports, reading and checking the
 data, counting windows) and a warm pool (Ray's processes, then actor processes that import ONNX Runtime and
 build their sessions). Started one after the other they add up; :class:`EarlyStart` runs the second on a
@@ -76,7 +80,8 @@ class EarlyStart:
     _left_to_exit: bool = False  # the process exits: Ray's exit handler stops Ray, not the thread
 
     def __post_init__(self) -> None:
-        _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
+        if not ray_connected():  # a process that holds Ray already keeps its own signal handling
+            _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
         self._thread = threading.Thread(target=self._own_ray, name="ray-owner", daemon=True)
         self._thread.start()
 
