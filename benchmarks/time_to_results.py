@@ -135,7 +135,8 @@ def cpu_by_phase(cpu: dict[str, Any], phases_s: dict[str, float]) -> dict[str, A
 
 
 def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> dict[str, Any]:
-    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree.
+    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree (this
+    tree first in odd rounds, the baseline first in even ones).
 
     The first round warms the file caches (a user's second run) and is not counted; the others give each tree's
     median and, with a baseline, the paired ratios of the process's wall time (this tree / baseline, same round).
@@ -145,8 +146,9 @@ def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> d
     if baseline_tree:
         trees["baseline"] = {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())}
     counted: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    for round_ in range(1, max(rounds, 2) + 1):  # alternating: both trees see the same machine state
-        for name, env in trees.items():
+    for round_ in range(1, max(rounds, 2) + 1):  # alternating: each tree runs first in every other round
+        order = list(trees.items())
+        for name, env in order if round_ % 2 else order[::-1]:
             result = cli_process(arguments, output / name.replace(" ", "_"), env)
             if round_ > 1:
                 counted[name].append(result)
