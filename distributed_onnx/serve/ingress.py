@@ -114,7 +114,7 @@ def plan_ingress(
         ray_private.HA_PROXY: "1",
         **_port_range("HTTP", http_first, slots),
         **_port_range("GRPC", free_range(slots, http_first + slots - 1), slots),
-        # HAProxy's stats page and Prometheus exporter bind [::] (Ray's template): free ports; docs/serving.md.
+        # HAProxy's stats page and Prometheus exporter bind all interfaces (Ray's template): docs/serving.md.
         ray_private.HAPROXY_STATS_PORT: str(free_port()),
         ray_private.HAPROXY_METRICS_PORT: str(free_port()),
         ray_private.HAPROXY_NBTHREAD: "1",  # Ray's default 4 threads on a 2-core machine compete with the model
