@@ -244,16 +244,18 @@ def _backtest(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
     from distributed_onnx.evaluation.clock import process_started_perf_s
+    from distributed_onnx.evaluation.early import start_early
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.settings_sources import given_flags
 
     settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
+    early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
-    from distributed_onnx.evaluation.run import run_backtest  # after the settings: a bad flag fails fast
+    from distributed_onnx.evaluation.run import run_backtest
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
 
-    quiet_ray_logging(quiet=not args.verbose)  # after Ray's import (it resets its loggers), before Ray starts
-    result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False)
+    quiet_ray_logging(quiet=not args.verbose)  # no-op where the early start set it; a rerun's Ray starts later
+    result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early)
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))

@@ -2,9 +2,10 @@
 backtest's pool is started from.
 
 A fresh run's first forecast waits for both its plan and a warm pool; :class:`~.runtime.early_start.EarlyStart`
-starts the pool on a thread meanwhile. This module decides, from the settings alone, whether a run needs it.
-Starting it even earlier, before the command imports the backtest, was measured against starting it here and
-gave no gain beyond noise (``benchmarks/results/mechanisms.md``), so ``run_backtest`` is the one caller.
+starts the pool on a thread meanwhile. This module decides, from the settings alone, whether a run needs it,
+and imports nothing heavy (no Ray, no planning): the command calls :func:`start_early` before it imports the
+rest of the backtest, so Ray's processes start while the driver still imports (docs/design.md, "Time to
+results").
 """
 
 from __future__ import annotations
@@ -17,12 +18,23 @@ from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest, ray_connected
 
 
-def start_early(settings: BacktestSettings) -> EarlyStart | None:
+class StartHere:
+    """The default of ``run_backtest(early=...)``: the run decides and starts Ray and the pool itself."""
+
+    def __repr__(self) -> str:
+        return "START_HERE"
+
+
+START_HERE = StartHere()
+
+
+def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) -> EarlyStart | None:
     """Ray and the pool on a thread while the plan is made, for a run that has work to do; else None.
 
     Only a fresh output directory is known to need Ray before its plan exists; a rerun may find every part
     done, and then starts nothing. A Ray this process already holds (the Python API, tests) costs nothing to
-    reach. A checkpoint that does not resolve is left to the plan to name.
+    reach. A checkpoint that does not resolve is left to the plan to name. ``quiet_ray``: see
+    :class:`~.runtime.early_start.EarlyStart`.
     """
     if outputs.has_scored_parts(settings.output) or ray_connected():
         return None
@@ -31,14 +43,16 @@ def start_early(settings: BacktestSettings) -> EarlyStart | None:
     except DistributedOnnxError:
         return None
     configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
-    return start_ray_and_pool(settings, configs)
+    return start_ray_and_pool(settings, configs, quiet_ray=quiet_ray)
 
 
-def start_ray_and_pool(settings: BacktestSettings, configs: list[WorkerConfig]) -> EarlyStart:
+def start_ray_and_pool(
+    settings: BacktestSettings, configs: list[WorkerConfig], *, quiet_ray: bool | None = None
+) -> EarlyStart:
     """Ray (joined, or the embedded one started) and the run's pool, on the thread that later stops them.
 
     The one way a backtest starts its pool and stops Ray: early, while the plan is made (:func:`start_early`),
     or once the plan shows parts to run (a resumed run, a process already holding Ray).
     """
     pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
-    return EarlyStart(settings.address, pool)
+    return EarlyStart(settings.address, pool, quiet_ray=quiet_ray)

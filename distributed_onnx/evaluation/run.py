@@ -26,7 +26,7 @@ from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.data.windows import PartSpec, dispatch_order
-from distributed_onnx.evaluation.early import start_early, start_ray_and_pool
+from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early, start_ray_and_pool
 from distributed_onnx.evaluation.end_imports import start_end_imports
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
@@ -76,6 +76,7 @@ def run_backtest(
     started_wall_s: float | None = None,
     *,
     wait_for_ray_stop: bool = True,
+    early: EarlyStart | StartHere | None = START_HERE,
 ) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed.
 
@@ -86,11 +87,15 @@ def run_backtest(
     Bad data raises once the plan fails, but a Ray started early for the run is still starting then: by default
     this call waits for it to stop; with ``wait_for_ray_stop=False`` (a process that exits after the error: the
     command) it raises at once and Ray stops with the process (``runtime/early_start.py``).
+
+    ``early`` is Ray and the pool already starting for these settings (the command starts them before it
+    imports this module: :func:`~.early.start_early`), or None for none; by default this call starts them.
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
         clock.mark("python_start")
-    early = start_early(settings)  # Ray and the pool start on a thread while the plan is made
+    if isinstance(early, StartHere):
+        early = start_early(settings)
     try:
         plan = prepare(settings)
     except BaseException:
