@@ -5,7 +5,7 @@ A fresh run's first forecast waits for both its plan and a warm pool; :class:`~.
 starts the pool on a thread meanwhile. This module decides, from the settings alone, whether a run needs it,
 and imports nothing heavy (no Ray, no planning): the command calls :func:`start_early` before it imports the
 rest of the backtest, so Ray's processes start while the driver still imports (docs/design.md, "Time to
-results").
+results"; measured against starting them after the imports: benchmarks/results/mechanisms.md).
 """
 
 from __future__ import annotations

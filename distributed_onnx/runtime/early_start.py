@@ -21,8 +21,8 @@ Ray still starting dies with the thread that started it (above), one already up 
 exit handler. The thread then never stops Ray itself, so two shutdowns never race.
 
 This module imports Ray on the thread, not at its own import: the command creates an :class:`EarlyStart` before
-it imports the rest of the backtest, so Ray's processes start while the driver still imports (``import ray``
-alone is ~0.3 s of a ~6 s ``make backtest``).
+it imports the rest of the backtest, so Ray's processes start while the driver still imports (what that gains:
+``benchmarks/results/mechanisms.md``).
 """
 
 from __future__ import annotations
