@@ -1,4 +1,4 @@
-# Two entry points a fresh machine needs (see README): `make backtest` and `make test`.
+# Two entry points a fresh machine needs (see README): `make backtest` and `make test`; `make docs` builds docs/.
 # Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
 #
 # - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
@@ -21,7 +21,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-.PHONY: backtest test test-unit lint lint-imports typecheck check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: backtest test test-unit lint lint-imports typecheck docs check check-install bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +59,11 @@ lint-imports: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-check: lint lint-imports typecheck test
+# The documentation site (mkdocs.yml): strict, so any warning fails it, a broken link or anchor included.
+docs: $(BIN)/.installed
+	$(BIN)/mkdocs build
+
+check: lint lint-imports typecheck docs test
 
 check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
@@ -79,4 +83,4 @@ bench-gpu:
 	$(PYTHON) scripts/gpu_check.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

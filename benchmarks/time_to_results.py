@@ -24,10 +24,11 @@ Reproduce (2 cores: about 15 minutes unloaded)::
     .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
     .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 6 --baseline-tree ../main \
         --name time_to_results_make_backtest      # the main job alone, 5 counted runs per tree
-    .venv/bin/python benchmarks/time_to_results.py --only one_minute five_minutes \
-        --name time_to_results_scale5             # ~1 and ~5 minutes of work (about 15 minutes unloaded)
+    .venv/bin/python benchmarks/time_to_results.py --only one_minute --rounds 4 \
+        --name time_to_results_one_minute         # ~1 minute of work, 4 alternating pairs
 
-Results go to benchmarks/results/time_to_results.{json,md}; every timing is wall clock, and the ratios are
+Results go to benchmarks/results/<name>.json (``--name``), and by hand into time_to_results.md, the current
+figures of each comparison (git keeps the earlier ones); every timing is wall clock, and the ratios are
 between modes run one after the other in the same invocation (say in the results whether the machine was
 shared: ``load_average`` is recorded before and after). Each process tree's CPU is sampled from ``/proc``
 (``process_cpu.py``): by role (driver, actors, Ray's GCS, raylet, agents, log monitor) for each of the
@@ -134,7 +135,8 @@ def cpu_by_phase(cpu: dict[str, Any], phases_s: dict[str, float]) -> dict[str, A
 
 
 def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> dict[str, Any]:
-    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree.
+    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree (this
+    tree first in odd rounds, the baseline first in even ones).
 
     The first round warms the file caches (a user's second run) and is not counted; the others give each tree's
     median and, with a baseline, the paired ratios of the process's wall time (this tree / baseline, same round).
@@ -144,8 +146,9 @@ def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> d
     if baseline_tree:
         trees["baseline"] = {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())}
     counted: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    for round_ in range(1, max(rounds, 2) + 1):  # alternating: both trees see the same machine state
-        for name, env in trees.items():
+    for round_ in range(1, max(rounds, 2) + 1):  # alternating: each tree runs first in every other round
+        order = list(trees.items())
+        for name, env in order if round_ % 2 else order[::-1]:
             result = cli_process(arguments, output / name.replace(" ", "_"), env)
             if round_ > 1:
                 counted[name].append(result)

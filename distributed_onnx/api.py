@@ -58,7 +58,7 @@ def backtest(
     """Backtest ``checkpoint`` (one path, or a list to compare several in one run) on ``data``.
 
     ``data`` is a path or URL of a Parquet/CSV file, a ``pyarrow.Table``, a pandas DataFrame, or anything
-    with the Arrow stream interface (polars...), in the long format of the README (``series_id``,
+    with the Arrow stream interface (polars...), in the long format of docs/inputs.md (``series_id``,
     ``timestamp``, ``y``, covariates). In-memory data is written as Parquet to ``output/inputs/`` (named by
     its digest, so rerunning the same call on the same ``output`` resumes). ``settings`` are the other
     fields of :class:`~distributed_onnx.evaluation.settings.BacktestSettings` (``actors=2``,

@@ -2,7 +2,7 @@
 
 Thin on purpose: the same settings as ``distributed-onnx backtest`` (YAML < environment < flags), the same run,
 the same exit codes (0 done, 1 a run that failed part-way, 2 bad input, 3 storage or cluster failed, 4 an internal
-error: the README's table), plus two cluster defaults:
+error: docs/cli.md's table), plus two cluster defaults:
 
 - it joins the cluster it was submitted to (``ray job submit`` sets ``RAY_ADDRESS`` for this driver);
 - when neither the config, the environment nor a flag sets ``gpus_per_actor`` and the cluster has GPUs, each

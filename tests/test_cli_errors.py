@@ -1,4 +1,4 @@
-"""Every error a user can cause or meet is one line on stderr and an exit code (the README's table).
+"""Every error a user can cause or meet is one line on stderr and an exit code (docs/cli.md's table).
 
 Unit tier for the mapping (:func:`distributed_onnx.cli.describe_error`, with Ray's own exception classes), and
 the command itself for the errors that happen before Ray starts: an ``--output`` that names a file, a

@@ -30,7 +30,7 @@ pytestmark = [
     ),
 ]
 
-#: The CPU/GPU parity the README states: max |gpu - cpu| / max |cpu| with TF32 on (1.8e-4 measured on an H200).
+#: CPU/GPU parity (docs/gpu.md): max |gpu - cpu| / max |cpu| with TF32 on; measured in benchmarks/results/gpu.md.
 TF32_TOLERANCE = 1e-3
 
 

@@ -80,51 +80,15 @@ def test_a_dotted_name_is_a_class_attribute_and_a_missing_method_is_reported() -
 def test_the_single_node_head_skips_two_processes_for_its_block_only() -> None:
     from ray._private.node import Node
 
-    replaced = (*ray_private.SINGLE_NODE_SKIPS, ray_private.GET_NODE)
+    replaced = ray_private.SINGLE_NODE_SKIPS
     before = {name.attribute: name.get() for name in replaced}
     with ray_private.single_node_head():
         for name in ray_private.SINGLE_NODE_SKIPS:
             method = name.get()
             assert method is not before[name.attribute]
             assert method(object()) is None  # a no-op, whatever Ray passes
-        assert ray_private.GET_NODE.get() is not before["get_node"]
     assert {name.attribute: name.get() for name in replaced} == before
     assert Node.start_monitor is before["Node.start_monitor"]
-
-
-class _NodeKey:
-    def __init__(self, hex_id: str) -> None:
-        self.hex_id = hex_id
-
-    def hex(self) -> str:
-        return self.hex_id
-
-
-def test_the_raylet_registration_is_polled_before_rays_blocking_get_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ray's ``get_node`` holds the GIL while it waits: it is called only once the GCS lists the node."""
-    polls: list[str] = []
-
-    class FakeGcsClient:
-        def __init__(self, address: str) -> None:
-            polls.append(address)
-
-        def get_all_node_info(self, timeout: float) -> dict[_NodeKey, None]:
-            polls.append("poll")
-            return {_NodeKey("other"): None, _NodeKey("abc"): None} if polls.count("poll") >= 3 else {}
-
-    module = ModuleType("fake_ray._raylet")
-    module.GcsClient = FakeGcsClient  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(ray_private, "GCS_CLIENT", PrivateName(module.__name__, "GcsClient"))
-    get_node = ray_private._once_registered(lambda address, node_id: (address, node_id, polls.count("poll")))
-    assert get_node("127.0.0.1:1", "abc") == ("127.0.0.1:1", "abc", 3)
-
-    class BrokenGcsClient:
-        def __init__(self, address: str) -> None:
-            raise ConnectionError("GCS not up")
-
-    module.GcsClient = BrokenGcsClient  # type: ignore[attr-defined]
-    assert get_node("127.0.0.1:1", "abc") == ("127.0.0.1:1", "abc", 3)  # Ray's own wait still runs
 
 
 def test_the_installed_ray_has_every_private_name_the_package_and_tests_use() -> None:

@@ -1,10 +1,11 @@
-"""Which backtest starts Ray and its actor pool before its plan exists, and with which pool.
+"""Which backtest starts Ray and its actor pool before its plan exists, and with which pool; the one place the
+backtest's pool is started from.
 
 A fresh run's first forecast waits for both its plan and a warm pool; :class:`~.runtime.early_start.EarlyStart`
 starts the pool on a thread meanwhile. This module decides, from the settings alone, whether a run needs it,
 and imports nothing heavy (no Ray, no planning): the command calls :func:`start_early` before it imports the
 rest of the backtest, so Ray's processes start while the driver still imports (docs/design.md, "Time to
-results").
+results"; measured against starting them after the imports: benchmarks/results/mechanisms.md).
 """
 
 from __future__ import annotations
@@ -42,5 +43,16 @@ def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) ->
     except DistributedOnnxError:
         return None
     configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    return start_ray_and_pool(settings, configs, quiet_ray=quiet_ray)
+
+
+def start_ray_and_pool(
+    settings: BacktestSettings, configs: list[WorkerConfig], *, quiet_ray: bool | None = None
+) -> EarlyStart:
+    """Ray (joined, or the embedded one started) and the run's pool, on the thread that later stops them.
+
+    The one way a backtest starts its pool and stops Ray: early, while the plan is made (:func:`start_early`),
+    or once the plan shows parts to run (a resumed run, a process already holding Ray).
+    """
     pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
     return EarlyStart(settings.address, pool, quiet_ray=quiet_ray)

@@ -39,7 +39,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Bumped when the layout of parts or window ids changes, so an old run directory is never resumed into.
 PART_FORMAT = 3
 #: The default part size aims at this many parts: enough to balance a few dozen actors and to resume at a
-#: fine grain, few enough that Ray's per-call cost (~2-3 ms) and per-file overhead stay negligible.
+#: fine grain, few enough that Ray's per-call cost (milliseconds) and per-file overhead stay negligible.
 TARGET_PARTS = 64
 MAX_BATCHES_PER_PART = 64
 

@@ -26,7 +26,7 @@ from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.data.windows import PartSpec, dispatch_order
-from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early
+from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early, start_ray_and_pool
 from distributed_onnx.evaluation.end_imports import start_end_imports
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
 from distributed_onnx.evaluation.fans import FanWindow
@@ -44,11 +44,10 @@ from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverifie
 from distributed_onnx.evaluation.transport import series_source_for
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
-from distributed_onnx.runtime.actors import has_room, start_pool, start_worker_actor
+from distributed_onnx.runtime.actors import has_room, start_worker_actor
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart
-from distributed_onnx.runtime.local_ray import connect
 
 __all__ = ["BacktestResult", "RunPlan", "prepare", "run_backtest"]
 
@@ -200,10 +199,9 @@ class _BacktestRun:
         )
         self.progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
         dispatched = _Dispatched((), {}, DispatchStats())
-        started_ray = False
         try:
             if todo:
-                started_ray = self._ray_ready()
+                self._ray_ready()
                 clock.mark("ray_start")
                 dispatched = self._dispatch(todo, self.progress)
             if self.early is not None:
@@ -219,10 +217,8 @@ class _BacktestRun:
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
         finally:
-            if self.early is not None:
+            if self.early is not None:  # Ray stops on the thread that started it (runtime/early_start.py)
                 self.early.join()
-            elif started_ray:
-                cluster.shutdown()
         clock.mark("ray_stop")
         summary["timing"].update(driver_timing(clock))
         if not outcome.failures and clear_failed_windows(output):
@@ -238,12 +234,11 @@ class _BacktestRun:
             raise nonfinite
         return BacktestResult(summary, run_wide, storage.join(output, METRICS), failures)
 
-    def _ray_ready(self) -> bool:
-        """Ray (and the pool, if started early) up for the dispatch; returns True if this run started Ray."""
-        if self.early is None:
-            return connect(self.plan.settings.address)
-        self.early.wait()  # Ray and the pool, started while the data was read and planned
-        return self.early.started_ray
+    def _ray_ready(self) -> None:
+        """Ray and the pool up for the dispatch: started while the data was read and planned, else now."""
+        if self.early is None:  # a resumed run, or a process that holds Ray already: the pool is needed now
+            self.early = start_ray_and_pool(self.plan.settings, self.worker_config())
+        self.early.wait()
 
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
         """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
@@ -355,18 +350,9 @@ class _BacktestRun:
         transport["job_bytes"] = _pickled_bytes(job)
         transport["descriptor_bytes"] = _pickled_bytes(todo[0])
         config = self.worker_config()
-        if self.early is not None:  # warm already: each actor builds its job from the one in the object store
-            pool, infos = self.early.actors, self.early.infos
-            self.early.hand_job(build_part_runner, job_ref)
-        else:
-            pool, infos = start_pool(
-                config,
-                settings.actors,
-                settings.cpus_per_actor,
-                settings.gpus_per_actor,
-                job_factory=build_part_runner,
-                job_input=job_ref,
-            )
+        assert self.early is not None, "the pool starts before the dispatch (_ray_ready)"
+        pool, infos = self.early.actors, self.early.infos
+        self.early.hand_job(build_part_runner, job_ref)  # each actor builds its job from the one in the store
         actors = list(pool)  # the pool and its replacements: every one is killed at the end
         self.clock.mark("series_and_pool")
         # The end's imports, on a thread while the actors forecast: not while Ray and the pool start, whose

@@ -1,7 +1,8 @@
 """A small patch transformer that speaks the Chronos-2 tensor contract, as OpenSTEF feeds it.
 
 It exists so distributed benchmarks have a stand-in with roughly the per-window cost of a small foundation
-model (~1 M parameters, about 1-3 k windows/s per ORT CPU thread), not one so cheap that Ray and IO dominate.
+model (~1 M parameters; its throughput: benchmarks/results/backtest.md), not one so cheap that Ray and IO
+dominate.
 
 Inputs (``rows`` is dynamic; C = context_length and H = horizon are static):
 

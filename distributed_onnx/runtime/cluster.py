@@ -29,8 +29,3 @@ def kill(actors: Iterable[Any]) -> None:
     """Kill every actor (the pool and its replacements): nothing of a run outlives it."""
     for actor in actors:
         ray.kill(actor)
-
-
-def shutdown() -> None:
-    """Disconnect from Ray (and stop it, when this process started the embedded one)."""
-    ray.shutdown()

@@ -1,5 +1,9 @@
 """Ray and the backtest's actor pool, started on a thread while the driver reads, checks and plans the data.
 
+The one path by which a backtest starts its pool and stops Ray: early, for a fresh run (the plan is made
+meanwhile), or once the plan shows parts to run (a resumed run; a process that holds Ray already, whose Ray is
+then only joined and never stopped).
+
 A run's first forecast waits for two independent things: the driver's plan (imports, reading and checking the
 data, counting windows) and a warm pool (Ray's processes, then actor processes that import ONNX Runtime and
 build their sessions). Started one after the other they add up; :class:`EarlyStart` runs the second on a
@@ -17,8 +21,8 @@ Ray still starting dies with the thread that started it (above), one already up 
 exit handler. The thread then never stops Ray itself, so two shutdowns never race.
 
 This module imports Ray on the thread, not at its own import: the command creates an :class:`EarlyStart` before
-it imports the rest of the backtest, so Ray's processes start while the driver still imports (``import ray``
-alone is ~0.3 s of a ~6 s ``make backtest``).
+it imports the rest of the backtest, so Ray's processes start while the driver still imports (what that gains:
+``benchmarks/results/mechanisms.md``).
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ class EarlyStart:
     _left_to_exit: bool = False  # the process exits: Ray's exit handler stops Ray, not the thread
 
     def __post_init__(self) -> None:
-        _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
+        if not ray_connected():  # a process that holds Ray already keeps its own signal handling
+            _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
         self._thread = threading.Thread(target=self._own_ray, name="ray-owner", daemon=True)
         self._thread.start()
 

@@ -8,9 +8,7 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
   the environment switch for the processes Ray starts, and the constant ``ray._private.ray_constants`` read
   into this process at import (docs/design.md, "Ray specifics");
 - the embedded Ray's head starts without the two processes a single fixed node never uses, the dashboard's
-  API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``),
-  and waits for its raylet's registration without holding the GIL (``ray._private.services.get_node``, polled
-  first through ``ray._raylet.GcsClient``);
+  API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``);
 - Ray Serve binds its gRPC servers to all interfaces through two private functions, which
   ``serve/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
 - the fast ingresses and the per-request savings are Serve's experimental environment switches
@@ -30,7 +28,6 @@ import importlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -96,14 +93,6 @@ HEAD_API_SERVER = PrivateName("ray._private.node", "Node.start_api_server")
 HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
 #: Both, skipped by :func:`single_node_head`.
 SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR)
-#: Blocks, holding the GIL, until the new raylet has registered with the GCS (1-2 s on 2 cores, once its agents
-#: are up): the driver's other threads (its imports and plan, ``runtime/early_start.py``) stall meanwhile
-#: (measured: a sampler thread saw 0.3-0.5 s stalls inside it). :func:`single_node_head` polls first.
-GET_NODE = PrivateName("ray._private.services", "get_node")
-#: The GCS client the poll asks for the registered nodes (``get_all_node_info``: ~1 ms, answered at once).
-GCS_CLIENT = PrivateName("ray._raylet", "GcsClient")
-#: How long the poll waits for the registration before Ray's own wait (and its error) takes over.
-REGISTRATION_POLL_S = 30.0
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -180,7 +169,7 @@ TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_set
 
 # ------------------------------------------------------------------------------------------ the checks
 
-EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS, GET_NODE, GCS_CLIENT)
+EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS)
 SERVE_NAMES = (
     REPLICA_GRPC_PORT,
     GRPC_INGRESS_ADDRESS,
@@ -253,8 +242,7 @@ _HEAD_PATCH = threading.Lock()
 
 @contextmanager
 def single_node_head() -> Iterator[None]:
-    """While a private single-machine Ray starts in this block, its head skips :data:`SINGLE_NODE_SKIPS` and
-    waits for its raylet's registration without holding the GIL (:data:`GET_NODE`).
+    """While a private single-machine Ray starts in this block, its head skips :data:`SINGLE_NODE_SKIPS`.
 
     What is left is what a fixed node runs work with: GCS, raylet (object store), the log monitor (the actors'
     output on the console), and the raylet's two agents (it registers only once they are up). The functions are
@@ -265,12 +253,9 @@ def single_node_head() -> Iterator[None]:
         owners = [(name, _lookup(name.owner(), name.attribute.rpartition(".")[0])) for name in SINGLE_NODE_SKIPS]
         originals = [(owner, name.attribute.rpartition(".")[2]) for name, owner in owners]
         saved = [(owner, method, owner.__dict__[method]) for owner, method in originals]
-        services, get_node = GET_NODE.owner(), GET_NODE.get()
-        saved.append((services, GET_NODE.attribute, get_node))
         try:
             for owner, method in originals:
                 setattr(owner, method, _skipped)
-            setattr(services, GET_NODE.attribute, _once_registered(get_node))
             yield
         finally:
             for owner, method, original in saved:
@@ -279,24 +264,6 @@ def single_node_head() -> Iterator[None]:
 
 def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:
     """Stands in for a head process :func:`single_node_head` does not start."""
-
-
-def _once_registered(get_node: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
-    """``get_node``, called once the GCS lists the node: polled every 20 ms, the GIL released between polls."""
-
-    def get_node_once_registered(gcs_address: str, node_id: str) -> Any:
-        try:
-            client = GCS_CLIENT.get()(address=gcs_address)
-            deadline = time.monotonic() + REGISTRATION_POLL_S
-            while time.monotonic() < deadline:
-                if any(key.hex() == node_id for key in client.get_all_node_info(timeout=1)):
-                    break
-                time.sleep(0.02)
-        except Exception as exc:  # best effort: Ray's own wait below still runs, and raises its own error
-            logger.debug("Polling the GCS for the raylet's registration: %s", exc)
-        return get_node(gcs_address, node_id)
-
-    return get_node_once_registered
 
 
 def wrap_address_argument(name: PrivateName, host: str, rebind: Callable[[str, str], str], position: int = 1) -> bool:

@@ -48,10 +48,11 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 #: Bodies above this are parsed (and their histories built) in the codec thread, off the event loop that runs
-#: the other requests and the batch timer. Below it parsing inline is cheaper than the hop: a thread hop costs
-#: ~170 us here, parsing ~3.6 us per KB (20 us for one 168-step series, 3.5 ms for 64 x 512 steps - measured).
+#: the other requests and the batch timer. Below it parsing inline is cheaper than the hop to the thread (both
+#: profiled once when this was set; the requests' latency it serves: benchmarks/results/serve.md).
 OFFLOAD_BODY_BYTES = 64 * 1024
-#: Responses with more forecast values than this are encoded in the codec thread (~55 ns per value, measured).
+#: Responses with more forecast values than this are encoded in the codec thread (a large response's encoding
+#: would otherwise hold the event loop for longer than the hop costs).
 OFFLOAD_RESPONSE_VALUES = 4096
 
 
@@ -171,7 +172,7 @@ class ModelCore:
         """The job's forecasts, from a model call of its own or merged with concurrent ones by the batcher."""
         # Batching off, or an idle replica (no model call running, none waiting to batch): go straight to the
         # model. Waiting to fill a batch only pays when others are queued; a lone client paid the wait plus
-        # ~2.4 ms of Serve's batch machinery for nothing (3.4 ms p50 at batch_wait_ms=1 - measured here).
+        # Serve's batch machinery for nothing (batching on and off at 1 client: benchmarks/results/serve.md).
         direct = self._batcher is None or self.settings.max_batch_size == 1 or self._forecasts_in_flight == 0
         self._forecasts_in_flight += 1
         try:

@@ -157,7 +157,7 @@ def encode_forecasts(
     a backtest's ``summary.json`` does, rather than clamping silently.
 
     Encoded directly (not through a response model) by pydantic's Rust serializer: a 64-series response holds
-    ~55,000 floats, 3 ms here against 29 ms for ``json.dumps`` (measured), more than the model call.
+    ~55,000 floats, which ``json.dumps`` took longer to encode than the model call took (profiled).
     """
     if not np.isfinite(forecasts).all():
         raise InferenceError(f"the model produced NaN or infinite forecasts for {model!r}")

@@ -150,8 +150,8 @@ async def _drain(request: Request, max_body_bytes: int) -> None:
 def parse_body(body: bytes, model: type[ModelT]) -> ModelT:
     """Validate a JSON body: 400 for malformed JSON, 422 naming each offending field otherwise.
 
-    Parsed by pydantic's own JSON parser straight into the model: for a 64-series request that is ~2 ms
-    against ~8 ms for ``json.loads`` plus validation (measured here).
+    Parsed by pydantic's own JSON parser straight into the model: for a 64-series request several times faster
+    than ``json.loads`` plus validation (profiled when this was chosen).
     """
     if not body.strip():
         raise HttpError(400, "Request body is empty; send a JSON object.")

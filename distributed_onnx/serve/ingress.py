@@ -37,7 +37,7 @@ IngressMode = Literal["auto", "direct", "haproxy", "proxy"]
 DRAIN_PERIOD_S = "0"
 
 #: Ray Serve's per-request costs that its own "throughput optimized" mode turns off (the same switches, set one by
-#: one so that nothing else changes; measured with and without them: README, Online serving):
+#: one so that nothing else changes; measured with and without them: benchmarks/results/serve.md):
 #: - user code on the replica's own event loop, not a second loop in another thread: each ASGI message crossed
 #:   threads. Safe here because nothing the app runs on the loop blocks (model and large codecs in threads).
 #: - access log lines buffered and kept out of stderr, which Ray streamed to the driver's console per request.
@@ -114,7 +114,7 @@ def plan_ingress(
         ray_private.HA_PROXY: "1",
         **_port_range("HTTP", http_first, slots),
         **_port_range("GRPC", free_range(slots, http_first + slots - 1), slots),
-        # HAProxy's stats page and Prometheus exporter bind all interfaces (Ray's template): free ports, README.
+        # HAProxy's stats page and Prometheus exporter bind all interfaces (Ray's template): docs/serving.md.
         ray_private.HAPROXY_STATS_PORT: str(free_port()),
         ray_private.HAPROXY_METRICS_PORT: str(free_port()),
         ray_private.HAPROXY_NBTHREAD: "1",  # Ray's default 4 threads on a 2-core machine compete with the model

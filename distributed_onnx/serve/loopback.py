@@ -15,7 +15,7 @@ authentication off (``RAY_AUTH_MODE=disabled``) the replica unpickles the reques
 The mitigation here: where the replica's (or proxy's) node address is loopback, the two helpers that bind
 those servers are wrapped so that ``[::]`` becomes the configured host (127.0.0.1 unless the user's ``--host``
 says otherwise). Nothing changes on a real cluster, where other nodes must reach these ports: there a firewall
-that admits only the cluster's nodes is the mitigation (README, "Listening sockets"). The wrapping is applied
+that admits only the cluster's nodes is the mitigation (docs/serving.md, "Listening sockets"). The wrapping is applied
 inside Ray's processes: in the replica by the deployment's constructor (it runs before Serve starts the
 replica's servers) and in Serve's proxy through Ray's own start-up hook for it,
 ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:func:`proxy_callback`). The helpers are private to Ray: they are
@@ -93,7 +93,7 @@ def allowed_ports(host: str, ports: Collection[int], environment: Mapping[str, s
 
     With a ``--host`` beyond loopback: the Serve ports (``ports``: the user's and those of Serve's own proxy) and
     the direct-ingress ranges the replicas take in ``environment``. Always: the two ports Ray's HAProxy template
-    binds on all interfaces (stats page, Prometheus exporter; README, Listening sockets).
+    binds on all interfaces (stats page, Prometheus exporter; docs/serving.md, Listening sockets).
     """
     allowed: set[int] = set()
     if not is_loopback(host):
@@ -125,7 +125,7 @@ def check_listening(
     if exposed:
         raise LoopbackError(
             f"the embedded Ray should listen on loopback only, but {', '.join(exposed)} listen(s) beyond it "
-            f"(Ray other than {ray_private.TESTED_RAY}.x?); stopped. See the README, Listening sockets.",
+            f"(Ray other than {ray_private.TESTED_RAY}.x?); stopped. See docs/serving.md, Listening sockets.",
             exposed=exposed,
         )
     return addresses

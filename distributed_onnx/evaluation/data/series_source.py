@@ -13,7 +13,7 @@ starts). It then hands the actors the dense series in one of two ways:
 A large sorted Parquet input is not read whole at all: the driver streams it and the actors read their parts'
 row ranges (:class:`~.rows.SeriesRows`, also reported as ``input_file``). All of them give the same
 :class:`~.layout.Series` for the same index, so a part's forecasts do not depend on the transport. The rule
-that picks one (``choose_transport``) is documented and measured in the README.
+that picks one (``choose_transport``) is documented in docs/backtest.md.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ Builds one :class:`onnxruntime.InferenceSession` from a resolved checkpoint with
 the graph against the metadata, validates every batch before ORT sees it, and converts ORT's exceptions into
 the project's own (with the tensor names and shapes) at this boundary, once.
 
-On CUDA the backend takes the fastest correct path for where the inputs are (H200, reference checkpoint, batch
-1024, windows/s): plain ``session.run`` from numpy 370k; IOBinding from numpy is *slower* (331k: it only moves
-the same copies), so it is not used; with CUDA graphs (``CudaProvider.cuda_graph``, the default) every batch is
-copied into device buffers bound once per batch bucket and the bucket's graph is replayed (pinned host buffers,
-asynchronous copies, graph replay, output back: 594k; inputs already on the device: 626k), see
-``graph_runner.py``. Without graphs, device tensors (torch) are bound where they lie, and
-:meth:`OnnxBackend.run_on_device` leaves the outputs on the GPU either way.
+On CUDA the backend takes the fastest correct path for where the inputs are: plain ``session.run`` from numpy;
+IOBinding from numpy only moves the same copies (it measured slower), so it is not used; with CUDA graphs
+(``CudaProvider.cuda_graph``, the default) every batch is copied into device buffers bound once per batch
+bucket and the bucket's graph is replayed (pinned host buffers, asynchronous copies, graph replay, output
+back), see ``graph_runner.py``. Without graphs, device tensors (torch) are bound where they lie, and
+:meth:`OnnxBackend.run_on_device` leaves the outputs on the GPU either way. Each path's throughput:
+``benchmarks/results/gpu.md`` (``make bench-gpu``).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class OnnxBackend:
     def _run_on_gpu(self, session: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """CUDA graphs when on; without them numpy takes a plain run and device tensors are bound where they lie.
 
-        Binding host memory is slower than ORT's own copies in ``session.run`` (331k vs 370k windows/s, H200).
+        Binding host memory only moves ORT's own copies of ``session.run`` (``benchmarks/results/gpu.md``).
         """
         if self._graphs is not None:
             return self._graphs.run(inputs)

@@ -50,8 +50,8 @@ class CudaProvider(_ProviderConfig):
 
     With ``cuda_graph`` (the default) the backend captures one CUDA graph per batch bucket and replays it: each
     batch is copied into device buffers bound once per bucket (padded to the bucket, the padding cut off the
-    outputs). Measured on an H200 with the reference checkpoint at batch 1024: plain ``session.run`` 370k
-    windows/s, inputs bound on the device 503k, plus graph replay 626k. A checkpoint that cannot be captured
+    outputs); what that gains over a plain ``session.run``: ``benchmarks/results/gpu.md`` (``make bench-gpu``).
+    A checkpoint that cannot be captured
     (nodes off the CUDA provider, control flow, dynamic axes besides the batch) is refused at load with an
     explicit chain and falls back, with a warning, to running without graphs with a policy-chosen one.
     """
@@ -68,7 +68,7 @@ class CudaProvider(_ProviderConfig):
     use_tf32: bool = Field(
         default=True,
         description="TF32 matrix multiplies on Ampere and newer (ORT's default, kept). On: GPU forecasts differ "
-        "from CPU ones by up to 1.8e-4 relative (measured, H200, reference checkpoint); off: fp32 math, slower.",
+        "from CPU ones (by how much: benchmarks/results/gpu.md); off: fp32 math, closer to CPU, slower.",
     )
     cuda_graph: bool = Field(
         default=True,

@@ -1,9 +1,9 @@
 """How a batch reaches the device buffers of a CUDA-graph bucket and how its outputs come back.
 
-The whole speed difference of the GPU data path is here (measured on an H200, reference checkpoint, graph
-replay in every case, windows/s at batch 256 / 1024): ORT alone (``OrtValue.update_inplace`` from numpy into
-the bound device OrtValues, outputs by ``.numpy()``) 273k / 431k; torch ``copy_(non_blocking=True)`` from
-pinned host buffers into the bound device tensors 373k / 594k; plain ``session.run`` 156k / 370k. So:
+The whole speed difference of the GPU data path is here, between ORT alone (``OrtValue.update_inplace`` from
+numpy into the bound device OrtValues, outputs by ``.numpy()``) and torch ``copy_(non_blocking=True)`` from
+pinned host buffers into the bound device tensors, the faster one, graph replay in both cases (each path
+beside a plain ``session.run``: ``benchmarks/results/gpu.md``, written by ``make bench-gpu``). So:
 
 - :class:`TorchTransfers` (torch with CUDA importable): device buffers are torch tensors bound by pointer.
   Host arrays the caller allocated pinned (:meth:`host_buffer`, which the backend offers as
