@@ -8,6 +8,8 @@ window (category codes from :mod:`~distributed_onnx.evaluation.data.categories`)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -71,3 +73,24 @@ def test_codes_are_stable_and_null_is_a_category() -> None:
     again = category_codes(pa.array(["b", "a"]).dictionary_encode())
     assert first[0] == first[3] == again[1] and first[2] == again[0]
     assert first[1] == -1.0 and np.isfinite(first).all()
+
+
+def test_settings_take_past_covariates_and_groups_from_flags_yaml_and_api(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    config = tmp_path / "run.yaml"
+    config.write_text("output: run\npast_covariates: [lagged, holiday]\ngroup_by: region\nmax_group_size: 50\n")
+    from_yaml = BacktestSettings.from_sources({"covariates": "temp"}, config, environment=False)
+    assert from_yaml.covariate_columns == ["lagged", "holiday", "temp"]  # past-only first, as upstream orders rows
+    assert (from_yaml.group_by, from_yaml.max_group_size) == ("region", 50)
+    with pytest.raises(ValueError, match="both known-future and past-only"):
+        BacktestSettings(output="run", covariates=["temp"], past_covariates="temp")
+
+
+def test_grouped_parts_never_split_a_group() -> None:
+    from distributed_onnx.evaluation.grouping import grouped_parts
+
+    starts = np.array([0, 3, 5, 12, 13, 16])
+    parts = grouped_parts(starts, windows_per_part=4)
+    assert [(part.start, part.stop) for part in parts] == [(0, 3), (3, 5), (5, 12), (12, 16)]
+    assert [part.index for part in parts] == [0, 1, 2, 3]
