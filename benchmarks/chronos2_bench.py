@@ -242,7 +242,7 @@ def main() -> None:
     }
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
-        "settings": {**vars(args), "out": str(args.out), "parameters": int((workdir / "parameters.txt").read_text())},
+        "settings": {**vars(args), "out": _shown(args.out), "parameters": int((workdir / "parameters.txt").read_text())},
         "parity": json.loads(checkpoint.with_suffix(".parity.json").read_text()),
         "rounds": rounds,
         "medians": medians,
@@ -250,6 +250,11 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({"medians": medians, "ratios": ratios}, indent=2))
+
+
+def _shown(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +111,8 @@ def export_graph(model: Any, output: Path) -> None:
     )
     batch = torch.export.Dim("rows", min=1)
     dynamic = {name: {0: batch} for name in INPUT_NAMES}
-    with export_patches(), torch.no_grad():
+    # onnx_ir logs every deduplicated initializer at INFO (hundreds of lines for a real model).
+    with export_patches(), torch.no_grad(), _quiet_logger("onnx_ir"):
         program = torch.onnx.export(
             graph,
             sample,
@@ -119,12 +121,24 @@ def export_graph(model: Any, output: Path) -> None:
             output_names=[OUTPUT_NAME],
             dynamic_shapes=dynamic,
             external_data=True,
+            verbose=False,
         )
     if program is None:  # typed Optional upstream; the dynamo exporter always returns one
         raise ConfigError("torch.onnx.export returned no program")
     for stale in (output, output.with_name(output.name + ".data")):
         stale.unlink(missing_ok=True)
     program.save(str(output), external_data=True)
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class _UpstreamContract:
