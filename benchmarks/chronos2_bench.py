@@ -227,6 +227,7 @@ def main() -> None:
             entry[f"ours_{layout}"] = run_ours(workdir, checkpoint, layout, round_, args)
         rounds.append(entry)
         print(json.dumps(entry), flush=True)
+    parameters = int((workdir / "parameters.txt").read_text())
     medians = {
         side: {key: statistics.median(r[side][key] for r in rounds) for key in ("wall_s", "windows_per_s")}
         for side in rounds[0]
@@ -242,7 +243,7 @@ def main() -> None:
     }
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
-        "settings": {**vars(args), "out": _shown(args.out), "parameters": int((workdir / "parameters.txt").read_text())},
+        "settings": {**vars(args), "out": _shown(args.out), "parameters": parameters},
         "parity": json.loads(checkpoint.with_suffix(".parity.json").read_text()),
         "rounds": rounds,
         "medians": medians,
