@@ -2,11 +2,11 @@
 # Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
 #
 # - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
-# - `make test` (and lint, typecheck) add the `dev` and `export` extras. The export extra needs torch, and on
-#   Linux PyPI's torch wheel is the CUDA build (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is
-#   installed first from PyTorch's CPU index with a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere
-#   (macOS) PyPI's wheel is the CPU build and there is no `+cpu` variant. Override TORCH_INDEX= to use only
-#   the configured indexes, or TORCH_SPEC to pick another build.
+# - `make test` (and lint, typecheck) add the `dev`, `export` and `chronos` extras. The export extra needs torch
+#   (so does chronos, Chronos-2's upstream package), and on Linux PyPI's torch wheel is the CUDA build
+#   (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first from PyTorch's CPU index with
+#   a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's wheel is the CPU build and there is
+#   no `+cpu` variant. Override TORCH_INDEX= to use only the configured indexes, or TORCH_SPEC to pick another build.
 # - `make check-install` resolves the main job's install against PyPI (pip --dry-run --report) and fails on
 #   any CUDA package: the evidence that a fresh clone installs none.
 PYTHON ?= python3
@@ -35,7 +35,7 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos]"
 	touch $@ $(BIN)/.installed-run
 
 backtest: $(BIN)/.installed-run
@@ -69,7 +69,7 @@ check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
 
 $(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,bench]"
 	touch $@
 
 bench-backtest: $(BIN)/.bench-installed

@@ -26,6 +26,12 @@ NONFINITE_WINDOWS = "nonfinite_windows.json"
 def part_window_ids(plan: RunPlan, part: PartSpec) -> list[str]:
     """The ids of a part's windows, in plan order."""
     ids: list[str] = []
+    if plan.grouping is not None:
+        grouped_series, grouped_origins, _ = plan.grouping.windows(part.start, part.stop)
+        arrays = plan.table.arrays()
+        origins_us = arrays.start_us[grouped_series] + grouped_origins * arrays.step_us
+        series_ids = [arrays.series_ids[int(i)] for i in grouped_series]
+        return window_ids(series_ids, origins_us, plan.window_fingerprint)
     for series_index, lo, hi in plan.windows.segments(part.start, part.stop):
         series = plan.table.series[series_index]
         origins = plan_series(series, plan.spec).origins[lo:hi]

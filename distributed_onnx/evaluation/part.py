@@ -35,6 +35,7 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
@@ -45,6 +46,7 @@ from distributed_onnx.evaluation.data.windows import (
     plan_origins,
 )
 from distributed_onnx.evaluation.fans import FanCollector
+from distributed_onnx.evaluation.grouping import GroupedWindows, grouped_batches
 from distributed_onnx.evaluation.part_history import SeriesHistory
 from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
@@ -78,6 +80,8 @@ class PartJob:
     overlap_packing: bool | None = None  # None: when the session runs on a GPU
     write_attempts: int = 3
     write_backoff_s: float = 0.5
+    roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)
+    grouping: GroupedWindows | None = None  # ``--group-by``: the windows in group-major order (:mod:`.grouping`)
 
 
 class PartReceipt(BaseModel):
@@ -207,6 +211,9 @@ class PartRunner:
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
         """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
         job = self.job
+        if job.grouping is not None:  # whole groups, one model batch each
+            series_index, origin_index, group = job.grouping.windows(part.start, part.stop)
+            return grouped_batches(series_index, origin_index, group), len(origin_index)
         if isinstance(self._source, SeriesArrays):  # the flat layout: every series of the part in vector passes
             series_index, origin_index = self._part_windows(self._source, part)
             return batches_of(series_index, origin_index, job.rows_per_batch), len(origin_index)
@@ -219,6 +226,8 @@ class PartRunner:
         """The series a part reads: the flat layout of its series (read from the input file's rows when the
         driver streamed it, :mod:`.data.rows`), or the job's source as it is."""
         source, plan = self.job.source, self.job.plan
+        if self.job.grouping is not None and isinstance(source, FlatSeries):  # a group's series are anywhere
+            return source.arrays(0, len(source))
         if not isinstance(source, FlatSeries) or part.n_windows <= 0:
             return source
         first = int(np.searchsorted(plan.offsets, part.start, side="right")) - 1
@@ -250,7 +259,9 @@ class PartRunner:
 
     def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
         spec = self.job.spec
-        return pack_batch(self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint)
+        return pack_batch(
+            self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint, self.job.roles
+        )
 
     def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
         """Each model on the same packed batch (packed once, run K times)."""

@@ -23,12 +23,15 @@ from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesTransport
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series
+from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.fans import fan_series
+from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
 from distributed_onnx.evaluation.part import PartJob
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
+from distributed_onnx.model.adapters.grouping import supports_groups
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.quantiles import ClampedLevel, clamped_levels, describe_clamped
 from distributed_onnx.model.worker import check_run_fits_model
@@ -67,6 +70,10 @@ class RunPlan:
     clamped: list[ClampedLevel] = field(default_factory=list)
     checkpoints: list[ResolvedCheckpoint] = field(default_factory=list)
     model_fingerprints: dict[str, str] = field(default_factory=dict)
+    #: Which covariate rows are past-only or categorical (None: every covariate is numeric and known-future).
+    roles: CovariateRoles | None = None
+    #: With ``--group-by``: the run's windows in group-major order (:mod:`.grouping`), else None.
+    grouping: GroupedWindows | None = None
 
     @property
     def model_names(self) -> list[str]:
@@ -77,7 +84,10 @@ class RunPlan:
         return self.checkpoint.metadata.resolution_minutes * 60_000_000
 
     def parts(self) -> list[PartSpec]:
-        """The run's parts: ``windows_per_part`` each after a ramp up from one model batch."""
+        """The run's parts: ``windows_per_part`` each after a ramp up from one model batch (whole groups each,
+        with ``--group-by``)."""
+        if self.grouping is not None:
+            return self.grouping.parts(self.windows_per_part)
         return self.windows.parts(self.windows_per_part, first_part=self.settings.rows_per_batch)
 
     def job(self, source: SeriesSource, overlap_packing: bool | None = None) -> PartJob:
@@ -96,6 +106,8 @@ class RunPlan:
             models=tuple(self.model_fingerprints.items()),
             fan_series=fan_series(len(self.table.series)),
             overlap_packing=overlap_packing,
+            roles=self.roles,
+            grouping=self.grouping,
         )
 
 
@@ -108,7 +120,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     for each in checkpoints:
         check_run_fits_model(each.metadata, context_length, horizon)
     for each in checkpoints:
-        _check_covariates(each, settings.covariates)
+        _check_covariates(each, settings.covariate_columns)
+        _check_grouping(each, settings.group_by)
     gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
     if gpu_providers and settings.gpus_per_actor == 0:
         # An actor without a GPU must not build a GPU chain (docs/design.md, Ray specifics): refuse here, not in
@@ -137,14 +150,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         raise ConfigError(f"Invalid window settings: {describe_validation(exc.errors())}") from exc
     # A large sorted Parquet input is checked in streamed chunks and its values stay in the file (the actors
     # read them): the driver keeps a summary per series. Anything else is read whole, as the object store needs.
-    scanned = None
-    if settings.series_transport is not SeriesTransport.OBJECT_STORE:
-        scanned = scan_sorted_parquet(settings.data, metadata.resolution_minutes, settings.covariates, spec)
-    if scanned is not None:
-        table, windows = scanned.table, scanned.windows
-    else:
-        table = load_series(settings.data, metadata.resolution_minutes, settings.covariates)
-        windows = plan_windows(table.series, spec)
+    table, windows, roles, grouping = _load(settings, metadata.resolution_minutes, spec)
     notes = fit_notes + _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)
     for each in checkpoints:
@@ -162,6 +168,13 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         "quantiles": quantiles,
         "covariates": settings.covariates,
     }
+    # Only when given, so that the fingerprints (and window ids) of runs without them stay what they were.
+    if settings.past_covariates:
+        window_config["past_covariates"] = settings.past_covariates
+    if roles is not None and any(roles.categorical):
+        window_config["categorical"] = list(roles.categorical)
+    if settings.group_by is not None:
+        window_config["group_by"] = [settings.group_by, settings.max_group_size]
     window_fingerprint = _digest(window_config)
     run_fingerprint = _digest(
         {
@@ -199,6 +212,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         clamped,
         checkpoints,
         model_fingerprints,
+        roles,
+        grouping,
     )
 
 
@@ -256,6 +271,51 @@ def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> 
             f"{len(covariates)} covariates declared, {checkpoint.name} takes at most {metadata.max_covariates}",
             key="covariates",
         )
+
+
+def _load(
+    settings: BacktestSettings, resolution_minutes: int, spec: WindowSpec
+) -> tuple[SeriesTable, WindowPlan, CovariateRoles | None, GroupedWindows | None]:
+    """The data as dense series, its windows per series, the covariates' roles and, with ``--group-by``, the
+    grouped order of the windows."""
+    # A grouped run reads the table whole: its parts take series from anywhere in it (:mod:`.grouping`).
+    scanned = None
+    columns = settings.covariate_columns
+    if settings.series_transport is not SeriesTransport.OBJECT_STORE and settings.group_by is None:
+        scanned = scan_sorted_parquet(settings.data, resolution_minutes, columns, spec)
+    if scanned is not None:
+        table, windows = scanned.table, scanned.windows
+    else:
+        table = load_series(settings.data, resolution_minutes, columns)
+        windows = plan_windows(table.series, spec)
+    roles = covariate_roles(settings)
+    grouping = None
+    if settings.group_by is not None:
+        labels = series_groups(settings.data, settings.group_by, table.arrays().series_ids)
+        grouping = plan_groups(table.arrays(), spec, labels, settings.max_group_size)
+    return table, windows, roles, grouping
+
+
+def _check_grouping(checkpoint: ResolvedCheckpoint, group_by: str | None) -> None:
+    if group_by is not None and not supports_groups(adapter_for(checkpoint.metadata)):
+        raise ConfigError(
+            f"{checkpoint.name}: model_family {checkpoint.metadata.model_family!r} cannot forecast series jointly; "
+            "drop --group-by or use a Chronos-2 checkpoint",
+            key="group_by",
+        )
+
+
+def covariate_roles(settings: BacktestSettings) -> CovariateRoles | None:
+    """Which covariate rows are past-only, and which columns are categorical (by their type in the data)."""
+    columns = settings.covariate_columns
+    if not columns:
+        return None
+    from distributed_onnx.evaluation.data.categories import is_categorical
+    from distributed_onnx.evaluation.data.table import read_schema
+
+    schema = read_schema(settings.data)
+    categorical = tuple(is_categorical(schema.field(name).type) for name in columns)
+    return CovariateRoles(past_only=len(settings.past_covariates), categorical=categorical)
 
 
 def default_windows_per_part(planned: int, rows_per_batch: int) -> int:

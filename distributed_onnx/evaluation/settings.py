@@ -66,7 +66,27 @@ class BacktestSettings(CommandSettings):
         default=None, examples=["0.1,0.5,0.9"], description="Quantile levels (default: the checkpoint's native ones)."
     )
     covariates: list[str] = Field(
-        default_factory=list, examples=["temp,price"], description="Known-future covariate columns of the data."
+        default_factory=list,
+        examples=["temp,price"],
+        description="Known-future covariate columns of the data (text or bool columns are categorical).",
+    )
+    past_covariates: list[str] = Field(
+        default_factory=list,
+        examples=["load_lag,daytype"],
+        description="Past-only covariate columns: values known only up to each cutoff, their future unknown "
+        "(text or bool columns are categorical). Chronos-2 checkpoints.",
+    )
+    group_by: str | None = Field(
+        default=None,
+        examples=["region"],
+        description="A per-series column: series sharing its value are forecast jointly at each origin "
+        "(cross-learning, one group per value and origin). Chronos-2 checkpoints.",
+    )
+    max_group_size: int = Field(
+        default=100,
+        gt=0,
+        description="With --group-by: at most this many series per group; a larger group is split, in series "
+        "order, into groups of at most this size.",
     )
     seasonality: int | None = Field(
         default=None, gt=0, description="Seasonal period in steps, for the baseline and MASE (default: one day)."
@@ -124,12 +144,25 @@ class BacktestSettings(CommandSettings):
             raise ValueError("give at least one checkpoint")
         return value
 
-    @field_validator("quantiles", "covariates", mode="before")
+    @field_validator("quantiles", "covariates", "past_covariates", mode="before")
     @classmethod
     def _comma_lists(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("past_covariates")
+    @classmethod
+    def _past_or_future(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        both = sorted(set(value) & set(info.data.get("covariates") or []))
+        if both:
+            raise ValueError(f"{both} given as both known-future and past-only covariates: give each column once")
+        return value
+
+    @property
+    def covariate_columns(self) -> list[str]:
+        """Every covariate column in the model's row order: past-only first, then known-future (as upstream)."""
+        return [*self.past_covariates, *self.covariates]
 
     @field_validator("start")
     @classmethod

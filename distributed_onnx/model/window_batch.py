@@ -1,7 +1,8 @@
 """The Arrow layout of a model batch of windows, and its zero-copy decoding into numpy blocks.
 
 A batch carries each window's ``window_id``, ``series_id``, ``origin``, its context and target as fixed-size
-list columns and, when the run declares covariates, one flat covariate block per window. Missing values are
+list columns and, when the run declares covariates, one flat covariate block per window (with ``--group-by``,
+each window's ``group`` too). Missing values are
 NaN, not Arrow nulls, so the buffers decode zero-copy. The layout belongs to the model layer because the
 worker reads it (:meth:`~distributed_onnx.model.worker.InferenceWorker.forecast_batch`); the backtest packs it
 (:mod:`distributed_onnx.evaluation.data.packing`).
@@ -26,6 +27,7 @@ class WindowBlock:
     context: np.ndarray  # float32 [W, C], NaN = missing
     target: np.ndarray  # float64 [W, H], NaN = unknown
     covariates: np.ndarray | None  # float32 [W, K, C + H], NaN = missing
+    groups: np.ndarray | None = None  # int64 [W]: windows forecast jointly share one (``--group-by``), else None
 
     @property
     def n_windows(self) -> int:
@@ -53,6 +55,7 @@ def unpack_batch(batch: pa.RecordBatch, context_length: int, horizon: int) -> Wi
         context=flat_values(batch.column("context")).reshape(n_windows, context_length),
         target=flat_values(batch.column("target")).reshape(n_windows, horizon),
         covariates=covariates,
+        groups=numpy_view(batch.column("group")) if "group" in batch.schema.names else None,
     )
 
 

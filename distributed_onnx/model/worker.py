@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from distributed_onnx.errors import ConfigError, InputValidationError
 from distributed_onnx.model.adapters import ModelAdapter, adapter_for
+from distributed_onnx.model.adapters.grouping import GroupingAdapter
 from distributed_onnx.model.backend.policy import HostCapabilities
 from distributed_onnx.model.backend.protocol import InferenceBackend
 from distributed_onnx.model.backend.providers import ExecutionProvider, SessionOptionsConfig
@@ -101,11 +102,13 @@ class InferenceWorker:
         horizon: int,
         quantiles: Sequence[float],
         covariates: np.ndarray | None = None,
+        groups: np.ndarray | None = None,
     ) -> np.ndarray:
         """Quantile forecasts ``[W, horizon, len(quantiles)]`` (float32) for a block of windows.
 
         ``context`` is ``[W, C]`` (NaN = missing, oldest first; a longer history keeps its last
-        ``context_length`` steps); ``covariates`` is ``[W, K, C + horizon]`` on the same grid plus the future.
+        ``context_length`` steps); ``covariates`` is ``[W, K, C + horizon]`` on the same grid plus the future;
+        windows with equal ``groups`` are forecast jointly (an adapter with :class:`GroupingAdapter` only).
         """
         metadata = self._metadata
         if horizon > metadata.horizon_length:
@@ -122,7 +125,12 @@ class InferenceWorker:
             if not self._adapter.supports_covariates:
                 raise InputValidationError(f"model_family {metadata.model_family!r} takes no covariates")
             model_covariates = self._covariate_grid(covariates, given, horizon)
-        inputs, target_rows = self._adapter.build_inputs(model_grid, model_covariates)
+        if groups is None:
+            inputs, target_rows = self._adapter.build_inputs(model_grid, model_covariates)
+        elif isinstance(self._adapter, GroupingAdapter):
+            inputs, target_rows = self._adapter.build_grouped_inputs(model_grid, model_covariates, groups)
+        else:
+            raise InputValidationError(f"model_family {metadata.model_family!r} cannot forecast groups of windows")
         outputs = self._backend.run(inputs)
         native = self._adapter.decode(outputs, target_rows)[:, :, :horizon]  # [W, n_native, H]
         return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
@@ -132,7 +140,7 @@ class InferenceWorker:
     ) -> np.ndarray:
         """:meth:`forecast` over an Arrow batch made by :func:`distributed_onnx.evaluation.data.packing.pack_batch`."""
         block = unpack_batch(batch, context_length, horizon)
-        return self.forecast(block.context, horizon, quantiles, block.covariates)
+        return self.forecast(block.context, horizon, quantiles, block.covariates, block.groups)
 
     def warm_up(self, rows: int = 8) -> float:
         """Run one all-missing batch so the first real batch does not pay for lazy initialisation."""

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.table import SeriesArrays
+from distributed_onnx.evaluation.data.window_covariates import CovariateRoles, prepare_covariates
 from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, window_id_array
 from distributed_onnx.model.window_batch import TIMESTAMP, arrow_array, arrow_strings, fixed_lists
 
@@ -45,11 +46,44 @@ def gather_blocks(
 
 
 def pack_batch(
-    source: SeriesSource, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
+    source: SeriesSource,
+    planned: PlannedBatch,
+    context_length: int,
+    horizon: int,
+    run_fingerprint: str,
+    roles: CovariateRoles | None = None,
 ) -> pa.RecordBatch:
-    """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks."""
+    """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks.
+
+    ``roles`` says which covariate rows are past-only or categorical (:mod:`.window_covariates`); with
+    ``planned.group`` the batch carries each window's ``group`` (windows of one group are forecast jointly).
+    """
     if isinstance(source, SeriesArrays):
-        return _pack_arrays(source, planned, context_length, horizon, run_fingerprint)
+        batch = _pack_arrays(source, planned, context_length, horizon, run_fingerprint, roles)
+    else:
+        batch = _pack_series(source, planned, context_length, horizon, run_fingerprint, roles)
+    if planned.group is None:
+        return batch
+    return batch.append_column("group", arrow_array(np.asarray(planned.group, dtype=np.int64)))
+
+
+def _covariate_values(
+    context: np.ndarray, covariates: np.ndarray, context_length: int, roles: CovariateRoles | None
+) -> np.ndarray:
+    if roles is None or not roles.changes_values:
+        return covariates
+    return prepare_covariates(context, covariates, context_length, roles)
+
+
+def _pack_series(
+    source: SeriesSource,
+    planned: PlannedBatch,
+    context_length: int,
+    horizon: int,
+    run_fingerprint: str,
+    roles: CovariateRoles | None,
+) -> pa.RecordBatch:
+    """:func:`pack_batch` series by series (any :class:`SeriesSource`)."""
     contexts, targets, covariates, origins_us, keys = [], [], [], [], []
     series_rows: list[tuple[str, int]] = []
     n_covariates = 0
@@ -84,14 +118,18 @@ def pack_batch(
         "target": fixed_lists(_stack(targets, horizon), horizon),
     }
     if n_covariates:
-        columns["covariates"] = fixed_lists(
-            np.concatenate(covariates).astype(np.float32), n_covariates * (context_length + horizon)
-        )
+        values = _covariate_values(np.concatenate(contexts), np.concatenate(covariates), context_length, roles)
+        columns["covariates"] = fixed_lists(values.astype(np.float32), n_covariates * (context_length + horizon))
     return pa.RecordBatch.from_pydict(columns)
 
 
 def _pack_arrays(
-    source: SeriesArrays, planned: PlannedBatch, context_length: int, horizon: int, run_fingerprint: str
+    source: SeriesArrays,
+    planned: PlannedBatch,
+    context_length: int,
+    horizon: int,
+    run_fingerprint: str,
+    roles: CovariateRoles | None,
 ) -> pa.RecordBatch:
     """:func:`pack_batch` over the flat layout: one gather for every window of the batch, no loop per series.
 
@@ -138,6 +176,7 @@ def _pack_arrays(
         "target": fixed_lists(np.ascontiguousarray(block[:, context_length:]), horizon),
     }
     if covariates is not None:
+        covariates = _covariate_values(block[:, :context_length], covariates, context_length, roles)
         flat_width = n_covariates * width
         columns["covariates"] = fixed_lists(covariates.astype(np.float32).reshape(len(origins), flat_width), flat_width)
     return pa.RecordBatch.from_pydict(columns)

@@ -25,7 +25,7 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import table as table_module
 from distributed_onnx.evaluation.data.layout import FlatSeries, Series, SeriesArrays
 from distributed_onnx.evaluation.data.log_filters import silenced
-from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, float_column, timestamps_us
+from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, covariate_column, float_column, timestamps_us
 
 #: Decoded row groups an actor keeps: consecutive parts of one actor usually share their row groups.
 CACHED_ROW_GROUPS = 2
@@ -166,7 +166,10 @@ class SeriesRows(FlatSeries):
             decoded = (
                 ids,
                 timestamps_us(rows["timestamp"], name),
-                [float_column(rows, column, name) for column in ["y", *self.covariate_names]],
+                [
+                    float_column(rows, "y", name),
+                    *(covariate_column(rows, column, name) for column in self.covariate_names),
+                ],
             )
         self._groups[group] = decoded
         while len(self._groups) > CACHED_ROW_GROUPS:

@@ -27,6 +27,7 @@ import pyarrow.csv as pa_csv
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
 
 __all__ = [
@@ -36,9 +37,11 @@ __all__ = [
     "SeriesTable",
     "Validated",
     "check_columns",
+    "covariate_column",
     "load_series",
     "numpy_view",
     "float_column",
+    "read_schema",
     "read_table",
     "series_from_table",
     "timestamps_us",
@@ -77,6 +80,18 @@ def read_table(path: storage.Location) -> pa.Table:
             ids_as_text = pa_csv.ConvertOptions(column_types={"series_id": pa.string()})
             return pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
         return storage.read_parquet(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
+
+
+def read_schema(path: storage.Location) -> pa.Schema:
+    """The columns and types of a Parquet or CSV file (a Parquet file's footer only)."""
+    if storage.suffix(path) in {".csv", ".txt"}:
+        return read_table(path).schema
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(storage.open_input_file(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 
@@ -139,7 +154,7 @@ def validate_table(
     distinct_ids, codes = _series_ids(table["series_id"], source)
     timestamps = timestamps_us(table["timestamp"], source)
     values = float_column(table, "y", source)
-    covariate_values = [float_column(table, name, source) for name in covariates]
+    covariate_values = [covariate_column(table, name, source) for name in covariates]
 
     # Sorted by integer codes that follow the ids' order: sorting the id strings themselves cost seconds.
     order, presorted = _sort_order(codes, timestamps)
@@ -400,6 +415,13 @@ def _check_total_grid_size(
 def _duration(span_us: int) -> str:
     days = span_us / (86_400 * 1_000_000)
     return f"{days / 365.25:,.1f} years" if days >= 365.25 else f"{days:,.1f} days"
+
+
+def covariate_column(table: pa.Table, name: str, source: str) -> np.ndarray:
+    """A covariate's values: numbers as floats, a categorical column (text, bool) as its category codes."""
+    if is_categorical(table[name].type):
+        return category_codes(table[name])
+    return float_column(table, name, source)
 
 
 def float_column(table: pa.Table, name: str, source: str) -> np.ndarray:

@@ -66,6 +66,8 @@ class PlannedBatch:
     index: int
     series_index: np.ndarray  # int64 [W]
     origin_index: np.ndarray  # int64 [W]
+    #: With ``--group-by``: each window's group (windows sharing one are forecast jointly), else None.
+    group: np.ndarray | None = None
 
     @property
     def n_windows(self) -> int:

@@ -91,8 +91,18 @@ class Chronos2Adapter:
     def build_inputs(
         self, context: np.ndarray, covariates: np.ndarray | None
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        return self.build_grouped_inputs(context, covariates, np.arange(context.shape[0], dtype=np.int64))
+
+    def build_grouped_inputs(
+        self, context: np.ndarray, covariates: np.ndarray | None, groups: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Every row of the windows with one ``groups`` value shares one ``group_id`` (cross-learning: upstream's
+        ``cross_learning=True`` over exactly those windows); by default each window is its own group."""
         refuse_infinite_windows(context, covariates)
         n_windows = context.shape[0]
+        groups = np.asarray(groups).reshape(-1)
+        if groups.shape[0] != n_windows:
+            raise InputValidationError(f"{groups.shape[0]} group labels for {n_windows} windows; give one per window.")
         n_covariates = 0 if covariates is None else covariates.shape[1]
         if n_covariates and not self.supports_covariates:
             raise InputValidationError(
@@ -112,7 +122,8 @@ class Chronos2Adapter:
             grid[:, 1 : 1 + n_covariates, :] = covariates
         rows = grid.reshape(n_windows * rows_per_group, width)
         history, future = slice(0, self._context_length), slice(self._context_length, width)
-        group_ids = np.repeat(np.arange(n_windows, dtype=np.int64), rows_per_group)
+        _, window_group = np.unique(groups, return_inverse=True)
+        group_ids = np.repeat(window_group.reshape(-1).astype(np.int64), rows_per_group)
         if self.variant is Chronos2Variant.OPENSTEF:
             values, mask = zero_fill(rows)
             inputs = {

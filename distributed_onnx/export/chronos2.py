@@ -1,0 +1,340 @@
+"""``distributed-onnx export chronos2``: a Chronos-2 pretrained folder -> the upstream tensor contract in ONNX.
+
+The graph is built from ``chronos-forecasting``'s own ``Chronos2Pipeline.from_pretrained(DIR)`` (a folder
+``save_pretrained`` wrote, or the hub's files as a user downloaded them; nothing is fetched) and exported with
+``torch.onnx.export(dynamo=True)`` in the contract of the upstream exporter (``scripts/onnx/``, an open pull
+request upstream) that :mod:`distributed_onnx.model.adapters.chronos2` speaks: ``context``, ``group_ids``,
+``attention_mask`` and ``future_covariates`` in, ``quantile_preds`` ``[rows, quantiles, horizon]`` out, the
+batch (rows) axis dynamic, the weights as ONNX external data (``MODEL.onnx.data``).
+
+Two of the model's methods cannot be exported as they are, so :func:`export_patches` swaps them for the
+duration of the export only (the classes are restored on exit, whatever happens):
+
+- ``Chronos2Model._prepare_patched_future`` raises when a future covariate is NaN where the mask says known.
+  With no mask given (this contract) the mask *is* ``~isnan``, so the check cannot fire; but it is a
+  data-dependent ``if``, which ``torch.export`` refuses. The replacement is the same method without it.
+- ``Chronos2Encoder._construct_and_invert_group_time_mask`` builds the group mask with a bool ``einsum``,
+  which exports to an invalid ONNX graph; the replacement computes the same 0/1 mask in float.
+
+The parity report runs the upstream pipeline's own ``predict`` and this package's ONNX Runtime worker on the
+same windows (the user's ``--data`` or seeded sample windows with gaps) and records the largest difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from distributed_onnx import storage
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path
+
+#: The upstream exporter's names, in its order (the adapter reads the variant from them).
+INPUT_NAMES = ("context", "group_ids", "attention_mask", "future_covariates")
+OUTPUT_NAME = "quantile_preds"
+#: The resolution written when no ``--data`` shows the data's own (Chronos-2 itself is resolution-agnostic).
+DEFAULT_RESOLUTION_MINUTES = 60
+
+
+def export(request: ExportRequest) -> ExportResult:
+    """Export ``request.pretrained_dir`` to ``request.output`` with its metadata and a parity report."""
+    pipeline = load_pipeline(request.pretrained_dir)
+    model = pipeline.model.eval()
+    config = model.chronos_config
+    output = request.output
+    output.parent.mkdir(parents=True, exist_ok=True)
+    export_graph(model, output)
+    resolution, windows = _parity_windows(request, int(config.context_length))
+    metadata = CheckpointMetadata(
+        model_family="chronos2",
+        input_names=list(INPUT_NAMES),
+        output_name=OUTPUT_NAME,
+        native_quantiles=[float(q) for q in config.quantiles],
+        context_length=int(config.context_length),
+        output_patch_size=int(config.output_patch_size),
+        horizon_patches=int(config.max_output_patches),
+        resolution_minutes=resolution,
+        sha256=storage.sha256(output),
+        description=f"Chronos-2 exported from {request.pretrained_dir.name} (chronos-forecasting "
+        f"{_upstream_version()}); weights in {output.name}.data",
+    )
+    metadata_path = default_metadata_path(output)
+    document = metadata.model_dump(mode="json", exclude_none=True)
+    storage.write_bytes(metadata_path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    parity = parity_report(pipeline, output, windows, metadata.horizon_length)
+    parity_path = output.with_suffix(".parity.json")
+    storage.write_bytes(parity_path, (json.dumps(parity, indent=2) + "\n").encode("utf-8"))
+    return ExportResult(weights_path=output, metadata_path=metadata_path, parity_path=parity_path, parity=parity)
+
+
+def load_pipeline(pretrained_dir: Path) -> Any:
+    """``Chronos2Pipeline.from_pretrained`` on a local folder (never the hub: a missing folder is refused here)."""
+    if not (pretrained_dir / "config.json").is_file():
+        raise ConfigError(
+            f"{pretrained_dir} is not a pretrained Chronos-2 folder (no config.json): give the folder that "
+            "Chronos2Pipeline.save_pretrained wrote or that holds the downloaded model files.",
+            key="from_pretrained",
+        )
+    from chronos.chronos2 import Chronos2Model
+    from chronos.chronos2.pipeline import Chronos2Pipeline
+
+    pipeline = Chronos2Pipeline.from_pretrained(str(pretrained_dir), local_files_only=True)
+    if not isinstance(pipeline.model, Chronos2Model):
+        raise ConfigError(f"{pretrained_dir} holds a {type(pipeline.model).__name__}, not a Chronos-2 model.")
+    return pipeline
+
+
+def export_graph(model: Any, output: Path) -> None:
+    """``model`` in the upstream contract as ``output`` (+ ``output.data``), batch axis dynamic."""
+    import torch
+
+    config = model.chronos_config
+    graph = _UpstreamContract(model, int(config.max_output_patches))
+    rows, context_length = 4, int(config.context_length)
+    horizon = int(config.max_output_patches) * int(config.output_patch_size)
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randn(rows, context_length, generator=generator)
+    context[:, :3] = float("nan")
+    sample = (
+        context,
+        torch.tensor([0, 0, 1, 2], dtype=torch.int64),
+        torch.isfinite(context).to(torch.float32),
+        torch.full((rows, horizon), float("nan")),
+    )
+    batch = torch.export.Dim("rows", min=1)
+    dynamic = {name: {0: batch} for name in INPUT_NAMES}
+    # onnx_ir logs every deduplicated initializer at INFO (hundreds of lines for a real model).
+    with export_patches(), torch.no_grad(), _quiet_logger("onnx_ir"):
+        program = torch.onnx.export(
+            graph,
+            sample,
+            dynamo=True,
+            input_names=list(INPUT_NAMES),
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes=dynamic,
+            external_data=True,
+            verbose=False,
+        )
+    if program is None:  # typed Optional upstream; the dynamo exporter always returns one
+        raise ConfigError("torch.onnx.export returned no program")
+    for stale in (output, output.with_name(output.name + ".data")):
+        stale.unlink(missing_ok=True)
+    program.save(str(output), external_data=True)
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class _UpstreamContract:
+    """Built lazily as a ``torch.nn.Module`` (torch is imported only when exporting): the model's ``forward``
+    with the contract's four inputs and a traced number of output patches."""
+
+    def __new__(cls, model: Any, num_output_patches: int) -> Any:
+        import torch
+
+        class UpstreamContract(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(
+                self,
+                context: torch.Tensor,
+                group_ids: torch.Tensor,
+                attention_mask: torch.Tensor,
+                future_covariates: torch.Tensor,
+            ) -> torch.Tensor:
+                out = self.model(
+                    context=context,
+                    context_mask=attention_mask,
+                    group_ids=group_ids,
+                    future_covariates=future_covariates,
+                    num_output_patches=num_output_patches,
+                )
+                return cast(torch.Tensor, out.quantile_preds)
+
+        return UpstreamContract().eval()
+
+
+@contextlib.contextmanager
+def export_patches() -> Iterator[None]:
+    """Swap the two methods that do not export (see the module docstring); restored on exit."""
+    from chronos.chronos2 import model as upstream
+
+    originals = (
+        upstream.Chronos2Model.__dict__["_prepare_patched_future"],
+        upstream.Chronos2Encoder.__dict__["_construct_and_invert_group_time_mask"],
+    )
+    upstream.Chronos2Model._prepare_patched_future = _prepare_patched_future_unchecked
+    upstream.Chronos2Encoder._construct_and_invert_group_time_mask = staticmethod(_float_group_time_mask)
+    try:
+        yield
+    finally:
+        upstream.Chronos2Model._prepare_patched_future = originals[0]
+        upstream.Chronos2Encoder._construct_and_invert_group_time_mask = originals[1]
+
+
+def _prepare_patched_future_unchecked(
+    self: Any,
+    future_covariates: Any,
+    future_covariates_mask: Any,
+    loc_scale: Any,
+    num_output_patches: int,
+    batch_size: int,
+) -> tuple[Any, Any]:
+    """Upstream 2.3.2's ``_prepare_patched_future`` without its data-dependent NaN check (cannot fire when the
+    mask is derived from NaN, as in this contract); every other line is upstream's."""
+    import torch
+    from einops import rearrange, repeat
+
+    output_patch_size = self.chronos_config.output_patch_size
+    if future_covariates is not None:
+        future_covariates, _ = self.instance_norm(future_covariates, loc_scale)
+        future_covariates = future_covariates.to(self.dtype)
+        if future_covariates_mask is None:
+            future_covariates_mask = torch.isnan(future_covariates).logical_not().to(future_covariates.dtype)
+        future_covariates = torch.where(future_covariates_mask > 0.0, future_covariates, 0.0)
+        if num_output_patches * output_patch_size > future_covariates.shape[-1]:
+            padding_shape = (
+                *future_covariates.shape[:-1],
+                num_output_patches * output_patch_size - future_covariates.shape[-1],
+            )
+            future_covariates = torch.cat([future_covariates, torch.zeros(padding_shape).to(future_covariates)], dim=-1)
+            future_covariates_mask = torch.cat(
+                [future_covariates_mask, torch.zeros(padding_shape).to(future_covariates_mask)], dim=-1
+            )
+        patched_future_covariates = rearrange(
+            future_covariates, "b (n p) -> b n p", n=num_output_patches, p=output_patch_size
+        )
+        patched_future_covariates_mask = rearrange(
+            future_covariates_mask, "b (n p) -> b n p", n=num_output_patches, p=output_patch_size
+        )
+    else:
+        shape = (batch_size, num_output_patches, output_patch_size)
+        patched_future_covariates = torch.zeros(*shape, device=self.device, dtype=self.dtype)
+        patched_future_covariates_mask = torch.zeros(*shape, device=self.device, dtype=self.dtype)
+    final_future_length = num_output_patches * output_patch_size
+    future_time_enc = torch.arange(start=0, end=final_future_length, device=self.device, dtype=torch.float32)
+    future_time_enc = (
+        repeat(future_time_enc, "(n p) -> b n p", b=batch_size, n=num_output_patches, p=output_patch_size)
+        .div(self.chronos_config.time_encoding_scale)
+        .to(self.dtype)
+    )
+    patched_future = torch.cat([future_time_enc, patched_future_covariates, patched_future_covariates_mask], dim=-1)
+    return patched_future, patched_future_covariates_mask
+
+
+def _float_group_time_mask(group_ids: Any, attention_mask: Any, floating_type: Any) -> Any:
+    """Upstream's group-time mask with the group mask as 0/1 floats (a bool ``einsum`` exports invalid ONNX)."""
+    import torch
+    from einops import rearrange
+
+    group_mask = (group_ids[:, None] == group_ids[None, :]).to(attention_mask.dtype)
+    group_time_mask = torch.einsum("qb, bt -> qbt", group_mask, attention_mask)
+    if torch.is_floating_point(group_time_mask):
+        floating_type = group_time_mask.dtype
+    group_time_mask = rearrange(group_time_mask, "q b t -> t 1 q b")
+    return (1.0 - group_time_mask) * torch.finfo(floating_type).min
+
+
+# ------------------------------------------------------------------------------------------------ parity
+
+
+def _parity_windows(request: ExportRequest, context_length: int) -> tuple[int, np.ndarray]:
+    """(resolution in minutes, contexts ``[W, C]`` float32 with NaN gaps) for the parity report.
+
+    From ``--data``: the last context of up to ``parity_windows`` series (the data's step is the resolution
+    written). Otherwise seeded sample windows: daily-seasonal random walks, some with gaps and a short history.
+    """
+    if request.data is not None:
+        from distributed_onnx.evaluation.data.table import read_table
+        from distributed_onnx.evaluation.data.table import series_from_table as dense
+
+        table = read_table(request.data)
+        resolution = _data_resolution_minutes(table)
+        series = dense(table, resolution, source=str(request.data)).series
+        contexts = np.full((min(len(series), request.parity_windows), context_length), np.nan, dtype=np.float32)
+        for row, one in enumerate(series[: contexts.shape[0]]):
+            tail = one.values[-context_length:]
+            contexts[row, context_length - tail.size :] = tail
+        return resolution, contexts
+    rng = np.random.default_rng(0)
+    steps = np.arange(context_length)
+    contexts = (
+        10.0 * np.sin(2 * np.pi * steps / 24)[None, :]
+        + np.cumsum(rng.normal(size=(request.parity_windows, context_length)), axis=1)
+        + rng.uniform(-50, 50, size=(request.parity_windows, 1))
+    ).astype(np.float32)
+    contexts[rng.random(contexts.shape) < 0.05] = np.nan  # scattered gaps
+    contexts[::4, : context_length // 2] = np.nan  # a short history: left-padded
+    return DEFAULT_RESOLUTION_MINUTES, contexts
+
+
+def _data_resolution_minutes(table: Any) -> int:
+    """The smallest step between consecutive timestamps of one series, in whole minutes."""
+    import pyarrow.compute as pc
+
+    from distributed_onnx.evaluation.data.table import timestamps_us
+
+    ids = table["series_id"]
+    first = pc.equal(ids, ids[0])
+    stamps = np.sort(timestamps_us(table.filter(first)["timestamp"], "data"))
+    steps = np.diff(stamps)
+    steps = steps[steps > 0]
+    if steps.size == 0:
+        return DEFAULT_RESOLUTION_MINUTES
+    return max(1, int(steps.min()) // 60_000_000)
+
+
+def parity_report(pipeline: Any, weights: Path, contexts: np.ndarray, horizon: int) -> dict[str, Any]:
+    """Upstream ``Chronos2Pipeline.predict`` vs this package's ONNX Runtime worker on the same contexts."""
+    import torch
+
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    levels = [float(q) for q in pipeline.quantiles]
+    upstream = pipeline.predict(
+        [torch.from_numpy(row[None, :].copy()) for row in contexts], prediction_length=horizon, batch_size=256
+    )
+    expected = np.stack([p[0].numpy() for p in upstream]).transpose(0, 2, 1)  # [W, H, Q]
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, warm_up_rows=0))
+    try:
+        got = worker.forecast(contexts, horizon, levels)
+    finally:
+        worker.close()
+    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    scale = np.maximum(np.abs(expected.astype(np.float64)), 1e-6)
+    return {
+        "windows": int(contexts.shape[0]),
+        "horizon": horizon,
+        "quantiles": len(levels),
+        "missing_share": round(float(np.isnan(contexts).mean()), 4),
+        "max_abs_diff": float(difference.max()),
+        "max_rel_diff": float((difference / scale).max()),
+        "median_abs_diff": float(np.median(difference)),
+        "upstream": f"chronos-forecasting {_upstream_version()} Chronos2Pipeline.predict (torch, CPU)",
+        "onnx": "distributed_onnx InferenceWorker (ONNX Runtime, CPU)",
+        "finite": bool(np.isfinite(got).all() and not math.isnan(float(difference.max()))),
+    }
+
+
+def _upstream_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("chronos-forecasting")

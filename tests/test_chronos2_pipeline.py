@@ -1,0 +1,283 @@
+"""Chronos-2 as its own pipeline takes it: exported by ``distributed-onnx export chronos2``, backtested through the
+CLI, equal to upstream's ``Chronos2Pipeline.predict_df`` on the same windows.
+
+A small seeded random-weight model is built from chronos-forecasting's own classes (``Chronos2Model``,
+``Chronos2CoreConfig``: nothing is downloaded), saved with ``save_pretrained`` and exported once per module.
+The data has gaps in the target (NaN rows), a numeric known-future covariate, a numeric past-only one, a text
+day type (with nulls) and a bool holiday flag, and a per-series region for ``--group-by``. Each window's
+reference is ``predict_df`` on that window's own ``df`` (its context rows) and ``future_df`` (its horizon's
+known-future values): for past-only and categorical covariates exactly what upstream would be given.
+
+Integration tier: real ONNX Runtime sessions and the shared local Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ray")
+chronos = pytest.importorskip("chronos")
+pd = pytest.importorskip("pandas")
+torch = pytest.importorskip("torch")
+
+from backtest_data import read_forecasts  # noqa: E402
+
+from distributed_onnx import cli  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+CONTEXT, PATCH, PATCHES = 64, 16, 2
+HORIZON = PATCH * PATCHES
+LEVELS = [0.1, 0.5, 0.9]
+N_SERIES, LENGTH = 6, 160
+REGIONS = ["north", "north", "north", "south", "south", "north"]
+WINDOW_FLAGS = ["--n-windows", "3", "--stride", "16", "--quantiles", "0.1,0.5,0.9", "--no-progress"]
+START = pd.Timestamp("2024-01-01 00:00")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chronos2")
+
+
+@pytest.fixture(scope="module")
+def frame() -> Any:
+    """The long table as pandas (naive UTC timestamps, as predict_df wants them)."""
+    rng = np.random.default_rng(7)
+    steps = np.arange(LENGTH)
+    rows = []
+    for index in range(N_SERIES):
+        y = 50.0 + 10 * index + 8 * np.sin(2 * np.pi * steps / 24) + np.cumsum(rng.normal(0, 1, LENGTH))
+        y[rng.random(LENGTH) < 0.06] = np.nan  # gaps in the target
+        temp = 15 + 5 * np.sin(2 * np.pi * (steps + index) / 24) + rng.normal(0, 1, LENGTH)
+        lagged = np.roll(y, 1) + rng.normal(0, 0.5, LENGTH)
+        daytype = np.array(["work", "weekend", "bridge"], dtype=object)[(steps // 24 + index) % 3]
+        daytype[rng.random(LENGTH) < 0.05] = None
+        holiday = (steps // 24) % 5 == index % 5
+        rows.append(
+            pd.DataFrame(
+                {
+                    "series_id": f"s{index}",
+                    "timestamp": START + pd.to_timedelta(steps, unit="h"),
+                    "y": y,
+                    "temp": temp,
+                    "lagged": lagged,
+                    "daytype": daytype,
+                    "holiday": holiday,
+                    "region": REGIONS[index],
+                }
+            )
+        )
+    return pd.concat(rows, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def data(frame: Any, workdir: Path) -> Path:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    utc = pa.timestamp("us", tz="UTC")
+    table = table.set_column(1, "timestamp", table["timestamp"].cast(pa.timestamp("us")).cast(utc))
+    path = workdir / "data.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pipeline(workdir: Path) -> Any:
+    from chronos.chronos2 import Chronos2Model
+    from chronos.chronos2.config import Chronos2CoreConfig
+    from chronos.chronos2.pipeline import Chronos2Pipeline
+
+    torch.manual_seed(0)
+    config = Chronos2CoreConfig(
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_heads=4,
+        chronos_config={
+            "context_length": CONTEXT,
+            "input_patch_size": PATCH,
+            "output_patch_size": PATCH,
+            "input_patch_stride": PATCH,
+            "quantiles": [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99],
+            "use_reg_token": True,
+            "use_arcsinh": True,
+            "max_output_patches": PATCHES,
+            "time_encoding_scale": CONTEXT,
+        },
+    )
+    Chronos2Pipeline(Chronos2Model(config).eval()).save_pretrained(workdir / "pretrained")
+    return Chronos2Pipeline.from_pretrained(str(workdir / "pretrained"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(pipeline: Any, workdir: Path, data: Path) -> Path:
+    output = workdir / "export" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    assert cli.main([*argv, "--data", str(data), "--parity-windows", "6"]) == 0
+    return output
+
+
+def backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> pa.Table:
+    argv = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output)]
+    assert cli.main([*argv, *WINDOW_FLAGS, *flags]) == 0
+    return read_forecasts(output)
+
+
+def forecasts_by_window(table: pa.Table) -> dict[tuple[str, pd.Timestamp], np.ndarray]:
+    """(series, origin) -> ``[H, levels]``."""
+    frame = table.to_pandas()
+    frame["origin"] = frame["origin"].dt.tz_convert(None)
+    out = {}
+    for (series_id, origin), rows in frame.groupby(["series_id", "origin"]):
+        ordered = rows.sort_values("lead")
+        out[(series_id, origin)] = ordered[[f"q{level:g}" for level in LEVELS]].to_numpy()
+    return out
+
+
+def upstream_forecasts(
+    pipeline: Any,
+    frame: Any,
+    windows: list[tuple[str, Any]],
+    *,
+    known: list[str],
+    past: list[str],
+    cross_learning: bool = False,
+) -> dict[tuple[str, Any], np.ndarray]:
+    """``predict_df`` on each window's own df (its context rows) and future_df, one item per window."""
+    dfs, futures = [], []
+    for number, (series_id, origin) in enumerate(windows):
+        rows = frame[frame["series_id"] == series_id].set_index("timestamp")
+        history = rows.loc[origin - pd.Timedelta(hours=CONTEXT) : origin - pd.Timedelta(hours=1)]
+        future = rows.loc[origin : origin + pd.Timedelta(hours=HORIZON - 1)]
+        item = f"w{number:04d}"
+        dfs.append(history.reset_index()[["timestamp", "y", *past, *known]].assign(item_id=item))
+        futures.append(future.reset_index()[["timestamp", *known]].assign(item_id=item))
+    result = pipeline.predict_df(
+        pd.concat(dfs, ignore_index=True),
+        future_df=pd.concat(futures, ignore_index=True) if known else None,
+        target="y",
+        prediction_length=HORIZON,
+        quantile_levels=LEVELS,
+        batch_size=1024,
+        cross_learning=cross_learning,
+    )
+    out = {}
+    for number, window in enumerate(windows):
+        rows = result[result["item_id"] == f"w{number:04d}"].sort_values("timestamp")
+        out[window] = rows[[str(level) for level in LEVELS]].to_numpy()
+    return out
+
+
+def assert_equal_to_upstream(got: dict[Any, np.ndarray], want: dict[Any, np.ndarray]) -> float:
+    assert set(got) == set(want)
+    worst = 0.0
+    for window, values in got.items():
+        np.testing.assert_allclose(values, want[window], rtol=1e-5, atol=1e-5, err_msg=str(window))
+        worst = max(worst, float(np.abs(values - want[window]).max()))
+    return worst
+
+
+CASES = {
+    "target only": ([], []),
+    "known-future": (["--covariates", "temp"], []),
+    "past-only and categorical": (
+        ["--covariates", "temp,daytype", "--past-covariates", "lagged,holiday"],
+        ["lagged", "holiday"],
+    ),
+}
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("case", list(CASES))
+def test_backtest_equals_predict_df(
+    case: str, checkpoint: Path, data: Path, pipeline: Any, frame: Any, workdir: Path
+) -> None:
+    flags, past = CASES[case]
+    known = [name for name in (flags[1].split(",") if flags[:1] == ["--covariates"] else [])]
+    got = forecasts_by_window(backtest(checkpoint, data, workdir / f"run-{case.replace(' ', '-')}", *flags))
+    assert len(got) == N_SERIES * 3
+
+    want = upstream_forecasts(pipeline, frame, sorted(got), known=known, past=past)
+
+    assert_equal_to_upstream(got, want)
+
+
+def test_export_restores_upstream_and_reports_parity(checkpoint: Path) -> None:
+    import json
+
+    from chronos.chronos2 import model as upstream
+
+    from distributed_onnx.export.chronos2 import _float_group_time_mask, _prepare_patched_future_unchecked
+
+    assert upstream.Chronos2Model._prepare_patched_future is not _prepare_patched_future_unchecked
+    assert upstream.Chronos2Encoder._construct_and_invert_group_time_mask is not _float_group_time_mask
+    assert checkpoint.with_name(checkpoint.name + ".data").is_file()  # weights as external data
+    parity = json.loads(checkpoint.with_suffix(".parity.json").read_text())
+    assert parity["windows"] == 6 and parity["max_rel_diff"] < 1e-4, parity
+
+
+# --------------------------------------------------------------------------------------------- --group-by
+
+GROUP_FLAGS = ["--covariates", "temp", "--group-by", "region", "--max-group-size", "2"]
+#: The groups --max-group-size 2 makes of the regions, in series order: north's four series split in two.
+GROUPS = [["s0", "s1"], ["s2", "s5"], ["s3", "s4"]]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_group_by_equals_cross_learning_and_depends_on_nothing_else(
+    checkpoint: Path, data: Path, pipeline: Any, frame: Any, workdir: Path
+) -> None:
+    first = workdir / "group-2-actors"
+    two_actors = backtest(checkpoint, data, first, *GROUP_FLAGS, "--actors", "2", "--rows-per-batch", "4")
+    one_actor = backtest(
+        checkpoint,
+        data,
+        workdir / "group-1-actor",
+        *GROUP_FLAGS,
+        "--actors",
+        "1",
+        "--rows-per-batch",
+        "64",
+        "--windows-per-part",
+        "2",
+    )
+    parts = sorted((first / "forecasts" / f"model={checkpoint.stem}").glob("part-*.parquet"))
+    assert len(parts) > 2
+    parts[1].unlink()  # an interrupted run: one part's forecasts and sums are missing
+    next((first / "scores").glob("part-000001.*")).unlink()
+    resumed = backtest(checkpoint, data, first, *GROUP_FLAGS, "--actors", "2", "--rows-per-batch", "4")
+
+    got = forecasts_by_window(two_actors)
+    for other in (one_actor, resumed):  # bit for bit
+        again = forecasts_by_window(other)
+        assert set(again) == set(got)
+        for window, values in got.items():
+            assert np.array_equal(values, again[window]), window
+    origins = sorted({origin for _, origin in got})
+    pair = [(series_id, origins[0]) for series_id in GROUPS[0]]
+    alone = upstream_forecasts(pipeline, frame, pair, known=["temp"], past=[])
+    # The group changed the forecasts, by far more than the equality's tolerance below.
+    assert max(float(np.abs(got[w] - alone[w]).max()) for w in pair) > 2e-3
+    for members in GROUPS:
+        for origin in origins:
+            windows = [(series_id, origin) for series_id in members]
+            want = upstream_forecasts(pipeline, frame, windows, known=["temp"], past=[], cross_learning=True)
+            assert_equal_to_upstream({w: got[w] for w in windows}, want)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_horizon_beyond_the_graph_is_refused_in_one_line(
+    checkpoint: Path, data: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(workdir / "long")]
+    assert cli.main([*argv, *WINDOW_FLAGS, "--horizon", str(HORIZON + PATCH)]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and f"checkpoint emits ({HORIZON} =" in error[0], error
