@@ -167,3 +167,36 @@ def test_a_graph_is_checked_against_its_declared_layout(layout: str, shape: list
         return
     with pytest.raises(CheckpointGraphMismatchError, match=f"output_layout '{layout}'"):
         check_graph(checkpoint, _Session(shape))
+
+
+def test_the_worker_unrolls_a_tirex_contract_and_refuses_covariates() -> None:
+    from test_worker import MODEL_CONTEXT, MODEL_HORIZON, NATIVE, RecordingBackend
+
+    from distributed_onnx.errors import InputValidationError
+    from distributed_onnx.model.worker import InferenceWorker
+
+    metadata = CheckpointMetadata(
+        model_family="tirex",
+        input_names=["context"],
+        output_name="quantile_preds",
+        native_quantiles=NATIVE,
+        context_length=MODEL_CONTEXT,
+        output_patch_size=MODEL_HORIZON,
+        horizon_patches=1,
+        resolution_minutes=15,
+        missing_value="nan",  # append_missing requires it to be declared, whatever the family's default
+        long_horizon="append_missing",
+    )
+    backend = RecordingBackend(metadata)
+    worker = InferenceWorker(backend)
+    context = np.arange(1.0, 6.0, dtype=np.float32)[None, :]
+    context[0, 2] = np.nan
+
+    forecasts = worker.forecast(context, 2 * MODEL_HORIZON + 1, NATIVE)
+
+    assert forecasts.shape == (1, 2 * MODEL_HORIZON + 1, 3) and len(backend.calls) == 3
+    first, second = backend.calls[0]["context"][0], backend.calls[1]["context"][0]
+    assert np.isnan(first[:3]).all() and np.isnan(first[5]) and first[4] == 2.0  # NaN sent as NaN
+    np.testing.assert_array_equal(np.isnan(second[-MODEL_HORIZON:]), True)  # the steps forecast, as missing
+    with pytest.raises(InputValidationError, match="takes no covariates"):
+        worker.forecast(context, MODEL_HORIZON + 1, NATIVE, np.zeros((1, 1, 5 + MODEL_HORIZON + 1), np.float32))
