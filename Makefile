@@ -35,7 +35,7 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex]"
 	touch $@ $(BIN)/.installed-run
 
 backtest: $(BIN)/.installed-run
@@ -69,7 +69,7 @@ check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
 
 $(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,bench]"
 	touch $@
 
 bench-backtest: $(BIN)/.bench-installed

@@ -175,6 +175,9 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
     export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
+    export.add_argument(
+        "--resolution-minutes", type=int, default=60, metavar="M", help="the data's sampling interval, for the metadata"
+    )
     export.set_defaults(handler=_export)
 
     for name, summary, settings, handler in _SETTINGS_COMMANDS:
@@ -260,6 +263,7 @@ def _export(args: argparse.Namespace) -> int:
         output=args.output,
         data=args.data,
         parity_windows=args.parity_windows,
+        resolution_minutes=args.resolution_minutes,
     )
     result = run_export(request)
     print(json.dumps(result.parity, indent=2))

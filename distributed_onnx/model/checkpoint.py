@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from distributed_onnx import storage
 from distributed_onnx.errors import (
@@ -28,6 +28,14 @@ from distributed_onnx.errors import (
 
 #: The OpenSTEF metadata layout this package reads and writes.
 METADATA_SCHEMA_VERSION = 2
+
+#: How a graph takes a missing context value: NaN in the tensor (the graph derives its own mask, as Chronos-Bolt,
+#: TiRex and upstream Chronos-2 do) or 0.0 (with a mask input where the family has one).
+MissingValue = Literal["nan", "zero"]
+#: The axes of the quantile output after the row axis: ``[rows, quantiles, steps]`` or ``[rows, steps, quantiles]``.
+OutputLayout = Literal["quantile_step", "step_quantile"]
+#: How a horizon longer than one call is reached (``distributed_onnx/model/unroll.py``).
+LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
 
 
 class CheckpointMetadata(BaseModel):
@@ -61,6 +69,32 @@ class CheckpointMetadata(BaseModel):
         default=None, gt=0, description="Frozen number of covariate rows per group, or None if dynamic."
     )
     # --- distributed_onnx additions (optional, ignored by OpenSTEF) ---
+    # The graph's tensor contract, where families differ; the defaults are what files written before these
+    # fields existed meant, so they load unchanged. Steps per call are ``horizon_length`` (above).
+    missing_value: MissingValue | None = Field(
+        default=None,
+        description="How the graph takes a missing context value: 'nan' (NaN in the tensor; the graph derives its "
+        "own mask) or 'zero' (0.0, plus a mask input where the family has one). None: the family's default "
+        "(context_quantiles: 'zero'; chronos2: by variant; chronos_bolt and tirex: 'nan').",
+    )
+    output_layout: OutputLayout = Field(
+        default="quantile_step",
+        description="Axes of the quantile output after the row axis: 'quantile_step' is [rows, quantiles, steps] "
+        "(Chronos-2, Chronos-Bolt), 'step_quantile' is [rows, steps, quantiles] (TiRex's ONNX graph).",
+    )
+    long_horizon: LongHorizon = Field(
+        default="refuse",
+        description="How a horizon longer than one call (horizon_length steps) is reached: 'refuse'; "
+        "'append_missing' (append the steps just forecast as missing values and call again: TiRex); "
+        "'quantile_paths' (append each native quantile as its own context path, call again and reduce the "
+        "quantiles x quantiles paths to the native levels by empirical quantiles: Chronos-Bolt's pipeline).",
+    )
+    max_horizon_length: int | None = Field(
+        default=None,
+        gt=0,
+        description="The longest horizon a run may ask when long_horizon unrolls (None: no limit); at least "
+        "horizon_length. Ignored (must be unset) when long_horizon is 'refuse'.",
+    )
     sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
@@ -92,10 +126,35 @@ class CheckpointMetadata(BaseModel):
             raise ValueError(msg)
         return value
 
+    @model_validator(mode="after")
+    def _consistent_contract(self) -> CheckpointMetadata:
+        if self.long_horizon == "append_missing" and self.missing_value != "nan":
+            msg = (
+                "long_horizon 'append_missing' appends the forecast steps as missing values, which only a graph "
+                f"taking NaN can tell from observed ones; set missing_value 'nan' (got {self.missing_value!r})"
+            )
+            raise ValueError(msg)
+        if self.max_horizon_length is not None:
+            if self.long_horizon == "refuse":
+                msg = "max_horizon_length is set, but long_horizon is 'refuse': set long_horizon or drop it"
+                raise ValueError(msg)
+            if self.max_horizon_length < self.horizon_length:
+                msg = (
+                    f"max_horizon_length {self.max_horizon_length} is shorter than one call's "
+                    f"{self.horizon_length} steps (output_patch_size x horizon_patches)"
+                )
+                raise ValueError(msg)
+        return self
+
     @property
     def horizon_length(self) -> int:
-        """Forecast timesteps the model emits: ``output_patch_size * horizon_patches``."""
+        """Forecast timesteps the model emits in one call: ``output_patch_size * horizon_patches``."""
         return self.output_patch_size * self.horizon_patches
+
+    @property
+    def longest_horizon(self) -> int | None:
+        """The longest horizon a run may ask: one call's unless the graph unrolls (then the cap, None = any)."""
+        return self.horizon_length if self.long_horizon == "refuse" else self.max_horizon_length
 
 
 class ResolvedCheckpoint(BaseModel):

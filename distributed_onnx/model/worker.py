@@ -28,6 +28,7 @@ from distributed_onnx.model.backend.protocol import InferenceBackend
 from distributed_onnx.model.backend.providers import ExecutionProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint
 from distributed_onnx.model.quantiles import interpolate_quantiles
+from distributed_onnx.model.unroll import unroll
 from distributed_onnx.model.window_batch import unpack_batch
 
 logger = logging.getLogger(__name__)
@@ -111,9 +112,11 @@ class InferenceWorker:
         windows with equal ``groups`` are forecast jointly (an adapter with :class:`GroupingAdapter` only).
         """
         metadata = self._metadata
-        if horizon > metadata.horizon_length:
+        longest = metadata.longest_horizon
+        if longest is not None and horizon > longest:
             raise InputValidationError(
-                f"horizon {horizon} exceeds what the model emits ({metadata.horizon_length} steps)",
+                f"horizon {horizon} exceeds what the model emits ({longest} steps"
+                f"{'' if metadata.long_horizon == 'refuse' else ', its max_horizon_length'})",
                 field="horizon",
             )
         if context.ndim != 2:
@@ -125,15 +128,38 @@ class InferenceWorker:
             if not self._adapter.supports_covariates:
                 raise InputValidationError(f"model_family {metadata.model_family!r} takes no covariates")
             model_covariates = self._covariate_grid(covariates, given, horizon)
+        if horizon > metadata.horizon_length:  # several calls, as the family's pipeline makes them
+            if model_covariates is not None or groups is not None:
+                raise InputValidationError(
+                    f"horizon {horizon} needs several calls of {metadata.horizon_length} steps, which this package "
+                    "does only without covariates or groups: drop them or ask at most one call's horizon.",
+                    field="horizon",
+                )
+            native = unroll(
+                self._call,
+                model_grid,
+                horizon,
+                strategy=metadata.long_horizon,
+                native_quantiles=metadata.native_quantiles,
+            )
+        else:
+            native = self._call(model_grid, model_covariates, groups)[:, :, :horizon]  # [W, n_native, H]
+        return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
+
+    def _call(
+        self, model_grid: np.ndarray, model_covariates: np.ndarray | None = None, groups: np.ndarray | None = None
+    ) -> np.ndarray:
+        """One model call on the model's grid: ``[W, n_native, horizon_length]``."""
         if groups is None:
             inputs, target_rows = self._adapter.build_inputs(model_grid, model_covariates)
         elif isinstance(self._adapter, GroupingAdapter):
             inputs, target_rows = self._adapter.build_grouped_inputs(model_grid, model_covariates, groups)
         else:
-            raise InputValidationError(f"model_family {metadata.model_family!r} cannot forecast groups of windows")
+            raise InputValidationError(
+                f"model_family {self._metadata.model_family!r} cannot forecast groups of windows"
+            )
         outputs = self._backend.run(inputs)
-        native = self._adapter.decode(outputs, target_rows)[:, :, :horizon]  # [W, n_native, H]
-        return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
+        return self._adapter.decode(outputs, target_rows)
 
     def forecast_batch(
         self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
@@ -202,12 +228,15 @@ class InferenceWorker:
 
 def check_run_fits_model(metadata: CheckpointMetadata, context_length: int, horizon: int) -> None:
     """Refuse a run whose context or horizon is longer than the checkpoint allows (before any actor starts)."""
-    if horizon > metadata.horizon_length:
-        raise ConfigError(
-            f"horizon {horizon} is longer than the checkpoint emits ({metadata.horizon_length} = "
-            f"{metadata.output_patch_size} x {metadata.horizon_patches})",
-            key="horizon",
+    longest = metadata.longest_horizon
+    if longest is not None and horizon > longest:
+        how = (
+            f"({metadata.horizon_length} = {metadata.output_patch_size} x {metadata.horizon_patches}) in one call, "
+            "and its long_horizon is 'refuse'"
+            if metadata.long_horizon == "refuse"
+            else f"(max_horizon_length {longest}, unrolled by {metadata.long_horizon!r})"
         )
+        raise ConfigError(f"horizon {horizon} is longer than the checkpoint emits {how}", key="horizon")
     if context_length > metadata.context_length:
         raise ConfigError(
             f"context_length {context_length} is longer than the checkpoint takes ({metadata.context_length})",

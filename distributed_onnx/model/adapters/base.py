@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.errors import ConfigError, InputValidationError, PluginError
+from distributed_onnx.errors import CheckpointGraphMismatchError, ConfigError, InputValidationError, PluginError
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 
 
@@ -164,3 +164,24 @@ def refuse_non_finite(name: str, values: np.ndarray, *, nan_allowed: bool, axes:
     raise InputValidationError(
         f"Input {name!r} holds {int(bad.sum())} {what} value(s), first at {where}: {rule}.", tensor=name
     )
+
+
+def quantile_block(outputs: Mapping[str, np.ndarray], metadata: CheckpointMetadata, rows: int) -> np.ndarray:
+    """The metadata's output tensor as ``[rows, n_native_quantiles, horizon_length]`` float32, by its layout.
+
+    Checked after every call (a symbolic axis in the graph is only known then): a graph whose output is not
+    what its metadata declares raises :class:`CheckpointGraphMismatchError` with both shapes, at the worker's
+    warm-up, before any part of a run.
+    """
+    values = np.asarray(outputs[metadata.output_name], dtype=np.float32)
+    n_levels, steps = len(metadata.native_quantiles), metadata.horizon_length
+    expected = (rows, n_levels, steps) if metadata.output_layout == "quantile_step" else (rows, steps, n_levels)
+    if values.shape != expected:
+        axes = "rows, quantiles, steps" if metadata.output_layout == "quantile_step" else "rows, steps, quantiles"
+        raise CheckpointGraphMismatchError(
+            f"Output {metadata.output_name!r} has shape {values.shape}, but the metadata's output_layout "
+            f"{metadata.output_layout!r} with {n_levels} native_quantiles and horizon_length {steps} means "
+            f"{expected} ({axes}): fix output_layout, native_quantiles or output_patch_size x horizon_patches.",
+            tensor=metadata.output_name,
+        )
+    return values if metadata.output_layout == "quantile_step" else np.ascontiguousarray(values.transpose(0, 2, 1))

@@ -1,31 +1,62 @@
-"""The plain family: one ``context`` tensor in (missing values zero-filled), one quantile tensor out.
+"""The plain family: one ``context`` tensor in, one quantile tensor out, as the metadata's contract says.
 
-For models exported without masks or covariates (a linear or MLP quantile head over raw history).
-``input_names`` has one name, the context; the output is ``[rows, n_native_quantiles, horizon]``. The graph
-has no mask, so it never sees NaN: missing values reach it as zeros.
+For models exported without covariates: a linear or MLP quantile head over raw history, and the graphs of
+families built the same way (Chronos-Bolt, TiRex: their modules subclass this one and only narrow what their
+contract may be). ``input_names`` has one name, the context ``[rows, context_length]``. What differs between
+such graphs is declared in the metadata and followed here, never guessed:
+
+- ``missing_value``: ``"zero"`` sends a missing value as 0.0 (the graph has no mask, so it cannot tell a gap
+  from an observed 0: this family's default, what checkpoints written before the field meant); ``"nan"``
+  sends NaN, for graphs that derive their own mask from it.
+- ``output_layout``: ``[rows, quantiles, steps]`` or ``[rows, steps, quantiles]``; checked after every call
+  (:func:`~distributed_onnx.model.adapters.base.quantile_block`).
+- ``long_horizon``: how the worker reaches horizons beyond one call (``distributed_onnx/model/unroll.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
 from distributed_onnx.errors import ConfigError, InputValidationError
-from distributed_onnx.model.adapters.base import refuse_infinite_windows, refuse_non_finite, zero_fill
-from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.adapters.base import (
+    quantile_block,
+    refuse_infinite_windows,
+    refuse_non_finite,
+    zero_fill,
+)
+from distributed_onnx.model.checkpoint import CheckpointMetadata, MissingValue
 
 
 class ContextQuantilesAdapter:
     """Windows <-> ``{input_names[0]: context}``; covariates are refused (the graph cannot take them)."""
 
+    #: The family's name, in messages.
+    family: ClassVar[str] = "context_quantiles"
+    #: What ``missing_value: null`` means for this family.
+    default_missing_value: ClassVar[MissingValue] = "zero"
+    #: The ``missing_value`` settings the family's graphs can take.
+    allowed_missing_values: ClassVar[frozenset[str]] = frozenset({"zero", "nan"})
+
     def __init__(self, metadata: CheckpointMetadata) -> None:
         if len(metadata.input_names) != 1:
             raise ConfigError(
-                f"model_family 'context_quantiles' takes exactly one input, metadata lists {metadata.input_names}"
+                f"model_family {self.family!r} takes exactly one input, the context; metadata lists "
+                f"{metadata.input_names}",
+                key="input_names",
             )
+        self.missing_value: MissingValue = metadata.missing_value or self.default_missing_value
+        if self.missing_value not in self.allowed_missing_values:
+            raise ConfigError(
+                f"model_family {self.family!r} takes missing values as {sorted(self.allowed_missing_values)}, "
+                f"the metadata says missing_value {self.missing_value!r}: its graphs derive their mask from NaN, "
+                "so a zero would be read as an observed 0. Fix the checkpoint's metadata.",
+                key="missing_value",
+            )
+        self._metadata = metadata
         self._input_name = metadata.input_names[0]
-        self._output_name = metadata.output_name
 
     @property
     def supports_covariates(self) -> bool:
@@ -35,19 +66,24 @@ class ContextQuantilesAdapter:
         self, context: np.ndarray, covariates: np.ndarray | None
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         if covariates is not None and covariates.shape[1]:
-            raise InputValidationError("model_family 'context_quantiles' takes no covariates")
+            raise InputValidationError(f"model_family {self.family!r} takes no covariates")
         refuse_infinite_windows(context, None)
-        values, _ = zero_fill(context)
+        if self.missing_value == "nan":
+            values = np.ascontiguousarray(context, dtype=np.float32)
+        else:
+            values, _ = zero_fill(context)
         return {self._input_name: values}, np.arange(context.shape[0], dtype=np.int64)
 
     def check_tensors(self, inputs: Mapping[str, np.ndarray]) -> None:
         for name, values in inputs.items():
-            refuse_non_finite(name, values, nan_allowed=False)
+            refuse_non_finite(name, values, nan_allowed=self.missing_value == "nan" and name == self._input_name)
 
     def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Every row is a window; its context is the values as sent (the graph has no mask: a 0 stays a 0)."""
+        """Every row is a window; its context is the values as sent (NaN = missing when the graph takes NaN;
+        with zero-filled graphs a 0 stays a 0, since the graph has no mask)."""
         context = np.asarray(inputs[self._input_name], dtype=np.float32)
         return context.reshape(context.shape[0], -1), np.arange(context.shape[0], dtype=np.int64)
 
     def decode(self, outputs: Mapping[str, np.ndarray], target_rows: np.ndarray) -> np.ndarray:
-        return np.asarray(outputs[self._output_name], dtype=np.float32)[target_rows]
+        # One output row per context row, the target rows being all of them.
+        return quantile_block(outputs, self._metadata, int(target_rows.shape[0]))[target_rows]

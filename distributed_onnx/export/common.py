@@ -1,0 +1,166 @@
+"""What the families' exporters share: export-only patches, the graph and checkpoint writing, the parity report.
+
+Upstream code that does not export (``torch.nanmean`` has no ONNX symbolic; TiRex runs its recurrence in
+bfloat16, which ONNX Runtime's CPU MatMul lacks) is replaced only inside :func:`patched`, for the duration
+of the export, by code computing the same values from ops that export; the upstream package itself is never
+changed. Each replacement is checked by the parity report: upstream's own pipeline, unpatched, against ONNX
+Runtime through this package's :class:`~distributed_onnx.model.worker.InferenceWorker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distributed_onnx import storage
+from distributed_onnx.errors import ConfigError, MissingExtraError
+from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, write_checkpoint
+
+logger = logging.getLogger(__name__)
+
+#: ``(context [W, C] float32 with NaN, horizon) -> [W, horizon, n_native]``: the upstream pipeline's forecast.
+UpstreamForecast = Callable[[np.ndarray, int], np.ndarray]
+
+
+def require_torch() -> Any:
+    """``torch``, or the install hint of the extra that brings it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingExtraError.for_package("torch", "export") from exc
+    return torch
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    """``owner.name = replacement`` for the duration of the block (an export), restored afterwards."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def observed_mean(x: Any) -> Any:
+    """``torch.nanmean(x, dim=-1, keepdim=True)`` without ``nanmean`` (no ONNX symbolic): the sum of the non-NaN
+    values over their count; NaN for a row without any, as ``nanmean`` gives."""
+    torch = require_torch()
+    observed = ~torch.isnan(x)
+    count = observed.sum(dim=-1, keepdim=True).to(x.dtype)
+    return torch.where(observed, x, torch.zeros_like(x)).sum(dim=-1, keepdim=True) / count
+
+
+def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_name: str) -> None:
+    """Export ``module(context) -> output_name`` with a dynamic batch axis; weights as external data.
+
+    The dynamo exporter (``torch.export``) is used: the TorchScript one traces Chronos-Bolt's register token
+    to a float index (an invalid ``Gather``) and TiRex's batch size into its reshapes.
+    """
+    torch = require_torch()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch", min=1)
+    # The exporter's optimizer logs every rewrite at INFO (hundreds of lines); its warnings stay.
+    quiet = [logging.getLogger(name) for name in ("onnx_ir", "onnxscript")]
+    with contextlib.ExitStack() as restore, torch.no_grad():
+        for each in quiet:
+            restore.callback(each.setLevel, each.level)
+            each.setLevel(logging.WARNING)
+        program = torch.onnx.export(
+            module,
+            (torch.from_numpy(sample),),
+            input_names=["context"],
+            output_names=[output_name],
+            dynamic_shapes={"context": {0: batch}},
+            dynamo=True,
+            verbose=False,
+        )
+        # Every initializer in MODEL.onnx.data beside the graph: a published model's weights stay out of the
+        # protobuf (2 GiB limit) and the graph file stays small enough to hash and copy.
+        program.save(str(output), external_data=True)
+
+
+def write_metadata(output: Path, metadata: CheckpointMetadata) -> Path:
+    """The metadata JSON beside ``output``, with the graph file's sha256 (its external data is not hashed)."""
+    write_checkpoint(output, output.read_bytes(), metadata)
+    return default_metadata_path(output)
+
+
+def parity_windows(request: ExportRequest, context_length: int, resolution_minutes: int) -> tuple[np.ndarray, str]:
+    """``[W, context_length]`` float32 windows for the parity report, and where they came from.
+
+    From ``--data``: the last ``context_length`` steps of its first ``parity_windows`` series (NaN where a
+    series is shorter or has gaps). Otherwise seeded sample windows: a daily and a weekly cycle, a trend and
+    noise at several levels, with scattered gaps, a run of missing steps and a short history.
+    """
+    count = request.parity_windows
+    if request.data is not None:
+        from distributed_onnx.evaluation.data.table import load_series
+
+        table = load_series(request.data, resolution_minutes)
+        windows = np.full((min(count, len(table.series)), context_length), np.nan, dtype=np.float32)
+        for row, series in enumerate(table.series[: windows.shape[0]]):
+            tail = np.asarray(series.values[-context_length:], dtype=np.float32)
+            windows[row, context_length - tail.size :] = tail
+        if not windows.shape[0]:
+            raise ConfigError(f"--data {request.data} holds no series to compare on", key="data")
+        return windows, str(request.data)
+    rng = np.random.default_rng(0)
+    steps = np.arange(context_length)
+    level = rng.uniform(-50.0, 500.0, size=(count, 1))
+    cycles = rng.uniform(1.0, 30.0, size=(count, 1)) * np.sin(2 * np.pi * steps / 24) + 5.0 * np.sin(
+        2 * np.pi * steps / 168
+    )
+    windows = (level + cycles + 0.01 * steps + rng.normal(0.0, 2.0, size=(count, context_length))).astype(np.float32)
+    windows[rng.random(windows.shape) < 0.05] = np.nan  # scattered gaps
+    windows[0, context_length // 3 : context_length // 3 + 10] = np.nan  # a run of missing steps
+    if count > 1:
+        windows[1, : context_length - min(context_length, 40)] = np.nan  # a short history
+    return windows, "sample windows (seeded)"
+
+
+def parity_report(
+    upstream: UpstreamForecast, weights: Path, windows: np.ndarray, horizon: int, source: str
+) -> dict[str, Any]:
+    """Upstream's forecast against ONNX Runtime through this package's worker on the same windows."""
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        levels = worker.metadata.native_quantiles
+        ours = worker.forecast(windows, horizon, levels).astype(np.float64)
+    finally:
+        worker.close()
+    theirs = np.asarray(upstream(windows, horizon), dtype=np.float64)
+    difference = np.abs(ours - theirs)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    return {
+        "windows": int(windows.shape[0]),
+        "source": source,
+        "context_length": int(windows.shape[1]),
+        "missing_values": int(np.isnan(windows).sum()),
+        "horizon": horizon,
+        "calls": -(-horizon // worker.metadata.horizon_length),
+        "max_abs_diff": float(difference.max()),
+        "max_rel_diff": float(difference.max() / scale),
+        "median_abs_diff": float(np.median(difference)),
+        "max_abs_upstream": scale,
+    }
+
+
+def finish(request: ExportRequest, metadata_path: Path, parity: dict[str, Any]) -> ExportResult:
+    """Write the parity report beside the graph and describe what was written."""
+    parity_path = request.output.with_suffix(".parity.json")
+    storage.write_bytes(parity_path, (json.dumps(parity, indent=2) + "\n").encode("utf-8"))
+    logger.info("Exported %s: parity max abs diff %.3g", request.output, parity["max_abs_diff"])
+    return ExportResult(
+        weights_path=request.output, metadata_path=metadata_path, parity_path=parity_path, parity=parity
+    )

@@ -1,0 +1,143 @@
+"""Small random-weight Chronos-Bolt and TiRex models built from their upstream packages' own classes.
+
+No download: each is built from a config alone, seeded, and written as its package writes a pretrained folder
+(``save_pretrained``'s ``config.json`` + ``model.safetensors``; TiRex's Lightning ``model.ckpt``). Also a
+dataset with gaps whose windows the tests forecast both through the backtest and through the upstream pipeline.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+RESOLUTION_MINUTES = 30
+STEP_US = RESOLUTION_MINUTES * 60 * 1_000_000
+START_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
+#: Tiny configs: one call is BOLT_STEPS / TIREX_STEPS steps.
+BOLT_CONTEXT, BOLT_STEPS = 64, 16
+TIREX_CONTEXT, TIREX_STEPS = 32, 8
+
+
+def write_tiny_bolt(directory: Path, seed: int = 0) -> Path:
+    """``ChronosBoltModelForForecasting`` (T5 encoder-decoder, 1 + 1 layers of 32) saved as a pretrained folder."""
+    import torch
+    from chronos.chronos_bolt import ChronosBoltModelForForecasting
+    from transformers import T5Config
+
+    torch.manual_seed(seed)
+    config = T5Config(
+        d_model=32,
+        d_ff=64,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        d_kv=16,
+        dense_act_fn="relu",
+        feed_forward_proj="relu",
+        is_gated_act=False,
+        dropout_rate=0.0,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+        vocab_size=2,
+        architectures=["ChronosBoltModelForForecasting"],
+        chronos_pipeline_class="ChronosBoltPipeline",
+        chronos_config={
+            "context_length": BOLT_CONTEXT,
+            "prediction_length": BOLT_STEPS,
+            "input_patch_size": 8,
+            "input_patch_stride": 8,
+            "quantiles": LEVELS,
+            "use_reg_token": True,
+        },
+    )
+    ChronosBoltModelForForecasting(config).eval().save_pretrained(directory)
+    return directory
+
+
+def write_tiny_tirex(directory: Path, seed: int = 0) -> Path:
+    """``TiRexZero`` (one sLSTM block of 16, patches of 8) saved as the hub's ``model.ckpt``."""
+    import torch
+    from tirex.models.tirex import TiRexZero
+
+    torch.manual_seed(seed)
+    hyper_parameters = {
+        "model_config": {
+            "input_patch_size": TIREX_STEPS,
+            "output_patch_size": TIREX_STEPS,
+            "quantiles": LEVELS,
+            "block_kwargs": {"embedding_dim": 16, "num_heads": 2, "num_blocks": 1, "ffn_proj_factor": 2.0},
+            "input_ff_dim": 32,
+        },
+        "train_ctx_len": TIREX_CONTEXT,
+    }
+    model = TiRexZero(backend="torch", **hyper_parameters)
+    for parameter in model.parameters():  # upstream leaves its cell's parameters uninitialised (torch.empty)
+        torch.nn.init.normal_(parameter, std=0.2)
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save({"hyper_parameters": hyper_parameters, "state_dict": model.state_dict()}, directory / "model.ckpt")
+    return directory
+
+
+def gappy_series(seed: int = 0) -> dict[str, np.ndarray]:
+    """Three series on a 30-minute grid: cycles at different levels, scattered NaN, a run of NaN, one short."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for offset, (name, length) in enumerate({"a": 140, "b": 120, "c": 70}.items()):
+        steps = np.arange(length)
+        values = 50.0 * (offset + 1) + 8.0 * np.sin(2 * np.pi * steps / 24) + rng.normal(0.0, 1.0, length)
+        values[rng.choice(length, size=length // 8, replace=False)] = np.nan
+        if name == "a":
+            values[90:97] = np.nan
+        values[[0, -1]] = rng.normal(50.0 * (offset + 1), 1.0, 2)
+        result[name] = values
+    return result
+
+
+def write_gappy_dataset(path: Path, series: dict[str, np.ndarray]) -> Path:
+    """The long table of ``series`` (NaN as null ``y``)."""
+    ids, stamps, ys = [], [], []
+    for name, values in series.items():
+        ids += [name] * values.size
+        stamps.append(START_US + np.arange(values.size) * STEP_US)
+        ys.append(values)
+    y = np.concatenate(ys)
+    table = pa.table(
+        {
+            "series_id": pa.array(ids, pa.string()),
+            "timestamp": pa.array(np.concatenate(stamps), pa.timestamp("us", tz="UTC")),
+            "y": pa.array(y, mask=np.isnan(y)),
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def window_contexts(series: dict[str, np.ndarray], forecasts: pa.Table, context_length: int) -> dict[str, Any]:
+    """Per backtest window (one row per window of ``forecasts``, lead 1): its context as the data holds it."""
+    first = forecasts.filter(pa.compute.equal(forecasts["lead"], 1)).to_pylist()
+    contexts, ids = [], []
+    for row in first:
+        origin = (int(row["origin"].timestamp() * 1_000_000) - START_US) // STEP_US
+        values = series[row["series_id"]]
+        context = np.full(context_length, np.nan, dtype=np.float32)
+        start = origin - context_length
+        kept = values[max(start, 0) : origin]
+        context[context_length - kept.size :] = kept
+        contexts.append(context)
+        ids.append(row["window_id"])
+    return {"window_ids": ids, "context": np.stack(contexts)}
+
+
+def forecast_block(forecasts: pa.Table, window_ids: list[str], horizon: int, levels: list[float]) -> np.ndarray:
+    """``[W, horizon, len(levels)]`` from a forecasts table, windows in ``window_ids`` order."""
+    rows = {(row["window_id"], row["lead"]): row for row in forecasts.to_pylist()}
+    leads = range(1, horizon + 1)
+    names = [f"q{level}" for level in levels]
+    return np.array([[[rows[(window, lead)][name] for name in names] for lead in leads] for window in window_ids])

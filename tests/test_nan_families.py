@@ -1,0 +1,185 @@
+"""Chronos-Bolt and TiRex, built from their upstream packages, exported, backtested, equal to their pipelines.
+
+Each family's model is a small random-weight one built from the package's own classes (tests/families.py),
+exported with ``distributed-onnx export``, backtested through the CLI on data with gaps (NaN) and a horizon
+longer than one call, and compared with the upstream pipeline's own forecasts on the same windows
+(``ChronosBoltPipeline.predict``, ``TiRexZero.forecast``). Then the three families side by side in one run.
+
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the models are exported once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+pytest.importorskip("chronos")
+pytest.importorskip("tirex")
+
+from backtest_data import read_forecasts  # noqa: E402
+from families import (  # noqa: E402
+    BOLT_STEPS,
+    LEVELS,
+    RESOLUTION_MINUTES,
+    TIREX_STEPS,
+    forecast_block,
+    gappy_series,
+    window_contexts,
+    write_gappy_dataset,
+    write_tiny_bolt,
+    write_tiny_tirex,
+)
+from graphs import write_tiny_upstream_chronos2  # noqa: E402
+
+from distributed_onnx import cli  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
+
+BOLT_HORIZON = BOLT_STEPS + BOLT_STEPS // 2  # two calls, the second cut
+TIREX_HORIZON = 2 * TIREX_STEPS + TIREX_STEPS // 2  # three calls
+WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("families")
+
+
+@pytest.fixture(scope="module")
+def series() -> dict[str, np.ndarray]:
+    return gappy_series()
+
+
+@pytest.fixture(scope="module")
+def data(root: Path, series: dict[str, np.ndarray]) -> Path:
+    return write_gappy_dataset(root / "gappy.parquet", series)
+
+
+def _export(family: str, pretrained: Path, output: Path) -> dict[str, Any]:
+    argv = ["export", family, "--from-pretrained", str(pretrained), "--output", str(output)]
+    assert cli.main([*argv, "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
+    return dict(json.loads(output.with_suffix(".parity.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def bolt(root: Path) -> tuple[Path, Any]:
+    from chronos import ChronosBoltPipeline
+
+    pretrained = write_tiny_bolt(root / "bolt-pretrained")
+    output = root / "bolt" / "bolt.onnx"
+    _export("chronos_bolt", pretrained, output)
+    return output, ChronosBoltPipeline.from_pretrained(str(pretrained), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def tirex(root: Path) -> tuple[Path, Any]:
+    from tirex.models.tirex import TiRexZero
+
+    pretrained = write_tiny_tirex(root / "tirex-pretrained")
+    output = root / "tirex" / "tirex.onnx"
+    _export("tirex", pretrained, output)
+    return output, TiRexZero.from_pretrained(str(pretrained / "model.ckpt"), backend="torch", device="cpu").eval()
+
+
+def _backtest(checkpoints: list[Path], data: Path, output: Path, *flags: str) -> int:
+    argv = ["backtest", "--data", str(data), "--output", str(output), *WINDOWS, *flags]
+    for checkpoint in checkpoints:
+        argv += ["--checkpoint", str(checkpoint)]
+    return cli.main(argv)
+
+
+def _assert_equal_to_upstream(ours: np.ndarray, theirs: np.ndarray) -> None:
+    scale = float(np.abs(theirs).max())
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_exports_write_external_data_metadata_and_parity(bolt: tuple[Path, Any], tirex: tuple[Path, Any]) -> None:
+    for weights, family, layout, unroll in (
+        (bolt[0], "chronos_bolt", "quantile_step", "quantile_paths"),
+        (tirex[0], "tirex", "step_quantile", "append_missing"),
+    ):
+        assert weights.with_suffix(".onnx.data").stat().st_size > 0  # the weights, outside the protobuf
+        metadata = json.loads(weights.with_suffix(".metadata.json").read_text())
+        assert (metadata["model_family"], metadata["missing_value"]) == (family, "nan")
+        assert (metadata["output_layout"], metadata["long_horizon"]) == (layout, unroll)
+        parity = json.loads(weights.with_suffix(".parity.json").read_text())
+        assert parity["calls"] == 2 and parity["missing_values"] > 0
+        assert parity["max_rel_diff"] < 1e-5, parity
+
+
+def test_chronos_bolt_backtest_equals_its_pipeline(
+    bolt: tuple[Path, Any], data: Path, series: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    weights, pipeline = bolt
+    assert _backtest([weights], data, tmp_path / "run", "--horizon", str(BOLT_HORIZON)) == 0
+    forecasts = read_forecasts(tmp_path / "run")
+    windows = window_contexts(series, forecasts, pipeline.model_context_length)
+    assert np.isnan(windows["context"]).any() and len(windows["window_ids"]) == 9
+
+    with torch.no_grad():
+        predicted = pipeline.predict(torch.from_numpy(windows["context"]), prediction_length=BOLT_HORIZON)
+    theirs = predicted.numpy().transpose(0, 2, 1)  # [W, Q, H] -> [W, H, Q]
+    _assert_equal_to_upstream(forecast_block(forecasts, windows["window_ids"], BOLT_HORIZON, LEVELS), theirs)
+
+
+def test_tirex_backtest_equals_its_forecast(
+    tirex: tuple[Path, Any], data: Path, series: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    weights, model = tirex
+    assert _backtest([weights], data, tmp_path / "run", "--horizon", str(TIREX_HORIZON)) == 0
+    forecasts = read_forecasts(tmp_path / "run")
+    windows = window_contexts(series, forecasts, model.config.train_ctx_len)
+    assert np.isnan(windows["context"]).any()
+
+    theirs, _ = model.forecast(torch.from_numpy(windows["context"]), prediction_length=TIREX_HORIZON)
+    ours = forecast_block(forecasts, windows["window_ids"], TIREX_HORIZON, LEVELS)
+    _assert_equal_to_upstream(ours, theirs.numpy())
+
+
+def test_a_graph_disagreeing_with_its_metadata_is_refused_before_any_part(
+    tirex: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights, _ = tirex
+    copy = tmp_path / "wrong" / "tirex.onnx"
+    shutil.copytree(weights.parent, copy.parent)
+    metadata_path = copy.with_suffix(".metadata.json")
+    metadata = json.loads(metadata_path.read_text())
+    metadata["output_layout"] = "quantile_step"  # the graph answers [rows, steps, quantiles]
+    metadata_path.write_text(json.dumps(metadata))
+
+    capsys.readouterr()
+    assert _backtest([copy], data, tmp_path / "run") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert "output_layout 'quantile_step'" in err and "[rows, 9, 8]" in err, err
+    assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
+
+
+def test_three_families_side_by_side_on_one_leaderboard(
+    bolt: tuple[Path, Any], tirex: tuple[Path, Any], data: Path, tmp_path: Path
+) -> None:
+    chronos2 = write_tiny_upstream_chronos2(tmp_path, name="chronos2").weights_path
+    output = tmp_path / "run"
+    flags = ["--context-length", "16", "--horizon", str(TIREX_STEPS), "--quantiles", "0.1,0.5,0.9"]
+    assert _backtest([chronos2, bolt[0], tirex[0]], data, output, *flags) == 0
+
+    summary = json.loads((output / "summary.json").read_text())
+    scored = {name: summary["pairs"][name]["pairs_scored"] for name in ("chronos2", "bolt", "tirex")}
+    assert len(set(scored.values())) == 1 and next(iter(scored.values())) > 0, scored  # the same pairs for all
+    board = pq.read_table(output / "leaderboard.parquet")
+    ranked = set(board.filter(pc.field("kind") == "metric").column("model").to_pylist())
+    assert {"chronos2", "bolt", "tirex"} <= ranked
+    for name in ("chronos2", "bolt", "tirex"):
+        forecasts = read_forecasts(output, name)
+        assert forecasts.num_rows == 9 * TIREX_STEPS
+        assert not np.isnan(forecasts["q0.5"].to_numpy(zero_copy_only=False)).any()
