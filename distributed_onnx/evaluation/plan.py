@@ -25,7 +25,15 @@ from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesT
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.fans import fan_series
+from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part import PartJob
+from distributed_onnx.evaluation.part_count import (
+    default_ramp_width,
+    default_windows_per_part,
+    plan_parts,
+    planning_actors,
+    recorded_part_size,
+)
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
@@ -38,10 +46,6 @@ logger = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Bumped when the layout of parts or window ids changes, so an old run directory is never resumed into.
 PART_FORMAT = 3
-#: The default part size aims at this many parts: enough to balance a few dozen actors and to resume at a
-#: fine grain, few enough that Ray's per-call cost (~2-3 ms) and per-file overhead stay negligible.
-TARGET_PARTS = 64
-MAX_BATCHES_PER_PART = 64
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class RunPlan:
     clamped: list[ClampedLevel] = field(default_factory=list)
     checkpoints: list[ResolvedCheckpoint] = field(default_factory=list)
     model_fingerprints: dict[str, str] = field(default_factory=dict)
+    #: Parts of each ramp size (:func:`~.part_count.plan_parts`): one per actor by default, 1 with explicit sizes.
+    ramp_width: int = 1
 
     @property
     def model_names(self) -> list[str]:
@@ -78,7 +84,7 @@ class RunPlan:
 
     def parts(self) -> list[PartSpec]:
         """The run's parts: ``windows_per_part`` each after a ramp up from one model batch."""
-        return self.windows.parts(self.windows_per_part, first_part=self.settings.rows_per_batch)
+        return plan_parts(self.windows, self.windows_per_part, self.settings.rows_per_batch, self.ramp_width)
 
     def job(self, source: SeriesSource, overlap_packing: bool | None = None) -> PartJob:
         """What every actor of this run needs, built once and sent once per actor."""
@@ -153,7 +159,6 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             notes.append(f"{each.name}: " + describe_clamped(each_clamped, each.metadata.native_quantiles))
     for note in notes:
         logger.warning("%s", note)
-    windows_per_part = settings.windows_per_part or default_windows_per_part(windows.planned, settings.rows_per_batch)
     # Window ids and the run's fingerprint do not depend on the checkpoints: every model of a run shares the
     # windows, and a checkpoint added later joins the same run directory.
     window_config = {
@@ -163,17 +168,15 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         "covariates": settings.covariates,
     }
     window_fingerprint = _digest(window_config)
-    run_fingerprint = _digest(
-        {
-            **window_config,
-            "data_sha256": storage.sha256(settings.data),
-            "spec": spec.model_dump(),
-            "rows_per_batch": settings.rows_per_batch,
-            "windows_per_part": windows_per_part,
-            "seasonality": seasonality,
-            "part_format": PART_FORMAT,
-        }
-    )
+    run_config = {
+        **window_config,
+        "data_sha256": storage.sha256(settings.data),
+        "spec": spec.model_dump(),
+        "rows_per_batch": settings.rows_per_batch,
+        "seasonality": seasonality,
+        "part_format": PART_FORMAT,
+    }
+    windows_per_part, ramp_width, run_fingerprint = _part_size(settings, windows.planned, run_config)
     model_fingerprints = {
         each.name: _digest(
             {
@@ -199,6 +202,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         clamped,
         checkpoints,
         model_fingerprints,
+        ramp_width,
     )
 
 
@@ -258,15 +262,37 @@ def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> 
         )
 
 
-def default_windows_per_part(planned: int, rows_per_batch: int) -> int:
-    """About :data:`TARGET_PARTS` parts, each a whole number (1..64) of model batches.
+def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int) -> str:
+    # Only a wide ramp enters the fingerprint: a plan of explicit sizes keeps the fingerprint it had.
+    wide = {"ramp_width": ramp_width} if ramp_width > 1 else {}
+    return _digest({**run_config, "windows_per_part": windows_per_part, **wide})
 
-    A pure function of the plan and the settings (not of the cluster's size), so a rerun on another cluster
-    still plans the same parts.
-    """
-    wanted = -(-max(planned, 1) // TARGET_PARTS)
-    batches_per_part = min(max(-(-wanted // rows_per_batch), 1), MAX_BATCHES_PER_PART)
-    return batches_per_part * rows_per_batch
+
+def _part_size(settings: BacktestSettings, planned: int, run_config: dict[str, Any]) -> tuple[int, int, str]:
+    """``(windows per part, ramp width, run fingerprint)``: as set (a ramp of one); else the plan of the run
+    directory's manifest: its recorded size, else whichever default gives its fingerprint (today's for these
+    actors, or the 64 parts of a directory planned before the size was recorded); else the default for the
+    run's actors (:mod:`.part_count`). A rerun so plans the parts it resumes, whatever its cluster."""
+    if settings.windows_per_part is not None:
+        return settings.windows_per_part, 1, _run_fingerprint(run_config, settings.windows_per_part, 1)
+    actors = planning_actors(settings.actors, settings.address, settings.cpus_per_actor, settings.gpus_per_actor)
+    gpu_actors = settings.gpus_per_actor > 0
+    default = (
+        default_windows_per_part(planned, settings.rows_per_batch, actors, gpu_actors=gpu_actors),
+        default_ramp_width(actors),
+    )
+    candidates = [default]
+    recorded = recorded_part_size(settings.output, MANIFEST)
+    if recorded is not None:
+        size, width, fingerprint = recorded
+        if size:
+            candidates.insert(0, (size, width))
+        candidates.append((default_windows_per_part(planned, settings.rows_per_batch), 1))
+        for size, width in candidates:
+            if _run_fingerprint(run_config, size, width) == fingerprint:
+                return size, width, fingerprint
+    size, width = candidates[0]  # a new directory (or another run's: refused, naming it, by its manifest)
+    return size, width, _run_fingerprint(run_config, size, width)
 
 
 def _plan_notes(windows: WindowPlan, spec: WindowSpec) -> list[str]:
