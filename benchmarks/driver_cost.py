@@ -105,7 +105,12 @@ def main() -> None:
                 result["round"] = round_
                 runs[name].append(result)
                 print(name, json.dumps({k: v for k, v in result.items() if k != "driver_cpu_phases_s"}), flush=True)
-    summary = {}
+                write_report(args, trees, runs)  # after every run: an interrupted benchmark keeps its rounds
+    print(json.dumps(write_report(args, trees, runs), indent=2))
+
+
+def write_report(args: argparse.Namespace, trees: dict[str, Path], runs: dict[str, list[dict[str, Any]]]) -> Any:
+    summary: dict[str, Any] = {}
     for name, results in runs.items():
         ok = [result for result in results if "error" not in result]
         if not ok:
@@ -130,7 +135,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(summary, indent=2))
+    return summary
 
 
 if __name__ == "__main__":

@@ -264,7 +264,12 @@ def ideal_s(fleet: Fleet, windows: int, speeds: Sequence[float], lost_speed: flo
 
 
 def simulate(
-    fleet: Fleet, parts: list[PartSpec], windows: int, max_in_flight_per_actor: int = 2, first_wave: int = 0
+    fleet: Fleet,
+    parts: list[PartSpec],
+    windows: int,
+    max_in_flight_per_actor: int = 2,
+    first_wave: int = 0,
+    hold_the_tail: bool = True,
 ) -> dict[str, Any]:
     """Run the dispatcher over ``parts`` on the simulated fleet; what a driver and its actors would see."""
     probe = SimCluster(fleet, 1.0)  # the same seed draws the same speeds
@@ -297,7 +302,9 @@ def simulate(
     dispatcher = Dispatcher(
         list(cluster.actors),
         callbacks,
-        DispatchConfig(max_in_flight_per_actor=max_in_flight_per_actor, ready_timeout_s=600.0),
+        DispatchConfig(
+            max_in_flight_per_actor=max_in_flight_per_actor, ready_timeout_s=600.0, hold_the_tail=hold_the_tail
+        ),
         replacements=cluster,
         runtime=cluster,
     )

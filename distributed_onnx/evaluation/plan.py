@@ -277,10 +277,8 @@ def _part_size(settings: BacktestSettings, planned: int, run_config: dict[str, A
         return settings.windows_per_part, 1, _run_fingerprint(run_config, settings.windows_per_part, 1)
     actors = planning_actors(settings.actors, settings.address, settings.cpus_per_actor, settings.gpus_per_actor)
     gpu_actors = settings.gpus_per_actor > 0
-    default = (
-        default_windows_per_part(planned, settings.rows_per_batch, actors, gpu_actors=gpu_actors),
-        default_ramp_width(actors),
-    )
+    size = default_windows_per_part(planned, settings.rows_per_batch, actors, gpu_actors=gpu_actors)
+    default = (size, default_ramp_width(actors) if size > settings.rows_per_batch else 1)  # no ramp: width 1
     candidates = [default]
     recorded = recorded_part_size(settings.output, MANIFEST)
     if recorded is not None:
