@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def test_the_default_gives_every_actor_several_parts(windows: int, actors: int, 
     assert low <= len(parts) / actors <= high
     covered = [(part.start, part.stop) for part in parts]
     assert covered[0][0] == 0 and covered[-1][1] == windows
-    assert all(stop == start for (_, stop), (start, _) in zip(covered, covered[1:], strict=False))
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(covered))
     assert all(part.n_windows % 256 == 0 for part in parts[:-1])  # whole model batches
 
 
