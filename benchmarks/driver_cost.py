@@ -91,7 +91,11 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=150_000)
     parser.add_argument("--this-tree", default=str(ROOT), help="the tree measured against the baseline (a copy)")
     parser.add_argument("--name", default="driver_cost")
+    parser.add_argument("--render", action="store_true", help="print the tables of the last results")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads((RESULTS / f"{args.name}.json").read_text())))
+        return
     ensure_cli_venv()
     trees = {"baseline": Path(args.baseline_tree).resolve(), "this": Path(args.this_tree).resolve()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
@@ -136,6 +140,38 @@ def write_report(args: argparse.Namespace, trees: dict[str, Path], runs: dict[st
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2))
     return summary
+
+
+def render(report: dict[str, Any]) -> str:
+    """driver_cost.md's table: each tree's medians and ranges, and the rounds one by one."""
+    summary, runs = report["summary"], report["runs"]
+    rows = [
+        ("driver CPU, whole run, us/window (/proc)", "driver_proc_us_per_window"),
+        ("driver CPU, whole run, us/window (getrusage)", "driver_us_per_window"),
+        ("driver CPU, dispatch phase, us/window", "dispatch_us_per_window"),
+        ("whole process, s", "process_s"),
+    ]
+    lines = ["| | " + " | ".join(summary) + " |", "|---|" + "---:|" * len(summary)]
+    for label, key in rows:
+        cells = [f"{s[key]['median']:.2f} ({s[key]['min']:.2f}-{s[key]['max']:.2f})" for s in summary.values()]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| parts | " + " | ".join(str(s["parts"]) for s in summary.values()) + " |")
+    phases = sorted({phase for s in summary.values() for phase in s["phases_cpu_s"]})
+    for phase in phases:
+        cells = [
+            f"{s['phases_cpu_s'][phase]['median']:.2f}" if phase in s["phases_cpu_s"] else "-" for s in summary.values()
+        ]
+        lines.append(f"| driver CPU in phase `{phase}`, s (median) | " + " | ".join(cells) + " |")
+    lines += ["", "| round | tree | us/window (/proc) | dispatch us/window | process s | load average (1 min) |"]
+    lines.append("|---:|---|---:|---:|---:|---:|")
+    ordered = sorted((run["round"], name, run) for name, each in runs.items() for run in each if "error" not in run)
+    for round_, name, run in ordered:
+        load = run["load_average"][0][0]
+        lines.append(
+            f"| {round_} | {name} | {run['driver_proc_us_per_window']} | {run['dispatch_us_per_window']} | "
+            f"{run['process_s']} | {load:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ Two runs, each a whole ``run_backtest`` in its own subprocess:
 2. ``cluster_8_actors``: a ``ray.cluster_utils.Cluster`` on 127.0.0.1 (a head and three worker nodes, 2 CPUs
    each), 8 actors of 1 CPU (on a 2-core machine: the CPUs are Ray's bookkeeping, the cores are shared).
 
+And Ray's client cost per part alone (``ray_calls_2_actors``, ``ray_calls_16_actors``): the real dispatcher
+over 5,000 parts on actors that answer a receipt at once (no model, no file), the driver's CPU per part.
+
 Reported from each run's ``summary.json``: the driver's CPU per window (whole run and dispatch phase), per
 part in the dispatch phase (the Ray client's cost per part that ``fleet_sim.py`` adds on its fake clock),
 parts, windows/s.
@@ -38,6 +41,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 LOOPBACK = "127.0.0.1"
+MODES = ("ray_calls_2_actors", "ray_calls_16_actors", "embedded_2_actors", "cluster_8_actors")
 
 
 def write_series(path: Path, n_series: int, length: int) -> None:
@@ -58,7 +62,76 @@ def write_series(path: Path, n_series: int, length: int) -> None:
     pq.write_table(pa.concat_tables(tables), path)
 
 
+def ray_calls(parts: int, actors: int) -> dict[str, Any]:
+    """The real dispatcher on real Ray actors that do nothing: the driver's CPU per part is Ray's client cost
+    (submit, wait, get a receipt) plus the dispatcher's, with no model and no file in the way."""
+    import resource
+
+    import ray
+
+    from distributed_onnx.evaluation.data.windows import PartSpec
+    from distributed_onnx.evaluation.part import PartReceipt
+    from distributed_onnx.evaluation.part_ledger import PartLedger
+    from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
+
+    ray.init(_node_ip_address=LOOPBACK, num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    @ray.remote(num_cpus=0.01)
+    class Idle:
+        def ready(self) -> bool:
+            return True
+
+        def run(self, part: PartSpec) -> PartReceipt:
+            seconds = {"read": 0.0, "pack": 0.0, "model": 0.0, "table": 0.0, "score": 0.0, "write": 0.0}
+            return PartReceipt(
+                part=part.index,
+                windows=part.n_windows,
+                rows=0,
+                part_bytes=0,
+                sums_bytes=0,
+                write_attempts=1,
+                seconds=seconds,
+                models_computed=["m"],
+                node_id="n",
+            )
+
+    pool = [Idle.remote() for _ in range(actors)]  # type: ignore[attr-defined]
+    ray.get([actor.ready.remote() for actor in pool])
+    ledger = PartLedger()
+    callbacks = DispatchCallbacks[PartSpec](
+        submit=lambda actor, part: actor.run.remote(part),
+        on_result=lambda part, receipt: ledger.add_receipt(receipt, 0.0),
+        on_failure=lambda part, error: None,
+        key=lambda part: part.index,
+        attempt_timeout_s=lambda part: ledger.deadline_s(part, None),
+        size=lambda part: part.n_windows,
+    )
+    items = [PartSpec(index, index * 256, (index + 1) * 256) for index in range(parts)]
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    import time
+
+    started_cpu, started = cpu(), time.perf_counter()
+    stats = Dispatcher(pool, callbacks, DispatchConfig()).run(items)
+    spent, wall = cpu() - started_cpu, time.perf_counter() - started
+    ray.shutdown()
+    return {
+        "mode": f"ray_calls_{actors}_actors",
+        "parts": stats.completed,
+        "actors": actors,
+        "wall_s": round(wall, 2),
+        "driver_cpu_s": round(spent, 3),
+        "driver_cpu_us_per_part": round(1e6 * spent / stats.completed, 1),
+        "parts_per_s": round(stats.completed / wall, 1),
+    }
+
+
 def child(mode: str, work: Path, windows: int) -> dict[str, Any]:
+    if mode.startswith("ray_calls"):
+        return ray_calls(parts=5000, actors=int(mode.split("_")[2]))
     sys.path.insert(0, str(ROOT / "tests"))
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from graphs import write_season_copy
@@ -87,7 +160,7 @@ def child(mode: str, work: Path, windows: int) -> dict[str, Any]:
         from distributed_onnx.runtime import ray_private
 
         for private in (ray_private.WRITE_RAY_ADDRESS, ray_private.RESET_RAY_ADDRESS):
-            setattr(sys.modules[private.owner()], private.attribute, lambda *args, **kwargs: None)
+            setattr(private.owner(), private.attribute, lambda *args, **kwargs: None)
         node = {"node_ip_address": LOOPBACK, "object_store_memory": 100 * 1024 * 1024}
         cluster = Cluster(initialize_head=True, head_node_args={**node, "num_cpus": 2, "include_dashboard": False})
         for _ in range(3):
@@ -129,12 +202,13 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=200_000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--modes", nargs="*", default=[*MODES])
     args = parser.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args.child, Path(args.work), args.windows)), flush=True)
         return
     runs = []
-    for mode in ("embedded_2_actors", "cluster_8_actors"):
+    for mode in args.modes:
         with tempfile.TemporaryDirectory() as tmp:
             command = [sys.executable, __file__, "--child", mode, "--work", tmp, "--windows", str(args.windows)]
             completed = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)

@@ -41,6 +41,10 @@ __all__ = ["LOST", "DispatchCallbacks", "DispatchConfig", "DispatchStats", "Disp
 
 logger = logging.getLogger(__name__)
 
+#: Busy actors one fill may pass over (each would finish the next item too late) before it waits: the few slow
+#: ones are passed, and a fill never scans the whole pool.
+PASS_AT_MOST = 8
+
 #: Outcomes that mean "the actor or its node went away", not "the work is bad": run the item elsewhere.
 LOST = (RayActorError, ObjectLostError, GetTimeoutError, WorkerCrashedError, NodeDiedError, OutOfMemoryError)
 
@@ -82,6 +86,9 @@ class DispatchConfig:
     hold_the_tail: bool = True
     #: An actor slower than this share of the median gets no item that would outlast the run.
     tail_slow_share: float = 0.5
+    #: While every actor has a call queued behind its running one, a wait that found a result goes on this long
+    #: (at most a tenth of a part) to collect others: one of Ray's waits per batch of results, not per result.
+    linger_s: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -280,13 +287,21 @@ class _Run(Generic[Item]):
 
     def _fill(self) -> None:
         """Submit items (retries first) while some actor has room."""
+        passed: list[int] = []  # busy actors that would finish the next item too late: asked again next time
+        try:
+            self._fill_passing(passed)
+        finally:
+            self.state.unbench(passed)
+
+    def _fill_passing(self, passed: list[int]) -> None:
         state = self.state
         while True:
             actor_key = state.pick_actor()
             if actor_key is None:
                 if state.in_flight or not state.benched:
                     return
-                state.unbench_all()  # nothing runs: the slow actors are all there is
+                state.unbench_all()  # nothing runs: the slow actors are all there is, and they get the rest
+                self.tail = None
                 continue
             load = state.load[actor_key]
             if self.tail is None and load and not self._plenty_left():
@@ -296,9 +311,11 @@ class _Run(Generic[Item]):
                 self.exhausted = True
                 return
             if self.tail is not None and not self._give(actor_key, candidate, load):
+                if load and len(passed) >= PASS_AT_MOST:
+                    return  # every actor asked is busy: the next to free up takes it
+                state.bench(actor_key)  # idle: it would finish it after the others are done; busy: not now
                 if load:
-                    return  # every actor is busy: the next to free up takes it
-                state.bench(actor_key)  # it would finish it after the others are done
+                    passed.append(actor_key)
                 continue
             self._take(candidate)
             timeout_s = self.calls.attempt_timeout_s(candidate)
@@ -345,13 +362,25 @@ class _Run(Generic[Item]):
     def _wait_and_settle(self) -> None:
         state, pool = self.state, self.pool
         timeout = max(0.0, min(self.config.poll_timeout_s, state.next_deadline() - self.runtime.now()))
-        ready = self.runtime.wait([*state.in_flight, *pool.warming], timeout)
+        ready = self.runtime.wait([*state.in_flight, *pool.warming], timeout, self._linger_s())
         for ref in ready:
             if ref in pool.warming:
                 if pool.settle_warming(ref):
                     self.stats.replacements_ready += 1
             else:
                 self._settle(ref)
+
+    def _linger_s(self) -> float:
+        """How long a wait that found a result may go on collecting others: only while no actor is idle (an
+        actor's queued call keeps it busy meanwhile), and at most a tenth of a median part."""
+        state, limit = self.state, self.config.linger_s
+        if not limit or self.tail is None or self.tail.median_rate is None or not state.in_flight:
+            return 0.0
+        key = state.pick_actor()
+        if key is not None and state.load[key] == 0:
+            return 0.0  # an actor waits for work: wake up for it at once
+        part = (self.tail.in_flight / len(state.in_flight)) / self.tail.median_rate
+        return min(limit, 0.1 * part)
 
     def _settle(self, ref: Any) -> None:
         """Route one finished call: a result, a lost actor (its calls run elsewhere) or a job error (report)."""

@@ -24,8 +24,9 @@ SWEEP_FROM = 8
 class DispatchRuntime(Protocol):
     """The dispatcher's view of Ray and of time."""
 
-    def wait(self, refs: Sequence[Any], timeout_s: float) -> list[Any]:
-        """The refs ready within ``timeout_s`` (at least one, unless the time ran out)."""
+    def wait(self, refs: Sequence[Any], timeout_s: float, linger_s: float = 0.0) -> list[Any]:
+        """The refs ready within ``timeout_s`` (at least one, unless the time ran out), and once one is, every
+        other ready within ``linger_s`` more."""
         ...
 
     def get(self, ref: Any) -> Any:
@@ -46,11 +47,11 @@ class DispatchRuntime(Protocol):
 class RayRuntime:
     """The dispatcher's runtime in a real run: Ray's ``wait``, ``get`` and ``kill``, and the monotonic clock."""
 
-    def wait(self, refs: Sequence[Any], timeout_s: float) -> list[Any]:
+    def wait(self, refs: Sequence[Any], timeout_s: float, linger_s: float = 0.0) -> list[Any]:
         refs = list(refs)
         ready, rest = ray.wait(refs, num_returns=1, timeout=timeout_s)
-        if ready and len(refs) >= SWEEP_FROM and rest:
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+        if ready and rest and (linger_s > 0 or len(refs) >= SWEEP_FROM):
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=linger_s)
             ready += more
         return list(ready)
 

@@ -81,10 +81,13 @@ class DispatchState(Generic[Item]):
         """Pick this actor no more (until :meth:`unbench_all`): the dispatcher keeps the tail off slow actors."""
         self.benched.add(actor_key)
 
-    def unbench_all(self) -> None:
-        benched, self.benched = self.benched, set()
-        for actor_key in benched:
+    def unbench(self, actor_keys: list[int]) -> None:
+        for actor_key in actor_keys:
+            self.benched.discard(actor_key)
             self._opened(actor_key)
+
+    def unbench_all(self) -> None:
+        self.unbench(list(self.benched))
 
     def rate(self, actor_key: int) -> float | None:
         """Work per second of an actor's finished calls (their size over their time as its head), if known."""
