@@ -27,7 +27,15 @@ from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.fans import fan_series
 from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
+from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part import PartJob
+from distributed_onnx.evaluation.part_count import (
+    default_ramp_width,
+    default_windows_per_part,
+    plan_parts,
+    planning_actors,
+    recorded_part_size,
+)
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
@@ -41,10 +49,6 @@ logger = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Bumped when the layout of parts or window ids changes, so an old run directory is never resumed into.
 PART_FORMAT = 3
-#: The default part size aims at this many parts: enough to balance a few dozen actors and to resume at a
-#: fine grain, few enough that Ray's per-call cost (milliseconds) and per-file overhead stay negligible.
-TARGET_PARTS = 64
-MAX_BATCHES_PER_PART = 64
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class RunPlan:
     roles: CovariateRoles | None = None
     #: With ``--group-by``: the run's windows in group-major order (:mod:`.grouping`), else None.
     grouping: GroupedWindows | None = None
+    #: Parts of each ramp size (:func:`~.part_count.plan_parts`): one per actor by default, 1 with explicit sizes.
+    ramp_width: int = 1
 
     @property
     def model_names(self) -> list[str]:
@@ -88,7 +94,7 @@ class RunPlan:
         with ``--group-by``)."""
         if self.grouping is not None:
             return self.grouping.parts(self.windows_per_part)
-        return self.windows.parts(self.windows_per_part, first_part=self.settings.rows_per_batch)
+        return plan_parts(self.windows, self.windows_per_part, self.settings.rows_per_batch, self.ramp_width)
 
     def job(self, source: SeriesSource, overlap_packing: bool | None = None) -> PartJob:
         """What every actor of this run needs, built once and sent once per actor."""
@@ -159,7 +165,6 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             notes.append(f"{each.name}: " + describe_clamped(each_clamped, each.metadata.native_quantiles))
     for note in notes:
         logger.warning("%s", note)
-    windows_per_part = settings.windows_per_part or default_windows_per_part(windows.planned, settings.rows_per_batch)
     # Window ids and the run's fingerprint do not depend on the checkpoints: every model of a run shares the
     # windows, and a checkpoint added later joins the same run directory.
     window_config = {
@@ -176,17 +181,15 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     if settings.group_by is not None:
         window_config["group_by"] = [settings.group_by, settings.max_group_size]
     window_fingerprint = _digest(window_config)
-    run_fingerprint = _digest(
-        {
-            **window_config,
-            "data_sha256": storage.sha256(settings.data),
-            "spec": spec.model_dump(),
-            "rows_per_batch": settings.rows_per_batch,
-            "windows_per_part": windows_per_part,
-            "seasonality": seasonality,
-            "part_format": PART_FORMAT,
-        }
-    )
+    run_config = {
+        **window_config,
+        "data_sha256": storage.sha256(settings.data),
+        "spec": spec.model_dump(),
+        "rows_per_batch": settings.rows_per_batch,
+        "seasonality": seasonality,
+        "part_format": PART_FORMAT,
+    }
+    windows_per_part, ramp_width, run_fingerprint = _part_size(settings, windows.planned, run_config)
     model_fingerprints = {
         each.name: _digest(
             {
@@ -214,6 +217,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         model_fingerprints,
         roles,
         grouping,
+        ramp_width,
     )
 
 
@@ -318,15 +322,35 @@ def covariate_roles(settings: BacktestSettings) -> CovariateRoles | None:
     return CovariateRoles(past_only=len(settings.past_covariates), categorical=categorical)
 
 
-def default_windows_per_part(planned: int, rows_per_batch: int) -> int:
-    """About :data:`TARGET_PARTS` parts, each a whole number (1..64) of model batches.
+def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int) -> str:
+    # Only a wide ramp enters the fingerprint: a plan of explicit sizes keeps the fingerprint it had.
+    wide = {"ramp_width": ramp_width} if ramp_width > 1 else {}
+    return _digest({**run_config, "windows_per_part": windows_per_part, **wide})
 
-    A pure function of the plan and the settings (not of the cluster's size), so a rerun on another cluster
-    still plans the same parts.
-    """
-    wanted = -(-max(planned, 1) // TARGET_PARTS)
-    batches_per_part = min(max(-(-wanted // rows_per_batch), 1), MAX_BATCHES_PER_PART)
-    return batches_per_part * rows_per_batch
+
+def _part_size(settings: BacktestSettings, planned: int, run_config: dict[str, Any]) -> tuple[int, int, str]:
+    """``(windows per part, ramp width, run fingerprint)``: as set (a ramp of one); else the plan of the run
+    directory's manifest: its recorded size, else whichever default gives its fingerprint (today's for these
+    actors, or the 64 parts of a directory planned before the size was recorded); else the default for the
+    run's actors (:mod:`.part_count`). A rerun so plans the parts it resumes, whatever its cluster."""
+    if settings.windows_per_part is not None:
+        return settings.windows_per_part, 1, _run_fingerprint(run_config, settings.windows_per_part, 1)
+    actors = planning_actors(settings.actors, settings.address, settings.cpus_per_actor, settings.gpus_per_actor)
+    gpu_actors = settings.gpus_per_actor > 0
+    size = default_windows_per_part(planned, settings.rows_per_batch, actors, gpu_actors=gpu_actors)
+    default = (size, default_ramp_width(actors) if size > settings.rows_per_batch else 1)  # no ramp: width 1
+    candidates = [default]
+    recorded = recorded_part_size(settings.output, MANIFEST)
+    if recorded is not None:
+        size, width, fingerprint = recorded
+        if size:
+            candidates.insert(0, (size, width))
+        candidates.append((default_windows_per_part(planned, settings.rows_per_batch), 1))
+        for size, width in candidates:
+            if _run_fingerprint(run_config, size, width) == fingerprint:
+                return size, width, fingerprint
+    size, width = candidates[0]  # a new directory (or another run's: refused, naming it, by its manifest)
+    return size, width, _run_fingerprint(run_config, size, width)
 
 
 def _plan_notes(windows: WindowPlan, spec: WindowSpec) -> list[str]:

@@ -25,7 +25,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
-from distributed_onnx.evaluation.data.windows import PartSpec, dispatch_order
+from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early, start_ray_and_pool
 from distributed_onnx.evaluation.end_imports import start_end_imports
 from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
@@ -33,9 +33,11 @@ from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import METRICS, RunSums, fan_windows
 from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
+from distributed_onnx.evaluation.part_count import MANIFEST_KEY, RAMP_KEY, dispatch_order
 from distributed_onnx.evaluation.part_ledger import PartLedger
 from distributed_onnx.evaluation.plan import RunPlan, prepare
 from distributed_onnx.evaluation.progress import Progress
+from distributed_onnx.evaluation.report_process import ReportProcess
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
@@ -178,12 +180,16 @@ class _BacktestRun:
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
-        self.end_imports: threading.Thread | None = None  # started with the dispatch (:mod:`.end_imports`)
+        self.end_imports: threading.Thread | None = None  # the fallback of the report process
+        self.report_process: ReportProcess | None = None  # started with the dispatch (:mod:`.report_process`)
 
     def run(self) -> BacktestResult:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
-        outputs.prepare_output(output, plan.run_fingerprint, {"settings": plan.settings.model_dump(mode="json")})
+        settings_record = {"settings": plan.settings.model_dump(mode="json")}
+        # The part size is recorded so that a rerun (on any cluster) plans the same parts (:mod:`.part_count`).
+        manifest = {**settings_record, MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width}
+        outputs.prepare_output(output, plan.run_fingerprint, manifest)
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
@@ -209,18 +215,19 @@ class _BacktestRun:
             failed = {failure.part for failure in self.ledger.failures}
             self.done += [part.index for part in todo if part.index not in failed]
             scores = self._merged()
-            run_wide = self.sums.write_metrics(output, scores)
-            self.leaderboard = self.sums.write_leaderboard(output, scores, plan.step_us)
+            run_wide = self.sums.write_metrics(output, scores)  # the leaderboard is written with the report
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
         finally:
+            if self.report_process is not None:
+                self.report_process.close()  # drawn, or not needed after an error
             if self.early is not None:  # Ray stops on the thread that started it (runtime/early_start.py)
                 self.early.join()
         clock.mark("ray_stop")
-        summary["timing"].update(driver_timing(clock))
+        summary["timing"].update(driver_timing(clock, outcome.windows_computed))
         if not outcome.failures and clear_failed_windows(output):
             summary["notes"].append(f"{FAILED_WINDOWS} of an earlier invocation was removed: every window is done")
         # The user's wait: from the start (the process's, for the command) to summary.json, the last file
@@ -275,7 +282,8 @@ class _BacktestRun:
         )
 
     def _report(self, summary: dict[str, Any], run_wide: pa.Table, scores: PairScores) -> None:
-        """Draw report.html here, in the driver, while Ray stops on its own thread.
+        """Write leaderboard.parquet and draw report.html: by the report process started with the dispatch
+        (:mod:`.report_process`), else here, in the driver, while Ray stops on its own thread.
 
         Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
         part: seconds of wall time at the end of every run (measured), for a second of the driver's CPU.
@@ -283,11 +291,21 @@ class _BacktestRun:
         the summary are the results.
         """
         plan = self.plan
-        if self.end_imports is not None:
-            self.end_imports.join()  # its warm-up figure and the report must not draw at once
         series = SeriesScores(scores)  # per-series values from the sums: the long table is never held
         fans = fan_windows(self.sums, plan, series)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
+        if self.report_process is not None:
+            request = (plan.settings.output, summary, run_wide, plan.quantiles, fans, series, scores, plan.step_us)
+            drawn = self.report_process.draw(request)
+            if drawn is not None:
+                self.leaderboard, child_cpu_s = drawn
+                summary["timing"]["report_cpu_s"] = round(child_cpu_s, 4)  # the child's, its imports included
+                summary["timing"]["report_drawn_by"] = "report process"
+                self.clock.mark("report")
+                return
+        if self.end_imports is not None:
+            self.end_imports.join()  # its warm-up figure and the report must not draw at once
+        self.leaderboard = self.sums.write_leaderboard(plan.settings.output, scores, plan.step_us)
         arguments = (plan.settings.output, summary, run_wide, plan.quantiles, fans, self.leaderboard, series)
         try:
             cpu_s = render_report(*arguments)
@@ -355,9 +373,9 @@ class _BacktestRun:
         self.early.hand_job(build_part_runner, job_ref)  # each actor builds its job from the one in the store
         actors = list(pool)  # the pool and its replacements: every one is killed at the end
         self.clock.mark("series_and_pool")
-        # The end's imports, on a thread while the actors forecast: not while Ray and the pool start, whose
-        # own start needs the two cores, nor while the series go out (:mod:`.end_imports`).
-        self.end_imports = start_end_imports()
+        # The end's imports, in the report process while the actors forecast: not while Ray and the pool start,
+        # whose own start needs the two cores, nor while the series go out (:mod:`.report_process`).
+        self._start_report_process()
         progress.start()
         try:
             callbacks = DispatchCallbacks[PartSpec](
@@ -365,6 +383,7 @@ class _BacktestRun:
                 on_result=self._on_result,
                 on_failure=self._on_failure,
                 key=lambda part: part.index,
+                size=lambda part: part.n_windows,
                 attempt_timeout_s=lambda part: self.ledger.deadline_s(part, settings.part_timeout_s),
                 on_replacement=actors.append,
             )
@@ -374,12 +393,21 @@ class _BacktestRun:
                 DispatchConfig(max_in_flight_per_actor=settings.max_in_flight_per_actor),
                 replacements=_Replacements(settings, config, job_ref),
             )
-            stats = dispatcher.run(dispatch_order(todo))  # the small parts last: actors finish together
+            # A small part first on each actor (its speed), then the largest first: the small parts end the run.
+            first_wave = self.plan.ramp_width if self.plan.ramp_width > 1 else 0
+            stats = dispatcher.run(dispatch_order(todo, first_wave))
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
             self.clock.mark("dispatch")
         finally:
             cluster.kill(actors)  # the pool and every replacement
         return _Dispatched(tuple(infos), transport, stats)
+
+    def _start_report_process(self) -> None:
+        try:
+            self.report_process = ReportProcess()
+        except OSError as exc:  # no child process here: the driver imports on a thread and draws, as before
+            logger.warning("Could not start the report process (%s); the driver draws the report", exc)
+            self.end_imports = start_end_imports()
 
     def _on_result(self, part: PartSpec, receipt: PartReceipt) -> None:
         self.ledger.add_receipt(receipt, self.clock.elapsed_s())

@@ -125,6 +125,8 @@ def build_summary(
             "windows_per_s": rate,
             "driver_cpu_dispatch_s": dispatch_cpu_s,
             "driver_cpu_dispatch_us_per_window": 1e6 * dispatch_cpu_s / computed if computed else None,
+            # The dispatch phase's CPU per part run now: what one more part costs the driver (docs/driver.md).
+            "driver_cpu_dispatch_us_per_part": 1e6 * dispatch_cpu_s / len(receipts) if receipts else None,
             "actor_stage_s": {stage: round(seconds, 3) for stage, seconds in stages.items()},
         },
         "transport": {
@@ -146,10 +148,13 @@ def build_summary(
     }
 
 
-def driver_timing(clock: PhaseClock) -> dict[str, Any]:
-    """The driver's own cost, taken last (after Ray stopped): CPU in all, and wall and CPU per phase."""
+def driver_timing(clock: PhaseClock, windows_computed: int = 0) -> dict[str, Any]:
+    """The driver's own cost, taken last (after Ray stopped): CPU in all (and per window computed now), and
+    wall and CPU per phase."""
+    cpu_s = driver_cpu_s()
     return {
-        "driver_cpu_s": driver_cpu_s(),
+        "driver_cpu_s": cpu_s,
+        "driver_cpu_us_per_window": 1e6 * cpu_s / windows_computed if windows_computed else None,
         "driver_cpu_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.cpu_s.items()},
         "driver_wall_phases_s": {phase: round(seconds, 4) for phase, seconds in clock.wall_s.items()},
         "driver_peak_rss_mb": peak_rss_mb(),

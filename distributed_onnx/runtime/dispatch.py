@@ -9,17 +9,19 @@ killed: a hung call is a lost call), the item goes back to the queue and runs el
 ``max_attempts`` times; an item that *fails* (the job raised) is reported and not retried. A lost actor's
 replacement starts in the background: the loop keeps feeding the other actors while it warms up, and adds it
 once it is ready.
+
+Near the end a call is queued behind a running one only while at least as many items are left as there are
+actors: the last items go to whichever actor frees up first, not into the queue of a slow one (the run would
+wait for it). The loop talks to Ray and the clock only through a :class:`~.dispatch_runtime.DispatchRuntime`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol
 
-import ray
 from ray.exceptions import (
     GetTimeoutError,
     NodeDiedError,
@@ -31,11 +33,17 @@ from ray.exceptions import (
 )
 
 from distributed_onnx.errors import BatchError
+from distributed_onnx.runtime.dispatch_runtime import DispatchRuntime, RayRuntime
 from distributed_onnx.runtime.dispatch_state import Attempt, DispatchState, DispatchStats, Item
+from distributed_onnx.runtime.dispatch_tail import TailPolicy
 
 __all__ = ["LOST", "DispatchCallbacks", "DispatchConfig", "DispatchStats", "Dispatcher", "Replacements"]
 
 logger = logging.getLogger(__name__)
+
+#: Busy actors one fill may pass over (each would finish the next item too late) before it waits: the few slow
+#: ones are passed, and a fill never scans the whole pool.
+PASS_AT_MOST = 8
 
 #: Outcomes that mean "the actor or its node went away", not "the work is bad": run the item elsewhere.
 LOST = (RayActorError, ObjectLostError, GetTimeoutError, WorkerCrashedError, NodeDiedError, OutOfMemoryError)
@@ -73,6 +81,14 @@ class DispatchConfig:
     room_wait_s: float = 10.0
     #: The longest single wait on Ray, so deadlines and replacements are looked at this often.
     poll_timeout_s: float = 1.0
+    #: Keep the run's last items off actors that would finish them last (:mod:`.dispatch_tail`; a source of known
+    #: length): with the callbacks' ``size``, by the actors' measured speeds, else by counting the items left.
+    hold_the_tail: bool = True
+    #: An actor slower than this share of the median gets no item that would outlast the run.
+    tail_slow_share: float = 0.5
+    #: While every actor has a call queued behind its running one, a wait that found a result goes on this long
+    #: (at most a tenth of a part) to collect others: one of Ray's waits per batch of results, not per result.
+    linger_s: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,8 @@ class DispatchCallbacks(Generic[Item]):
     attempt_timeout_s: Callable[[Item], float | None] = _no_deadline
     #: Hears of each replacement actor started, so the caller can stop it at the end.
     on_replacement: Callable[[Any], None] | None = None
+    #: The work in an item (a part's windows): each actor's speed is measured with it (None: not measured).
+    size: Callable[[Item], float] | None = None
 
 
 class _Pool:
@@ -102,6 +120,7 @@ class _Pool:
         actors: list[Any],
         state: DispatchState[Any],
         replacements: Replacements | None,
+        runtime: DispatchRuntime,
         *,
         budget: int,
         ready_timeout_s: float,
@@ -111,6 +130,7 @@ class _Pool:
         self.wanted = 0
         self._state = state
         self._replacements = replacements
+        self._runtime = runtime
         self._budget = budget
         self._ready_timeout_s = ready_timeout_s
         self._next_key = 0
@@ -131,7 +151,7 @@ class _Pool:
         self._state.remove_actor(actor_key)
         if kill:
             try:
-                ray.kill(actor)
+                self._runtime.kill(actor)
             except Exception as exc:  # already gone with its node: nothing is left to stop
                 logger.debug("Could not kill lost actor %d: %s", actor_key, exc)
         if self._replacements is not None and self._budget > 0:
@@ -143,7 +163,7 @@ class _Pool:
         started = []
         while self.wanted and self._budget > 0 and self._replacements is not None and self._replacements.has_room():
             handle, ready = self._replacements.start()
-            self.warming[ready] = (handle, time.monotonic() + self._ready_timeout_s)
+            self.warming[ready] = (handle, self._runtime.now() + self._ready_timeout_s)
             self.wanted -= 1
             self._budget -= 1
             started.append(handle)
@@ -153,7 +173,7 @@ class _Pool:
         """Add a replacement whose readiness resolved; False if it failed to start."""
         handle, _ = self.warming.pop(ref)
         try:
-            ray.get(ref)
+            self._runtime.get(ref)
         except Exception as exc:  # a replacement that cannot start leaves the pool smaller, never aborts the run
             logger.warning("A replacement actor failed to start: %s", exc)
             return False
@@ -167,7 +187,7 @@ class _Pool:
                     "A replacement actor was not ready within %.0f s; giving up on it", self._ready_timeout_s
                 )
                 del self.warming[ref]
-                ray.kill(handle)
+                self._runtime.kill(handle)
 
 
 class Dispatcher(Generic[Item]):
@@ -184,24 +204,37 @@ class Dispatcher(Generic[Item]):
         config: DispatchConfig | None = None,
         *,
         replacements: Replacements | None = None,
+        runtime: DispatchRuntime | None = None,
     ) -> None:
         self._actors = list(actors)
         self._calls = callbacks
         self._config = config if config is not None else DispatchConfig()
         self._replacements = replacements
+        self._runtime = runtime if runtime is not None else RayRuntime()
 
     def run(self, items: Iterable[Item]) -> DispatchStats:
         """Run every item once (or report it through ``on_failure``); returns what happened, counted."""
-        return _Run(self, iter(items)).loop()
+        left = len(items) if isinstance(items, Sized) else None
+        size = self._calls.size
+        work = None
+        if left is not None and size is not None and self._config.hold_the_tail:
+            work = float(sum(size(item) for item in items))
+        return _Run(self, iter(items), left, work).loop()
 
 
 class _Run(Generic[Item]):
     """The state of one :meth:`Dispatcher.run`: bookkeeping, the pool, the source and the counters."""
 
-    def __init__(self, dispatcher: Dispatcher[Item], source: Iterator[Item]) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher[Item], source: Iterator[Item], left: int | None = None, work: float | None = None
+    ) -> None:
         config = dispatcher._config
         self.calls = dispatcher._calls
         self.config = config
+        self.runtime = dispatcher._runtime
+        self.left = left  # items not yet taken from the source, when its length is known
+        self.tail = None if work is None else TailPolicy(work, config.tail_slow_share)
+        self.peeked: Item | None = None  # the source's next item, taken out to decide where it goes
         self.state: DispatchState[Item] = DispatchState(config.max_in_flight_per_actor, config.max_attempts)
         budget = config.max_replacements
         if budget is None:
@@ -210,6 +243,7 @@ class _Run(Generic[Item]):
             dispatcher._actors,
             self.state,
             dispatcher._replacements,
+            self.runtime,
             budget=budget,
             ready_timeout_s=config.ready_timeout_s,
         )
@@ -218,7 +252,7 @@ class _Run(Generic[Item]):
         self.exhausted = False
 
     def loop(self) -> DispatchStats:
-        state, pool, config = self.state, self.pool, self.config
+        state, pool, config, runtime = self.state, self.pool, self.config, self.runtime
         stranded_since: float | None = None
         while True:
             self._start_replacements()
@@ -227,16 +261,16 @@ class _Run(Generic[Item]):
                 break  # replacements still warming are the caller's to stop (on_replacement)
             if not state.in_flight and not pool.warming:
                 if not pool.actors:
-                    stranded_since = stranded_since or time.monotonic()
-                    if pool.wanted and time.monotonic() - stranded_since < config.room_wait_s:
-                        time.sleep(min(config.poll_timeout_s, 0.2))  # waiting for room to start a replacement
+                    stranded_since = stranded_since or runtime.now()
+                    if pool.wanted and runtime.now() - stranded_since < config.room_wait_s:
+                        runtime.sleep(min(config.poll_timeout_s, 0.2))  # waiting for room to start a replacement
                         continue
                     self._fail_the_rest()
                     break
                 continue
             stranded_since = None
             self._wait_and_settle()
-            now = time.monotonic()
+            now = runtime.now()
             for actor_key in state.overdue(now):
                 self.stats.deadlines_missed += 1
                 logger.warning("The call running on actor %d passed its deadline; killing the actor", actor_key)
@@ -253,25 +287,82 @@ class _Run(Generic[Item]):
 
     def _fill(self) -> None:
         """Submit items (retries first) while some actor has room."""
+        passed: list[int] = []  # busy actors that would finish the next item too late: asked again next time
+        try:
+            self._fill_passing(passed)
+        finally:
+            self.state.unbench(passed)
+
+    def _fill_passing(self, passed: list[int]) -> None:
         state = self.state
-        while (actor_key := state.pick_actor()) is not None:
-            if state.retry:
-                candidate: Item | None = state.retry.popleft()
-            else:
-                candidate = None if self.exhausted else next(self.source, None)
+        while True:
+            actor_key = state.pick_actor()
+            if actor_key is None:
+                if state.in_flight or not state.benched:
+                    return
+                state.unbench_all()  # nothing runs: the slow actors are all there is, and they get the rest
+                self.tail = None
+                continue
+            load = state.load[actor_key]
+            if self.tail is None and load and not self._plenty_left():
+                return  # every actor is busy and the tail is near: the next to free up takes the next item
+            candidate = self._next_item()
             if candidate is None:
                 self.exhausted = True
                 return
+            if self.tail is not None and not self._give(actor_key, candidate, load):
+                if load and len(passed) >= PASS_AT_MOST:
+                    return  # every actor asked is busy: the next to free up takes it
+                state.bench(actor_key)  # idle: it would finish it after the others are done; busy: not now
+                if load:
+                    passed.append(actor_key)
+                continue
+            self._take(candidate)
             timeout_s = self.calls.attempt_timeout_s(candidate)
             ref = self.calls.submit(self.pool.actors[actor_key], candidate)
             key = self.calls.key(candidate)
-            state.submitted(ref, actor_key, candidate, key, now=time.monotonic(), timeout_s=timeout_s or None)
+            size = None if self.calls.size is None else self.calls.size(candidate)
+            now = self.runtime.now()
+            state.submitted(ref, actor_key, candidate, key, now=now, timeout_s=timeout_s or None, size=size)
             self.stats.submitted += 1
+
+    def _next_item(self) -> Item | None:
+        """The next item to place (retries first), not yet taken: see :meth:`_take`."""
+        if self.state.retry:
+            return self.state.retry[0]
+        if self.peeked is None and not self.exhausted:
+            self.peeked = next(self.source, None)
+            if self.peeked is not None and self.left is not None:
+                self.left -= 1
+        return self.peeked
+
+    def _take(self, item: Item) -> None:
+        if self.state.retry and self.state.retry[0] is item:
+            self.state.retry.popleft()
+        else:
+            self.peeked = None
+        if self.tail is not None and self.calls.size is not None:
+            self.tail.took(self.calls.size(item))
+
+    def _give(self, actor_key: int, item: Item, load: int) -> bool:
+        tail, state = self.tail, self.state
+        assert tail is not None and self.calls.size is not None
+        if tail.needs_median(len(state.load)):
+            rates = [rate for key in state.load if (rate := state.rate(key)) is not None]
+            tail.set_rates(rates, len(state.load) - len(rates))
+        busy_for_s = state.time_to_free_s(actor_key, self.runtime.now())
+        return tail.give(self.calls.size(item), state.rate(actor_key), load, busy_for_s)
+
+    def _plenty_left(self) -> bool:
+        """Whether enough items are left to queue one behind a running call (see ``hold_the_tail``)."""
+        if not self.config.hold_the_tail or self.left is None:
+            return True
+        return self.left + len(self.state.retry) >= len(self.pool.actors)
 
     def _wait_and_settle(self) -> None:
         state, pool = self.state, self.pool
-        timeout = max(0.0, min(self.config.poll_timeout_s, state.next_deadline() - time.monotonic()))
-        ready, _ = ray.wait([*state.in_flight, *pool.warming], num_returns=1, timeout=timeout)
+        timeout = max(0.0, min(self.config.poll_timeout_s, state.next_deadline() - self.runtime.now()))
+        ready = self.runtime.wait([*state.in_flight, *pool.warming], timeout, self._linger_s())
         for ref in ready:
             if ref in pool.warming:
                 if pool.settle_warming(ref):
@@ -279,24 +370,40 @@ class _Run(Generic[Item]):
             else:
                 self._settle(ref)
 
+    def _linger_s(self) -> float:
+        """How long a wait that found a result may go on collecting others: only while no actor is idle (an
+        actor's queued call keeps it busy meanwhile), and at most a tenth of a median part."""
+        state, limit = self.state, self.config.linger_s
+        if not limit or self.tail is None or self.tail.median_rate is None or not state.in_flight:
+            return 0.0
+        key = state.pick_actor()
+        if key is not None and state.load[key] == 0:
+            return 0.0  # an actor waits for work: wake up for it at once
+        part = (self.tail.in_flight / len(state.in_flight)) / self.tail.median_rate
+        return min(limit, 0.1 * part)
+
     def _settle(self, ref: Any) -> None:
         """Route one finished call: a result, a lost actor (its calls run elsewhere) or a job error (report)."""
         state = self.state
         if ref not in state.in_flight:  # a call of an actor already given up on
             return
         try:
-            value = ray.get(ref)
+            value = self.runtime.get(ref)
         except LOST as exc:
             # Killed as well: an actor that is only unreachable (ActorUnavailableError), or whose result was lost,
             # may still be running its queued calls while they run again elsewhere (two writers of one part).
             self._lose(state.in_flight[ref].actor_key, type(exc).__name__, exc, kill=True)
             return
         except RayTaskError as exc:
-            attempt = state.settled(ref, time.monotonic())
+            attempt = state.settled(ref, self.runtime.now())
+            self._tail_finished(attempt.item, ok=False)
             self.stats.failed += 1
             self.calls.on_failure(attempt.item, exc.cause if exc.cause is not None else exc)
             return
-        attempt = state.settled(ref, time.monotonic())
+        size = None if self.calls.size is None else self.calls.size(state.in_flight[ref].item)
+        attempt = state.settled(ref, self.runtime.now(), size)
+        if self.tail is not None and size is not None:
+            self.tail.finished(size)
         self.stats.completed += 1
         self.calls.on_result(attempt.item, value)
 
@@ -307,18 +414,26 @@ class _Run(Generic[Item]):
         for attempt in self.state.drop_actor(actor_key):
             self._requeue(attempt, error)
 
+    def _tail_finished(self, item: Item, *, ok: bool) -> None:
+        if self.tail is not None and self.calls.size is not None:
+            self.tail.finished(self.calls.size(item), ok=ok)
+
     def _requeue(self, attempt: Attempt[Item], error: BaseException) -> None:
         if self.state.can_retry(attempt.item_key):
             self.state.retry.append(attempt.item)
+            if self.tail is not None and self.calls.size is not None:
+                self.tail.returned(self.calls.size(attempt.item))
             self.stats.retried += 1
         else:
+            self._tail_finished(attempt.item, ok=False)
             self.stats.failed += 1
             self.calls.on_failure(attempt.item, error)
 
     def _fail_the_rest(self) -> None:
         """Every actor is gone and none could be replaced: report every item left (the run stays resumable)."""
         error = BatchError("every worker actor was lost and none could be replaced; rerun to resume")
-        left = [*self.state.retry, *self.source]
+        left = [*self.state.retry, *([self.peeked] if self.peeked is not None else []), *self.source]
+        self.peeked = None
         self.state.retry.clear()
         logger.error("Every worker actor was lost; %d item(s) could not run", len(left))
         for item in left:

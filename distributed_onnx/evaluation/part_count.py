@@ -1,0 +1,159 @@
+"""How many parts a backtest is cut into by default: enough for every actor, few enough for one driver.
+
+A part is the unit an actor runs, writes and the driver hears of once. Too few, and a cluster of more actors
+than parts leaves actors idle, and the last parts decide when the run ends (an actor that starts a long part
+at the end keeps everyone waiting: the tail). Too many, and the driver's cost per part (a call, a wait, a
+receipt, a file to merge) adds up, and each part writes its own small files. So the default follows the
+actors: :data:`PARTS_PER_ACTOR` parts per actor (the pull of idle actors evens out their speeds over those
+parts, and the last wave is a small share of each actor's work), never fewer than :data:`MIN_PARTS` (a small
+cluster keeps a fine grain for resume and progress) and never more than :data:`MAX_PARTS` (the driver's
+ceiling, ``docs/driver.md``). Each part is a whole number of model batches, from one to
+:data:`MAX_BATCHES_PER_PART`; a GPU actor's parts hold at least :data:`GPU_MIN_BATCHES_PER_PART`, because
+one GPU batch takes milliseconds and a part must stay long against a call's fixed cost.
+
+The part size enters the run's fingerprint, so a rerun must plan the same parts to resume. The size chosen
+is therefore recorded in the run directory's manifest (``run.json``), and a rerun that does not set
+``windows_per_part`` takes it from there, whatever its cluster (:func:`recorded_part_size`); a
+directory written before the size was recorded gets the size the default gave then (about 64 parts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from distributed_onnx import storage
+from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
+
+__all__ = [
+    "GPU_MIN_BATCHES_PER_PART",
+    "MAX_BATCHES_PER_PART",
+    "MAX_PARTS",
+    "MIN_PARTS",
+    "PARTS_PER_ACTOR",
+    "default_windows_per_part",
+    "planning_actors",
+    "dispatch_order",
+    "plan_parts",
+    "recorded_part_size",
+]
+
+#: Parts per actor at the default: the ramp and the tail are a small share of each actor's work.
+PARTS_PER_ACTOR = 8
+#: The fewest parts of a default plan (and the plan of a run whose actors are not known: about 64 parts).
+MIN_PARTS = 64
+#: The most parts of a default plan: the driver's per-part cost stays small (``docs/driver.md``).
+MAX_PARTS = 8192
+MAX_BATCHES_PER_PART = 64
+GPU_MIN_BATCHES_PER_PART = 16
+#: The keys of the run's manifest that record the part size and the ramp's width the run was planned with.
+MANIFEST_KEY = "windows_per_part"
+RAMP_KEY = "ramp_width"
+
+
+def default_windows_per_part(
+    planned: int, rows_per_batch: int, actors: int | None = None, *, gpu_actors: bool = False
+) -> int:
+    """The part size of the default plan: ``PARTS_PER_ACTOR`` parts per actor, within the bounds above.
+
+    ``actors`` None (not known when planning) plans :data:`MIN_PARTS` parts, as every run did before the
+    default followed the actors. A pure function of its arguments, so the same settings plan the same parts.
+    """
+    target = MIN_PARTS if actors is None else min(max(actors * PARTS_PER_ACTOR, MIN_PARTS), MAX_PARTS)
+    wanted = -(-max(planned, 1) // target)
+    fewest = GPU_MIN_BATCHES_PER_PART if gpu_actors and actors is not None else 1
+    batches_per_part = min(max(-(-wanted // rows_per_batch), fewest, 1), MAX_BATCHES_PER_PART)
+    return batches_per_part * rows_per_batch
+
+
+def planning_actors(
+    actors: int | None, address: str | None, cpus_per_actor: float, gpus_per_actor: float
+) -> int | None:
+    """The actors a plan is cut for: the count asked for; for a Ray started here (no address), what this
+    machine's CPUs hold; None when only the cluster knows (an address and no count: ``--actors`` tells it)."""
+    if actors is not None:
+        return actors
+    if address is not None or gpus_per_actor > 0:
+        return None
+    return max(int((os.cpu_count() or 1) // max(cpus_per_actor, 1e-9)), 1)
+
+
+def recorded_part_size(output: storage.Location, manifest_name: str) -> tuple[int, int, str] | None:
+    """``(windows per part, ramp width, run fingerprint)`` of the run directory's manifest, if it has one.
+
+    A manifest without a size (one written before the size was recorded) gives a size of 0: the caller then
+    finds the size by the fingerprint. No manifest, or one that cannot be read: None (a new run; a file that
+    is not a manifest is refused later, naming it)."""
+    path = storage.join(output, manifest_name)
+    try:
+        if not storage.is_file(path):
+            return None
+        document = json.loads(storage.read_bytes(path))
+    except Exception:  # unreadable here is refused, with its cause, by the output's own check
+        return None
+    if not isinstance(document, dict):
+        return None
+    size, width = document.get(MANIFEST_KEY), document.get(RAMP_KEY, 1)
+    fingerprint = str(document.get("fingerprint"))
+    if not isinstance(size, int) or size <= 0:
+        return 0, 1, fingerprint
+    return size, width if isinstance(width, int) and width > 0 else 1, fingerprint
+
+
+def default_ramp_width(actors: int | None) -> int:
+    """Parts of each ramp size in a default plan: one per actor, so the run's last wave is of small parts."""
+    return 1 if actors is None else max(actors, 1)
+
+
+def plan_parts(windows: WindowPlan, windows_per_part: int, first_part: int, ramp_width: int = 1) -> list[PartSpec]:
+    """The run's parts: a ramp from ``first_part`` windows, doubling, ``ramp_width`` parts of each size (the
+    first part alone), then parts of ``windows_per_part``; with a width of 1, :meth:`WindowPlan.parts`.
+
+    The dispatcher hands out the first part first and then the largest first, so the ramp's parts are also the
+    run's last: a wave of parts half as large, then a quarter... one per actor each, and the actors finish
+    within a small part of each other (a tail of full parts left the fastest idle while the slowest worked).
+    Deterministic, so a rerun with the same width and size plans the same parts.
+    """
+    if ramp_width <= 1:
+        return windows.parts(windows_per_part, first_part=first_part)
+    if windows_per_part < 1:
+        raise ValueError(f"windows_per_part must be >= 1, got {windows_per_part}")
+    planned, sizes, covered = windows.planned, [], 0
+    size = min(first_part, windows_per_part)
+    sizes.append(min(size, planned))
+    covered = sizes[0]
+    while covered < planned and size < windows_per_part:
+        for _ in range(ramp_width):
+            if covered >= planned:
+                break
+            take = min(size, planned - covered)
+            sizes.append(take)
+            covered += take
+        size = min(size * 2, windows_per_part)
+    while covered < planned:
+        take = min(windows_per_part, planned - covered)
+        sizes.append(take)
+        covered += take
+    parts, start = [], 0
+    for index, take in enumerate(sizes):
+        parts.append(PartSpec(index, start, start + take))
+        start += take
+    return parts
+
+
+def dispatch_order(parts: Sequence[PartSpec], first_wave: int = 0) -> list[PartSpec]:
+    """The order the dispatcher hands ``parts`` out: the plan's first part, then ``first_wave`` of the smallest
+    (one per actor: each actor's speed is measured on a small part before it holds a large one, so a slow actor
+    never starts the run with a part that outlasts it), then the largest first (the small ones end the run).
+
+    With no first wave, :func:`~.data.windows.dispatch_order`'s order. Only the order changes: the parts, their
+    indices and files are the plan's.
+    """
+    if not parts:
+        return []
+    first, *rest = parts
+    wave = sorted(rest, key=lambda part: part.n_windows)[: max(first_wave, 0)]
+    taken = {part.index for part in wave}
+    others = sorted((part for part in rest if part.index not in taken), key=lambda part: -part.n_windows)
+    return [first, *wave, *others]
