@@ -25,6 +25,7 @@ catch the family with one clause and the CLI can turn it into a one-line message
     ├── DataError                      the input table is unusable (names the file and rows)
     ├── StorageError                   a part could not be written after its retries (names the path)
     ├── WorkerStartError               worker actors did not become ready in time (names what was asked)
+    │   └── RayStartError              Ray could not be started or joined (the Python API's ray.init)
     ├── UnsupportedRayError            the installed Ray lacks a private part this package relies on (names it
     │                                  and the Ray version tested)
     ├── LoopbackError                  the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
@@ -170,3 +171,7 @@ class LoopbackError(DistributedOnnxError):
 
 class BatchError(DistributedOnnxError):
     """Dispatched work failed: ``failed_parts`` lists the parts; ``failed_windows.json`` their window ids."""
+
+
+class RayStartError(WorkerStartError):
+    """Ray did not start or could not be joined (``ray.init`` failed: a GCS that does not answer, no room)."""
