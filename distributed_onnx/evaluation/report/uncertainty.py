@@ -27,14 +27,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from distributed_onnx.evaluation.scoring.conventions import WindowSums
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED, overlap_lag, percentile_interval
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 
 __all__ = ["MIN_SERIES", "OriginSums", "Uncertainty", "block_weights", "uncertainty"]
 
@@ -112,9 +112,15 @@ class Uncertainty:
     #: Groups of models (two or more) that made identical forecasts on the scored pairs.
     identical: list[list[str]] = field(default_factory=list)
     #: Best model, runner-up, the metric, both values, the margin (runner-up minus best) and its interval.
-    verdict: dict[str, object] | None = None
+    verdict: dict[str, Any] | None = None
+    #: The window origins (microseconds since the epoch), in order: the x axis of :attr:`per_origin`.
+    origins_us: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     #: model -> the per-origin score (fev convention) of the verdict's metric, in origin order.
     per_origin: dict[str, F64] = field(default_factory=dict)
+
+    @property
+    def label_short(self) -> str:
+        return {"series": "over series", "origin_blocks": "blocks of window origins", "none": "none"}[self.resampling]
 
     def same_forecasts(self, a: str, b: str) -> bool:
         return any(a in group and b in group for group in self.identical)
@@ -139,6 +145,7 @@ def uncertainty(
         f"95% percentile bootstrap over {n_series} series, {n_resamples} resamples, seed {SEED}",
     )
     result.identical = _identical(origins, models)
+    result.origins_us = origins.origins_us
     result.per_origin = {model: scores.windows[model].per_window()[metric] for model in models}
     ones = np.ones((1, n_origins))
     points = {model: origins.metrics(model, ones, has_median) for model in models}
@@ -164,16 +171,24 @@ def uncertainty(
         for model in models:
             for name, values in resampled[model].items():
                 result.intervals[(model, name)] = percentile_interval(values)
-        if n_series == 1 and SEASONAL_NAIVE in resampled:  # one series: fev's skill is 1 - the clipped ratio
+        if n_series == 1:  # one series: fev's skill is 1 - the clipped ratio of the series' metrics
+            references = [(SEASONAL_NAIVE, "mase", "mase"), (SEASONAL_NAIVE, "sql", "sql")]
+            references.append((SEASONAL_QUANTILES, "sql", "probabilistic"))
             for model in models:
-                for name in ("mase", "sql"):
-                    if name in resampled[model]:
-                        with np.errstate(divide="ignore", invalid="ignore"):
-                            ratio = resampled[model][name] / resampled[SEASONAL_NAIVE][name]
-                        skill = np.where(np.isfinite(ratio) & (ratio > 0), 1 - np.clip(ratio, 1e-2, 100.0), np.nan)
-                        result.skill_intervals[(model, name)] = percentile_interval(skill)
+                for reference, name, key in references:
+                    if name in resampled[model] and reference in resampled:
+                        result.skill_intervals[(model, key)] = _skill_interval(
+                            resampled[model][name], resampled[reference][name]
+                        )
     result.verdict = _verdict(scores, models, metric, points, resampled, result, n_resamples)
     return result
+
+
+def _skill_interval(model: F64, reference: F64) -> tuple[float, float]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = model / reference
+    defined = np.isfinite(ratio) & (ratio > 0)
+    return percentile_interval(np.where(defined, 1 - np.clip(np.where(defined, ratio, 1.0), 1e-2, 100.0), np.nan))
 
 
 def _identical(origins: OriginSums, models: Sequence[str]) -> list[list[str]]:
@@ -196,7 +211,7 @@ def _verdict(
     resampled: Mapping[str, Mapping[str, F64]],
     result: Uncertainty,
     n_resamples: int,
-) -> dict[str, object] | None:
+) -> dict[str, Any] | None:
     """The best model by the pooled ``metric`` and its margin over the next distinct one, with an interval."""
     values = {model: float(points[model][metric][0]) for model in models if np.isfinite(points[model][metric][0])}
     if len(values) < 2:
@@ -205,7 +220,7 @@ def _verdict(
     best = ranked[0]
     runner = next((model for model in ranked[1:] if not result.same_forecasts(best, model)), None)
     tied = [model for model in ranked[1:] if result.same_forecasts(best, model)]
-    verdict: dict[str, object] = {"metric": metric, "best": best, "best_value": values[best], "tied": tied}
+    verdict: dict[str, Any] = {"metric": metric, "best": best, "best_value": values[best], "tied": tied}
     if runner is None:
         return verdict
     verdict |= {"next": runner, "next_value": values[runner], "margin": values[runner] - values[best]}
