@@ -40,7 +40,12 @@ def _interval(row: dict[str, Any] | None, digits: int = 4, interval: tuple[float
     low, high = interval if interval is not None else (row["ci_low"], row["ci_high"])
     if low is None or not np.isfinite(low):
         return value
-    return f"{value}<br><span class='hint'>[{number(low, 3)}, {number(high, 3)}]</span>"
+    return f"{value}<br><span class='hint'>[{_short(low)}, {_short(high)}]</span>"
+
+
+def _short(value: float) -> str:
+    """An interval's end in at most 3 significant digits, without exponents for the thousands (MAE in MW)."""
+    return f"{value:,.0f}" if 1_000 <= abs(value) < 1e7 else number(value, 3)
 
 
 def verdict_line(uncertainty: Uncertainty | None, board: pa.Table) -> str:

@@ -210,7 +210,7 @@ def skill_by_lead(
 ) -> str:
     """Left: MASE by lead, model against seasonal naive. Right: skill 1 - model/naive by lead (MASE, WQL)."""
     with rc_context(_RC):
-        figure, (scores, skill) = _figure(10.5, 3.2, columns=2)
+        figure, (scores, skill) = _figure(10.5, 3.7, columns=2, bottom_in=1.0)
         if "mase" in model:
             scores.plot(leads, model["mase"], color=MODEL_COLOR, lw=1.6, label=model_name)
         if "mase" in naive:
@@ -219,7 +219,8 @@ def skill_by_lead(
         scores.set_xlabel(lead_label)
         scores.set_ylabel("MASE (lower is better)")
         scores.set_title("MASE by lead", loc="left")
-        scores.legend(fontsize=8, loc="best")
+        below = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "ncols": 3, "frameon": False}
+        scores.legend(**below)  # below the axes: a legend inside them sat on a curve
         styles = {"mase": "-", "wql": "--"}
         for metric, style in styles.items():
             if metric in model and metric in naive:
@@ -231,7 +232,7 @@ def skill_by_lead(
         skill.set_xlabel(lead_label)
         skill.set_ylabel("skill = 1 - model / naive")
         skill.set_title("Skill against seasonal naive (higher is better, 1 = perfect)", loc="left")
-        skill.legend(fontsize=8, loc="lower right")
+        skill.legend(**below)
     return _svg(figure)
 
 

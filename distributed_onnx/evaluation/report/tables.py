@@ -386,7 +386,7 @@ CSS = (
     "color:#444;display:flex;flex-wrap:wrap;gap:1px 12px}.legend i{display:inline-block;width:16px;height:8px;"
     "margin-right:4px;vertical-align:middle}.legend i.line,.legend i.dashed,.legend i.dotted{height:0}"
     ".verdict{font-size:110%;background:#eef5ff;border:1px solid #b7d0f0;padding:.6em 1em}"
-    "table.board td,table.board th{padding:3px 6px}table.board td{white-space:nowrap}.fev{color:#666;font-size:85%}"
+    "table.board{font-size:90%}table.board td,table.board th{padding:3px 5px}.fev{color:#666;font-size:85%}"
     ".dm{color:#666;font-size:85%}.dm.strong{color:#222;font-weight:600}td.same{color:#8a5a00;font-style:italic}"
     "svg{max-width:100%;height:auto}.side{display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap}"
     ".sortable th{cursor:pointer}.notes{background:#fff8e5;border:1px solid #f0d98c;padding:.6em 2em}"
