@@ -132,10 +132,10 @@ def fan_legend(window: Fan) -> list[LegendEntry]:
         entries.append(LegendEntry(label, color, "band", alpha))
     if window.median is not None:
         entries.append(LegendEntry("median forecast", MODEL_COLOR))
-    entries.append(LegendEntry("history", HISTORY_COLOR))
     palette = colormaps["tab10"]
     for index, (name, _) in enumerate(window.others):
         entries.append(LegendEntry(f"{name} median", _hex(palette((index + 1) % 10)), "dashed"))
+    entries.append(LegendEntry("history", HISTORY_COLOR))
     entries.append(LegendEntry("actual (dots)", ACTUAL_COLOR, "dotted"))
     entries.append(LegendEntry("forecast origin", ORIGIN_COLOR, "dashed"))
     return entries
