@@ -195,3 +195,43 @@ def test_score_takes_the_backtests_settings_and_refuses_a_conflicting_one(
     assert code == 2
     err = capsys.readouterr().err
     assert "--context-length 96 differs from the backtest's 512" in err
+
+
+def test_a_ray_start_failure_through_the_api_is_one_error_of_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a loaded machine once gave a notebook as Ray's traceback: one RayStartError (exit 3 on the CLI)."""
+    from ray.exceptions import RaySystemError
+
+    import distributed_onnx
+    from distributed_onnx.cli import EXIT_ENVIRONMENT, describe_error
+    from distributed_onnx.errors import RayStartError
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+    from distributed_onnx.runtime import local_ray
+
+    def failing(address: str | None, num_cpus: int | None = None) -> bool:
+        raise RaySystemError("Failed to connect to GCS at address 127.0.0.1:6379 within 5 seconds.")
+
+    monkeypatch.setattr(local_ray, "connect", failing)
+    with pytest.raises(RayStartError) as raised:
+        distributed_onnx.backtest(REFERENCE_DATASET, checkpoint=REFERENCE_CHECKPOINT, n_windows=2, stride=48)
+    message = str(raised.value)
+    assert (
+        "Could not start or join an embedded local Ray on 127.0.0.1: RaySystemError: System error: Failed to connect"
+        in message
+    )
+    assert "\n" not in message and isinstance(raised.value.__cause__, RaySystemError)
+    assert describe_error(raised.value)[0] == EXIT_ENVIRONMENT
+
+
+def test_the_ready_line_and_docs_name_every_model_the_shadows_and_the_log(tmp_path: Path) -> None:
+    from distributed_onnx.serve.served_text import docs_description, served_models
+    from distributed_onnx.serve.settings import ServeSettings
+
+    checkpoints = [tmp_path / "primary.onnx", tmp_path / "challenger.onnx"]
+    settings = ServeSettings.model_construct(
+        checkpoint=checkpoints, shadow=["challenger"], shadow_fraction=0.1, forecast_log=tmp_path / "log"
+    )
+    line = served_models(settings)
+    assert line == f"models: primary (default), challenger (shadow, 10% of requests); forecast log: {tmp_path / 'log'}"
+    described = docs_description(settings)
+    assert "`primary`" in described and "**Shadows**" in described and "`challenger` (10% of requests)" in described
+    assert str(tmp_path / "log") in described
