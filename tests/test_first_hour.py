@@ -168,6 +168,8 @@ def test_score_creates_its_output_and_prints_the_headline_scores(
     assert shown["global"]["m"]["m.mae"] == pytest.approx(np.mean(np.abs(np.r_[60:63, 70:73] - 1)), abs=1e-4)
     assert "m.mase" in shown["global"]["m"] and "seasonal_naive.mase" in shown["global"]["m"]
     assert (tmp_path / "out" / "scored").is_dir() and "scored/" in out
+    page = (tmp_path / "out" / "report.html").read_text()  # one series: the intervals resample window origins
+    assert "moving-block bootstrap over the 2 window origins" in page and "class='verdict'" in page
     assert _score(tmp_path, log) == 0  # a rerun with nothing new: it does not claim a new scored/ batch
     assert "scored/" not in capsys.readouterr().out.splitlines()[-1]
 
