@@ -42,7 +42,6 @@ grep '^ready:' runs/serve.log || { echo "serve was not ready within 3 minutes (r
 
 echo "== 3. the backtest's windows as requests"
 $BIN/python scripts/replay_requests.py --data $DATA "${WINDOWS[@]}"
-sleep 2  # the log writes every second (--forecast-log-flush-s)
 stop_server  # stopping flushes what the log still holds
 
 echo "== 4. score the log against the actuals and the backtest (runs/live)"

@@ -11,7 +11,8 @@ backtest scored, and ``distributed-onnx score --backtest`` compares like with li
 The standard library and pyarrow only (no client package): this is a demo and a check, not a load generator
 (``benchmarks/serve_bench.py`` is that). Run by a Python without pyarrow (the system's ``python``), it re-runs
 itself with the repository's ``.venv/bin/python`` when there is one. It waits for the service to be ready
-(``--wait-s``), so it can follow a ``serve ... &`` at once; the port defaults to ``DISTRIBUTED_ONNX_PORT``, as
+(``--wait-s``), so it can follow a ``serve ... &`` at once, and returns once the log has had time to write the answers
+(``--settle-s``), so ``score`` can follow it at once; the port defaults to ``DISTRIBUTED_ONNX_PORT``, as
 ``serve``'s does.
 """
 
@@ -45,6 +46,13 @@ def main() -> int:
     port = os.environ.get("DISTRIBUTED_ONNX_PORT", "8000")
     parser.add_argument("--url", default=f"http://127.0.0.1:{port}/v1/forecast")
     parser.add_argument("--wait-s", type=float, default=180.0, help="how long to wait for the service to be ready")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=2.5,
+        help="seconds to wait after the last answer: the service's forecast log writes every second, so a score "
+        "run right after this script finds every answer logged",
+    )
     parser.add_argument("--model", default=None, help="the served model to ask (default: the service's first)")
     parser.add_argument("--n-windows", type=int, default=20)
     parser.add_argument("--stride", type=int, default=48, help="steps between origins")
@@ -80,6 +88,7 @@ def main() -> int:
                     print(f"{series_id} origin {_iso(stamps[origin])}: HTTP {response.status}", file=sys.stderr)
                     return 1
             sent += 1
+    time.sleep(args.settle_s)
     print(f"sent {sent} requests to {args.url}")
     return 0
 

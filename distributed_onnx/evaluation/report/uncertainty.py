@@ -61,8 +61,14 @@ class OriginSums:
         for model, window in windows.items():
             if not np.array_equal(window.origins, origins):  # every model is scored on the same pairs: same origins
                 raise ValueError(f"{model}'s window origins differ from the first model's")
-            sums[model] = np.asarray(window.sums, dtype=np.float64)
-        return cls(origins, sums, first.sums.shape[1] - len(_SCALARS))
+            # Its own layout from the named columns (and the rho columns, last, one per quantile): the scoring's
+            # column order is not relied on.
+            scalars = [window.column(name) for name in _SCALARS]
+            rho = np.asarray(window.sums, dtype=np.float64)[:, window.sums.shape[1] - len(window.quantiles) :]
+            sums[model] = (
+                np.column_stack([*scalars, rho]) if origins.size else np.zeros((0, len(_SCALARS) + rho.shape[1]))
+            )
+        return cls(origins, sums, len(first.quantiles))
 
     def metrics(self, model: str, weights: F64, has_median: bool) -> dict[str, F64]:
         """Each pooled global metric of ``model`` for each row of ``weights[B, T]`` (how often each origin is drawn)."""
