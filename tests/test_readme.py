@@ -19,6 +19,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -70,20 +72,40 @@ def _free_port() -> int:
 
 
 def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = process.communicate(timeout=BLOCK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{command} ran past {BLOCK_TIMEOUT_S} s; its output ends:\n{output[-3000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # what the block left in the background (`serve ... &`) ends
-            os.killpg(process.pid, signal.SIGTERM)
-    return subprocess.CompletedProcess(command, process.returncode, output)
+    """Run ``command`` in a process group of its own; once it exits, stop what it left in the background.
+
+    The output goes to a file, not a pipe: a ``serve ... &`` of the block inherits it and would hold a pipe open
+    until it is stopped, so waiting for the pipe's end would wait for the server.
+    """
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            process.wait(timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _stop_group(process.pid)
+            log.seek(0)
+            pytest.fail(f"{command} ran past {BLOCK_TIMEOUT_S} s; its output ends:\n{log.read()[-3000:]}")
+        _stop_group(process.pid)  # what the block left in the background (a `serve ... &`) ends with it
+        log.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, log.read())
+
+
+def _stop_group(group: int, grace_s: float = 30.0) -> None:
+    """SIGTERM the process group (serve stops cleanly on it), then SIGKILL what is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def test_the_readme_blocks_are_found() -> None:
