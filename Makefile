@@ -21,7 +21,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-.PHONY: backtest test test-unit lint lint-imports typecheck docs check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: install live-demo backtest test test-unit lint lint-imports typecheck docs check check-install bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex]"
 	touch $@ $(BIN)/.installed-run
+
+# The main job's environment alone (.venv with the package and ONNX Runtime): then `source .venv/bin/activate`,
+# or call .venv/bin/distributed-onnx.
+install: $(BIN)/.installed-run
+
+# The live loop on the bundled data: backtest, serve in the background, replay requests, score; stops the server
+# it started whatever happens (scripts/live_demo.sh).
+live-demo: $(BIN)/.installed-run
+	scripts/live_demo.sh
 
 backtest: $(BIN)/.installed-run
 	$(BIN)/distributed-onnx backtest --output runs/reference --n-windows 913 --stride 1

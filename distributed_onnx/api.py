@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, RayStartError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,9 +34,10 @@ class Backtest:
     """What :func:`backtest` returns. ``.to_pandas()`` turns either table into a DataFrame."""
 
     #: One row per (model, window, lead): ``series_id, window_id, origin, cutoff, timestamp, lead, y, q0.1, ...,
-    #: model``, ordered by model, series, origin and lead.
+    #: model`` (the checkpoint's file stem: several checkpoints share the table), ordered by model, series,
+    #: origin and lead.
     forecasts: pa.Table
-    #: The long metrics table: ``model, scope, series_id, lead, metric, quantile, value, n``.
+    #: The long metrics table: ``model, scope, series_id, lead, metric, quantile, value, n, convention``.
     metrics: pa.Table
     #: What ``summary.json`` holds: settings, checkpoint, windows, actors, timing.
     summary: dict[str, Any]
@@ -69,13 +70,14 @@ def backtest(
     With ``output=None`` the run happens in a temporary directory that is deleted once the tables are read:
     only on a single machine, since actors on other nodes could not write there.
 
-    Raises what the command reports: :class:`~distributed_onnx.errors.ConfigError` for settings,
+    Raises what the command reports: :class:`~distributed_onnx.errors.RayStartError` when Ray cannot be started
+    or joined, :class:`~distributed_onnx.errors.ConfigError` for settings,
     :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
     when parts failed (after everything else was written).
     """
     from distributed_onnx.evaluation.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
-    from distributed_onnx.runtime.local_ray import alive_nodes, connect
+    from distributed_onnx.runtime.local_ray import alive_nodes
 
     table = None if isinstance(data, str | os.PathLike) else _as_arrow(data)
     if checkpoint is not None and not isinstance(checkpoint, str | os.PathLike):
@@ -87,7 +89,7 @@ def backtest(
         data_location = _location(data) if table is None else Path("<in-memory table>")
         given |= {"output": run_dir, "data": data_location}
         run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
-        connect(run_settings.address)  # kept up after the run: the next call reuses it
+        _connect(run_settings.address)  # kept up after the run: the next call reuses it
         if output is None and alive_nodes() > 1:
             raise ConfigError(
                 "output=None runs in a temporary directory on this machine, which actors on other nodes cannot "
@@ -100,6 +102,28 @@ def backtest(
         forecasts = read_forecasts(run_settings.output)
         metrics = result.read_metrics()  # the whole table, read before a temporary directory goes
     return Backtest(forecasts, metrics, result.summary, None if output is None else run_settings.output)
+
+
+def _connect(address: str | None) -> None:
+    """Join ``address`` or start the embedded Ray; a failure is one :class:`RayStartError`, not Ray's traceback.
+
+    On a loaded machine ``ray.init`` can fail outright (``RaySystemError: Failed to connect to GCS``, seen in a
+    notebook as a page of Ray's internals): the caller gets what failed and what to do, and the cause chained.
+    """
+    from distributed_onnx.runtime.local_ray import connect
+
+    try:
+        connect(address)
+    except DistributedOnnxError:
+        raise
+    except Exception as exc:  # Ray raises RaySystemError, ConnectionError, RuntimeError, TimeoutError... here
+        where = f"the Ray at {address}" if address else "an embedded local Ray on 127.0.0.1"
+        problem = " ".join(str(exc).split())[:500] or type(exc).__name__
+        raise RayStartError(
+            f"Could not start or join {where}: {type(exc).__name__}: {problem}. Nothing was run; retry when the "
+            "machine is less loaded (or check the address and that the cluster is up), or call ray.init() "
+            "yourself first."
+        ) from exc
 
 
 def read_forecasts(output: Location) -> pa.Table:

@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
+from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.version import __version__
 
@@ -59,8 +60,9 @@ def run() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser(argv)
-    args = parser.parse_args(argv)
+    words = normalized_words(sys.argv[1:] if argv is None else argv)
+    parser = _parser(words)
+    args = parse_words(parser, words)
     configure_logging(verbose=args.verbose)
     try:
         result: int = args.handler(args)
@@ -152,14 +154,28 @@ def version_text() -> str:
 def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line. Only the command given gets its flags: each settings model costs its imports (the
     backtest's data layer, Serve's settings) and its flags' generation, ~0.1 s before a backtest starts Ray."""
-    given = _command_given(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="distributed-onnx", description=__doc__.splitlines()[0])
+    from distributed_onnx.cli_words import PointingParser, plain_text
+
+    given = _command_given(normalized_words(sys.argv[1:] if argv is None else argv))
+    parser = PointingParser(prog="distributed-onnx", description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=version_text())
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Ray's own logging included")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging, Ray's own logging included (anywhere on the line)"
+    )
     commands = parser.add_subparsers(required=True, dest="command")
 
-    inspect = commands.add_parser("inspect", help="print a checkpoint's metadata, graph and the providers here")
-    inspect.add_argument("checkpoint", type=Path)
+    inspect = commands.add_parser(
+        "inspect",
+        help="print a checkpoint's metadata, graph and the providers here",
+        description="Print a checkpoint's metadata, its graph's inputs and outputs, and the ONNX Runtime execution "
+        "providers available on this machine, as JSON.",
+    )
+    inspect.add_argument(
+        "checkpoint",
+        type=Path,
+        metavar="CHECKPOINT.onnx",
+        help="the .onnx file; its metadata (STEM.metadata.json) must lie beside it",
+    )
     inspect.set_defaults(handler=_inspect)
 
     export = commands.add_parser(
@@ -216,13 +232,14 @@ def _settings_command(
     if settings is None:
         commands.add_parser(name, help=summary)
         return
+    from distributed_onnx.cli_words import plain_help, plain_text
     from distributed_onnx.settings_sources import ENV_PREFIX, add_flags
 
     model = settings()
     command = commands.add_parser(
         name,
         help=summary,
-        description=model.__doc__,
+        description=plain_text(model.__doc__ or summary),
         epilog=f"Precedence: flags > {ENV_PREFIX}<SETTING> environment variables > --config YAML > defaults.",
     )
     command.add_argument(
@@ -232,6 +249,7 @@ def _settings_command(
         help="YAML file of these settings (keys: the names with underscores)",
     )
     add_flags(command, model)
+    plain_help(command)
     command.set_defaults(handler=handler)
 
 
@@ -326,20 +344,44 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace) -> int:
     from distributed_onnx.evaluation.live import score_log
+    from distributed_onnx.evaluation.score_folders import prepare_score
     from distributed_onnx.evaluation.score_settings import ScoreSettings
     from distributed_onnx.settings_sources import given_flags
     from distributed_onnx.storage import redact
 
     settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
+    settings, borrowed = prepare_score(settings)  # the folders checked, --backtest's settings lent (exit 2)
     result = score_log(settings)
     shown: dict[str, Any] = {"windows": result.summary["windows"], "new_batch": result.new_batch}
-    written = "scored/, metrics.parquet, leaderboard.parquet, summary.json, report.html"
+    if borrowed:
+        shown["from_the_backtest"] = borrowed
+    shown["global"] = _score_headline(result.metrics.to_pylist() if result.metrics.num_rows < 100_000 else [])
+    written = ["metrics.parquet", "leaderboard.parquet", "summary.json", "report.html"]
+    if result.new_batch is not None:
+        written.insert(0, "scored/")
     if result.versus_backtest is not None:
         shown["flagged_against_the_backtest"] = result.versus_backtest.flagged
-        written += ", live_vs_backtest.parquet"
+        written.append("live_vs_backtest.parquet")
     print(json.dumps(shown, indent=2))
-    print(f"wrote {redact(settings.output)}/ ({written})")
+    print(f"wrote {redact(settings.output)}/ ({', '.join(written)})")
     return 0
+
+
+def _score_headline(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The global pooled MAE, MASE and WQL of each model, per group of checkpoints scored together."""
+    groups: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if (
+            row["scope"] == "global"
+            and row["quantile"] is None
+            and row["metric"] in {"mae", "mase", "wql"}
+            and row.get("convention") == "pooled"
+            and row["value"] is not None
+        ):
+            groups.setdefault(str(row.get("scored_with")), {})[f"{row['model']}.{row['metric']}"] = round(
+                row["value"], 4
+            )
+    return groups
 
 
 #: The commands whose flags come from a settings model: name, one-line summary, the model's loader, handler.

@@ -31,6 +31,7 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
     │   ├── InferenceError             ONNX Runtime failed while running valid-looking inputs
     │   ├── StorageError               a part could not be written after its retries (names the path)
     │   ├── WorkerStartError           worker actors did not become ready in time (names what was asked)
+    │   │   └── RayStartError          Ray could not be started or joined (the Python API's ray.init)
     │   ├── UnsupportedRayError        the installed Ray lacks a private part this package relies on (names it
     │   │                              and the Ray version tested)
     │   └── LoopbackError              the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
@@ -191,3 +192,7 @@ class BatchError(DistributedOnnxError):
     """Dispatched work failed: ``failed_parts`` lists the parts; ``failed_windows.json`` their window ids."""
 
     exit_code = 1
+
+
+class RayStartError(WorkerStartError):
+    """Ray did not start or could not be joined (``ray.init`` failed: a GCS that does not answer, no room)."""

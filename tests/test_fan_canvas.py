@@ -47,10 +47,11 @@ def test_the_legend_names_what_the_fan_draws() -> None:
         "40% interval (q0.3-q0.7)",
         "median forecast",
         "seasonal_naive median",
-        "actual",
+        "history",
+        "actual (dots)",
         "forecast origin",
     ]
     widest, narrow = entries[0], entries[1]
     assert widest.color == plots.CLAMPED_COLOR and narrow.color == plots.MODEL_COLOR
     assert widest.alpha < narrow.alpha  # the widest interval palest, as drawn
-    assert [entry.kind for entry in entries[2:]] == ["line", "dashed", "line", "dashed"]
+    assert [entry.kind for entry in entries[2:]] == ["line", "dashed", "line", "dotted", "dashed"]

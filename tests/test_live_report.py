@@ -127,7 +127,7 @@ def test_score_writes_a_report_with_the_backtests_tables_and_every_models_counts
     board = pq.read_table(tmp_path / "live" / "leaderboard.parquet")
     mase = board.filter((pc.field("kind") == "metric") & (pc.field("metric") == "mase")).to_pylist()
     for row in mase:  # each model's leaderboard row, with its interval, is on the page
-        assert re.search(rf"<th>{row['model']}</th>.*?{row['value']:.4g} <span class='hint'>\[", page), row["model"]
+        assert re.search(rf"<th>{row['model']}</th>.*?{row['value']:.4g}<br><span class='hint'>\[", page), row["model"]
     assert {row["model"] for row in mase} == {*MODELS, *BASELINES}
 
 

@@ -77,12 +77,16 @@ def test_serve_command_runs_in_the_foreground_and_stops_cleanly(
         response = httpx.post(f"{url}/v1/forecast", json={"series": [{"series_id": "a", "y": [1.0, 3.0]}]}, timeout=30)
         assert response.status_code == 200, response.text
         assert response.json()["model"] == tiny_checkpoint.weights_path.stem
+        # /docs says what is served (its OpenAPI description): the models, the shadows and the log.
+        described = httpx.get(f"{url}/openapi.json", timeout=30).json()["info"]["description"]
+        assert f"`{tiny_checkpoint.weights_path.stem}`" in described and "**Forecast log**: off" in described
         ray_processes = process_tree(process.pid) - {process.pid}
         assert ray_processes, "found no child processes: the /proc reading is broken"
         process.send_signal(stop_signal)
         output, _ = process.communicate(timeout=EXIT_TIMEOUT_S)
         assert process.returncode == 0, output
         assert "ready: http://127.0.0.1" in output
+        assert f"models: {tiny_checkpoint.weights_path.stem} (default); forecast log: off" in output
         assert "failed" not in output.lower() and "Traceback" not in output, output
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/v2/health/live", timeout=2)

@@ -120,7 +120,7 @@ def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: Wo
     return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
 
 
-def render_report(
+def render_report(  # noqa: PLR0913 - what write_report draws, passed through
     output: storage.Location,
     summary: dict[str, Any],
     metrics: pa.Table,
@@ -128,6 +128,9 @@ def render_report(
     fans: list[FanWindow],
     leaderboard: pa.Table | None = None,
     series: SeriesScores | None = None,
+    *,
+    pair_scores: PairScores | None = None,
+    step_us: int | None = None,
 ) -> float:
     """Write report.html and return the CPU seconds it took (matplotlib's import included).
 
@@ -135,7 +138,9 @@ def render_report(
     started = time.process_time()
     from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
 
-    report.write_report(output, summary, metrics, quantiles, fans, leaderboard, series)
+    report.write_report(
+        output, summary, metrics, quantiles, fans, leaderboard, series, pair_scores=pair_scores, step_us=step_us
+    )
     return time.process_time() - started
 
 
@@ -308,7 +313,7 @@ class _BacktestRun:
         self.leaderboard = self.sums.write_leaderboard(plan.settings.output, scores, plan.step_us)
         arguments = (plan.settings.output, summary, run_wide, plan.quantiles, fans, self.leaderboard, series)
         try:
-            cpu_s = render_report(*arguments)
+            cpu_s = render_report(*arguments, pair_scores=scores, step_us=plan.step_us)
             summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
             summary["timing"]["report_drawn_by"] = "driver"
         except Exception as exc:  # matplotlib, storage: whatever failed, the run's results stand

@@ -29,14 +29,17 @@ class ScoreSettings(CommandSettings):
         default=None,
         description="A backtest's output directory (backtest --output) of the served checkpoints: the report and "
         "live_vs_backtest.parquet set live skill against its skill by lead, and flag a model whose live score "
-        "falls outside its backtest's bootstrap interval.",
+        "falls outside its backtest's bootstrap interval. Its seasonality and context length are the defaults of "
+        "--seasonality and --context-length (a different value given is refused).",
     )
     seasonality: int | None = Field(
-        default=None, gt=0, description="Seasonal period in steps, for the baselines and MASE (default: one day)."
+        default=None,
+        gt=0,
+        description="Seasonal period in steps, for the baselines and MASE (default: the --backtest's, else one day).",
     )
     context_length: int | None = Field(
         default=None,
         gt=0,
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
-        "over the seasons within it, as the backtest's does (default: one season).",
+        "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
     )

@@ -86,6 +86,7 @@ from distributed_onnx.serve.schemas import (
     InferResponse,
     ModelMetadata,
 )
+from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.telemetry import ServeMetrics
 from distributed_onnx.version import __version__
@@ -100,7 +101,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for c
 # /docs loads them from a CDN, so it is blank on a machine without internet access.
 api = FastAPIOffline(
     title="distributed_onnx",
-    description="Quantile forecasts from an ONNX checkpoint: /v1/forecast and the Open Inference Protocol (v2).",
+    description=DOCS_SUMMARY,
     version=__version__,
 )
 install_error_handlers(api)
@@ -118,6 +119,9 @@ class OnnxForecastServer:
         pin_replica_servers(ray.util.get_node_ip_address(), settings.host)  # type: ignore[no-untyped-call]
         warn_if_grpc_unbounded(settings.max_body_bytes)
         self._settings = settings
+        # /docs names what this replica serves: its models, shadows and log (the document is built on first read).
+        api.description = docs_description(settings)
+        api.openapi_schema = None
         self._replica = ReplicaCore(settings, ServeMetrics())
         # Every checkpoint in this replica, each with its own session and model thread (see live_log's module
         # docstring for why one deployment holds them all).

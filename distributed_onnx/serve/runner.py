@@ -35,6 +35,7 @@ from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.loopback import allowed_ports, check_listening
+from distributed_onnx.serve.served_text import served_models
 from distributed_onnx.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
@@ -201,9 +202,10 @@ def serve_forever(settings: ServeSettings) -> int:
             settings.host,
             settings.port,
         )
+        base = f"http://{settings.host}:{settings.port}"
         print(
-            f"ready: http://{settings.host}:{settings.port}/v1/forecast (docs: /docs), "
-            f"gRPC {settings.host}:{settings.grpc_port} (KServe v2); ingress: {plan.mode}",
+            f"ready: {base}/v1/forecast (docs: {base}/docs), gRPC {settings.host}:{settings.grpc_port} (KServe v2); "
+            f"{served_models(settings)}; ingress: {plan.mode}; Ctrl-C or SIGTERM stops",
             flush=True,
         )
         while not stop_requested.wait(0.5):

@@ -161,7 +161,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, sort_keys=True).encode())
     from distributed_onnx.evaluation.report.live import write_live_report  # matplotlib: only when writing
 
-    write_live_report(output, summary, metrics, leaderboard, versus)
+    write_live_report(output, summary, metrics, leaderboard, versus, merged)
     return ScoreResult(metrics, summary, new_batch, leaderboard, versus)
 
 

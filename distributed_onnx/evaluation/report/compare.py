@@ -8,6 +8,7 @@ over series of per-series ratios against seasonal naive, as ``fev.analysis.leade
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,8 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from matplotlib import colormaps, rc_context
 
+from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
+from distributed_onnx.evaluation.report.uncertainty import Uncertainty
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
 from distributed_onnx.evaluation.scoring.registry import reported
@@ -30,16 +33,70 @@ def _rows(board: pa.Table, kind: str) -> list[dict[str, Any]]:
     return [row for row in board.to_pylist() if row["kind"] == kind]
 
 
-def _interval(row: dict[str, Any] | None, digits: int = 4) -> str:
+def _interval(row: dict[str, Any] | None, digits: int = 4, interval: tuple[float, float] | None = None) -> str:
+    """A value and, on a second line, its 95% interval (``interval`` replaces the row's own when given)."""
     if row is None:
         return "-"
     value = number(row["value"], digits)
-    if row["ci_low"] is None or not np.isfinite(row["ci_low"]):
+    low, high = interval if interval is not None else (row["ci_low"], row["ci_high"])
+    if low is None or not np.isfinite(low):
         return value
-    return f"{value} <span class='hint'>[{number(row['ci_low'], 3)}, {number(row['ci_high'], 3)}]</span>"
+    return f"{value}<br><span class='hint'>[{_short(low)}, {_short(high)}]</span>"
 
 
-def leaderboard_section(board: pa.Table, models: Sequence[str], metrics: pa.Table) -> str:
+def _short(value: float) -> str:
+    """An interval's end in at most 3 significant digits, without exponents for the thousands (MAE in MW)."""
+    return f"{value:,.0f}" if 1_000 <= abs(value) < 1e7 else number(value, 3)
+
+
+def verdict_line(uncertainty: Uncertainty | None, board: pa.Table) -> str:
+    """The page's first finding: the best model, its margin over the next with an interval and the DM p-value."""
+    if uncertainty is None or uncertainty.verdict is None:
+        return ""
+    verdict = uncertainty.verdict
+    metric = str(verdict["metric"]).upper()
+    best = str(verdict["best"])
+    text = f"Best by pooled {metric}: <b>{escape(best)}</b> ({number(verdict['best_value'])})"
+    tied = [str(model) for model in verdict.get("tied") or []]
+    if tied:
+        text += f", with identical forecasts from {escape(', '.join(tied))}"
+    if "next" in verdict:
+        runner = str(verdict["next"])
+        low, high = float(verdict["margin_low"]), float(verdict["margin_high"])
+        margin = float(verdict["margin"])
+        relative = margin / float(verdict["next_value"]) if verdict["next_value"] else math.nan
+        text += (
+            f"; ahead of {escape(runner)} ({number(verdict['next_value'])}) by {number(margin)} "
+            f"({relative:.1%} of its {metric})"
+        )
+        if np.isfinite(low):
+            sure = "the interval excludes 0" if low > 0 or high < 0 else "the interval includes 0: not a clear win"
+            text += f", 95% interval [{number(low)}, {number(high)}] ({escape(uncertainty.label_short)}; {sure})"
+        else:
+            text += f" (no interval: {escape(uncertainty.no_interval or 'too few series or origins')})"
+        test = next(
+            (
+                row
+                for row in board.to_pylist()
+                if row["kind"] == "dm"
+                and row["model"] == best
+                and row["versus"] == runner
+                and row["metric"] == verdict["metric"]
+            ),
+            None,
+        )
+        p_value = None if test is None else test["p_value"]
+        text += (
+            f"; Diebold-Mariano p = {number(p_value, 3)}"
+            if p_value is not None and np.isfinite(p_value)
+            else ("; Diebold-Mariano: undefined on these windows")
+        )
+    return f"<p class='verdict'>{text}.</p>"
+
+
+def leaderboard_section(
+    board: pa.Table, models: Sequence[str], metrics: pa.Table, uncertainty: Uncertainty | None = None
+) -> str:
     """Per model: skill against seasonal naive and each global metric with its 95% interval; then pairs."""
     metric_rows = {(row["model"], row["metric"]): row for row in _rows(board, "metric")}
     skill_rows = {
@@ -60,28 +117,65 @@ def leaderboard_section(board: pa.Table, models: Sequence[str], metrics: pa.Tabl
     shown = [metric for metric in _METRICS if any(key[1] == metric for key in metric_rows)]
     rank_metric = "mase" if "mase" in shown else "sql"
     ranked = sorted(models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
-    head = "".join(f"<th>{m.upper()} skill<br><span class='hint'>fev skill</span></th>" for m in ("mase", "sql"))
-    head += "<th>SQL skill vs seasonal quantiles<br><span class='hint'>fev skill</span></th>"
-    head += "".join(f"<th>{m.upper()}<br><span class='hint'>pooled [95%]</span></th>" for m in shown)
-    head += "".join(f"<th>{m.upper()}<br><span class='hint'>fev</span></th>" for m in shown)
+    origin_blocks = uncertainty is not None and uncertainty.resampling == "origin_blocks"
+    no_interval = uncertainty is not None and uncertainty.resampling == "none"
+
+    def metric_interval(model: str, metric: str) -> tuple[float, float] | None:
+        if no_interval:
+            return (math.nan, math.nan)
+        return uncertainty.intervals.get((model, metric)) if origin_blocks and uncertainty else None
+
+    def skill_interval(model: str, metric: str) -> tuple[float, float] | None:
+        if no_interval or (uncertainty is not None and uncertainty.n_series == 1 and not origin_blocks):
+            return (math.nan, math.nan)
+        return uncertainty.skill_intervals.get((model, metric)) if origin_blocks and uncertainty else None
+
+    head = "".join(
+        f"<th>{m.upper()} skill<br><span class='hint'>fev skill vs seasonal naive</span></th>" for m in ("mase", "sql")
+    )
+    head += "<th>SQL skill<br><span class='hint'>fev skill vs seasonal quantiles</span></th>"
+    head += "".join(f"<th>{m.upper()}<br><span class='hint'>pooled [95%]; fev</span></th>" for m in shown)
     body = ""
     for model in ranked:
-        cells = "".join(f"<td>{_interval(skill_rows.get((model, m)), 3)}</td>" for m in ("mase", "sql"))
-        cells += f"<td>{_interval(probabilistic.get(model), 3)}</td>"
-        cells += "".join(f"<td>{_interval(metric_rows.get((model, m)))}</td>" for m in shown)
-        cells += "".join(f"<td>{number(fev.get((model, m)))}</td>" for m in shown)
+        cells = "".join(
+            f"<td>{_interval(skill_rows.get((model, m)), 3, skill_interval(model, m))}</td>" for m in ("mase", "sql")
+        )
+        cells += f"<td>{_interval(probabilistic.get(model), 3, skill_interval(model, 'probabilistic'))}</td>"
+        cells += "".join(
+            f"<td>{_interval(metric_rows.get((model, m)), 4, metric_interval(model, m))}"
+            f"<br><span class='fev'>fev {number(fev.get((model, m)))}</span></td>"
+            for m in shown
+        )
         body += f"<tr><th>{escape(model)}</th>{cells}</tr>"
-    table = f"<table><tr><th>model</th>{head}</tr>{body}</table>"
+    table = f"<table class='board'><tr><th>model</th>{head}</tr>{body}</table>"
     hint = (
         "<p class='hint'>Every model on the same (window, lead) pairs. Skill: 1 - geometric mean over series of "
         "model/seasonal-naive per-series ratios (clipped to [0.01, 100]), as fev computes skill; above 0 beats "
-        f"the naive. Intervals: 95% percentile bootstrap over series, {N_RESAMPLES} resamples, seed {SEED}. "
-        "Pooled: sums over every pair; fev: each window origin scored, then the mean over windows.</p>"
+        "the naive. Pooled: sums over every pair; fev (below each): each window origin scored, then the mean over "
+        f"windows. {escape(_interval_text(uncertainty))}</p>"
     )
-    return table + hint + _pairwise(board, ranked, rank_metric)
+    return table + hint + _pairwise(board, ranked, rank_metric, uncertainty)
 
 
-def _pairwise(board: pa.Table, models: Sequence[str], metric: str) -> str:
+def _interval_text(uncertainty: Uncertainty | None) -> str:
+    if uncertainty is None:
+        return f"Intervals: 95% percentile bootstrap over series, {N_RESAMPLES} resamples, seed {SEED}."
+    if uncertainty.resampling == "none":
+        return str(uncertainty.no_interval)
+    if uncertainty.resampling == "series":
+        return f"Intervals: {uncertainty.label}."
+    skill = (
+        "the skills' too (one series: skill is 1 - the clipped ratio of the resampled metrics)"
+        if uncertainty.n_series == 1
+        else f"the skills' are the leaderboard's, over the {uncertainty.n_series} series"
+    )
+    return (
+        f"Intervals of the metrics: {uncertainty.label}; {skill}. leaderboard.parquet keeps fev's bootstrap over "
+        "series, which has no width here."
+    )
+
+
+def _pairwise(board: pa.Table, models: Sequence[str], metric: str, uncertainty: Uncertainty | None = None) -> str:
     wins = {(row["model"], row["versus"]): row for row in _rows(board, "win_rate") if row["metric"] == metric}
     tests = {(row["model"], row["versus"]): row for row in _rows(board, "dm") if row["metric"] == metric}
     if not wins:
@@ -94,22 +188,44 @@ def _pairwise(board: pa.Table, models: Sequence[str], metric: str) -> str:
             if a == b:
                 cells += "<td>-</td>"
                 continue
+            if uncertainty is not None and uncertainty.same_forecasts(a, b):
+                cells += "<td class='same'>identical forecasts</td>"
+                continue
             win, test = wins.get((a, b)), tests.get((a, b))
             p_value = None if test is None else test["p_value"]
-            star = " *" if p_value is not None and np.isfinite(p_value) and p_value < 0.05 else ""
+            significant = p_value is not None and np.isfinite(p_value) and p_value < 0.05
+            star = " *" if significant else ""
+            statistic = None if test is None else test["statistic"]
             cells += (
-                f"<td>{number(None if win is None else win['value'], 3)}"
-                f"<span class='hint'> DM {number(None if test is None else test['statistic'], 3)}, "
+                f"<td>{number(None if win is None else win['value'], 3)}<br>"
+                f"<span class='{'dm strong' if significant else 'dm'}'>DM {number(statistic, 3)}, "
                 f"p {number(p_value, 2)}{star}</span></td>"
             )
         body += f"<tr><th>{escape(a)}</th>{cells}</tr>"
+    identical = (
+        ""
+        if uncertainty is None or not uncertainty.identical
+        else " Identical forecasts: "
+        + "; ".join(", ".join(group) for group in uncertainty.identical)
+        + " (equal sums at every origin and quantile: nothing to compare)."
+    )
     return (
         f"<h3>Pairwise ({metric.upper()})</h3><table><tr><th>model</th>{head}</tr>{body}</table>"
         "<p class='hint'>Win rate: share of series where the row's model has the lower per-series "
         f"{metric.upper()} (ties count half). DM: Diebold-Mariano statistic on the per-window-origin "
         f"{metric.upper()} differences (row minus column; negative favours the row), long-run variance over the "
         "lags at which multi-step windows overlap (Diebold & Mariano 1995; Bartlett weights if not positive), "
-        "Harvey-Leybourne-Newbold 1997 small-sample correction, Student t p-value; * p &lt; 0.05.</p>"
+        "Harvey-Leybourne-Newbold 1997 small-sample correction, Student t p-value; * p &lt; 0.05."
+        f"{escape(identical)}</p>"
+    )
+
+
+def by_origin(uncertainty: Uncertainty | None, models: Sequence[str], metric_label: str) -> str:
+    """Each model's score per forecast origin (the fev convention's per-window score), over time."""
+    if uncertainty is None or not uncertainty.per_origin or uncertainty.n_origins < 2:
+        return "<p>(fewer than two forecast origins: nothing to draw by origin)</p>"
+    return report_plots.score_by_origin(
+        uncertainty.origins_us, {model: uncertainty.per_origin[model] for model in models}, metric_label
     )
 
 
@@ -138,7 +254,7 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
     leads, naive = reference
     palette = colormaps["tab10"]
     with rc_context(_RC):
-        figure, (axis,) = _figure(10.5, 3.4)
+        figure, (axis,) = _figure(10.5, 3.9, bottom_in=1.0)
         for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
             found = scores.by_lead(model, metric)
             if found is None:
@@ -150,7 +266,8 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
         axis.set_xlabel(lead_label)
         axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
         axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
-        axis.legend(fontsize=8, loc="lower left", ncols=3)
+        # Below the axes, never on a curve: the legend's place does not depend on the data.
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
     return _svg(figure)
 
 
@@ -162,6 +279,8 @@ def calibration_table(scores: Scores, models: Sequence[str], quantiles: Sequence
     head = "".join(f"<th>{1 - 2 * low:.0%} (q{low:g}-q{high:g})</th>" for low, high in intervals)
     body = ""
     for model in models:
+        if model == SEASONAL_NAIVE:  # a point forecast: every quantile is its one value, so no interval to check
+            continue
         cells = ""
         for low, _ in intervals:
             value = scores.value(model, "coverage", low)
@@ -170,5 +289,6 @@ def calibration_table(scores: Scores, models: Sequence[str], quantiles: Sequence
         body += f"<tr><th>{escape(model)}</th>{cells}</tr>"
     return (
         f"<table><tr><th>model</th>{head}</tr>{body}</table>"
-        "<p class='hint'>Share of actuals inside each central interval (pooled), in brackets minus nominal.</p>"
+        "<p class='hint'>Share of actuals inside each central interval (pooled), in brackets minus nominal. "
+        "Seasonal naive is a point forecast (no interval), so it has no row.</p>"
     )

@@ -14,6 +14,7 @@ backtest's bootstrap interval, flagged when outside, and skill by lead, live aga
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +28,8 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import lead_label, write_page
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
-from distributed_onnx.evaluation.scoring.pairs import BASELINES
+from distributed_onnx.evaluation.report.uncertainty import uncertainty
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.live.versus_backtest import VersusBacktest
@@ -43,8 +45,16 @@ def write_live_report(
     metrics: pa.Table,
     leaderboard: pa.Table,
     versus: VersusBacktest | None = None,
+    merged: Mapping[tuple[tuple[str, ...], int, tuple[float, ...], int], PairScores] | None = None,
 ) -> storage.Location:
-    """Write ``output/report.html`` and return its location."""
+    """Write ``output/report.html`` and return its location.
+
+    ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
+    resampling, the verdict and the score by origin (:mod:`.uncertainty`); without them the leaderboards' own."""
+    by_label = {
+        (",".join(key[0]), int(key[1]), ",".join(format(q, "g") for q in key[2]), int(key[3])): scores
+        for key, scores in (merged or {}).items()
+    }
     sections = [
         f"<h1>Live scoring of {escape(summary.get('forecasts', '?'))}</h1>",
         f"<p class='lede'>{escape(_lede(summary))}</p>",
@@ -55,7 +65,9 @@ def write_live_report(
     if versus is not None:
         sections += ["<h2>Live against the backtest</h2>", versus_section(versus)]
     for group, group_metrics, group_board in _groups(metrics, leaderboard):
-        sections += _group_sections(group, group_metrics, group_board, summary)
+        label = (str(group["scored_with"]), int(group["horizon"]), str(group["quantile_levels"]),
+                 int(group["resolution_minutes"]))  # fmt: skip
+        sections += _group_sections(group, group_metrics, group_board, summary, by_label.get(label))
     if not metrics.num_rows:
         sections.append("<p>(no window has been scored yet: rerun when the actuals have arrived)</p>")
     sections.append(
@@ -184,7 +196,7 @@ def skill_by_lead_versus(table: pa.Table) -> str:
     models = list(dict.fromkeys(row["model"] for row in rows))
     palette = colormaps["tab10"]
     with rc_context(_RC):
-        figure, axes = _figure(10.5, 3.4, columns=len(metrics))
+        figure, axes = _figure(10.5, 4.0, columns=len(metrics), bottom_in=1.1)
         for axis, metric in zip(axes, metrics, strict=True):
             for index, model in enumerate(models):
                 chosen = [row for row in rows if row["model"] == model and row["metric"] == metric]
@@ -197,7 +209,9 @@ def skill_by_lead_versus(table: pa.Table) -> str:
             axis.set_xlabel("lead (steps ahead)")
             axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
             axis.set_title(f"{metric.upper()} skill by lead: live (solid), backtest (dashed)", loc="left")
-            axis.legend(fontsize=7, loc="best", ncols=2)
+            axis.legend(
+                fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=2, frameon=False
+            )  # off the curves
     return _svg(figure)
 
 
@@ -217,7 +231,9 @@ def _groups(metrics: pa.Table, leaderboard: pa.Table) -> list[tuple[dict[str, An
     return found
 
 
-def _group_sections(group: dict[str, Any], metrics: pa.Table, board: pa.Table, summary: dict[str, Any]) -> list[str]:
+def _group_sections(
+    group: dict[str, Any], metrics: pa.Table, board: pa.Table, summary: dict[str, Any], pair_scores: PairScores | None
+) -> list[str]:
     checkpoints = str(group["scored_with"]).split(",")
     if not board.num_rows:  # every window of the group was not placeable or is pending: nothing scored to show
         return [
@@ -240,14 +256,18 @@ def _group_sections(group: dict[str, Any], metrics: pa.Table, board: pa.Table, s
         f"Scored together: {', '.join(checkpoints)} (horizon {group['horizon']} steps of "
         f"{group['resolution_minutes']} min, quantiles {group['quantile_levels']})"
     )
+    sure = uncertainty(pair_scores, step_us) if pair_scores is not None else None
     sections = [
         f"<h2>{escape(title)}</h2>",
+        report_compare.verdict_line(sure, board),
         "<h3>Leaderboard</h3>",
-        report_compare.leaderboard_section(board, models, metrics),
+        report_compare.leaderboard_section(board, models, metrics, sure),
         "<h3>Pairs scored and left out</h3>",
         report_compare.pairs_section({"pairs": pairs}),
         "<h3>Skill by lead, every model</h3>",
         report_compare.skill_by_lead(scores, models, lead_label(step_us)),
+        "<h3>Score by forecast origin, every model</h3>",
+        report_compare.by_origin(sure, models, "MASE" if scores.by_lead(BASELINES[0], "mase") else "SQL"),
         "<h3>Calibration, every model</h3>",
         report_compare.calibration_table(scores, models, quantiles),
     ]

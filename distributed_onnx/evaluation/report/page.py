@@ -28,6 +28,8 @@ from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
+from distributed_onnx.evaluation.report.uncertainty import uncertainty
+from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
@@ -35,7 +37,7 @@ REPORT = "report.html"
 MAX_CALIBRATION_SERIES = 500
 
 
-def write_report(
+def write_report(  # noqa: PLR0913 - the run's products the page draws, each of its own kind
     output: storage.Location,
     summary: dict[str, Any],
     metrics: pa.Table,
@@ -43,8 +45,14 @@ def write_report(
     fans: Sequence[FanWindow] = (),
     leaderboard: pa.Table | None = None,
     series: SeriesValues | None = None,
+    *,
+    pair_scores: PairScores | None = None,
+    step_us: int | None = None,
 ) -> storage.Location:
     """Write ``output/report.html`` and return its location.
+
+    ``pair_scores`` (the run's merged scores) and ``step_us`` give the intervals' resampling, the verdict and the score
+    by forecast origin (:mod:`.uncertainty`); without them the page shows the leaderboard's intervals as they are.
 
     ``metrics``: the long metrics table, or only its run-wide rows when ``series`` gives the per-series values
     (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
@@ -52,7 +60,10 @@ def write_report(
     model = str(summary["model"])
     scores = Scores(metrics, series)
     clamped = _clamped_levels(summary)
-    step_us = fans[0].step_us if fans else None
+    step_us = step_us or (fans[0].step_us if fans else None)
+    sure = (
+        uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
+    )
     models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow
     checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
     title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
@@ -60,17 +71,20 @@ def write_report(
     if leaderboard is not None and leaderboard.num_rows:
         comparison = [
             "<h2>Leaderboard</h2>",
-            report_compare.leaderboard_section(leaderboard, models, metrics),
+            report_compare.leaderboard_section(leaderboard, models, metrics, sure),
             "<h3>Pairs scored and left out</h3>",
             report_compare.pairs_section(summary),
             "<h3>Skill by lead, every model</h3>",
             report_compare.skill_by_lead(scores, models, lead_label(step_us)),
+            "<h3>Score by forecast origin, every model</h3>",
+            report_compare.by_origin(sure, models, "MASE" if scores.by_lead(NAIVE_MODEL, "mase") else "SQL"),
             "<h3>Calibration, every model</h3>",
             report_compare.calibration_table(scores, models, quantiles),
         ]
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
+        report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else "",
         *report_tables.notes(summary),
         *comparison,
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
@@ -170,7 +184,8 @@ def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
         if entry.kind == "band":
             style = f"background:{entry.color};opacity:{entry.alpha:.2f}"
         else:
-            style = f"border-top:2px {'dashed' if entry.kind == 'dashed' else 'solid'} {entry.color}"
+            line = {"dotted": "3px dotted", "dashed": "2px dashed"}.get(entry.kind, "2px solid")
+            style = f"border-top:{line} {entry.color}"
         items.append(f"<li><i class='{entry.kind}' style='{style}'></i>{escape(entry.label)}</li>")
     return "<ul class='legend'>" + "".join(items) + "</ul>"
 

@@ -27,8 +27,10 @@ NAIVE_COLOR = "#c0392b"
 ACTUAL_COLOR = "#111111"
 CLAMPED_COLOR = "#b9770e"
 ORIGIN_COLOR = "#666666"
-#: At most this many horizons of history are drawn before the origin: more squeezes the forecast unreadably.
-HISTORY_HORIZONS = 3
+#: At most this many horizons of history are drawn before the origin: three left the forecast a quarter of the
+#: width; one gives it half.
+HISTORY_HORIZONS = 1
+HISTORY_COLOR = "#8a8a8a"
 _RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",
     "svg.hashsalt": "distributed-onnx-report",
@@ -110,7 +112,7 @@ class LegendEntry:
 
     label: str
     color: str
-    kind: Literal["band", "line", "dashed"] = "line"  # a band is a filled swatch at ``alpha``
+    kind: Literal["band", "line", "dashed", "dotted"] = "line"  # a band is a filled swatch at ``alpha``
     alpha: float = 1.0
 
 
@@ -133,7 +135,8 @@ def fan_legend(window: Fan) -> list[LegendEntry]:
     palette = colormaps["tab10"]
     for index, (name, _) in enumerate(window.others):
         entries.append(LegendEntry(f"{name} median", _hex(palette((index + 1) % 10)), "dashed"))
-    entries.append(LegendEntry("actual", ACTUAL_COLOR))
+    entries.append(LegendEntry("history", HISTORY_COLOR))
+    entries.append(LegendEntry("actual (dots)", ACTUAL_COLOR, "dotted"))
     entries.append(LegendEntry("forecast origin", ORIGIN_COLOR, "dashed"))
     return entries
 
@@ -180,13 +183,14 @@ class FanCanvas:
                 color, alpha = _band_style(lower, clamped, widest)
                 axis.fill_between(future, low, high, color=color, alpha=alpha, lw=0)
             if window.median is not None:
-                axis.plot(future, window.median, color=MODEL_COLOR, lw=1.6)
+                axis.plot(future, window.median, color=MODEL_COLOR, lw=2.0, zorder=3)
             palette = colormaps["tab10"]
             for index, (_, values) in enumerate(window.others):
                 axis.plot(future, values, color=palette((index + 1) % 10), lw=1.1, ls="--")
-            axis.plot(
-                np.concatenate([past, future]), np.concatenate([history, window.actual]), color=ACTUAL_COLOR, lw=1.0
-            )
+            # History grey, the actuals black dots over the horizon, the median a thick blue line: three marks
+            # that cannot be taken for one another (a thin black line through the median read as one).
+            axis.plot(past, history, color=HISTORY_COLOR, lw=1.0)
+            axis.plot(future, window.actual, color=ACTUAL_COLOR, lw=0, marker="o", ms=2.2, zorder=4)
             axis.axvline(future[0] if horizon else past[-1], color=ORIGIN_COLOR, ls="--", lw=0.8)
             axis.autoscale_view()
         return _svg(self.figure)
@@ -206,7 +210,7 @@ def skill_by_lead(
 ) -> str:
     """Left: MASE by lead, model against seasonal naive. Right: skill 1 - model/naive by lead (MASE, WQL)."""
     with rc_context(_RC):
-        figure, (scores, skill) = _figure(10.5, 3.2, columns=2)
+        figure, (scores, skill) = _figure(10.5, 3.7, columns=2, bottom_in=1.0)
         if "mase" in model:
             scores.plot(leads, model["mase"], color=MODEL_COLOR, lw=1.6, label=model_name)
         if "mase" in naive:
@@ -215,7 +219,8 @@ def skill_by_lead(
         scores.set_xlabel(lead_label)
         scores.set_ylabel("MASE (lower is better)")
         scores.set_title("MASE by lead", loc="left")
-        scores.legend(fontsize=8, loc="best")
+        below = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "ncols": 3, "frameon": False}
+        scores.legend(**below)  # below the axes: a legend inside them sat on a curve
         styles = {"mase": "-", "wql": "--"}
         for metric, style in styles.items():
             if metric in model and metric in naive:
@@ -227,7 +232,7 @@ def skill_by_lead(
         skill.set_xlabel(lead_label)
         skill.set_ylabel("skill = 1 - model / naive")
         skill.set_title("Skill against seasonal naive (higher is better, 1 = perfect)", loc="left")
-        skill.legend(fontsize=8, loc="lower right")
+        skill.legend(**below)
     return _svg(figure)
 
 
@@ -285,4 +290,26 @@ def calibration(
             lead_axis.set_ylabel("empirical coverage")
             lead_axis.set_title("Coverage by lead (dotted: nominal)", loc="left")
             lead_axis.legend(loc="lower left", fontsize=7, ncols=2)
+    return _svg(figure)
+
+
+def score_by_origin(origins_us: np.ndarray, curves: Mapping[str, np.ndarray], metric_label: str) -> str:
+    """Each model's score per forecast origin (one point per origin, the fev convention), on a UTC time axis."""
+    palette = colormaps["tab10"]
+    times = np.asarray(origins_us, dtype=np.int64).astype("datetime64[us]")
+    with rc_context(_RC):
+        figure, (axis,) = _figure(10.5, 3.6, bottom_in=1.0)
+        for index, (name, values) in enumerate(curves.items()):
+            naive = name == "seasonal_naive"
+            color = NAIVE_COLOR if naive else palette(index % 10)
+            axis.plot(times, values, color=color, lw=1.0 if naive else 1.3, ls="--" if naive else "-", label=name,
+                      marker="o" if times.size <= 60 else None, ms=2.5)  # fmt: skip
+        locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+        axis.xaxis.set_major_locator(locator)
+        axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel("forecast origin (UTC)")
+        axis.set_ylabel(f"{metric_label} of the origin's windows")
+        axis.set_title(f"{metric_label} by forecast origin (each origin's windows scored; lower is better)", loc="left")
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
     return _svg(figure)

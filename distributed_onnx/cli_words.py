@@ -1,0 +1,154 @@
+"""The command line's words before and after argparse: forms people type, errors that point, help in plain text.
+
+argparse alone answered a typo (``backtest --n-windw 2``) with the *top-level* usage and "unrecognized
+arguments", refused ``--n_windows`` and ``-v`` after the command, and said nothing when a list was given with
+spaces (``--quantiles 0.1 0.5 0.9``). Here:
+
+- :func:`normalized_words`: ``--n_windows`` is read as ``--n-windows`` (the YAML keys and environment variables
+  use underscores, so people type them), and ``-v``/``--verbose`` anywhere on the line is the top-level flag;
+- :func:`parse_words` and :class:`PointingParser`: an error shows the usage of the command it is about, then
+  one ``error:`` line, then a hint: the closest flag of that command (difflib, as the YAML path's "did you mean"
+  does), or for stray values after a list flag its comma-separated form;
+- :func:`plain_text` and :func:`plain_help`: the help is read in a terminal, so the docstrings' reStructuredText
+  (````x````, ``:class:`~a.B```) becomes plain text, and a metavar never reads ``list[Path]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+__all__ = ["PointingParser", "normalized_words", "parse_words", "plain_help", "plain_text"]
+
+_VERBOSE = ("-v", "--verbose")
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+_INTERPRETED = re.compile(r"`([^`]+)`")
+#: What a generated metavar becomes (pydantic-settings writes the annotation: ``list[Path]``, ``int``).
+_METAVARS = {
+    "list[Path]": "PATH",
+    "list[str]": "NAME",
+    "list[float]": "X,Y,...",
+    "list[int]": "N,M,...",
+    "int": "N",
+    "float": "X",
+    "str": "TEXT",
+}
+
+
+def normalized_words(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``-v``/``--verbose`` first wherever it was, and underscores in flag names read as hyphens."""
+    words = list(argv)
+    if "--" in words:  # after "--" nothing is a flag
+        cut = words.index("--")
+        head, tail = words[:cut], words[cut:]
+    else:
+        head, tail = words, []
+    verbose = [word for word in head if word in _VERBOSE]
+    rest = [_kebab(word) for word in head if word not in _VERBOSE]
+    return verbose[:1] + rest + tail
+
+
+def _kebab(word: str) -> str:
+    if not word.startswith("--") or "_" not in word.split("=", 1)[0]:
+        return word
+    name, equals, value = word.partition("=")
+    return name.replace("_", "-") + equals + value
+
+
+def parse_words(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+    """Parse ``words``; words no flag took are an error of the command they follow (:class:`PointingParser`)."""
+    args, extras = parser.parse_known_args(words)
+    if extras:
+        command = _command_parser(parser, getattr(args, "command", None))
+        if isinstance(command, PointingParser):
+            command.unrecognized(extras, words)
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            chosen: argparse.ArgumentParser = action.choices[name]
+            return chosen
+    return parser
+
+
+class PointingParser(argparse.ArgumentParser):
+    """An argparse parser whose errors show its own usage, the problem, and what was probably meant."""
+
+    def error(self, message: str) -> NoReturn:
+        hints = []
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            hints = self.hints(unknown.group(1).split(), [])
+        self._fail(message, hints)
+
+    def unrecognized(self, extras: list[str], words: list[str]) -> NoReturn:
+        self._fail(f"unrecognized arguments: {' '.join(extras)}", self.hints(extras, words))
+
+    def hints(self, extras: list[str], words: list[str]) -> list[str]:
+        """A hint per unknown flag (the closest of this command's) and per run of values after a flag."""
+        flags = [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+        hints = []
+        for word in extras:
+            if word.startswith("-"):
+                name = word.split("=", 1)[0]
+                close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"did you mean {close[0]}? ({self.prog} --help lists every flag)")
+                else:
+                    hints.append(f"{name} is not a flag of {self.prog.split()[-1]} ({self.prog} --help lists them)")
+        hints += self._stray_values(extras, words)
+        return hints
+
+    def _stray_values(self, extras: list[str], words: list[str]) -> list[str]:
+        """For values no flag took: the flag they follow and its comma-separated form."""
+        hints = []
+        index = 0
+        while index < len(words):
+            word = words[index]
+            values = []
+            if word.startswith("--") and "=" not in word:
+                cursor = index + 2
+                while cursor < len(words) and not words[cursor].startswith("-") and words[cursor] in extras:
+                    values.append(words[cursor])
+                    cursor += 1
+            if values and index + 1 < len(words):
+                joined = ",".join([words[index + 1], *values])
+                hints.append(
+                    f"{word} takes one value; for a list, join the values with commas: {word} {joined} "
+                    f"(or repeat the flag: {' '.join(f'{word} {value}' for value in [words[index + 1], *values])})"
+                )
+                index = cursor
+                continue
+            index += 1
+        return hints
+
+    def _fail(self, message: str, hints: list[str]) -> NoReturn:
+        self.print_usage(sys.stderr)
+        lines = [f"error: {message}", *(f"hint: {hint}" for hint in hints)]
+        self.exit(2, "\n".join(lines) + "\n")
+
+
+def plain_text(text: str) -> str:
+    """reStructuredText roles and literals as plain text: ``:class:`~a.B``` -> ``B``, double backticks dropped."""
+    text = _ROLE.sub(lambda match: match.group(1).rsplit(".", 1)[-1], text)
+    text = _LITERAL.sub(r"\1", text)
+    return _INTERPRETED.sub(r"\1", text)
+
+
+def plain_help(parser: argparse.ArgumentParser) -> None:
+    """Every help text and metavar of ``parser`` in plain text (see the module docstring)."""
+    if parser.description:
+        parser.description = plain_text(parser.description)
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = plain_text(action.help)
+        if isinstance(action.metavar, str):
+            action.metavar = _METAVARS.get(action.metavar, action.metavar)
