@@ -74,11 +74,11 @@ class OriginSums:
         """Each pooled global metric of ``model`` for each row of ``weights[B, T]`` (how often each origin is drawn)."""
         total = weights @ self.sums[model]
         column = {name: total[:, index] for index, name in enumerate(_SCALARS)}
-        rho = total[:, len(_SCALARS) :]  # 2 rho per quantile
+        rho = total[:, len(_SCALARS) :]  # rho per quantile (registry.py: WQL is 2 rho over |y|)
         with np.errstate(divide="ignore", invalid="ignore"):
             out = {
                 "sql": column["sql"] / column["scaled_pairs"],
-                "wql": (rho / column["abs_y"][:, None]).mean(axis=1),
+                "wql": (2.0 * rho / column["abs_y"][:, None]).mean(axis=1),
             }
             if has_median:
                 out["mae"] = column["abs_err"] / column["pairs"]
