@@ -49,14 +49,13 @@ def test_no_output_file_nor_printed_line_carries_a_urls_secrets(
     arguments += ["--stride", str(settings.stride), "--cpus-per-actor", "1", "--no-progress"]
     assert main(arguments) == 0
     log = tmp_path / "log"
-    (log / "day=2026-12-01").mkdir(parents=True)  # an empty log: score still writes every output
+    (log / "day=2026-12-01").mkdir(parents=True)  # an empty log: refused in one line (exit 2), which must not leak
     score = tmp_path / "score"
-    score.mkdir()  # score of an empty log does not create it (issue 28's)
     arguments = ["score", "--forecasts", str(log), "--actuals", f"file://{data}?secret_key={SECRETS[2]}"]
     arguments += ["--output", f"file://{score}?session_token={SECRETS[3]}", "--backtest", str(backtest)]
-    assert main(arguments) == 0
+    assert main(arguments) == 2
     printed = capsys.readouterr()
-    written = [path for folder in (backtest, score) for path in folder.rglob("*") if path.is_file()]
+    written = [path for folder in (backtest, score) if folder.exists() for path in folder.rglob("*") if path.is_file()]
     assert {"summary.json", "run.json", "report.html"} <= {path.name for path in written}
     for secret in SECRETS:
         assert secret not in printed.out and secret not in printed.err
