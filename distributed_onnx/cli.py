@@ -192,7 +192,10 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
-        "--resolution-minutes", type=int, default=60, metavar="M", help="the data's sampling interval, for the metadata"
+        "--resolution-minutes",
+        type=int,
+        metavar="M",
+        help="the data's sampling interval, for the metadata (default: the step of --data, else 60)",
     )
     export.set_defaults(handler=_export)
 

@@ -23,25 +23,28 @@ same windows (the user's ``--data`` or seeded sample windows with gaps) and reco
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.export.common import (
+    UpstreamForecast,
+    finish,
+    parity_report,
+    parity_windows,
+    resolution_of,
+    write_metadata,
+)
 from distributed_onnx.export.request import ExportRequest, ExportResult
-from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path
+from distributed_onnx.model.checkpoint import CheckpointMetadata
 
 #: The upstream exporter's names, in its order (the adapter reads the variant from them).
 INPUT_NAMES = ("context", "group_ids", "attention_mask", "future_covariates")
 OUTPUT_NAME = "quantile_preds"
-#: The resolution written when no ``--data`` shows the data's own (Chronos-2 itself is resolution-agnostic).
-DEFAULT_RESOLUTION_MINUTES = 60
 
 
 def export(request: ExportRequest) -> ExportResult:
@@ -52,7 +55,6 @@ def export(request: ExportRequest) -> ExportResult:
     output = request.output
     output.parent.mkdir(parents=True, exist_ok=True)
     export_graph(model, output)
-    resolution, windows = _parity_windows(request, int(config.context_length))
     metadata = CheckpointMetadata(
         model_family="chronos2",
         input_names=list(INPUT_NAMES),
@@ -61,18 +63,14 @@ def export(request: ExportRequest) -> ExportResult:
         context_length=int(config.context_length),
         output_patch_size=int(config.output_patch_size),
         horizon_patches=int(config.max_output_patches),
-        resolution_minutes=resolution,
-        sha256=storage.sha256(output),
+        resolution_minutes=resolution_of(request),
         description=f"Chronos-2 exported from {request.pretrained_dir.name} (chronos-forecasting "
         f"{_upstream_version()}); weights in {output.name}.data",
     )
-    metadata_path = default_metadata_path(output)
-    document = metadata.model_dump(mode="json", exclude_none=True)
-    storage.write_bytes(metadata_path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
-    parity = parity_report(pipeline, output, windows, metadata.horizon_length)
-    parity_path = output.with_suffix(".parity.json")
-    storage.write_bytes(parity_path, (json.dumps(parity, indent=2) + "\n").encode("utf-8"))
-    return ExportResult(weights_path=output, metadata_path=metadata_path, parity_path=parity_path, parity=parity)
+    metadata_path = write_metadata(output, metadata)
+    windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
+    parity = parity_report(_upstream_forecast(pipeline), output, windows, metadata.horizon_length, source)
+    return finish(request, metadata_path, parity)
 
 
 def load_pipeline(pretrained_dir: Path) -> Any:
@@ -256,82 +254,17 @@ def _float_group_time_mask(group_ids: Any, attention_mask: Any, floating_type: A
 # ------------------------------------------------------------------------------------------------ parity
 
 
-def _parity_windows(request: ExportRequest, context_length: int) -> tuple[int, np.ndarray]:
-    """(resolution in minutes, contexts ``[W, C]`` float32 with NaN gaps) for the parity report.
-
-    From ``--data``: the last context of up to ``parity_windows`` series (the data's step is the resolution
-    written). Otherwise seeded sample windows: daily-seasonal random walks, some with gaps and a short history.
-    """
-    if request.data is not None:
-        from distributed_onnx.evaluation.data.table import read_table
-        from distributed_onnx.evaluation.data.table import series_from_table as dense
-
-        table = read_table(request.data)
-        resolution = _data_resolution_minutes(table)
-        series = dense(table, resolution, source=str(request.data)).series
-        contexts = np.full((min(len(series), request.parity_windows), context_length), np.nan, dtype=np.float32)
-        for row, one in enumerate(series[: contexts.shape[0]]):
-            tail = one.values[-context_length:]
-            contexts[row, context_length - tail.size :] = tail
-        return resolution, contexts
-    rng = np.random.default_rng(0)
-    steps = np.arange(context_length)
-    contexts = (
-        10.0 * np.sin(2 * np.pi * steps / 24)[None, :]
-        + np.cumsum(rng.normal(size=(request.parity_windows, context_length)), axis=1)
-        + rng.uniform(-50, 50, size=(request.parity_windows, 1))
-    ).astype(np.float32)
-    contexts[rng.random(contexts.shape) < 0.05] = np.nan  # scattered gaps
-    contexts[::4, : context_length // 2] = np.nan  # a short history: left-padded
-    return DEFAULT_RESOLUTION_MINUTES, contexts
-
-
-def _data_resolution_minutes(table: Any) -> int:
-    """The smallest step between consecutive timestamps of one series, in whole minutes."""
-    import pyarrow.compute as pc
-
-    from distributed_onnx.evaluation.data.table import timestamps_us
-
-    ids = table["series_id"]
-    first = pc.equal(ids, ids[0])
-    stamps = np.sort(timestamps_us(table.filter(first)["timestamp"], "data"))
-    steps = np.diff(stamps)
-    steps = steps[steps > 0]
-    if steps.size == 0:
-        return DEFAULT_RESOLUTION_MINUTES
-    return max(1, int(steps.min()) // 60_000_000)
-
-
-def parity_report(pipeline: Any, weights: Path, contexts: np.ndarray, horizon: int) -> dict[str, Any]:
-    """Upstream ``Chronos2Pipeline.predict`` vs this package's ONNX Runtime worker on the same contexts."""
+def _upstream_forecast(pipeline: Any) -> UpstreamForecast:
+    """Upstream ``Chronos2Pipeline.predict`` (torch, CPU) as the parity report's reference: ``[W, H, Q]``."""
     import torch
 
-    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+    def forecast(contexts: np.ndarray, horizon: int) -> np.ndarray:
+        predicted = pipeline.predict(
+            [torch.from_numpy(row[None, :].copy()) for row in contexts], prediction_length=horizon, batch_size=256
+        )
+        return np.stack([p[0].numpy() for p in predicted]).transpose(0, 2, 1)
 
-    levels = [float(q) for q in pipeline.quantiles]
-    upstream = pipeline.predict(
-        [torch.from_numpy(row[None, :].copy()) for row in contexts], prediction_length=horizon, batch_size=256
-    )
-    expected = np.stack([p[0].numpy() for p in upstream]).transpose(0, 2, 1)  # [W, H, Q]
-    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, warm_up_rows=0))
-    try:
-        got = worker.forecast(contexts, horizon, levels)
-    finally:
-        worker.close()
-    difference = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-    scale = np.maximum(np.abs(expected.astype(np.float64)), 1e-6)
-    return {
-        "windows": int(contexts.shape[0]),
-        "horizon": horizon,
-        "quantiles": len(levels),
-        "missing_share": round(float(np.isnan(contexts).mean()), 4),
-        "max_abs_diff": float(difference.max()),
-        "max_rel_diff": float((difference / scale).max()),
-        "median_abs_diff": float(np.median(difference)),
-        "upstream": f"chronos-forecasting {_upstream_version()} Chronos2Pipeline.predict (torch, CPU)",
-        "onnx": "distributed_onnx InferenceWorker (ONNX Runtime, CPU)",
-        "finite": bool(np.isfinite(got).all() and not math.isnan(float(difference.max()))),
-    }
+    return forecast
 
 
 def _upstream_version() -> str:

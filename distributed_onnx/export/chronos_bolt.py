@@ -23,14 +23,11 @@ import numpy as np
 
 from distributed_onnx.errors import ConfigError, MissingExtraError
 from distributed_onnx.export.common import (
-    export_context_graph,
-    finish,
+    export_context_model,
     observed_mean,
-    parity_report,
-    parity_windows,
     patched,
     require_torch,
-    write_metadata,
+    resolution_of,
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
@@ -81,13 +78,10 @@ def metadata_for(pipeline: Any, resolution_minutes: int) -> CheckpointMetadata:
 
 def export(request: ExportRequest) -> ExportResult:
     pipeline = load_pipeline(request)
-    metadata = metadata_for(pipeline, request.resolution_minutes)
-    windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
-    with _exportable(pipeline.model):
-        export_context_graph(_OneCall(pipeline.model), windows[:2], request.output, OUTPUT_NAME)
-    metadata_path = write_metadata(request.output, metadata)
-    parity = parity_report(_upstream_forecast(pipeline), request.output, windows, 2 * metadata.horizon_length, source)
-    return finish(request, metadata_path, parity)
+    metadata = metadata_for(pipeline, resolution_of(request))
+    return export_context_model(
+        request, metadata, _OneCall(pipeline.model), _exportable(pipeline.model), _upstream_forecast(pipeline)
+    )
 
 
 def _upstream_forecast(pipeline: Any) -> Any:

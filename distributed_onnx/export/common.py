@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 #: ``(context [W, C] float32 with NaN, horizon) -> [W, horizon, n_native]``: the upstream pipeline's forecast.
 UpstreamForecast = Callable[[np.ndarray, int], np.ndarray]
+#: The resolution written when neither ``--resolution-minutes`` nor ``--data`` gives one (the families
+#: themselves are resolution-agnostic).
+DEFAULT_RESOLUTION_MINUTES = 60
 
 
 def require_torch() -> Any:
@@ -85,6 +88,42 @@ def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_n
         # Every initializer in MODEL.onnx.data beside the graph: a published model's weights stay out of the
         # protobuf (2 GiB limit) and the graph file stays small enough to hash and copy.
         program.save(str(output), external_data=True)
+
+
+def export_context_model(
+    request: ExportRequest,
+    metadata: CheckpointMetadata,
+    module: Any,
+    patches: contextlib.AbstractContextManager[Any],
+    upstream: UpstreamForecast,
+) -> ExportResult:
+    """The export of a family whose graph takes ``context`` alone: the graph (under the family's export-only
+    ``patches``), its metadata, and the parity report over two calls' horizon."""
+    windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
+    with patches:
+        export_context_graph(module, windows[:2], request.output, metadata.output_name)
+    metadata_path = write_metadata(request.output, metadata)
+    parity = parity_report(upstream, request.output, windows, 2 * metadata.horizon_length, source)
+    return finish(request, metadata_path, parity)
+
+
+def resolution_of(request: ExportRequest) -> int:
+    """The resolution to write: ``--resolution-minutes``, else the smallest step of ``--data``'s first series,
+    else :data:`DEFAULT_RESOLUTION_MINUTES`."""
+    if request.resolution_minutes is not None:
+        return request.resolution_minutes
+    if request.data is None:
+        return DEFAULT_RESOLUTION_MINUTES
+    import pyarrow.compute as pc
+
+    from distributed_onnx.evaluation.data.table import read_table, timestamps_us
+
+    table = read_table(request.data)
+    ids = table["series_id"]
+    stamps = np.sort(timestamps_us(table.filter(pc.equal(ids, ids[0]))["timestamp"], "data"))
+    steps = np.diff(stamps)
+    steps = steps[steps > 0]
+    return max(1, int(steps.min()) // 60_000_000) if steps.size else DEFAULT_RESOLUTION_MINUTES
 
 
 def write_metadata(output: Path, metadata: CheckpointMetadata) -> Path:

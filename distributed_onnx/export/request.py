@@ -23,11 +23,12 @@ class ExportRequest(BaseModel):
         default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
     )
     parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
-    resolution_minutes: int = Field(
-        default=60,
+    resolution_minutes: int | None = Field(
+        default=None,
         gt=0,
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
-        "(the families are trained across resolutions; a backtest lays the data out on this grid).",
+        "(the families are trained across resolutions; a backtest lays the data out on this grid). "
+        "Default: the step of --data, else 60.",
     )
 
 

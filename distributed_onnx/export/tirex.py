@@ -29,14 +29,11 @@ import numpy as np
 
 from distributed_onnx.errors import ConfigError, MissingExtraError
 from distributed_onnx.export.common import (
-    export_context_graph,
-    finish,
+    export_context_model,
     observed_mean,
-    parity_report,
-    parity_windows,
     patched,
     require_torch,
-    write_metadata,
+    resolution_of,
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
@@ -90,13 +87,8 @@ def metadata_for(model: Any, resolution_minutes: int) -> CheckpointMetadata:
 
 def export(request: ExportRequest) -> ExportResult:
     model = load_model(request)
-    metadata = metadata_for(model, request.resolution_minutes)
-    windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
-    with _exportable():
-        export_context_graph(_one_call(model), windows[:2], request.output, OUTPUT_NAME)
-    metadata_path = write_metadata(request.output, metadata)
-    parity = parity_report(_upstream_forecast(model), request.output, windows, 2 * metadata.horizon_length, source)
-    return finish(request, metadata_path, parity)
+    metadata = metadata_for(model, resolution_of(request))
+    return export_context_model(request, metadata, _one_call(model), _exportable(), _upstream_forecast(model))
 
 
 def _upstream_forecast(model: Any) -> Any:
