@@ -2,8 +2,8 @@
 # Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
 #
 # - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
-# - `make test` (and lint, typecheck) add the `dev`, `export` and `chronos` extras. The export extra needs torch
-#   (so does chronos, Chronos-2's upstream package), and on Linux PyPI's torch wheel is the CUDA build
+# - `make test` (and lint, typecheck) add the `dev`, `export`, `chronos` and `tirex` extras. The export extra needs
+#   torch (so do chronos and tirex, the families' upstream packages), and on Linux PyPI's torch wheel is the CUDA build
 #   (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first from PyTorch's CPU index with
 #   a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's wheel is the CPU build and there is
 #   no `+cpu` variant. Override TORCH_INDEX= to use only the configured indexes, or TORCH_SPEC to pick another build.
