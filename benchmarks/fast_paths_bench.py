@@ -1,6 +1,6 @@
 """Each fast path of the scoring against its removal, side by side: what an actor's score stage gains by it.
 
-A run's batches are forecast once by the actors' :class:`~distributed_onnx.evaluation.part.PartRunner` in this
+A run's batches are forecast once by the actors' :class:`~distributed_onnx.evaluation.actor.part.PartRunner` in this
 process (the reference checkpoint, 1 ONNX Runtime thread, 256 rows a batch); their scoring (``PartRunner._score``,
 everything an actor does per batch after the model) is then replayed part after part, with a 64 MB array touched
 before each batch so that the caches are as cold as after a model call. A round replays every batch with the
@@ -48,9 +48,9 @@ def capture(
 ) -> tuple[Any, list[tuple[Any, list[Any]]], float]:
     """Run every part once; the runner, each part's batches (planned, batch, forecast copies), model seconds."""
     from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
-    from distributed_onnx.evaluation.part import PartRunner
-    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.driver.plan import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.model.backend.providers import SessionOptionsConfig
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
@@ -121,7 +121,7 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 def removals() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
     """Each fast path's removal: the general path only, the rest unchanged."""
-    from distributed_onnx.evaluation import part_history
+    from distributed_onnx.evaluation.actor import part_history
     from distributed_onnx.evaluation.scoring import batch_pairs, conventions, metrics, naive, pairs
 
     def group_sum_general(codes: Any, values: Any, n_groups: int) -> Any:

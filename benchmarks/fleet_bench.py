@@ -37,8 +37,8 @@ sys.path[:0] = [str(ROOT / "benchmarks")]
 from fleet_sim import Fleet, simulate  # noqa: E402
 
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan  # noqa: E402
-from distributed_onnx.evaluation.part_count import default_ramp_width, default_windows_per_part  # noqa: E402
-from distributed_onnx.evaluation.part_count import plan_parts as plan_ramped_parts  # noqa: E402
+from distributed_onnx.evaluation.driver.part_count import default_ramp_width, default_windows_per_part  # noqa: E402
+from distributed_onnx.evaluation.driver.part_count import plan_parts as plan_ramped_parts  # noqa: E402
 
 WINDOWS = 10_000_000
 ROWS_PER_BATCH = 256

@@ -75,7 +75,7 @@ def log_cpu_per_request(requests: int, context: int, horizon: int) -> float:
     per answered request handed to the forecast log, in process: the log's own cost, without a server."""
     import asyncio
 
-    from distributed_onnx.forecast_log.writer import ForecastLog
+    from distributed_onnx.live.log.writer import ForecastLog
     from distributed_onnx.serve.live_log import LiveTraffic
     from distributed_onnx.serve.live_metrics import LiveMetrics
     from distributed_onnx.serve.schemas import ForecastRequest

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from graphs import write_tiny_context_quantiles
 
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve import core, live_log
 from distributed_onnx.serve.forecasting import plan_job
 from distributed_onnx.serve.live_log import LiveTraffic

@@ -1,6 +1,6 @@
 """The scoring stage against the model stage, in-process (no Ray): what an actor spends per part on each.
 
-Builds the run's :class:`~distributed_onnx.evaluation.part.PartRunner` in this process, exactly as an actor
+Builds the run's :class:`~distributed_onnx.evaluation.actor.part.PartRunner` in this process, exactly as an actor
 does (the bundled reference checkpoint copied K times, 1 ONNX Runtime thread like a 1-CPU actor, rows per
 batch 256), runs every part of the plan and sums the receipts' stage seconds: ``score / model`` is the share
 issue 18 budgets (at most 3%). With ``--profile`` the scoring of one extra run is profiled with cProfile and
@@ -44,9 +44,9 @@ def run_once(
 
     ``data``: another dataset than the bundled series (``--series``)."""
     from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
-    from distributed_onnx.evaluation.part import PartRunner
-    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.driver.plan import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.model.backend.providers import SessionOptionsConfig
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
@@ -94,9 +94,9 @@ def many_series(repeats: int = 20) -> dict[str, float]:
     """A batch of 256 windows over 128 short series: scale and history per series (the old loop) vs flat."""
     import numpy as np
 
+    from distributed_onnx.evaluation.actor.part_history import gather_history
     from distributed_onnx.evaluation.data.packing import gather_blocks
     from distributed_onnx.evaluation.data.table import SeriesArrays
-    from distributed_onnx.evaluation.part_history import gather_history
     from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, flat_seasonal_scales
 
     rng = np.random.default_rng(0)

@@ -66,7 +66,7 @@ sys.path[:0] = [PACKAGE_ROOT, str(ROOT / "benchmarks"), str(ROOT / "tests")]
 from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data, two_actor_arguments  # noqa: E402
 from process_cpu import ProcessTreeCpu, actors_between, between  # noqa: E402
 
-from distributed_onnx.evaluation.clock import peak_rss_mb  # noqa: E402
+from distributed_onnx.evaluation.driver.clock import peak_rss_mb  # noqa: E402
 
 ROWS_PER_BATCH = 256
 #: ~1 minute of plain 1-thread model work on 2 cores (reference checkpoint): 20 series x 2,960 windows.
@@ -390,7 +390,7 @@ def many_series(output: Path, counts: list[int], baseline_tree: str | None = Non
 
 def plan_only(data: Path, checkpoint: Path, n_windows: int, output: Path) -> dict[str, Any]:
     """Read, check and plan the data as the CLI's driver does (``prepare``), nothing else: the data layer's RSS."""
-    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.driver.plan import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 A forecaster in a notebook holds a DataFrame, not a file, and wants tables back (as Nixtla's
 ``cross_validation(df, h=..., n_windows=..., step_size=...)`` gives them). This is the command's run
-(:func:`distributed_onnx.evaluation.run.run_backtest`) behind one call: the same settings model, validation,
+(:func:`distributed_onnx.evaluation.driver.run.run_backtest`) behind one call: the same settings model, validation,
 errors and numbers. The arguments are the settings (no environment variables or files apply here).
 """
 
@@ -75,7 +75,7 @@ def backtest(
     :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
     when parts failed (after everything else was written).
     """
-    from distributed_onnx.evaluation.run import run_backtest
+    from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.runtime.local_ray import alive_nodes
 

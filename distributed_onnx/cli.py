@@ -222,7 +222,7 @@ def _serve_settings() -> type:
 
 
 def _score_settings() -> type:
-    from distributed_onnx.evaluation.score_settings import ScoreSettings
+    from distributed_onnx.live.score.settings import ScoreSettings
 
     return ScoreSettings
 
@@ -295,15 +295,15 @@ def _export(args: argparse.Namespace) -> int:
 def _backtest(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
-    from distributed_onnx.evaluation.clock import process_started_perf_s
-    from distributed_onnx.evaluation.early import start_early
+    from distributed_onnx.evaluation.driver.clock import process_started_perf_s
+    from distributed_onnx.evaluation.driver.early import start_early
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.settings_sources import given_flags
 
     settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
-    from distributed_onnx.evaluation.run import run_backtest
+    from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
     from distributed_onnx.storage import redact
 
@@ -346,9 +346,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from distributed_onnx.evaluation.live import score_log
-    from distributed_onnx.evaluation.score_folders import prepare_score
-    from distributed_onnx.evaluation.score_settings import ScoreSettings
+    from distributed_onnx.live.score import score_log
+    from distributed_onnx.live.score.folders import prepare_score
+    from distributed_onnx.live.score.settings import ScoreSettings
     from distributed_onnx.settings_sources import given_flags
     from distributed_onnx.storage import redact
 

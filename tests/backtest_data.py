@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.actor.part import PartRunner
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series, window_ids
-from distributed_onnx.evaluation.merge import RunSums
-from distributed_onnx.evaluation.part import PartRunner
-from distributed_onnx.evaluation.plan import RunPlan, prepare
+from distributed_onnx.evaluation.driver.merge import RunSums
+from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig

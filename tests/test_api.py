@@ -52,8 +52,8 @@ def test_importing_the_package_loads_neither_pandas_nor_ray() -> None:
 
 
 def test_the_name_backtest_stays_the_function_after_the_evaluation_package_is_used() -> None:
+    import distributed_onnx.evaluation.driver.run
     import distributed_onnx.evaluation.report.page
-    import distributed_onnx.evaluation.run
 
     assert callable(distributed_onnx.backtest)
     assert distributed_onnx.backtest is distributed_onnx.api.backtest

@@ -25,7 +25,7 @@ from distributed_onnx.errors import (
     UnsupportedRayError,
     WorkerStartError,
 )
-from distributed_onnx.evaluation import plan as plan_module
+from distributed_onnx.evaluation.driver import plan as plan_module
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_onnx.evaluation import clock as clock_module
-from distributed_onnx.evaluation.clock import PhaseClock
+from distributed_onnx.evaluation.driver import clock as clock_module
+from distributed_onnx.evaluation.driver.clock import PhaseClock
 
 
 class FakeTime:

@@ -234,7 +234,7 @@ def test_nan_windows_fail_the_run_and_adding_a_checkpoint_computes_only_it(
 
 def test_different_grids_are_refused_with_one_line(tmp_path: Path, integer_data: Path) -> None:
     from distributed_onnx.errors import ConfigError
-    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.driver.plan import prepare
 
     tiny = write_tiny_chronos2(tmp_path, "tiny").weights_path
     wide = write_tiny_chronos2(tmp_path, "wide", context_length=32).weights_path

@@ -1,4 +1,4 @@
-"""The end's imports on their thread (evaluation/end_imports.py): a failure there stays there."""
+"""The end's imports on their thread (evaluation/driver/end_imports.py): a failure there stays there."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributed_onnx.evaluation import end_imports
+from distributed_onnx.evaluation.driver import end_imports
 from distributed_onnx.evaluation.report import plots
 
 

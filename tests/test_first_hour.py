@@ -19,8 +19,8 @@ import pytest
 
 from distributed_onnx.cli import main
 from distributed_onnx.cli_words import normalized_words, plain_text
-from distributed_onnx.forecast_log.layout import LoggedForecast
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import LoggedForecast
+from distributed_onnx.live.log.writer import ForecastLog
 
 STEP_MIN = 30
 REQUEST_TIME_US = 1_796_083_200_000_000
@@ -183,8 +183,8 @@ def _fake_backtest(folder: Path, **resolved: int) -> Path:
 def test_score_takes_the_backtests_settings_and_refuses_a_conflicting_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from distributed_onnx.evaluation.score_folders import prepare_score
-    from distributed_onnx.evaluation.score_settings import ScoreSettings
+    from distributed_onnx.live.score.folders import prepare_score
+    from distributed_onnx.live.score.settings import ScoreSettings
 
     log = _log(tmp_path)
     run = _fake_backtest(tmp_path / "bt", context_length=512, seasonality=48)

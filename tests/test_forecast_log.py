@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_onnx.evaluation.outputs import forecast_table
-from distributed_onnx.forecast_log.layout import (
+from distributed_onnx.live.log.layout import (
     EXTRA_FIELDS,
     LoggedForecast,
     forecast_rows,
@@ -27,7 +27,7 @@ from distributed_onnx.forecast_log.layout import (
     read_states,
     window_id,
 )
-from distributed_onnx.forecast_log.writer import (
+from distributed_onnx.live.log.writer import (
     QUEUE_FULL,
     WRITE_FAILED,
     ForecastLog,
@@ -223,7 +223,7 @@ class FailingSink:
 def test_failures_are_warned_once_per_period_not_per_request(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sink = FailingSink()
     log = ForecastLog(tmp_path, flush_interval_s=60.0, sink=sink, warn_period_s=3600.0)
-    with caplog.at_level(logging.WARNING, logger="distributed_onnx.forecast_log.writer"):
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.live.log.writer"):
         for request in range(5):
             log.submit(_item(request))
             assert log.flush()  # five batches, five failed writes

@@ -17,11 +17,11 @@ import pytest
 from test_live_score import REQUEST_TIME_US, STEP_MIN, _item, _ramp_actuals
 
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.live.log_windows import read_log_windows
-from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS, LoggedForecast, forecast_rows, log_files
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS, LoggedForecast, forecast_rows, log_files
+from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.log_windows import read_log_windows
+from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.serve.infer_log import _series_ids
 from distributed_onnx.serve.live_log import LiveTraffic
 from distributed_onnx.serve.live_metrics import LiveMetrics
@@ -146,7 +146,7 @@ def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: P
 def test_a_client_id_is_kept_as_data_bounded_and_never_names_the_windows(tmp_path: Path) -> None:
     """The same client id on every route is cut to MAX_REQUEST_ID_CHARS and kept in ``request_id``; the windows'
     ids come from the server's key, so a forged id cannot choose them."""
-    from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, window_id
+    from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, window_id
     from distributed_onnx.serve.live_log import request_id
 
     assert request_id("x" * 10_000) == "x" * MAX_REQUEST_ID_CHARS

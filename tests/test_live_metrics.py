@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import REGISTRY, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from distributed_onnx.forecast_log.layout import LoggedForecast
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import LoggedForecast
+from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve.live_metrics import LiveMetrics
 
 

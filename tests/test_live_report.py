@@ -26,13 +26,13 @@ from graphs import write_season_copy, write_tiny_chronos2
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, NotABacktestError
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.live.versus_backtest import BacktestRun, compare
-from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.forecast_log.layout import LoggedForecast
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import LoggedForecast
+from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.live.score.versus_backtest import BacktestRun, compare
 
 STEP_MIN = 30
 REQUEST_TIME_US = 1_796_083_200_000_000  # 2026-12-01T00:00:00Z

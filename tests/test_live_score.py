@@ -18,13 +18,13 @@ import pytest
 from backtest_data import QUANTILES, merged_sums, read_forecasts, run_parts_in_process, settings_for, write_dataset
 
 from distributed_onnx.cli import main
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.plan import RunPlan
-from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.evaluation.driver.plan import RunPlan
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.forecast_log.layout import LoggedForecast
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import LoggedForecast
+from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_MIN = 30

@@ -17,10 +17,10 @@ from test_live_score import REQUEST_TIME_US, STEP_MIN, _item, _ramp_actuals
 
 from distributed_onnx.cli import main
 from distributed_onnx.errors import ConfigError, DataError
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.forecast_log.layout import LoggedForecast
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import LoggedForecast
+from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.settings import ScoreSettings
 
 
 def _settings(tmp_path: Path, **extra: object) -> ScoreSettings:

@@ -36,10 +36,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_live_score import _assert_same_metrics, backtest_metrics
 from test_serve_ingress import Server
 
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.score_settings import ScoreSettings
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
-from distributed_onnx.forecast_log.layout import log_files
+from distributed_onnx.live.log.layout import log_files
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.storage import sha256 as storage_sha256
 
 pytestmark = pytest.mark.integration

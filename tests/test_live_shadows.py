@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_live_ids import _request
 from test_live_score import _ramp_actuals
 
-from distributed_onnx.evaluation.live import score_log
-from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.live.score import score_log
+from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.serve.live_log import LiveTraffic, Served
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from distributed_onnx.forecast_log.layout import forecast_rows, log_files
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.layout import forecast_rows, log_files
+from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve.forecasting import forecast_timestamps
 from distributed_onnx.serve.live_log import (
     LiveTraffic,

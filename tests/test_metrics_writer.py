@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from references import UnitSums, unit_rows
 
-from distributed_onnx.evaluation.merge import METRICS, RunSums
+from distributed_onnx.evaluation.driver.merge import RunSums
+from distributed_onnx.evaluation.outputs import METRICS
 from distributed_onnx.evaluation.report.tables import Scores
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores

@@ -24,7 +24,7 @@ from backtest_data import in_process_forecasts, read_forecasts, settings_for, wr
 
 from distributed_onnx import storage  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
-from distributed_onnx.evaluation.run import run_backtest  # noqa: E402
+from distributed_onnx.evaluation.driver.run import run_backtest  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -26,8 +26,8 @@ from backtest_data import (
 )
 
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.driver.plan import default_windows_per_part
 from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
-from distributed_onnx.evaluation.plan import default_windows_per_part
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import SUMS_FORMAT, PartSums, read_done_part
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -188,9 +188,9 @@ def test_a_part_opens_only_the_footers_the_driver_says_may_be_written(
     """Fresh (``written=()``): no footer is read and the part is computed; unknown (None) or named: read back."""
     from dataclasses import replace
 
-    from distributed_onnx.evaluation import part_written
+    from distributed_onnx.evaluation.actor import part_written
+    from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
-    from distributed_onnx.evaluation.part import PartRunner
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=4)

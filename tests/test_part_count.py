@@ -12,7 +12,7 @@ import pytest
 
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
-from distributed_onnx.evaluation.part_count import (
+from distributed_onnx.evaluation.driver.part_count import (
     MAX_PARTS,
     MIN_PARTS,
     default_ramp_width,
@@ -91,8 +91,8 @@ def _series(path: Path, n_series: int = 2, length: int = 600) -> Path:
 
 def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, tiny_checkpoint: Any) -> None:
     """The default follows the actors, yet a directory keeps the plan it was started with (run.json)."""
-    from distributed_onnx.evaluation.part_count import MANIFEST_KEY, RAMP_KEY
-    from distributed_onnx.evaluation.plan import prepare
+    from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY
+    from distributed_onnx.evaluation.driver.plan import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     data = _series(tmp_path / "series.parquet")

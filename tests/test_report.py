@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from distributed_onnx.evaluation.merge import NAIVE_MODEL
+from distributed_onnx.evaluation.driver.merge import NAIVE_MODEL
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import FanWindow, write_report
 from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator

@@ -22,7 +22,7 @@ from distributed_onnx.evaluation.data.rows import SeriesRows
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.table import load_series
 from distributed_onnx.evaluation.data.windows import WindowSpec, plan_windows
-from distributed_onnx.evaluation.plan import prepare
+from distributed_onnx.evaluation.driver.plan import prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 

@@ -131,9 +131,9 @@ def test_float32_views_score_like_their_float64_copies() -> None:
 
 
 def test_flat_history_equals_the_per_series_gather() -> None:
+    from distributed_onnx.evaluation.actor.part_history import gather_history
     from distributed_onnx.evaluation.data.packing import gather_blocks
     from distributed_onnx.evaluation.data.table import SeriesArrays
-    from distributed_onnx.evaluation.part_history import gather_history
 
     rng = np.random.default_rng(6)
     lengths = rng.integers(1, 40, size=12)

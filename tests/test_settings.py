@@ -445,7 +445,7 @@ def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> 
         "import sys; from distributed_onnx import cli; parser = cli._parser(['-v', 'backtest', '--n-windows', '3']);"
         "args = parser.parse_args(['-v', 'backtest', '--n-windows', '3']); assert str(args.n_windows) == '3', args;"
         "assert 'distributed_onnx.serve.settings' not in sys.modules;"
-        "assert 'distributed_onnx.evaluation.score_settings' not in sys.modules;"
+        "assert 'distributed_onnx.live.score.settings' not in sys.modules;"
         "print(parser.format_help())"
     )
     listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout

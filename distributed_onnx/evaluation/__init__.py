@@ -1,7 +1,8 @@
-"""Evaluation: the backtest. Planning, the actors' part runner, metric sums, merge, summary and report.
+"""Evaluation: the backtest, its driver side (``driver/``) apart from its actor side (``actor/``).
 
-``data/`` reads and lays out the input table, plans windows and packs model batches; ``scoring/`` holds the
-metrics and the baselines; ``report/`` draws report.html. Everything here is Ray-free except
-:mod:`~distributed_onnx.evaluation.run`, which schedules through :mod:`distributed_onnx.runtime`. The Python
-API is :func:`distributed_onnx.backtest`; this package is named apart from it so both import cleanly.
+``driver/`` plans, dispatches through :mod:`distributed_onnx.runtime` and merges; ``actor/`` runs one part
+(Ray-free). The root holds only what both share: the settings, the run directory's files (:mod:`.outputs`), a
+part's sums (:mod:`.sums`), the messages between the sides (:mod:`.part_messages`), the fans and the grouping;
+``data/`` reads the input and packs batches, ``scoring/`` holds the metrics, ``report/`` draws report.html.
+The Python API is :func:`distributed_onnx.backtest`; this package is named apart from it so both import cleanly.
 """

@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 FORECASTS_DIR = "forecasts"
 SCORES_DIR = "scores"
 MANIFEST = "run.json"
+#: The run's merged metrics and its leaderboard, written by the driver's merge, read by the report and ``score``.
+METRICS = "metrics.parquet"
+LEADERBOARD = "leaderboard.parquet"
 #: Hive partition key of the forecasts dataset.
 MODEL_KEY = "model"
 #: Key of the part's own record in its Parquet footer (run fingerprint, part index, windows, writer node).

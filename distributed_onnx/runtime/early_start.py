@@ -113,10 +113,11 @@ class EarlyStart:
         try:
             import ray
 
+            from distributed_onnx.runtime.local_ray import disconnect
+
             for actor in self.actors:
                 ray.kill(actor)
-            if self.started_ray:
-                ray.shutdown()
+            disconnect(self.started_ray)
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
         self.shutdown_s = time.perf_counter() - stopping

@@ -101,6 +101,15 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     return True
 
 
+def disconnect(started_ray: bool) -> None:
+    """Undo :func:`connect`: stop the embedded Ray this process started; a cluster's stays up for its other users.
+
+    The one place Ray is stopped, for the backtest (its pool's thread, :mod:`.early_start`) and for ``serve``.
+    """
+    if started_ray:
+        ray.shutdown()
+
+
 def alive_nodes() -> int:
     """Nodes of the connected Ray that are alive (1 for the embedded instance)."""
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]

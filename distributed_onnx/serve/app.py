@@ -51,7 +51,7 @@ from ray import serve
 
 from distributed_onnx import storage
 from distributed_onnx.errors import InferenceError
-from distributed_onnx.forecast_log.writer import ForecastLog
+from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH

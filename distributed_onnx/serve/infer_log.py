@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
+from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.adapters import ModelAdapter
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.serve.schemas import ForecastRequest, SeriesHistory

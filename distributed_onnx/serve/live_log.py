@@ -5,7 +5,7 @@ with (references, no copies) and :meth:`LiveTraffic.answered` schedules the rest
 event loop, which runs after the handler has returned its response. A KServe v2 infer request hands over a
 function instead (:meth:`LiveTraffic.answered_later`), which turns its tensors into the same request and
 forecasts inside that task (:mod:`distributed_onnx.serve.infer_log`). The task builds the log rows' inputs
-(:class:`~distributed_onnx.forecast_log.layout.LoggedForecast`; the rows themselves are built by the log's
+(:class:`~distributed_onnx.live.log.layout.LoggedForecast`; the rows themselves are built by the log's
 writer thread), then asks each shadow model for its forecast of the same request, in that model's own thread,
 and logs it with role ``shadow``. A shadow that fails (a horizon it cannot emit, a broken session) is counted
 per model and window (``/metrics`` and the log's record) and reported at most once per minute; one whose
@@ -27,8 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.forecast_log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
-from distributed_onnx.forecast_log.writer import ForecastLog, ThrottledWarning
+from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
+from distributed_onnx.live.log.writer import ForecastLog, ThrottledWarning
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
 
@@ -98,7 +98,7 @@ class RequestStamp:
 
     request_id: str
     request_time_us: int
-    #: The log's name for the request's windows (:func:`~distributed_onnx.forecast_log.layout.window_id`), drawn
+    #: The log's name for the request's windows (:func:`~distributed_onnx.live.log.layout.window_id`), drawn
     #: by the server; empty: derived from ``request_id`` (see :class:`LoggedForecast`).
     key: str = ""
 

@@ -37,7 +37,7 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
 
 
 class LogCounts(Protocol):
-    """What the page reads of a log's counts (:class:`distributed_onnx.forecast_log.writer.ModelCounts`)."""
+    """What the page reads of a log's counts (:class:`distributed_onnx.live.log.writer.ModelCounts`)."""
 
     @property
     def logged(self) -> int: ...

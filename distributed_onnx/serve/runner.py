@@ -29,7 +29,7 @@ from ray import serve
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
-from distributed_onnx.runtime.local_ray import connect
+from distributed_onnx.runtime.local_ray import connect, disconnect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
@@ -128,8 +128,7 @@ def stop(started_ray: bool) -> None:
     try:
         serve.delete(APP_NAME)
     finally:
-        if started_ray:
-            ray.shutdown()
+        disconnect(started_ray)
 
 
 def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
+from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in

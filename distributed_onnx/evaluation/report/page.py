@@ -23,13 +23,12 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
-from distributed_onnx.evaluation.merge import NAIVE_MODEL
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.evaluation.report.uncertainty import uncertainty
-from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
@@ -77,7 +76,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
             "<h3>Skill by lead, every model</h3>",
             report_compare.skill_by_lead(scores, models, lead_label(step_us)),
             "<h3>Score by forecast origin, every model</h3>",
-            report_compare.by_origin(sure, models, "MASE" if scores.by_lead(NAIVE_MODEL, "mase") else "SQL"),
+            report_compare.by_origin(sure, models, "MASE" if scores.by_lead(SEASONAL_NAIVE, "mase") else "SQL"),
             "<h3>Calibration, every model</h3>",
             report_compare.calibration_table(scores, models, quantiles),
         ]
@@ -191,7 +190,7 @@ def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
 
 
 def _skill(scores: Scores, model: str, step_us: int | None) -> str:
-    curves: dict[str, dict[str, np.ndarray]] = {model: {}, NAIVE_MODEL: {}}
+    curves: dict[str, dict[str, np.ndarray]] = {model: {}, SEASONAL_NAIVE: {}}
     leads = None
     for name, curve in curves.items():
         for metric in ("mase", "wql"):
@@ -200,7 +199,7 @@ def _skill(scores: Scores, model: str, step_us: int | None) -> str:
                 leads, curve[metric] = found
     if leads is None:
         return "<p>(no metrics by lead)</p>"
-    return report_plots.skill_by_lead(leads, curves[model], curves[NAIVE_MODEL], model, lead_label(step_us))
+    return report_plots.skill_by_lead(leads, curves[model], curves[SEASONAL_NAIVE], model, lead_label(step_us))
 
 
 def lead_label(step_us: int | None) -> str:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.evaluation.data.table import numpy_view
-from distributed_onnx.evaluation.merge import NAIVE_MODEL
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
 from distributed_onnx.evaluation.scoring.registry import reported
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
@@ -196,7 +196,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
 def headline(scores: Scores, model: str) -> str:
     rows = []
     for metric in _HEADLINE_METRICS:
-        ours, naive = scores.value(model, metric), scores.value(NAIVE_MODEL, metric)
+        ours, naive = scores.value(model, metric), scores.value(SEASONAL_NAIVE, metric)
         if ours is None:
             continue
         skill = skill_value(ours, naive)
@@ -219,8 +219,8 @@ def series_table(scores: Scores, model: str) -> str:
     in ``metrics.parquet``, and the hint below the table says how to look one up.
     """
     n_series = len(scores.series_ids)
-    mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(NAIVE_MODEL, "mase")
-    wql, naive_wql = scores.series_values(model, "wql"), scores.series_values(NAIVE_MODEL, "wql")
+    mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(SEASONAL_NAIVE, "mase")
+    wql, naive_wql = scores.series_values(model, "wql"), scores.series_values(SEASONAL_NAIVE, "wql")
     mae, counts = scores.series_values(model, "mae"), scores.series_counts(model)
     with np.errstate(divide="ignore", invalid="ignore"):
         mase_skill = np.where(naive_mase != 0, 1.0 - mase / naive_mase, np.nan)

@@ -43,9 +43,9 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import NotABacktestError
-from distributed_onnx.evaluation.live.join import GroupKey
-from distributed_onnx.evaluation.merge import LEADERBOARD, METRICS
+from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
+from distributed_onnx.live.score.join import GroupKey
 from distributed_onnx.storage import Location
 
 SUMMARY = "summary.json"

@@ -1,14 +1,15 @@
 """``report.html`` of ``distributed-onnx score``: live scoring read on the backtest report's own page and tables.
 
-Nothing here draws a table of its own where the backtest's report has one: each group of checkpoints scored
-together (:mod:`distributed_onnx.evaluation.live.join`) gets the backtest report's comparison sections
-(:mod:`.compare`: leaderboard with bootstrap intervals, pairwise tests, pairs left out, skill by lead,
-calibration) and each checkpoint its headline table (:mod:`.tables`), in the same page shell
-(:func:`.page.write_page`), so a live number and a backtest number look alike and mean the same. What is live
-only is the header (the log's span of request times, windows logged, scored, pending and not placeable per
-model, forecasts the log dropped) and, with ``--backtest``, the comparison with the backtest
-(:mod:`distributed_onnx.evaluation.live.versus_backtest`): each model's score over all leads against the
-backtest's bootstrap interval, flagged when outside, and skill by lead, live against backtest.
+Nothing here draws a table of its own where the backtest's report has one: each group of checkpoints scored together
+(:mod:`distributed_onnx.live.score.join`) gets the backtest report's comparison sections
+(:mod:`distributed_onnx.evaluation.report.compare`: leaderboard with bootstrap intervals, pairwise tests, pairs left
+out, skill by lead, calibration) and each checkpoint its headline table
+(:mod:`distributed_onnx.evaluation.report.tables`), in the same page shell
+(:func:`distributed_onnx.evaluation.report.page.write_page`), so a live number and a backtest number look alike and
+mean the same. What is live only is the header (the log's span of request times, windows logged, scored, pending and
+not placeable per model, forecasts the log dropped) and, with ``--backtest``, the comparison with the backtest
+(:mod:`distributed_onnx.live.score.versus_backtest`): each model's score over all leads against the backtest's
+bootstrap interval, flagged when outside, and skill by lead, live against backtest.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.live.versus_backtest import VersusBacktest
+    from distributed_onnx.live.score.versus_backtest import VersusBacktest
 
 _US_PER_MINUTE = 60_000_000
 _NOT_PLACEABLE = ("no_start", "before_actuals", "off_grid", "actuals_not_at_resolution")
@@ -50,7 +51,8 @@ def write_live_report(
     """Write ``output/report.html`` and return its location.
 
     ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
-    resampling, the verdict and the score by origin (:mod:`.uncertainty`); without them the leaderboards' own."""
+    resampling, the verdict and the score by origin (:mod:`distributed_onnx.evaluation.report.uncertainty`);
+    without them the leaderboards' own."""
     by_label = {
         (",".join(key[0]), int(key[1]), ",".join(format(q, "g") for q in key[2]), int(key[3])): scores
         for key, scores in (merged or {}).items()
@@ -168,7 +170,7 @@ def versus_section(versus: VersusBacktest) -> str:
         f"<p class='hint'>Backtest: {escape(versus.backtest)}. Pooled convention, over all leads; skill = 1 - "
         "model / seasonal naive on the same pairs. Flag: the live score outside the backtest's 95% bootstrap "
         "interval over series (leaderboard.parquet), overall rather than by lead (why: "
-        "distributed_onnx/evaluation/live/versus_backtest.py). By lead: live_vs_backtest.parquet."
+        "distributed_onnx/live/score/versus_backtest.py). By lead: live_vs_backtest.parquet."
         f"{_series_caveat(versus.backtest_series)}</p>"
     )
     return f"<table>{head}{body}</table>{hint}" + skill_by_lead_versus(versus.table)

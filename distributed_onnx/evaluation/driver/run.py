@@ -1,7 +1,7 @@
 """The backtest's driver: plan -> series into the object store once -> parts to the actors -> merge the sums.
 
 The driver plans, schedules, retries and merges; nothing per window passes through it. Each actor gets the
-run's :class:`~distributed_onnx.evaluation.part.PartJob` once (the series zero-copy from the object store, or
+run's :class:`~distributed_onnx.evaluation.actor.part.PartJob` once (the series zero-copy from the object store, or
 the path to read them from) and then three integers per part; it packs, forecasts, writes the part and its
 sums, and answers with a receipt. The driver builds ``metrics.parquet``, ``summary.json`` and ``report.html``
 from the merged sums. Parts are written as they complete, so an interrupted run keeps its finished parts and
@@ -15,7 +15,7 @@ import pickle
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,27 +24,33 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
+from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early, start_ray_and_pool
-from distributed_onnx.evaluation.end_imports import start_end_imports
-from distributed_onnx.evaluation.failures import FAILED_WINDOWS, clear_failed_windows, failure_error, nonfinite_error
+from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
+from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, start_early, start_ray_and_pool
+from distributed_onnx.evaluation.driver.end_imports import start_end_imports
+from distributed_onnx.evaluation.driver.failures import (
+    FAILED_WINDOWS,
+    clear_failed_windows,
+    failure_error,
+    nonfinite_error,
+)
+from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
+from distributed_onnx.evaluation.driver.outcome import PartFailure, RunOutcome
+from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, dispatch_order
+from distributed_onnx.evaluation.driver.part_ledger import PartLedger
+from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
+from distributed_onnx.evaluation.driver.progress import Progress
+from distributed_onnx.evaluation.driver.report_process import ReportProcess
+from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
+from distributed_onnx.evaluation.driver.transport import series_source_for
 from distributed_onnx.evaluation.fans import FanWindow
-from distributed_onnx.evaluation.merge import METRICS, RunSums, fan_windows
-from distributed_onnx.evaluation.outcome import PartFailure, RunOutcome
-from distributed_onnx.evaluation.part import PartJob, PartReceipt, PartRunner
-from distributed_onnx.evaluation.part_count import MANIFEST_KEY, RAMP_KEY, dispatch_order
-from distributed_onnx.evaluation.part_ledger import PartLedger
-from distributed_onnx.evaluation.plan import RunPlan, prepare
-from distributed_onnx.evaluation.progress import Progress
-from distributed_onnx.evaluation.report_process import ReportProcess
+from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
-from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
-from distributed_onnx.evaluation.transport import series_source_for
-from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
+from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_worker_actor
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
@@ -113,11 +119,6 @@ def _pickled_bytes(value: Any) -> int:
     buffers: list[pickle.PickleBuffer] = []
     head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     return len(head) + sum(buffer.raw().nbytes for buffer in buffers)
-
-
-def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:
-    """The actors' job factory (module level, so Ray pickles it by reference): one worker per checkpoint."""
-    return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)
 
 
 def render_report(  # noqa: PLR0913 - what write_report draws, passed through
@@ -244,7 +245,7 @@ class _BacktestRun:
             raise failure_error(plan, self.parts, failures)
         if nonfinite is not None:
             raise nonfinite
-        return BacktestResult(summary, run_wide, storage.join(output, METRICS), failures)
+        return BacktestResult(summary, run_wide, storage.join(output, outputs.METRICS), failures)
 
     def _ray_ready(self) -> None:
         """Ray and the pool up for the dispatch: started while the data was read and planned, else now."""

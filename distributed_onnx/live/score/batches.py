@@ -20,8 +20,8 @@ import numpy as np
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.live.join import GroupKey
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.live.score.join import GroupKey
 from distributed_onnx.storage import Location
 
 SCORED_DIR = "scored"

@@ -15,7 +15,7 @@ the actuals with one outcome:
   ``actuals_not_at_resolution`` (the actuals cannot be laid out at the model's resolution: one model of another
   time step in the log; the others are scored).
 
-The checkpoints logged under one window id (a primary and its shadows: :mod:`~distributed_onnx.forecast_log.layout`)
+The checkpoints logged under one window id (a primary and its shadows: :mod:`~distributed_onnx.live.log.layout`)
 forecast the same window, so they are joined into one group and scored together, like the checkpoints of one
 backtest run (the same pairs rule). A group is keyed by its checkpoints, horizon, quantile levels and
 resolution: only windows of one shape stack, and only the same checkpoints share their common pairs.
@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
-from distributed_onnx.evaluation.live.log_windows import LogWindows
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
+from distributed_onnx.live.score.log_windows import LogWindows
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from distributed_onnx import storage
-from distributed_onnx.forecast_log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
+from distributed_onnx.live.log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)

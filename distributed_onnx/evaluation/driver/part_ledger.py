@@ -8,8 +8,8 @@ receipt's time is the run's first forecast (``summary.json``).
 from __future__ import annotations
 
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.outcome import PartFailure
-from distributed_onnx.evaluation.part import PartReceipt
+from distributed_onnx.evaluation.driver.outcome import PartFailure
+from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.runtime.deadlines import AttemptDeadlines
 
 

@@ -2,7 +2,7 @@
 
 A rerun that resumes keeps the record of the invocations that computed parts (``computed_by``: actors,
 providers, throughput), so re-running a finished run changes no number and still says who computed them.
-Throughput has one definition, shared with the progress line (:mod:`distributed_onnx.evaluation.progress`): windows
+Throughput has one definition, shared with the progress line (:mod:`.progress`): windows
 computed by this invocation / seconds from the first part dispatched to the last receipt.
 """
 
@@ -16,13 +16,13 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx import storage
-from distributed_onnx.evaluation.clock import driver_cpu_s, peak_rss_mb
+from distributed_onnx.evaluation.driver.clock import driver_cpu_s, peak_rss_mb
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.clock import PhaseClock
-    from distributed_onnx.evaluation.outcome import RunOutcome
-    from distributed_onnx.evaluation.plan import RunPlan
+    from distributed_onnx.evaluation.driver.clock import PhaseClock
+    from distributed_onnx.evaluation.driver.outcome import RunOutcome
+    from distributed_onnx.evaluation.driver.plan import RunPlan
 
 SUMMARY = "summary.json"
 

@@ -1,10 +1,10 @@
 """The worker side of the backtest: run one part, from series to written, scored Parquet parts (no Ray).
 
 An actor receives a :class:`PartJob` once (through the object store: the series arrive zero-copy) and then
-only :class:`~.data.windows.PartSpec` descriptors. For each part :class:`PartRunner` recomputes the
+only :class:`~..data.windows.PartSpec` descriptors. For each part :class:`PartRunner` recomputes the
 part's windows from the series, packs them batch by batch into Arrow *once*, runs each checkpoint of the run
 on the batch, builds each model's forecast table, scores every model and both baselines on the batch's
-common pairs (:mod:`.scoring.pairs`) into mergeable sums, writes the parts and the sums (atomic, durable,
+common pairs (:mod:`..scoring.pairs`) into mergeable sums, writes the parts and the sums (atomic, durable,
 retried on storage errors) and returns a small :class:`PartReceipt`. A model whose part is already written
 and verifies (its footer names this run, this part and the model's fingerprint) is not run again: its
 forecasts are read back and rescored with the others, which is how a checkpoint is added to a finished run
@@ -19,87 +19,40 @@ it is off unless asked for.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, Field
 
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation.actor.part_history import SeriesHistory
+from distributed_onnx.evaluation.actor.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
-from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
-    WindowPlan,
-    WindowSpec,
     batches,
     batches_of,
     plan_origins,
 )
 from distributed_onnx.evaluation.fans import FanCollector
-from distributed_onnx.evaluation.grouping import GroupedWindows, grouped_batches
-from distributed_onnx.evaluation.part_history import SeriesHistory
-from distributed_onnx.evaluation.part_written import WrittenForecasts, read_written
+from distributed_onnx.evaluation.grouping import grouped_batches
+from distributed_onnx.evaluation.part_messages import PartJob, PartReceipt
 from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, cell_baselines
 from distributed_onnx.evaluation.sums import PartSums, write_sums
 from distributed_onnx.model.window_batch import strings_of, targets_and_origins
-from distributed_onnx.model.worker import InferenceWorker
-from distributed_onnx.storage import Location
+from distributed_onnx.model.worker import InferenceWorker, WorkerInfo
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PartJob:
-    """Everything an actor needs to run any part of one backtest; sent to each actor once."""
-
-    source: SeriesSource
-    plan: WindowPlan
-    spec: WindowSpec
-    quantiles: tuple[float, ...]
-    run_fingerprint: str
-    window_fingerprint: str
-    output: Location
-    seasonality: int
-    step_us: int
-    rows_per_batch: int
-    #: The run's checkpoints in order, each ``(name, fingerprint)``; the first one's fans are drawn.
-    models: tuple[tuple[str, str], ...] = ()
-    fan_series: tuple[int, ...] = ()
-    overlap_packing: bool | None = None  # None: when the session runs on a GPU
-    write_attempts: int = 3
-    write_backoff_s: float = 0.5
-    roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)
-    grouping: GroupedWindows | None = None  # ``--group-by``: the windows in group-major order (:mod:`.grouping`)
-
-
-class PartReceipt(BaseModel):
-    """What an actor reports for a finished part: counts, bytes and where its time went (a few hundred bytes)."""
-
-    part: int
-    windows: int
-    rows: int
-    part_bytes: int
-    sums_bytes: int
-    write_attempts: int
-    models_computed: list[str] = Field(default_factory=list, description="Models run here (others read back).")
-    nonfinite_windows: int = 0
-    seconds: dict[str, float] = Field(
-        description="read, pack, model (every model), table, score, write; pack overlaps model"
-    )
-    node_id: str | None = None
-    pid: int = Field(default_factory=os.getpid)
 
 
 _STAGES = ("read", "pack", "model", "table", "score", "write")
@@ -209,7 +162,7 @@ class PartRunner:
         )
 
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
-        """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
+        """The part's model batches and its window count, recomputed from the series (see :mod:`..data.windows`)."""
         job = self.job
         if job.grouping is not None:  # whole groups, one model batch each
             series_index, origin_index, group = job.grouping.windows(part.start, part.stop)
@@ -224,7 +177,7 @@ class PartRunner:
 
     def _part_source(self, part: PartSpec) -> SeriesSource:
         """The series a part reads: the flat layout of its series (read from the input file's rows when the
-        driver streamed it, :mod:`.data.rows`), or the job's source as it is."""
+        driver streamed it, :mod:`..data.rows`), or the job's source as it is."""
         source, plan = self.job.source, self.job.plan
         if self.job.grouping is not None and isinstance(source, FlatSeries):  # a group's series are anywhere
             return source.arrays(0, len(source))
@@ -358,3 +311,8 @@ def _level(forecast: Forecast, rows: np.ndarray, index: int) -> np.ndarray:
 def _first(iterator: Iterator[PlannedBatch]) -> list[PlannedBatch]:
     first = next(iterator, None)
     return [] if first is None else [first]
+
+
+def build_part_runner(workers: Sequence[InferenceWorker], job: PartJob, info: WorkerInfo) -> PartRunner:
+    """The actors' job factory (module level, so Ray pickles it by reference): one worker per checkpoint."""
+    return PartRunner({worker.model_name: worker for worker in workers}, job, node_id=info.node_id)

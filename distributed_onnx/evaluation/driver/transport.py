@@ -1,7 +1,7 @@
 """How a run's actors get its series: the choice between the object store and the input file, made once.
 
-The rule itself is :func:`~.data.series_source.choose_transport` (documented and measured there); this module
-applies it to a plan: a streamed input (:class:`~.data.rows.SeriesRows`) is read by the actors from the file
+The rule itself is :func:`~..data.series_source.choose_transport` (documented and measured there); this module
+applies it to a plan: a streamed input (:class:`~..data.rows.SeriesRows`) is read by the actors from the file
 already, otherwise the series are laid out once and either put in the object store or read back from the
 input Parquet by each actor, by size against the smallest node's object store.
 """
@@ -19,7 +19,7 @@ from distributed_onnx.evaluation.data.series_source import (
     SeriesTransport,
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
-from distributed_onnx.evaluation.plan import RunPlan
+from distributed_onnx.evaluation.driver.plan import RunPlan
 from distributed_onnx.runtime import cluster
 
 logger = logging.getLogger(__name__)

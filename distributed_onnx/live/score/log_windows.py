@@ -1,6 +1,6 @@
 """One forecast-log file read back as windows: the arrays ``score`` places and joins (no scoring here).
 
-A log file holds rows per (window, lead) (:mod:`distributed_onnx.forecast_log.layout`); scoring wants arrays over
+A log file holds rows per (window, lead) (:mod:`distributed_onnx.live.log.layout`); scoring wants arrays over
 windows with the forecasts as ``[W, H, Q]``. The rows of a window are its leads ``1..H`` in order (the writer
 writes them so); a file where they are not is not a forecast log and is refused, naming it, rather than scored
 as something else. Windows of one file are grouped by (model, horizon, quantile levels): requests may ask for
@@ -9,7 +9,7 @@ other horizons or levels, and only windows of one shape stack into one array.
 A file that cannot be read as a log file (0 bytes, not Parquet, a column missing or of another type) is a
 :class:`~distributed_onnx.errors.DataError` naming it, which ``score`` reports and leaves out of that run (the
 file is looked at again on the next run). Ids are taken once per window, not per row, and a series id longer
-than :data:`~distributed_onnx.forecast_log.layout.MAX_SERIES_ID_CHARS` (only in logs written before the routes
+than :data:`~distributed_onnx.live.log.layout.MAX_SERIES_ID_CHARS` (only in logs written before the routes
 bounded them) is replaced by a digest of it, which no actual's series matches: fixed-width arrays of ids cost
 windows x longest id x 4 bytes.
 """
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError, StorageError
-from distributed_onnx.forecast_log.layout import MAX_SERIES_ID_CHARS
+from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.storage import Location
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")

@@ -147,7 +147,7 @@ def dispatch_order(parts: Sequence[PartSpec], first_wave: int = 0) -> list[PartS
     (one per actor: each actor's speed is measured on a small part before it holds a large one, so a slow actor
     never starts the run with a part that outlasts it), then the largest first (the small ones end the run).
 
-    With no first wave, :func:`~.data.windows.dispatch_order`'s order. Only the order changes: the parts, their
+    With no first wave, :func:`~..data.windows.dispatch_order`'s order. Only the order changes: the parts, their
     indices and files are the plan's.
     """
     if not parts:

@@ -1,7 +1,7 @@
 """What one invocation of a run did, as data: the driver's record of it once the parts are in.
 
 The run collects it while parts come back and freezes it before anything is written from it; ``summary.json``
-is built from an outcome, a :class:`~distributed_onnx.evaluation.clock.PhaseClock` and the plan, never from
+is built from an outcome, a :class:`~distributed_onnx.evaluation.driver.clock.PhaseClock` and the plan, never from
 the run's working state.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributed_onnx.evaluation.part import PartReceipt
+from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 

@@ -19,7 +19,7 @@ Outputs, rewritten whole on every run from the sums of every batch:
   same columns added;
 - ``summary.json``: windows per model and outcome, the log's span of request times, pairs left out, drops;
 - ``live_vs_backtest.parquet`` with ``--backtest`` (:mod:`.versus_backtest`);
-- ``report.html``: the backtest's report sections for live scoring (:mod:`~distributed_onnx.evaluation.report.live`).
+- ``report.html``: the backtest's report sections for live scoring (:mod:`~distributed_onnx.live.score.report`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,12 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.packing import gather_blocks
-from distributed_onnx.evaluation.live.batches import ScoreBatch, merged_sums, read_batches, widen, write_batch
-from distributed_onnx.evaluation.live.join import (
+from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
+from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, baseline_forecasts
+from distributed_onnx.live.log.layout import log_files, read_states
+from distributed_onnx.live.score.batches import ScoreBatch, merged_sums, read_batches, widen, write_batch
+from distributed_onnx.live.score.join import (
     CONFLICTING,
     NOT_PLACEABLE,
     PENDING,
@@ -50,14 +54,10 @@ from distributed_onnx.evaluation.live.join import (
     join_models,
     place,
 )
-from distributed_onnx.evaluation.live.log_windows import LogWindows, read_log_windows
-from distributed_onnx.evaluation.live.score_directory import check_output, record_settings
-from distributed_onnx.evaluation.live.versus_backtest import BacktestRun, VersusBacktest, compare
-from distributed_onnx.evaluation.merge import LEADERBOARD, METRICS
-from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, baseline_forecasts
-from distributed_onnx.forecast_log.layout import log_files, read_states
+from distributed_onnx.live.score.log_windows import LogWindows, read_log_windows
+from distributed_onnx.live.score.score_directory import check_output, record_settings
+from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.live.score.versus_backtest import BacktestRun, VersusBacktest, compare
 from distributed_onnx.storage import Location
 
 __all__ = [
@@ -159,7 +159,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
         for warning in versus.warnings:
             logger.warning("%s", warning)
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, sort_keys=True).encode())
-    from distributed_onnx.evaluation.report.live import write_live_report  # matplotlib: only when writing
+    from distributed_onnx.live.score.report import write_live_report  # matplotlib: only when writing
 
     write_live_report(output, summary, metrics, leaderboard, versus, merged)
     return ScoreResult(metrics, summary, new_batch, leaderboard, versus)

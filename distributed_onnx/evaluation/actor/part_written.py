@@ -3,7 +3,7 @@
 A model whose part is written and verifies (its footer names this run, this part and the model's fingerprint, and
 it holds the part's rows) is not run again: its forecasts are read back and rescored with the others, which is how
 a checkpoint is added to a finished run (docs/design.md, Outputs). The driver says which models may have such a
-part (:attr:`~.data.windows.PartSpec.written`): none on a fresh run, so a part then opens no footer at all.
+part (:attr:`~..data.windows.PartSpec.written`): none on a fresh run, so a part then opens no footer at all.
 """
 
 from __future__ import annotations

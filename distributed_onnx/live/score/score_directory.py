@@ -20,9 +20,9 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.live.batches import SCORED_DIR
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST
-from distributed_onnx.evaluation.score_settings import ScoreSettings
+from distributed_onnx.live.score.batches import SCORED_DIR
+from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.storage import Location
 
 SETTINGS_FILE = "settings.json"

@@ -15,17 +15,16 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
+from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import PartSums
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.plan import RunPlan
+    from distributed_onnx.evaluation.driver.plan import RunPlan
 
 NAIVE_MODEL = SEASONAL_NAIVE
-METRICS = "metrics.parquet"
-LEADERBOARD = "leaderboard.parquet"
 
 
 class RunSums:
@@ -94,7 +93,7 @@ class RunSums:
         The file holds a few rows per series, lead, metric and quantile of every model (5.4 M rows at 100,000
         series): it is written a block of series at a time (:meth:`.PairScores.tables`), so the driver never holds
         the whole table; the report and the leaderboard read the per-series values from the sums instead
-        (:mod:`.scoring.series_scores`). The file's rows are those of :meth:`.PairScores.to_table`, in its order.
+        (:mod:`..scoring.series_scores`). The file's rows are those of :meth:`.PairScores.to_table`, in its order.
         """
         run_wide: list[pa.Table] = []
 
@@ -107,7 +106,7 @@ class RunSums:
         return pa.concat_tables(run_wide).combine_chunks()
 
     def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
-        """Write ``leaderboard.parquet`` (:mod:`.scoring.leaderboard`: a few rows per model and pair)."""
+        """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair)."""
         from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
 
         table = leaderboard(scores, step_us)

@@ -25,8 +25,8 @@ import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.score_settings import ScoreSettings
-from distributed_onnx.forecast_log.layout import log_files
+from distributed_onnx.live.log.layout import log_files
+from distributed_onnx.live.score.settings import ScoreSettings
 
 __all__ = ["BORROWED_SETTINGS", "check_forecast_log", "prepare_score"]
 

@@ -25,17 +25,17 @@ from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesT
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
-from distributed_onnx.evaluation.fans import fan_series
-from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
-from distributed_onnx.evaluation.outputs import MANIFEST
-from distributed_onnx.evaluation.part import PartJob
-from distributed_onnx.evaluation.part_count import (
+from distributed_onnx.evaluation.driver.part_count import (
     default_ramp_width,
     default_windows_per_part,
     plan_parts,
     planning_actors,
     recorded_part_size,
 )
+from distributed_onnx.evaluation.fans import fan_series
+from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
+from distributed_onnx.evaluation.outputs import MANIFEST
+from distributed_onnx.evaluation.part_messages import PartJob
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
@@ -76,7 +76,7 @@ class RunPlan:
     model_fingerprints: dict[str, str] = field(default_factory=dict)
     #: Which covariate rows are past-only or categorical (None: every covariate is numeric and known-future).
     roles: CovariateRoles | None = None
-    #: With ``--group-by``: the run's windows in group-major order (:mod:`.grouping`), else None.
+    #: With ``--group-by``: the run's windows in group-major order (:mod:`..grouping`), else None.
     grouping: GroupedWindows | None = None
     #: Parts of each ramp size (:func:`~.part_count.plan_parts`): one per actor by default, 1 with explicit sizes.
     ramp_width: int = 1
@@ -282,7 +282,7 @@ def _load(
 ) -> tuple[SeriesTable, WindowPlan, CovariateRoles | None, GroupedWindows | None]:
     """The data as dense series, its windows per series, the covariates' roles and, with ``--group-by``, the
     grouped order of the windows."""
-    # A grouped run reads the table whole: its parts take series from anywhere in it (:mod:`.grouping`).
+    # A grouped run reads the table whole: its parts take series from anywhere in it (:mod:`..grouping`).
     scanned = None
     columns = settings.covariate_columns
     if settings.series_transport is not SeriesTransport.OBJECT_STORE and settings.group_by is None:

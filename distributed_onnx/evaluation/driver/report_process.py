@@ -43,7 +43,7 @@ class ReportProcess:
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "distributed_onnx.evaluation.report_process"],
+            [sys.executable, "-m", "distributed_onnx.evaluation.driver.report_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -99,7 +99,7 @@ def _serve() -> None:
         request = pickle.load(sys.stdin.buffer)
         output, summary, run_wide, quantiles, fans, series, scores, step_us = request
         from distributed_onnx import storage
-        from distributed_onnx.evaluation.merge import LEADERBOARD
+        from distributed_onnx.evaluation.outputs import LEADERBOARD
 
         table = leaderboard(scores, step_us)
         storage.write_parquet(storage.join(output, LEADERBOARD), table)
