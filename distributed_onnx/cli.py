@@ -44,8 +44,8 @@ def run() -> NoReturn:
     """The console script (and ``python -m distributed_onnx``): :func:`main`, then a prompt exit.
 
     After a backtest, the interpreter's own teardown (freeing every module and object, Ray's native core
-    worker included) took 0.5 s to several seconds of wall time after the last file was written (measured
-    from outside: ``benchmarks/results/time_to_results.md``). By then every output is written and closed, so the
+    worker included) took up to several seconds of wall time after the last file was written
+    (``benchmarks/results/time_to_results.md``). By then every output is written and closed, so the
     command runs its exit handlers (``atexit``: logging's flush, Ray's shutdown), flushes its streams and
     leaves without the teardown; unless a non-daemon thread is still running, which the normal exit joins.
     """

@@ -272,5 +272,5 @@ class FanPicker:
 
 def _distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)``: asked for indices, numpy skips its masked-array check, whose first use imports
-    ``numpy.ma`` (0.04-0.1 s of an actor's first part, measured)."""
+    ``numpy.ma`` (paid in an actor's first part)."""
     return np.unique(values, return_index=True)[0]

@@ -68,7 +68,7 @@ class PartSums:
 
 
 def _list_of(array: np.ndarray) -> pa.ListArray:
-    # From buffers: pyarrow's numpy conversions import pandas (0.4 s of an actor's first part, measured).
+    # From buffers: pyarrow's numpy conversions import pandas (paid in an actor's first part).
     flat = array.ravel()
     values = arrow_strings([str(item) for item in flat]) if array.dtype.kind == "U" else arrow_array(flat)
     return pa.ListArray.from_arrays(arrow_array(np.asarray([0, len(flat)], dtype=np.int32)), values)

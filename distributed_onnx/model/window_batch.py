@@ -86,7 +86,7 @@ def flat_values(column: pa.Array) -> np.ndarray:
 
 
 # pyarrow's numpy conversions (``pa.array(ndarray)``, ``to_numpy``) import pandas wherever it is installed, even
-# when they copy nothing: 0.4 s of the first packed batch of every actor (measured). A batch's numeric columns are
+# when they copy nothing, a cost paid in the first packed batch of every actor. A batch's numeric columns are
 # plain buffers, so they are wrapped and read directly.
 
 

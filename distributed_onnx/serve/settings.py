@@ -198,9 +198,9 @@ class ServeSettings(CommandSettings):
         """Requests a replica accepts at once (Serve's ``max_ongoing_requests``, default 5, caps the batch size).
 
         Room for one batch filling while one runs, and more: requests beyond it wait in Serve's router, which
-        retries with backoff - at 8 (batching off) and 32 clients that cost 3x in p50 and 10x in req/s against
-        a replica-side queue (measured here). Waiting inside the replica (its batch queue, or the one model
-        thread) is cheap, so the default is generous; ``max_queued_requests`` still bounds the total.
+        retries with backoff, which costs far more in p50 and req/s than a replica-side queue does. Waiting
+        inside the replica (its batch queue, or the one model thread) is cheap, so the default is generous;
+        ``max_queued_requests`` still bounds the total.
         """
         return self.max_ongoing_requests or max(64, 2 * self.max_batch_size)
 

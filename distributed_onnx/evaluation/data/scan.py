@@ -160,7 +160,7 @@ def _batches(parquet: pq.ParquetFile, columns: list[str], chunk_rows: int) -> It
     """The file's rows in batches, one row group at a time.
 
     One read over every row group kept what it had pre-buffered of the file until its end: the driver's memory
-    grew by the file's size over the scan (measured: 3.5x from 10,000 to 100,000 series); per row group, the
+    grew by the file's size over the scan; per row group, the
     buffers of one row group at a time.
     """
     for group in range(parquet.num_row_groups):

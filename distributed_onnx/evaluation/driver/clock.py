@@ -27,7 +27,7 @@ def peak_rss_mb() -> float:
     """This process's peak resident memory in MiB: ``VmHWM`` of /proc/self/status, else ``ru_maxrss``.
 
     ``ru_maxrss`` survives ``execve``: a command started by a large process (a benchmark, a notebook) reports
-    at least its launcher's memory at the fork (measured: 1.6 GB for a 200 MB driver). ``VmHWM`` belongs to
+    at least its launcher's memory at the fork, however small the command itself. ``VmHWM`` belongs to
     the process's own address space.
     """
     try:

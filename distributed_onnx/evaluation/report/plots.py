@@ -78,7 +78,7 @@ def _figure(
     """A figure with fixed margins (in inches: room for tick labels, axis labels, titles and a bottom legend).
 
     Fixed, not matplotlib's constrained layout or a tight bounding box: those re-measure every text element
-    several times and made the report take 3.5 s of the driver's CPU instead of 1.5 s (measured).
+    several times, which more than doubled the report's CPU.
     """
     left_in, right_in = 0.75, 0.15
     with rc_context(_RC):
@@ -151,9 +151,8 @@ class FanCanvas:
 
     Each fan is drawn on the same axes, cleared of the previous fan's data, and its title and legend are HTML
     beside the figure (:func:`fan_legend`): a fresh figure per fan rebuilt its axes' ticks, and a title and a
-    legend inside the SVG cost a text-layout pass each. 16 fans (the report's four series x four windows)
-    took 1.06-1.27 s of the driver's wall time after the last part, against 0.47-0.67 s this way (2 cores,
-    ``benchmarks/fan_drawing.py``). The bytes stay deterministic: the same fans in the same
+    legend inside the SVG cost a text-layout pass each (``benchmarks/fan_drawing.py``, results in
+    ``benchmarks/results/time_to_results.md``). The bytes stay deterministic: the same fans in the same
     order draw the same SVG.
     """
 

@@ -24,8 +24,8 @@ variance is ``gamma_0 + 2 sum_{k=1..L} gamma_k`` (the rectangular window of Dieb
 13(3)), with Bartlett weights ``1 - k / (L + 1)`` (Newey & West 1987) when that sum is not positive; the
 statistic gets the small-sample correction of Harvey, Leybourne & Newbold 1997 (IJF 13(2)) with ``h = L + 1``
 and its p-value (two-sided) comes from Student's t with ``n - 1`` degrees of freedom (``scipy.special.stdtr``,
-the distribution function behind ``scipy.stats.t``: ``scipy.stats`` alone costs the driver ~0.5 s of import
-at the end of every run, ``scipy.special`` a third of that).
+the distribution function behind ``scipy.stats.t``: importing ``scipy.stats`` at the end of every run costs
+the driver several times what ``scipy.special`` does).
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ class _SeriesSums:
 def _series_matrix(scores: PairScores, model: str, series: Sequence[str]) -> _SeriesSums:
     """The model's per-series sums, rows in ``series`` order: the merged sums' own side-by-side matrix when their
     rows are in that order already (the usual run: parts follow the plan, sorted by id), else a matrix filled a
-    sum at a time. A reordered copy of every sum, then their side-by-side copy, cost twice the matrix (~100 MB at
-    100,000 series and 3 models: benchmarks/results/time_to_results.md)."""
+    sum at a time. A reordered copy of every sum, then their side-by-side copy, cost twice the matrix
+    (benchmarks/results/time_to_results.md)."""
     accumulator = scores.pooled[model]
     rows = accumulator.series_rows()
     order = np.asarray([rows[sid] for sid in series], dtype=np.intp)
@@ -267,7 +267,7 @@ class _Bootstrap:
         """Every resampled global metric of every model and every resampled skill, one draw of the resamples.
 
         Each chunk's weights are applied to every model's sums at once: drawing the resamples again per model
-        (to hold one model's sums at a time, 33 MB less at 100,000 series) cost ~1 s of CPU a pass there.
+        (to hold one model's sums at a time) saved little memory and cost a pass's resampling again per model.
         """
         rng = np.random.default_rng(SEED)
         for start in range(0, self.n_resamples, RESAMPLE_CHUNK):

@@ -125,8 +125,8 @@ class MetricsAccumulator:
         whose capacity doubles when full.
 
         The driver merges part after part, each adding its series: grown by a copy of every sum per part, the
-        merged sums cost it ~25 MB more than their size at 100,000 series (freed copies it could not give back,
-        measured). Rows past ``rows`` are zeros no view reaches (``np.zeros``: pages untouched until written).
+        merged sums cost it more than their size (freed copies it could not give back). Rows past ``rows`` are
+        zeros no view reaches (``np.zeros``: pages untouched until written).
         """
         if self._buffer.shape[0] < rows:
             bigger = np.zeros((max(rows, 2 * self._buffer.shape[0]), self._width))
@@ -247,8 +247,8 @@ class MetricsAccumulator:
         """Every sum as five plain arrays (no objects, no pickle) for a part's sums file; see :meth:`from_state`.
 
         The fields of each scope are packed side by side into one ``[rows, columns]`` matrix: a driver merging
-        thousands of parts reads a handful of arrays per part, not one per field (measured: 51 arrays per part
-        cost the driver 7 ms a part to read).
+        thousands of parts reads a handful of arrays per part, not one per field (each array read is a cost per
+        part).
         """
         return {
             f"{prefix}series_ids": np.asarray(self.series_ids, dtype=np.str_),
