@@ -12,7 +12,9 @@ of its ratios is the noise.
 Three workloads: ``long`` (the bundled series, 2,000 windows: every batch one series, origins ascending),
 ``short`` (200 noisy copies, 20 windows each: a dozen series a batch, their origins repeating from one series to
 the next) and ``grid`` (20 copies, 600 windows each, the last 2 parts of 2,400 windows: 4 series a part, each batch one
-series, a part's next series repeating the origins of the one before).
+series, a part's next series repeating the origins of the one before); ``fresh`` is ``short`` with each part's
+series scalers built again in every replay, as an actor meeting them for the first time does. Each result also
+gives the median's 95% bootstrap interval (:mod:`paired_ratios`).
 
 Reproduce (a few minutes on a 2-core machine)::
 
@@ -90,8 +92,11 @@ def capture(
     return runner, parts, model_s
 
 
-def replay(runner: Any, parts: list[tuple[Any, list[Any]]], cold: np.ndarray) -> float:
-    """CPU seconds of this thread in ``_score`` over every captured batch (fresh sums per part, as an actor)."""
+def replay(runner: Any, parts: list[tuple[Any, list[Any]]], cold: np.ndarray, fresh_scalers: bool = False) -> float:
+    """CPU seconds of this thread in ``_score`` over every captured batch (fresh sums per part, as an actor).
+
+    ``fresh_scalers``: each part's series scalers built again, as by an actor that meets a part's series for the
+    first time (many series, each in one part); else they stay cached from the replay before."""
     from distributed_onnx.evaluation.fans import FanCollector
     from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 
@@ -99,6 +104,8 @@ def replay(runner: Any, parts: list[tuple[Any, list[Any]]], cold: np.ndarray) ->
     for part, batches in parts:
         runner._source = runner._part_source(part)
         runner.history.source = runner._source
+        if fresh_scalers:
+            runner.history._scalers.clear()
         scores = PairScores([*runner.workers, *BASELINES], job.quantiles, job.spec.horizon, runner._scratch)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         for planned, batch, forecasts in batches:
@@ -121,6 +128,7 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
 
 def removals() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
     """Each fast path's removal: the general path only, the rest unchanged."""
+    from distributed_onnx.evaluation import fans
     from distributed_onnx.evaluation.actor import part_history
     from distributed_onnx.evaluation.scoring import batch_pairs, conventions, metrics, naive, pairs
 
@@ -166,6 +174,8 @@ def removals() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
     def never(*args: Any) -> bool:
         return False
 
+    general_common_pairs = _without_early_return(pairs.common_pairs)
+
     return {
         "same": contextlib.nullcontext,
         "one_series_group_sum": lambda: patched(metrics, "_group_sum", group_sum_general),
@@ -179,7 +189,74 @@ def removals() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]
         "point_scored_once": lambda: patched(pairs, "broadcast_quantiles", copied_point),
         "cells_gathered_by_chunk": lambda: patched(pairs, "cell_quantiles", materialized_quantiles),
         "flat_scales": lambda: patched(part_history, "flat_seasonal_scales", lambda *args: None),
+        "one_series_codes": lambda: patched(batch_pairs.SeriesCodes, "of_indices", classmethod(_of_indices_general)),
+        "common_pairs_early": lambda: patched(pairs, "common_pairs", general_common_pairs),
+        "full_quantiles": lambda: patched(naive, "_nan_quantiles", _nan_quantiles_general),
+        "dense_distinct_cells": lambda: patched(naive, "_distinct_cells", _distinct_cells_sorted),
+        "fans_one_series": lambda: patched(fans.FanCollector, "touches", _touches_general),
     }
+
+
+def _of_indices_general(cls: Any, series_index: Any, series_ids: Any) -> Any:  # without the one-series branch
+    index = np.asarray(series_index).ravel()
+    numbers, local = np.unique(index, return_inverse=True)
+    ids = [str(series_ids[int(number)]) for number in numbers]
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    rank = np.empty(len(ids), dtype=np.intp)
+    rank[order] = np.arange(len(ids), dtype=np.intp)
+    return cls([ids[i] for i in order], rank[local.ravel()], int(index.size))
+
+
+def _nan_quantiles_general(values: Any, levels: Any) -> Any:  # without the every-value-observed branch
+    ordered = np.sort(values, axis=1)
+    count = np.isfinite(ordered).sum(axis=1)
+    position = (np.maximum(count, 1) - 1)[..., None] * levels
+    low = np.floor(position).astype(np.intp)
+    high = np.minimum(low + 1, np.maximum(count, 1)[..., None] - 1)
+    weight = position - low
+    below = np.take_along_axis(ordered[:, :, :, None], low[:, None], axis=1)[:, 0]
+    above = np.take_along_axis(ordered[:, :, :, None], high[:, None], axis=1)[:, 0]
+    difference = above - below
+    result = np.where(weight >= 0.5, above - difference * (1 - weight), below + difference * weight)
+    result[count == 0] = np.nan
+    return result
+
+
+def _distinct_cells_sorted(keys: Any) -> Any:  # np.unique only, no dense pass
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first.astype(np.intp), inverse.ravel().astype(np.intp)
+
+
+def _touches_general(self: Any, series_index: Any) -> bool:
+    if series_index.size == 0 or not self.fan_series:
+        return False
+    return bool(np.isin(series_index, list(self.fan_series)).any())
+
+
+def _without_early_return(common_pairs: Callable[..., Any]) -> Callable[..., Any]:
+    """``pairs.common_pairs`` without its all-valid early return: the counts and failures always computed."""
+    from distributed_onnx.evaluation.scoring.batch_pairs import finite_pairs
+    from distributed_onnx.evaluation.scoring.pairs import REASONS
+
+    def general(actual: Any, forecasts: Any, baselines: Any) -> Any:
+        observed = np.isfinite(actual)
+        finite = {name: finite_pairs(values) for name, values in forecasts.items()}
+        baseline_ok, model_ok = np.ones_like(observed), np.ones_like(observed)
+        for name, ok in finite.items():
+            if name in baselines:
+                baseline_ok &= ok
+            else:
+                model_ok &= ok
+        valid = observed & baseline_ok & model_ok
+        excluded = {
+            REASONS[0]: int((~observed).sum()),
+            REASONS[1]: int((observed & ~baseline_ok).sum()),
+            REASONS[2]: int((observed & baseline_ok & ~model_ok).sum()),
+        }
+        nonfinite = {name: ~np.asarray(ok.all(axis=1)) for name, ok in finite.items() if name not in baselines}
+        return valid, excluded, nonfinite
+
+    return general
 
 
 @contextlib.contextmanager
@@ -197,14 +274,16 @@ def measure(
     removal: Callable[[], contextlib.AbstractContextManager[None]],
     rounds: int,
     model_s_per_batch: float,
+    fresh_scalers: bool = False,
 ) -> dict[str, Any]:
     """``rounds`` alternating pairs (kept, removed), each side :data:`REPLAYS` replays of every batch."""
+    from paired_ratios import summary
     from time_to_results import alternating_pairs
 
     batches = sum(len(batches) for _, batches in parts)
 
     def kept() -> dict[str, Any]:
-        return {"score_s": sum(replay(runner, parts, cold) for _ in range(REPLAYS))}
+        return {"score_s": sum(replay(runner, parts, cold, fresh_scalers) for _ in range(REPLAYS))}
 
     def removed() -> dict[str, Any]:
         with removal():
@@ -216,6 +295,7 @@ def measure(
     return {
         "median_ratio": statistics.median(ratios),
         "ratios": ratios,
+        "summary": summary(ratios),
         "kept_ms_per_batch": statistics.median(one["score_s"] for one, _ in pairs) / per_batch,
         "removed_ms_per_batch": statistics.median(two["score_s"] for _, two in pairs) / per_batch,
         "model_ms_per_batch": model_s_per_batch * 1e3,
@@ -227,7 +307,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--only", help="comma-separated removals (default: all)")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--workloads", default="long,short", help="comma-separated, of long, short, grid")
+    parser.add_argument(
+        "--workloads", default="long,short", help="comma-separated, of long, short, grid, fresh (short, scalers new)"
+    )
     args = parser.parse_args()
     from backtest_bench import make_dataset
 
@@ -238,12 +320,18 @@ def main() -> None:
         short, grid = base / "short.parquet", base / "grid.parquet"
         make_dataset(short, 200 * 20, 200)
         make_dataset(grid, 20 * 600, 20)
-        workloads = {"long": (None, 2000, None, None), "short": (short, 20, None, None), "grid": (grid, 600, 2, 2400)}
+        workloads = {
+            "long": (None, 2000, None, None),
+            "short": (short, 20, None, None),
+            "grid": (grid, 600, 2, 2400),
+            "fresh": (short, 20, None, None),
+        }
         for workload in args.workloads.split(","):
             source, n_windows, max_parts, windows_per_part = workloads[workload]
             runner, parts, model_s = capture(base / workload, source, n_windows, max_parts, windows_per_part)
             batches = sum(len(batches) for _, batches in parts)
-            kept_s = replay(runner, parts, cold)
+            fresh = workload == "fresh"
+            kept_s = replay(runner, parts, cold, fresh)
             entry: dict[str, Any] = {"batches": batches, "model_s": model_s, "score_s_first": kept_s, "removals": {}}
             for name, removal in removals().items():
                 if args.only and name not in [*args.only.split(","), "same"]:
@@ -254,7 +342,7 @@ def main() -> None:
                 except AttributeError:  # a fast path removed from the tree measured (run it on the tree before)
                     print(workload, name, "not in this tree", flush=True)
                     continue
-                entry["removals"][name] = measure(runner, parts, cold, removal, args.rounds, model_s / batches)
+                entry["removals"][name] = measure(runner, parts, cold, removal, args.rounds, model_s / batches, fresh)
                 print(workload, name, json.dumps(entry["removals"][name]), flush=True)
             results["workloads"][workload] = entry
     results["load_average_end"] = os.getloadavg()

@@ -186,9 +186,6 @@ class FanCollector:
         """Whether a batch holds a window of a fan series (most batches hold none: checked before any work)."""
         if series_index.size == 0 or not self.fan_series:
             return False
-        first = int(series_index[0])
-        if (series_index == first).all():  # the usual batch: one series
-            return first in self.fan_series
         return bool(np.isin(series_index, list(self.fan_series)).any())
 
     def candidates(self) -> FanCandidates:

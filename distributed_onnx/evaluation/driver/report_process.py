@@ -4,8 +4,8 @@ The end of a run imports scipy (the leaderboard) and matplotlib (the report) and
 of CPU, more than everything else the driver does in a 150,000-window run once its dispatch costs per part
 (``benchmarks/results/driver_cost.md``). A driver that feeds a large cluster should not spend it, and the
 user should not wait for it either. So the run starts a plain Python child (:class:`ReportProcess`) as the
-dispatch begins: it imports the report's modules and warms matplotlib up while the actors forecast (what
-:mod:`.end_imports` did on a thread of the driver), then waits. At the end the driver sends it what the page
+dispatch begins: it imports the report's modules and warms matplotlib up while the actors forecast, then
+waits. At the end the driver sends it what the page
 shows (the summary, the run-wide metrics, the fans, the per-series sums), and the child writes the leaderboard
 and the report and answers with the leaderboard and its CPU seconds.
 

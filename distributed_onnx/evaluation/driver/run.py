@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -28,7 +27,6 @@ from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, start_early, start_ray_and_pool
-from distributed_onnx.evaluation.driver.end_imports import start_end_imports
 from distributed_onnx.evaluation.driver.failures import (
     FAILED_WINDOWS,
     clear_failed_windows,
@@ -186,7 +184,6 @@ class _BacktestRun:
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
-        self.end_imports: threading.Thread | None = None  # the fallback of the report process
         self.report_process: ReportProcess | None = None  # started with the dispatch (:mod:`.report_process`)
 
     def run(self) -> BacktestResult:
@@ -309,8 +306,6 @@ class _BacktestRun:
                 summary["timing"]["report_drawn_by"] = "report process"
                 self.clock.mark("report")
                 return
-        if self.end_imports is not None:
-            self.end_imports.join()  # its warm-up figure and the report must not draw at once
         self.leaderboard = self.sums.write_leaderboard(plan.settings.output, scores, plan.step_us)
         arguments = (plan.settings.output, summary, run_wide, plan.quantiles, fans, self.leaderboard, series)
         try:
@@ -411,9 +406,9 @@ class _BacktestRun:
     def _start_report_process(self) -> None:
         try:
             self.report_process = ReportProcess()
-        except OSError as exc:  # no child process here: the driver imports on a thread and draws, as before
+        except OSError as exc:  # no child process here: the driver imports and draws at the end (no gain measured
+            # from importing on a thread meanwhile: benchmarks/results/mechanisms.md)
             logger.warning("Could not start the report process (%s); the driver draws the report", exc)
-            self.end_imports = start_end_imports()
 
     def _on_result(self, part: PartSpec, receipt: PartReceipt) -> None:
         self.ledger.add_receipt(receipt, self.clock.elapsed_s())

@@ -101,8 +101,8 @@ def _times(start_us: int, step_us: int, count: int) -> np.ndarray:
 
 def warm_up() -> None:
     """Draw a small dated figure and discard it: matplotlib's first figure pays for loading its font and its
-    date machinery (~0.2 s, ``benchmarks/results/time_to_results.md``), so the driver pays it during the
-    dispatch (``evaluation/driver/end_imports.py``) instead of at the end of the run."""
+    date machinery (~0.2 s, ``benchmarks/results/time_to_results.md``), so the report process pays it during the
+    dispatch (``evaluation/driver/report_process.py``) instead of at the end of the run."""
     fan(Fan("", 0, 3_600_000_000, np.zeros(2), np.zeros(2), [(0.1, 0.9, np.zeros(2), np.ones(2), False)], None))
 
 

@@ -61,8 +61,6 @@ class SeriesCodes(NamedTuple):
         """:meth:`of` the ids ``series_ids[series_index]``: each distinct series' id looked up once, none decoded per
         window (a batch's windows are a few series). The same codes: distinct ids in sorted order."""
         index = np.asarray(series_index).ravel()
-        if index.size and (index == index[0]).all():  # the usual batch: one series
-            return cls([str(series_ids[int(index[0])])], np.zeros(index.size, dtype=np.intp), int(index.size))
         numbers, local = np.unique(index, return_inverse=True)
         ids = [str(series_ids[int(number)]) for number in numbers]
         order = sorted(range(len(ids)), key=ids.__getitem__)

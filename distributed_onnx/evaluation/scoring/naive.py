@@ -231,8 +231,6 @@ def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float
     """
     ordered = np.sort(values, axis=1)  # NaN sorts last
     count = np.isfinite(ordered).sum(axis=1)  # [W, m]
-    if count.size and int(count.min()) == values.shape[1]:
-        return _full_quantiles(ordered, levels)
     position = (np.maximum(count, 1) - 1)[..., None] * levels  # [W, m, Q]
     low = np.floor(position).astype(np.intp)
     high = np.minimum(low + 1, np.maximum(count, 1)[..., None] - 1)
@@ -243,25 +241,6 @@ def _nan_quantiles(values: npt.NDArray[np.float64], levels: npt.NDArray[np.float
     # numpy's _lerp: from the nearer end, so a level of 1 gives the maximum exactly.
     result = np.where(weight >= 0.5, above - difference * (1 - weight), below + difference * weight)
     result[count == 0] = np.nan
-    return result
-
-
-def _full_quantiles(ordered: npt.NDArray[np.float64], levels: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """:func:`_nan_quantiles` when every value is observed (the usual batch): the same order statistics and
-    weights for every ``[W, m]`` cell, so each level is two plain slices, with exactly the same arithmetic.
-    """
-    n = ordered.shape[1]
-    position = (n - 1) * levels  # [Q]
-    low = np.floor(position).astype(np.intp)
-    high = np.minimum(low + 1, n - 1)
-    weight = position - low
-    by_cell = ordered.transpose(0, 2, 1)  # [W, m, n]; np.take writes C-ordered [W, m, Q] (fancy indexing did not)
-    below = np.take(by_cell, low, axis=2)
-    above = np.take(by_cell, high, axis=2)
-    difference = above - below
-    result: npt.NDArray[np.float64] = np.where(
-        weight >= 0.5, above - difference * (1 - weight), below + difference * weight
-    )
     return result
 
 

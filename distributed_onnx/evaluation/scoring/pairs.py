@@ -114,9 +114,6 @@ def common_pairs(
         else:
             model_ok &= ok
     valid = observed & baseline_ok & model_ok
-    if valid.all():  # the usual batch: nothing left out, no failure
-        nothing = np.zeros(valid.shape[0], dtype=bool)
-        return valid, dict.fromkeys(REASONS, 0), {name: nothing.copy() for name in finite if name not in baselines}
     excluded = {
         "actual_missing": int((~observed).sum()),
         "baseline_undefined": int((observed & ~baseline_ok).sum()),
