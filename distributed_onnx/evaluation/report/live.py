@@ -6,7 +6,8 @@ together (:mod:`distributed_onnx.evaluation.live.join`) gets the backtest report
 calibration) and each checkpoint its headline table (:mod:`.tables`), in the same page shell
 (:func:`.page.write_page`), so a live number and a backtest number look alike and mean the same. What is live
 only is the header (the log's span of request times, windows logged, scored, pending and not placeable per
-model, forecasts the log dropped) and, with ``--backtest``, the comparison with the backtest
+model, forecasts the log dropped, each model's requests and failure rate by kind and the failures' reasons:
+:mod:`.live_failures`) and, with ``--backtest``, the comparison with the backtest
 (:mod:`distributed_onnx.evaluation.live.versus_backtest`): each model's score over all leads against the
 backtest's bootstrap interval, flagged when outside, and skill by lead, live against backtest.
 """
@@ -25,6 +26,7 @@ from matplotlib import colormaps, rc_context
 from distributed_onnx import storage
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.live_failures import reasons_table, requests_table
 from distributed_onnx.evaluation.report.page import lead_label, write_page
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
@@ -46,11 +48,13 @@ def write_live_report(
     leaderboard: pa.Table,
     versus: VersusBacktest | None = None,
     merged: Mapping[tuple[tuple[str, ...], int, tuple[float, ...], int], PairScores] | None = None,
+    failures: pa.Table | None = None,
 ) -> storage.Location:
     """Write ``output/report.html`` and return its location.
 
     ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
-    resampling, the verdict and the score by origin (:mod:`.uncertainty`); without them the leaderboards' own."""
+    resampling, the verdict and the score by origin (:mod:`.uncertainty`); without them the leaderboards' own.
+    ``failures``: the log's failures grouped by reason (``failures.parquet``, :mod:`.live_failures`)."""
     by_label = {
         (",".join(key[0]), int(key[1]), ",".join(format(q, "g") for q in key[2]), int(key[3])): scores
         for key, scores in (merged or {}).items()
@@ -61,6 +65,10 @@ def write_live_report(
         *_notes(summary, versus),
         "<h2>Forecasts logged, per model</h2>",
         windows_table(summary),
+        "<h2>Requests and failures, per model</h2>",
+        requests_table(summary),
+        "<h3>Why requests failed</h3>",
+        reasons_table(failures),
     ]
     if versus is not None:
         sections += ["<h2>Live against the backtest</h2>", versus_section(versus)]
