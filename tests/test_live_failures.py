@@ -2,8 +2,8 @@
 failures table and records hold each one (kind, reason, model, status, protocol, time; never the body), and
 ``score`` (its summary, failures.parquet, its printed output and report.html) gives each model's failure rate.
 
-Integration tier: ``distributed-onnx serve`` in a subprocess (embedded Ray on 127.0.0.1, direct ingress, one
-replica holding two tiny Chronos-2 checkpoints), real HTTP and gRPC on 127.0.0.1, real ONNX Runtime:
+Integration tier: the application on a real local Ray Serve (the shared test Ray on 127.0.0.1, Serve's proxy,
+one replica holding two tiny Chronos-2 checkpoints), real HTTP and gRPC on 127.0.0.1, real ONNX Runtime:
 
 - validation: malformed JSON and an unknown model (no model known), a horizon beyond ``tiny``'s, a tensor of the
   wrong shape for ``failing`` (HTTP) and of the wrong datatype for ``tiny`` (gRPC);
@@ -26,9 +26,9 @@ import httpx
 import numpy as np
 import pytest
 from backtest_data import dense_series, write_dataset
+from conftest import free_port, start_test_ray
 from failing_graph import POISON, write_failing_chronos2
 from graphs import write_tiny_chronos2
-from test_serve_ingress import Server
 
 from distributed_onnx.cli import main
 from distributed_onnx.evaluation.live import score_log
@@ -59,19 +59,55 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     return Setup(tmp_path_factory.mktemp("failures"))
 
 
+class Server:
+    """The application on a real local Serve (the shared test Ray), HTTP and gRPC on free loopback ports."""
+
+    def __init__(self, url: str, grpc_port: int) -> None:
+        self.url = url
+        self.grpc_port = grpc_port
+
+
 @pytest.fixture(scope="module")
 def server(setup: Setup) -> Iterator[Server]:
-    running = Server(
-        *("--checkpoint", str(setup.failing), "--checkpoint", str(setup.tiny)),
-        *("--forecast-log", str(setup.log), "--forecast-log-flush-s", "0.2"),
-        *("--cpus-per-replica", "1", "--warm-up-rows", "0", "--max-consecutive-model-failures", "100"),
-        *("--max-body-bytes", str(MAX_BODY_BYTES), "--max-request-memory-bytes", str(MEMORY_BYTES)),
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("onnxruntime")
+    from ray import serve
+    from ray.serve.config import gRPCOptions
+
+    from distributed_onnx.serve.app import build_app
+    from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
+    from distributed_onnx.serve.settings import ServeSettings
+
+    start_test_ray()
+    port, grpc_port = free_port(), free_port()
+    grpc_options = gRPCOptions(port=grpc_port, grpc_servicer_functions=[SERVICER_FUNCTION])
+    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60}, grpc_options=grpc_options)
+    settings = ServeSettings(
+        checkpoint=[setup.failing, setup.tiny],
+        port=port,
+        forecast_log=setup.log,
+        forecast_log_flush_s=0.2,
+        cpus_per_replica=1,
+        warm_up_rows=0,
+        max_consecutive_model_failures=100,  # the failing model stays in service: its failures are the test
+        max_body_bytes=MAX_BODY_BYTES,
+        max_request_memory_bytes=MEMORY_BYTES,
     )
+    serve.run(build_app(settings), name="failures", route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while True:
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the application did not become ready"
+        time.sleep(0.5)
     try:
-        yield running
+        yield Server(url, grpc_port)
     finally:
-        output = running.stop()
-        assert running.process.returncode == 0, output
+        serve.shutdown()
 
 
 def _history(series_id: str) -> tuple[list[float], str]:
