@@ -359,7 +359,8 @@ def _score(args: argparse.Namespace) -> int:
     if borrowed:
         shown["from_the_backtest"] = borrowed
     shown["global"] = _score_headline(result.metrics.to_pylist() if result.metrics.num_rows < 100_000 else [])
-    written = ["metrics.parquet", "leaderboard.parquet", "summary.json", "report.html"]
+    shown["failure_rates"] = _failure_headline(result.summary["requests"])
+    written = ["metrics.parquet", "leaderboard.parquet", "failures.parquet", "summary.json", "report.html"]
     if result.new_batch is not None:
         written.insert(0, "scored/")
     if result.versus_backtest is not None:
@@ -368,6 +369,19 @@ def _score(args: argparse.Namespace) -> int:
     print(json.dumps(shown, indent=2))
     print(f"wrote {redact(settings.output)}/ ({', '.join(written)})")
     return 0
+
+
+def _failure_headline(requests: dict[str, Any]) -> dict[str, Any] | str:
+    """Each model's requests, failures by kind (the non-zero ones) and failure rate, from summary.json."""
+    if not requests.get("recorded"):
+        return "not recorded (a log written before failures were logged)"
+    shown: dict[str, Any] = {}
+    for model, counts in [*requests["models"].items(), ("(model not known)", requests["unattributed"])]:
+        if counts["requests"]:
+            rate = counts["failure_rate"]
+            failed = {kind: n for kind, n in counts["failed_by_kind"].items() if n}
+            shown[model] = {"requests": counts["requests"], "failed": failed, "failure_rate": round(rate, 4)}
+    return shown
 
 
 def _score_headline(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

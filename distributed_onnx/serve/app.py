@@ -56,6 +56,7 @@ from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH
 from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
+from distributed_onnx.serve.failure_log import FailureLog
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.grpc_messages import (
@@ -146,6 +147,7 @@ class OnnxForecastServer:
         self._traffic = LiveTraffic(
             log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
         )
+        self._failures = FailureLog(log)  # failed requests, into the log's failures table
 
     def __del__(self) -> None:
         """Serve calls this when the replica stops: write what the forecast log still holds."""
@@ -214,7 +216,14 @@ class OnnxForecastServer:
 
         try:
             answer_or_refusal = self._replica.observe("infer", handle)
-            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
+            response = await self._failures.watch(
+                drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
+                protocol="http",
+                endpoint="infer",
+                model=lambda: self._served_model(name),
+                request_id=lambda: request_id(header_id),
+                received_us=received_us,
+            )
         finally:
             self._live_metrics.request("infer", self._model_label(name), time.perf_counter() - started)
         # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
@@ -222,6 +231,10 @@ class OnnxForecastServer:
         served = answered[0].served
         self._infer_answered(served, request_id(served.request_id or header_id), received_us)
         return response
+
+    def _served_model(self, name: str) -> str | None:
+        """A served model's name, else None: the failures table never takes a client's name for a model's."""
+        return name if name in self._replica.models else None
 
     def _model_label(self, name: str) -> str:
         """A served model's name, else ``-``: a label per unknown name a client sends would grow without bound."""
@@ -244,16 +257,24 @@ class OnnxForecastServer:
         received_us = now_us()
         identifier = request_id(request.headers.get(REQUEST_ID_HEADER))
         answered: list[ForecastAnswer] = []
+        chosen: list[str] = []  # the model, once the body has named it (for the failures table)
 
         async def handle(ticket: Ticket) -> Response:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
-            answer = await self._replica.forecast(body, ticket)
+            answer = await self._replica.forecast(body, ticket, on_model=lambda model: chosen.append(model.name))
             answered.append(answer)
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
         try:
             answer_or_refusal = self._replica.observe("forecast", handle)
-            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
+            response = await self._failures.watch(
+                drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
+                protocol="http",
+                endpoint="forecast",
+                model=lambda: chosen[0] if chosen else None,
+                request_id=lambda: identifier,
+                received_us=received_us,
+            )
         finally:
             model = answered[0].model.name if answered else "-"
             self._live_metrics.request("forecast", model, time.perf_counter() - started)
@@ -328,8 +349,18 @@ class OnnxForecastServer:
             answered.append(served)
             return response
 
+        async def watched() -> Any:
+            return await self._failures.watch(
+                self._replica.observe("grpc_infer", handle),
+                protocol="grpc",
+                endpoint="grpc_infer",
+                model=lambda: self._served_model(request.model_name),
+                request_id=lambda: request_id(request.id),
+                received_us=received_us,
+            )
+
         try:
-            response = await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
+            response = await grpc_call(grpc_context, ModelInferResponse(), watched)
         finally:
             self._live_metrics.request(
                 "grpc_infer", self._model_label(request.model_name), time.perf_counter() - started

@@ -300,17 +300,27 @@ class ReplicaCore:
     def shadows(self) -> list[ModelCore]:
         return [model for model in self.models.values() if model.shadow]
 
-    async def forecast(self, body: bytes, ticket: Ticket) -> ForecastAnswer:
-        """A /v1/forecast body answered by the model it names (``model``; default :attr:`default_model`)."""
+    async def forecast(
+        self, body: bytes, ticket: Ticket, on_model: Callable[[ModelCore], None] | None = None
+    ) -> ForecastAnswer:
+        """A /v1/forecast body answered by the model it names (``model``; default :attr:`default_model`).
+
+        ``on_model`` is told the model once the body names it (a failure after that, planning included, is that
+        model's: the forecast log's failures table).
+        """
         if len(body) > OFFLOAD_BODY_BYTES:
-            model, parsed, job = await self.run_codec(self.plan_forecast, body)
+            model, parsed, job = await self.run_codec(self.plan_forecast, body, on_model)
         else:
-            model, parsed, job = self.plan_forecast(body)
+            model, parsed, job = self.plan_forecast(body, on_model)
         return await model.answer(parsed, job, ticket)
 
-    def plan_forecast(self, body: bytes) -> tuple[ModelCore, ForecastRequest, ForecastJob]:
+    def plan_forecast(
+        self, body: bytes, on_model: Callable[[ModelCore], None] | None = None
+    ) -> tuple[ModelCore, ForecastRequest, ForecastJob]:
         parsed = parse_body(body, ForecastRequest)
         model = self.model(parsed.model) if parsed.model is not None else self.default_model
+        if on_model is not None:
+            on_model(model)
         return model, parsed, plan_job(parsed, model.metadata, time.perf_counter())
 
     def model(self, name: str) -> ModelCore:

@@ -185,6 +185,8 @@ class LiveTraffic:
         """:meth:`answered` for a request whose log view ``served()`` builds after the answer (``windows``: its
         forecasts, counted now); a ``served`` that fails or returns None logs and shadows nothing."""
         self.metrics.served(model.name, windows)
+        if self.log is not None:
+            self.log.answered(model.name)  # the failure rate's denominator (with the failed requests)
         if self.log is None and not self.shadows:
             return
         shadows = [shadow for shadow in self.shadows if shadow.name != model.name]

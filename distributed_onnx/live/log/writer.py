@@ -16,6 +16,13 @@ record ``LOG/_log_state/<writer>.json``, so the log says itself what it is missi
 problems (:meth:`ForecastLog.shadow_problems`): windows it failed to forecast (``shadow_failed``: never
 submitted, so nothing else would say they are missing) and windows it forecast NaN or inf for
 (``shadow_nonfinite``: logged as they are, left out of the pairs by ``score`` as the backtest leaves them out).
+
+Requests that failed (:meth:`ForecastLog.submit_failure`, :mod:`.failures`) go through the same queue and thread
+into the failures table, one file per (day, model) group of a batch; the record counts, per model, the requests
+answered (:meth:`ForecastLog.answered`) and failed by kind, and the failure rows written or dropped, so the
+failure rate is known even when rows were dropped. A request whose model is not known is counted under
+``unattributed``. The record says its format (:data:`LOG_FORMAT`; absent: 1, written before requests and failures
+were counted).
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from distributed_onnx import storage
+from distributed_onnx.live.log.failures import LoggedFailure, failure_partition, failure_rows
 from distributed_onnx.live.log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
 from distributed_onnx.storage import Location
 
@@ -43,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 QUEUE_FULL = "queue_full"
 WRITE_FAILED = "write_failed"
+#: The log's format, in each writer's record: 2 counts requests answered and failed and writes the failures table
+#: (:mod:`.failures`); a record without it (1) predates them, so its log says nothing of failures.
+LOG_FORMAT = 2
 
 
 class LogSink(Protocol):
@@ -102,6 +113,15 @@ class ModelCounts:
     rows_logged: int = 0
     shadow_failed: int = 0
     shadow_nonfinite: int = 0
+    #: Requests this model answered, and those that failed by kind (:data:`.failures.KINDS`).
+    requests_answered: int = 0
+    requests_failed: dict[str, int] = field(default_factory=dict)
+    #: Failure rows written to the failures table, and dropped (queue full, write failed).
+    failures_logged: int = 0
+    failures_dropped: int = 0
+
+    def copy(self) -> ModelCounts:
+        return replace(self, dropped=dict(self.dropped), requests_failed=dict(self.requests_failed))
 
     @property
     def dropped_total(self) -> int:
@@ -118,6 +138,8 @@ class _Flush:
 
 
 _STOP = object()
+#: The key under which requests whose model is not known are counted (the record's ``unattributed``).
+_UNATTRIBUTED = ""
 
 
 class ForecastLog:
@@ -195,15 +217,33 @@ class ForecastLog:
             counts.shadow_nonfinite += nonfinite
             self._problems += failed + nonfinite
 
+    def answered(self, model: str) -> None:
+        """Count one request ``model`` answered: with the failed ones, the failure rate's denominator (O(1))."""
+        with self._lock:
+            self._counts.setdefault(model, ModelCounts()).requests_answered += 1
+            self._problems += 1
+
+    def submit_failure(self, item: LoggedFailure) -> bool:
+        """Count a failed request and queue its row for the failures table; False when dropped (counted).
+
+        Constant time, no I/O, never raises. A row takes one place of ``max_queued_windows``, so a flood of
+        refused requests is bounded like a flood of forecasts.
+        """
+        with self._lock:
+            counts = self._counts.setdefault(item.model or _UNATTRIBUTED, ModelCounts())
+            counts.requests_failed[item.kind] = counts.requests_failed.get(item.kind, 0) + 1
+            self._problems += 1
+            if self._closed or self._queued_windows + 1 > self.max_queued_windows:
+                counts.failures_dropped += 1
+                return False
+            self._queued_windows += 1
+        self._queue.put(item)
+        return True
+
     def counts(self) -> dict[str, ModelCounts]:
         """A snapshot of the counts per model."""
         with self._lock:
-            return {
-                model: ModelCounts(
-                    c.submitted, c.logged, dict(c.dropped), c.rows_logged, c.shadow_failed, c.shadow_nonfinite
-                )
-                for model, c in self._counts.items()
-            }
+            return {model: c.copy() for model, c in self._counts.items() if model != _UNATTRIBUTED}
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Write everything submitted so far (or drop it, counted); False if that took longer than ``timeout_s``."""
@@ -226,9 +266,12 @@ class ForecastLog:
 
     def state(self) -> dict[str, Any]:
         """The writer's record (what ``_log_state/<writer>.json`` holds)."""
-        counts = self.counts()
+        with self._lock:
+            counts = {model: c.copy() for model, c in self._counts.items()}
+        unattributed = counts.pop(_UNATTRIBUTED, None)
         with self._lock:
             return {
+                "format": LOG_FORMAT,
                 "writer_id": self.writer_id,
                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "files_written": self._files_written,
@@ -244,9 +287,11 @@ class ForecastLog:
                         "rows_logged": c.rows_logged,
                         "shadow_failed": c.shadow_failed,
                         "shadow_nonfinite": c.shadow_nonfinite,
+                        **_request_counts(c),
                     }
                     for model, c in counts.items()
                 },
+                "unattributed": _request_counts(unattributed or ModelCounts()),
             }
 
     # ------------------------------------------------------------------------------ the thread
@@ -267,7 +312,8 @@ class ForecastLog:
                 except queue.Empty:
                     break
             items = [message for message in messages if isinstance(message, LoggedForecast)]
-            controls = [message for message in messages if not isinstance(message, LoggedForecast)]
+            failures = [message for message in messages if isinstance(message, LoggedFailure)]
+            controls = [message for message in messages if not isinstance(message, LoggedForecast | LoggedFailure)]
             batch: list[LoggedForecast] = []
             windows = 0
             for item in items:
@@ -278,7 +324,9 @@ class ForecastLog:
                     batch, windows = [], 0
             if batch:
                 self._write_batch(batch)
-            if items or controls or self._state_stale():
+            if failures:
+                self._write_failure_rows(failures)
+            if items or failures or controls or self._state_stale():
                 self._write_state()  # the drops counted since the last batch reach the record too
             for message in controls:
                 if isinstance(message, _Flush):
@@ -318,6 +366,38 @@ class ForecastLog:
                 continue
             self._settle(model, windows, table.num_rows, None, None)
 
+    def _write_failure_rows(self, batch: list[LoggedFailure]) -> None:
+        """One file of the failures table per (day, model) of the batch; a failed write drops its rows, counted."""
+        groups: dict[tuple[str, str | None], list[LoggedFailure]] = {}
+        for item in batch:
+            groups.setdefault((item.day, item.model), []).append(item)
+        for (day, model), items in groups.items():
+            written = True
+            try:
+                table = failure_rows(items)
+                with self._lock:
+                    sequence = self._sequence
+                    self._sequence += 1
+                name = file_name(min(item.request_time_us for item in items), self.writer_id, sequence)
+                self._sink.write_table(storage.join(failure_partition(self.root, day, model), name), table)
+            except Exception as exc:  # as for forecasts: this group is dropped, counted; the thread lives on
+                written = False
+                self._warning.warn(
+                    "Forecast log %s: writing failed requests failed (%s: %s); dropping these rows, counted",
+                    self.root,
+                    type(exc).__name__,
+                    exc,
+                )
+            with self._lock:
+                self._queued_windows -= len(items)
+                counts = self._counts.setdefault(model or _UNATTRIBUTED, ModelCounts())
+                if written:
+                    counts.failures_logged += len(items)
+                    self._files_written += 1
+                else:
+                    counts.failures_dropped += len(items)
+                    self._write_failures += 1
+
     def _settle(self, model: str, windows: int, rows: int, reason: str | None, error: str | None) -> None:
         with self._lock:
             self._queued_windows -= windows
@@ -337,3 +417,13 @@ class ForecastLog:
             self._sink.write_bytes(state_path(self.root, self.writer_id), payload)
         except Exception as exc:  # the record follows the sink: written again once it is back
             logger.debug("Forecast log %s: cannot write the state record: %s", self.root, exc)
+
+
+def _request_counts(counts: ModelCounts) -> dict[str, Any]:
+    """The record's request counts of one model: answered, failed by kind, failure rows written and dropped."""
+    return {
+        "requests_answered": counts.requests_answered,
+        "requests_failed": dict(counts.requests_failed),
+        "failures_logged": counts.failures_logged,
+        "failures_dropped": counts.failures_dropped,
+    }

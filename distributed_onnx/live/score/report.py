@@ -5,11 +5,12 @@ Nothing here draws a table of its own where the backtest's report has one: each 
 (:mod:`distributed_onnx.evaluation.report.compare`: leaderboard with bootstrap intervals, pairwise tests, pairs left
 out, skill by lead, calibration) and each checkpoint its headline table
 (:mod:`distributed_onnx.evaluation.report.tables`), in the same page shell
-(:func:`distributed_onnx.evaluation.report.page.write_page`), so a live number and a backtest number look alike and
-mean the same. What is live only is the header (the log's span of request times, windows logged, scored, pending and
-not placeable per model, forecasts the log dropped) and, with ``--backtest``, the comparison with the backtest
-(:mod:`distributed_onnx.live.score.versus_backtest`): each model's score over all leads against the backtest's
-bootstrap interval, flagged when outside, and skill by lead, live against backtest.
+(:func:`distributed_onnx.evaluation.report.page.write_page`), so a live number and a backtest number look alike and mean
+the same. What is live only is the header (the log's span of request times, windows logged, scored, pending and not
+placeable per model, forecasts the log dropped, each model's requests and failure rate by kind and the failures'
+reasons: :mod:`.report_failures`) and, with ``--backtest``, the comparison with the backtest
+(:mod:`distributed_onnx.live.score.versus_backtest`): each model's score over all leads against the backtest's bootstrap
+interval, flagged when outside, and skill by lead, live against backtest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, 
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+from distributed_onnx.live.score.report_failures import reasons_table, requests_table
 
 if TYPE_CHECKING:
     from distributed_onnx.live.score.versus_backtest import VersusBacktest
@@ -47,12 +49,14 @@ def write_live_report(
     leaderboard: pa.Table,
     versus: VersusBacktest | None = None,
     merged: Mapping[tuple[tuple[str, ...], int, tuple[float, ...], int], PairScores] | None = None,
+    failures: pa.Table | None = None,
 ) -> storage.Location:
     """Write ``output/report.html`` and return its location.
 
     ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
-    resampling, the verdict and the score by origin (:mod:`distributed_onnx.evaluation.report.uncertainty`);
-    without them the leaderboards' own."""
+    resampling, the verdict and the score by origin (:mod:`distributed_onnx.evaluation.report.uncertainty`); without
+    them the leaderboards' own. ``failures``: the log's failures grouped by reason (``failures.parquet``,
+    :mod:`.report_failures`)."""
     by_label = {
         (",".join(key[0]), int(key[1]), ",".join(format(q, "g") for q in key[2]), int(key[3])): scores
         for key, scores in (merged or {}).items()
@@ -63,6 +67,10 @@ def write_live_report(
         *_notes(summary, versus),
         "<h2>Forecasts logged, per model</h2>",
         windows_table(summary),
+        "<h2>Requests and failures, per model</h2>",
+        requests_table(summary),
+        "<h3>Why requests failed</h3>",
+        reasons_table(failures),
     ]
     if versus is not None:
         sections += ["<h2>Live against the backtest</h2>", versus_section(versus)]

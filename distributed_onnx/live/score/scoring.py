@@ -17,7 +17,10 @@ Outputs, rewritten whole on every run from the sums of every batch:
   :data:`GROUP_FIELDS` naming the group (``scored_with``: its checkpoints, comma-separated);
 - ``leaderboard.parquet``: the backtest's leaderboard (:mod:`~.scoring.leaderboard`) of each group, with the
   same columns added;
-- ``summary.json``: windows per model and outcome, the log's span of request times, pairs left out, drops;
+- ``summary.json``: windows per model and outcome, the log's span of request times, pairs left out, drops,
+  and each model's requests answered and failed by kind with its failure rate (``requests``,
+  :mod:`.failure_rates`);
+- ``failures.parquet``: the log's failed requests grouped by model, kind, reason, status and protocol;
 - ``live_vs_backtest.parquet`` with ``--backtest`` (:mod:`.versus_backtest`);
 - ``report.html``: the backtest's report sections for live scoring (:mod:`~distributed_onnx.live.score.report`).
 """
@@ -41,6 +44,7 @@ from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, baseline_forecasts
 from distributed_onnx.live.log.layout import log_files, read_states
 from distributed_onnx.live.score.batches import ScoreBatch, merged_sums, read_batches, widen, write_batch
+from distributed_onnx.live.score.failure_rates import FAILURES_FILE, failure_reasons, request_counts
 from distributed_onnx.live.score.join import (
     CONFLICTING,
     NOT_PLACEABLE,
@@ -151,6 +155,10 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     storage.write_parquet(storage.join(output, LEADERBOARD), leaderboard)
     summary = _summary(settings, batches, merged, pending, new_batch)
     summary["files_unreadable"] = fresh.unreadable  # left out of this run, named (read again on the next)
+    # Beside the accuracy, each model's failure rate (the writers' counts) and the failures' reasons (the table).
+    summary["requests"] = request_counts(read_states(settings.forecasts)).record()
+    reasons, summary["failure_files_unreadable"] = failure_reasons(settings.forecasts)
+    storage.write_parquet(storage.join(output, FAILURES_FILE), reasons)
     versus = None
     if backtest is not None:
         versus = compare(merged, backtest, logged_models=list(summary["windows"]))
@@ -161,7 +169,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, sort_keys=True).encode())
     from distributed_onnx.live.score.report import write_live_report  # matplotlib: only when writing
 
-    write_live_report(output, summary, metrics, leaderboard, versus, merged)
+    write_live_report(output, summary, metrics, leaderboard, versus, merged, failures=reasons)
     return ScoreResult(metrics, summary, new_batch, leaderboard, versus)
 
 
