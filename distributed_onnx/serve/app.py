@@ -80,7 +80,7 @@ from distributed_onnx.serve.infer_call import InferServed
 from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.loopback import pin_replica_servers
-from distributed_onnx.serve.repository import CheckpointRepository, ModelRepository, RepositoryMetrics
+from distributed_onnx.serve.repository import CheckpointRepository, LoadedModel, ModelRepository, RepositoryMetrics
 from distributed_onnx.serve.schemas import (
     ErrorResponse,
     ForecastRequest,
@@ -159,8 +159,16 @@ class OnnxForecastServer:
                 self._repository_model,
                 RepositoryMetrics(self._live_metrics.registry, self._live_metrics.replica),
             )
+            load = self._repository.load
+
+            # A plain function: Serve keeps its LRU as an attribute of what it wraps (a bound method takes none),
+            # and takes a first argument with an attribute of the function's name for ``self`` (a str has none
+            # called so).
+            async def load_repository_checkpoint(name: str) -> LoadedModel:
+                return await load(name)
+
             self._repository.set_cache(
-                serve.multiplexed(max_num_models_per_replica=settings.repository_budget)(self._repository.load)
+                serve.multiplexed(max_num_models_per_replica=settings.repository_budget)(load_repository_checkpoint)
             )
             self._replica.repository = self._repository
 
