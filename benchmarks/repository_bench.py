@@ -215,7 +215,10 @@ def summarize(cells: list[dict[str, Any]], first: str, second: str) -> dict[str,
     ]
     for key in ("p50_ms", "p99_ms"):
         ratios = [b[key] / a[key] for a, b in pairs]
-        summary[f"{key}_ratio"] = {"median": round(float(np.median(ratios)), 2), "rounds": [round(x, 2) for x in ratios]}
+        summary[f"{key}_ratio"] = {
+            "median": round(float(np.median(ratios)), 2),
+            "rounds": [round(x, 2) for x in ratios],
+        }
     return summary
 
 
