@@ -157,27 +157,40 @@ def hit_and_miss(repository: Path, series: list[float], args: argparse.Namespace
         rss = [round(rss_bytes(pid) / 2**20, 1) for pid in replica_pids(process.pid)]
     finally:
         stop(process)
-    return {"ready_s": ready_s, "cells": cells, "replica_rss_mib": rss, "summary": summarize(cells, "hit", "miss")}
+    summary = summarize(cells, "hit", "miss")
+    return {"ready_s": ready_s, "cells": cells, "replica_rss_mib": rss, "summary": summary}
+
+
+ROUTED = "routed by model (Serve's proxy, header)"
+UNROUTED = "not routed (Serve's proxy, body model only)"
+HAPROXY = "not routed (HAProxy, body model only)"
 
 
 def routing(repository: Path, series: list[float], args: argparse.Namespace) -> dict[str, Any]:
+    """Both servers up at once (each its own embedded Ray), their cells alternating round after round."""
     arguments = ["--model-repository", str(repository), "--repository-budget", str(BUDGET), "--replicas", "2"]
-    process, port, ready_s = start([*arguments, "--cpus-per-replica", "0.5", "--max-batch-size", "1"])
+    arguments += ["--cpus-per-replica", "0.5", "--max-batch-size", "1"]
+    proxy, proxy_port, proxy_ready_s = start(arguments)  # auto: Serve's proxy, with a repository and 2 replicas
+    try:
+        haproxy, haproxy_port, haproxy_ready_s = start([*arguments, "--ingress", "haproxy"])
+    except BaseException:
+        stop(proxy)
+        raise
     rng = random.Random(0)
     working = [f"m{k:02d}" for k in range(WORKING_SET)]
     cells: list[dict[str, Any]] = []
+    ways = [(ROUTED, proxy_port, True), (UNROUTED, proxy_port, False), (HAPROXY, haproxy_port, False)]
     try:
-        for header in (True, False):  # warm: every model of the working set asked once, both ways
+        for _, port, header in ways:  # warm: every model of the working set asked once, each way
             timed(port, requests_of(working, series, header))
         for round_index in range(args.rounds):
             names = [rng.choice(working) for _ in range(args.requests)]
-            order = [("routed by model (header)", True), ("not routed (body model only)", False)]
-            for kind, header in order if round_index % 2 == 0 else order[::-1]:
+            shift = round_index % len(ways)
+            for kind, port, header in ways[shift:] + ways[:shift]:
                 before = loads_by_replica(port, 2)
                 load = os.getloadavg()[0]
                 latencies = timed(port, requests_of(names, series, header))
-                after = loads_by_replica(port, 2)
-                loads = sum(after.values()) - sum(before.values())
+                loads = sum(loads_by_replica(port, 2).values()) - sum(before.values())
                 cells.append(
                     {
                         "kind": kind,
@@ -190,9 +203,10 @@ def routing(repository: Path, series: list[float], args: argparse.Namespace) -> 
                 )
                 print(f"round {round_index} {kind}: {cells[-1]}", flush=True)
     finally:
-        stop(process)
-    summary = summarize(cells, "routed by model (header)", "not routed (body model only)")
-    return {"ready_s": ready_s, "cells": cells, "summary": summary}
+        stop(proxy)
+        stop(haproxy)
+    summary = summarize(cells, ROUTED, UNROUTED, HAPROXY)
+    return {"ready_s": {"proxy": proxy_ready_s, "haproxy": haproxy_ready_s}, "cells": cells, "summary": summary}
 
 
 def everywhere(repository: Path) -> dict[str, Any]:
@@ -206,29 +220,101 @@ def everywhere(repository: Path) -> dict[str, Any]:
     return {"ready_s": ready_s, "replica_rss_mib": rss}
 
 
-def summarize(cells: list[dict[str, Any]], first: str, second: str) -> dict[str, Any]:
-    """Medians over rounds per kind, and the medians of the per-round ratios second / first."""
+def summarize(cells: list[dict[str, Any]], first: str, *others: str) -> dict[str, Any]:
+    """Medians over rounds per kind, and per other kind the medians of its per-round ratios to ``first``."""
     summary: dict[str, Any] = {}
-    for kind in (first, second):
+    for kind in (first, *others):
         mine = [cell for cell in cells if cell["kind"] == kind]
         summary[kind] = {
             key: round(float(np.median([cell[key] for cell in mine])), 3)
             for key in ("p50_ms", "p99_ms", "miss_share")
             if key in mine[0]
         }
-    pairs = [
-        (next(c for c in cells if c["kind"] == first and c["round"] == r), c)
-        for r in sorted({c["round"] for c in cells})
-        for c in cells
-        if c["kind"] == second and c["round"] == r
-    ]
-    for key in ("p50_ms", "p99_ms"):
-        ratios = [b[key] / a[key] for a, b in pairs]
-        summary[f"{key}_ratio"] = {
-            "median": round(float(np.median(ratios)), 2),
-            "rounds": [round(x, 2) for x in ratios],
-        }
+    base = {cell["round"]: cell for cell in cells if cell["kind"] == first}
+    for kind in others:
+        for key in ("p50_ms", "p99_ms"):
+            ratios = [cell[key] / base[cell["round"]][key] for cell in cells if cell["kind"] == kind]
+            summary[kind][f"{key}_ratio"] = {
+                "median": round(float(np.median(ratios)), 2),
+                "rounds": [round(x, 2) for x in ratios],
+            }
     return summary
+
+
+def markdown(results: dict[str, Any]) -> str:
+    c = results["conditions"]
+    load = c["load_1min"]
+    hm, rt = results["hit_and_miss"], results["routing"]
+    lines = [
+        "# A checkpoint repository: hit and miss latency, routing by model, every model in every replica",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/repository_bench.py --rounds 4 --requests 40` (writes "
+        "`repository.json`; `--markdown` rewrites this file from it). What each cell does: the script's docstring.",
+        "",
+        f"Conditions: {c['cpus']} cores, no GPU, Ray {c['ray']}, Python {c['python']}; {c['models']} copies of "
+        f"`{c['checkpoint']}` ({c['checkpoint_mib']} MiB each) as `m00`..`m39`, budget {c['budget']} per replica; "
+        f"one series of 168 steps per request, horizon 24, one client, {c['requests']} requests per cell, "
+        f"{c['rounds']} rounds, cells alternating (order flipped per round). 1-minute load average during the "
+        f"cells: min {load['min']:.2f}, median {load['median']:.2f}, max {load['max']:.2f} on 2 cores: other "
+        "sessions' processes shared the machine, so absolute figures are noisy; the per-round ratios less so.",
+        "",
+        "## Hit and miss (1 replica, direct ingress)",
+        "",
+        "| request | p50 ms | p99 ms | per round (p50 ms) |",
+        "|---|---:|---:|---|",
+    ]
+    for kind in ("hit", "miss"):
+        cells = [cell for cell in hm["cells"] if cell["kind"] == kind]
+        d = hm["summary"][kind]
+        rounds = ", ".join(f"{cell['p50_ms']:.1f}" for cell in cells)
+        lines.append(f"| {kind} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} | {rounds} |")
+    ratio = hm["summary"]["miss"]["p50_ms_ratio"]
+    lines += [
+        "",
+        f"A miss (load the checkpoint, build and warm its session, evict the least recently used) costs "
+        f"{ratio['median']:.1f}x a hit at the median (per round: {', '.join(map(str, ratio['rounds']))}); p99 "
+        f"{hm['summary']['miss']['p99_ms_ratio']['median']:.1f}x.",
+        "",
+        f"## Routing by model or not (2 replicas x 0.5 CPU, Serve's proxy, a working set of {c['working_set']} "
+        "models in a random order; the HAProxy server ran beside it, cells alternating)",
+        "",
+        "| requests | p50 ms | p99 ms | loads per request | p50 / routed (per round) | p99 / routed (per round) |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for kind in (ROUTED, UNROUTED, HAPROXY):
+        d = rt["summary"][kind]
+        ratios = [
+            f"{d[key]['median']:.2f} ({', '.join(map(str, d[key]['rounds']))})" if key in d else "1"
+            for key in ("p50_ms_ratio", "p99_ms_ratio")
+        ]
+        lines.append(
+            f"| {kind} | {d['p50_ms']:.1f} | {d['p99_ms']:.1f} | {d['miss_share']:.2f} | {' | '.join(ratios)} |"
+        )
+    lines.append("")
+    if "every_model_in_every_replica" in results:
+        everywhere = results["every_model_in_every_replica"]
+        lines += [
+            "## Every model in every replica (the alternative: `--checkpoint` x 40, 1 replica)",
+            "",
+            "| design | time to ready s | replica RSS MiB |",
+            "|---|---:|---:|",
+            f"| repository, budget 8 (after the hit and miss cells: 8 held) | {hm['ready_s']} | "
+            f"{', '.join(map(str, hm['replica_rss_mib']))} |",
+            f"| every model in every replica (40 sessions) | {everywhere['ready_s']} | "
+            f"{', '.join(map(str, everywhere['replica_rss_mib']))} |",
+            "",
+        ]
+    lines += [
+        "## Choice",
+        "",
+        "Serve's model multiplexing, with the `serve_multiplexed_model_id` header routing each model to the "
+        "replicas that hold it. See the figures above: a miss costs a session build, so whatever keeps models where "
+        "they are loaded pays; routing by model does that for a working set up to the fleet's budget, an LRU per "
+        "replica without it reloads. Every model in every replica has no misses but holds every session in every "
+        "replica and starts them all before the first request.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -236,7 +322,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=60, help="requests per cell")
     parser.add_argument("--skip-everywhere", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="only rewrite repository.md from repository.json")
     args = parser.parse_args()
+    if args.markdown:
+        (RESULTS / "repository.md").write_text(markdown(json.loads((RESULTS / "repository.json").read_text())))
+        return 0
 
     import ray
 
@@ -274,6 +364,7 @@ def main() -> int:
     results["conditions"]["load_1min"] = {"min": min(loads), "median": float(np.median(loads)), "max": max(loads)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "repository.json").write_text(json.dumps(results, indent=2))
+    (RESULTS / "repository.md").write_text(markdown(results))
     remove_server_logs()
     print(json.dumps({key: results[key] for key in results if key != "conditions"}, indent=1)[:4000])
     return 0

@@ -25,7 +25,8 @@ needs its model warm on every request its primary answers, and KServe v2 routes 
 One deployment per model costs a replica's memory per model (a replica's Python and Ray dwarf a small
 checkpoint's session) and, behind the one ``/v1/forecast`` entry (or a primary calling its shadows), a handle
 call per request: the largest loss of requests per second of the ways measured. Multiplexing is the way for many
-models that do not all fit in a replica, which is not this package's use (a champion and a few challengers).
+models that do not all fit in a replica: the checkpoint repository (``--model-repository``,
+:mod:`distributed_onnx.serve.repository`) uses it, beside the ``--checkpoint`` models every replica holds.
 The cost of this choice: each replica holds every model's session (memory) and they share its CPUs.
 
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any

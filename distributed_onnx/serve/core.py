@@ -133,6 +133,15 @@ class ModelCore:
         """Merge concurrent forecasts through ``batcher`` (``None``: every forecast is its own model call)."""
         self._batcher = batcher
 
+    def release(self) -> None:
+        """Let go of what refers back to this model (a repository model evicted from its replica's LRU).
+
+        The deployment's batcher is a closure over this model: a reference cycle, which only the collector's
+        rare full passes free, so evicted sessions piled up in a replica (measured: 1 GiB after 80 loads of a
+        4 MiB checkpoint with 8 held). Requests still running on it finish unbatched.
+        """
+        self._batcher = None
+
     # ------------------------------------------------------------------------------------------ metadata
 
     def model_metadata(self) -> ModelMetadata:

@@ -270,6 +270,9 @@ class ModelRepository:
     def _evicted(self, loaded: LoadedModel) -> None:
         if self._held.get(loaded.name) is loaded:
             del self._held[loaded.name]
+        release = getattr(loaded.model, "release", None)
+        if callable(release):
+            release()  # what refers back to the model goes, so its session is freed when its last request ends
         self.repository.release(loaded.name)
         if self._metrics is not None:
             self._metrics.evicted(loaded.name, len(self._held))
