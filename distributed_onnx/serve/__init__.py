@@ -7,7 +7,7 @@ deployment: routes and gRPC methods delegating to the core), ``runner`` (foregro
 ``ingress`` (which of Serve's ingresses), ``loopback`` (Serve's sockets on loopback, checked at start),
 ``infer_call`` (a KServe v2 infer request checked and planned), ``live_log`` and ``infer_log`` (what an answer
 leaves behind: the forecast log's rows and the shadow models' forecasts, for /v1 and v2 alike), ``live_metrics``
-(``GET /metrics``).
+(``GET /metrics``), ``repository`` (many checkpoints loaded on first use, Serve's multiplexed LRU per replica).
 
 Several models live in every replica of one deployment rather than in Ray Serve's model multiplexing or in one
 deployment per model: measured side by side (``benchmarks/results/multiplex.md``), multiplexing matched its

@@ -25,7 +25,8 @@ needs its model warm on every request its primary answers, and KServe v2 routes 
 One deployment per model costs a replica's memory per model (a replica's Python and Ray dwarf a small
 checkpoint's session) and, behind the one ``/v1/forecast`` entry (or a primary calling its shadows), a handle
 call per request: the largest loss of requests per second of the ways measured. Multiplexing is the way for many
-models that do not all fit in a replica, which is not this package's use (a champion and a few challengers).
+models that do not all fit in a replica: the checkpoint repository (``--model-repository``,
+:mod:`distributed_onnx.serve.repository`) uses it, beside the ``--checkpoint`` models every replica holds.
 The cost of this choice: each replica holds every model's session (memory) and they share its CPUs.
 
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any
@@ -40,6 +41,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,12 +75,14 @@ from distributed_onnx.serve.http import (
     install_error_handlers,
     install_openapi_models,
     json_body,
+    parse_body,
     read_body,
 )
 from distributed_onnx.serve.infer_call import InferServed
 from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
 from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.loopback import pin_replica_servers
+from distributed_onnx.serve.repository import CheckpointRepository, LoadedModel, ModelRepository, RepositoryMetrics
 from distributed_onnx.serve.schemas import (
     ErrorResponse,
     ForecastRequest,
@@ -86,6 +90,7 @@ from distributed_onnx.serve.schemas import (
     InferRequest,
     InferResponse,
     ModelMetadata,
+    RepositoryIndexRequest,
 )
 from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
@@ -133,7 +138,7 @@ class OnnxForecastServer:
                 shadow=checkpoint.stem in settings.shadow,
                 checkpoint_sha256=worker.metadata.sha256 or storage.sha256(checkpoint),
             )
-            model.set_batcher(self._batcher_for(model.name))
+            model.set_batcher(self._batcher_for(model))
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
         self._forecast_windows.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)  # type: ignore[attr-defined]
         log = None
@@ -148,6 +153,36 @@ class OnnxForecastServer:
             log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
         )
         self._failures = FailureLog(log)  # failed requests, into the log's failures table
+        self._repository: ModelRepository | None = None
+        if settings.model_repository is not None:
+            # Serve's model multiplexing is the LRU (and routes by the serve_multiplexed_model_id header):
+            # see distributed_onnx.serve.repository.
+            self._repository = ModelRepository(
+                CheckpointRepository(settings.model_repository),
+                self._repository_model,
+                RepositoryMetrics(self._live_metrics.registry, self._live_metrics.replica),
+            )
+            load = self._repository.load
+
+            # A plain function: Serve keeps its LRU as an attribute of what it wraps (a bound method takes none),
+            # and takes a first argument with an attribute of the function's name for ``self`` (a str has none
+            # called so).
+            async def load_repository_checkpoint(name: str) -> LoadedModel:
+                return await load(name)
+
+            self._repository.set_cache(
+                serve.multiplexed(max_num_models_per_replica=settings.repository_budget)(load_repository_checkpoint)
+            )
+            self._replica.repository = self._repository
+
+    def _repository_model(self, name: str, weights: Path) -> ModelCore:
+        """A repository checkpoint's model, built as a --checkpoint one is (in a thread: see repository.py)."""
+        worker = PinnedWorker(self._settings.worker_config(weights), self._settings.cpus_per_replica).worker
+        model = ModelCore(
+            worker, self._settings, self._replica, checkpoint_sha256=worker.metadata.sha256 or storage.sha256(weights)
+        )
+        model.set_batcher(self._batcher_for(model))
+        return model
 
     def __del__(self) -> None:
         """Serve calls this when the replica stops: write what the forecast log still holds."""
@@ -178,13 +213,39 @@ class OnnxForecastServer:
 
     # ------------------------------------------------------------------------------------------- models
 
+    @api.get("/v2/models", summary="The models served: those every replica holds, then the repository's")
+    async def models(self) -> dict[str, list[str]]:
+        return {"models": await asyncio.to_thread(self._model_names)}
+
+    @api.post(
+        "/v2/repository/index",
+        responses=_ERRORS,
+        summary="Triton's repository index: each model's name, version, state (READY in this replica, or "
+        "UNAVAILABLE) and reason",
+    )
+    async def repository_index(self, request: Request) -> Response:
+        body = await read_body(request, self._settings.max_body_bytes)
+        ready_only = parse_body(body, RepositoryIndexRequest).ready if body.strip() else False
+        fixed = list(self._replica.models)
+        if self._repository is None:
+            entries = [{"name": name, "version": "1", "state": "READY", "reason": ""} for name in fixed]
+        else:
+            entries = await asyncio.to_thread(self._repository.index, fixed, ready_only=ready_only)
+        return JSONResponse(entries)
+
+    def _model_names(self) -> list[str]:
+        names = list(self._replica.models)
+        if self._repository is not None:
+            names += [name for name in self._repository.repository.names(refresh=True) if name not in names]
+        return names
+
     @api.get("/v2/models/{name}", response_model=ModelMetadata, responses=_ERRORS, summary="Model metadata")
     async def model_metadata(self, name: str) -> ModelMetadata:
-        return self._replica.model(name).model_metadata()
+        return (await self._replica.find_model(name)).model_metadata()
 
     @api.get("/v2/models/{name}/ready", responses=_ERRORS, summary="Model readiness")
     async def model_ready(self, name: str) -> Response:
-        health = self._replica.model(name).health
+        health = (await self._replica.find_model(name)).health
         if not health.ready:
             return JSONResponse({"error": f"not ready: {health.reason}"}, status_code=503)
         return JSONResponse({"ready": True})
@@ -208,7 +269,7 @@ class OnnxForecastServer:
         answered: list[InferAnswer] = []
 
         async def handle(ticket: Ticket) -> Response:
-            model = self._replica.model(name)
+            model = await self._replica.find_model(name)
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             answer = await model.infer(body, request.headers.get(HEADER_LENGTH))
             answered.append(answer)
@@ -238,11 +299,13 @@ class OnnxForecastServer:
 
     def _model_label(self, name: str) -> str:
         """A served model's name, else ``-``: a label per unknown name a client sends would grow without bound."""
-        return name if name in self._replica.models else "-"
+        known = name in self._replica.models or (self._repository is not None and self._repository.holds(name))
+        return name if known else "-"
 
     def _infer_answered(self, served: InferServed, identifier: str, received_us: int) -> None:
         """Log and shadow an answered v2 infer (scheduled, not awaited: after the response is on its way)."""
-        model = self._replica.models[served.model.name]
+        model = served.model  # the ModelCore that answered (a repository one may have been evicted since)
+        assert isinstance(model, ModelCore)
         self._traffic.answered_later(model, served.windows.count, served.request, identifier, received_us)
 
     @api.post(
@@ -261,7 +324,9 @@ class OnnxForecastServer:
 
         async def handle(ticket: Ticket) -> Response:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
-            answer = await self._replica.forecast(body, ticket, on_model=lambda model: chosen.append(model.name))
+            answer = await self._replica.forecast(
+                body, ticket, serve.get_multiplexed_model_id() or None, on_model=lambda model: chosen.append(model.name)
+            )
             answered.append(answer)
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
@@ -283,9 +348,9 @@ class OnnxForecastServer:
         self._traffic.answered(answer.model, answer.parsed, answer.forecasts, answer.quantiles, identifier, received_us)
         return response
 
-    def _batcher_for(self, name: str) -> Callable[[ForecastJob], Awaitable[np.ndarray]]:
+    def _batcher_for(self, model: ModelCore) -> Callable[[ForecastJob], Awaitable[np.ndarray]]:
         async def batcher(job: ForecastJob) -> np.ndarray:
-            result: np.ndarray | BaseException = await self._forecast_windows((name, job))
+            result: np.ndarray | BaseException = await self._forecast_windows((model, job))
             if isinstance(result, BaseException):
                 raise result
             return result
@@ -293,21 +358,18 @@ class OnnxForecastServer:
         return batcher
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
-    async def _forecast_windows(self, jobs: list[tuple[str, ForecastJob]]) -> list[np.ndarray | BaseException]:
+    async def _forecast_windows(self, jobs: list[tuple[ModelCore, ForecastJob]]) -> list[np.ndarray | BaseException]:
         """Concurrent forecasts merged into model calls: each model's jobs in one call, in that model's thread.
 
         A failing call fails the requests of its model only (its error is their result, raised by the batcher):
         Serve's batch would otherwise fail every request of the batch, other models' included.
         """
-        by_model: dict[str, list[int]] = {}
-        for index, (name, _) in enumerate(jobs):
-            by_model.setdefault(name, []).append(index)
+        by_model: dict[ModelCore, list[int]] = {}  # by the object: a repository model may be evicted, reloaded
+        for index, (model, _) in enumerate(jobs):
+            by_model.setdefault(model, []).append(index)
         results: list[np.ndarray | BaseException] = [np.empty(0)] * len(jobs)
         outcomes = await asyncio.gather(
-            *(
-                self._replica.models[name].run_batch([jobs[i][1] for i in members])
-                for name, members in by_model.items()
-            ),
+            *(model.run_batch([jobs[i][1] for i in members]) for model, members in by_model.items()),
             return_exceptions=True,
         )
         for members, outcome in zip(by_model.values(), outcomes, strict=True):
@@ -325,7 +387,7 @@ class OnnxForecastServer:
 
     async def ModelReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
         async def handle() -> Any:
-            return ModelReadyResponse(ready=self._replica.model(request.name).health.ready)
+            return ModelReadyResponse(ready=(await self._replica.find_model(request.name)).health.ready)
 
         return await grpc_call(grpc_context, ModelReadyResponse(), handle)
 
@@ -334,7 +396,7 @@ class OnnxForecastServer:
 
     async def ModelMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
         async def handle() -> Any:
-            return metadata_response(self._replica.model(request.name).model_metadata())
+            return metadata_response((await self._replica.find_model(request.name)).model_metadata())
 
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
 
@@ -344,7 +406,7 @@ class OnnxForecastServer:
         answered: list[InferServed] = []
 
         async def handle(ticket: Ticket) -> Any:
-            model: ModelCore = self._replica.model(request.model_name)
+            model: ModelCore = await self._replica.find_model(request.model_name)
             response, served = await model.grpc_infer(request, ticket)
             answered.append(served)
             return response

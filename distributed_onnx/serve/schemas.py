@@ -157,3 +157,11 @@ class ModelMetadata(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: str = Field(description="What was wrong, naming the field or tensor.")
+
+
+class RepositoryIndexRequest(BaseModel):
+    """``POST /v2/repository/index`` (Triton's model repository extension); an empty body lists every model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready: bool = Field(default=False, description="Only the models READY in the replica that answers.")

@@ -6,6 +6,7 @@ shadow and a log could not see from either that all three were on. Both read the
 
 from __future__ import annotations
 
+from distributed_onnx import storage
 from distributed_onnx.serve.settings import ServeSettings
 
 __all__ = ["DOCS_SUMMARY", "docs_description", "served_models"]
@@ -23,18 +24,36 @@ def served_models(settings: ServeSettings) -> str:
         else:
             names.append(f"{name} (default)" if name == settings.model_name else name)
     log = "off" if settings.forecast_log is None else str(settings.forecast_log)
-    return f"models: {', '.join(names)}; forecast log: {log}"
+    return f"models: {', '.join(names) or 'none in every replica'}{_repository(settings)}; forecast log: {log}"
+
+
+def _repository(settings: ServeSettings) -> str:
+    if settings.model_repository is None:
+        return ""
+    location = storage.redact(settings.model_repository)
+    return f"; model repository: {location} (up to {settings.repository_budget} per replica, loaded on first use)"
 
 
 def docs_description(settings: ServeSettings) -> str:
     """The OpenAPI description: what the service does, then its models, shadows and log (Markdown)."""
     answering = [name for name in settings.model_names if name not in settings.shadow]
+    default = f"`{settings.model_name}`" if settings.model_name else "none"
     lines = [
         DOCS_SUMMARY,
         "",
-        f"**Models answering requests** (name them in a request's `model`; without it `{settings.model_name}` "
-        f"answers): {', '.join(f'`{name}`' for name in answering)}.",
+        f"**Models answering requests** (name them in a request's `model`; without it {default} answers): "
+        f"{', '.join(f'`{name}`' for name in answering) or 'none held by every replica'}.",
         "",
+        *(
+            [
+                f"**Model repository**{_repository(settings).split(':', 1)[1]}: list it with `GET /v2/models` "
+                "or `POST /v2/repository/index`; send the `serve_multiplexed_model_id` header (the model's name) "
+                "to reach a replica that holds it.",
+                "",
+            ]
+            if settings.model_repository is not None
+            else []
+        ),
         "**Shadows** (forecast the answered requests, logged only, never returned): "
         + (
             ", ".join(f"`{name}`" for name in settings.shadow)

@@ -38,6 +38,21 @@ class ServeSettings(CommandSettings):
         "application, each named by its file stem; the first that is not a shadow answers /v1/forecast requests "
         "that name no model (default: the bundled reference one).",
     )
+    model_repository: Path | str | None = Field(
+        default=None,
+        examples=["s3://bucket/checkpoints"],
+        description="Folder or URL (s3://...) of a checkpoint repository: every <name>.onnx there with its "
+        "<name>.metadata.json is a model, loaded in a replica on its first request and evicted least recently "
+        "used beyond --repository-budget; send the serve_multiplexed_model_id header (the model's name) so "
+        "requests go to a replica that holds it. Without --checkpoint no model is held in every replica and "
+        "requests must name their model; with it, those checkpoints stay in every replica as well.",
+    )
+    repository_budget: int = Field(
+        default=8,
+        gt=0,
+        description="Repository models one replica holds at once (--model-repository); the least recently used "
+        "is evicted to load another.",
+    )
     shadow: list[str] = Field(
         default_factory=list,
         examples=["challenger"],
@@ -147,17 +162,32 @@ class ServeSettings(CommandSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("forecast_log", mode="before")
+    @field_validator("forecast_log", "model_repository", mode="before")
     @classmethod
     def _path_or_url(cls, value: Any) -> Any:
         if isinstance(value, str) and value and not storage.is_url(value):
             return Path(value)
         return value or None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _repository_alone(cls, data: Any) -> Any:
+        """A repository without --checkpoint holds no model in every replica (not the bundled reference one)."""
+        if isinstance(data, dict) and data.get("model_repository") and data.get("checkpoint") is None:
+            return {**data, "checkpoint": []}
+        return data
+
     @model_validator(mode="after")
     def _models(self) -> ServeSettings:
         if not self.checkpoint:
-            raise ValueError("give at least one checkpoint")
+            if self.model_repository is None:
+                raise ValueError("give at least one checkpoint (or a model_repository)")
+            if self.shadow:
+                raise ValueError(
+                    f"shadow {self.shadow} names no checkpoint: shadows are --checkpoint models (held by every "
+                    "replica), not repository ones"
+                )
+            return self
         names = [path.stem for path in self.checkpoint]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -188,10 +218,10 @@ class ServeSettings(CommandSettings):
         return self
 
     @property
-    def model_name(self) -> str:
+    def model_name(self) -> str | None:
         """The default model: the first checkpoint that is not a shadow (what ``/v1/forecast`` uses without
-        ``model``)."""
-        return next(name for name in self.model_names if name not in self.shadow)
+        ``model``); None with a model repository and no checkpoint (requests name their model)."""
+        return next((name for name in self.model_names if name not in self.shadow), None)
 
     @property
     def ongoing_requests(self) -> int:
