@@ -33,8 +33,9 @@ from pydantic import BaseModel, Field
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
-from distributed_onnx.evaluation.data.packing import pack_batch
+from distributed_onnx.evaluation.data.packing import VintageJoin, pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX, VintagedCovariates, VintageStats
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
@@ -82,6 +83,7 @@ class PartJob:
     write_backoff_s: float = 0.5
     roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)
     grouping: GroupedWindows | None = None  # ``--group-by``: the windows in group-major order (:mod:`.grouping`)
+    vintaged: VintagedCovariates | None = None  # ``--covariate-data``: rows joined as of each cutoff
 
 
 class PartReceipt(BaseModel):
@@ -125,10 +127,11 @@ class PartRunner:
             workers = {workers.model_name: workers}
         self.job = job
         names = [name for name, _ in job.models] or list(workers)
-        missing = [name for name in names if name not in workers]
+        missing = [name for name in names if name.removesuffix(REALIZED_SUFFIX) not in workers]
         if missing:
             raise DataError(f"the run's models {names} need a worker each; none for {missing}")
-        self.workers = {name: workers[name] for name in names}
+        # A ``NAME@realized`` twin is the same session run on the realized covariates (:mod:`.data.vintages`).
+        self.workers = {name: workers[name.removesuffix(REALIZED_SUFFIX)] for name in names}
         self.fingerprints = dict(job.models) or dict.fromkeys(names, job.run_fingerprint)
         self.node_id = node_id
         uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
@@ -136,6 +139,8 @@ class PartRunner:
         self.history = SeriesHistory(job.source, job.plan, job.spec, job.seasonality)
         self._scratch = Scratch()  # the scoring's work buffers, reused part after part
         self._source: SeriesSource = job.source  # the current part's series (see _part_source)
+        self._stats: VintageStats | None = None  # the current part's vintage counts
+        self._realized = any(name.endswith(REALIZED_SUFFIX) for name in self.workers)
 
     @property
     def worker(self) -> InferenceWorker:
@@ -148,6 +153,8 @@ class PartRunner:
         started = time.perf_counter()
         self._source = self._part_source(part)
         self.history.source = self._source
+        if job.vintaged is not None:
+            self._stats = VintageStats(job.spec.horizon, job.step_us)
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
@@ -193,6 +200,9 @@ class PartRunner:
             attempts += tries
         header = {**record, "node_id": self.node_id, "models": self.fingerprints, "part_bytes": part_bytes}
         sums = PartSums(header, scores, fans.candidates())
+        if self._stats is not None:  # before the sums: a part whose sums verify has its counts
+            stats = self._stats
+            self._retry(lambda: outputs.write_vintage_stats(job.output, part.index, stats.to_json()), part)
         sums_bytes, sums_attempts = self._retry(lambda: write_sums(job.output, part.index, sums), part)
         clock.add("write", mark)
         return PartReceipt(
@@ -257,19 +267,27 @@ class PartRunner:
     def _origins(self, series_index: int) -> np.ndarray:
         return self.history.origins(series_index)
 
-    def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
-        spec = self.job.spec
-        return pack_batch(
-            self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint, self.job.roles
-        )
+    def _pack(self, planned: PlannedBatch) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+        """The batch, and with ``--compare-realized`` the same windows with the realized covariates."""
+        spec, job = self.job.spec, self.job
+        args = (self._source, planned, spec.context_length, spec.horizon, job.window_fingerprint, job.roles)
+        if job.vintaged is None:
+            return pack_batch(*args), None
+        batch = pack_batch(*args, VintageJoin(job.vintaged, stats=self._stats))
+        realized = pack_batch(*args, VintageJoin(job.vintaged, realized=True)) if self._realized else None
+        return batch, realized
 
-    def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
-        """Each model on the same packed batch (packed once, run K times)."""
+    def _run_models(
+        self, packed: tuple[pa.RecordBatch, pa.RecordBatch | None], names: list[str], clock: _Clock
+    ) -> dict[str, np.ndarray]:
+        """Each model on the same packed batch (packed once, run K times); a realized twin on the realized one."""
         spec, quantiles = self.job.spec, self.job.quantiles
+        batch, realized = packed
         mark = time.perf_counter()
         out = {}
         for name in names:
-            out[name] = self.workers[name].forecast_batch(batch, spec.context_length, spec.horizon, quantiles)
+            given = realized if realized is not None and name.endswith(REALIZED_SUFFIX) else batch
+            out[name] = self.workers[name].forecast_batch(given, spec.context_length, spec.horizon, quantiles)
         clock.add("model", mark)
         return out
 
@@ -280,24 +298,26 @@ class PartRunner:
         if not self._overlap:
             for planned in planned_batches:
                 mark = time.perf_counter()
-                batch = self._pack(planned)
+                packed = self._pack(planned)
                 clock.add("pack", mark)
-                yield planned, batch, self._run_models(batch, names, clock)
+                yield planned, packed[0], self._run_models(packed, names, clock)
             return
 
-        def timed_pack(planned: PlannedBatch) -> tuple[PlannedBatch, pa.RecordBatch, float]:
+        def timed_pack(
+            planned: PlannedBatch,
+        ) -> tuple[PlannedBatch, tuple[pa.RecordBatch, pa.RecordBatch | None], float]:
             mark = time.perf_counter()
             return planned, self._pack(planned), time.perf_counter() - mark
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pack") as packer:
             pending = [packer.submit(timed_pack, planned) for planned in _first(planned_batches)]
             while pending:
-                planned, batch, pack_s = pending.pop().result()
+                planned, packed, pack_s = pending.pop().result()
                 clock.seconds["pack"] += pack_s
                 following = next(planned_batches, None)
                 if following is not None:
                     pending.append(packer.submit(timed_pack, following))
-                yield planned, batch, self._run_models(batch, names, clock)
+                yield planned, packed[0], self._run_models(packed, names, clock)
 
     def _score(
         self,
