@@ -25,6 +25,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.clock import PhaseClock, driver_cpu_s
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.early import START_HERE, StartHere, start_early, start_ray_and_pool
 from distributed_onnx.evaluation.end_imports import start_end_imports
@@ -44,6 +45,12 @@ from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
 from distributed_onnx.evaluation.transport import series_source_for
+from distributed_onnx.evaluation.vintage_summary import (
+    covariates_record,
+    merged_stats,
+    realized_gaps,
+    write_covariate_ages,
+)
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_worker_actor
@@ -224,8 +231,11 @@ class _BacktestRun:
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
+            self._covariates(summary)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
+            if plan.realized_models and self.leaderboard is not None:
+                summary["covariates"]["realized_comparison"] = realized_gaps(self.leaderboard)
         finally:
             if self.report_process is not None:
                 self.report_process.close()  # drawn, or not needed after an error
@@ -252,6 +262,16 @@ class _BacktestRun:
             self.early = start_ray_and_pool(self.plan.settings, self.worker_config())
         self.early.wait()
 
+    def _covariates(self, summary: dict[str, Any]) -> None:
+        """``summary["covariates"]``: each covariate vintaged or known; the vintages' counts and ages, also
+        written as ``covariate_ages.parquet`` (:mod:`.vintage_summary`)."""
+        plan = self.plan
+        stats = None
+        if plan.vintaged is not None:
+            stats = merged_stats(plan.settings.output, self.done, plan.spec.horizon, plan.step_us)
+            write_covariate_ages(plan.settings.output, stats)
+        summary["covariates"] = covariates_record(plan, stats)
+
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
         """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
         returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the end."""
@@ -264,6 +284,11 @@ class _BacktestRun:
             }
             for checkpoint in plan.checkpoints
         }
+        for twin in plan.realized_models:  # --compare-realized: the same checkpoint on the realized covariates
+            summary["models"][twin] = {
+                "realized_of": twin.removesuffix(REALIZED_SUFFIX),
+                "fingerprint": plan.model_fingerprints[twin],
+            }
         summary["pairs"] = scores.left_out()
         summary["parts"]["computed_by_model"] = dict(
             Counter(name for receipt in outcome.receipts for name in receipt.models_computed)
