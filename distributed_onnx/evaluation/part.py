@@ -84,6 +84,8 @@ class PartJob:
     roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)
     grouping: GroupedWindows | None = None  # ``--group-by``: the windows in group-major order (:mod:`.grouping`)
     vintaged: VintagedCovariates | None = None  # ``--covariate-data``: rows joined as of each cutoff
+    in_sample_end_us: int | None = None  # windows with origins at or before it are scored apart (in-sample)
+    include_in_sample: bool = False  # ... and also in the run's main scores
 
 
 class PartReceipt(BaseModel):
@@ -141,6 +143,7 @@ class PartRunner:
         self._source: SeriesSource = job.source  # the current part's series (see _part_source)
         self._stats: VintageStats | None = None  # the current part's vintage counts
         self._realized = any(name.endswith(REALIZED_SUFFIX) for name in self.workers)
+        self._in_sample_windows = 0  # the current part's windows at or before the training data's end
 
     @property
     def worker(self) -> InferenceWorker:
@@ -168,6 +171,10 @@ class PartRunner:
         clock.add("read", started)
         to_run = [name for name in self.workers if name not in written.values]
         scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
+        in_sample = None
+        self._in_sample_windows = 0
+        if job.in_sample_end_us is not None:
+            in_sample = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         tables: dict[str, list[pa.Table]] = {name: [] for name in to_run}
         done = 0
@@ -181,7 +188,7 @@ class PartRunner:
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+            self._score_split(planned, batch, forecasts, scores, in_sample, fans)
             clock.add("score", mark)
         mark = time.perf_counter()
         part_bytes = written.sizes(job.output, part.index)
@@ -199,7 +206,9 @@ class PartRunner:
             )
             attempts += tries
         header = {**record, "node_id": self.node_id, "models": self.fingerprints, "part_bytes": part_bytes}
-        sums = PartSums(header, scores, fans.candidates())
+        if in_sample is not None:
+            header["in_sample_windows"] = self._in_sample_windows
+        sums = PartSums(header, scores, fans.candidates(), in_sample)
         if self._stats is not None:  # before the sums: a part whose sums verify has its counts
             stats = self._stats
             self._retry(lambda: outputs.write_vintage_stats(job.output, part.index, stats.to_json()), part)
@@ -319,6 +328,35 @@ class PartRunner:
                     pending.append(packer.submit(timed_pack, following))
                 yield planned, packed[0], self._run_models(packed, names, clock)
 
+    def _score_split(
+        self,
+        planned: PlannedBatch,
+        batch: pa.RecordBatch,
+        forecasts: dict[str, np.ndarray],
+        scores: PairScores,
+        in_sample: PairScores | None,
+        fans: FanCollector,
+    ) -> None:
+        """Score a batch; with a ``training_data_end``, its in-sample windows into ``in_sample`` (and into
+        ``scores`` only with ``--include-in-sample``)."""
+        end = self.job.in_sample_end_us
+        if in_sample is None or end is None:
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+            return
+        _, origins_us = targets_and_origins(batch, self.job.spec.horizon)
+        inside = np.asarray(origins_us, dtype=np.int64) <= end
+        self._in_sample_windows += int(inside.sum())
+        if self.job.include_in_sample:
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+        elif not inside.any():
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+        elif not inside.all():
+            rows = np.flatnonzero(~inside)
+            self._score(*_subset(planned, batch, forecasts, rows), scores=scores, fans=fans)
+        if inside.any():
+            quiet = FanCollector(frozenset(), self.job.quantiles, self.job.spec.horizon)
+            self._score(*_subset(planned, batch, forecasts, np.flatnonzero(inside)), scores=in_sample, fans=quiet)
+
     def _score(
         self,
         planned: PlannedBatch,
@@ -366,6 +404,15 @@ class PartRunner:
                 logger.warning("part %d: write failed (attempt %d): %s; retrying", part.index, attempt, exc)
                 time.sleep(self.job.write_backoff_s * attempt)
                 attempt += 1
+
+
+def _subset(
+    planned: PlannedBatch, batch: pa.RecordBatch, forecasts: dict[str, np.ndarray], rows: np.ndarray
+) -> tuple[PlannedBatch, pa.RecordBatch, dict[str, np.ndarray]]:
+    """Windows ``rows`` of a batch: its plan, its Arrow rows and every model's forecasts."""
+    group = None if planned.group is None else planned.group[rows]
+    subset = PlannedBatch(planned.index, planned.series_index[rows], planned.origin_index[rows], group)
+    return subset, batch.take(pa.array(rows)), {name: np.asarray(f)[rows] for name, f in forecasts.items()}
 
 
 def _level(forecast: Forecast, rows: np.ndarray, index: int) -> np.ndarray:

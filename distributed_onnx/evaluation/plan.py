@@ -83,6 +83,9 @@ class RunPlan:
     ramp_width: int = 1
     #: With ``--covariate-data``: the covariate rows and the vintage table some of them come from.
     vintaged: VintagedCovariates | None = None
+    #: The latest ``training_data_end`` of the checkpoints (UTC microseconds): windows whose origin is at or
+    #: before it are in-sample (scored apart, scope ``in_sample``). None: no checkpoint says.
+    in_sample_end_us: int | None = None
 
     @property
     def realized_models(self) -> list[str]:
@@ -123,6 +126,8 @@ class RunPlan:
             roles=self.roles,
             grouping=self.grouping,
             vintaged=self.vintaged,
+            in_sample_end_us=self.in_sample_end_us,
+            include_in_sample=self.settings.include_in_sample,
         )
 
 
@@ -209,6 +214,9 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             "vintaged": list(vintaged_names),
             "covariate_latency": settings.covariate_latency,
         }
+    ends = in_sample_end(checkpoints)
+    if ends is not None:
+        vintage_config["in_sample"] = [ends, settings.include_in_sample]
     run_config = {
         **window_config,
         **vintage_config,
@@ -252,7 +260,16 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         grouping,
         ramp_width,
         vintaged,
+        in_sample_end(checkpoints),
     )
+
+
+def in_sample_end(checkpoints: list[ResolvedCheckpoint]) -> int | None:
+    """The latest ``training_data_end`` of the run's checkpoints: a window in-sample for one model is left out of
+    the comparison for all (the models share one set of scored pairs)."""
+    ends = [_micros(each.metadata.training_data_end) for each in checkpoints]
+    known = [end for end in ends if end is not None]
+    return max(known) if known else None
 
 
 #: A model's name is its file stem and a Hive partition value (``forecasts/model=NAME/``).

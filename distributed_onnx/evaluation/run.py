@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from distributed_onnx import storage
@@ -43,7 +44,7 @@ from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.summary import build_summary, driver_timing, previous_summary, write_summary
-from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
+from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
 from distributed_onnx.evaluation.transport import series_source_for
 from distributed_onnx.evaluation.vintage_summary import (
     covariates_record,
@@ -232,6 +233,7 @@ class _BacktestRun:
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
             self._covariates(summary)
+            self._in_sample(summary)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
             if plan.realized_models and self.leaderboard is not None:
@@ -261,6 +263,25 @@ class _BacktestRun:
         if self.early is None:  # a resumed run, or a process that holds Ray already: the pool is needed now
             self.early = start_ray_and_pool(self.plan.settings, self.worker_config())
         self.early.wait()
+
+    def _in_sample(self, summary: dict[str, Any]) -> None:
+        """``summary["in_sample"]``: the windows at or before a checkpoint's ``training_data_end``, counted."""
+        plan = self.plan
+        if plan.in_sample_end_us is None:
+            return
+        windows = self.sums.in_sample_windows
+        summary["in_sample"] = {
+            "training_data_end": str(np.datetime64(plan.in_sample_end_us, "us")) + "Z",
+            "windows": windows,
+            "in_leaderboard": plan.settings.include_in_sample,
+            "scope": IN_SAMPLE,
+        }
+        if windows and not plan.settings.include_in_sample:
+            summary["notes"].append(
+                f"{windows} in-sample window(s) (origin at or before the training data's end "
+                f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
+                "the leaderboard; --include-in-sample keeps them in"
+            )
 
     def _covariates(self, summary: dict[str, Any]) -> None:
         """``summary["covariates"]``: each covariate vintaged or known; the vintages' counts and ages, also
