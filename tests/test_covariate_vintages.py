@@ -135,9 +135,7 @@ def _packed_windows(plan: RunPlan, realized: bool = False) -> list[tuple[str, in
 @pytest.mark.parametrize("per_series", [False, True], ids=["global", "per_series"])
 @pytest.mark.parametrize("latency_min", [0, 60])
 def test_each_window_equals_a_plain_as_of_join(tmp_path: Path, per_series: bool, latency_min: int) -> None:
-    plan, vintages = _plan(
-        tmp_path, per_series, latency_min, covariates=["temp", "wind"], past_covariates=["price"]
-    )
+    plan, vintages = _plan(tmp_path, per_series, latency_min, covariates=["temp", "wind"], past_covariates=["price"])
     spec = plan.spec
     names = plan.settings.covariate_columns
     assert names == ["price", "temp", "wind"]

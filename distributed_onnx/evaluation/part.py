@@ -206,12 +206,9 @@ class PartRunner:
             )
             attempts += tries
         header = {**record, "node_id": self.node_id, "models": self.fingerprints, "part_bytes": part_bytes}
-        if in_sample is not None:
-            header["in_sample_windows"] = self._in_sample_windows
+        header |= {"in_sample_windows": self._in_sample_windows} if in_sample is not None else {}
         sums = PartSums(header, scores, fans.candidates(), in_sample)
-        if self._stats is not None:  # before the sums: a part whose sums verify has its counts
-            stats = self._stats
-            self._retry(lambda: outputs.write_vintage_stats(job.output, part.index, stats.to_json()), part)
+        self._write_vintage_stats(part)  # before the sums: a part whose sums verify has its counts
         sums_bytes, sums_attempts = self._retry(lambda: write_sums(job.output, part.index, sums), part)
         clock.add("write", mark)
         return PartReceipt(
@@ -226,6 +223,11 @@ class PartRunner:
             seconds={stage: round(value, 6) for stage, value in clock.seconds.items()},
             node_id=self.node_id,
         )
+
+    def _write_vintage_stats(self, part: PartSpec) -> None:
+        stats = self._stats
+        if stats is not None:
+            self._retry(lambda: outputs.write_vintage_stats(self.job.output, part.index, stats.to_json()), part)
 
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
         """The part's model batches and its window count, recomputed from the series (see :mod:`.data.windows`)."""
@@ -346,9 +348,7 @@ class PartRunner:
         _, origins_us = targets_and_origins(batch, self.job.spec.horizon)
         inside = np.asarray(origins_us, dtype=np.int64) <= end
         self._in_sample_windows += int(inside.sum())
-        if self.job.include_in_sample:
-            self._score(planned, batch, forecasts, scores=scores, fans=fans)
-        elif not inside.any():
+        if self.job.include_in_sample or not inside.any():
             self._score(planned, batch, forecasts, scores=scores, fans=fans)
         elif not inside.all():
             rows = np.flatnonzero(~inside)

@@ -172,16 +172,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     # read them): the driver keeps a summary per series. Anything else is read whole, as the object store needs.
     vintaged_names = _vintaged_names(settings)
     table, windows, roles, grouping = _load(settings, metadata.resolution_minutes, spec, vintaged_names)
-    vintaged = None
-    if settings.covariate_data is not None:
-        vintages = read_vintages(
-            settings.covariate_data,
-            vintaged_names,
-            metadata.resolution_minutes * 60_000_000,
-            table.series_ids,
-            settings.covariate_latency * 60_000_000,
-        )
-        vintaged = VintagedCovariates(tuple(settings.covariate_columns), vintages)
+    vintaged = _vintages(settings, vintaged_names, metadata.resolution_minutes, table)
     notes = fit_notes + _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)
     for each in checkpoints:
@@ -237,10 +228,10 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
         for each in checkpoints
     }
-    if settings.compare_realized:
-        for each in checkpoints:
-            twin = each.name + REALIZED_SUFFIX
-            model_fingerprints[twin] = _digest({"realized_of": model_fingerprints[each.name]})
+    if settings.compare_realized:  # each checkpoint's twin on the realized covariates
+        model_fingerprints |= {
+            f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in model_fingerprints.items()
+        }
     return RunPlan(
         settings,
         checkpoint,
@@ -326,6 +317,17 @@ def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> 
             f"{len(covariates)} covariates declared, {checkpoint.name} takes at most {metadata.max_covariates}",
             key="covariates",
         )
+
+
+def _vintages(
+    settings: BacktestSettings, names: tuple[str, ...], resolution_minutes: int, table: SeriesTable
+) -> VintagedCovariates | None:
+    """``--covariate-data`` read and indexed for the run's series (None without it)."""
+    if settings.covariate_data is None:
+        return None
+    step_us, latency_us = resolution_minutes * 60_000_000, settings.covariate_latency * 60_000_000
+    vintages = read_vintages(settings.covariate_data, names, step_us, table.series_ids, latency_us)
+    return VintagedCovariates(tuple(settings.covariate_columns), vintages)
 
 
 def _vintaged_names(settings: BacktestSettings) -> tuple[str, ...]:

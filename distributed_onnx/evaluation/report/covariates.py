@@ -25,7 +25,9 @@ def covariates_section(summary: dict[str, Any], leaderboard: pa.Table | None) ->
         ages = entry.get("age_median_hours_by_lead")
         shown_missing = "-" if missing is None else f"{sum(missing)} of {sum(missing) + sum(found or [])}"
         shown_ages = "-" if not ages else ", ".join(number(age, 3) for age in ages)
-        source = "vintaged (as known at each cutoff)" if entry["source"] == "vintaged" else "known exactly (input table)"
+        source = (
+            "vintaged (as known at each cutoff)" if entry["source"] == "vintaged" else "known exactly (input table)"
+        )
         rows.append(
             f"<tr><td>{escape(name)}</td><td>{escape(source)}</td><td>{escape(entry['role'])}</td>"
             f"<td>{escape(shown_missing)}</td><td>{escape(shown_ages)}</td></tr>"

@@ -25,9 +25,9 @@ from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.merge import NAIVE_MODEL
 from distributed_onnx.evaluation.report import compare as report_compare
-from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.scoring.pairs import PairScores
