@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         precision="fp32",
         static_shapes=False,
         description=describe(parameters, config, scores),
+        # Trained on every point but the last HOLDOUT_POINTS: windows starting at or before this are in-sample.
+        training_data_end=datetime.fromtimestamp(
+            int(series.timestamps_us[series.y.size - HOLDOUT_POINTS - 1]) / 1e6, tz=UTC
+        ),
     )
     resolved = write_checkpoint(args.output, model_bytes, metadata)
     print(f"wrote {resolved.weights_path} (sha256 {resolved.metadata.sha256})")

@@ -175,6 +175,30 @@ def part_record(output: Location, model: str, part_index: int) -> tuple[dict[str
     return (record if isinstance(record, dict) else {}), int(footer.num_rows)
 
 
+#: A part's vintage counts (:class:`~.data.vintages.VintageStats`), beside its sums: ``scores/vintages-N.json``.
+VINTAGES_PREFIX = "vintages-"
+
+
+def vintage_stats_path(output: Location, part_index: int) -> Location:
+    return storage.join(output, SCORES_DIR, f"{VINTAGES_PREFIX}{part_index:06d}.json")
+
+
+def write_vintage_stats(output: Location, part_index: int, document: dict[str, Any]) -> int:
+    return storage.write_bytes(vintage_stats_path(output, part_index), json.dumps(document).encode())
+
+
+def read_vintage_stats(output: Location, part_index: int) -> dict[str, Any] | None:
+    """A part's vintage counts, or None when the part has none (written before, or torn)."""
+    path = vintage_stats_path(output, part_index)
+    if not storage.is_file(path):
+        return None
+    try:
+        document = json.loads(storage.read_bytes(path))
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
 def clean_partials(output: Location, models: Sequence[str] = ()) -> None:
     """Remove temporary files a killed run left behind (they never got a final name; object stores have none)."""
     folders = [storage.join(output, SCORES_DIR), storage.join(output, FORECASTS_DIR)]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.vintages import VintagedCovariates
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec
 from distributed_onnx.evaluation.grouping import GroupedWindows
@@ -41,6 +42,9 @@ class PartJob:
     write_backoff_s: float = 0.5
     roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)
     grouping: GroupedWindows | None = None  # ``--group-by``: the windows in group-major order (:mod:`.grouping`)
+    vintaged: VintagedCovariates | None = None  # ``--covariate-data``: rows joined as of each cutoff
+    in_sample_end_us: int | None = None  # windows with origins at or before it are scored apart (in-sample)
+    include_in_sample: bool = False  # ... and also in the run's main scores
 
 
 class PartReceipt(BaseModel):

@@ -76,6 +76,28 @@ class BacktestSettings(CommandSettings):
         description="Past-only covariate columns: values known only up to each cutoff, their future unknown "
         "(text or bool columns are categorical). Chronos-2 checkpoints.",
     )
+    covariate_data: Path | str | None = Field(
+        default=None,
+        description="A table of covariate vintages (.parquet or .csv): timestamp, available_at, covariate columns, "
+        "optionally series_id. The declared covariates it holds are read from it as known at each cutoff "
+        "(docs/covariate-vintages.md); the others stay the input table's, taken as known exactly.",
+    )
+    covariate_latency: int = Field(
+        default=0,
+        ge=0,
+        description="Minutes between a cutoff and the latest vintage a window may read (available_at <= cutoff "
+        "- latency).",
+    )
+    compare_realized: bool = Field(
+        default=False,
+        description="With --covariate-data: run each model again on the realized covariates (the latest vintage "
+        "of each timestamp) as NAME@realized, to measure what perfect foresight overstates.",
+    )
+    include_in_sample: bool = Field(
+        default=False,
+        description="Keep windows at or before a checkpoint's training_data_end in the global scores and the "
+        "leaderboard (they are always scored apart too, scope in_sample).",
+    )
     group_by: str | None = Field(
         default=None,
         examples=["region"],
@@ -124,12 +146,19 @@ class BacktestSettings(CommandSettings):
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 
-    @field_validator("data", "output", mode="before")
+    @field_validator("data", "output", "covariate_data", mode="before")
     @classmethod
     def _path_or_url(cls, value: Any) -> Any:
         """URLs (``s3://``, ``file://``) stay strings; everything else is a local Path."""
         if isinstance(value, str) and not storage.is_url(value):
             return Path(value)
+        return value
+
+    @field_validator("compare_realized")
+    @classmethod
+    def _realized_needs_vintages(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("covariate_data") is None:
+            raise ValueError("compare_realized needs covariate_data (a table of covariate vintages)")
         return value
 
     @field_validator("checkpoint", mode="before")

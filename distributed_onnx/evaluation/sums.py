@@ -29,6 +29,8 @@ from distributed_onnx.model.window_batch import arrow_array, arrow_strings
 #: Bumped whenever the file's layout changes; a file of another format is redone, not read.
 SUMS_FORMAT = 4
 SUMS_METADATA_KEY = b"distributed_onnx.sums"
+#: The scope (and the sums' prefix) of the windows at or before a checkpoint's ``training_data_end``.
+IN_SAMPLE = "in_sample"
 
 
 @dataclass
@@ -38,9 +40,13 @@ class PartSums:
     header: dict[str, Any]
     scores: PairScores
     fans: FanCandidates
+    #: The in-sample windows' sums (a checkpoint's ``training_data_end``), else None.
+    in_sample: PairScores | None = None
 
     def to_bytes(self) -> bytes:
         arrays = {**self.scores.state("scores."), **self.fans.state("fans.")}
+        if self.in_sample is not None:
+            arrays |= self.in_sample.state(f"{IN_SAMPLE}.")
         # One row, one list column per array: the driver merging thousands of parts decodes a file in one
         # Arrow read (an .npz of the same arrays took several times longer a part to parse, when profiled).
         layout = {name: {"dtype": array.dtype.str, "shape": list(array.shape)} for name, array in arrays.items()}
@@ -64,7 +70,9 @@ class PartSums:
             arrays = {name: _array_of(table.column(name), spec) for name, spec in layout.items()}
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"unreadable sums file: {exc}") from exc
-        return cls(header, PairScores.from_state(arrays, "scores."), FanCandidates.from_state(arrays, "fans."))
+        in_sample = PairScores.from_state(arrays, f"{IN_SAMPLE}.") if f"{IN_SAMPLE}.models" in arrays else None
+        scores = PairScores.from_state(arrays, "scores.")
+        return cls(header, scores, FanCandidates.from_state(arrays, "fans."), in_sample)
 
 
 def _list_of(array: np.ndarray) -> pa.ListArray:

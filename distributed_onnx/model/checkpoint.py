@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -101,6 +102,16 @@ class CheckpointMetadata(BaseModel):
         description="Hex sha256 of the weights file, verified on resolve when present.",
     )
     description: str | None = Field(default=None, description="Free text: what the model is, provenance.")
+    training_data_end: datetime | None = Field(
+        default=None,
+        description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "
+        "whose horizon starts at or before it is in-sample, scored apart (docs/covariate-vintages.md).",
+    )
+
+    @field_validator("training_data_end")
+    @classmethod
+    def _utc_training_end(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
     @field_validator("schema_version")
     @classmethod

@@ -33,8 +33,9 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.actor.part_history import SeriesHistory
 from distributed_onnx.evaluation.actor.part_written import WrittenForecasts, read_written
 from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesArrays
-from distributed_onnx.evaluation.data.packing import pack_batch
+from distributed_onnx.evaluation.data.packing import VintageJoin, pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesSource
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX, VintageStats
 from distributed_onnx.evaluation.data.windows import (
     PartSpec,
     PlannedBatch,
@@ -78,10 +79,11 @@ class PartRunner:
             workers = {workers.model_name: workers}
         self.job = job
         names = [name for name, _ in job.models] or list(workers)
-        missing = [name for name in names if name not in workers]
+        missing = [name for name in names if name.removesuffix(REALIZED_SUFFIX) not in workers]
         if missing:
             raise DataError(f"the run's models {names} need a worker each; none for {missing}")
-        self.workers = {name: workers[name] for name in names}
+        # A ``NAME@realized`` twin is the same session run on the realized covariates (:mod:`..data.vintages`).
+        self.workers = {name: workers[name.removesuffix(REALIZED_SUFFIX)] for name in names}
         self.fingerprints = dict(job.models) or dict.fromkeys(names, job.run_fingerprint)
         self.node_id = node_id
         uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())
@@ -89,6 +91,9 @@ class PartRunner:
         self.history = SeriesHistory(job.source, job.plan, job.spec, job.seasonality)
         self._scratch = Scratch()  # the scoring's work buffers, reused part after part
         self._source: SeriesSource = job.source  # the current part's series (see _part_source)
+        self._stats: VintageStats | None = None  # the current part's vintage counts
+        self._realized = any(name.endswith(REALIZED_SUFFIX) for name in self.workers)
+        self._in_sample_windows = 0  # the current part's windows at or before the training data's end
 
     @property
     def worker(self) -> InferenceWorker:
@@ -101,6 +106,8 @@ class PartRunner:
         started = time.perf_counter()
         self._source = self._part_source(part)
         self.history.source = self._source
+        if job.vintaged is not None:
+            self._stats = VintageStats(job.spec.horizon, job.step_us)
         planned_batches, windows = self._planned_batches(part)
         if windows != part.n_windows:
             raise DataError(f"part {part.index} should hold {part.n_windows} windows, the series give {windows}")
@@ -114,6 +121,10 @@ class PartRunner:
         clock.add("read", started)
         to_run = [name for name in self.workers if name not in written.values]
         scores = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
+        in_sample = None
+        self._in_sample_windows = 0
+        if job.in_sample_end_us is not None:
+            in_sample = PairScores([*self.workers, *BASELINES], job.quantiles, job.spec.horizon, self._scratch)
         fans = FanCollector(frozenset(job.fan_series), job.quantiles, job.spec.horizon)
         tables: dict[str, list[pa.Table]] = {name: [] for name in to_run}
         done = 0
@@ -127,7 +138,7 @@ class PartRunner:
             for name in to_run:
                 tables[name].append(outputs.forecast_table(batch, forecasts[name], job.quantiles, job.step_us))
             mark = clock.add("table", mark)
-            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+            self._score_split(planned, batch, forecasts, scores, in_sample, fans)
             clock.add("score", mark)
         mark = time.perf_counter()
         part_bytes = written.sizes(job.output, part.index)
@@ -145,7 +156,9 @@ class PartRunner:
             )
             attempts += tries
         header = {**record, "node_id": self.node_id, "models": self.fingerprints, "part_bytes": part_bytes}
-        sums = PartSums(header, scores, fans.candidates())
+        header |= {"in_sample_windows": self._in_sample_windows} if in_sample is not None else {}
+        sums = PartSums(header, scores, fans.candidates(), in_sample)
+        self._write_vintage_stats(part)  # before the sums: a part whose sums verify has its counts
         sums_bytes, sums_attempts = self._retry(lambda: write_sums(job.output, part.index, sums), part)
         clock.add("write", mark)
         return PartReceipt(
@@ -160,6 +173,11 @@ class PartRunner:
             seconds={stage: round(value, 6) for stage, value in clock.seconds.items()},
             node_id=self.node_id,
         )
+
+    def _write_vintage_stats(self, part: PartSpec) -> None:
+        stats = self._stats
+        if stats is not None:
+            self._retry(lambda: outputs.write_vintage_stats(self.job.output, part.index, stats.to_json()), part)
 
     def _planned_batches(self, part: PartSpec) -> tuple[Iterator[PlannedBatch], int]:
         """The part's model batches and its window count, recomputed from the series (see :mod:`..data.windows`)."""
@@ -210,19 +228,27 @@ class PartRunner:
     def _origins(self, series_index: int) -> np.ndarray:
         return self.history.origins(series_index)
 
-    def _pack(self, planned: PlannedBatch) -> pa.RecordBatch:
-        spec = self.job.spec
-        return pack_batch(
-            self._source, planned, spec.context_length, spec.horizon, self.job.window_fingerprint, self.job.roles
-        )
+    def _pack(self, planned: PlannedBatch) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+        """The batch, and with ``--compare-realized`` the same windows with the realized covariates."""
+        spec, job = self.job.spec, self.job
+        args = (self._source, planned, spec.context_length, spec.horizon, job.window_fingerprint, job.roles)
+        if job.vintaged is None:
+            return pack_batch(*args), None
+        batch = pack_batch(*args, VintageJoin(job.vintaged, stats=self._stats))
+        realized = pack_batch(*args, VintageJoin(job.vintaged, realized=True)) if self._realized else None
+        return batch, realized
 
-    def _run_models(self, batch: pa.RecordBatch, names: list[str], clock: _Clock) -> dict[str, np.ndarray]:
-        """Each model on the same packed batch (packed once, run K times)."""
+    def _run_models(
+        self, packed: tuple[pa.RecordBatch, pa.RecordBatch | None], names: list[str], clock: _Clock
+    ) -> dict[str, np.ndarray]:
+        """Each model on the same packed batch (packed once, run K times); a realized twin on the realized one."""
         spec, quantiles = self.job.spec, self.job.quantiles
+        batch, realized = packed
         mark = time.perf_counter()
         out = {}
         for name in names:
-            out[name] = self.workers[name].forecast_batch(batch, spec.context_length, spec.horizon, quantiles)
+            given = realized if realized is not None and name.endswith(REALIZED_SUFFIX) else batch
+            out[name] = self.workers[name].forecast_batch(given, spec.context_length, spec.horizon, quantiles)
         clock.add("model", mark)
         return out
 
@@ -233,24 +259,53 @@ class PartRunner:
         if not self._overlap:
             for planned in planned_batches:
                 mark = time.perf_counter()
-                batch = self._pack(planned)
+                packed = self._pack(planned)
                 clock.add("pack", mark)
-                yield planned, batch, self._run_models(batch, names, clock)
+                yield planned, packed[0], self._run_models(packed, names, clock)
             return
 
-        def timed_pack(planned: PlannedBatch) -> tuple[PlannedBatch, pa.RecordBatch, float]:
+        def timed_pack(
+            planned: PlannedBatch,
+        ) -> tuple[PlannedBatch, tuple[pa.RecordBatch, pa.RecordBatch | None], float]:
             mark = time.perf_counter()
             return planned, self._pack(planned), time.perf_counter() - mark
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pack") as packer:
             pending = [packer.submit(timed_pack, planned) for planned in _first(planned_batches)]
             while pending:
-                planned, batch, pack_s = pending.pop().result()
+                planned, packed, pack_s = pending.pop().result()
                 clock.seconds["pack"] += pack_s
                 following = next(planned_batches, None)
                 if following is not None:
                     pending.append(packer.submit(timed_pack, following))
-                yield planned, batch, self._run_models(batch, names, clock)
+                yield planned, packed[0], self._run_models(packed, names, clock)
+
+    def _score_split(
+        self,
+        planned: PlannedBatch,
+        batch: pa.RecordBatch,
+        forecasts: dict[str, np.ndarray],
+        scores: PairScores,
+        in_sample: PairScores | None,
+        fans: FanCollector,
+    ) -> None:
+        """Score a batch; with a ``training_data_end``, its in-sample windows into ``in_sample`` (and into
+        ``scores`` only with ``--include-in-sample``)."""
+        end = self.job.in_sample_end_us
+        if in_sample is None or end is None:
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+            return
+        _, origins_us = targets_and_origins(batch, self.job.spec.horizon)
+        inside = np.asarray(origins_us, dtype=np.int64) <= end
+        self._in_sample_windows += int(inside.sum())
+        if self.job.include_in_sample or not inside.any():
+            self._score(planned, batch, forecasts, scores=scores, fans=fans)
+        elif not inside.all():
+            rows = np.flatnonzero(~inside)
+            self._score(*_subset(planned, batch, forecasts, rows), scores=scores, fans=fans)
+        if inside.any():
+            quiet = FanCollector(frozenset(), self.job.quantiles, self.job.spec.horizon)
+            self._score(*_subset(planned, batch, forecasts, np.flatnonzero(inside)), scores=in_sample, fans=quiet)
 
     def _score(
         self,
@@ -299,6 +354,15 @@ class PartRunner:
                 logger.warning("part %d: write failed (attempt %d): %s; retrying", part.index, attempt, exc)
                 time.sleep(self.job.write_backoff_s * attempt)
                 attempt += 1
+
+
+def _subset(
+    planned: PlannedBatch, batch: pa.RecordBatch, forecasts: dict[str, np.ndarray], rows: np.ndarray
+) -> tuple[PlannedBatch, pa.RecordBatch, dict[str, np.ndarray]]:
+    """Windows ``rows`` of a batch: its plan, its Arrow rows and every model's forecasts."""
+    group = None if planned.group is None else planned.group[rows]
+    subset = PlannedBatch(planned.index, planned.series_index[rows], planned.origin_index[rows], group)
+    return subset, batch.take(pa.array(rows)), {name: np.asarray(f)[rows] for name, f in forecasts.items()}
 
 
 def _level(forecast: Forecast, rows: np.ndarray, index: int) -> np.ndarray:

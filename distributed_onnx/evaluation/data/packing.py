@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.table import SeriesArrays
+from distributed_onnx.evaluation.data.vintages import VintagedCovariates, VintageStats
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles, prepare_covariates
 from distributed_onnx.evaluation.data.windows import PlannedBatch, series_key, window_id_array
 from distributed_onnx.model.window_batch import TIMESTAMP, arrow_array, arrow_strings, fixed_lists
@@ -52,19 +53,48 @@ def pack_batch(
     horizon: int,
     run_fingerprint: str,
     roles: CovariateRoles | None = None,
+    vintaged: VintageJoin | None = None,
 ) -> pa.RecordBatch:
     """Build the Arrow batch for ``planned``: ids, origins, context, target and covariate blocks.
 
     ``roles`` says which covariate rows are past-only or categorical (:mod:`.window_covariates`); with
     ``planned.group`` the batch carries each window's ``group`` (windows of one group are forecast jointly).
+    ``vintaged`` joins the covariate rows of a vintage table in, as of each window's cutoff (:mod:`.vintages`).
     """
     if isinstance(source, SeriesArrays):
-        batch = _pack_arrays(source, planned, context_length, horizon, run_fingerprint, roles)
+        batch = _pack_arrays(source, planned, context_length, horizon, run_fingerprint, roles, vintaged)
     else:
-        batch = _pack_series(source, planned, context_length, horizon, run_fingerprint, roles)
+        batch = _pack_series(source, planned, context_length, horizon, run_fingerprint, roles, vintaged)
     if planned.group is None:
         return batch
     return batch.append_column("group", arrow_array(np.asarray(planned.group, dtype=np.int64)))
+
+
+class VintageJoin:
+    """How a batch's vintaged covariate rows are joined: the table, realized or as of the cutoff, and the
+    statistics to count into (the as-of run's only)."""
+
+    def __init__(
+        self, covariates: VintagedCovariates, realized: bool = False, stats: VintageStats | None = None
+    ) -> None:
+        self.covariates = covariates
+        self.realized = realized
+        self.stats = stats
+
+    def rows(
+        self,
+        exact: np.ndarray | None,
+        series_ids: list[str],
+        window_series: np.ndarray,
+        origin_us: np.ndarray,
+        context_length: int,
+        horizon: int,
+    ) -> np.ndarray:
+        """``[W, K, C + H]`` from the input table's rows and the join; ``window_series`` indexes ``series_ids``."""
+        keys = self.covariates.vintages.keys_of(series_ids)[window_series]
+        return self.covariates.assemble(
+            exact, keys, origin_us, context_length, horizon, realized=self.realized, stats=self.stats
+        )
 
 
 def _covariate_values(
@@ -82,6 +112,7 @@ def _pack_series(
     horizon: int,
     run_fingerprint: str,
     roles: CovariateRoles | None,
+    vintaged: VintageJoin | None,
 ) -> pa.RecordBatch:
     """:func:`pack_batch` series by series (any :class:`SeriesSource`)."""
     contexts, targets, covariates, origins_us, keys = [], [], [], [], []
@@ -117,9 +148,15 @@ def _pack_series(
         "context": fixed_lists(_stack(contexts, context_length).astype(np.float32), context_length),
         "target": fixed_lists(_stack(targets, horizon), horizon),
     }
-    if n_covariates:
-        values = _covariate_values(np.concatenate(contexts), np.concatenate(covariates), context_length, roles)
-        columns["covariates"] = fixed_lists(values.astype(np.float32), n_covariates * (context_length + horizon))
+    exact = np.concatenate(covariates) if n_covariates and covariates else None
+    if vintaged is not None and series_rows:
+        window_series = np.repeat(np.arange(len(series_rows)), [count for _, count in series_rows])
+        ids = [series_id for series_id, _ in series_rows]
+        exact = vintaged.rows(exact, ids, window_series, origin_array, context_length, horizon)
+    if exact is not None:
+        k = exact.shape[1]
+        values = _covariate_values(np.concatenate(contexts), exact, context_length, roles)
+        columns["covariates"] = fixed_lists(values.astype(np.float32), k * (context_length + horizon))
     return pa.RecordBatch.from_pydict(columns)
 
 
@@ -130,6 +167,7 @@ def _pack_arrays(
     horizon: int,
     run_fingerprint: str,
     roles: CovariateRoles | None,
+    vintaged: VintageJoin | None,
 ) -> pa.RecordBatch:
     """:func:`pack_batch` over the flat layout: one gather for every window of the batch, no loop per series.
 
@@ -175,7 +213,11 @@ def _pack_arrays(
         "context": fixed_lists(block[:, :context_length].astype(np.float32), context_length),
         "target": fixed_lists(np.ascontiguousarray(block[:, context_length:]), horizon),
     }
+    if vintaged is not None and origins.size:
+        ids = [source.series_ids[int(i)] for i in distinct]
+        covariates = vintaged.rows(covariates, ids, local, origin_us, context_length, horizon)
     if covariates is not None:
+        n_covariates = covariates.shape[1]
         covariates = _covariate_values(block[:, :context_length], covariates, context_length, roles)
         flat_width = n_covariates * width
         columns["covariates"] = fixed_lists(covariates.astype(np.float32).reshape(len(origins), flat_width), flat_width)

@@ -19,7 +19,7 @@ from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
-from distributed_onnx.evaluation.sums import PartSums
+from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.driver.plan import RunPlan
@@ -36,6 +36,9 @@ class RunSums:
         self._models = [*models, *BASELINES]
         self._scores: dict[int, PairScores] = {}
         self._fans: dict[int, FanCandidates] = {}
+        #: The in-sample windows' sums, merged by :meth:`merge_parts` (None: no checkpoint has a training end).
+        self.in_sample: PairScores | None = None
+        self.in_sample_windows = 0
 
     def add(self, part_index: int, sums: PartSums) -> None:
         self._scores[part_index] = sums.scores
@@ -79,6 +82,11 @@ class RunSums:
                 continue
             scores.merge(sums.scores)
             self._fans[index] = sums.fans
+            if sums.in_sample is not None:
+                self.in_sample_windows += int(sums.header.get("in_sample_windows", 0))
+                if self.in_sample is None:
+                    self.in_sample = PairScores(self._models, self._quantiles, self._horizon)
+                self.in_sample.merge(sums.in_sample)
         return scores, unverified
 
     def metrics_table(self) -> pa.Table:
@@ -100,6 +108,15 @@ class RunSums:
         def tables() -> Iterator[pa.Table]:
             for table in (scores or self.merged()).tables(series_per_table):
                 run_wide.append(table.filter(pc.not_equal(table.column("scope"), "series")))
+                yield table
+            if self.in_sample is not None:  # the in-sample windows apart: their global rows, scope in_sample
+                table = self.in_sample.fev_and_count_rows().slice(0, 0)
+                for part in self.in_sample.tables(series_per_table):
+                    table = pa.concat_tables([table, part.filter(pc.equal(part.column("scope"), "global"))])
+                scope = pa.array([IN_SAMPLE] * table.num_rows, pa.string())
+                index = table.schema.get_field_index("scope")
+                table = table.set_column(index, table.schema.field(index), scope)
+                run_wide.append(table)
                 yield table
 
         storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())

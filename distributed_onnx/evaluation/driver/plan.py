@@ -22,7 +22,8 @@ from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesTransport
-from distributed_onnx.evaluation.data.table import SeriesTable, load_series
+from distributed_onnx.evaluation.data.table import SeriesTable, load_series, read_schema
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX, VintagedCovariates, read_vintages
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.driver.part_count import (
@@ -80,6 +81,16 @@ class RunPlan:
     grouping: GroupedWindows | None = None
     #: Parts of each ramp size (:func:`~.part_count.plan_parts`): one per actor by default, 1 with explicit sizes.
     ramp_width: int = 1
+    #: With ``--covariate-data``: the covariate rows and the vintage table some of them come from.
+    vintaged: VintagedCovariates | None = None
+    #: The latest ``training_data_end`` of the checkpoints (UTC microseconds): windows whose origin is at or
+    #: before it are in-sample (scored apart, scope ``in_sample``). None: no checkpoint says.
+    in_sample_end_us: int | None = None
+
+    @property
+    def realized_models(self) -> list[str]:
+        """The ``NAME@realized`` twins of ``--compare-realized``."""
+        return [name for name in self.model_fingerprints if name.endswith(REALIZED_SUFFIX)]
 
     @property
     def model_names(self) -> list[str]:
@@ -114,6 +125,9 @@ class RunPlan:
             overlap_packing=overlap_packing,
             roles=self.roles,
             grouping=self.grouping,
+            vintaged=self.vintaged,
+            in_sample_end_us=self.in_sample_end_us,
+            include_in_sample=self.settings.include_in_sample,
         )
 
 
@@ -156,7 +170,9 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         raise ConfigError(f"Invalid window settings: {describe_validation(exc.errors())}") from exc
     # A large sorted Parquet input is checked in streamed chunks and its values stay in the file (the actors
     # read them): the driver keeps a summary per series. Anything else is read whole, as the object store needs.
-    table, windows, roles, grouping = _load(settings, metadata.resolution_minutes, spec)
+    vintaged_names = _vintaged_names(settings)
+    table, windows, roles, grouping = _load(settings, metadata.resolution_minutes, spec, vintaged_names)
+    vintaged = _vintages(settings, vintaged_names, metadata.resolution_minutes, table)
     notes = fit_notes + _plan_notes(windows, spec)
     clamped = clamped_levels(quantiles, metadata.native_quantiles)
     for each in checkpoints:
@@ -181,8 +197,20 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     if settings.group_by is not None:
         window_config["group_by"] = [settings.group_by, settings.max_group_size]
     window_fingerprint = _digest(window_config)
+    # The vintages enter the run's fingerprint, not the window ids: a window is the same window with or without.
+    vintage_config = {}
+    if settings.covariate_data is not None:
+        vintage_config = {
+            "covariate_data_sha256": storage.sha256(settings.covariate_data),
+            "vintaged": list(vintaged_names),
+            "covariate_latency": settings.covariate_latency,
+        }
+    ends = in_sample_end(checkpoints)
+    if ends is not None:
+        vintage_config["in_sample"] = [ends, settings.include_in_sample]
     run_config = {
         **window_config,
+        **vintage_config,
         "data_sha256": storage.sha256(settings.data),
         "spec": spec.model_dump(),
         "rows_per_batch": settings.rows_per_batch,
@@ -200,6 +228,10 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
         for each in checkpoints
     }
+    if settings.compare_realized:  # each checkpoint's twin on the realized covariates
+        model_fingerprints |= {
+            f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in model_fingerprints.items()
+        }
     return RunPlan(
         settings,
         checkpoint,
@@ -218,7 +250,17 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         roles,
         grouping,
         ramp_width,
+        vintaged,
+        in_sample_end(checkpoints),
     )
+
+
+def in_sample_end(checkpoints: list[ResolvedCheckpoint]) -> int | None:
+    """The latest ``training_data_end`` of the run's checkpoints: a window in-sample for one model is left out of
+    the comparison for all (the models share one set of scored pairs)."""
+    ends = [_micros(each.metadata.training_data_end) for each in checkpoints]
+    known = [end for end in ends if end is not None]
+    return max(known) if known else None
 
 
 #: A model's name is its file stem and a Hive partition value (``forecasts/model=NAME/``).
@@ -277,14 +319,40 @@ def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> 
         )
 
 
+def _vintages(
+    settings: BacktestSettings, names: tuple[str, ...], resolution_minutes: int, table: SeriesTable
+) -> VintagedCovariates | None:
+    """``--covariate-data`` read and indexed for the run's series (None without it)."""
+    if settings.covariate_data is None:
+        return None
+    step_us, latency_us = resolution_minutes * 60_000_000, settings.covariate_latency * 60_000_000
+    vintages = read_vintages(settings.covariate_data, names, step_us, table.series_ids, latency_us)
+    return VintagedCovariates(tuple(settings.covariate_columns), vintages)
+
+
+def _vintaged_names(settings: BacktestSettings) -> tuple[str, ...]:
+    """The declared covariates that ``--covariate-data`` holds (read from there, as of each cutoff)."""
+    if settings.covariate_data is None:
+        return ()
+    held = set(read_schema(settings.covariate_data).names)
+    names = tuple(name for name in settings.covariate_columns if name in held)
+    if not names:
+        raise ConfigError(
+            f"{storage.redact(settings.covariate_data)} holds none of the declared covariates "
+            f"{settings.covariate_columns}: declare them with --covariates or --past-covariates",
+            key="covariate_data",
+        )
+    return names
+
+
 def _load(
-    settings: BacktestSettings, resolution_minutes: int, spec: WindowSpec
+    settings: BacktestSettings, resolution_minutes: int, spec: WindowSpec, vintaged: tuple[str, ...] = ()
 ) -> tuple[SeriesTable, WindowPlan, CovariateRoles | None, GroupedWindows | None]:
     """The data as dense series, its windows per series, the covariates' roles and, with ``--group-by``, the
-    grouped order of the windows."""
+    grouped order of the windows. The covariates of ``vintaged`` are not the input table's."""
     # A grouped run reads the table whole: its parts take series from anywhere in it (:mod:`..grouping`).
     scanned = None
-    columns = settings.covariate_columns
+    columns = [name for name in settings.covariate_columns if name not in vintaged]
     if settings.series_transport is not SeriesTransport.OBJECT_STORE and settings.group_by is None:
         scanned = scan_sorted_parquet(settings.data, resolution_minutes, columns, spec)
     if scanned is not None:
@@ -292,7 +360,7 @@ def _load(
     else:
         table = load_series(settings.data, resolution_minutes, columns)
         windows = plan_windows(table.series, spec)
-    roles = covariate_roles(settings)
+    roles = covariate_roles(settings, vintaged)
     grouping = None
     if settings.group_by is not None:
         labels = series_groups(settings.data, settings.group_by, table.arrays().series_ids)
@@ -309,16 +377,16 @@ def _check_grouping(checkpoint: ResolvedCheckpoint, group_by: str | None) -> Non
         )
 
 
-def covariate_roles(settings: BacktestSettings) -> CovariateRoles | None:
-    """Which covariate rows are past-only, and which columns are categorical (by their type in the data)."""
+def covariate_roles(settings: BacktestSettings, vintaged: tuple[str, ...] = ()) -> CovariateRoles | None:
+    """Which covariate rows are past-only, and which columns are categorical (by their type in the data; a
+    vintaged covariate is numeric)."""
     columns = settings.covariate_columns
     if not columns:
         return None
     from distributed_onnx.evaluation.data.categories import is_categorical
-    from distributed_onnx.evaluation.data.table import read_schema
 
     schema = read_schema(settings.data)
-    categorical = tuple(is_categorical(schema.field(name).type) for name in columns)
+    categorical = tuple(False if name in vintaged else is_categorical(schema.field(name).type) for name in columns)
     return CovariateRoles(past_only=len(settings.past_covariates), categorical=categorical)
 
 

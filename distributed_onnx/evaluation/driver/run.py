@@ -18,12 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.actor.part import build_part_runner
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
 from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, start_early, start_ray_and_pool
@@ -42,12 +44,18 @@ from distributed_onnx.evaluation.driver.progress import Progress
 from distributed_onnx.evaluation.driver.report_process import ReportProcess
 from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.driver.transport import series_source_for
+from distributed_onnx.evaluation.driver.vintage_summary import (
+    covariates_record,
+    merged_stats,
+    write_covariate_ages,
+)
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.settings import BacktestSettings
-from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
+from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_worker_actor
@@ -222,8 +230,12 @@ class _BacktestRun:
             clock.mark("merge")
             outcome = self._outcome(todo, done_windows, dispatched)
             summary = build_summary(plan, outcome, clock, earlier)
+            self._covariates(summary)
+            self._in_sample(summary)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
+            if plan.realized_models and self.leaderboard is not None:
+                summary["covariates"]["realized_comparison"] = realized_gaps(self.leaderboard)
         finally:
             if self.report_process is not None:
                 self.report_process.close()  # drawn, or not needed after an error
@@ -250,6 +262,35 @@ class _BacktestRun:
             self.early = start_ray_and_pool(self.plan.settings, self.worker_config())
         self.early.wait()
 
+    def _in_sample(self, summary: dict[str, Any]) -> None:
+        """``summary["in_sample"]``: the windows at or before a checkpoint's ``training_data_end``, counted."""
+        plan = self.plan
+        if plan.in_sample_end_us is None:
+            return
+        windows = self.sums.in_sample_windows
+        summary["in_sample"] = {
+            "training_data_end": str(np.datetime64(plan.in_sample_end_us, "us")) + "Z",
+            "windows": windows,
+            "in_leaderboard": plan.settings.include_in_sample,
+            "scope": IN_SAMPLE,
+        }
+        if windows and not plan.settings.include_in_sample:
+            summary["notes"].append(
+                f"{windows} in-sample window(s) (origin at or before the training data's end "
+                f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
+                "the leaderboard; --include-in-sample keeps them in"
+            )
+
+    def _covariates(self, summary: dict[str, Any]) -> None:
+        """``summary["covariates"]``: each covariate vintaged or known; the vintages' counts and ages, also
+        written as ``covariate_ages.parquet`` (:mod:`.vintage_summary`)."""
+        plan = self.plan
+        stats = None
+        if plan.vintaged is not None:
+            stats = merged_stats(plan.settings.output, self.done, plan.spec.horizon, plan.step_us)
+            write_covariate_ages(plan.settings.output, stats)
+        summary["covariates"] = covariates_record(plan, stats)
+
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
         """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
         returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the end."""
@@ -262,6 +303,11 @@ class _BacktestRun:
             }
             for checkpoint in plan.checkpoints
         }
+        for twin in plan.realized_models:  # --compare-realized: the same checkpoint on the realized covariates
+            summary["models"][twin] = {
+                "realized_of": twin.removesuffix(REALIZED_SUFFIX),
+                "fingerprint": plan.model_fingerprints[twin],
+            }
         summary["pairs"] = scores.left_out()
         summary["parts"]["computed_by_model"] = dict(
             Counter(name for receipt in outcome.receipts for name in receipt.models_computed)

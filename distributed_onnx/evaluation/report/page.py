@@ -26,6 +26,7 @@ from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
@@ -86,6 +87,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else "",
         *report_tables.notes(summary),
         *comparison,
+        *covariates_section(summary, leaderboard),
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         report_tables.headline(scores, model),
         "<h2>Forecasts</h2>",

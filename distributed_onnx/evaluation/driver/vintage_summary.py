@@ -1,0 +1,79 @@
+"""What a run says about its covariates (driver side, no Ray): vintaged or known, missing, age, and the leak.
+
+Each covariate of a run is either *vintaged* (read from ``--covariate-data`` as known at each cutoff) or *known* (the
+input table's column, fed as the exact future: perfect foresight, today's meaning). The parts' counts
+(``scores/vintages-N.json``, :class:`~..data.vintages.VintageStats`) are added here in part order;
+``covariate_ages.parquet`` holds, per covariate and lead, the age of the values the model saw, and joins
+``metrics.parquet`` on ``lead``. With ``--compare-realized`` :func:`..scoring.realized_gap.realized_gaps` reads from the
+leaderboard how much better each model looks on the realized covariates, and the Diebold-Mariano test of the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from distributed_onnx import storage
+from distributed_onnx.evaluation.data.vintages import VintageStats
+from distributed_onnx.evaluation.outputs import read_vintage_stats
+
+if TYPE_CHECKING:
+    from distributed_onnx.evaluation.driver.plan import RunPlan
+
+COVARIATE_AGES = "covariate_ages.parquet"
+COVARIATE_AGES_SCHEMA = pa.schema(
+    [
+        pa.field("covariate", pa.string(), nullable=False),
+        pa.field("lead", pa.int64(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("missing", pa.int64(), nullable=False),
+        pa.field("age_min_steps", pa.int64()),
+        pa.field("age_median_steps", pa.int64()),
+        pa.field("age_max_steps", pa.int64()),
+        pa.field("age_median_hours", pa.float64()),
+    ]
+)
+
+
+def merged_stats(output: storage.Location, parts: Sequence[int], horizon: int, step_us: int) -> VintageStats:
+    """The vintage counts of ``parts``, added in part order (a part without its file adds nothing)."""
+    merged = VintageStats(horizon, step_us)
+    for index in sorted(parts):
+        document = read_vintage_stats(output, index)
+        if document is not None:
+            merged.add(VintageStats.from_json(document))
+    return merged
+
+
+def covariates_record(plan: RunPlan, stats: VintageStats | None) -> dict[str, Any]:
+    """``summary.json``'s ``covariates``: per covariate its source (vintaged or known) and role; for a vintaged
+    one the steps missing per lead and the median age per lead (hours)."""
+    settings = plan.settings
+    vintaged = set(plan.vintaged.vintages.names) if plan.vintaged is not None else set()
+    record: dict[str, Any] = {}
+    for name in settings.covariate_columns:
+        entry: dict[str, Any] = {
+            "source": "vintaged" if name in vintaged else "known",
+            "role": "past_only" if name in settings.past_covariates else "known_future",
+        }
+        if name in vintaged and stats is not None and name in stats.missing:
+            rows = [row for row in stats.age_rows() if row["covariate"] == name]
+            entry["missing_by_lead"] = stats.missing[name]
+            entry["found_by_lead"] = stats.found[name]
+            entry["context_missing"] = stats.context_missing[name]
+            entry["age_median_hours_by_lead"] = [row["age_median_hours"] for row in rows]
+        record[name] = entry
+    if plan.vintaged is not None:
+        return {
+            "covariate_data": storage.redact(settings.covariate_data) if settings.covariate_data else None,
+            "latency_minutes": settings.covariate_latency,
+            "columns": record,
+        }
+    return {"columns": record}
+
+
+def write_covariate_ages(output: storage.Location, stats: VintageStats) -> int:
+    table = pa.Table.from_pylist(stats.age_rows(), schema=COVARIATE_AGES_SCHEMA)
+    return storage.write_parquet(storage.join(output, COVARIATE_AGES), table)
