@@ -38,7 +38,6 @@ the traffic's own calls (:mod:`distributed_onnx.serve.health`).
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -88,7 +87,6 @@ from distributed_onnx.serve.schemas import (
 )
 from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
-from distributed_onnx.serve.telemetry import ServeMetrics
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -122,7 +120,16 @@ class OnnxForecastServer:
         # /docs names what this replica serves: its models, shadows and log (the document is built on first read).
         api.description = docs_description(settings)
         api.openapi_schema = None
-        self._replica = ReplicaCore(settings, ServeMetrics())
+        log = None
+        if settings.forecast_log is not None:
+            log = ForecastLog(
+                settings.forecast_log,
+                max_queued_windows=settings.forecast_log_max_queued,
+                flush_interval_s=settings.forecast_log_flush_s,
+            )
+        # The replica's one metrics system: its /metrics page (requests, where their time went, the log's counts).
+        self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
+        self._replica = ReplicaCore(settings, self._live_metrics)
         # Every checkpoint in this replica, each with its own session and model thread (see live_log's module
         # docstring for why one deployment holds them all).
         for checkpoint in settings.checkpoint:
@@ -135,14 +142,6 @@ class OnnxForecastServer:
             model.set_batcher(self._batcher_for(model.name))
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
         self._forecast_windows.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)  # type: ignore[attr-defined]
-        log = None
-        if settings.forecast_log is not None:
-            log = ForecastLog(
-                settings.forecast_log,
-                max_queued_windows=settings.forecast_log_max_queued,
-                flush_interval_s=settings.forecast_log_flush_s,
-            )
-        self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
         self._traffic = LiveTraffic(
             log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
         )
@@ -187,7 +186,7 @@ class OnnxForecastServer:
             return JSONResponse({"error": f"not ready: {health.reason}"}, status_code=503)
         return JSONResponse({"ready": True})
 
-    @api.get("/metrics", summary="Prometheus metrics of this replica (forecasts served, logged, dropped; latency)")
+    @api.get("/metrics", summary="Prometheus metrics of this replica (requests, where their time went, the log)")
     async def metrics(self) -> Response:
         body, content_type = self._live_metrics.render()
         return Response(body, media_type=content_type)
@@ -200,7 +199,6 @@ class OnnxForecastServer:
         summary="Run the model on named tensors (Open Inference Protocol, JSON or binary tensor data)",
     )
     async def infer(self, name: str, request: Request) -> Response:
-        started = time.perf_counter()
         received_us = now_us()
         header_id = request.headers.get(REQUEST_ID_HEADER)
         answered: list[InferAnswer] = []
@@ -212,11 +210,8 @@ class OnnxForecastServer:
             answered.append(answer)
             return infer_response(answer.body, answer.header_length)
 
-        try:
-            answer_or_refusal = self._replica.observe("infer", handle)
-            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
-        finally:
-            self._live_metrics.request("infer", self._model_label(name), time.perf_counter() - started)
+        answer_or_refusal = self._replica.observe("infer", handle, lambda: self._model_label(name))
+        response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
         # the request and returns in the response's header).
         served = answered[0].served
@@ -240,7 +235,6 @@ class OnnxForecastServer:
         summary="Quantile forecasts for one or many series",
     )
     async def forecast(self, request: Request) -> Response:
-        started = time.perf_counter()
         received_us = now_us()
         identifier = request_id(request.headers.get(REQUEST_ID_HEADER))
         answered: list[ForecastAnswer] = []
@@ -251,12 +245,10 @@ class OnnxForecastServer:
             answered.append(answer)
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
-        try:
-            answer_or_refusal = self._replica.observe("forecast", handle)
-            response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
-        finally:
-            model = answered[0].model.name if answered else "-"
-            self._live_metrics.request("forecast", model, time.perf_counter() - started)
+        answer_or_refusal = self._replica.observe(
+            "forecast", handle, lambda: answered[0].model.name if answered else "-"
+        )
+        response = await drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal)
         # Logging and shadows are scheduled, not awaited: they run after this response is on its way.
         answer = answered[0]
         self._traffic.answered(answer.model, answer.parsed, answer.forecasts, answer.quantiles, identifier, received_us)
@@ -318,7 +310,6 @@ class OnnxForecastServer:
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
 
     async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        started = time.perf_counter()
         received_us = now_us()
         answered: list[InferServed] = []
 
@@ -328,12 +319,10 @@ class OnnxForecastServer:
             answered.append(served)
             return response
 
-        try:
-            response = await grpc_call(grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle)
-        finally:
-            self._live_metrics.request(
-                "grpc_infer", self._model_label(request.model_name), time.perf_counter() - started
-            )
+        model = lambda: self._model_label(request.model_name)  # noqa: E731
+        response = await grpc_call(
+            grpc_context, ModelInferResponse(), self._replica.observe, "grpc_infer", handle, model
+        )
         if answered:
             self._infer_answered(answered[0], request_id(answered[0].request_id), received_us)
         return response
