@@ -86,6 +86,7 @@ def test_a_load_ramp_scales_one_to_two_replicas_and_back_without_a_failed_reques
         log.seek(0)
         output = log.read()
         log.close()
+        print(output[-6000:])  # shown by pytest when the test fails (tmp_path may be gone by then)
     assert process.returncode == 0, output
     assert "ingress: haproxy" in output and "1-2 replicas (autoscaling)" in output, output
     counts = [count for _, count in ramp.replicas]
