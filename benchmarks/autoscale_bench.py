@@ -323,8 +323,16 @@ def main() -> int:
         "rounds": [],
     }
     for _ in range(options.rounds):
-        port, grpc_port = free_port(), free_port()
-        process = autoscaled_server(checkpoint, port, grpc_port)
+        process = None
+        for _attempt in range(4):  # on a shared machine Ray's 30 s node start-up wait can run out: start again
+            port, grpc_port = free_port(), free_port()
+            try:
+                process = autoscaled_server(checkpoint, port, grpc_port)
+                break
+            except RuntimeError as exc:
+                print(f"server did not start ({exc}); trying again", flush=True)
+        if process is None:
+            raise RuntimeError("the server did not start in 4 attempts")
         try:
             ramp = run_ramp(port, process.pid, peak_clients=options.peak_clients)
         finally:
