@@ -312,6 +312,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peak-clients", type=int, default=8)
     options = parser.parse_args()
+    # As in the test: on a loaded machine Serve's 5 s wait for its HAProxy proxy actor ran out (the start failed).
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
     from graphs import write_tiny_chronos2
 
     checkpoint = write_tiny_chronos2(Path(tempfile.mkdtemp(prefix="autoscale-"))).weights_path

@@ -71,6 +71,9 @@ def test_a_load_ramp_scales_one_to_two_replicas_and_back_without_a_failed_reques
     command = [sys.executable, "-m", "distributed_onnx", "serve", *arguments, "--port", str(port)]
     command += ["--grpc-port", str(grpc_port)]
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    # On a loaded shared machine Serve's 5 s wait for its (HAProxy) proxy actor to start ran out, and the start
+    # failed before any replica was asked for: give it longer (read by Serve's controller when it starts).
+    env.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
     log = (tmp_path / "serve.log").open("w+")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
