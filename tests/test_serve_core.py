@@ -17,28 +17,26 @@ from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.core import ModelCore, ReplicaCore
 from distributed_onnx.serve.forecasting import ForecastJob
 from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.settings import ServeSettings
 
 pytestmark = pytest.mark.integration
 
 
-class RecordingMetrics:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, int]] = []
-
-    def request(self, endpoint: str, code: int, latency_ms: float) -> None:
-        self.requests.append((endpoint, code))
-
-    def batch(self, queue_ms: list[float], compute_ms: float, windows: int) -> None:
-        pass
-
-    def compute(self, endpoint: str, compute_ms: float) -> None:
-        pass
+def requests(metrics: LiveMetrics) -> list[tuple[str, int]]:
+    """The requests counted on the replica's /metrics page, as (endpoint, code), one per request."""
+    return [
+        (sample.labels["endpoint"], int(sample.labels["code"]))
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "distributed_onnx_requests_total"
+        for _ in range(int(sample.value))
+    ]
 
 
-def replica(checkpoint: Path, **settings: object) -> tuple[ReplicaCore, ModelCore, RecordingMetrics]:
+def replica(checkpoint: Path, **settings: object) -> tuple[ReplicaCore, ModelCore, LiveMetrics]:
     chosen = ServeSettings(checkpoint=checkpoint, warm_up_rows=0, **settings)  # type: ignore[arg-type]
-    metrics = RecordingMetrics()
+    metrics = LiveMetrics(replica="test")
     core = ReplicaCore(chosen, metrics)
     model = core.add_model(InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint)))
     return core, model, metrics
@@ -64,7 +62,7 @@ def test_the_core_answers_forecasts_names_unknown_models_and_records_codes(tiny_
     assert "quantile_clamping" not in document
     with pytest.raises(HttpError, match=r"Unknown model 'nope'; this server serves 'tiny'"):
         core.model("nope")
-    assert metrics.requests == [("forecast", 200)]
+    assert requests(metrics) == [("forecast", 200)]
     assert core.admission.requests == 0 and core.admission.charged_bytes == 0
 
 
@@ -92,7 +90,7 @@ def test_concurrent_forecasts_go_through_the_batcher_and_overflow_fails_alone(
     overflow = results[4]
     assert isinstance(overflow, Exception) and "NaN or infinite forecasts for series[0] ('s0')" in str(overflow)
     assert model.health.ready and core.ready  # max_consecutive_model_failures=1, yet not the model's fault
-    assert sorted(code for _, code in metrics.requests) == [200, 200, 200, 200, 422]
+    assert sorted(code for _, code in requests(metrics)) == [200, 200, 200, 200, 422]
 
 
 def test_clamped_levels_are_reported_and_memory_beyond_the_bound_is_503(tiny_checkpoint: ResolvedCheckpoint) -> None:

@@ -30,6 +30,7 @@ from distributed_onnx.model.backend.providers import CpuProvider, SessionOptions
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.serve.live_metrics import PHASES
 
 pytestmark = pytest.mark.integration
 
@@ -241,6 +242,50 @@ def test_v2_infer_matches_the_backend(client: httpx.Client, local_worker: Infere
     assert output["name"] == "quantile_preds" and output["datatype"] == "FP32" and output["shape"] == [2, 9, HORIZON]
     expected = local_worker.backend.run(inputs)["quantile_preds"]
     np.testing.assert_array_equal(np.array(output["data"], dtype=np.float32).reshape(2, 9, HORIZON), expected)
+
+
+def _metric_sums(client: httpx.Client) -> dict[tuple[str, ...], float]:
+    """``/metrics`` of the main replica: (sample, model[, endpoint, code]) -> value, replicas summed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            labels = sample.labels
+            key = (sample.name, labels.get("model", ""), labels.get("endpoint", ""), labels.get("code", ""))
+            found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def test_metrics_split_each_requests_time_into_serialization_batch_wait_queue_and_compute(
+    base_url: str, client: httpx.Client
+) -> None:
+    """Eight concurrent forecasts (some batched) and one v2 infer, then /metrics over HTTP: each part of a request
+    observed once per request for its model (no batch wait for the unbatched v2 call), and the parts of the
+    requests' time add up to no more than the requests' own time."""
+    before = _metric_sums(client)
+    bodies = [{"series": [{"series_id": f"m{k}", "y": [float(k + step) for step in range(64)]}]} for k in range(8)]
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as concurrent:
+            return await asyncio.gather(*(concurrent.post("/v1/forecast", json=body) for body in bodies))
+
+    assert [response.status_code for response in asyncio.run(burst())] == [200] * 8
+    assert client.post(f"/v2/models/{MODEL}/infer", json=v2_body(chronos_inputs())).status_code == 200
+    after = _metric_sums(client)
+
+    def grew(name: str, endpoint: str = "", code: str = "") -> float:
+        key = (name, MODEL, endpoint, code)
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew("distributed_onnx_requests_total", "forecast", "200") == 8
+    assert grew("distributed_onnx_requests_total", "infer", "200") == 1
+    for phase, requests in {"serialization": 9, "batch_wait": 8, "queue": 9, "compute": 9}.items():
+        assert grew(f"distributed_onnx_{phase}_duration_seconds_count") == requests, phase
+    parts = sum(grew(f"distributed_onnx_{phase}_duration_seconds_sum") for phase in PHASES)
+    whole = sum(grew("distributed_onnx_request_duration_seconds_sum", endpoint) for endpoint in ("forecast", "infer"))
+    assert 0 < grew("distributed_onnx_compute_duration_seconds_sum") <= parts <= whole
+    assert grew("distributed_onnx_batch_requests_count") >= 1 and grew("distributed_onnx_batch_windows_sum") == 8 + 2
 
 
 def test_tritonclient_http_round_trip(base_url: str, local_worker: InferenceWorker) -> None:

@@ -229,6 +229,9 @@ def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None
     settings = ServeSettings.from_sources(application["args"], source="jobs/serve.yaml")
     assert settings.grpc_port == document["grpc_options"]["port"]
     assert gRPCOptions(**document["grpc_options"]).grpc_servicer_func_callable == [add_inference_service]
+    from ray.serve.config import AutoscalingConfig
+
+    AutoscalingConfig(**settings.deployment_options()["autoscaling_config"])  # the file autoscales
 
 
 @pytest.mark.integration

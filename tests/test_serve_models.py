@@ -20,18 +20,11 @@ from graphs import write_tiny_chronos2, write_tiny_context_quantiles
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.serve.core import ReplicaCore
 from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.live_metrics import LiveMetrics
 from distributed_onnx.serve.schemas import ForecastRequest
 from distributed_onnx.serve.settings import ServeSettings
 
 pytestmark = pytest.mark.integration
-
-
-class NullRecorder:
-    def request(self, endpoint: str, code: int, latency_ms: float) -> None: ...
-
-    def batch(self, queue_ms: list[float], compute_ms: float, windows: int) -> None: ...
-
-    def compute(self, endpoint: str, compute_ms: float) -> None: ...
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ def replica(tmp_path: Path) -> ReplicaCore:
     champion = write_tiny_chronos2(tmp_path, name="champion").weights_path
     challenger = write_tiny_context_quantiles(tmp_path).weights_path
     settings = ServeSettings(checkpoint=[champion, challenger], shadow=["tiny_plain"])
-    core = ReplicaCore(settings, NullRecorder())
+    core = ReplicaCore(settings, LiveMetrics(replica="test"))
     for checkpoint in settings.checkpoint:
         worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, warm_up_rows=0))
         core.add_model(worker, shadow=checkpoint.stem in settings.shadow, checkpoint_sha256="0" * 64)

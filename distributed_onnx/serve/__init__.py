@@ -1,6 +1,7 @@
 """Online serving: a Ray Serve deployment on the backtest's worker, speaking the Open Inference Protocol.
 
-``settings`` (typed config), ``schemas`` (wire models), ``protocol`` and ``forecasting`` (pure codecs),
+``settings`` (typed config; the replica count, fixed or autoscaled, in ``autoscaling``), ``schemas`` (wire
+models), ``protocol`` and ``forecasting`` (pure codecs),
 ``http`` (FastAPI plumbing and error mapping), ``admission`` (requests counted and their memory charged),
 ``core`` (a replica without Serve: admission, threads, health, request planning, per model), ``app`` (the
 deployment: routes and gRPC methods delegating to the core), ``runner`` (foreground start/stop),

@@ -39,7 +39,6 @@ the traffic's own calls (:mod:`distributed_onnx.serve.health`).
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,6 @@ from distributed_onnx.serve.schemas import (
 )
 from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
-from distributed_onnx.serve.telemetry import ServeMetrics
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -128,7 +126,16 @@ class OnnxForecastServer:
         # /docs names what this replica serves: its models, shadows and log (the document is built on first read).
         api.description = docs_description(settings)
         api.openapi_schema = None
-        self._replica = ReplicaCore(settings, ServeMetrics())
+        log = None
+        if settings.forecast_log is not None:
+            log = ForecastLog(
+                settings.forecast_log,
+                max_queued_windows=settings.forecast_log_max_queued,
+                flush_interval_s=settings.forecast_log_flush_s,
+            )
+        # The replica's one metrics system: its /metrics page (requests, where their time went, the log's counts).
+        self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
+        self._replica = ReplicaCore(settings, self._live_metrics)
         # Every checkpoint in this replica, each with its own session and model thread (see live_log's module
         # docstring for why one deployment holds them all).
         for checkpoint in settings.checkpoint:
@@ -141,14 +148,6 @@ class OnnxForecastServer:
             model.set_batcher(self._batcher_for(model))
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
         self._forecast_windows.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)  # type: ignore[attr-defined]
-        log = None
-        if settings.forecast_log is not None:
-            log = ForecastLog(
-                settings.forecast_log,
-                max_queued_windows=settings.forecast_log_max_queued,
-                flush_interval_s=settings.forecast_log_flush_s,
-            )
-        self._live_metrics = LiveMetrics(log, replica=f"{os.getpid()}")
         self._traffic = LiveTraffic(
             log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
         )
@@ -250,7 +249,7 @@ class OnnxForecastServer:
             return JSONResponse({"error": f"not ready: {health.reason}"}, status_code=503)
         return JSONResponse({"ready": True})
 
-    @api.get("/metrics", summary="Prometheus metrics of this replica (forecasts served, logged, dropped; latency)")
+    @api.get("/metrics", summary="Prometheus metrics of this replica (requests, where their time went, the log)")
     async def metrics(self) -> Response:
         body, content_type = self._live_metrics.render()
         return Response(body, media_type=content_type)
@@ -263,7 +262,6 @@ class OnnxForecastServer:
         summary="Run the model on named tensors (Open Inference Protocol, JSON or binary tensor data)",
     )
     async def infer(self, name: str, request: Request) -> Response:
-        started = time.perf_counter()
         received_us = now_us()
         header_id = request.headers.get(REQUEST_ID_HEADER)
         answered: list[InferAnswer] = []
@@ -275,18 +273,15 @@ class OnnxForecastServer:
             answered.append(answer)
             return infer_response(answer.body, answer.header_length)
 
-        try:
-            answer_or_refusal = self._replica.observe("infer", handle)
-            response = await self._failures.watch(
-                drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
-                protocol="http",
-                endpoint="infer",
-                model=lambda: self._served_model(name),
-                request_id=lambda: request_id(header_id),
-                received_us=received_us,
-            )
-        finally:
-            self._live_metrics.request("infer", self._model_label(name), time.perf_counter() - started)
+        answer_or_refusal = self._replica.observe("infer", handle, lambda: self._model_label(name))
+        response = await self._failures.watch(
+            drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
+            protocol="http",
+            endpoint="infer",
+            model=lambda: self._served_model(name),
+            request_id=lambda: request_id(header_id),
+            received_us=received_us,
+        )
         # The log's request id: the v2 request's own ``id``, else x-request-id (the client's, or the one Serve gave
         # the request and returns in the response's header).
         served = answered[0].served
@@ -316,7 +311,6 @@ class OnnxForecastServer:
         summary="Quantile forecasts for one or many series",
     )
     async def forecast(self, request: Request) -> Response:
-        started = time.perf_counter()
         received_us = now_us()
         identifier = request_id(request.headers.get(REQUEST_ID_HEADER))
         answered: list[ForecastAnswer] = []
@@ -330,19 +324,17 @@ class OnnxForecastServer:
             answered.append(answer)
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
 
-        try:
-            answer_or_refusal = self._replica.observe("forecast", handle)
-            response = await self._failures.watch(
-                drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
-                protocol="http",
-                endpoint="forecast",
-                model=lambda: chosen[0] if chosen else None,
-                request_id=lambda: identifier,
-                received_us=received_us,
-            )
-        finally:
-            model = answered[0].model.name if answered else "-"
-            self._live_metrics.request("forecast", model, time.perf_counter() - started)
+        answer_or_refusal = self._replica.observe(
+            "forecast", handle, lambda: answered[0].model.name if answered else "-"
+        )
+        response = await self._failures.watch(
+            drained_on_refusal(request, self._settings.max_body_bytes, answer_or_refusal),
+            protocol="http",
+            endpoint="forecast",
+            model=lambda: chosen[0] if chosen else None,
+            request_id=lambda: identifier,
+            received_us=received_us,
+        )
         # Logging and shadows are scheduled, not awaited: they run after this response is on its way.
         answer = answered[0]
         self._traffic.answered(answer.model, answer.parsed, answer.forecasts, answer.quantiles, identifier, received_us)
@@ -401,7 +393,6 @@ class OnnxForecastServer:
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
 
     async def ModelInfer(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
-        started = time.perf_counter()
         received_us = now_us()
         answered: list[InferServed] = []
 
@@ -413,7 +404,7 @@ class OnnxForecastServer:
 
         async def watched() -> Any:
             return await self._failures.watch(
-                self._replica.observe("grpc_infer", handle),
+                self._replica.observe("grpc_infer", handle, lambda: self._model_label(request.model_name)),
                 protocol="grpc",
                 endpoint="grpc_infer",
                 model=lambda: self._served_model(request.model_name),
@@ -421,12 +412,7 @@ class OnnxForecastServer:
                 received_us=received_us,
             )
 
-        try:
-            response = await grpc_call(grpc_context, ModelInferResponse(), watched)
-        finally:
-            self._live_metrics.request(
-                "grpc_infer", self._model_label(request.model_name), time.perf_counter() - started
-            )
+        response = await grpc_call(grpc_context, ModelInferResponse(), watched)
         if answered:
             self._infer_answered(answered[0], request_id(answered[0].request_id), received_us)
         return response

@@ -5,9 +5,11 @@ needs: its model thread, its readiness (:mod:`distributed_onnx.serve.health`), t
 requests and the answers to them and to v2 infer requests (HTTP and gRPC; planned by
 :mod:`distributed_onnx.serve.infer_call`). :class:`ReplicaCore` owns what the replica's models
 share: admission (requests counted and their memory charged, :mod:`distributed_onnx.serve.admission`), the
-codec thread, the metrics, and the models by name. The Serve deployment (:mod:`distributed_onnx.serve.app`) is
-a thin shell over it: its HTTP routes and gRPC methods delegate here, and its ``@serve.batch`` method is the
-``batcher`` a core merges forecasts with, so the whole request path is testable with a fake batcher.
+codec thread, the metrics (:class:`~distributed_onnx.serve.live_metrics.LiveMetrics`: each request's time split
+into serialization, batch wait, queue and compute, per model), and the models by name. The Serve deployment
+(:mod:`distributed_onnx.serve.app`) is a thin shell over it: its HTTP routes and gRPC methods delegate here, and
+its ``@serve.batch`` method is the ``batcher`` a core merges forecasts with, so the whole request path is testable
+with a fake batcher.
 
 - ``/v1/forecast``: planned in the codec thread when large (:data:`OFFLOAD_BODY_BYTES`), then run at once when
   the replica is idle (no model call running, none waiting to batch), else handed to the batcher, which merges
@@ -40,6 +42,7 @@ from distributed_onnx.serve.grpc_api import check_response_fits, model_infer_res
 from distributed_onnx.serve.health import ModelHealth
 from distributed_onnx.serve.http import HttpError, parse_body, status_of
 from distributed_onnx.serve.infer_call import InferCall, InferServed, plan_grpc, plan_http
+from distributed_onnx.serve.live_metrics import LiveMetrics, ModelCall
 from distributed_onnx.serve.protocol import run_checked, tensor_metadata
 from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
 from distributed_onnx.serve.settings import ServeSettings
@@ -54,16 +57,6 @@ OFFLOAD_BODY_BYTES = 64 * 1024
 #: Responses with more forecast values than this are encoded in the codec thread (a large response's encoding
 #: would otherwise hold the event loop for longer than the hop costs).
 OFFLOAD_RESPONSE_VALUES = 4096
-
-
-class Recorder(Protocol):
-    """What the core reports (:class:`distributed_onnx.serve.telemetry.ServeMetrics` in a replica)."""
-
-    def request(self, endpoint: str, code: int, latency_ms: float) -> None: ...
-
-    def batch(self, queue_ms: list[float], compute_ms: float, windows: int) -> None: ...
-
-    def compute(self, endpoint: str, compute_ms: float) -> None: ...
 
 
 class ModelSource(Protocol):
@@ -160,20 +153,28 @@ class ModelCore:
     async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
         """The JSON answer to a /v1/forecast body (already read under ``ticket``), from this model."""
         codec = self._replica.run_codec
+        started = time.perf_counter()
         parsed, job = (
             await codec(self.plan_forecast, body) if len(body) > OFFLOAD_BODY_BYTES else self.plan_forecast(body)
         )
-        return (await self.answer(parsed, job, ticket)).body
+        return (await self.answer(parsed, job, ticket, time.perf_counter() - started)).body
 
-    async def answer(self, parsed: ForecastRequest, job: ForecastJob, ticket: Ticket) -> ForecastAnswer:
-        """Forecast a planned request and encode the answer (kept with what the forecast log needs)."""
+    async def answer(
+        self, parsed: ForecastRequest, job: ForecastJob, ticket: Ticket, parse_s: float = 0.0
+    ) -> ForecastAnswer:
+        """Forecast a planned request and encode the answer (kept with what the forecast log needs).
+
+        ``parse_s``: the time its body took to parse and plan, counted with the encoding as its serialization.
+        """
         ticket.charge_response(job.context.shape[0] * job.horizon * len(job.quantiles))
         forecasts = await self._compute(job)
         check_finite_forecasts(forecasts, parsed)
+        started = time.perf_counter()
         if forecasts.size > OFFLOAD_RESPONSE_VALUES:
             body = await self._replica.run_codec(self.encode_forecast, parsed, forecasts, job)
         else:
             body = self.encode_forecast(parsed, forecasts, job)
+        self._replica.metrics.serialization(self.name, parse_s + time.perf_counter() - started)
         return ForecastAnswer(body, self, parsed, forecasts, job.quantiles)
 
     async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
@@ -195,9 +196,10 @@ class ModelCore:
         try:
             if direct or self._batcher is None:
                 started = time.perf_counter()
-                (forecasts,) = await self.run_model(run_jobs, self.worker.forecast, [job], self.settings.rows_per_batch)
-                compute_ms = (time.perf_counter() - started) * 1000.0
-                self._replica.metrics.batch([(started - job.enqueued_s) * 1000.0], compute_ms, len(job.context))
+                (forecasts,), call = await self.run_timed(
+                    run_jobs, self.worker.forecast, [job], self.settings.rows_per_batch
+                )
+                self._replica.metrics.model_call(self.name, [started - job.enqueued_s], call, len(job.context))
             else:
                 forecasts = await self._batcher(job)
         finally:
@@ -217,12 +219,9 @@ class ModelCore:
     async def run_batch(self, jobs: list[ForecastJob]) -> list[np.ndarray]:
         """One merged batch of forecast jobs (what the deployment's ``@serve.batch`` method runs)."""
         started = time.perf_counter()
-        results = await self.run_model(run_jobs, self.worker.forecast, jobs, self.settings.rows_per_batch)
-        finished = time.perf_counter()
-        self._replica.metrics.batch(
-            [(started - job.enqueued_s) * 1000.0 for job in jobs],
-            (finished - started) * 1000.0,
-            sum(job.context.shape[0] for job in jobs),
+        results, call = await self.run_timed(run_jobs, self.worker.forecast, jobs, self.settings.rows_per_batch)
+        self._replica.metrics.model_call(
+            self.name, [started - job.enqueued_s for job in jobs], call, sum(job.context.shape[0] for job in jobs)
         )
         return results
 
@@ -231,16 +230,20 @@ class ModelCore:
     async def infer(self, body: bytes, header_length: str | None) -> InferAnswer:
         """A v2 infer request over HTTP: the response body, its binary header length and what the log takes."""
         codec = self._replica.run_codec
+        started = time.perf_counter()
         call = (
             await codec(plan_http, self, body, header_length)
             if len(body) > OFFLOAD_BODY_BYTES
             else plan_http(self, body, header_length)
         )
-        outputs = await self._run_infer("infer", call)
+        parse_s = time.perf_counter() - started
+        outputs = await self._run_infer(call)
+        started = time.perf_counter()
         if sum(outputs[name].size for name in call.names) > OFFLOAD_RESPONSE_VALUES:
             encoded = await codec(encode_response, call.document, outputs, call.names, call.binary)
         else:
             encoded = encode_response(call.document, outputs, call.names, call.binary)
+        self._replica.metrics.serialization(self.name, parse_s + time.perf_counter() - started)
         return InferAnswer(*encoded, InferServed(self, call.windows, outputs, call.request_id))
 
     async def grpc_infer(self, request: Any, ticket: Ticket) -> tuple[Any, InferServed]:
@@ -249,19 +252,23 @@ class ModelCore:
         if size > self.settings.max_body_bytes:
             raise HttpError(413, f"Request is {size} bytes, the limit is {self.settings.max_body_bytes} bytes.")
         ticket.charge_body(size)
+        started = time.perf_counter()
         if size > OFFLOAD_BODY_BYTES:
             call = await self._replica.run_codec(plan_grpc, self, request)
         else:
             call = plan_grpc(self, request)
-        outputs = await self._run_infer("grpc_infer", call)
+        parse_s = time.perf_counter() - started
+        outputs = await self._run_infer(call)
+        started = time.perf_counter()
         response = model_infer_response(self.name, request.id, outputs, call.names)
         check_response_fits(response)
+        self._replica.metrics.serialization(self.name, parse_s + time.perf_counter() - started)
         return response, InferServed(self, call.windows, outputs, call.request_id)
 
-    async def _run_infer(self, endpoint: str, call: InferCall) -> Mapping[str, np.ndarray]:
-        started = time.perf_counter()
-        outputs = await self.run_model(run_checked, self.worker.backend.run, call.inputs, call.names)
-        self._replica.metrics.compute(endpoint, (time.perf_counter() - started) * 1000.0)
+    async def _run_infer(self, call: InferCall) -> Mapping[str, np.ndarray]:
+        """A v2 call: its own model call (unbatched, so no batch wait is recorded)."""
+        outputs, timing = await self.run_timed(run_checked, self.worker.backend.run, call.inputs, call.names)
+        self._replica.metrics.model_call(self.name, [], timing, call.windows.count)
         return outputs
 
     # ------------------------------------------------------------------------------------------ model thread
@@ -272,19 +279,33 @@ class ModelCore:
         An :class:`InputValidationError` from inside the call (outputs NaN or inf for this request's values)
         is the request's fault, not the session's: it neither counts as a failure nor as a success.
         """
+        return (await self.run_timed(function, *args))[0]
+
+    async def run_timed(self, function: Callable[..., T], *args: Any) -> tuple[T, ModelCall]:
+        """:meth:`run_model`, and how long the call waited for the model thread and how long it ran."""
+        submitted = time.perf_counter()
+        times = [submitted, submitted]
+
+        def timed() -> T:
+            times[0] = time.perf_counter()
+            try:
+                return function(*args)
+            finally:
+                times[1] = time.perf_counter()
+
         try:
-            result = await asyncio.get_running_loop().run_in_executor(self._model_thread, function, *args)
+            result = await asyncio.get_running_loop().run_in_executor(self._model_thread, timed)
         except (InferenceError, BackendClosedError) as exc:
             self.health.failed(exc)
             raise
         self.health.succeeded()
-        return result
+        return result, ModelCall(queue_s=times[0] - submitted, compute_s=times[1] - times[0])
 
 
 class ReplicaCore:
     """What one replica's models share: admission, the codec thread, metrics; the models by name."""
 
-    def __init__(self, settings: ServeSettings, metrics: Recorder) -> None:
+    def __init__(self, settings: ServeSettings, metrics: LiveMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
         self.admission = Admission(
@@ -339,6 +360,7 @@ class ReplicaCore:
         ``on_model`` is told the model once the body names it (a failure after that, planning included, is that
         model's: the forecast log's failures table).
         """
+        started = time.perf_counter()
         large = len(body) > OFFLOAD_BODY_BYTES
         if large:
             model, parsed, job = await self.run_codec(self.plan_forecast, body, header_model, on_model)
@@ -352,7 +374,7 @@ class ReplicaCore:
                 job = await self.run_codec(plan_job, parsed, model.metadata, time.perf_counter())
             else:
                 job = plan_job(parsed, model.metadata, time.perf_counter())
-        return await model.answer(parsed, job, ticket)
+        return await model.answer(parsed, job, ticket, time.perf_counter() - started)
 
     def plan_forecast(
         self, body: bytes, header_model: str | None = None, on_model: Callable[[ModelCore], None] | None = None
@@ -397,10 +419,13 @@ class ReplicaCore:
             if not model.shadow and not model.health.ready
         )
 
-    async def observe(self, endpoint: str, handler: Callable[[Ticket], Awaitable[T]]) -> T:
-        """Admit (or refuse: overload), run and count one request; the code recorded is the HTTP status.
+    async def observe(
+        self, endpoint: str, handler: Callable[[Ticket], Awaitable[T]], model: Callable[[], str] = lambda: "-"
+    ) -> T:
+        """Admit (or refuse: overload), run, count and time one request; the code recorded is the HTTP status.
 
-        ``handler`` gets the request's admission ticket, to charge its body and response before it holds them.
+        ``handler`` gets the request's admission ticket, to charge its body and response before it holds them;
+        ``model()`` names the model the request reached once it is done (``-``: none, or an unknown name).
         """
         started = time.perf_counter()
         code = 500
@@ -413,7 +438,7 @@ class ReplicaCore:
             code = status_of(exc)
             raise
         finally:
-            self.metrics.request(endpoint, code, (time.perf_counter() - started) * 1000.0)
+            self.metrics.request(endpoint, model(), time.perf_counter() - started, code)
 
     async def run_codec(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._codec_thread, function, *args)

@@ -14,11 +14,12 @@ ships two ways past it, both selected by experimental environment switches read 
   (benchmarks/results/serve.md).
 - ``proxy``: Serve's own proxy on the user's ports, the fallback, logged with its reason.
 
-``auto`` picks ``direct`` for one replica and ``haproxy`` for several (``proxy`` for several with a model
-repository: only Serve's proxy routes a request to a replica holding its model, :mod:`.repository`), on the
-embedded Ray (a running cluster's
-Serve was configured where it started: there the cluster's own ingress is used). Pure code but for the host
-facts passed in (free ports, whether an HAProxy binary exists), so the choice is unit-tested.
+``auto`` picks ``direct`` for one replica and ``haproxy`` for several (an autoscaled deployment counts its
+``max_replicas``: the replicas it adds under load need HAProxy in front even while one runs; ``proxy`` for several
+with a model repository: only Serve's proxy routes a request to a replica holding its model, :mod:`.repository`),
+on the embedded Ray (a running cluster's Serve was configured where it started: there the cluster's own ingress is
+used). Pure code but for the host facts passed in (free ports, whether an HAProxy binary exists), so the choice is
+unit-tested.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def plan_ingress(
     facts: IngressHost,
     routes_by_model: bool = False,
 ) -> IngressPlan:
-    """Decide the ingress (see the module docstring) for the user's ports and this machine's ``facts``."""
+    """Decide the ingress (see the module docstring) for the user's ports and this machine's ``facts``.
+
+    ``replicas`` is the most that may run at once (an autoscaled deployment's ``max_replicas``).
+    """
     haproxy_binary, free_port, free_range = facts.haproxy_binary, facts.free_port, facts.free_range
     if not facts.embedded:
         reason = "joining a running Ray cluster: its Serve ingress was configured where it started"

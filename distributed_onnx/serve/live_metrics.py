@@ -1,10 +1,17 @@
 """``GET /metrics``: the replica's own Prometheus text, from a registry of its own (not Ray's global one).
 
-Ray already exports ``ServeMetrics`` (:mod:`.telemetry`) on each node's metrics port, merged across replicas
-by Ray's agent; this page is what one replica can say about itself right now, scraped from the address clients
-use, without Ray's metrics agent: the forecasts it served, those its shadow models made, what its forecast log
-wrote and dropped (by reason), and request latency. With several replicas each one answers for itself (a
+The one metrics system of the deployment (Serve's own ``serve_*`` metrics aside, which Ray exports on each node's
+metrics port): what one replica can say about itself right now, scraped from the address clients use, without
+Ray's metrics agent: requests by code, where their time went, the forecasts it served, those its shadow models
+made, what its forecast log wrote and dropped (by reason). With several replicas each one answers for itself (a
 scrape reaches one of them): sum over the ``replica`` label.
+
+Where a request's time goes, per model (as Triton's ``nv_inference_queue_duration_us``,
+``nv_inference_compute_infer_duration_us``...), so an operator sees whether to add replicas (time waiting) or
+faster hardware (time computing): ``serialization`` (parsing and planning the body, encoding the response),
+``batch_wait`` (a /v1 forecast waiting for ``@serve.batch`` to hand its batch over; none for v2 infer, which is
+unbatched), ``queue`` (waiting for the model's one thread, behind other calls), ``compute`` (the model call). The
+rest of ``request_duration`` is reading the body and the route itself.
 
 prometheus_client comes with ``ray[serve]`` (Ray's own metrics use it); a registry of our own keeps these
 series apart from whatever Ray registers in the process-global one.
@@ -19,13 +26,20 @@ series apart from whatever Ray registers in the process-global one.
 - ``distributed_onnx_forecasts_dropped_total`` (``model``, ``reason``): forecasts the log dropped
   (``queue_full``: the sink was slower than the traffic; ``write_failed``: the sink failed);
 - ``distributed_onnx_forecast_log_pending`` (``model``): forecasts queued for the log, not yet written;
-- ``distributed_onnx_request_duration_seconds`` (``endpoint``, ``model``): handler time, histogram.
+- ``distributed_onnx_request_duration_seconds`` (``endpoint``, ``model``): handler time, histogram;
+- ``distributed_onnx_requests_total`` (``endpoint``, ``model``, ``code``): requests answered, by HTTP status (the
+  one a gRPC status maps from);
+- ``distributed_onnx_{serialization,batch_wait,queue,compute}_duration_seconds`` (``model``): histograms, one
+  observation per request (a batched request observes its batch's queue and compute);
+- ``distributed_onnx_batch_requests`` / ``distributed_onnx_batch_windows`` (``model``): histograms, requests and
+  series (windows) per model call.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -34,6 +48,19 @@ from prometheus_client.registry import Collector
 
 #: Seconds; from 0.5 ms (a warm small request) to 10 s (a request near the default timeout).
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: Finer at the low end for the parts of a request (a small request's serialization takes tens of microseconds).
+PHASE_BUCKETS_S = (0.00005, 0.0001, 0.0002, *LATENCY_BUCKETS_S)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+#: The parts of a request's time, each a histogram ``distributed_onnx_<phase>_duration_seconds``.
+PHASES = ("serialization", "batch_wait", "queue", "compute")
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """How long one model call waited for the model's thread and how long it ran."""
+
+    queue_s: float
+    compute_s: float
 
 
 class LogCounts(Protocol):
@@ -120,6 +147,36 @@ class LiveMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self._requests = Counter(
+            "distributed_onnx_requests",
+            "Requests answered, by endpoint, model and HTTP status code.",
+            ["endpoint", "model", "code", "replica"],
+            registry=self.registry,
+        )
+        self._phases = {
+            phase: Histogram(
+                f"distributed_onnx_{phase}_duration_seconds",
+                f"Time of a request spent in {phase.replace('_', ' ')} (see the module docstring).",
+                ["model", "replica"],
+                buckets=PHASE_BUCKETS_S,
+                registry=self.registry,
+            )
+            for phase in PHASES
+        }
+        self._batch_requests = Histogram(
+            "distributed_onnx_batch_requests",
+            "Requests per model call.",
+            ["model", "replica"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self._batch_windows = Histogram(
+            "distributed_onnx_batch_windows",
+            "Series (windows) per model call.",
+            ["model", "replica"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
         if log is not None:
             self.registry.register(_LogCollector(log, self.replica))
 
@@ -136,8 +193,25 @@ class LiveMetrics:
         """``reason``: ``error`` (the shadow's call failed) or ``nonfinite`` (NaN or inf forecasts)."""
         self._shadow_failed.labels(model, reason, self.replica).inc(windows)
 
-    def request(self, endpoint: str, model: str, seconds: float) -> None:
+    def request(self, endpoint: str, model: str, seconds: float, code: int = 200) -> None:
         self._latency.labels(endpoint, model, self.replica).observe(seconds)
+        self._requests.labels(endpoint, model, str(code), self.replica).inc()
+
+    def serialization(self, model: str, seconds: float) -> None:
+        self._phases["serialization"].labels(model, self.replica).observe(seconds)
+
+    def model_call(self, model: str, batch_waits_s: Sequence[float], call: ModelCall, windows: int) -> None:
+        """One model call for ``windows`` series: the batch wait of each of its batched requests (none: a v2
+        call), and its queue and compute, observed once per request."""
+        requests = max(1, len(batch_waits_s))
+        for wait in batch_waits_s:
+            self._phases["batch_wait"].labels(model, self.replica).observe(wait)
+        for phase, seconds in (("queue", call.queue_s), ("compute", call.compute_s)):
+            histogram = self._phases[phase].labels(model, self.replica)
+            for _ in range(requests):
+                histogram.observe(seconds)
+        self._batch_requests.labels(model, self.replica).observe(requests)
+        self._batch_windows.labels(model, self.replica).observe(windows)
 
     def render(self) -> tuple[bytes, str]:
         """The page and its content type (Prometheus text format 0.0.4)."""

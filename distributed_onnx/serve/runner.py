@@ -45,10 +45,12 @@ logger = logging.getLogger(__name__)
 def choose_ingress(settings: ServeSettings) -> IngressPlan:
     """The ingress for these settings on this machine (see :mod:`distributed_onnx.serve.ingress`)."""
     embedded = not (settings.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
-    wants_haproxy = settings.ingress == "haproxy" or (settings.ingress == "auto" and settings.replicas > 1)
+    # Sized for the most replicas that may run at once: an autoscaled deployment starting with one still needs
+    # HAProxy in front of the ones it adds.
+    wants_haproxy = settings.ingress == "haproxy" or (settings.ingress == "auto" and settings.most_replicas > 1)
     return plan_ingress(
         settings.ingress,
-        replicas=settings.replicas,
+        replicas=settings.most_replicas,
         routes_by_model=settings.model_repository is not None,
         host=settings.host,
         port=settings.port,
@@ -208,7 +210,7 @@ def serve_forever(settings: ServeSettings) -> int:
         base = f"http://{settings.host}:{settings.port}"
         print(
             f"ready: {base}/v1/forecast (docs: {base}/docs), gRPC {settings.host}:{settings.grpc_port} (KServe v2); "
-            f"{served_models(settings)}; ingress: {plan.mode}; Ctrl-C or SIGTERM stops",
+            f"{served_models(settings)}; ingress: {plan.mode}, {settings.replica_words()}; Ctrl-C or SIGTERM stops",
             flush=True,
         )
         while not stop_requested.wait(0.5):

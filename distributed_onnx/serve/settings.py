@@ -17,6 +17,7 @@ from distributed_onnx import storage
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths
 
@@ -26,8 +27,8 @@ LOOPBACK = "127.0.0.1"
 ADMISSION_MARGIN = 64
 
 
-class ServeSettings(CommandSettings):
-    """Everything one online deployment depends on."""
+class ServeSettings(CommandSettings, ReplicaSettings):
+    """Everything one online deployment depends on (the replica count: :mod:`distributed_onnx.serve.autoscaling`)."""
 
     label: ClassVar[str] = "serve settings"
 
@@ -93,7 +94,6 @@ class ServeSettings(CommandSettings):
         "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
     )
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
-    replicas: int = Field(default=1, gt=0, description="Replicas, each owning one ONNX Runtime session.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
     gpus_per_replica: float = Field(default=0.0, ge=0, description="GPUs per replica; fractions share a GPU.")
     providers: ProviderChain = Field(
@@ -143,6 +143,15 @@ class ServeSettings(CommandSettings):
         description="Model calls failing in a row (on valid input) before the replica reports not ready and "
         "Serve replaces it; one success resets the count.",
     )
+
+    @model_validator(mode="after")
+    def _warm_when_autoscaled(self) -> ServeSettings:
+        if self.autoscaling and self.warm_up_rows == 0:
+            raise ValueError(
+                "autoscaling starts replicas under load, which must run their first batch before they take traffic: "
+                "warm_up_rows must be at least 1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServeSettings:
@@ -253,7 +262,7 @@ class ServeSettings(CommandSettings):
         from ray.serve.config import BackpressureConfig
 
         return {
-            "num_replicas": self.replicas,
+            **self.replica_options(),
             # Room above the replica's own admission limit, so that requests reach its check and get its answer:
             # Serve also counts requests in its router while it picks a replica, and with a queue of 1 a burst
             # of 30 got Serve's text 503s (measured).
