@@ -76,9 +76,9 @@ def log_cpu_per_request(requests: int, context: int, horizon: int) -> float:
     import asyncio
 
     from distributed_onnx.live.log.writer import ForecastLog
-    from distributed_onnx.serve.live_log import LiveTraffic
-    from distributed_onnx.serve.live_metrics import LiveMetrics
-    from distributed_onnx.serve.schemas import ForecastRequest
+    from distributed_onnx.serve.log.traffic import LiveTraffic
+    from distributed_onnx.serve.operations.metrics import LiveMetrics
+    from distributed_onnx.serve.wire.schemas import ForecastRequest
 
     class Model:
         name, checkpoint_sha256, resolution_minutes = "m", "0" * 64, 60

@@ -34,10 +34,10 @@ from graphs import write_tiny_context_quantiles
 
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve import core, live_log
-from distributed_onnx.serve.forecasting import plan_job
-from distributed_onnx.serve.live_log import LiveTraffic
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.log.traffic import LiveTraffic
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.forecasting import plan_job
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -2,7 +2,7 @@
 
 Every way is an application of its own in the same Serve instance (so a benchmark can visit them in turn, round
 after round, on the same machine state) and runs the same request handling (the ``/v1/forecast`` codec of
-:mod:`distributed_onnx.serve.forecasting`, the backtest's worker with one ORT thread per model, the model call in
+:mod:`distributed_onnx.serve.wire.forecasting`, the backtest's worker with one ORT thread per model, the model call in
 a thread of its own; no batching) behind Serve's proxy on 127.0.0.1; only the placement and routing of the
 models differ:
 
@@ -39,10 +39,10 @@ from ray import serve
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.runtime.local_ray import connect
-from distributed_onnx.serve.forecasting import encode_forecasts, plan_job
-from distributed_onnx.serve.http import parse_body
-from distributed_onnx.serve.loopback import pin_replica_servers
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.operations.loopback import pin_replica_servers
+from distributed_onnx.serve.wire.forecasting import encode_forecasts, plan_job
+from distributed_onnx.serve.wire.http import parse_body
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 #: Ray resources per replica: small enough that every way's replicas (4 + 2 x 4 models) fit the embedded Ray's 2
 #: CPUs; each replica still runs one ORT thread per model.

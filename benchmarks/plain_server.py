@@ -23,9 +23,9 @@ from starlette.routing import Route
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
-from distributed_onnx.serve.forecasting import encode_forecasts, plan_job
-from distributed_onnx.serve.http import parse_body
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.wire.forecasting import encode_forecasts, plan_job
+from distributed_onnx.serve.wire.http import parse_body
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 
 def build(checkpoint: Path) -> Starlette:

@@ -146,7 +146,7 @@ async def burst(port: int, body: bytes, expect: bool) -> list[tuple[int | str, f
 def grpc_call(port: int) -> dict[str, Any]:
     import grpc
 
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest, ModelInferResponse
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest, ModelInferResponse
 
     rows = GRPC_BYTES // (512 * 4)
     request = ModelInferRequest(model_name="taylor_chronos2_patchtst")

@@ -30,8 +30,8 @@ from distributed_onnx.live.log.failures import (
 from distributed_onnx.live.log.layout import log_files, read_states
 from distributed_onnx.live.log.writer import LOG_FORMAT, ForecastLog
 from distributed_onnx.live.score.failure_rates import failure_reasons, request_counts
-from distributed_onnx.serve.failure_log import FailureLog, classify
-from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.log.failures import FailureLog, classify
+from distributed_onnx.serve.wire.http import HttpError
 
 START_US = 1_796_083_200_000_000  # 2026-12-01T00:00Z
 

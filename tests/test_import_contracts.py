@@ -22,8 +22,10 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 BAD_IMPORTS = [
     ("evaluation/actor/part_history.py", "import distributed_onnx.evaluation.driver.merge", "backtest-sides"),
     ("evaluation/scoring/registry.py", "import distributed_onnx.evaluation.actor.part", "backtest-shared"),
-    ("serve/health.py", "import distributed_onnx.evaluation.outputs", "serve-apart"),
+    ("serve/operations/health.py", "import distributed_onnx.evaluation.outputs", "serve-apart"),
     ("live/log/layout.py", "import distributed_onnx.live.score.join", "layers"),
+    ("serve/wire/protocol.py", "import distributed_onnx.serve.log.traffic", "serve-roles"),
+    ("serve/log/infer_windows.py", "import ray", "serve-wire-ray-free"),
 ]
 
 

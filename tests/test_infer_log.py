@@ -14,8 +14,8 @@ from graphs import tiny_chronos2_metadata, write_tiny_context_quantiles
 from distributed_onnx.errors import InputValidationError
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import CheckpointMetadata, ResolvedCheckpoint
-from distributed_onnx.serve.infer_log import infer_windows, served_request
-from distributed_onnx.serve.live_log import origins_us
+from distributed_onnx.serve.log.infer_windows import infer_windows, served_request
+from distributed_onnx.serve.log.traffic import origins_us
 
 C = 16
 CHRONOS2 = tiny_chronos2_metadata(context_length=C)
@@ -92,7 +92,7 @@ def test_logged_forecasts_equal_the_workers_for_the_same_histories(
     family: str, tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
 ) -> None:
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
-    from distributed_onnx.serve.forecasting import history_block, plan_job
+    from distributed_onnx.serve.wire.forecasting import history_block, plan_job
 
     pytest.importorskip("onnxruntime")
     checkpoint = tiny_checkpoint if family == "chronos2" else write_tiny_context_quantiles(tmp_path)

@@ -75,8 +75,8 @@ def server(setup: Setup) -> Iterator[Server]:
     from ray.serve.config import gRPCOptions
 
     from distributed_onnx.serve.app import build_app
-    from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
     from distributed_onnx.serve.settings import ServeSettings
+    from distributed_onnx.serve.wire.grpc_messages import SERVICER_FUNCTION
 
     start_test_ray()
     port, grpc_port = free_port(), free_port()
@@ -136,7 +136,7 @@ async def _concurrent(url: str, path: str, bodies: list[bytes]) -> list[httpx.Re
 def _grpc_infer(server: Server, model: str, context: np.ndarray, wrong_datatype: bool = False) -> Any:
     """A ``ModelInfer`` call's status (``wrong_datatype``: ``group_ids`` sent as FP32, which the model refuses)."""
     grpc = pytest.importorskip("grpc")
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest, ModelInferResponse
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest, ModelInferResponse
 
     request = ModelInferRequest(model_name=model, id="grpc-1")
     rows, width = context.shape

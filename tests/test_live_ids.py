@@ -22,10 +22,10 @@ from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.log_windows import read_log_windows
 from distributed_onnx.live.score.settings import ScoreSettings
-from distributed_onnx.serve.infer_log import _series_ids
-from distributed_onnx.serve.live_log import LiveTraffic
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.log.infer_windows import _series_ids
+from distributed_onnx.serve.log.traffic import LiveTraffic
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 
 @dataclass
@@ -147,7 +147,7 @@ def test_a_client_id_is_kept_as_data_bounded_and_never_names_the_windows(tmp_pat
     """The same client id on every route is cut to MAX_REQUEST_ID_CHARS and kept in ``request_id``; the windows'
     ids come from the server's key, so a forged id cannot choose them."""
     from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, window_id
-    from distributed_onnx.serve.live_log import request_id
+    from distributed_onnx.serve.log.traffic import request_id
 
     assert request_id("x" * 10_000) == "x" * MAX_REQUEST_ID_CHARS
     log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)

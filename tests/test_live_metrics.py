@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from distributed_onnx.live.log.layout import LoggedForecast
 from distributed_onnx.live.log.writer import ForecastLog
-from distributed_onnx.serve.live_metrics import LiveMetrics
+from distributed_onnx.serve.operations.metrics import LiveMetrics
 
 
 def _item(model: str, series: int) -> LoggedForecast:

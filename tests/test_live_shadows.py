@@ -21,9 +21,9 @@ from test_live_score import _ramp_actuals
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
-from distributed_onnx.serve.live_log import LiveTraffic, Served
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.log.traffic import LiveTraffic, Served
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 
 @dataclass

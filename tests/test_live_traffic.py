@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 
 from distributed_onnx.live.log.layout import forecast_rows, log_files
 from distributed_onnx.live.log.writer import ForecastLog
-from distributed_onnx.serve.forecasting import forecast_timestamps
-from distributed_onnx.serve.live_log import (
+from distributed_onnx.serve.log.traffic import (
     LiveTraffic,
     RequestStamp,
     in_shadow_sample,
@@ -22,8 +21,9 @@ from distributed_onnx.serve.live_log import (
     origins_us,
     request_id,
 )
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.forecasting import forecast_timestamps
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 REQUEST = ForecastRequest.model_validate(
     {

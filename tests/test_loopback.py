@@ -96,7 +96,7 @@ def _command_line(pid: int) -> str:
 # ------------------------------------------------------------------------------------------ distributed-onnx serve
 #
 # Measured with Ray 2.60 (report printed by the test below, run with -s):
-# - Without distributed_onnx.serve.loopback, each Serve replica's inter-deployment gRPC server listened on [::]:0
+# - Without serve.operations.loopback, each Serve replica's inter-deployment gRPC server listened on [::]:0
 #   (all interfaces), the one socket of `serve` beyond loopback.
 # - An unauthenticated client on that port, with token authentication on (Ray's default): every call refused with
 #   UNAUTHENTICATED "Invalid or missing authentication token", the request never read.

@@ -18,7 +18,7 @@ from distributed_onnx.errors import DistributedOnnxError, LoopbackError, Unsuppo
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.listening import decode_address, exposed_sockets, listening_addresses
 from distributed_onnx.runtime.ray_private import PrivateName, check_names, missing_names
-from distributed_onnx.serve.loopback import allowed_ports, check_listening
+from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
 
 GRPC = PrivateName("fake_ray.serve._private.replica", "add_port_to_grpc_server")
 SWITCH = PrivateName("fake_ray._private.ray_constants", "ENABLE_RAY_CLUSTERS_ENV_VAR", "RAY_X")
@@ -191,7 +191,7 @@ def test_serve_refuses_a_ray_without_a_private_name_in_one_line_before_ray_start
     import ray
 
     from distributed_onnx.runtime.ray_private import SERVE_NAMES
-    from distributed_onnx.serve.ingress import free_port
+    from distributed_onnx.serve.operations.ingress import free_port
     from distributed_onnx.serve.runner import preflight
     from distributed_onnx.serve.settings import ServeSettings
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from distributed_onnx.serve.http import HttpError
-from distributed_onnx.serve.ingress import IngressHost, plan_ingress
+from distributed_onnx.serve.operations.ingress import IngressHost, plan_ingress
 from distributed_onnx.serve.repository import CheckpointRepository, ModelRepository
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.http import HttpError
 
 METADATA = (
     '{"model_family": "chronos2", "input_names": ["context"], "output_name": "q", "native_quantiles": [0.5], '

@@ -10,14 +10,14 @@ import pytest
 from graphs import tiny_chronos2_metadata
 
 from distributed_onnx.model.backend.validation import TensorSpec
-from distributed_onnx.serve.admission import PARSE_BYTES_PER_BODY_BYTE, RESPONSE_BYTES_PER_VALUE, Admission
-from distributed_onnx.serve.forecasting import plan_job
-from distributed_onnx.serve.grpc_api import infer_inputs
-from distributed_onnx.serve.grpc_messages import ModelInferRequest
-from distributed_onnx.serve.http import HttpError, parse_body, parse_infer_request
-from distributed_onnx.serve.protocol import decode_inputs
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.operations.admission import PARSE_BYTES_PER_BODY_BYTE, RESPONSE_BYTES_PER_VALUE, Admission
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.forecasting import plan_job
+from distributed_onnx.serve.wire.grpc_api import infer_inputs
+from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest
+from distributed_onnx.serve.wire.http import HttpError, parse_body, parse_infer_request
+from distributed_onnx.serve.wire.protocol import decode_inputs
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 
 def test_admission_counts_requests_and_gives_places_back() -> None:

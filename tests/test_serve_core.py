@@ -13,12 +13,12 @@ pytest.importorskip("onnxruntime")
 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
-from distributed_onnx.serve.admission import Ticket
 from distributed_onnx.serve.core import ModelCore, ReplicaCore
-from distributed_onnx.serve.forecasting import ForecastJob
-from distributed_onnx.serve.http import HttpError
-from distributed_onnx.serve.live_metrics import LiveMetrics
+from distributed_onnx.serve.operations.admission import Ticket
+from distributed_onnx.serve.operations.metrics import LiveMetrics
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.forecasting import ForecastJob
+from distributed_onnx.serve.wire.http import HttpError
 
 pytestmark = pytest.mark.integration
 

@@ -223,7 +223,7 @@ def _on_the_wire(value: str) -> bytes:
 
 def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server) -> None:
     grpc = pytest.importorskip("grpc")
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest, ModelInferResponse
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest, ModelInferResponse
 
     specs = _specs(server.url, PRIMARY)
     rng = random.Random(29)

@@ -30,7 +30,7 @@ from distributed_onnx.model.backend.providers import CpuProvider, SessionOptions
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
-from distributed_onnx.serve.live_metrics import PHASES
+from distributed_onnx.serve.operations.metrics import PHASES
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def base_url(tiny_checkpoint: ResolvedCheckpoint, tmp_path_factory: pytest.TempP
     port = free_port()
     from ray.serve.config import gRPCOptions
 
-    from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
+    from distributed_onnx.serve.wire.grpc_messages import SERVICER_FUNCTION
 
     grpc_options = gRPCOptions(port=grpc_port(), grpc_servicer_functions=[SERVICER_FUNCTION])
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60}, grpc_options=grpc_options)

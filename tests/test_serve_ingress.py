@@ -20,7 +20,7 @@ import pytest
 from conftest import free_ports, wait_until_ready
 from listening import process_tree
 
-from distributed_onnx.serve.ingress import IngressHost, plan_ingress
+from distributed_onnx.serve.operations.ingress import IngressHost, plan_ingress
 
 HAPROXY = "/usr/bin/haproxy"
 
@@ -220,8 +220,8 @@ def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None
     from ray.serve.config import gRPCOptions
     from ray.serve.schema import ServeDeploySchema
 
-    from distributed_onnx.serve.grpc_messages import add_inference_service
     from distributed_onnx.serve.settings import ServeSettings
+    from distributed_onnx.serve.wire.grpc_messages import add_inference_service
 
     document = yaml.safe_load((Path(__file__).resolve().parent.parent / "jobs" / "serve.yaml").read_text())
     ServeDeploySchema.model_validate(document)

@@ -19,10 +19,10 @@ from graphs import write_tiny_chronos2, write_tiny_context_quantiles
 
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.serve.core import ReplicaCore
-from distributed_onnx.serve.http import HttpError
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.operations.metrics import LiveMetrics
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.http import HttpError
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,10 @@ import pytest
 
 from distributed_onnx.errors import ConfigError, InferenceError, InputValidationError
 from distributed_onnx.model.backend.validation import TensorSpec
-from distributed_onnx.serve.binary import binary_outputs, encode_response, slice_inputs, split_body
-from distributed_onnx.serve.forecasting import (
+from distributed_onnx.serve.operations.health import ModelHealth
+from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.binary import binary_outputs, encode_response, slice_inputs, split_body
+from distributed_onnx.serve.wire.forecasting import (
     ForecastJob,
     check_finite_forecasts,
     forecast_timestamps,
@@ -20,23 +22,21 @@ from distributed_onnx.serve.forecasting import (
     plan_job,
     run_jobs,
 )
-from distributed_onnx.serve.health import ModelHealth
-from distributed_onnx.serve.http import HttpError, install_error_handlers, parse_body, status_of
-from distributed_onnx.serve.protocol import (
+from distributed_onnx.serve.wire.http import HttpError, install_error_handlers, parse_body, status_of
+from distributed_onnx.serve.wire.protocol import (
     decode_inputs,
     decode_tensor,
     encode_outputs,
     select_outputs,
     tensor_metadata,
 )
-from distributed_onnx.serve.schemas import (
+from distributed_onnx.serve.wire.schemas import (
     ForecastRequest,
     InferInputTensor,
     InferRequest,
     RequestedOutput,
     SeriesHistory,
 )
-from distributed_onnx.serve.settings import ServeSettings
 
 SPECS = [
     TensorSpec("context", np.dtype(np.float32), ("rows", 4)),
@@ -388,8 +388,8 @@ def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
 
 
 def test_grpc_requests_decode_like_http_ones_from_contents_and_raw_bytes() -> None:
-    from distributed_onnx.serve.grpc_api import infer_inputs, model_infer_response, requested_outputs
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+    from distributed_onnx.serve.wire.grpc_api import infer_inputs, model_infer_response, requested_outputs
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest
 
     context = np.arange(8, dtype=np.float32).reshape(2, 4)
     typed = ModelInferRequest(model_name="m")
@@ -413,8 +413,8 @@ def test_grpc_requests_decode_like_http_ones_from_contents_and_raw_bytes() -> No
 
 
 def test_bad_grpc_requests_name_the_tensor() -> None:
-    from distributed_onnx.serve.grpc_api import infer_inputs
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+    from distributed_onnx.serve.wire.grpc_api import infer_inputs
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest
 
     request = ModelInferRequest(model_name="m")
     request.inputs.add(name="context", datatype="FP32", shape=[1, 4])
@@ -454,8 +454,8 @@ def test_the_header_length_takes_ascii_digits_only() -> None:
 
 
 def test_a_grpc_shape_of_no_values_is_refused_as_over_http() -> None:
-    from distributed_onnx.serve.grpc_api import infer_inputs
-    from distributed_onnx.serve.grpc_messages import ModelInferRequest
+    from distributed_onnx.serve.wire.grpc_api import infer_inputs
+    from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest
 
     request = ModelInferRequest(model_name="m")
     request.inputs.add(name="context", datatype="FP32", shape=[0, 2**62])

@@ -1,9 +1,9 @@
 """Which TCP addresses a process tree listens on, read from /proc (Linux; no extra dependency).
 
 The embedded Ray promises that every socket of its process tree listens on 127.0.0.1 (``local_ray`` and
-``serve/loopback.py`` make it so). :func:`exposed_sockets` checks that promise at run time, after Ray and Serve
-are up; ``tests/test_loopback.py`` checks it too, with an unauthenticated client on every socket. Elsewhere
-than Linux nothing is read and the check reports nothing (:func:`listening_addresses` returns None).
+``serve/operations/loopback.py`` make it so). :func:`exposed_sockets` checks that promise at run time, after Ray and
+Serve are up; ``tests/test_loopback.py`` checks it too, with an unauthenticated client on every socket. Elsewhere than
+Linux nothing is read and the check reports nothing (:func:`listening_addresses` returns None).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def warn_if_exposed(root_pid: int | None = None) -> list[str]:
 
     A warning, not an error: a process that calls the Python API may have children of its own (a notebook's
     servers, a test's helper) whose sockets are not the embedded Ray's. ``distributed-onnx serve``, whose
-    process tree is all its own, fails instead (``serve/loopback.py``).
+    process tree is all its own, fails instead (``serve/operations/loopback.py``).
     """
     addresses = listening_addresses(os.getpid() if root_pid is None else root_pid)
     exposed = exposed_sockets(addresses or [])

@@ -10,9 +10,9 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
 - the embedded Ray's head starts without the two processes a single fixed node never uses, the dashboard's
   API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``);
 - Ray Serve binds its gRPC servers to all interfaces through two private functions, which
-  ``serve/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
+  ``serve/operations/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
 - the fast ingresses and the per-request savings are Serve's experimental environment switches
-  (:data:`SERVE_SWITCHES`, set by ``serve/ingress.py`` before Serve's processes start), and the HAProxy
+  (:data:`SERVE_SWITCHES`, set by ``serve/operations/ingress.py`` before Serve's processes start), and the HAProxy
   binary is found by Serve's private helper (:func:`haproxy_binary`);
 - the tests reach a few more (:data:`TEST_NAMES`); ``tests/test_ray_private.py`` checks that all exist.
 
@@ -126,7 +126,7 @@ HAPROXY_METRICS_PORT = "RAY_SERVE_HAPROXY_METRICS_PORT"
 HAPROXY_NBTHREAD = "RAY_SERVE_HAPROXY_NBTHREAD"
 HAPROXY_BINARY_PATH = "RAY_SERVE_HAPROXY_BINARY_PATH"
 #: The message limit (send and receive) of Serve's gRPC servers, the proxy's and direct-ingress replicas' (2 GiB by
-#: default): ``serve/grpc_api.py`` sets it to the body limit, so gRPC refuses a larger message before parsing it.
+#: default): ``serve/wire/grpc_api.py`` sets it to the body limit, so gRPC refuses a larger message before parsing it.
 GRPC_MAX_MESSAGE_SIZE = "RAY_SERVE_GRPC_MAX_MESSAGE_SIZE"
 #: The direct-ingress port ranges, ``range(MIN, MAX)`` per protocol (``HTTP``, ``GRPC``).
 INGRESS_PROTOCOLS = ("HTTP", "GRPC")

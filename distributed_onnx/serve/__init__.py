@@ -1,14 +1,14 @@
 """Online serving: a Ray Serve deployment on the backtest's worker, speaking the Open Inference Protocol.
 
-``settings`` (typed config; the replica count, fixed or autoscaled, in ``autoscaling``), ``schemas`` (wire
-models), ``protocol`` and ``forecasting`` (pure codecs),
-``http`` (FastAPI plumbing and error mapping), ``admission`` (requests counted and their memory charged),
-``core`` (a replica without Serve: admission, threads, health, request planning, per model), ``app`` (the
-deployment: routes and gRPC methods delegating to the core), ``runner`` (foreground start/stop),
-``ingress`` (which of Serve's ingresses), ``loopback`` (Serve's sockets on loopback, checked at start),
-``infer_call`` (a KServe v2 infer request checked and planned), ``live_log`` and ``infer_log`` (what an answer
-leaves behind: the forecast log's rows and the shadow models' forecasts, for /v1 and v2 alike), ``live_metrics``
-(``GET /metrics``), ``repository`` (many checkpoints loaded on first use, Serve's multiplexed LRU per replica).
+The folders are the roles: ``wire/`` (what goes over the wire, pure codecs: the v1 and KServe v2 schemas,
+tensors, Triton's binary extension, HTTP plumbing, gRPC), ``operations/`` (running it: admission, readiness,
+which ingress, Serve's sockets on loopback, ``GET /metrics``) and ``log/`` (what an answer or a failure leaves
+behind: the forecast log's rows, the shadow models' forecasts, the failures table). At the root: ``settings``
+(typed config; the replica count, fixed or autoscaled, in ``autoscaling``), ``core`` (a replica without Serve:
+admission, threads, health, request planning, per model), ``infer_call`` (a KServe v2 infer request checked and
+planned), ``repository`` (many checkpoints loaded on first use, Serve's multiplexed LRU per replica), ``app``
+(the deployment: routes and gRPC methods delegating to the core) and ``runner`` (foreground start/stop).
+Import contracts hold the roles apart (``serve-roles``, ``serve-wire-ray-free`` in ``pyproject.toml``).
 
 Several models live in every replica of one deployment rather than in Ray Serve's model multiplexing or in one
 deployment per model: measured side by side (``benchmarks/results/multiplex.md``), multiplexing matched its

@@ -10,13 +10,13 @@ the core's batcher. Routes:
   model calls of at most ``rows_per_batch`` windows (see :mod:`distributed_onnx.serve.core`).
 - Open Inference Protocol (KServe v2): ``/v2/health/{live,ready}``, ``/v2``, ``/v2/models/{name}``,
   ``/v2/models/{name}/ready``, ``/v2/models/{name}/infer`` (JSON or Triton's binary tensor data extension,
-  :mod:`distributed_onnx.serve.binary`), and the same over gRPC (:mod:`distributed_onnx.serve.grpc_messages`).
+  :mod:`distributed_onnx.serve.wire.binary`), and the same over gRPC (:mod:`distributed_onnx.serve.wire.grpc_messages`).
 
 Several checkpoints (``--checkpoint`` repeated) live in *every* replica, each with its own session and model
 thread: ``/v1/forecast`` picks one by its ``model`` field (default: the first that is not a shadow), KServe v2
 addresses each as ``/v2/models/{name}``, and shadow models forecast each answered request after the answer has
-gone (:mod:`distributed_onnx.serve.live_log`), logged to the forecast log (``--forecast-log``) and counted on
-``GET /metrics`` (:mod:`distributed_onnx.serve.live_metrics`). One deployment holding every model was chosen
+gone (:mod:`distributed_onnx.serve.log.traffic`), logged to the forecast log (``--forecast-log``) and counted on
+``GET /metrics`` (:mod:`distributed_onnx.serve.operations.metrics`). One deployment holding every model was chosen
 over the two ways Ray Serve offers, and measured against them (``benchmarks/multiplex_bench.py``, figures in
 ``benchmarks/results/multiplex.md``): with the same handler, model multiplexing (``@serve.multiplexed``) serves
 about as many requests as long as its LRU holds every model, but loads each model on its first request (a cold
@@ -31,7 +31,7 @@ The cost of this choice: each replica holds every model's session (memory) and t
 
 Bodies are read by the routes themselves so the size limit (413) and the memory charge (503) apply before any
 parsing. Readiness (``/v2/health/ready`` and Serve's health check) runs no model call: it reads the outcomes of
-the traffic's own calls (:mod:`distributed_onnx.serve.health`).
+the traffic's own calls (:mod:`distributed_onnx.serve.operations.health`).
 """
 
 # No ``from __future__ import annotations`` here: Serve pickles the FastAPI app to the replicas, and route
@@ -54,13 +54,20 @@ from distributed_onnx import storage
 from distributed_onnx.errors import InferenceError
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
-from distributed_onnx.serve.admission import Ticket
-from distributed_onnx.serve.binary import EXTENSION, HEADER_LENGTH
 from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
-from distributed_onnx.serve.failure_log import FailureLog
-from distributed_onnx.serve.forecasting import ForecastJob
-from distributed_onnx.serve.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
-from distributed_onnx.serve.grpc_messages import (
+from distributed_onnx.serve.infer_call import InferServed
+from distributed_onnx.serve.log.failures import FailureLog
+from distributed_onnx.serve.log.traffic import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
+from distributed_onnx.serve.operations.admission import Ticket
+from distributed_onnx.serve.operations.loopback import pin_replica_servers
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.repository import CheckpointRepository, LoadedModel, ModelRepository, RepositoryMetrics
+from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
+from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.binary import EXTENSION, HEADER_LENGTH
+from distributed_onnx.serve.wire.forecasting import ForecastJob
+from distributed_onnx.serve.wire.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
+from distributed_onnx.serve.wire.grpc_messages import (
     ModelInferResponse,
     ModelMetadataResponse,
     ModelReadyResponse,
@@ -68,7 +75,7 @@ from distributed_onnx.serve.grpc_messages import (
     ServerMetadataResponse,
     ServerReadyResponse,
 )
-from distributed_onnx.serve.http import (
+from distributed_onnx.serve.wire.http import (
     drained_on_refusal,
     infer_response,
     install_error_handlers,
@@ -77,12 +84,7 @@ from distributed_onnx.serve.http import (
     parse_body,
     read_body,
 )
-from distributed_onnx.serve.infer_call import InferServed
-from distributed_onnx.serve.live_log import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.loopback import pin_replica_servers
-from distributed_onnx.serve.repository import CheckpointRepository, LoadedModel, ModelRepository, RepositoryMetrics
-from distributed_onnx.serve.schemas import (
+from distributed_onnx.serve.wire.schemas import (
     ErrorResponse,
     ForecastRequest,
     ForecastResponse,
@@ -91,8 +93,6 @@ from distributed_onnx.serve.schemas import (
     ModelMetadata,
     RepositoryIndexRequest,
 )
-from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
-from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class OnnxForecastServer:
 
     def __init__(self, settings: ServeSettings) -> None:
         # Before Serve starts this replica's gRPC servers (after the constructor returns): keep them on loopback
-        # when Ray is (the embedded Ray); see distributed_onnx.serve.loopback.
+        # when Ray is (the embedded Ray); see distributed_onnx.serve.operations.loopback.
         pin_replica_servers(ray.util.get_node_ip_address(), settings.host)  # type: ignore[no-untyped-call]
         warn_if_grpc_unbounded(settings.max_body_bytes)
         self._settings = settings
@@ -190,7 +190,7 @@ class OnnxForecastServer:
             traffic.log.close(timeout_s=10.0)
 
     async def check_health(self) -> None:
-        """Serve's health check: cheap, and never on the model thread (see :mod:`distributed_onnx.serve.health`)."""
+        """Serve's health check: cheap, and never on the model thread (:mod:`.operations.health`)."""
         if not self._replica.ready:
             raise InferenceError(self._replica.not_ready_reason)
 

@@ -1,15 +1,15 @@
 """The replica's core, without Serve: admission, threads, health and request planning for one model.
 
-:class:`ModelCore` owns one :class:`InferenceWorker` (one ONNX Runtime session) and everything a request to it
-needs: its model thread, its readiness (:mod:`distributed_onnx.serve.health`), the planning of ``/v1/forecast``
+:class:`ModelCore` owns one :class:`InferenceWorker` (one ONNX Runtime session) and everything a request to it needs:
+its model thread, its readiness (:mod:`distributed_onnx.serve.operations.health`), the planning of ``/v1/forecast``
 requests and the answers to them and to v2 infer requests (HTTP and gRPC; planned by
-:mod:`distributed_onnx.serve.infer_call`). :class:`ReplicaCore` owns what the replica's models
-share: admission (requests counted and their memory charged, :mod:`distributed_onnx.serve.admission`), the
-codec thread, the metrics (:class:`~distributed_onnx.serve.live_metrics.LiveMetrics`: each request's time split
-into serialization, batch wait, queue and compute, per model), and the models by name. The Serve deployment
-(:mod:`distributed_onnx.serve.app`) is a thin shell over it: its HTTP routes and gRPC methods delegate here, and
-its ``@serve.batch`` method is the ``batcher`` a core merges forecasts with, so the whole request path is testable
-with a fake batcher.
+:mod:`distributed_onnx.serve.infer_call`). :class:`ReplicaCore` owns what the replica's models share: admission
+(requests counted and their memory charged, :mod:`distributed_onnx.serve.operations.admission`), the codec thread, the
+metrics (:class:`~distributed_onnx.serve.operations.metrics.LiveMetrics`: each request's time split into serialization,
+batch wait, queue and compute, per model), and the models by name. The Serve deployment
+(:mod:`distributed_onnx.serve.app`) is a thin shell over it: its HTTP routes and gRPC methods delegate here, and its
+``@serve.batch`` method is the ``batcher`` a core merges forecasts with, so the whole request path is testable with a
+fake batcher.
 
 - ``/v1/forecast``: planned in the codec thread when large (:data:`OFFLOAD_BODY_BYTES`), then run at once when
   the replica is idle (no model call running, none waiting to batch), else handed to the batcher, which merges
@@ -35,17 +35,23 @@ import numpy as np
 from distributed_onnx.errors import BackendClosedError, InferenceError
 from distributed_onnx.model.quantiles import clamped_levels
 from distributed_onnx.model.worker import InferenceWorker
-from distributed_onnx.serve.admission import Admission, Ticket
-from distributed_onnx.serve.binary import encode_response
-from distributed_onnx.serve.forecasting import ForecastJob, check_finite_forecasts, encode_forecasts, plan_job, run_jobs
-from distributed_onnx.serve.grpc_api import check_response_fits, model_infer_response
-from distributed_onnx.serve.health import ModelHealth
-from distributed_onnx.serve.http import HttpError, parse_body, status_of
 from distributed_onnx.serve.infer_call import InferCall, InferServed, plan_grpc, plan_http
-from distributed_onnx.serve.live_metrics import LiveMetrics, ModelCall
-from distributed_onnx.serve.protocol import run_checked, tensor_metadata
-from distributed_onnx.serve.schemas import ForecastRequest, ModelMetadata
+from distributed_onnx.serve.operations.admission import Admission, Ticket
+from distributed_onnx.serve.operations.health import ModelHealth
+from distributed_onnx.serve.operations.metrics import LiveMetrics, ModelCall
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.binary import encode_response
+from distributed_onnx.serve.wire.forecasting import (
+    ForecastJob,
+    check_finite_forecasts,
+    encode_forecasts,
+    plan_job,
+    run_jobs,
+)
+from distributed_onnx.serve.wire.grpc_api import check_response_fits, model_infer_response
+from distributed_onnx.serve.wire.http import HttpError, parse_body, status_of
+from distributed_onnx.serve.wire.protocol import run_checked, tensor_metadata
+from distributed_onnx.serve.wire.schemas import ForecastRequest, ModelMetadata
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Pure code over what a model offers (:class:`InferModel`, :class:`distributed_onnx.serve.core.ModelCore` in a
 replica): the tensors are checked against the session's specs and the family's NaN rule, the outputs to
 return are selected, and the request's windows are placed by its parameters for the forecast log
-(:mod:`distributed_onnx.serve.infer_log`), all before the model runs, so a bad request is a 4xx that costs no
+(:mod:`distributed_onnx.serve.log.infer_windows`), all before the model runs, so a bad request is a 4xx that costs no
 model call. What an answered call hands the log is an :class:`InferServed`: references, turned into the log's
 rows after the answer has gone.
 """
@@ -19,12 +19,12 @@ import numpy as np
 from distributed_onnx.model.backend.validation import TensorSpec
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.worker import InferenceWorker
-from distributed_onnx.serve.binary import binary_outputs
-from distributed_onnx.serve.grpc_api import infer_inputs, request_parameters, requested_outputs
-from distributed_onnx.serve.http import parse_infer_request
-from distributed_onnx.serve.infer_log import InferWindows, infer_windows, served_request
-from distributed_onnx.serve.protocol import decode_inputs, select_outputs
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.log.infer_windows import InferWindows, infer_windows, served_request
+from distributed_onnx.serve.wire.binary import binary_outputs
+from distributed_onnx.serve.wire.grpc_api import infer_inputs, request_parameters, requested_outputs
+from distributed_onnx.serve.wire.http import parse_infer_request
+from distributed_onnx.serve.wire.protocol import decode_inputs, select_outputs
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 
 class InferModel(Protocol):

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import LocalCheckpoint, default_metadata_path
-from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.wire.http import HttpError
 
 logger = logging.getLogger(__name__)
 

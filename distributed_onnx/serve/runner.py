@@ -7,7 +7,7 @@ What can be checked before Ray starts is checked first (:func:`preflight`: the c
 are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a wrong Ray
 costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs. Once an embedded
 deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
-for stops the command (:func:`distributed_onnx.serve.loopback.check_listening`).
+for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`).
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
-from distributed_onnx.serve.grpc_api import message_limit_environment
-from distributed_onnx.serve.grpc_messages import SERVICER_FUNCTION
-from distributed_onnx.serve.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
-from distributed_onnx.serve.loopback import allowed_ports, check_listening
+from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
+from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
 from distributed_onnx.serve.repository import check_repository
 from distributed_onnx.serve.served_text import served_models
 from distributed_onnx.serve.settings import ServeSettings
+from distributed_onnx.serve.wire.grpc_api import message_limit_environment
+from distributed_onnx.serve.wire.grpc_messages import SERVICER_FUNCTION
 
 logger = logging.getLogger(__name__)
 
 
 def choose_ingress(settings: ServeSettings) -> IngressPlan:
-    """The ingress for these settings on this machine (see :mod:`distributed_onnx.serve.ingress`)."""
+    """The ingress for these settings on this machine (see :mod:`distributed_onnx.serve.operations.ingress`)."""
     embedded = not (settings.address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
     # Sized for the most replicas that may run at once: an autoscaled deployment starting with one still needs
     # HAProxy in front of the ones it adds.

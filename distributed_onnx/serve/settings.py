@@ -18,7 +18,7 @@ from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.autoscaling import ReplicaSettings
-from distributed_onnx.serve.ingress import IngressMode
+from distributed_onnx.serve.operations.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths
 
 LOOPBACK = "127.0.0.1"
@@ -215,7 +215,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> ServeSettings:
-        from distributed_onnx.serve.admission import PARSE_BYTES_PER_BODY_BYTE
+        from distributed_onnx.serve.operations.admission import PARSE_BYTES_PER_BODY_BYTE
 
         needed = self.max_body_bytes * PARSE_BYTES_PER_BODY_BYTE
         if self.max_request_memory_bytes < needed:

@@ -4,7 +4,7 @@ Nothing here is on the request's path: the route hands over the parsed request a
 with (references, no copies) and :meth:`LiveTraffic.answered` schedules the rest as a task on the replica's
 event loop, which runs after the handler has returned its response. A KServe v2 infer request hands over a
 function instead (:meth:`LiveTraffic.answered_later`), which turns its tensors into the same request and
-forecasts inside that task (:mod:`distributed_onnx.serve.infer_log`). The task builds the log rows' inputs
+forecasts inside that task (:mod:`distributed_onnx.serve.log.infer_windows`). The task builds the log rows' inputs
 (:class:`~distributed_onnx.live.log.layout.LoggedForecast`; the rows themselves are built by the log's
 writer thread), then asks each shadow model for its forecast of the same request, in that model's own thread,
 and logs it with role ``shadow``. A shadow that fails (a horizon it cannot emit, a broken session) is counted
@@ -29,8 +29,8 @@ import numpy as np
 
 from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
 from distributed_onnx.live.log.writer import ForecastLog, ThrottledWarning
-from distributed_onnx.serve.live_metrics import LiveMetrics
-from distributed_onnx.serve.schemas import ForecastRequest
+from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 logger = logging.getLogger(__name__)
 

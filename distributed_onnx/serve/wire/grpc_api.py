@@ -2,7 +2,7 @@
 
 Pure code. A ``ModelInferRequest``'s inputs become the same :class:`InferInputTensor` models the HTTP route
 parses (typed ``contents`` as ``data``, ``raw_input_contents`` as binary data), so
-:func:`distributed_onnx.serve.protocol.decode_inputs` applies the same validation and the same messages; the
+:func:`distributed_onnx.serve.wire.protocol.decode_inputs` applies the same validation and the same messages; the
 errors map to gRPC status codes the way Triton maps them. Outputs go back as ``raw_output_contents`` (what
 Triton sends and ``tritonclient.grpc`` reads), little-endian and row-major.
 """
@@ -19,10 +19,10 @@ import numpy as np
 
 from distributed_onnx.errors import BackendClosedError, InferenceError, InputValidationError
 from distributed_onnx.runtime import ray_private
-from distributed_onnx.serve.grpc_messages import ModelInferResponse, ModelMetadataResponse
-from distributed_onnx.serve.http import HttpError, status_of
-from distributed_onnx.serve.protocol import datatype_of
-from distributed_onnx.serve.schemas import InferInputTensor, ModelMetadata, RequestedOutput
+from distributed_onnx.serve.wire.grpc_messages import ModelInferResponse, ModelMetadataResponse
+from distributed_onnx.serve.wire.http import HttpError, status_of
+from distributed_onnx.serve.wire.protocol import datatype_of
+from distributed_onnx.serve.wire.schemas import InferInputTensor, ModelMetadata, RequestedOutput
 
 #: HTTP status of the shared error mapping -> gRPC status code.
 GRPC_CODES = {

@@ -7,7 +7,7 @@ header of ``Inference-Header-Content-Length`` bytes followed by the raw bytes of
 
 Pure code: the framing is checked here (header length, each size against shape and datatype, sizes summing to
 exactly the bytes sent) so every mistake is an :class:`InputValidationError` (a 4xx) naming the tensor; the
-values are then checked like JSON data by :func:`distributed_onnx.serve.protocol.decode_inputs`.
+values are then checked like JSON data by :func:`distributed_onnx.serve.wire.protocol.decode_inputs`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 import pydantic_core
 
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.serve.protocol import check_shape, datatype_of, encode_outputs, numpy_dtype
-from distributed_onnx.serve.schemas import InferInputTensor, InferRequest
+from distributed_onnx.serve.wire.protocol import check_shape, datatype_of, encode_outputs, numpy_dtype
+from distributed_onnx.serve.wire.schemas import InferInputTensor, InferRequest
 
 #: Request and response header giving the size in bytes of the JSON part of the body.
 HEADER_LENGTH = "Inference-Header-Content-Length"

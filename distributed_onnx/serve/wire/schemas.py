@@ -3,7 +3,7 @@
 Every request model forbids unknown fields, so a typo is a 4xx naming the field rather than a silently
 ignored option. Floats in a forecast history may be ``null`` (missing) but never NaN or infinite. v2 tensor
 ``data`` is kept as received (flat row-major, or nested as the protocol also allows) and checked against
-``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.protocol`, which names the tensor at fault.
+``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.wire.protocol`, which names the tensor at fault.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
-#: :mod:`distributed_onnx.serve.protocol`) names the tensor; every other one maps to numpy.
+#: :mod:`distributed_onnx.serve.wire.protocol`) names the tensor; every other one maps to numpy.
 Datatype = Literal[
     "BOOL",
     "UINT8",

@@ -5,7 +5,7 @@ takes and what was sent, and every problem is an :class:`InputValidationError`, 
 into a 4xx. Names, ranks, fixed dimensions and shared symbolic axes are then checked once more by the
 backend's own validation, the same code the backtest's batches pass through; which values may be NaN or
 infinite is the model family's rule, applied by the route through the family's adapter. Data comes as JSON
-``data`` or, with Triton's binary tensor data extension, as raw bytes that :mod:`distributed_onnx.serve.binary`
+``data`` or, with Triton's binary tensor data extension, as raw bytes that :mod:`distributed_onnx.serve.wire.binary`
 cut out of the body; both go through the same checks here.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from distributed_onnx.errors import InputValidationError
 from distributed_onnx.model.backend.validation import TensorSpec, validate_inputs
-from distributed_onnx.serve.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
+from distributed_onnx.serve.wire.schemas import InferInputTensor, InferOutputTensor, RequestedOutput, TensorMetadata
 
 #: v2 datatype -> numpy dtype; the inverse names a model's tensors in ``GET /v2/models/{name}``.
 DATATYPES: dict[str, np.dtype[Any]] = {
@@ -91,7 +91,7 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
     """One v2 input tensor as a numpy array of its declared datatype and shape.
 
     ``raw`` is the tensor's binary data (little-endian, row-major), its size already checked against the
-    shape by :func:`distributed_onnx.serve.binary.slice_inputs`; without it the data is the JSON ``data``.
+    shape by :func:`distributed_onnx.serve.wire.binary.slice_inputs`; without it the data is the JSON ``data``.
     """
     name = tensor.name
     dtype = numpy_dtype(tensor)

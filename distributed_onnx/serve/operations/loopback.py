@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 GRPC_HOST_VARIABLE = "DISTRIBUTED_ONNX_GRPC_HOST"
 #: Ray's hook that runs a function in each Serve proxy process before it starts its servers.
 PROXY_CALLBACK_VARIABLE = ray_private.PROXY_CALLBACK
-PROXY_CALLBACK = "distributed_onnx.serve.loopback:proxy_callback"
+PROXY_CALLBACK = "distributed_onnx.serve.operations.loopback:proxy_callback"
 
 _ALL_INTERFACES = "[::]:"
 _ANY_HOST = {"0.0.0.0", "::", ""}

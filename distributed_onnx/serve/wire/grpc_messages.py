@@ -24,7 +24,7 @@ from distributed_onnx.resources import KSERVE_PREDICT_V2_DESCRIPTOR
 PACKAGE = "inference"
 SERVICE = "GRPCInferenceService"
 #: Import path for ``gRPCOptions(grpc_servicer_functions=[...])``.
-SERVICER_FUNCTION = "distributed_onnx.serve.grpc_messages:add_inference_service"
+SERVICER_FUNCTION = "distributed_onnx.serve.wire.grpc_messages:add_inference_service"
 #: The methods served: RPC -> (request, response), all unary (checked against the schema at import).
 METHODS = {
     "ServerLive": ("ServerLiveRequest", "ServerLiveResponse"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from distributed_onnx.serve.http import HttpError
+from distributed_onnx.serve.wire.http import HttpError
 
 #: Peak memory of reading, parsing and planning a request body, per body byte, at worst (measured with
 #: tracemalloc: ~28 for one long series of ``0,`` or nested v2 tensor data of ``[0],``, ~23 for many one-value series;

@@ -43,8 +43,8 @@ from distributed_onnx.errors import (
     InputValidationError,
     describe_validation,
 )
-from distributed_onnx.serve.binary import HEADER_LENGTH, byte_count, slice_inputs, split_body
-from distributed_onnx.serve.schemas import InferRequest
+from distributed_onnx.serve.wire.binary import HEADER_LENGTH, byte_count, slice_inputs, split_body
+from distributed_onnx.serve.wire.schemas import InferRequest
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
@@ -83,7 +83,7 @@ def error_response(status_code: int, message: str, headers: dict[str, str] | Non
 
 
 class BodyCharge(Protocol):
-    """Charges a body's memory before it is held (:class:`distributed_onnx.serve.admission.Ticket`)."""
+    """Charges a body's memory before it is held (:class:`distributed_onnx.serve.operations.admission.Ticket`)."""
 
     def charge_body(self, body_bytes: int) -> None: ...
 

@@ -16,7 +16,7 @@ ships two ways past it, both selected by experimental environment switches read 
 
 ``auto`` picks ``direct`` for one replica and ``haproxy`` for several (an autoscaled deployment counts its
 ``max_replicas``: the replicas it adds under load need HAProxy in front even while one runs; ``proxy`` for several
-with a model repository: only Serve's proxy routes a request to a replica holding its model, :mod:`.repository`),
+with a model repository: only Serve's proxy routes a request to a replica holding its model, :mod:`..repository`),
 on the embedded Ray (a running cluster's Serve was configured where it started: there the cluster's own ingress is
 used). Pure code but for the host facts passed in (free ports, whether an HAProxy binary exists), so the choice is
 unit-tested.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from distributed_onnx.runtime import ray_private
-from distributed_onnx.serve.loopback import GRPC_HOST_VARIABLE, PROXY_CALLBACK, PROXY_CALLBACK_VARIABLE
+from distributed_onnx.serve.operations.loopback import GRPC_HOST_VARIABLE, PROXY_CALLBACK, PROXY_CALLBACK_VARIABLE
 
 IngressMode = Literal["auto", "direct", "haproxy", "proxy"]
 

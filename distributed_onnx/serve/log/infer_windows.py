@@ -20,7 +20,7 @@ history, missing values as missing, the primary's horizon) and forecast them at 
 covariate rows of a Chronos-2 group are not passed on (a /v1 request carries none either).
 
 Only the checks run on the request path; turning the tensors into the log's request happens after the answer
-(:mod:`distributed_onnx.serve.live_log`).
+(:mod:`distributed_onnx.serve.log.traffic`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from distributed_onnx.errors import InputValidationError
 from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.adapters import ModelAdapter
 from distributed_onnx.model.checkpoint import CheckpointMetadata
-from distributed_onnx.serve.schemas import ForecastRequest, SeriesHistory
+from distributed_onnx.serve.wire.schemas import ForecastRequest, SeriesHistory
 
 #: Request parameter: timestamp of the context tensor's first column.
 START = "start"

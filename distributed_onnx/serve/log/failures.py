@@ -2,7 +2,7 @@
 
 The routes wrap each request in :meth:`FailureLog.watch`; an exception leaving it (the 4xx of validation, the
 503 of admission, a model's 500, anything else) is classified by :func:`classify` from the exception and the
-HTTP status of the shared mapping (:func:`distributed_onnx.serve.http.status_of`), turned into a row
+HTTP status of the shared mapping (:func:`distributed_onnx.serve.wire.http.status_of`), turned into a row
 (:class:`~distributed_onnx.live.log.failures.LoggedFailure`: a short reason code, the error's one-line
 message with URLs redacted, never the body) and handed to the log's queue, then re-raised unchanged: the
 client gets exactly the answer it would have got without the log. Recording is a few string operations and a
@@ -27,9 +27,9 @@ from distributed_onnx.live.log.failures import (
     LoggedFailure,
 )
 from distributed_onnx.live.log.writer import ForecastLog, ThrottledWarning
-from distributed_onnx.serve.grpc_api import grpc_code
-from distributed_onnx.serve.http import HttpError, status_of
-from distributed_onnx.serve.live_log import now_us
+from distributed_onnx.serve.log.traffic import now_us
+from distributed_onnx.serve.wire.grpc_api import grpc_code
+from distributed_onnx.serve.wire.http import HttpError, status_of
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ series apart from whatever Ray registers in the process-global one.
 - ``distributed_onnx_forecasts_served_total`` (``model``): forecasts (one per series) returned to clients;
 - ``distributed_onnx_forecasts_shadow_total`` (``model``): forecasts a shadow model made (logged, never returned);
 - ``distributed_onnx_forecasts_shadow_skipped_total`` (``model``): shadow forecasts skipped, the shadow being
-  behind (see :class:`distributed_onnx.serve.live_log.LiveTraffic`);
+  behind (see :class:`distributed_onnx.serve.log.traffic.LiveTraffic`);
 - ``distributed_onnx_forecasts_shadow_failed_total`` (``model``, ``reason``): windows a shadow model did not
   forecast (``error``: its call failed) or forecast NaN or inf for (``nonfinite``: logged, never scored);
 - ``distributed_onnx_forecasts_logged_total`` (``model``): forecasts whose log file was written;
