@@ -47,6 +47,39 @@ def thread_cpu() -> dict[str, float]:
     return result
 
 
+def _marking(original: Any, record: dict[str, Any], out: Path, *, cprofile: bool) -> Any:
+    """``PhaseClock.mark`` that also reads the threads' CPU (and profiles the main thread) over the dispatch."""
+    profile = cProfile.Profile(time.thread_time)
+    marks: dict[str, tuple[float, float, dict[str, float]]] = {}
+
+    def mark(self: Any, phase: str) -> None:
+        original(self, phase)
+        if phase == "series_and_pool":
+            marks["start"] = (time.perf_counter(), time.thread_time(), thread_cpu())
+            if cprofile:
+                profile.enable()
+        elif phase == "dispatch":
+            profile.disable()
+            end = (time.perf_counter(), time.thread_time(), thread_cpu())
+            start = marks["start"]
+            record["dispatch_wall_s"] = end[0] - start[0]
+            record["main_thread_cpu_s"] = end[1] - start[1]
+            spent = {name: cpu - start[2].get(name, 0.0) for name, cpu in end[2].items()}
+            record["threads_cpu_s"] = {
+                name: round(cpu, 3) for name, cpu in sorted(spent.items(), key=lambda kv: -kv[1]) if cpu > 0
+            }
+            record["phases_cpu_s"] = dict(self.cpu_s)
+            if cprofile:
+                profile.dump_stats(out / "dispatch.pstats")
+                for order in ("tottime", "cumulative"):
+                    text = io.StringIO()
+                    pstats.Stats(profile, stream=text).sort_stats(order).print_stats(40)
+                    record[f"top_{order}"] = text.getvalue().splitlines()
+            (out / "profile.json").write_text(json.dumps(record, indent=2))
+
+    return mark
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", default=".", help="the tree whose package runs (first on sys.path)")
@@ -68,39 +101,7 @@ def main() -> None:
     data = out / "data.parquet"
     _, per_series = make_dataset(data, args.windows, 50)
     record: dict[str, Any] = {"tree": str(tree), "load_average_before": os.getloadavg()}
-    profile = cProfile.Profile(time.thread_time)
-    original = clock.PhaseClock.mark
-    marks: dict[str, tuple[float, float, dict[str, float]]] = {}
-
-    def mark(self: Any, phase: str) -> None:
-        original(self, phase)
-        if phase == "series_and_pool":
-            marks["start"] = (time.perf_counter(), time.thread_time(), thread_cpu())
-            if not args.no_cprofile:
-                profile.enable()
-        elif phase == "dispatch":
-            profile.disable()
-            end = (time.perf_counter(), time.thread_time(), thread_cpu())
-            start = marks["start"]
-            record["dispatch_wall_s"] = end[0] - start[0]
-            record["main_thread_cpu_s"] = end[1] - start[1]
-            record["threads_cpu_s"] = {
-                name: round(cpu - start[2].get(name, 0.0), 3)
-                for name, cpu in sorted(end[2].items(), key=lambda kv: -(kv[1] - start[2].get(kv[0], 0.0)))
-                if cpu - start[2].get(name, 0.0) > 0
-            }
-            record["phases_cpu_s"] = dict(self.cpu_s)
-            if not args.no_cprofile:
-                profile.dump_stats(out / "dispatch.pstats")
-                text = io.StringIO()
-                pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(40)
-                record["top_tottime"] = text.getvalue().splitlines()
-                text = io.StringIO()
-                pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)
-                record["top_cumulative"] = text.getvalue().splitlines()
-            (out / "profile.json").write_text(json.dumps(record, indent=2))
-
-    clock.PhaseClock.mark = mark  # type: ignore[method-assign]
+    clock.PhaseClock.mark = _marking(clock.PhaseClock.mark, record, out, cprofile=not args.no_cprofile)  # type: ignore[method-assign]
     arguments = two_actor_arguments(str(REFERENCE_CHECKPOINT), str(data), per_series, 256)
     sys.argv = ["distributed-onnx", "backtest", "--output", str(out / "run"), "--no-progress", *arguments]
     from distributed_onnx.cli import main as cli_main
