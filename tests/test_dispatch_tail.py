@@ -54,3 +54,11 @@ def test_an_actor_gets_an_item_only_if_it_finishes_it_before_the_pool_runs_dry()
     assert not policy.give(100.0, 1.0, load=0, busy_for_s=0.0)  # 100 s on a slow actor: it waits for another
     assert policy.give(100.0, 6.0, load=0, busy_for_s=0.0)  # late, but an idle ordinary actor: serialising is worse
     assert policy.give(100.0, None, load=0, busy_for_s=None) and not policy.give(100.0, None, 1, None)
+
+
+def test_an_idle_driver_waits_for_results_not_for_a_poll_every_second() -> None:
+    # 2 actors of 10 windows/s over 200,000 windows: parts of minutes, a run of hours on the fake clock. The loop
+    # wakes for results (and the ramp's passed-over actors), not once a second: each wake is the driver's CPU.
+    result = _run(Fleet(actors=2, nodes=1, windows_per_s=10.0, stragglers=0.0, lose_node_at=None, seed=1))
+    assert result["completed"] == result["parts"] and result["failed"] == 0
+    assert int(result["waits"]) < 4 * int(result["parts"]) + float(result["finished_s"]) / 5  # type: ignore[call-overload,arg-type]

@@ -79,8 +79,14 @@ class DispatchConfig:
     ready_timeout_s: float = 600.0
     #: How long a run with no actor left waits for room to start a replacement before failing the rest.
     room_wait_s: float = 10.0
-    #: The longest single wait on Ray, so deadlines and replacements are looked at this often.
+    #: How often the loop looks again while something it waits for cannot wake it: replacements waiting for room
+    #: in the cluster, or an actor passed over in the tail (it may become fast enough to take an item as its
+    #: running call ages).
     poll_timeout_s: float = 1.0
+    #: The longest single wait on Ray otherwise: a result, a lost actor, a replacement's readiness wake the loop,
+    #: and a wait ends at the next deadline or replacement's ready timeout, so an idle driver does not wake every
+    #: ``poll_timeout_s`` (each wake costs its CPU, over the whole run's wall time, not per part).
+    idle_wait_s: float = 10.0
     #: Keep the run's last items off actors that would finish them last (:mod:`.dispatch_tail`; a source of known
     #: length): with the callbacks' ``size``, by the actors' measured speeds, else by counting the items left.
     hold_the_tail: bool = True
@@ -180,6 +186,10 @@ class _Pool:
         self.add(handle)
         return True
 
+    def next_expiry(self) -> float:
+        """The earliest ready timeout of the replacements warming up (inf: none is)."""
+        return min((deadline for _, deadline in self.warming.values()), default=float("inf"))
+
     def expire_warming(self, now: float) -> None:
         for ref, (handle, deadline) in list(self.warming.items()):
             if deadline <= now:
@@ -250,6 +260,7 @@ class _Run(Generic[Item]):
         self.stats = DispatchStats()
         self.source = source
         self.exhausted = False
+        self.passed_over = False  # the last fill passed a busy actor over (see DispatchConfig.poll_timeout_s)
 
     def loop(self) -> DispatchStats:
         state, pool, config, runtime = self.state, self.pool, self.config, self.runtime
@@ -291,6 +302,7 @@ class _Run(Generic[Item]):
         try:
             self._fill_passing(passed)
         finally:
+            self.passed_over = bool(passed)
             self.state.unbench(passed)
 
     def _fill_passing(self, passed: list[int]) -> None:
@@ -361,7 +373,7 @@ class _Run(Generic[Item]):
 
     def _wait_and_settle(self) -> None:
         state, pool = self.state, self.pool
-        timeout = max(0.0, min(self.config.poll_timeout_s, state.next_deadline() - self.runtime.now()))
+        timeout = max(0.0, self._wake_at() - self.runtime.now())
         ready = self.runtime.wait([*state.in_flight, *pool.warming], timeout, self._linger_s())
         for ref in ready:
             if ref in pool.warming:
@@ -369,6 +381,14 @@ class _Run(Generic[Item]):
                     self.stats.replacements_ready += 1
             else:
                 self._settle(ref)
+
+    def _wake_at(self) -> float:
+        """When the loop must look again if nothing it waits on resolves: the next deadline, the next replacement's
+        ready timeout, a poll while it waits for something that cannot wake it, else ``idle_wait_s`` from now."""
+        config, pool = self.config, self.pool
+        polling = self.passed_over or pool.wanted > 0
+        wait_s = config.poll_timeout_s if polling else max(config.idle_wait_s, config.poll_timeout_s)
+        return min(self.runtime.now() + wait_s, self.state.next_deadline(), pool.next_expiry())
 
     def _linger_s(self) -> float:
         """How long a wait that found a result may go on collecting others: only while no actor is idle (an

@@ -35,14 +35,51 @@ F64 = npt.NDArray[np.float64]
 _SCALARS = ("pairs", "abs_err", "sq_err", "abs_y", "scaled_pairs", "mase", "sql")
 
 
+#: Rows added since the last fold that make a fold due (besides outnumbering the rows kept): see :class:`WindowSums`.
+FOLD_AFTER_ROWS = 1 << 16
+
+
 class WindowSums:
-    """Sums of one model per window origin (microseconds since the epoch); mergeable like every other sum."""
+    """Sums of one model per window origin (microseconds since the epoch); mergeable like every other sum.
+
+    Rows added (:meth:`update`, :meth:`merge`) wait in a list and are folded into the sums per origin when read,
+    or once they outnumber the rows kept (and :data:`FOLD_AFTER_ROWS`): a fold costs the rows kept plus those
+    added, so folding at every add made the driver's merge cost every origin merged so far *per part* (a run
+    of distinct origins: quadratic in the parts); folding when the added rows have doubled costs each row a
+    constant. The sums are bit for bit those of a fold at every add: each origin's rows are added in the same
+    order, onto 0.0.
+    """
 
     def __init__(self, quantiles: Sequence[float], median: int | None) -> None:
         self.quantiles = tuple(float(q) for q in quantiles)
         self.median = median
-        self.origins = np.zeros(0, dtype=np.int64)
-        self.sums = np.zeros((0, len(_SCALARS) + len(self.quantiles)))
+        self._width = len(_SCALARS) + len(self.quantiles)
+        self._origins = np.zeros(0, dtype=np.int64)
+        self._sums = np.zeros((0, self._width))
+        self._pending: list[tuple[npt.NDArray[np.int64], F64]] = []
+        self._pending_rows = 0
+
+    @property
+    def origins(self) -> npt.NDArray[np.int64]:
+        """The distinct origins, ascending."""
+        self._fold()
+        return self._origins
+
+    @origins.setter
+    def origins(self, value: npt.NDArray[np.int64]) -> None:
+        self._fold()
+        self._origins = value
+
+    @property
+    def sums(self) -> F64:
+        """``[origins, columns]``: each origin's sums (the columns of ``_SCALARS``, then ``rho`` per quantile)."""
+        self._fold()
+        return self._sums
+
+    @sums.setter
+    def sums(self, value: F64) -> None:
+        self._fold()
+        self._sums = value
 
     def update(self, origin_us: npt.NDArray[np.int64], per_window: Mapping[str, F64], scale: F64) -> None:
         """Add windows ``[W]`` from their sums over leads (what :meth:`.MetricsAccumulator.update` returns).
@@ -55,7 +92,7 @@ class WindowSums:
         scaled = np.isfinite(scale) & (scale > 0.0)
         s_safe = np.where(scaled, scale, 1.0)
         rho = per_window["rho"]  # [W, Q]: sums of rho_q over the window's scored pairs
-        block = np.empty((rho.shape[0], self.sums.shape[1]))  # the columns of _SCALARS, then rho, filled in place
+        block = np.empty((rho.shape[0], self._width))  # the columns of _SCALARS, then rho, filled in place
         for column, name in enumerate(("pairs", "abs_err", "sq_err", "abs_y")):
             block[:, column] = per_window[name]
         block[:, 4] = np.where(scaled, per_window["pairs"], 0.0)
@@ -65,21 +102,36 @@ class WindowSums:
         self._add(np.asarray(origin_us, dtype=np.int64), block)
 
     def _add(self, origins: npt.NDArray[np.int64], block: F64) -> None:
-        """Add ``block`` row by row to the sums of its origins (each origin's rows in order, after the sums kept)."""
-        if origins.size and _after(self.origins, origins):
-            # The usual batch (one series, origins ascending after those kept): appended in order, each sum 0 + its
+        """Add ``block`` row by row to the sums of its origins, after every row added before (folded later)."""
+        if not origins.size:
+            return
+        self._pending.append((origins, block))
+        self._pending_rows += origins.size
+        if self._pending_rows > max(self._origins.size, FOLD_AFTER_ROWS):
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the rows waiting into the sums per origin (each origin's rows in order, after the sums kept)."""
+        if not self._pending:
+            return
+        origins = np.concatenate([pending for pending, _ in self._pending])
+        block = np.concatenate([rows for _, rows in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        self._pending, self._pending_rows = [], 0
+        if _after(self._origins, origins):
+            # The usual case (one series, origins ascending after those kept): appended in order, each sum 0 + its
             # row (``+ 0.0`` is that addition: it turns a -0.0 into 0.0, as the general path does). A binary search
             # for batches of distinct origins kept already gained nothing beyond noise (benchmarks/results/scoring.md).
-            self.origins = np.concatenate([self.origins, origins])
-            self.sums = np.concatenate([self.sums, block + 0.0])
+            self._origins = np.concatenate([self._origins, origins])
+            self._sums = np.concatenate([self._sums, block + 0.0])
             return
-        keys, inverse = np.unique(np.concatenate([self.origins, origins]), return_inverse=True)
-        merged = np.zeros((keys.size, self.sums.shape[1]))
-        np.add.at(merged, inverse.ravel(), np.concatenate([self.sums, block]))
-        self.origins, self.sums = keys, merged
+        keys, inverse = np.unique(np.concatenate([self._origins, origins]), return_inverse=True)
+        merged = np.zeros((keys.size, self._width))
+        np.add.at(merged, inverse.ravel(), np.concatenate([self._sums, block]))
+        self._origins, self._sums = keys, merged
 
     def merge(self, other: WindowSums) -> WindowSums:
-        self._add(other.origins, other.sums)
+        other._fold()
+        self._add(other._origins, other._sums)
         return self
 
     def state(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
