@@ -47,10 +47,14 @@ def test_fixed_replicas_and_autoscaling_bounds_exclude_each_other() -> None:
         ServeSettings.from_sources({"max_replicas": "2", "warm_up_rows": "0"})
 
 
-def test_an_autoscaled_deployment_gets_haproxy_even_while_one_replica_runs() -> None:
+def test_an_autoscaled_deployment_gets_haproxy_even_while_one_replica_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     from distributed_onnx.runtime.ray_private import haproxy_binary
+    from distributed_onnx.serve import runner
     from distributed_onnx.serve.runner import choose_ingress
 
+    # The choice for a command that starts its own Ray, whatever Ray an earlier test left in this process.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runner.ray, "is_initialized", lambda: False)
     plan = choose_ingress(ServeSettings.from_sources({"max_replicas": "3"}))
     assert plan.mode == ("haproxy" if haproxy_binary() else "proxy"), plan.reason
     assert choose_ingress(ServeSettings.from_sources({"replicas": "1"})).mode == "direct"

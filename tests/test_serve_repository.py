@@ -91,7 +91,7 @@ def client(repository: Path) -> Iterator[httpx.Client]:
                 time.sleep(0.2)
             yield client
     finally:
-        serve.delete(APP)
+        serve.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -31,10 +31,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from distributed_onnx import storage
-from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP
+from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files
 from distributed_onnx.storage import Location
 
 FAILURES_DIR = "_failures"
@@ -70,7 +69,6 @@ FAILURE_FIELDS = [
 ]
 FAILURE_SCHEMA = pa.schema(FAILURE_FIELDS)
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-_FILE = re.compile(r"part-.*\.parquet$")
 
 
 @dataclass(frozen=True)
@@ -129,27 +127,7 @@ def failure_partition(root: Location, day: str, model: str | None) -> Location:
 
 def failure_files(root: Location) -> list[Location]:
     """Every file of the failures table under ``root``, sorted; empty for a log without one (older logs)."""
-    path = storage.local_path(root)
-    if path is not None:
-        base = path / FAILURES_DIR
-        if not base.is_dir():
-            return []
-        return sorted(found for found in base.glob("day=*/model=*/part-*.parquet") if found.is_file())
-    fs, inner = storage.filesystem(storage.join(root, FAILURES_DIR))
-    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
-    found_urls = []
-    base_url = storage.join(storage.normalize(root), FAILURES_DIR)
-    for info in infos:
-        pieces = info.path[len(inner.rstrip("/")) + 1 :].split("/")
-        if (
-            info.type == pafs.FileType.File
-            and len(pieces) == 3
-            and pieces[0].startswith("day=")
-            and pieces[1].startswith("model=")
-            and _FILE.match(pieces[2])
-        ):
-            found_urls.append(storage.join(base_url, *pieces))
-    return sorted(found_urls, key=str)
+    return log_files(storage.join(root, FAILURES_DIR))
 
 
 def read_failures(root: Location) -> tuple[pa.Table, dict[str, str]]:
