@@ -27,13 +27,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
 
 from distributed_onnx import storage
-from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files
+from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files, relative_name
 from distributed_onnx.storage import Location
 
 FAILURES_DIR = "_failures"
@@ -142,11 +141,5 @@ def read_failures(root: Location) -> tuple[pa.Table, dict[str, str]]:
             table = storage.read_parquet(path)
             tables.append(table.select([field.name for field in FAILURE_FIELDS]).cast(FAILURE_SCHEMA))
         except Exception as exc:  # any unreadable file: named, the rest read
-            unreadable[_relative(root, path)] = f"{type(exc).__name__}: {exc}"
+            unreadable[relative_name(root, path)] = f"{type(exc).__name__}: {exc}"
     return (pa.concat_tables(tables) if tables else FAILURE_SCHEMA.empty_table()), unreadable
-
-
-def _relative(root: Location, path: Location) -> str:
-    if isinstance(path, Path):
-        return str(path.relative_to(Path(storage.normalize(root))))
-    return str(path)[len(str(storage.normalize(root))) :].lstrip("/")

@@ -236,6 +236,13 @@ def log_files(root: Location) -> list[Location]:
     return sorted(found_urls, key=str)
 
 
+def relative_name(root: Location, path: Location) -> str:
+    """``path`` (a file :func:`log_files` found under ``root``) named from ``root``: how ``score`` names a file."""
+    if isinstance(path, Path):
+        return str(path.relative_to(Path(storage.normalize(root))))
+    return str(path)[len(str(storage.normalize(root))) :].lstrip("/")
+
+
 def read_states(root: Location) -> list[dict[str, Any]]:
     """Every writer's state record (see :mod:`.writer`), unreadable ones left out."""
     records = []

@@ -42,7 +42,7 @@ from distributed_onnx.evaluation.data.packing import gather_blocks
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, baseline_forecasts
-from distributed_onnx.live.log.layout import log_files, read_states
+from distributed_onnx.live.log.layout import log_files, read_states, relative_name
 from distributed_onnx.live.score.batches import ScoreBatch, merged_sums, read_batches, widen, write_batch
 from distributed_onnx.live.score.failure_rates import FAILURES_FILE, failure_reasons, request_counts
 from distributed_onnx.live.score.join import (
@@ -190,7 +190,7 @@ def _read_fresh(root: Location, previous: list[ScoreBatch]) -> _Fresh:
     settled = {(model, window) for batch in previous for model, window, _ in batch.keys}
     fresh = _Fresh()
     for path in log_files(root):
-        name = _relative(root, path)
+        name = relative_name(root, path)
         if name in done_files:
             continue
         try:
@@ -351,7 +351,3 @@ def _summary(
 
 def _iso(time_us: int) -> str:
     return datetime.fromtimestamp(time_us / 1e6, UTC).isoformat(timespec="seconds")
-
-
-def _relative(root: Location, path: Location) -> str:
-    return str(path)[len(str(root)) :].lstrip("/")
