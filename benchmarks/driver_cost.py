@@ -53,7 +53,7 @@ def one_run(tree: Path, data: Path, windows_per_series: int, output: Path, extra
     env = {**os.environ, "PYTHONPATH": str(tree)}
     load_before = os.getloadavg()
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree, env=env)
     sampler = ProcessTreeCpu(process.pid, interval_s=0.5)
     _, stderr = process.communicate(timeout=3600)
     wall_s = time.perf_counter() - started

@@ -8,6 +8,7 @@ with an unauthenticated client probing every socket it listens on (measurements 
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -47,8 +48,8 @@ SCRIPT = textwrap.dedent(
 
 
 def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> None:
-    """Loopback only; and the head is lean (``ray_private.single_node_head``): no dashboard API server and no
-    autoscaler monitor among its processes, while GCS, the raylet, its agents and the log monitor run, and a
+    """Loopback only; and the head is lean (``ray_private.single_node_head``): no dashboard API server, no
+    autoscaler monitor and a minimal dashboard agent among its processes, while GCS, the raylet, its agents and the log monitor run, and a
     task's output still reaches the console."""
     env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
@@ -76,6 +77,7 @@ def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> 
         for running in ("gcs_server", "raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py"):
             assert running in commands, f"{running} is not running: {commands}"
         assert "dashboard/dashboard.py" not in commands  # the API server
+        assert re.search(r"dashboard/agent\.py .*--minimal", commands), commands  # no node metrics to export
         assert "autoscaler/_private/monitor.py" not in commands
         process.stdin.write("\n")
         process.stdin.flush()

@@ -77,18 +77,21 @@ def test_a_dotted_name_is_a_class_attribute_and_a_missing_method_is_reported() -
     assert missing_names(names, importer({module.__name__: module})) == ["fake_ray._private.node.Node.start_api_server"]
 
 
-def test_the_single_node_head_skips_two_processes_for_its_block_only() -> None:
+def test_the_single_node_head_skips_two_processes_and_the_dashboard_check_for_its_block_only() -> None:
+    from ray._private import utils
     from ray._private.node import Node
 
-    replaced = ray_private.SINGLE_NODE_SKIPS
-    before = {name.attribute: name.get() for name in replaced}
+    processes = (ray_private.HEAD_API_SERVER, ray_private.HEAD_MONITOR)
+    before = {name.attribute: name.get() for name in ray_private.SINGLE_NODE_SKIPS}
     with ray_private.single_node_head():
         for name in ray_private.SINGLE_NODE_SKIPS:
-            method = name.get()
-            assert method is not before[name.attribute]
-            assert method(object()) is None  # a no-op, whatever Ray passes
-    assert {name.attribute: name.get() for name in replaced} == before
+            assert name.get() is not before[name.attribute]
+        for name in processes:
+            assert name.get()(object()) is None  # a no-op, whatever Ray passes
+        assert isinstance(utils.get_dashboard_dependency_error(), ImportError)  # the agent starts minimal
+    assert {name.attribute: name.get() for name in ray_private.SINGLE_NODE_SKIPS} == before
     assert Node.start_monitor is before["Node.start_monitor"]
+    assert utils.get_dashboard_dependency_error is before["get_dashboard_dependency_error"]
 
 
 def test_the_installed_ray_has_every_private_name_the_package_and_tests_use() -> None:

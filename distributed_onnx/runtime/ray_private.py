@@ -91,8 +91,13 @@ CLUSTER_SWITCH_VARIABLE = PrivateName("ray._private.ray_constants", "ENABLE_RAY_
 HEAD_API_SERVER = PrivateName("ray._private.node", "Node.start_api_server")
 #: Starts the autoscaler's monitor: nothing to scale on one fixed node, and it took ~1 s to stop on SIGTERM.
 HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
-#: Both, skipped by :func:`single_node_head`.
-SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR)
+#: Ray's check for its dashboard's optional packages: it imports them (aiohttp, opentelemetry, prometheus_client)
+#: in the driver to choose the mode of the raylet's dashboard agent. With no dashboard to read the agent's node
+#: metrics, the head tells the agent to run minimal, and the driver skips the imports (measured:
+#: ``benchmarks/results/driver_cost.md``).
+DASHBOARD_PACKAGES_CHECK = PrivateName("ray._private.utils", "get_dashboard_dependency_error")
+#: What :func:`single_node_head` replaces while the head starts: the two processes, and the check.
+SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR, DASHBOARD_PACKAGES_CHECK)
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -245,25 +250,33 @@ def single_node_head() -> Iterator[None]:
     """While a private single-machine Ray starts in this block, its head skips :data:`SINGLE_NODE_SKIPS`.
 
     What is left is what a fixed node runs work with: GCS, raylet (object store), the log monitor (the actors'
-    output on the console), and the raylet's two agents (it registers only once they are up). The functions are
-    replaced for the block only (other threads of the process see them replaced meanwhile; two blocks at once
-    wait for each other), so a later ``ray.init`` of the process starts Ray's usual head.
+    output on the console), and the raylet's two agents, the dashboard's minimal (it registers only once they are
+    up). The functions are replaced for the block only (other threads of the process see them replaced meanwhile;
+    two blocks at once wait for each other), so a later ``ray.init`` of the process starts Ray's usual head.
     """
+    stand_ins = {HEAD_API_SERVER: _skipped, HEAD_MONITOR: _skipped, DASHBOARD_PACKAGES_CHECK: _no_dashboard}
     with _HEAD_PATCH:
-        owners = [(name, _lookup(name.owner(), name.attribute.rpartition(".")[0])) for name in SINGLE_NODE_SKIPS]
-        originals = [(owner, name.attribute.rpartition(".")[2]) for name, owner in owners]
-        saved = [(owner, method, owner.__dict__[method]) for owner, method in originals]
+        replaced = []
+        for name in SINGLE_NODE_SKIPS:
+            path, _, attribute = name.attribute.rpartition(".")
+            owner = _lookup(name.owner(), path) if path else name.owner()
+            replaced.append((owner, attribute, owner.__dict__[attribute]))
         try:
-            for owner, method in originals:
-                setattr(owner, method, _skipped)
+            for (owner, attribute, _), name in zip(replaced, SINGLE_NODE_SKIPS, strict=True):
+                setattr(owner, attribute, stand_ins[name])
             yield
         finally:
-            for owner, method, original in saved:
-                setattr(owner, method, original)
+            for owner, attribute, original in replaced:
+                setattr(owner, attribute, original)
 
 
 def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:
     """Stands in for a head process :func:`single_node_head` does not start."""
+
+
+def _no_dashboard() -> ImportError:
+    """Stands in for :data:`DASHBOARD_PACKAGES_CHECK`: Ray then starts the dashboard agent with ``--minimal``."""
+    return ImportError("the private single-machine Ray runs no dashboard")
 
 
 def wrap_address_argument(name: PrivateName, host: str, rebind: Callable[[str, str], str], position: int = 1) -> bool:
