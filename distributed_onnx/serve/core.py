@@ -279,16 +279,13 @@ class ModelCore:
 
     # ------------------------------------------------------------------------------------------ model thread
 
-    async def run_model(self, function: Callable[..., T], *args: Any) -> T:
-        """Run a model call in the model thread and report its outcome to the model's health.
+    async def run_timed(self, function: Callable[..., T], *args: Any) -> tuple[T, ModelCall]:
+        """Run a model call in the model thread, report its outcome to the model's health, and say how long the
+        call waited for the model thread and how long it ran.
 
         An :class:`InputValidationError` from inside the call (outputs NaN or inf for this request's values)
         is the request's fault, not the session's: it neither counts as a failure nor as a success.
         """
-        return (await self.run_timed(function, *args))[0]
-
-    async def run_timed(self, function: Callable[..., T], *args: Any) -> tuple[T, ModelCall]:
-        """:meth:`run_model`, and how long the call waited for the model thread and how long it ran."""
         submitted = time.perf_counter()
         times = [submitted, submitted]
 

@@ -259,10 +259,6 @@ class VintagedCovariates:
     def vintaged(self) -> tuple[bool, ...]:
         return tuple(self.vintages.has(name) for name in self.names)
 
-    @property
-    def exact_names(self) -> tuple[str, ...]:
-        return tuple(name for name in self.names if not self.vintages.has(name))
-
     def assemble(
         self,
         exact: np.ndarray | None,
