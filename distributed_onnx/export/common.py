@@ -61,6 +61,21 @@ def observed_mean(x: Any) -> Any:
     return torch.where(observed, x, torch.zeros_like(x)).sum(dim=-1, keepdim=True) / count
 
 
+def context_module(model: Any, call: Callable[[Any, Any], Any]) -> Any:
+    """The module the exporter traces: ``context -> call(model, context)``, ``model`` its submodule (weights)."""
+    torch = require_torch()
+
+    class OneCall(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, context: Any) -> Any:
+            return call(self.model, context)
+
+    return OneCall()
+
+
 def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_name: str) -> None:
     """Export ``module(context) -> output_name`` with a dynamic batch axis; weights as external data.
 
