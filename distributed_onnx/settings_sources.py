@@ -266,11 +266,22 @@ def _help(field: FieldInfo) -> str:
     return f"{text} (default: {shown})"
 
 
-def one_or_many_paths(value: Any) -> Any:
-    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
-    ``a.onnx,b.onnx``); anything else is left to the field's own validation."""
+def comma_list(value: Any) -> Any:
+    """A list field from ``a,b`` (a flag, an environment variable); anything else is left to the field's own
+    validation (a YAML list, repeated flags)."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
-    if isinstance(value, Path):
-        return [value]
+    return value
+
+
+def one_or_many_paths(value: Any) -> Any:
+    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
+    ``a.onnx,b.onnx``)."""
+    return [value] if isinstance(value, Path) else comma_list(value)
+
+
+def path_or_url(value: Any) -> Any:
+    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path."""
+    if isinstance(value, str) and not storage.is_url(value):
+        return Path(value)
     return value

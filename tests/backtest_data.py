@@ -143,6 +143,11 @@ def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | Non
     return plan
 
 
+def part_files(output: Path | str, model: str) -> list[storage.Location]:
+    """One model's forecast part files on disk, in part order (done or not)."""
+    return storage.list_files(outputs.model_dir(output, model), "part-", ".parquet")
+
+
 def read_forecasts(output: Path | str, model: str = "*") -> pa.Table:
     """One model's (default: every model's, of a local run) forecast parts of a run directory, local or on an object
     store, in (window_id, lead) order: the one place the tests read forecasts back."""
@@ -151,7 +156,7 @@ def read_forecasts(output: Path | str, model: str = "*") -> pa.Table:
         models = [path.name.split("=", 1)[1] for path in found]
     else:
         models = [model]
-    parts = [part for name in models for part in outputs.part_files(output, name)]
+    parts = [part for name in models for part in part_files(output, name)]
     tables = [storage.read_parquet(part).replace_schema_metadata(None) for part in parts]
     return sort_forecasts(pa.concat_tables(tables))
 

@@ -11,6 +11,7 @@ import logging
 import shutil
 import threading
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +24,6 @@ from distributed_onnx.live.log.layout import (
     LoggedForecast,
     forecast_rows,
     log_files,
-    model_of,
     read_states,
     window_id,
 )
@@ -58,6 +58,12 @@ def _item(
         quantiles=QUANTILES,
         forecasts=forecasts,
     )
+
+
+def _model_of(path: Location) -> str | None:
+    """The model a log file's partition names (None outside the layout)."""
+    parent = Path(str(path)).parent.name
+    return unquote(parent.removeprefix("model=")) if parent.startswith("model=") else None
 
 
 def _read_log(root: Path) -> pa.Table:
@@ -119,7 +125,7 @@ def test_the_writer_batches_into_hive_partitions_and_records_its_counts(tmp_path
     assert log.flush()
     files = log_files(tmp_path / "log")
     assert len(files) == 2  # one batch, one file per model
-    assert {model_of(path) for path in files} == {"a", "b"}
+    assert {_model_of(path) for path in files} == {"a", "b"}
     assert all("day=2026-12-01" in str(path) for path in files)
     table = _read_log(tmp_path / "log")
     assert table.num_rows == 2 * 5 * 2 * 4

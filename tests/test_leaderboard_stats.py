@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distributed_onnx.evaluation.scoring.leaderboard import _gmean_skill, diebold_mariano
+from distributed_onnx.evaluation.scoring.leaderboard import _gmean_point, _with_interval, diebold_mariano
 
 
 def _differential(n: int, seed: int, shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +72,7 @@ def test_skill_is_one_minus_the_geometric_mean_of_clipped_defined_ratios() -> No
     ratios = np.array([0.5, 2.0, 0.001, 1000.0, np.nan, 0.0, np.inf, 0.8])
     picks = np.random.default_rng(0).integers(0, ratios.size, size=(200, ratios.size))
 
-    point, low, high, count = _gmean_skill(ratios, picks)
+    point, low, high, count = _with_interval(_gmean_point(ratios), picks)  # skill and its bootstrap interval
 
     defined = np.array([0.5, 2.0, 0.01, 100.0, 0.8])  # NaN, 0 and inf undefined; the extremes clipped
     assert count == defined.size

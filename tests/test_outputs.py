@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from backtest_data import part_files
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation import outputs
@@ -170,7 +171,7 @@ def test_cleanup_of_partials_and_discarded_parts(tmp_path: Path) -> None:
     discard_part(tmp_path, 5, ["m"])  # nothing there: nothing to do
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000000.parquet"]
     assert _listing(tmp_path / outputs.SCORES_DIR) == []
-    assert [str(p.name) for p in outputs.part_files(tmp_path, "m")] == ["part-000000.parquet"]
+    assert [str(p.name) for p in part_files(tmp_path, "m")] == ["part-000000.parquet"]
 
 
 def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> None:

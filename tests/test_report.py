@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from distributed_onnx.evaluation.driver.merge import NAIVE_MODEL
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import FanWindow, write_report
 from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE as NAIVE_MODEL
 
 MODEL = "tiny_model"
 QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]  # 0.05/0.95 lie outside the (pretend) native range [0.1, 0.9]

@@ -55,11 +55,6 @@ def sums_path(output: Location, part_index: int) -> Location:
     return storage.join(output, SCORES_DIR, f"part-{part_index:06d}.arrow")
 
 
-def part_files(output: Location, model: str) -> list[Location]:
-    """One model's forecast part files on disk, in part order (done or not)."""
-    return storage.list_files(model_dir(output, model), "part-", ".parquet")
-
-
 def has_scored_parts(output: Location) -> bool:
     """Whether any part of a run has written its scores here (a rerun, perhaps with nothing left to do)."""
     return bool(storage.list_files(storage.join(output, SCORES_DIR), "part-", ".arrow"))

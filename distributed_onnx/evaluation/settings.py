@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from distributed_onnx import storage
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths, read_yaml
+from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
@@ -146,13 +145,7 @@ class BacktestSettings(CommandSettings):
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 
-    @field_validator("data", "output", "covariate_data", mode="before")
-    @classmethod
-    def _path_or_url(cls, value: Any) -> Any:
-        """URLs (``s3://``, ``file://``) stay strings; everything else is a local Path."""
-        if isinstance(value, str) and not storage.is_url(value):
-            return Path(value)
-        return value
+    _path_or_url = field_validator("data", "output", "covariate_data", mode="before")(path_or_url)
 
     @field_validator("compare_realized")
     @classmethod
@@ -161,10 +154,7 @@ class BacktestSettings(CommandSettings):
             raise ValueError("compare_realized needs covariate_data (a table of covariate vintages)")
         return value
 
-    @field_validator("checkpoint", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return one_or_many_paths(value)
+    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
 
     @field_validator("checkpoint")
     @classmethod
@@ -173,12 +163,7 @@ class BacktestSettings(CommandSettings):
             raise ValueError("give at least one checkpoint")
         return value
 
-    @field_validator("quantiles", "covariates", "past_covariates", mode="before")
-    @classmethod
-    def _comma_lists(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+    _comma_lists = field_validator("quantiles", "covariates", "past_covariates", mode="before")(comma_list)
 
     @field_validator("past_covariates")
     @classmethod

@@ -124,39 +124,31 @@ def read_done_part(
     tell now" must never read as "not done", since the caller then deletes files.
     """
 
+    def verified() -> PartSums | None:
+        try:
+            sums = PartSums.from_bytes(storage.read_bytes(sums_path(output, part_index)))
+        except DataError:
+            return None
+        header = sums.header
+        expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
+        if any(header.get(key) != value for key, value in expected.items()) or header.get("models") != models:
+            return None
+        sizes = header.get("part_bytes") or {}
+        for model, fingerprint in models.items():
+            wanted = {**expected, "model_fingerprint": fingerprint}
+            if not model_part_verifies(output, model, part_index, wanted, n_windows * horizon):
+                return None
+            if storage.file_size(part_path(output, model, part_index)) != sizes.get(model):
+                return None
+        return sums
+
     def read() -> PartSums | None:
         try:
-            return _verified_sums(output, part_index, run_fingerprint, n_windows, horizon, models)
+            return verified()
         except FileNotFoundError:  # any file, at any step (a file removed between two reads included)
             return None
 
     return storage.read_retrying(read, f"part {part_index} of {output}")
-
-
-def _verified_sums(
-    output: storage.Location,
-    part_index: int,
-    run_fingerprint: str,
-    n_windows: int,
-    horizon: int,
-    models: dict[str, str],
-) -> PartSums | None:
-    try:
-        sums = PartSums.from_bytes(storage.read_bytes(sums_path(output, part_index)))
-    except DataError:
-        return None
-    header = sums.header
-    expected = {"run_fingerprint": run_fingerprint, "part": part_index, "windows": n_windows}
-    if any(header.get(key) != value for key, value in expected.items()) or header.get("models") != models:
-        return None
-    sizes = header.get("part_bytes") or {}
-    for model, fingerprint in models.items():
-        wanted = {**expected, "model_fingerprint": fingerprint}
-        if not model_part_verifies(output, model, part_index, wanted, n_windows * horizon):
-            return None
-        if storage.file_size(part_path(output, model, part_index)) != sizes.get(model):
-            return None
-    return sums
 
 
 def unverified_models(

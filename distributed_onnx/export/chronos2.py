@@ -23,7 +23,6 @@ same windows (the user's ``--data`` or seeded sample windows with gaps) and reco
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +35,7 @@ from distributed_onnx.export.common import (
     finish,
     parity_report,
     parity_windows,
+    quiet_loggers,
     resolution_of,
     write_metadata,
 )
@@ -110,7 +110,7 @@ def export_graph(model: Any, output: Path) -> None:
     batch = torch.export.Dim("rows", min=1)
     dynamic = {name: {0: batch} for name in INPUT_NAMES}
     # onnx_ir logs every deduplicated initializer at INFO (hundreds of lines for a real model).
-    with export_patches(), torch.no_grad(), _quiet_logger("onnx_ir"):
+    with export_patches(), torch.no_grad(), quiet_loggers("onnx_ir"):
         program = torch.onnx.export(
             graph,
             sample,
@@ -126,17 +126,6 @@ def export_graph(model: Any, output: Path) -> None:
     for stale in (output, output.with_name(output.name + ".data")):
         stale.unlink(missing_ok=True)
     program.save(str(output), external_data=True)
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str) -> Iterator[None]:
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 class _UpstreamContract:

@@ -23,6 +23,7 @@ import numpy as np
 
 from distributed_onnx.errors import ConfigError, MissingExtraError
 from distributed_onnx.export.common import (
+    context_module,
     export_context_model,
     observed_mean,
     patched,
@@ -79,9 +80,9 @@ def metadata_for(pipeline: Any, resolution_minutes: int) -> CheckpointMetadata:
 def export(request: ExportRequest) -> ExportResult:
     pipeline = load_pipeline(request)
     metadata = metadata_for(pipeline, resolution_of(request))
-    return export_context_model(
-        request, metadata, _OneCall(pipeline.model), _exportable(pipeline.model), _upstream_forecast(pipeline)
-    )
+    # ``context -> quantile_preds``: the model's forward without the loss and output wrapper.
+    one_call = context_module(pipeline.model, lambda model, context: model(context=context).quantile_preds)
+    return export_context_model(request, metadata, one_call, _exportable(pipeline.model), _upstream_forecast(pipeline))
 
 
 def _upstream_forecast(pipeline: Any) -> Any:
@@ -93,26 +94,6 @@ def _upstream_forecast(pipeline: Any) -> Any:
         return np.asarray(predicted.numpy()).transpose(0, 2, 1)
 
     return forecast
-
-
-def _one_call_module() -> Any:
-    torch = require_torch()
-
-    class OneCall(torch.nn.Module):  # type: ignore[misc,name-defined]
-        """``context -> quantile_preds``: the model's forward without the loss and output wrapper."""
-
-        def __init__(self, model: Any) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, context: Any) -> Any:
-            return self.model(context=context).quantile_preds
-
-    return OneCall
-
-
-def _OneCall(model: Any) -> Any:  # noqa: N802 - reads as the module it builds
-    return _one_call_module()(model)
 
 
 @contextlib.contextmanager

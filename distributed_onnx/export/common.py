@@ -52,6 +52,16 @@ def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
         setattr(owner, name, original)
 
 
+@contextlib.contextmanager
+def quiet_loggers(*names: str) -> Iterator[None]:
+    """The loggers ``names`` at WARNING for the block (the exporter's log every rewrite at INFO), then as they were."""
+    with contextlib.ExitStack() as restore:
+        for each in map(logging.getLogger, names):
+            restore.callback(each.setLevel, each.level)
+            each.setLevel(logging.WARNING)
+        yield
+
+
 def observed_mean(x: Any) -> Any:
     """``torch.nanmean(x, dim=-1, keepdim=True)`` without ``nanmean`` (no ONNX symbolic): the sum of the non-NaN
     values over their count; NaN for a row without any, as ``nanmean`` gives."""
@@ -59,6 +69,21 @@ def observed_mean(x: Any) -> Any:
     observed = ~torch.isnan(x)
     count = observed.sum(dim=-1, keepdim=True).to(x.dtype)
     return torch.where(observed, x, torch.zeros_like(x)).sum(dim=-1, keepdim=True) / count
+
+
+def context_module(model: Any, call: Callable[[Any, Any], Any]) -> Any:
+    """The module the exporter traces: ``context -> call(model, context)``, ``model`` its submodule (weights)."""
+    torch = require_torch()
+
+    class OneCall(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, context: Any) -> Any:
+            return call(self.model, context)
+
+    return OneCall()
 
 
 def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_name: str) -> None:
@@ -71,11 +96,7 @@ def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_n
     output.parent.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch", min=1)
     # The exporter's optimizer logs every rewrite at INFO (hundreds of lines); its warnings stay.
-    quiet = [logging.getLogger(name) for name in ("onnx_ir", "onnxscript")]
-    with contextlib.ExitStack() as restore, torch.no_grad():
-        for each in quiet:
-            restore.callback(each.setLevel, each.level)
-            each.setLevel(logging.WARNING)
+    with quiet_loggers("onnx_ir", "onnxscript"), torch.no_grad():
         program = torch.onnx.export(
             module,
             (torch.from_numpy(sample),),

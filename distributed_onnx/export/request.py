@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,14 +43,8 @@ class ExportResult(BaseModel):
     parity: dict[str, Any] = Field(description="The parity report's content: windows compared, max abs diff, ...")
 
 
-class Exporter(Protocol):
-    """A family's exporter module."""
-
-    def export(self, request: ExportRequest) -> ExportResult: ...
-
-
 def run_export(request: ExportRequest) -> ExportResult:
-    """Export ``request.family`` through its module in :data:`distributed_onnx.export.EXPORTERS`."""
+    """Export ``request.family`` by ``export(request)`` of its module in :data:`distributed_onnx.export.EXPORTERS`."""
     from distributed_onnx.export import EXPORTERS
 
     try:

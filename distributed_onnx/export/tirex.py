@@ -29,6 +29,7 @@ import numpy as np
 
 from distributed_onnx.errors import ConfigError, MissingExtraError
 from distributed_onnx.export.common import (
+    context_module,
     export_context_model,
     observed_mean,
     patched,
@@ -88,7 +89,15 @@ def metadata_for(model: Any, resolution_minutes: int) -> CheckpointMetadata:
 def export(request: ExportRequest) -> ExportResult:
     model = load_model(request)
     metadata = metadata_for(model, resolution_of(request))
-    return export_context_model(request, metadata, _one_call(model), _exportable(), _upstream_forecast(model))
+    torch = require_torch()
+
+    def one_call(model: Any, context: Any) -> Any:
+        """``context -> [rows, steps, quantiles]``: one patch of ``_forecast_single_step``, steps before levels."""
+        return model._forecast_single_step(context.to(torch.float32), 1).transpose(1, 2)
+
+    return export_context_model(
+        request, metadata, context_module(model, one_call), _exportable(), _upstream_forecast(model)
+    )
 
 
 def _upstream_forecast(model: Any) -> Any:
@@ -99,22 +108,6 @@ def _upstream_forecast(model: Any) -> Any:
         return np.asarray(quantiles.numpy())
 
     return forecast
-
-
-def _one_call(model: Any) -> Any:
-    torch = require_torch()
-
-    class OneCall(torch.nn.Module):  # type: ignore[misc,name-defined]
-        """``context -> [rows, steps, quantiles]``: one patch of ``_forecast_single_step``, steps before levels."""
-
-        def __init__(self, model: Any) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, context: Any) -> Any:
-            return self.model._forecast_single_step(context.to(torch.float32), 1).transpose(1, 2)
-
-    return OneCall(model)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +70,6 @@ class EarlyStart:
     started_ray: bool = False
     actors: list[Any] = field(default_factory=list)
     infos: list[WorkerInfo] = field(default_factory=list)
-    ready_s: float | None = None  # seconds from this object's creation to a warm pool
-    shutdown_s: float | None = None  # seconds Ray took to stop
     _error: BaseException | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -86,7 +83,6 @@ class EarlyStart:
         self._thread.start()
 
     def _own_ray(self) -> None:
-        started = time.perf_counter()
         try:
             import ray
 
@@ -101,7 +97,6 @@ class EarlyStart:
             if self.pool is not None and not self._stop.is_set():
                 request = self.pool
                 self.actors, self.infos = start_pool(request.config, request.count, request.num_cpus, request.num_gpus)
-            self.ready_s = time.perf_counter() - started
         except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
             self._error = exc
         finally:
@@ -109,7 +104,6 @@ class EarlyStart:
         self._stop.wait()
         if self._left_to_exit:
             return
-        stopping = time.perf_counter()
         try:
             import ray
 
@@ -120,7 +114,6 @@ class EarlyStart:
             disconnect(self.started_ray)
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
-        self.shutdown_s = time.perf_counter() - stopping
 
     @property
     def ready(self) -> bool:

@@ -158,11 +158,8 @@ class ModelCore:
 
     async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
         """The JSON answer to a /v1/forecast body (already read under ``ticket``), from this model."""
-        codec = self._replica.run_codec
         started = time.perf_counter()
-        parsed, job = (
-            await codec(self.plan_forecast, body) if len(body) > OFFLOAD_BODY_BYTES else self.plan_forecast(body)
-        )
+        parsed, job = await self._replica.run_codec(self.plan_forecast, body, offload=len(body) > OFFLOAD_BODY_BYTES)
         return (await self.answer(parsed, job, ticket, time.perf_counter() - started)).body
 
     async def answer(
@@ -176,10 +173,8 @@ class ModelCore:
         forecasts = await self._compute(job)
         check_finite_forecasts(forecasts, parsed)
         started = time.perf_counter()
-        if forecasts.size > OFFLOAD_RESPONSE_VALUES:
-            body = await self._replica.run_codec(self.encode_forecast, parsed, forecasts, job)
-        else:
-            body = self.encode_forecast(parsed, forecasts, job)
+        large = forecasts.size > OFFLOAD_RESPONSE_VALUES
+        body = await self._replica.run_codec(self.encode_forecast, parsed, forecasts, job, offload=large)
         self._replica.metrics.serialization(self.name, parse_s + time.perf_counter() - started)
         return ForecastAnswer(body, self, parsed, forecasts, job.quantiles)
 
@@ -237,18 +232,12 @@ class ModelCore:
         """A v2 infer request over HTTP: the response body, its binary header length and what the log takes."""
         codec = self._replica.run_codec
         started = time.perf_counter()
-        call = (
-            await codec(plan_http, self, body, header_length)
-            if len(body) > OFFLOAD_BODY_BYTES
-            else plan_http(self, body, header_length)
-        )
+        call = await codec(plan_http, self, body, header_length, offload=len(body) > OFFLOAD_BODY_BYTES)
         parse_s = time.perf_counter() - started
         outputs = await self._run_infer(call)
         started = time.perf_counter()
-        if sum(outputs[name].size for name in call.names) > OFFLOAD_RESPONSE_VALUES:
-            encoded = await codec(encode_response, call.document, outputs, call.names, call.binary)
-        else:
-            encoded = encode_response(call.document, outputs, call.names, call.binary)
+        large = sum(outputs[name].size for name in call.names) > OFFLOAD_RESPONSE_VALUES
+        encoded = await codec(encode_response, call.document, outputs, call.names, call.binary, offload=large)
         self._replica.metrics.serialization(self.name, parse_s + time.perf_counter() - started)
         return InferAnswer(*encoded, InferServed(self, call.windows, outputs, call.request_id))
 
@@ -259,10 +248,7 @@ class ModelCore:
             raise HttpError(413, f"Request is {size} bytes, the limit is {self.settings.max_body_bytes} bytes.")
         ticket.charge_body(size)
         started = time.perf_counter()
-        if size > OFFLOAD_BODY_BYTES:
-            call = await self._replica.run_codec(plan_grpc, self, request)
-        else:
-            call = plan_grpc(self, request)
+        call = await self._replica.run_codec(plan_grpc, self, request, offload=size > OFFLOAD_BODY_BYTES)
         parse_s = time.perf_counter() - started
         outputs = await self._run_infer(call)
         started = time.perf_counter()
@@ -279,16 +265,13 @@ class ModelCore:
 
     # ------------------------------------------------------------------------------------------ model thread
 
-    async def run_model(self, function: Callable[..., T], *args: Any) -> T:
-        """Run a model call in the model thread and report its outcome to the model's health.
+    async def run_timed(self, function: Callable[..., T], *args: Any) -> tuple[T, ModelCall]:
+        """Run a model call in the model thread, report its outcome to the model's health, and say how long the
+        call waited for the model thread and how long it ran.
 
         An :class:`InputValidationError` from inside the call (outputs NaN or inf for this request's values)
         is the request's fault, not the session's: it neither counts as a failure nor as a success.
         """
-        return (await self.run_timed(function, *args))[0]
-
-    async def run_timed(self, function: Callable[..., T], *args: Any) -> tuple[T, ModelCall]:
-        """:meth:`run_model`, and how long the call waited for the model thread and how long it ran."""
         submitted = time.perf_counter()
         times = [submitted, submitted]
 
@@ -368,18 +351,12 @@ class ReplicaCore:
         """
         started = time.perf_counter()
         large = len(body) > OFFLOAD_BODY_BYTES
-        if large:
-            model, parsed, job = await self.run_codec(self.plan_forecast, body, header_model, on_model)
-        else:
-            model, parsed, job = self.plan_forecast(body, header_model, on_model)
+        model, parsed, job = await self.run_codec(self.plan_forecast, body, header_model, on_model, offload=large)
         if model is None or job is None:  # a repository model: found (loaded if need be), then planned
             model = await self.find_model(parsed.model or header_model)
             if on_model is not None:
                 on_model(model)
-            if large:
-                job = await self.run_codec(plan_job, parsed, model.metadata, time.perf_counter())
-            else:
-                job = plan_job(parsed, model.metadata, time.perf_counter())
+            job = await self.run_codec(plan_job, parsed, model.metadata, time.perf_counter(), offload=large)
         return await model.answer(parsed, job, ticket, time.perf_counter() - started)
 
     def plan_forecast(
@@ -446,5 +423,9 @@ class ReplicaCore:
         finally:
             self.metrics.request(endpoint, model(), time.perf_counter() - started, code)
 
-    async def run_codec(self, function: Callable[..., T], *args: Any) -> T:
+    async def run_codec(self, function: Callable[..., T], *args: Any, offload: bool = True) -> T:
+        """``function(*args)`` in the codec thread, or inline when not ``offload`` (below :data:`OFFLOAD_BODY_BYTES`
+        and :data:`OFFLOAD_RESPONSE_VALUES` the hop costs more than it spares the event loop)."""
+        if not offload:
+            return function(*args)
         return await asyncio.get_running_loop().run_in_executor(self._codec_thread, function, *args)

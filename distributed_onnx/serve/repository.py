@@ -132,21 +132,17 @@ class RepositoryMetrics:
 
     def __init__(self, registry: CollectorRegistry, replica: str) -> None:
         self._replica = replica
-        labels = ["model", "replica"]
-        self._loads = Counter(
-            "distributed_onnx_repository_loads", "Repository checkpoints loaded.", labels, registry=registry
-        )
-        self._evictions = Counter(
+
+        def counter(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, ["model", "replica"], registry=registry)
+
+        self._loads = counter("distributed_onnx_repository_loads", "Repository checkpoints loaded.")
+        self._evictions = counter(
             "distributed_onnx_repository_evictions",
             "Repository models evicted, least recently used, to stay within the replica's budget.",
-            labels,
-            registry=registry,
         )
-        self._failures = Counter(
-            "distributed_onnx_repository_load_failures",
-            "Repository checkpoints that failed to load.",
-            labels,
-            registry=registry,
+        self._failures = counter(
+            "distributed_onnx_repository_load_failures", "Repository checkpoints that failed to load."
         )
         self._loaded = Gauge(
             "distributed_onnx_repository_models_loaded",

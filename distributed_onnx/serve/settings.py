@@ -13,13 +13,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from distributed_onnx import storage
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
-from distributed_onnx.settings_sources import CommandSettings, one_or_many_paths
+from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -159,24 +158,13 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
         return self
 
-    @field_validator("checkpoint", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return one_or_many_paths(value)
-
-    @field_validator("shadow", mode="before")
-    @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    _comma_list = field_validator("shadow", mode="before")(comma_list)
 
     @field_validator("forecast_log", "model_repository", mode="before")
     @classmethod
     def _path_or_url(cls, value: Any) -> Any:
-        if isinstance(value, str) and value and not storage.is_url(value):
-            return Path(value)
-        return value or None
+        return path_or_url(value) if value else None  # empty (an unset variable, a blank key): none
 
     @model_validator(mode="before")
     @classmethod

@@ -167,13 +167,8 @@ def validate_table(
     duplicate = same_series & (sorted_ts[1:] == sorted_ts[:-1])
     if duplicate.any():
         rows = np.sort(np.unique(np.concatenate([order[1:][duplicate], order[:-1][duplicate]])))
-        raise DataError(
-            f"{source}: duplicate (series_id, timestamp) at rows {_rows(rows)} "
-            f"(e.g. series {distinct_ids[sorted_codes[1:][duplicate][0]]!r} at "
-            f"{_iso(int(sorted_ts[1:][duplicate][0]))}).",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        example = f"series {distinct_ids[sorted_codes[1:][duplicate][0]]!r} at {_iso(int(sorted_ts[1:][duplicate][0]))}"
+        raise rows_error(source, "duplicate (series_id, timestamp) at rows", rows, f" (e.g. {example}).")
     step_us = resolution_minutes * _US_PER_MINUTE
     boundaries = np.flatnonzero(~same_series) + 1
     starts = np.concatenate([[0], boundaries]).astype(np.int64)
@@ -184,12 +179,9 @@ def validate_table(
     off_grid = off_step != 0
     if off_grid.any():
         rows = np.sort(order[off_grid])
-        raise DataError(
-            f"{source}: timestamps off the {resolution_minutes}-minute grid of their series at rows {_rows(rows)} "
-            f"(e.g. {_iso(int(sorted_ts[off_grid][0]))} in series {distinct_ids[sorted_codes[off_grid][0]]!r}).",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        example = f"{_iso(int(sorted_ts[off_grid][0]))} in series {distinct_ids[sorted_codes[off_grid][0]]!r}"
+        grid = f"timestamps off the {resolution_minutes}-minute grid of their series at rows"
+        raise rows_error(source, grid, rows, f" (e.g. {example}).")
     run_ids = distinct_ids[sorted_codes[starts]]  # the id of each run of rows: each series, in order
     _check_grid_sizes(run_ids, sorted_ts, order, starts, ends, step_us=step_us, source=source)
     _check_total_grid_size(run_ids, sorted_ts, starts, ends, step_us, 1 + len(covariate_values), source)
@@ -241,20 +233,17 @@ def _series_ids(column: pa.ChunkedArray, source: str) -> tuple[np.ndarray, np.nd
     empty = pc.or_kleene(ids.is_null(), pc.equal(pc.utf8_length(ids), 0)).fill_null(True)
     if pc.any(empty).as_py():
         rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
-        raise DataError(
-            f"{source}: empty series_id at rows {_rows(rows)}; every row must name its series.",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        raise rows_error(source, "empty series_id at rows", rows, "; every row must name its series.")
     long = pc.greater(pc.binary_length(ids), MAX_SERIES_ID_BYTES)
     if pc.any(long).as_py():
         rows = np.flatnonzero(long.to_numpy(zero_copy_only=False))
         longest = pc.max(pc.binary_length(ids)).as_py()
-        raise DataError(
-            f"{source}: series_id longer than {MAX_SERIES_ID_BYTES:,} bytes at rows {_rows(rows)} (the longest: "
-            f"{longest:,} bytes). Ids are copied into every output row and fixed-width id arrays; use a shorter key.",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
+        raise rows_error(
+            source,
+            f"series_id longer than {MAX_SERIES_ID_BYTES:,} bytes at rows",
+            rows,
+            f" (the longest: {longest:,} bytes). Ids are copied into every output row and fixed-width id arrays; "
+            "use a shorter key.",
         )
     # Through a dictionary: Arrow's own string -> numpy conversion imports pandas (0.3 s of the driver's CPU,
     # measured), and the distinct ids become one Python string each instead of one per row.
@@ -279,7 +268,7 @@ def timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
         logger.warning("%s: timestamps carry no time zone; reading them as UTC", source)
     if column.null_count:
         rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
-        raise DataError(f"{source}: empty timestamps at rows {_rows(rows)}.", path=source)
+        raise DataError(f"{source}: empty timestamps at rows {rows_text(rows)}.", path=source)
     # The integer behind an Arrow timestamp is the UTC instant in the type's unit, whatever its time zone.
     raw = _int64s(pc.cast(column, pa.int64()))
     if kind.unit == "ns":
@@ -287,22 +276,14 @@ def timestamps_us(column: pa.ChunkedArray, source: str) -> np.ndarray:
         if fractional.any():
             rows = np.flatnonzero(fractional)
             example = str(np.datetime64(int(raw[rows[0]]), "ns")) + "Z"
-            raise DataError(
-                f"{source}: timestamps with sub-microsecond parts at rows {_rows(rows)} (e.g. {example}): they lie "
-                "on no minute grid. Round them to the data's resolution.",
-                path=source,
-                rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-            )
+            after = f" (e.g. {example}): they lie on no minute grid. Round them to the data's resolution."
+            raise rows_error(source, "timestamps with sub-microsecond parts at rows", rows, after)
         return _within_calendar(raw // 1_000, source)
     factor = _US_PER_UNIT[kind.unit]
     out_of_range = np.abs(raw) > np.iinfo(np.int64).max // factor
     if out_of_range.any():
         rows = np.flatnonzero(out_of_range)
-        raise DataError(
-            f"{source}: timestamps out of range at rows {_rows(rows)} (more than 292,000 years from 1970).",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        raise rows_error(source, "timestamps out of range at rows", rows, " (more than 292,000 years from 1970).")
     return _within_calendar(raw * factor, source)
 
 
@@ -312,12 +293,8 @@ def _within_calendar(timestamps_us: np.ndarray, source: str) -> np.ndarray:
     outside = (timestamps_us < MIN_TIMESTAMP_US) | (timestamps_us > MAX_TIMESTAMP_US)
     if outside.any():
         rows = np.flatnonzero(outside)
-        raise DataError(
-            f"{source}: timestamps outside years 1-9999 at rows {_rows(rows)} (e.g. {int(timestamps_us[rows[0]]):,} "
-            "microseconds from 1970). Fix or drop those rows.",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        after = f" (e.g. {int(timestamps_us[rows[0]]):,} microseconds from 1970). Fix or drop those rows."
+        raise rows_error(source, "timestamps outside years 1-9999 at rows", rows, after)
     return timestamps_us
 
 
@@ -435,11 +412,18 @@ def float_column(table: pa.Table, name: str, source: str) -> np.ndarray:
     array = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
     if np.isinf(array).any():
         rows = np.flatnonzero(np.isinf(array))
-        raise DataError(f"{source}: column {name!r} has infinite values at rows {_rows(rows)}.", path=source)
+        raise DataError(f"{source}: column {name!r} has infinite values at rows {rows_text(rows)}.", path=source)
     return array
 
 
-def _rows(rows: np.ndarray) -> str:
+def rows_error(source: str, before: str, rows: np.ndarray, after: str = "") -> DataError:
+    """``{source}: {before} [r1, r2, ...]{after}``, the first rows also in the error's ``rows`` field."""
+    message = f"{source}: {before} {rows_text(rows)}{after}"
+    return DataError(message, path=source, rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist())
+
+
+def rows_text(rows: np.ndarray) -> str:
+    """``[r1, r2, ...] and N more``: the first rows a message names."""
     shown = ", ".join(str(int(r)) for r in rows[:_MAX_ROWS_IN_MESSAGE])
     more = f" and {len(rows) - _MAX_ROWS_IN_MESSAGE} more" if len(rows) > _MAX_ROWS_IN_MESSAGE else ""
     return f"[{shown}]{more}"

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data.table import float_column, read_table, timestamps_us
+from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
 
 TIMESTAMP = "timestamp"
 AVAILABLE_AT = "available_at"
@@ -33,7 +33,6 @@ SERIES_ID = "series_id"
 REALIZED_SUFFIX = "@realized"
 #: Returned in ``available_us`` where no vintage was found.
 NOT_FOUND = np.iinfo(np.int64).min
-_MAX_ROWS_IN_MESSAGE = 5
 
 
 @dataclass(frozen=True)
@@ -174,11 +173,7 @@ def index_vintages(
     off_grid = (stamps - first_us) % step_us != 0
     if off_grid.any():
         rows = np.flatnonzero(off_grid)
-        raise DataError(
-            f"{source}: timestamps off the checkpoint's {step_us // 60_000_000}-minute grid at rows {_rows(rows)}",
-            path=source,
-            rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-        )
+        raise rows_error(source, f"timestamps off the checkpoint's {step_us // 60_000_000}-minute grid at rows", rows)
     steps = (stamps - first_us) // step_us
     n_steps = int(steps.max()) + 1 if steps.size else 1
     per_series = SERIES_ID in table.column_names
@@ -187,7 +182,7 @@ def index_vintages(
         ids = pc.cast(table[SERIES_ID], pa.string())
         if ids.null_count:
             rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
-            raise DataError(f"{source}: empty series ids at rows {_rows(rows)}", path=source)
+            raise DataError(f"{source}: empty series ids at rows {rows_text(rows)}", path=source)
         codes = {series_id: index for index, series_id in enumerate(series_ids)}
         encoded = pc.dictionary_encode(ids).combine_chunks()
         lookup = np.asarray([codes.get(one, -1) for one in encoded.dictionary.to_pylist()], dtype=np.int64)
@@ -213,12 +208,8 @@ def index_vintages(
         duplicate = np.flatnonzero(np.diff(sorted_keys) == 0)
         if duplicate.size:
             rows = np.flatnonzero(keep)[order][duplicate]
-            raise DataError(
-                f"{source}: covariate {name!r} has two values for one (series, timestamp, available_at) at rows "
-                f"{_rows(rows)}",
-                path=source,
-                rows=rows[:_MAX_ROWS_IN_MESSAGE].tolist(),
-            )
+            twice = f"covariate {name!r} has two values for one (series, timestamp, available_at) at rows"
+            raise rows_error(source, twice, rows)
         columns[name] = VintageColumn(
             np.ascontiguousarray(sorted_keys),
             np.ascontiguousarray(values[keep][order]),
@@ -238,12 +229,6 @@ def index_vintages(
     )
 
 
-def _rows(rows: np.ndarray) -> str:
-    shown = ", ".join(str(int(r)) for r in rows[:_MAX_ROWS_IN_MESSAGE])
-    more = f" and {len(rows) - _MAX_ROWS_IN_MESSAGE} more" if len(rows) > _MAX_ROWS_IN_MESSAGE else ""
-    return f"[{shown}]{more}"
-
-
 @dataclass(frozen=True)
 class VintagedCovariates:
     """The run's covariate rows (model order) and the vintage table that some of them come from.
@@ -258,10 +243,6 @@ class VintagedCovariates:
     @property
     def vintaged(self) -> tuple[bool, ...]:
         return tuple(self.vintages.has(name) for name in self.names)
-
-    @property
-    def exact_names(self) -> tuple[str, ...]:
-        return tuple(name for name in self.names if not self.vintages.has(name))
 
     def assemble(
         self,

@@ -17,14 +17,12 @@ from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
-from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.driver.plan import RunPlan
-
-NAIVE_MODEL = SEASONAL_NAIVE
 
 
 class RunSums:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
@@ -134,15 +135,11 @@ def fan_legend(window: Fan) -> list[LegendEntry]:
         entries.append(LegendEntry("median forecast", MODEL_COLOR))
     palette = colormaps["tab10"]
     for index, (name, _) in enumerate(window.others):
-        entries.append(LegendEntry(f"{name} median", _hex(palette((index + 1) % 10)), "dashed"))
+        entries.append(LegendEntry(f"{name} median", to_hex(palette((index + 1) % 10)), "dashed"))
     entries.append(LegendEntry("history", HISTORY_COLOR))
     entries.append(LegendEntry("actual (dots)", ACTUAL_COLOR, "dotted"))
     entries.append(LegendEntry("forecast origin", ORIGIN_COLOR, "dashed"))
     return entries
-
-
-def _hex(rgba: tuple[float, float, float, float]) -> str:
-    return "#" + "".join(f"{round(channel * 255):02x}" for channel in rgba[:3])
 
 
 class FanCanvas:

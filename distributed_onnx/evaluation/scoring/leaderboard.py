@@ -176,16 +176,10 @@ def _skill_logs(ratios: F64) -> tuple[F64, npt.NDArray[np.bool_]]:
 
 def _gmean_point(ratios: F64) -> tuple[float, int]:
     """Skill = 1 - gmean of the defined, clipped ratios, and how many are defined (NaN, 0 when none is)."""
-    defined = np.isfinite(ratios) & (ratios > 0)
+    logs, defined = _skill_logs(ratios)
     if not defined.any():
         return math.nan, 0
-    clipped = np.clip(np.where(defined, ratios, 1.0), *RATIO_BOUNDS)
-    return 1.0 - float(np.exp(np.mean(np.log(clipped[defined])))), int(defined.sum())
-
-
-def _gmean_skill(ratios: F64, resampled: F64) -> tuple[float, float, float, int]:
-    """Skill = 1 - gmean of the defined, clipped ratios, and its bootstrap interval (``resampled``) over series."""
-    return _with_interval(_gmean_point(ratios), resampled)
+    return 1.0 - float(np.exp(np.mean(logs[defined]))), int(defined.sum())
 
 
 def _with_interval(point: tuple[float, int], resampled: F64) -> tuple[float, float, float, int]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -58,16 +58,6 @@ MAX_REQUEST_ID_CHARS = 128
 #: as it is: an id is data of every row of its window, and unbounded ones overflowed an Arrow batch of the log.
 MAX_SERIES_ID_CHARS = 256
 
-#: The backtest's forecast columns, before the quantile columns (``evaluation/outputs.py``).
-FORECAST_FIELDS = [
-    pa.field("series_id", pa.string()),
-    pa.field("window_id", pa.string()),
-    pa.field("origin", TIMESTAMP),
-    pa.field("cutoff", TIMESTAMP),
-    pa.field("timestamp", TIMESTAMP),
-    pa.field("lead", pa.int32()),
-    pa.field("y", pa.float64()),
-]
 #: What the log adds after the quantile columns.
 EXTRA_FIELDS = [
     pa.field("request_time", TIMESTAMP),
@@ -203,12 +193,6 @@ def file_name(first_request_time_us: int, writer_id: str, sequence: int) -> str:
 
 def state_path(root: Location, writer_id: str) -> Location:
     return storage.join(root, STATE_DIR, f"{writer_id}.json")
-
-
-def model_of(path: Location) -> str | None:
-    """The model a log file's partition names (None outside the layout)."""
-    parent = Path(str(path)).parent.name
-    return unquote(parent.removeprefix("model=")) if parent.startswith("model=") else None
 
 
 def log_files(root: Location) -> list[Location]:

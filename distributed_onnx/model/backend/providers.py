@@ -8,7 +8,7 @@ option dicts. The ``kind`` tag lets a chain round-trip through YAML/JSON setting
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -20,11 +20,8 @@ CPU_PROVIDER_NAME = "CPUExecutionProvider"
 
 class _ProviderConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @property
-    def needs_gpu(self) -> bool:
-        """Whether this provider runs on an NVIDIA GPU (and so needs one assigned to the process)."""
-        return False
+    #: Whether this provider runs on an NVIDIA GPU (and so needs one assigned to the process).
+    needs_gpu: ClassVar[bool] = False
 
 
 class CpuProvider(_ProviderConfig):
@@ -57,6 +54,7 @@ class CudaProvider(_ProviderConfig):
     """
 
     kind: Literal["cuda"] = Field(default="cuda", description="Discriminator tag.")
+    needs_gpu: ClassVar[bool] = True
     device_id: int = Field(default=0, ge=0, description="Local CUDA device index.")
     gpu_mem_limit_bytes: int | None = Field(
         default=None, gt=0, description="Cap on the CUDA arena; None lets ORT grow it as needed."
@@ -89,10 +87,6 @@ class CudaProvider(_ProviderConfig):
             raise ValueError(f"batch_buckets must be positive row counts, got {list(value)}")
         return tuple(sorted(set(value)))
 
-    @property
-    def needs_gpu(self) -> bool:
-        return True
-
     def to_ort(self) -> OrtProvider:
         options = {
             "device_id": str(self.device_id),
@@ -113,6 +107,7 @@ class TensorRTProvider(_ProviderConfig):
     """
 
     kind: Literal["tensorrt"] = Field(default="tensorrt", description="Discriminator tag.")
+    needs_gpu: ClassVar[bool] = True
     device_id: int = Field(default=0, ge=0, description="Local CUDA device index.")
     fp16: bool = Field(default=True, description="Build FP16 engines.")
     engine_cache_dir: Path | None = Field(
@@ -126,10 +121,6 @@ class TensorRTProvider(_ProviderConfig):
     builder_optimization_level: int = Field(
         default=3, ge=0, le=5, description="Higher builds longer for (sometimes) faster engines."
     )
-
-    @property
-    def needs_gpu(self) -> bool:
-        return True
 
     def to_ort(self) -> OrtProvider:
         options = {

@@ -116,66 +116,51 @@ class LiveMetrics:
     def __init__(self, log: CountingLog | None = None, replica: str | None = None) -> None:
         self.replica = replica or str(os.getpid())
         self.registry = CollectorRegistry()
-        self._served = Counter(
-            "distributed_onnx_forecasts_served",
-            "Forecasts (one per series) returned to clients.",
-            ["model", "replica"],
-            registry=self.registry,
+
+        # Every series of the page carries the replica's label (sum over it: the module docstring).
+        def counter(name: str, documentation: str, labels: Sequence[str] = ("model",)) -> Counter:
+            return Counter(name, documentation, [*labels, "replica"], registry=self.registry)
+
+        def histogram(
+            name: str, documentation: str, buckets: Sequence[float], labels: Sequence[str] = ("model",)
+        ) -> Histogram:
+            return Histogram(name, documentation, [*labels, "replica"], buckets=buckets, registry=self.registry)
+
+        self._served = counter("distributed_onnx_forecasts_served", "Forecasts (one per series) returned to clients.")
+        self._shadow = counter(
+            "distributed_onnx_forecasts_shadow", "Forecasts made by a shadow model (logged, never returned)."
         )
-        self._shadow = Counter(
-            "distributed_onnx_forecasts_shadow",
-            "Forecasts made by a shadow model (logged, never returned).",
-            ["model", "replica"],
-            registry=self.registry,
-        )
-        self._shadow_skipped = Counter(
+        self._shadow_skipped = counter(
             "distributed_onnx_forecasts_shadow_skipped",
             "Shadow forecasts skipped because too many answers' shadow work was already waiting.",
-            ["model", "replica"],
-            registry=self.registry,
         )
-        self._shadow_failed = Counter(
+        self._shadow_failed = counter(
             "distributed_onnx_forecasts_shadow_failed",
             "Windows a shadow model failed to forecast (error) or forecast NaN or inf for (nonfinite).",
-            ["model", "reason", "replica"],
-            registry=self.registry,
+            ("model", "reason"),
         )
-        self._latency = Histogram(
+        self._latency = histogram(
             "distributed_onnx_request_duration_seconds",
             "Handler time of a request, body read to response.",
-            ["endpoint", "model", "replica"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
+            LATENCY_BUCKETS_S,
+            ("endpoint", "model"),
         )
-        self._requests = Counter(
+        self._requests = counter(
             "distributed_onnx_requests",
             "Requests answered, by endpoint, model and HTTP status code.",
-            ["endpoint", "model", "code", "replica"],
-            registry=self.registry,
+            ("endpoint", "model", "code"),
         )
         self._phases = {
-            phase: Histogram(
+            phase: histogram(
                 f"distributed_onnx_{phase}_duration_seconds",
                 f"Time of a request spent in {phase.replace('_', ' ')} (see the module docstring).",
-                ["model", "replica"],
-                buckets=PHASE_BUCKETS_S,
-                registry=self.registry,
+                PHASE_BUCKETS_S,
             )
             for phase in PHASES
         }
-        self._batch_requests = Histogram(
-            "distributed_onnx_batch_requests",
-            "Requests per model call.",
-            ["model", "replica"],
-            buckets=BATCH_BUCKETS,
-            registry=self.registry,
-        )
-        self._batch_windows = Histogram(
-            "distributed_onnx_batch_windows",
-            "Series (windows) per model call.",
-            ["model", "replica"],
-            buckets=BATCH_BUCKETS,
-            registry=self.registry,
+        self._batch_requests = histogram("distributed_onnx_batch_requests", "Requests per model call.", BATCH_BUCKETS)
+        self._batch_windows = histogram(
+            "distributed_onnx_batch_windows", "Series (windows) per model call.", BATCH_BUCKETS
         )
         if log is not None:
             self.registry.register(_LogCollector(log, self.replica))

@@ -19,7 +19,7 @@ import numpy as np
 import pydantic_core
 
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.serve.wire.protocol import check_shape, datatype_of, encode_outputs, numpy_dtype
+from distributed_onnx.serve.wire.protocol import check_shape, datatype_of, encode_outputs, input_error, numpy_dtype
 from distributed_onnx.serve.wire.schemas import InferInputTensor, InferRequest
 
 #: Request and response header giving the size in bytes of the JSON part of the body.
@@ -70,17 +70,11 @@ def slice_inputs(tensors: Sequence[InferInputTensor], payload: bytes) -> list[by
         dtype = numpy_dtype(tensor)
         expected = check_shape(tensor) * dtype.itemsize
         if size != expected:
-            raise InputValidationError(
-                f"Input {name!r}: binary_data_size is {size} bytes, shape {tensor.shape} of {tensor.datatype} "
-                f"takes {expected} bytes ({dtype.itemsize} per value).",
-                tensor=name,
-            )
+            takes = f"shape {tensor.shape} of {tensor.datatype} takes {expected} bytes ({dtype.itemsize} per value)"
+            raise input_error(name, f"binary_data_size is {size} bytes, {takes}.")
         if offset + size > len(payload):
-            raise InputValidationError(
-                f"Input {name!r}: binary_data_size {size} runs past the end of the body "
-                f"({len(payload) - offset} binary bytes left for it).",
-                tensor=name,
-            )
+            left = f"({len(payload) - offset} binary bytes left for it)"
+            raise input_error(name, f"binary_data_size {size} runs past the end of the body {left}.")
         raw.append(payload[offset : offset + size])
         binary_names.append(name)
         offset += size
@@ -99,9 +93,7 @@ def binary_size(tensor: InferInputTensor) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputValidationError(
-            f"Input {tensor.name!r}: binary_data_size must be a byte count, got {value!r}.", tensor=tensor.name
-        )
+        raise input_error(tensor.name, f"binary_data_size must be a byte count, got {value!r}.")
     return value
 
 

@@ -58,11 +58,8 @@ def numpy_dtype(tensor: InferInputTensor) -> np.dtype[Any]:
     try:
         return DATATYPES[tensor.datatype]
     except KeyError:
-        raise InputValidationError(
-            f"Input {tensor.name!r}: datatype {tensor.datatype} is not supported; this server takes "
-            f"{sorted(DATATYPES)} tensors.",
-            tensor=tensor.name,
-        ) from None
+        supported = f"this server takes {sorted(DATATYPES)} tensors"
+        raise input_error(tensor.name, f"datatype {tensor.datatype} is not supported; {supported}.") from None
 
 
 def tensor_metadata(spec: TensorSpec) -> TensorMetadata:
@@ -80,10 +77,7 @@ def check_shape(tensor: InferInputTensor) -> int:
     the body, so an absurd axis is refused by the data checks.
     """
     if 0 in tensor.shape:
-        raise InputValidationError(
-            f"Input {tensor.name!r}: shape {tensor.shape} holds no values; send at least one value on every axis.",
-            tensor=tensor.name,
-        )
+        raise input_error(tensor.name, f"shape {tensor.shape} holds no values; send at least one value on every axis.")
     return math.prod(tensor.shape)
 
 
@@ -98,10 +92,7 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
     expected = check_shape(tensor)
     parameters = tensor.parameters or {}
     if "shared_memory_region" in parameters:
-        raise InputValidationError(
-            f"Input {name!r}: shared-memory tensor data is not supported; send JSON 'data' or binary data.",
-            tensor=name,
-        )
+        raise input_error(name, "shared-memory tensor data is not supported; send JSON 'data' or binary data.")
     if raw is not None:
         return _from_bytes(tensor, dtype, raw)
     if "binary_data_size" in parameters:
@@ -115,28 +106,20 @@ def decode_tensor(tensor: InferInputTensor, raw: bytes | None = None) -> np.ndar
     try:
         values = np.asarray(tensor.data)
     except ValueError as exc:  # ragged nesting
-        raise InputValidationError(f"Input {name!r}: 'data' is not a rectangular array: {exc}", tensor=name) from None
+        raise input_error(name, f"'data' is not a rectangular array: {exc}") from None
     if values.size != expected:
-        raise InputValidationError(
-            f"Input {name!r}: shape {tensor.shape} holds {expected} values, 'data' has {values.size}.", tensor=name
-        )
+        raise input_error(name, f"shape {tensor.shape} holds {expected} values, 'data' has {values.size}.")
     if values.size and values.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
         wanted = {"b": "true/false", "i": "integers", "u": "integers", "f": "numbers"}[dtype.kind]
-        raise InputValidationError(
-            f"Input {name!r}: datatype {tensor.datatype} takes {wanted}, 'data' holds {_describe(values)}.",
-            tensor=name,
-        )
+        raise input_error(name, f"datatype {tensor.datatype} takes {wanted}, 'data' holds {_describe(values)}.")
     if values.ndim > 1 and list(values.shape) != tensor.shape:
-        raise InputValidationError(
-            f"Input {name!r}: nested 'data' has shape {list(values.shape)}, the tensor declares {tensor.shape}.",
-            tensor=name,
-        )
+        raise input_error(name, f"nested 'data' has shape {list(values.shape)}, the tensor declares {tensor.shape}.")
     if (
         dtype.kind in "iu"
         and values.size
         and (values.min() < np.iinfo(dtype).min or values.max() > np.iinfo(dtype).max)
     ):
-        raise InputValidationError(f"Input {name!r}: values out of range for {tensor.datatype}.", tensor=name)
+        raise input_error(name, f"values out of range for {tensor.datatype}.")
     if dtype.kind == "f" and values.size and values.dtype.kind == "f":
         _check_float_range(name, tensor.datatype, dtype, values)
     return values.astype(dtype, copy=False).reshape(tensor.shape)
@@ -149,11 +132,8 @@ def _check_float_range(name: str, datatype: str, dtype: np.dtype[Any], values: n
     with np.errstate(invalid="ignore"):
         beyond = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) > limit))  # NaN/inf: the family's rule
     if beyond.size:
-        raise InputValidationError(
-            f"Input {name!r}: value {flat[beyond[0]]:g} (flat index {int(beyond[0])}) is beyond "
-            f"{datatype}'s range (+-{limit:.4g}); {beyond.size} value(s) are.",
-            tensor=name,
-        )
+        value = f"value {flat[beyond[0]]:g} (flat index {int(beyond[0])})"
+        raise input_error(name, f"{value} is beyond {datatype}'s range (+-{limit:.4g}); {beyond.size} value(s) are.")
 
 
 def decode_inputs(
@@ -233,15 +213,17 @@ def encode_outputs(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> l
 
 def _from_bytes(tensor: InferInputTensor, dtype: np.dtype[Any], raw: bytes) -> np.ndarray:
     if len(raw) != math.prod(tensor.shape) * dtype.itemsize:  # before frombuffer, which fails on a partial value
-        raise InputValidationError(
-            f"Input {tensor.name!r}: {len(raw)} bytes of binary data do not fill shape {tensor.shape} of "
-            f"{tensor.datatype}.",
-            tensor=tensor.name,
-        )
+        short = f"{len(raw)} bytes of binary data do not fill shape {tensor.shape} of {tensor.datatype}."
+        raise input_error(tensor.name, short)
     if dtype.kind == "b" and np.frombuffer(raw, dtype=np.uint8).max(initial=0) > 1:
-        raise InputValidationError(f"Input {tensor.name!r}: BOOL binary data must be bytes 0 or 1.", tensor=tensor.name)
+        raise input_error(tensor.name, "BOOL binary data must be bytes 0 or 1.")
     values = np.frombuffer(raw, dtype=dtype.newbyteorder("<"))
     return values.astype(dtype).reshape(tensor.shape)  # a writable, native-order copy
+
+
+def input_error(name: str, problem: str) -> InputValidationError:
+    """``Input 'name': problem``, the 4xx of a tensor the request got wrong (its ``tensor`` field names it)."""
+    return InputValidationError(f"Input {name!r}: {problem}", tensor=name)
 
 
 def _describe(values: np.ndarray) -> str:
