@@ -52,13 +52,17 @@ def start_test_ray() -> None:
     """Start the shared local Ray unless it is up (:func:`ray_session`; module-scoped fixtures call it directly)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(
-            **RAY_TEST_RESOURCES,
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        from distributed_onnx.runtime import local_ray, ray_private
+
+        with ray_private.single_node_head():  # the embedded Ray's lean head, as the commands start it
+            ray.init(
+                **RAY_TEST_RESOURCES,
+                _node_ip_address="127.0.0.1",
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                _system_config=local_ray.EMBEDDED_SYSTEM_CONFIG,
+            )
 
 
 @pytest.fixture(autouse=True)

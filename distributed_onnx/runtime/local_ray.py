@@ -27,6 +27,10 @@ from distributed_onnx.runtime.listening import exposed_sockets, listening_addres
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+#: Ray's settings for the embedded instance. No task events: they feed the dashboard and the state API, which a
+#: private instance does not run, and flushing them each second cost the driver about 1 ms of CPU per second of a
+#: run (``benchmarks/results/driver_cost.md``).
+EMBEDDED_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0}
 
 
 def use_loopback_only() -> None:
@@ -76,8 +80,8 @@ def quiet_ray_logging(*, quiet: bool = True) -> None:
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
-    The embedded instance is private and lean: loopback only (see the module docstring), no dashboard, and no
-    autoscaler monitor (:func:`~.ray_private.single_node_head`: they cost ~1 s of ``ray.init`` and ~1 s of
+    The embedded instance is private and lean: loopback only (see the module docstring), no dashboard, no task
+    events (:data:`EMBEDDED_SYSTEM_CONFIG`), and no autoscaler monitor (:func:`~.ray_private.single_node_head`: they cost ~1 s of ``ray.init`` and ~1 s of
     ``ray.shutdown`` on 2 cores, ``benchmarks/results/time_to_results.md``). For Ray's dashboard, start Ray
     yourself (``ray start --head``) and pass its address.
     """
@@ -95,6 +99,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
             include_dashboard=False,
             log_to_driver=True,
             configure_logging=False,
+            _system_config=EMBEDDED_SYSTEM_CONFIG,
         )
     logger.info("Started an embedded local Ray on %s", LOOPBACK)
     warn_if_exposed()
