@@ -8,8 +8,8 @@ with an unauthenticated client probing every socket it listens on (measurements 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,8 +49,8 @@ SCRIPT = textwrap.dedent(
 
 def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> None:
     """Loopback only; and the head is lean (``ray_private.single_node_head``): no dashboard API server, no
-    autoscaler monitor and a minimal dashboard agent among its processes, while GCS, the raylet, its agents and the log monitor run, and a
-    task's output still reaches the console."""
+    autoscaler monitor and a minimal dashboard agent among its processes, while GCS, the raylet, its agents and
+    the log monitor run, and a task's output still reaches the console."""
     env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(

@@ -81,9 +81,10 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
     The embedded instance is private and lean: loopback only (see the module docstring), no dashboard, no task
-    events (:data:`EMBEDDED_SYSTEM_CONFIG`), and no autoscaler monitor (:func:`~.ray_private.single_node_head`: they cost ~1 s of ``ray.init`` and ~1 s of
-    ``ray.shutdown`` on 2 cores, ``benchmarks/results/time_to_results.md``). For Ray's dashboard, start Ray
-    yourself (``ray start --head``) and pass its address.
+    events (:data:`EMBEDDED_SYSTEM_CONFIG`), and no autoscaler monitor (:func:`~.ray_private.single_node_head`:
+    they cost ~1 s of ``ray.init`` and ~1 s of ``ray.shutdown`` on 2 cores,
+    ``benchmarks/results/time_to_results.md``). For Ray's dashboard, start Ray yourself (``ray start --head``)
+    and pass its address.
     """
     if ray.is_initialized():
         return False
