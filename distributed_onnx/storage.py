@@ -315,11 +315,20 @@ def write_bytes(location: Location, payload: bytes) -> int:
 def write_parquet(location: Location, table: pa.Table, **options: Any) -> int:
     """Write ``table`` as Parquet atomically and durably; returns the file's size in bytes.
 
-    ``options`` go to ``pyarrow.parquet.ParquetWriter`` (as ``pyarrow.parquet.write_table`` passes them: the
-    same file). Locally the file is written, fsynced, then renamed into place, so a crash leaves either the whole
-    file under its final name or nothing there.
+    ``options`` go to ``pyarrow.parquet.write_table``. Locally the file is written, fsynced, then renamed into
+    place, so a crash leaves either the whole file under its final name or nothing there.
     """
-    return write_parquet_tables(location, table.schema, [table], **options)
+    path = local_path(location)
+    if path is not None:
+        with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
+            pq.write_table(table, handle, **options)
+            handle.flush()
+            os.fsync(handle.fileno())
+            return handle.tell()
+    # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    return write_bytes(location, sink.getvalue().to_pybytes())
 
 
 def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable[pa.Table], **options: Any) -> int:
@@ -339,7 +348,6 @@ def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable
             handle.flush()
             os.fsync(handle.fileno())
             return handle.tell()
-    # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, **options) as writer:
         for table in tables:
