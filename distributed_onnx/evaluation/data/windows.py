@@ -247,6 +247,10 @@ def _candidate_counts(arrays: SeriesArrays, spec: WindowSpec, lo: int, hi: int) 
     start = arrays.start_us[lo:hi]
     first = -(-(spec.start_us - start) // arrays.step_us)  # ceil: first grid step >= start
     last = (spec.end_us - start) // arrays.step_us
+    # Only origins 1..n can be windows (_plan_chunk keeps no other): a range far wider than the data (0001 to
+    # 9999) is clipped to them here, on the stride's grid, instead of listing every step of the range.
+    first = first + spec.stride * np.maximum(-(-(1 - first) // spec.stride), 0)
+    last = np.minimum(last, n)
     return first, np.maximum((last - first) // spec.stride + 1, 0)
 
 
