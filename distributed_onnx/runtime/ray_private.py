@@ -254,19 +254,19 @@ def single_node_head() -> Iterator[None]:
     up). The functions are replaced for the block only (other threads of the process see them replaced meanwhile;
     two blocks at once wait for each other), so a later ``ray.init`` of the process starts Ray's usual head.
     """
-    stand_ins = {HEAD_API_SERVER: _skipped, HEAD_MONITOR: _skipped, DASHBOARD_PACKAGES_CHECK: _no_dashboard}
     with _HEAD_PATCH:
         replaced = []
         for name in SINGLE_NODE_SKIPS:
             path, _, attribute = name.attribute.rpartition(".")
             owner = _lookup(name.owner(), path) if path else name.owner()
-            replaced.append((owner, attribute, owner.__dict__[attribute]))
+            stand_in = _no_dashboard if name is DASHBOARD_PACKAGES_CHECK else _skipped
+            replaced.append((owner, attribute, owner.__dict__[attribute], stand_in))
         try:
-            for (owner, attribute, _), name in zip(replaced, SINGLE_NODE_SKIPS, strict=True):
-                setattr(owner, attribute, stand_ins[name])
+            for owner, attribute, _, stand_in in replaced:
+                setattr(owner, attribute, stand_in)
             yield
         finally:
-            for owner, attribute, original in replaced:
+            for owner, attribute, original, _ in replaced:
                 setattr(owner, attribute, original)
 
 
