@@ -318,17 +318,7 @@ def write_parquet(location: Location, table: pa.Table, **options: Any) -> int:
     ``options`` go to ``pyarrow.parquet.write_table``. Locally the file is written, fsynced, then renamed into
     place, so a crash leaves either the whole file under its final name or nothing there.
     """
-    path = local_path(location)
-    if path is not None:
-        with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
-            pq.write_table(table, handle, **options)
-            handle.flush()
-            os.fsync(handle.fileno())
-            return handle.tell()
-    # Serialize in memory first: a stream that failed half-way must not be closed into a published object.
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **options)
-    return write_bytes(location, sink.getvalue().to_pybytes())
+    return _write_encoded(location, lambda out: pq.write_table(table, out, **options))
 
 
 def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable[pa.Table], **options: Any) -> int:
@@ -339,19 +329,30 @@ def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable
     values and schema; its row groups end where each table ends). ``options`` go to ``pyarrow.parquet.ParquetWriter``.
     A URL gets the encoded file in memory first (compressed: a fraction of the tables), then one upload.
     """
+
+    def encode(out: Any) -> None:
+        with pq.ParquetWriter(out, schema, **options) as writer:
+            for table in tables:
+                writer.write_table(table)
+
+    return _write_encoded(location, encode)
+
+
+def _write_encoded(location: Location, encode: Callable[[Any], None]) -> int:
+    """Run ``encode`` (it writes one whole file to the stream it is given) into ``location`` atomically.
+
+    Locally into a temporary file, fsynced, then renamed into place; a URL gets the file serialized in memory
+    first, because a stream that failed half-way must not be closed into a published object. Returns the size.
+    """
     path = local_path(location)
     if path is not None:
         with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
-            with pq.ParquetWriter(handle, schema, **options) as writer:
-                for table in tables:
-                    writer.write_table(table)
+            encode(handle)
             handle.flush()
             os.fsync(handle.fileno())
             return handle.tell()
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, **options) as writer:
-        for table in tables:
-            writer.write_table(table)
+    encode(sink)
     return write_bytes(location, sink.getvalue().to_pybytes())
 
 
