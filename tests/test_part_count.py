@@ -33,7 +33,7 @@ def _parts(windows: int, actors: int | None, rows_per_batch: int = 256) -> list[
 
 
 @pytest.mark.parametrize(
-    ("windows", "actors", "low", "high"), [(150_000, 2, 30, 40), (10_000_000, 64, 8, 16), (10_000_000, 1000, 8, 12)]
+    ("windows", "actors", "low", "high"), [(150_000, 2, 10, 16), (10_000_000, 64, 8, 16), (10_000_000, 1000, 8, 12)]
 )
 def test_the_default_gives_every_actor_several_parts(windows: int, actors: int, low: int, high: int) -> None:
     parts = _parts(windows, actors)

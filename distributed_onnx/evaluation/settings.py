@@ -127,7 +127,8 @@ class BacktestSettings(CommandSettings):
     windows_per_part: int | None = Field(
         default=None,
         gt=0,
-        description="Windows per unit of work and Parquet part (default: about 64 parts of 1-64 batches each).",
+        description="Windows per unit of work and Parquet part (default: 8 parts per actor, 16 to 8,192 parts of 1-64 "
+        "batches each).",
     )
     part_timeout_s: float | None = Field(
         default=None,

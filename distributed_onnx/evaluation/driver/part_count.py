@@ -32,6 +32,7 @@ __all__ = [
     "MAX_PARTS",
     "MIN_PARTS",
     "PARTS_PER_ACTOR",
+    "UNKNOWN_ACTORS_PARTS",
     "default_windows_per_part",
     "planning_actors",
     "dispatch_order",
@@ -41,8 +42,12 @@ __all__ = [
 
 #: Parts per actor at the default: the ramp and the tail are a small share of each actor's work.
 PARTS_PER_ACTOR = 8
-#: The fewest parts of a default plan (and the plan of a run whose actors are not known: about 64 parts).
-MIN_PARTS = 64
+#: The fewest parts of a default plan for known actors: a run on one or two actors keeps a grain for resume and
+#: progress (each part is also a cost of the driver's: a call, a receipt, a sums file to verify and merge).
+MIN_PARTS = 16
+#: The parts of a plan whose actors are not known (``--address`` without ``--actors``), and of every default plan
+#: before the default followed the actors: a run directory planned then resumes with them.
+UNKNOWN_ACTORS_PARTS = 64
 #: The most parts of a default plan: the driver's per-part cost stays small (``docs/driver.md``).
 MAX_PARTS = 8192
 MAX_BATCHES_PER_PART = 64
@@ -57,10 +62,10 @@ def default_windows_per_part(
 ) -> int:
     """The part size of the default plan: ``PARTS_PER_ACTOR`` parts per actor, within the bounds above.
 
-    ``actors`` None (not known when planning) plans :data:`MIN_PARTS` parts, as every run did before the
-    default followed the actors. A pure function of its arguments, so the same settings plan the same parts.
+    ``actors`` None (not known when planning) plans :data:`UNKNOWN_ACTORS_PARTS` parts, as every run did before
+    the default followed the actors. A pure function of its arguments, so the same settings plan the same parts.
     """
-    target = MIN_PARTS if actors is None else min(max(actors * PARTS_PER_ACTOR, MIN_PARTS), MAX_PARTS)
+    target = UNKNOWN_ACTORS_PARTS if actors is None else min(max(actors * PARTS_PER_ACTOR, MIN_PARTS), MAX_PARTS)
     wanted = -(-max(planned, 1) // target)
     fewest = GPU_MIN_BATCHES_PER_PART if gpu_actors and actors is not None else 1
     batches_per_part = min(max(-(-wanted // rows_per_batch), fewest, 1), MAX_BATCHES_PER_PART)

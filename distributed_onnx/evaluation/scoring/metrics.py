@@ -26,7 +26,9 @@ a batch are computed and reduced in :mod:`.losses`; the table of metrics is buil
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -59,6 +61,41 @@ F64 = npt.NDArray[np.float64]
 _FIELDS = SUMS
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What an accumulator's quantile levels fix: the intervals scored, the loss layout, and where each field's
+    columns lie in the packed sums (:data:`_FIELDS` side by side, ``rho`` one column per level, ``hits`` one per
+    central interval)."""
+
+    quantiles: tuple[float, ...]
+    intervals: tuple[tuple[float, float], ...]
+    levels: Levels
+    columns: dict[str, int | slice]  # shared by every accumulator of these levels: read, never written
+    width: int
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_of(quantiles: tuple[float, ...]) -> _Shape:
+    """The shape of the accumulators of ``quantiles``, built once per set of levels: the driver rebuilds three
+    accumulators per model from every part's sums file, and building the layout each time was most of its merge."""
+    quantiles = validate_quantiles(quantiles)
+    intervals = tuple(central_intervals(quantiles))
+    median = next((i for i, q in enumerate(quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
+    lower = np.asarray([quantiles.index(lo) for lo, _ in intervals], dtype=np.intp)
+    upper = np.asarray([quantiles.index(hi) for _, hi in intervals], dtype=np.intp)
+    widths = {"rho": len(quantiles), "hits": len(intervals)}
+    columns: dict[str, int | slice] = {}
+    start = 0
+    for name in _FIELDS:
+        width = widths.get(name, 1)
+        columns[name] = slice(start, start + width) if name in widths else start
+        start += width
+    levels = Levels(np.asarray(quantiles), lower, upper, median)
+    for array in (levels.levels, lower, upper):  # shared by every accumulator of these levels: never written
+        array.flags.writeable = False
+    return _Shape(quantiles, intervals, levels, columns, start)
+
+
 class MetricsAccumulator:
     """Accumulates forecast metrics batch by batch; ``merge`` adds another accumulator's sums.
 
@@ -68,29 +105,16 @@ class MetricsAccumulator:
     """
 
     def __init__(self, quantiles: Sequence[float], horizon: int) -> None:
-        self.quantiles = validate_quantiles(quantiles)
+        shape = _shape_of(tuple(float(q) for q in quantiles))
         if horizon < 1:
             raise ConfigError(f"horizon must be at least 1 step; got {horizon}.", key="horizon")
         self.horizon = int(horizon)
-        self.intervals = central_intervals(self.quantiles)
-        self._levels = np.asarray(self.quantiles)
-        self._median = next((i for i, q in enumerate(self.quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
-        self._lower = np.asarray([self.quantiles.index(lo) for lo, _ in self.intervals], dtype=np.intp)
-        self._upper = np.asarray([self.quantiles.index(hi) for _, hi in self.intervals], dtype=np.intp)
-        self._layout = Levels(self._levels, self._lower, self._upper, self._median)
+        self.quantiles, self.intervals = shape.quantiles, list(shape.intervals)
+        self._median, self._layout = shape.levels.median, shape.levels
         self._series_index: dict[str, int] = {}
-        # Every field of a scope side by side in one matrix (the columns of :data:`_FIELDS`, ``rho`` and ``hits``
-        # one column per level / interval): a batch adds to each scope with one addition, the leaderboard multiplies
-        # the series' matrix as it is, and it is the state a part's sums file holds.
-        trailing = {"rho": (len(self.quantiles),), "hits": (len(self.intervals),)}
-        self._trailing = {name: trailing.get(name, ()) for name in _FIELDS}
-        self._columns: dict[str, int | slice] = {}
-        start = 0
-        for name in _FIELDS:
-            width = int(np.prod(self._trailing[name], dtype=np.int64))
-            self._columns[name] = slice(start, start + width) if self._trailing[name] else start
-            start += width
-        self._width = start
+        # Every field of a scope side by side in one matrix: a batch adds to each scope with one addition, the
+        # leaderboard multiplies the series' matrix as it is, and it is the state a part's sums file holds.
+        self._columns, self._width = shape.columns, shape.width
         self._buffer = np.zeros((0, self._width))  # the per-series sums' rows and room to grow (see _grow)
         self._series_sums = self._buffer[:0]
         self._lead_sums = np.zeros((self.horizon, self._width))
