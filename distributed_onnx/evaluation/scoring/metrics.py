@@ -77,7 +77,8 @@ class _Shape:
 @functools.lru_cache(maxsize=64)
 def _shape_of(quantiles: tuple[float, ...]) -> _Shape:
     """The shape of the accumulators of ``quantiles``, built once per set of levels: the driver rebuilds three
-    accumulators per model from every part's sums file, and building the layout each time was most of its merge."""
+    accumulators per model from every part's sums file, and building the layout each time was a large share of its
+    merge (benchmarks/results/driver_cost.md, set 5)."""
     quantiles = validate_quantiles(quantiles)
     intervals = tuple(central_intervals(quantiles))
     median = next((i for i, q in enumerate(quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
