@@ -62,9 +62,9 @@ class GroupedWindows:
 def series_groups(data: storage.Location, column: str, series_ids: Sequence[str]) -> list[str]:
     """Each series' value of the per-series ``column`` (as text), in the run's series order.
 
-    A series with two values, or none (null), is refused with one line naming it.
+    A series with two values, or none (null or NaN), is refused with one line naming it (or the rows).
     """
-    from distributed_onnx.evaluation.data.table import read_table
+    from distributed_onnx.evaluation.data.table import read_table, rows_error
 
     table = read_table(data)
     if column not in table.column_names:
@@ -72,15 +72,18 @@ def series_groups(data: storage.Location, column: str, series_ids: Sequence[str]
             f"{data}: --group-by column {column!r} is not a column of the data; it has {table.column_names}.",
             path=str(data),
         )
-    pairs = pa.table(
-        {"series_id": pc.cast(table["series_id"], pa.string()), "value": pc.cast(table[column], pa.string())}
-    )
-    if pairs["value"].null_count:
-        row = int(np.flatnonzero(np.asarray(pc.is_null(pairs["value"]).to_numpy(zero_copy_only=False)))[0])
-        raise DataError(
-            f"{data}: --group-by column {column!r} is null at row {row}; give every row its series' group.",
-            path=str(data),
+    keys = table[column]
+    # NaN is no group (it would become one group "nan" of unrelated series): refused like null.
+    missing = pc.is_null(keys, nan_is_null=pa.types.is_floating(keys.type))
+    if pc.any(missing).as_py():
+        rows = np.flatnonzero(np.asarray(missing.to_numpy(zero_copy_only=False)))
+        raise rows_error(
+            str(data),
+            f"--group-by column {column!r} is null or NaN at rows",
+            rows,
+            "; give every row its series' group.",
         )
+    pairs = pa.table({"series_id": pc.cast(table["series_id"], pa.string()), "value": pc.cast(keys, pa.string())})
     distinct = pairs.group_by(["series_id", "value"]).aggregate([])
     ids, values = distinct["series_id"].to_pylist(), distinct["value"].to_pylist()
     found: dict[str, str] = {}

@@ -14,6 +14,7 @@ from typing import ClassVar
 from pydantic import Field, ValidationInfo, field_validator
 
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
+from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
@@ -64,6 +65,12 @@ class BacktestSettings(CommandSettings):
     quantiles: QuantileLevels = Field(
         default=None, examples=["0.1,0.5,0.9"], description="Quantile levels (default: the checkpoint's native ones)."
     )
+    clamp_quantiles: bool = Field(
+        default=False,
+        description="Accept quantile levels outside a checkpoint's native range, each forecast as the nearest "
+        "native level (its interval is narrower than its name says; noted in summary.json and the report). "
+        "Without it such levels are refused.",
+    )
     covariates: list[str] = Field(
         default_factory=list,
         examples=["temp,price"],
@@ -84,8 +91,9 @@ class BacktestSettings(CommandSettings):
     covariate_latency: int = Field(
         default=0,
         ge=0,
+        le=MAX_LATENCY_MINUTES,  # 100 years: cutoff - latency never leaves int64 microseconds
         description="Minutes between a cutoff and the latest vintage a window may read (available_at <= cutoff "
-        "- latency).",
+        "- latency); at most 100 years.",
     )
     compare_realized: bool = Field(
         default=False,

@@ -150,6 +150,13 @@ class SeriesTable:
             return int(self.series.offsets[-1])
         return sum(series.n_points for series in self.series)
 
+    @property
+    def start_us(self) -> np.ndarray:
+        """Each series' first instant (int64 [S], series order): its grid is ``start_us + k * step``."""
+        if isinstance(self.series, FlatSeries):
+            return np.asarray(self.series.start_us, dtype=np.int64)
+        return np.asarray([series.start_us for series in self.series], dtype=np.int64)
+
     def index_of(self) -> dict[str, int]:
         return {series_id: i for i, series_id in enumerate(self.series_ids)}
 

@@ -64,6 +64,8 @@ TOTAL_GRID_SLACK_POINTS = 10_000_000
 #: Timestamps must lie in years 1-9999 (0001-01-01T00:00:00 .. 9999-12-31T23:59:59.999999, UTC microseconds).
 MIN_TIMESTAMP_US = -62_135_596_800_000_000
 MAX_TIMESTAMP_US = 253_402_300_799_999_999
+#: The largest magnitude a value may have: the models read float32, where a larger one becomes infinite.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 _US_PER_MINUTE = 60_000_000
 _MAX_ROWS_IN_MESSAGE = 5
 #: Microseconds per unit of an Arrow timestamp type (``ns`` is handled apart: it may not divide evenly).
@@ -100,9 +102,13 @@ def load_series(
     path: storage.Location,
     resolution_minutes: int,
     covariates: Sequence[str] = (),
+    also_read: Sequence[str] = (),
 ) -> SeriesTable:
-    """Read ``path`` and lay it out as dense series on a ``resolution_minutes`` grid."""
-    return series_from_table(read_table(path), resolution_minutes, covariates, source=str(path))
+    """Read ``path`` and lay it out as dense series on a ``resolution_minutes`` grid (``also_read``: columns
+    the run reads elsewhere, such as ``--group-by``'s, not warned about as ignored)."""
+    table = read_table(path)
+    check_columns(table.column_names, covariates, str(path), also_read)
+    return validate_table(table, resolution_minutes, covariates, source=str(path), check_names=False).table
 
 
 def series_from_table(
@@ -125,14 +131,16 @@ class Validated:
     rows_per_series: np.ndarray  # int64 [S]: rows of each series, in series order
 
 
-def check_columns(column_names: Sequence[str], covariates: Sequence[str], source: str) -> None:
-    """Refuse missing required or declared columns; warn about undeclared extra columns."""
+def check_columns(
+    column_names: Sequence[str], covariates: Sequence[str], source: str, also_read: Sequence[str] = ()
+) -> None:
+    """Refuse missing required or declared columns; warn about undeclared extra columns (not ``also_read``)."""
     missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in column_names]
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
         raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.", path=source)
-    extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates)]
+    extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
     if extra:
         logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
 
@@ -413,6 +421,14 @@ def float_column(table: pa.Table, name: str, source: str) -> np.ndarray:
     if np.isinf(array).any():
         rows = np.flatnonzero(np.isinf(array))
         raise DataError(f"{source}: column {name!r} has infinite values at rows {rows_text(rows)}.", path=source)
+    beyond = np.abs(array) > FLOAT32_MAX  # NaN compares False: missing stays missing
+    if beyond.any():
+        rows = np.flatnonzero(beyond)
+        after = (
+            f" (e.g. {float(array[rows[0]]):.6g}): the model reads float32, which holds at most {FLOAT32_MAX:.6g}. "
+            "Rescale the column."
+        )
+        raise rows_error(source, f"column {name!r} has values beyond float32's range at rows", rows, after)
     return array
 
 

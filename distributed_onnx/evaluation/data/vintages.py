@@ -15,6 +15,7 @@ left of it is the latest vintage issued by then, if it belongs to the query's gr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +34,11 @@ SERIES_ID = "series_id"
 REALIZED_SUFFIX = "@realized"
 #: Returned in ``available_us`` where no vintage was found.
 NOT_FOUND = np.iinfo(np.int64).min
+#: The largest ``--covariate-latency``, in minutes (100 years): ``cutoff - latency`` stays far inside int64
+#: microseconds for every timestamp the data may hold (years 1-9999).
+MAX_LATENCY_MINUTES = 100 * 525_960
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ class CovariateVintages:
         if realized:
             rank = np.full(n_windows, n_ranks - 1, dtype=np.int64)
         else:
-            limit = np.asarray(cutoff_us, dtype=np.int64) - self.latency_us
+            limit = _minus(np.asarray(cutoff_us, dtype=np.int64), self.latency_us)
             rank = np.searchsorted(self.ranks, limit, side="right").astype(np.int64) - 1  # -1: nothing issued yet
         query = group * n_ranks + rank[:, None]
         position = np.searchsorted(column.keys, query.ravel(), side="right").reshape(query.shape) - 1
@@ -127,21 +133,35 @@ class CovariateVintages:
         return int(sum(c.keys.nbytes + c.values.nbytes + c.available_us.nbytes for c in self.columns.values()))
 
 
+def _minus(instants_us: np.ndarray, latency_us: int) -> np.ndarray:
+    """``instants - latency``, saturating at int64's minimum (before every issue time) instead of wrapping
+    around to a late instant: a wrapped limit would let a window read vintages issued after its cutoff."""
+    if latency_us < 0:
+        raise ValueError(f"latency must be >= 0, got {latency_us}")
+    floor = int(np.iinfo(np.int64).min)
+    if latency_us > int(np.iinfo(np.int64).max):
+        return np.full(instants_us.shape, floor, dtype=np.int64)
+    safe = instants_us >= floor + latency_us
+    return np.where(safe, instants_us - np.where(safe, latency_us, 0), floor)
+
+
 def read_vintages(
     path: storage.Location,
     names: Sequence[str],
     step_us: int,
     series_ids: Sequence[str],
     latency_us: int = 0,
+    series_start_us: np.ndarray | None = None,
 ) -> CovariateVintages:
     """Read and index the vintage table: the covariates of ``names`` it holds (others stay the input table's).
 
-    Errors name the file and the rows: a missing ``timestamp`` or ``available_at`` column, empty or off-grid
-    timestamps, non-numeric or infinite values, two values for one (series, timestamp, available_at).
+    Errors name the file and the rows: a missing ``timestamp`` or ``available_at`` column, no rows, empty or
+    off-grid timestamps, non-numeric, infinite or beyond-float32 values, two values for one (series, timestamp,
+    available_at), series ids none of which is a series of the run.
     """
     source = storage.redact(path)
     table = read_table(path)
-    return index_vintages(table, names, step_us, series_ids, latency_us, source)
+    return index_vintages(table, names, step_us, series_ids, latency_us, source, series_start_us=series_start_us)
 
 
 def index_vintages(
@@ -151,8 +171,16 @@ def index_vintages(
     series_ids: Sequence[str],
     latency_us: int = 0,
     source: str = "covariate data",
+    *,
+    series_start_us: np.ndarray | None = None,
 ) -> CovariateVintages:
-    """:func:`read_vintages` on a table in memory (the Python API passes one)."""
+    """:func:`read_vintages` on a table in memory (the Python API passes one).
+
+    ``series_start_us`` (each run series' first instant, in ``series_ids`` order) puts the timestamps on the
+    data's grid: a vintage 15 minutes off it would otherwise be read for the step it floors to. Without it the
+    timestamps need only share one grid among themselves.
+    """
+    check_latency_us(latency_us, source)
     for required in (TIMESTAMP, AVAILABLE_AT):
         if required not in table.column_names:
             raise DataError(
@@ -167,33 +195,27 @@ def index_vintages(
             f"(columns: {table.column_names})",
             path=source,
         )
+    if table.num_rows == 0:
+        raise DataError(
+            f"{source}: the covariate data has no rows; give at least one vintage or drop --covariate-data",
+            path=source,
+        )
     stamps = timestamps_us(table[TIMESTAMP], source)
     issued = timestamps_us(table[AVAILABLE_AT], source)
-    first_us = int(stamps.min()) if stamps.size else 0
-    off_grid = (stamps - first_us) % step_us != 0
-    if off_grid.any():
-        rows = np.flatnonzero(off_grid)
-        raise rows_error(source, f"timestamps off the checkpoint's {step_us // 60_000_000}-minute grid at rows", rows)
-    steps = (stamps - first_us) // step_us
-    n_steps = int(steps.max()) + 1 if steps.size else 1
     per_series = SERIES_ID in table.column_names
     codes: dict[str, int] = {}
     if per_series:
-        ids = pc.cast(table[SERIES_ID], pa.string())
-        if ids.null_count:
-            rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
-            raise DataError(f"{source}: empty series ids at rows {rows_text(rows)}", path=source)
+        keys = _series_keys(table[SERIES_ID], series_ids, source)
         codes = {series_id: index for index, series_id in enumerate(series_ids)}
-        encoded = pc.dictionary_encode(ids).combine_chunks()
-        lookup = np.asarray([codes.get(one, -1) for one in encoded.dictionary.to_pylist()], dtype=np.int64)
-        keys = lookup[encoded.indices.to_numpy(zero_copy_only=False)] if len(encoded) else np.empty(0, np.int64)
         n_keys = max(len(series_ids), 1)
     else:
         keys = np.zeros(stamps.size, dtype=np.int64)
         n_keys = 1
+    _check_grid(stamps, keys, per_series, step_us, series_ids, series_start_us, source)
+    first_us = int(stamps.min())
+    steps = (stamps - first_us) // step_us
+    n_steps = int(steps.max()) + 1
     ranks = np.unique(issued)
-    if ranks.size == 0:
-        ranks = np.zeros(1, dtype=np.int64)
     if n_keys * n_steps * ranks.size >= 2**62:
         raise DataError(f"{source}: too many series x timestamps x issue times to index", path=source)
     group = keys * n_steps + steps
@@ -227,6 +249,106 @@ def index_vintages(
         series_codes=codes,
         latency_us=latency_us,
     )
+
+
+def check_latency_us(latency_us: int, source: str = "covariate data") -> None:
+    """Refuse a latency the as-of arithmetic cannot hold (the settings bound it first, in minutes)."""
+    if not 0 <= latency_us <= MAX_LATENCY_MINUTES * 60_000_000:
+        raise DataError(
+            f"{source}: covariate latency {latency_us} us is outside 0..{MAX_LATENCY_MINUTES} minutes "
+            "(100 years); give a smaller --covariate-latency",
+            path=source,
+        )
+
+
+def _series_keys(column: pa.ChunkedArray, series_ids: Sequence[str], source: str) -> np.ndarray:
+    """Each row's series key (-1: a series not in the run). None matching is an error naming ids of both
+    sides; some run series without a vintage is a warning."""
+    ids = pc.cast(column, pa.string())
+    if ids.null_count:
+        rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))
+        raise DataError(f"{source}: empty series ids at rows {rows_text(rows)}", path=source)
+    codes = {series_id: index for index, series_id in enumerate(series_ids)}
+    encoded = pc.dictionary_encode(ids).combine_chunks()
+    distinct = encoded.dictionary.to_pylist()
+    lookup = np.asarray([codes.get(one, -1) for one in distinct], dtype=np.int64)
+    keys = lookup[encoded.indices.to_numpy(zero_copy_only=False)]
+    if series_ids and not (lookup >= 0).any():
+        raise DataError(
+            f"{source}: none of its series_id values ({_some(distinct)}, column type {column.type}) is a series "
+            f"of the data ({_some(series_ids)}, read as text): every vintaged covariate would be missing. Write "
+            "the ids exactly as the data does (integers and text of other digits never match), or drop series_id "
+            "so the vintages hold for every series",
+            path=source,
+        )
+    without = sorted(set(series_ids) - set(distinct))
+    if without:
+        logger.warning(
+            "%s: %d of %d series have no vintages (%s): their vintaged covariates are missing at every step",
+            source,
+            len(without),
+            len(series_ids),
+            _some(without),
+        )
+    return keys
+
+
+def _some(ids: Sequence[str], shown: int = 3) -> str:
+    """``'a', 'b', 'c' and 7 more``: a few ids for a message."""
+    listed = ", ".join(repr(one) for one in list(ids)[:shown])
+    return listed + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _check_grid(
+    stamps: np.ndarray,
+    keys: np.ndarray,
+    per_series: bool,
+    step_us: int,
+    series_ids: Sequence[str],
+    series_start_us: np.ndarray | None,
+    source: str,
+) -> None:
+    """Every timestamp on the grid of the series it is read for (see :func:`index_vintages`)."""
+    minutes = step_us // 60_000_000
+    if series_start_us is None or not len(series_ids):
+        off_grid = (stamps - stamps.min()) % step_us != 0
+        if off_grid.any():
+            rows = np.flatnonzero(off_grid)
+            raise rows_error(source, f"timestamps off the checkpoint's {minutes}-minute grid at rows", rows)
+        return
+    starts = np.asarray(series_start_us, dtype=np.int64)
+    if per_series:
+        known = keys >= 0
+        anchor = np.where(known, starts[np.where(known, keys, 0)], stamps)  # rows of other series are not read
+        off_grid = (stamps - anchor) % step_us != 0
+        if off_grid.any():
+            rows = np.flatnonzero(off_grid)
+            example = f"{_iso(int(stamps[rows[0]]))} for series {series_ids[int(keys[rows[0]])]!r}"
+            grid = f"its series starting {_iso(int(starts[int(keys[rows[0]])]))}"
+            after = f" (e.g. {example}, whose grid runs from {grid}): align them with the data's timestamps."
+            raise rows_error(source, f"timestamps off the data's {minutes}-minute grid at rows", rows, after)
+        return
+    phases = starts % step_us
+    if (phases != phases[0]).any():
+        other = int(np.flatnonzero(phases != phases[0])[0])
+        raise DataError(
+            f"{source}: the covariate data has no series_id, so its values hold for every series, but the data's "
+            f"series lie on different {minutes}-minute grids ({series_ids[0]!r} starts {_iso(int(starts[0]))}, "
+            f"{series_ids[other]!r} {_iso(int(starts[other]))}): add a series_id column",
+            path=source,
+        )
+    off_grid = (stamps - starts[0]) % step_us != 0
+    if off_grid.any():
+        rows = np.flatnonzero(off_grid)
+        after = (
+            f" (e.g. {_iso(int(stamps[rows[0]]))}; the data's grid runs from {_iso(int(starts[0]))}): align them "
+            "with the data's timestamps."
+        )
+        raise rows_error(source, f"timestamps off the data's {minutes}-minute grid at rows", rows, after)
+
+
+def _iso(timestamp_us: int) -> str:
+    return str(np.datetime64(timestamp_us, "us")) + "Z"
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
             key="providers",
         )
     quantiles = settings.quantiles or list(metadata.native_quantiles)
+    _check_clamping(checkpoints, quantiles, settings.clamp_quantiles)
     seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
     n_windows = settings.n_windows
     if n_windows is None and settings.start is None and settings.end is None:
@@ -306,6 +307,24 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
     return horizon, settings.context_length or min(contexts.values()), notes
 
 
+def _check_clamping(checkpoints: list[ResolvedCheckpoint], quantiles: list[float], allowed: bool) -> None:
+    """Refuse levels outside a checkpoint's native range unless ``--clamp-quantiles``: a clamped level comes back
+    under its own name holding the nearest native level's values, a silent wrong number for whoever reads it."""
+    if allowed:
+        return
+    for each in checkpoints:
+        native = each.metadata.native_quantiles
+        clamped = clamped_levels(quantiles, native)
+        if clamped:
+            levels = ", ".join(f"{level.requested:g}" for level in clamped)
+            raise ConfigError(
+                f"quantile level(s) {levels} lie outside {each.name}'s native range {native[0]:g}..{native[-1]:g}: "
+                "the graph forecasts nothing there. Request levels inside it, or give --clamp-quantiles to "
+                "forecast each as the nearest native level (its interval is then narrower than its name says)",
+                key="quantiles",
+            )
+
+
 def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> None:
     metadata = checkpoint.metadata
     if covariates and not adapter_for(metadata).supports_covariates:
@@ -326,7 +345,9 @@ def _vintages(
     if settings.covariate_data is None:
         return None
     step_us, latency_us = resolution_minutes * 60_000_000, settings.covariate_latency * 60_000_000
-    vintages = read_vintages(settings.covariate_data, names, step_us, table.series_ids, latency_us)
+    vintages = read_vintages(
+        settings.covariate_data, names, step_us, table.series_ids, latency_us, series_start_us=table.start_us
+    )
     return VintagedCovariates(tuple(settings.covariate_columns), vintages)
 
 
@@ -358,7 +379,8 @@ def _load(
     if scanned is not None:
         table, windows = scanned.table, scanned.windows
     else:
-        table = load_series(settings.data, resolution_minutes, columns)
+        also_read = [settings.group_by] if settings.group_by is not None else []
+        table = load_series(settings.data, resolution_minutes, columns, also_read)
         windows = plan_windows(table.series, spec)
     roles = covariate_roles(settings, vintaged)
     grouping = None
