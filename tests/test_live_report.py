@@ -223,8 +223,9 @@ def test_the_leaderboard_interval_of_series_without_scored_pairs_is_nan_without_
     assert rows and all(np.isnan(row["ci_low"]) and np.isnan(row["ci_high"]) for row in rows)
 
 
-def _scores(models: list[str], horizon: int, seed: int, shift: float = 0.0) -> PairScores:
-    """Four series, three windows each, a forecast near the actual (``shift`` added to ``m``'s)."""
+def _scores(models: list[str], horizon: int, seed: int, shift: float = 0.0, spacing: int = 1) -> PairScores:
+    """Four series, three windows each ``spacing`` hours apart, a forecast near the actual (``shift`` added to
+    ``m``'s)."""
     rng = np.random.default_rng(seed)
     scores = PairScores([*models, *BASELINES], [0.1, 0.5, 0.9], horizon)
     n = 12
@@ -233,7 +234,7 @@ def _scores(models: list[str], horizon: int, seed: int, shift: float = 0.0) -> P
                  scores.models}  # fmt: skip
     forecasts["m"] = forecasts["m"] + shift
     series = np.repeat(np.asarray(["a", "b", "c", "d"]), 3)
-    origins = np.tile(np.arange(3, dtype=np.int64) * 3_600_000_000, 4)
+    origins = np.tile(np.arange(3, dtype=np.int64) * spacing * 3_600_000_000, 4)
     scores.update(series, origins, np.asarray([f"w{i}" for i in range(n)]), actual, forecasts, np.full(n, 5.0))
     return scores
 
@@ -241,8 +242,10 @@ def _scores(models: list[str], horizon: int, seed: int, shift: float = 0.0) -> P
 def test_live_against_backtest_merges_a_models_groups_and_names_what_it_leaves_out() -> None:
     """``m`` scored alone (group ``m``) and with a shadow (``m,s``) at the backtest's horizon 3, and once at
     horizon 5: its live numbers are both horizon-3 groups merged, the horizon-5 pairs a warning; ``s``, never
-    backtested, a warning; the flag compares with the backtest's interval (shifted live ``m``: outside)."""
-    backtest_scores = _scores(["m"], 3, seed=1)
+    backtested, a warning; the flag compares with the backtest's interval (shifted live ``m``: outside). Four series
+    are too few to resample, so the backtest's interval resamples its window origins: three a horizon apart (three
+    overlapping ones would be fewer than two blocks: no interval, issue 40)."""
+    backtest_scores = _scores(["m"], 3, seed=1, spacing=3)
     backtest = BacktestRun(
         "bt", ("m",), 3, (0.1, 0.5, 0.9), backtest_scores.to_table(), leaderboard(backtest_scores, 3_600_000_000), 4
     )
@@ -262,3 +265,4 @@ def test_live_against_backtest_merges_a_models_groups_and_names_what_it_leaves_o
     shifted = {key: _scores(list(key[0]), 3, seed=2, shift=30.0) for key in list(merged)[:1]}
     flagged = compare(shifted, backtest, ["m"])
     assert flagged.flagged == {"m": ["mase", "wql"]}
+    assert flagged.backtest_resampling == "origin_blocks" and flagged.record()["backtest_resampling"] == "origin_blocks"

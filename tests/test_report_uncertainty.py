@@ -22,11 +22,15 @@ def test_one_series_gets_origin_block_intervals_of_nonzero_width_and_says_so() -
     assert sure.resampling == "origin_blocks" and "moving-block bootstrap over the 40 window origins" in sure.label
     metric = board.filter((pc.field("kind") == "metric") & (pc.field("metric") == "mase")).to_pylist()
     for row in metric:
-        assert row["ci_low"] == row["ci_high"]  # the series bootstrap of one series: no width (kept as it is)
         low, high = sure.intervals[(row["model"], "mase")]
         assert low < row["value"] < high  # origin blocks: a real interval around the same point
+        # leaderboard.parquet holds the same interval, and says where it comes from (issue 40, defect 8)
+        assert (row["ci_low"], row["ci_high"], row["resampling"]) == (low, high, "origin_blocks")
     low, high = sure.skill_intervals[("good", "mase")]
     assert high - low > 0
+    skill = board.filter((pc.field("kind") == "skill") & (pc.field("model") == "good") & (pc.field("metric") == "mase")
+                         & (pc.field("versus") == "seasonal_naive")).to_pylist()  # fmt: skip
+    assert [(row["ci_low"], row["ci_high"], row["resampling"]) for row in skill] == [(low, high, "origin_blocks")]
     assert sure.verdict is not None and sure.verdict["best"] == "good" and sure.verdict["next"] == "bad"
     assert sure.verdict["margin_low"] > 0
 
@@ -83,3 +87,35 @@ def test_identical_forecasts_are_named_and_the_verdict_leads_the_page(tmp_path: 
 def test_block_weights_draw_whole_blocks_of_every_resample() -> None:
     weights = block_weights(10, 3, 50)
     assert weights.shape == (50, 10) and np.all(weights.sum(axis=1) == 10)
+
+
+def test_block_weights_drawn_in_chunks_are_the_one_draws() -> None:
+    """The resamples are drawn a chunk at a time (memory): the same weights as one draw of every block start."""
+    rng = np.random.default_rng(123)
+    starts = rng.integers(0, 100 - 7 + 1, size=(70, 15))
+    picks = (starts[:, :, None] + np.arange(7)).reshape(70, -1)[:, :100]
+    expected = np.zeros((70, 100))
+    np.add.at(expected, (np.repeat(np.arange(70), 100), picks.ravel()), 1.0)
+    assert np.array_equal(block_weights(100, 7, 70), expected)
+
+
+def test_the_leaderboard_names_its_resampling_on_every_interval() -> None:
+    """Many series: over series; a few series with two blocks of origins or more: origin blocks for the metrics,
+    the series bootstrap for the skills; fewer than two blocks: no interval (NaN), said so (issue 40)."""
+    cases = {(40, 5): ("series", "series"), (3, 12): ("origin_blocks", "series"), (3, 1): ("none", "none")}
+    for (n_series, n_origins), (metric_way, skill_way) in cases.items():
+        board = leaderboard(panel_scores(n_series, n_origins), STEP_US)
+        sure = uncertainty(panel_scores(n_series, n_origins), STEP_US)
+        assert sure.resampling == metric_way
+        metrics = board.filter(pc.field("kind") == "metric").to_pylist()
+        skills = board.filter((pc.field("kind") == "skill") & (pc.field("model") == "good")).to_pylist()
+        assert {row["resampling"] for row in metrics} == {metric_way}
+        assert {row["resampling"] for row in skills} == {skill_way}
+        for row in metrics:
+            if metric_way == "none":
+                assert np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+            else:
+                assert row["ci_low"] < row["ci_high"]
+            if metric_way == "origin_blocks":
+                assert (row["ci_low"], row["ci_high"]) == sure.intervals[(row["model"], row["metric"])]
+        assert set(board.filter(pc.field("kind") == "win_rate")["resampling"].to_pylist()) == {None}

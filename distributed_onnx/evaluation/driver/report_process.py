@@ -104,7 +104,9 @@ def _serve() -> None:
         table = leaderboard(scores, step_us)
         storage.write_parquet(storage.join(output, LEADERBOARD), table)
         summary["timing"]["report_drawn_by"] = "report process"
-        page.write_report(output, summary, run_wide, quantiles, fans, table, series)
+        page.write_report(
+            output, summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us
+        )
         answer: tuple[bool, Any] = (True, (table, time.process_time()))
     except BaseException as exc:  # reported to the driver, which draws the report itself
         answer = (False, f"{type(exc).__name__}: {exc}")

@@ -170,8 +170,8 @@ def _interval_text(uncertainty: Uncertainty | None) -> str:
         else f"the skills' are the leaderboard's, over the {uncertainty.n_series} series"
     )
     return (
-        f"Intervals of the metrics: {uncertainty.label}; {skill}. leaderboard.parquet keeps fev's bootstrap over "
-        "series, which has no width here."
+        f"Intervals of the metrics: {uncertainty.label}; {skill}. leaderboard.parquet holds the same intervals "
+        "(its column resampling names which one each row's comes from)."
     )
 
 

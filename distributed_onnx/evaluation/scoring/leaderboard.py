@@ -14,7 +14,11 @@ pairs. One long table, ``leaderboard.parquet``, with a ``kind`` per row:
 
 Intervals: percentile bootstrap over series, :data:`N_RESAMPLES` resamples drawn as fev draws them
 (``numpy.random.default_rng(SEED).integers``), the same resamples for every model and metric; a resample
-recomputes each pooled metric from the resampled series' sums (exact, no forecast is read).
+recomputes each pooled metric from the resampled series' sums (exact, no forecast is read). Below
+:data:`~.resampling.MIN_SERIES` series a bootstrap over series says little (one series: no width at all), so the
+metrics' intervals come from a moving-block bootstrap over window origins instead (:mod:`.resampling`), and with
+one series the skills' too (1 - the clipped ratio of the resampled metrics); with too few origins for two blocks
+there is no interval (NaN). The ``resampling`` column names which one each row's interval comes from.
 
 Diebold-Mariano: the loss of a window is the model's fev-convention score of that window origin (MASE when
 the median is forecast, else SQL); ``d_t`` is the difference of two models' losses over the origins in time
@@ -50,11 +54,26 @@ from distributed_onnx.evaluation.scoring.registry import (
     primary,
     skill_metrics,
 )
+from distributed_onnx.evaluation.scoring.resampling import (
+    N_RESAMPLES,
+    SEED,
+    OriginBlocks,
+    origin_blocks,
+    overlap_lag,
+    percentile_interval,
+)
 
-__all__ = ["LEADERBOARD_SCHEMA", "N_RESAMPLES", "SEED", "diebold_mariano", "leaderboard", "percentile_interval"]
+__all__ = [
+    "LEADERBOARD_SCHEMA",
+    "N_RESAMPLES",
+    "SEED",
+    "clipped_skill_interval",
+    "diebold_mariano",
+    "leaderboard",
+    "overlap_lag",
+    "percentile_interval",
+]
 
-SEED = 123  # fev's default seed
-N_RESAMPLES = 1000
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
 RESAMPLE_CHUNK = 32
 #: Resamples whose picks are drawn at once (``8 x DRAW_CHUNK x S`` bytes; only the weights are a whole chunk).
@@ -75,6 +94,9 @@ LEADERBOARD_SCHEMA = pa.schema(
         pa.field("n", pa.int64(), nullable=False),
         pa.field("statistic", pa.float64()),
         pa.field("p_value", pa.float64()),
+        # Which resampling gives ci_low / ci_high (:mod:`.resampling`): series, origin_blocks or none (no interval
+        # can be formed: NaN); null on the rows without an interval (win_rate, dm).
+        pa.field("resampling", pa.string()),
     ]
 )
 
@@ -190,20 +212,6 @@ def _with_interval(point: tuple[float, int], resampled: F64) -> tuple[float, flo
     return skill, low, high, n
 
 
-def percentile_interval(resampled: F64) -> tuple[float, float]:
-    """The 95% percentile interval of the resamples that are defined; NaN when none is.
-
-    A resample is undefined (NaN) when every series it drew has no scored pair (or no scale) for the metric;
-    when all are (no series, or none with a scored pair: seen in live scoring, whose groups can hold such
-    series), there is no interval, and asking ``nanquantile`` for one would warn "All-NaN slice".
-    """
-    defined = resampled[~np.isnan(resampled)]
-    if not defined.size:
-        return math.nan, math.nan
-    low, high = np.quantile(defined, [0.025, 0.975])
-    return float(low), float(high)
-
-
 @dataclass(frozen=True)
 class _SkillMatrix:
     """What the bootstrap resamples of every skill, as one matrix ``[S, keys + distinct]``.
@@ -288,6 +296,33 @@ class _Bootstrap:
         return np.concatenate(self.skills[key])
 
 
+def clipped_skill_interval(model: F64, reference: F64) -> tuple[float, float]:
+    """The interval of one series' skill, ``1 - clip(model / reference)``, from resampled metrics of both."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = model / reference
+    logs, defined = _skill_logs(ratio)
+    return percentile_interval(np.where(defined, 1.0 - np.exp(logs), np.nan))
+
+
+def _interval_of(
+    blocks: OriginBlocks, series_interval: tuple[float, float], model: str, metric: str, versus: str | None = None
+) -> tuple[float, float, str]:
+    """``(low, high, resampling)`` of a metric (``versus`` None) or a skill row, as :mod:`.resampling` decides:
+    the series bootstrap's interval, the origin blocks' (metrics; skills of one series), or none (NaN)."""
+    if blocks.resampling == "none":
+        return math.nan, math.nan, "none"
+    if blocks.resampling == "origin_blocks":
+        if versus is None:
+            return (*blocks.interval(model, metric), "origin_blocks")
+        if blocks.n_series == 1:
+            resampled = blocks.resampled
+            if metric in resampled.get(model, {}) and metric in resampled.get(versus, {}):
+                interval = clipped_skill_interval(resampled[model][metric], resampled[versus][metric])
+                return (*interval, "origin_blocks")
+            return math.nan, math.nan, "none"
+    return (*series_interval, "series")
+
+
 def diebold_mariano(loss_a: F64, loss_b: F64, lag: int) -> tuple[float, float, int]:
     """``(HLN-corrected DM statistic, two-sided p-value, n)`` for the loss differential ``a - b`` (module doc)."""
     d = np.asarray(loss_a, dtype=np.float64) - np.asarray(loss_b, dtype=np.float64)
@@ -310,14 +345,6 @@ def diebold_mariano(loss_a: F64, loss_b: F64, lag: int) -> tuple[float, float, i
         return math.nan, math.nan, n
     statistic = float(d.mean() / math.sqrt(long_run / n) * math.sqrt(correction))
     return statistic, float(2.0 * special.stdtr(n - 1, -abs(statistic))), n
-
-
-def overlap_lag(origins_us: npt.NDArray[np.int64], horizon: int, step_us: int) -> int:
-    """``ceil(H / spacing) - 1``: the lags at which windows of nearby origins share target steps."""
-    if origins_us.size < 2 or step_us <= 0:
-        return 0
-    spacing = max(1.0, float(np.median(np.diff(np.sort(origins_us)))) / step_us)
-    return max(0, math.ceil(horizon / spacing) - 1)
 
 
 def leaderboard(
@@ -347,6 +374,7 @@ def leaderboard(
         return per_series[model][metric] / per_series[versus][metric]
 
     points = {key: _gmean_point(ratio_of(key)) for key in keys}
+    blocks = origin_blocks(scores, step_us, n_resamples=n_resamples)
     bootstrap = _Bootstrap(len(series), n_resamples)
     bootstrap.run(sums, has_median, _SkillMatrix.of(len(series), keys if series else [], ratio_of))
     records: list[dict[str, Any]] = []
@@ -371,13 +399,17 @@ def leaderboard(
         point = _global(sums[model], np.ones((1, len(series))), has_median)
         n_pairs = int(sums[model]["pairs"].sum())
         for metric, value in point.items():
-            low, high = percentile_interval(bootstrap.global_(model, metric))
-            add("metric", model, metric, float(value[0]), low, high, n_pairs)
+            low, high, how = _interval_of(blocks, percentile_interval(bootstrap.global_(model, metric)), model, metric)
+            add("metric", model, metric, float(value[0]), low, high, n_pairs, resampling=how)
         for versus, metric in versus_metrics[model]:
             key = (model, versus, metric)
             resampled = bootstrap.skill(key) if series else np.empty(0)
             skill, low, high, n = _with_interval(points[key], resampled)
-            add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill")
+            if n:
+                low, high, how = _interval_of(blocks, (low, high), model, metric, versus)
+            else:
+                how = "none"
+            add("skill", model, metric, skill, low, high, n, versus=versus, convention="fev_skill", resampling=how)
     metric = primary(has_median)
     losses = {model: scores.windows[model].per_window()[metric] for model in models}
     origins = scores.windows[models[0]].origins

@@ -177,15 +177,26 @@ def versus_section(versus: VersusBacktest) -> str:
     hint = (
         f"<p class='hint'>Backtest: {escape(versus.backtest)}. Pooled convention, over all leads; skill = 1 - "
         "model / seasonal naive on the same pairs. Flag: the live score outside the backtest's 95% bootstrap "
-        "interval over series (leaderboard.parquet), overall rather than by lead (why: "
+        "interval (leaderboard.parquet), overall rather than by lead (why: "
         "distributed_onnx/live/score/versus_backtest.py). By lead: live_vs_backtest.parquet."
-        f"{_series_caveat(versus.backtest_series)}</p>"
+        f"{_series_caveat(versus.backtest_series, versus.backtest_resampling)}</p>"
     )
     return f"<table>{head}{body}</table>{hint}" + skill_by_lead_versus(versus.table)
 
 
-def _series_caveat(series: int | None) -> str:
-    """How much the backtest's interval rests on: it resamples series, so one series gives it no width."""
+def _series_caveat(series: int | None, resampling: str | None = None) -> str:
+    """What the backtest's interval rests on: its leaderboard's resampling (series, blocks of window origins, or
+    none); a leaderboard that does not record it resampled series, so one series gave it no width."""
+    if resampling == "origin_blocks":
+        return (
+            f" The backtest's intervals resample blocks of its window origins ({series or 'few'} series: too few "
+            "to resample)."
+        )
+    if resampling == "none":
+        return (
+            " The backtest has no interval (too few series and too few window origins to resample): nothing can "
+            "be flagged; a backtest with more windows (--n-windows) would give one."
+        )
     if series is None:
         return ""
     if series == 1:

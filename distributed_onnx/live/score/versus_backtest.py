@@ -155,6 +155,8 @@ class VersusBacktest:
     backtest: str
     table: pa.Table
     backtest_series: int | None = None
+    #: Which resampling the backtest's intervals use (its leaderboard's ``resampling``; None: not recorded).
+    backtest_resampling: str | None = None
     flagged: dict[str, list[str]] = field(default_factory=dict)
     compared: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -164,6 +166,7 @@ class VersusBacktest:
         return {
             "backtest": self.backtest,
             "backtest_series": self.backtest_series,
+            "backtest_resampling": self.backtest_resampling,
             "compared": self.compared,
             "flagged": self.flagged,
             "warnings": self.warnings,
@@ -174,7 +177,7 @@ def compare(
     merged: Mapping[GroupKey, PairScores], backtest: BacktestRun, logged_models: Sequence[str]
 ) -> VersusBacktest:
     """Every logged model the backtest scored, live against backtest (module docstring); the others warned."""
-    versus = VersusBacktest(str(backtest.location), VERSUS_SCHEMA.empty_table(), backtest.series)
+    versus = VersusBacktest(str(backtest.location), VERSUS_SCHEMA.empty_table(), backtest.series, _resampling(backtest))
     records: list[dict[str, Any]] = []
     for model in sorted(set(logged_models)):
         if model not in backtest.models:
@@ -205,6 +208,15 @@ def compare(
         records += rows
     versus.table = pa.Table.from_pylist(records, schema=VERSUS_SCHEMA)
     return versus
+
+
+def _resampling(backtest: BacktestRun) -> str | None:
+    """The resampling of the backtest's metric intervals, from its leaderboard (older ones do not record it)."""
+    board = backtest.leaderboard
+    if "resampling" not in board.column_names:
+        return None
+    found = board.filter(pc.field("kind") == "metric")["resampling"].drop_null().unique().to_pylist()
+    return str(found[0]) if len(found) == 1 else None
 
 
 def model_scores(
