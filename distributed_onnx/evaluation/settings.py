@@ -13,17 +13,18 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url, read_yaml
+from distributed_onnx.settings_sources import comma_list, one_or_many_paths, path_or_url, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
 
-class BacktestSettings(CommandSettings):
+class BacktestSettings(ColumnSettings):
     """Everything one backtest run depends on."""
 
     label: ClassVar[str] = "backtest settings"
