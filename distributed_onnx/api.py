@@ -60,7 +60,8 @@ def backtest(
 
     ``data`` is a path or URL of a Parquet/CSV file, a ``pyarrow.Table``, a pandas DataFrame, or anything
     with the Arrow stream interface (polars...), in the long format of docs/inputs.md (``series_id``,
-    ``timestamp``, ``y``, covariates). In-memory data is written as Parquet to ``output/inputs/`` (named by
+    ``timestamp``, ``y``, covariates; another tool's names with ``id_col="unique_id", time_col="ds"``...,
+    the tables returned keep the project's). In-memory data is written as Parquet to ``output/inputs/`` (named by
     its digest, so rerunning the same call on the same ``output`` resumes). ``settings`` are the other
     fields of :class:`~distributed_onnx.evaluation.settings.BacktestSettings` (``actors=2``,
     ``rows_per_batch=512``, ``start=..., end=...``...); a None argument means "the default", as an absent flag.

@@ -145,8 +145,10 @@ def check_columns(
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        hint += hint_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
-        raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.", path=source)
+        flags = hint_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
+        raise DataError(
+            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.{flags}", path=source
+        )
     extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
     if extra:
         logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
