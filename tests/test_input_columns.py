@@ -127,3 +127,22 @@ def test_a_flag_naming_no_column_is_refused_naming_the_flag(
     argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), "--id-col", "uid"]
     line = _refused([*argv, "--output", str(tmp_path / "run"), "--n-windows", "2", "--no-progress"], capsys)
     assert "data.parquet: --id-col uid: no such column" in line, line
+
+
+def test_the_input_file_reader_maps_the_columns_as_the_driver_did(tmp_path: Path) -> None:
+    """``series_transport=input_file``: each actor rereads the file, so it renames as the driver's read did."""
+    from distributed_onnx.evaluation.data.columns import ColumnNames
+    from distributed_onnx.evaluation.data.series_source import ParquetSeriesReader
+    from distributed_onnx.evaluation.data.table import load_series
+
+    own = write_dataset(tmp_path / "own.parquet", covariate=False)
+    pq.write_table(_renamed(pq.read_table(own), {**NIXTLA, "y": "target"}), tmp_path / "nixtla.parquet")
+    names = ColumnNames("unique_id", "ds", "target")
+    table = load_series(tmp_path / "nixtla.parquet", 30, names=names)
+    assert table.series_ids == load_series(own, 30).series_ids
+    lengths = tuple(one.n_points for one in table.series)
+    reader = ParquetSeriesReader(tmp_path / "nixtla.parquet", table.series_ids, lengths, 30, (), names=names)
+    for index, expected in enumerate(table.series):
+        found = reader.series(index)
+        assert found.series_id == expected.series_id and found.n_points == expected.n_points
+        assert found.values.tobytes() == expected.values.tobytes()
