@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import ConfigError, DistributedOnnxError, RayStartError
+from distributed_onnx.errors import ConfigError, DataError, DistributedOnnxError, RayStartError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,7 +60,8 @@ def backtest(
 
     ``data`` is a path or URL of a Parquet/CSV file, a ``pyarrow.Table``, a pandas DataFrame, or anything
     with the Arrow stream interface (polars...), in the long format of docs/inputs.md (``series_id``,
-    ``timestamp``, ``y``, covariates). In-memory data is written as Parquet to ``output/inputs/`` (named by
+    ``timestamp``, ``y``, covariates; another tool's names with ``id_col="unique_id", time_col="ds"``...,
+    the tables returned keep the project's). In-memory data is written as Parquet to ``output/inputs/`` (named by
     its digest, so rerunning the same call on the same ``output`` resumes). ``settings`` are the other
     fields of :class:`~distributed_onnx.evaluation.settings.BacktestSettings` (``actors=2``,
     ``rows_per_batch=512``, ``start=..., end=...``...); a None argument means "the default", as an absent flag.
@@ -97,8 +98,14 @@ def backtest(
                 key="output",
             )
         if table is not None:
-            run_settings = run_settings.model_copy(update={"data": write_input(table, run_settings.output)})
-        result = run_backtest(run_settings)
+            written = write_input(table, run_settings.output)
+            run_settings = run_settings.model_copy(update={"data": written})
+            try:
+                result = run_backtest(run_settings)
+            except DataError as exc:
+                raise _naming_the_table(exc, written, data) from exc
+        else:
+            result = run_backtest(run_settings)
         forecasts = read_forecasts(run_settings.output)
         metrics = result.read_metrics()  # the whole table, read before a temporary directory goes
     return Backtest(forecasts, metrics, result.summary, None if output is None else run_settings.output)
@@ -144,6 +151,16 @@ def read_forecasts(output: Location) -> pa.Table:
     if table.num_rows == 0:
         raise ConfigError(f"{output} holds no forecast parts", key="output")
     return table.sort_by(_SORT_KEYS)
+
+
+def _naming_the_table(exc: DataError, written: Location, data: Any) -> DataError:
+    """``exc`` with the file :func:`write_input` wrote named as what the caller passed ("the pandas DataFrame
+    passed as data"): the caller never saw that file, and its path inside the run directory reads as ours."""
+    kind = type(data).__qualname__
+    what = {"DataFrame": f"the {type(data).__module__.split('.')[0]} DataFrame", "Table": "the pyarrow Table"}
+    shown = f"{what.get(kind, f'the {kind}')} passed as data"
+    fields = {key: (shown if value == str(written) else value) for key, value in exc.fields.items()}
+    return DataError(exc.message.replace(str(written), shown), **fields)
 
 
 def _location(value: str | os.PathLike[str]) -> Location:

@@ -348,6 +348,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     from distributed_onnx.live.score import score_log
     from distributed_onnx.live.score.folders import prepare_score
+    from distributed_onnx.live.score.join import why_not_scored
     from distributed_onnx.live.score.settings import ScoreSettings
     from distributed_onnx.settings_sources import given_flags
     from distributed_onnx.storage import redact
@@ -367,6 +368,9 @@ def _score(args: argparse.Namespace) -> int:
         shown["flagged_against_the_backtest"] = result.versus_backtest.flagged
         written.append("live_vs_backtest.parquet")
     print(json.dumps(shown, indent=2))
+    not_scored = why_not_scored(result.summary["windows"])
+    if not_scored is not None:  # summary.json has the counts; this says what they mean
+        print(f"note: {not_scored}", file=sys.stderr)
     print(f"wrote {redact(settings.output)}/ ({', '.join(written)})")
     return 0
 

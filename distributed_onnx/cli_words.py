@@ -87,7 +87,19 @@ class PointingParser(argparse.ArgumentParser):
         unknown = re.match(r"unrecognized arguments: (.*)", message)
         if unknown:
             hints = self.hints(unknown.group(1).split(), [])
+        choice = re.match(r"argument command: invalid choice: '([^']*)'", message)
+        if choice:
+            hints = self.command_hints(choice.group(1))
         self._fail(message, hints)
+
+    def command_hints(self, word: str) -> list[str]:
+        """For a mistyped command (``backtst``): the closest command, as :meth:`hints` does for flags."""
+        subparsers = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        commands = [name for action in subparsers for name in action.choices]
+        close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+        if close:
+            return [f"did you mean {close[0]}? ({self.prog} --help lists every command)"]
+        return [f"{word} is not a command ({self.prog} --help lists them)"]
 
     def unrecognized(self, extras: list[str], words: list[str]) -> NoReturn:
         self._fail(f"unrecognized arguments: {' '.join(extras)}", self.hints(extras, words))

@@ -68,3 +68,17 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path, index: str, rea
     assert built.returncode != 0
     assert named in built.stderr
     assert "Aborted with 1 warnings in strict mode" in built.stdout + built.stderr
+
+
+def test_the_home_page_links_every_page_and_has_a_quickstart() -> None:
+    """Issue 46: docs/index.md linked neither first-hour, export nor the family pages (only the menu did), and
+    had no quickstart: the two commands, a backtest of one's own data (with Nixtla's column flags), one serve."""
+    import re
+
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", home))
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert sorted(pages - linked) == []
+    quickstart = home.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    for command in ("make backtest", "make test", "--id-col unique_id --time-col ds", "distributed-onnx serve"):
+        assert command in quickstart, command

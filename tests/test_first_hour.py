@@ -46,6 +46,14 @@ def test_a_mistyped_flag_of_score_suggests_scores_flag(capsys: pytest.CaptureFix
     assert "usage: distributed-onnx score" in err and "did you mean --context-length?" in err
 
 
+def test_a_mistyped_command_suggests_the_closest_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 46: ``backtst`` got argparse's bare "invalid choice" while mistyped flags got a suggestion."""
+    assert _exit_of(["backtst", "--output", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "error: argument command: invalid choice: 'backtst'" in err
+    assert "hint: did you mean backtest?" in err
+
+
 def test_underscores_and_verbose_anywhere_are_read() -> None:
     assert normalized_words(["backtest", "--n_windows", "2", "-v", "--min_context_coverage=0.5"]) == [
         "-v",

@@ -232,6 +232,33 @@ def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) ->
     assert naive.num_rows > 0
 
 
+def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46: ``--id-col``/``--time-col`` read Nixtla-named actuals as the project's own (the same scores),
+    and the command says in one line why windows were not scored, not only in summary.json's counts."""
+    step_us, start = _ramp_actuals(tmp_path / "own.parquet")
+    own = pq.read_table(tmp_path / "own.parquet")
+    pq.write_table(own.rename_columns(["unique_id", "ds", "y"]), tmp_path / "nixtla.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    log.submit(_item("placed", "a", start + 60 * step_us))
+    log.submit(_item("later", "a", start + 99 * step_us))
+    log.submit(_item("unknown", "zz", start))
+    log.close()
+    scores = {}
+    for name, extra in (("own", []), ("nixtla", ["--id-col", "unique_id", "--time-col", "ds"])):
+        argv = ["score", "--forecasts", str(tmp_path / "log"), "--output", str(tmp_path / name)]
+        assert main([*argv, "--actuals", str(tmp_path / f"{name}.parquet"), *extra]) == 0
+        scores[name] = pq.read_table(tmp_path / name / "metrics.parquet")
+        notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+        assert notes == [
+            "note: 2 window(s) not scored: 1 because their actuals have not arrived yet (rerun score when they "
+            "have); 1 because their series are not in the actuals (check the ids and --actuals)."
+        ], notes
+    assert scores["nixtla"].num_rows > 0 and scores["nixtla"].equals(scores["own"])
+    assert "series_id" in scores["nixtla"].column_names
+
+
 def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_path: Path) -> None:
     """One request answered by ``m`` and shadowed by ``shadow`` (one window id), the shadow NaN at one lead: both
     models and both baselines are scored on the same two pairs, and the left-out pair is counted, as in a backtest

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PartSpec, PlannedBatch, WindowSpec, plan_origins
 
@@ -59,14 +60,16 @@ class GroupedWindows:
         return grouped_parts(self.starts, windows_per_part)
 
 
-def series_groups(data: storage.Location, column: str, series_ids: Sequence[str]) -> list[str]:
+def series_groups(
+    data: storage.Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES
+) -> list[str]:
     """Each series' value of the per-series ``column`` (as text), in the run's series order.
 
     A series with two values, or none (null or NaN), is refused with one line naming it (or the rows).
     """
     from distributed_onnx.evaluation.data.table import read_table, rows_error
 
-    table = read_table(data)
+    table = read_table(data, names)
     if column not in table.column_names:
         raise DataError(
             f"{data}: --group-by column {column!r} is not a column of the data; it has {table.column_names}.",

@@ -13,17 +13,19 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES
 from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url, read_yaml
+from distributed_onnx.settings_sources import comma_list, one_or_many_paths, path_or_url, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
 
-class BacktestSettings(CommandSettings):
+class BacktestSettings(ColumnSettings):
     """Everything one backtest run depends on."""
 
     label: ClassVar[str] = "backtest settings"
@@ -31,7 +33,8 @@ class BacktestSettings(CommandSettings):
     checkpoint: list[Path] = Field(
         default_factory=lambda: [REFERENCE_CHECKPOINT],
         description="The .onnx checkpoint; repeat the flag (or give a YAML list) to compare several in one run: "
-        "each is named by its file stem (default: the bundled reference one).",
+        "each is named by its file stem (default: the bundled reference one). A folder is every .onnx in it with "
+        "its .metadata.json; a .metadata.json is its checkpoint.",
     )
     # Strings, not only Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
     data: Path | str = Field(
@@ -168,6 +171,7 @@ class BacktestSettings(CommandSettings):
     @field_validator("checkpoint")
     @classmethod
     def _some(cls, value: list[Path]) -> list[Path]:
+        value = checkpoint_paths(value)  # folders and metadata files as the checkpoints they mean
         if not value:
             raise ValueError("give at least one checkpoint")
         return value

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -26,6 +28,11 @@ from distributed_onnx.errors import (
     CheckpointNotFoundError,
     describe_validation,
 )
+
+logger = logging.getLogger(__name__)
+
+#: The suffix of a checkpoint's metadata file beside its weights (``model.onnx`` -> ``model.metadata.json``).
+METADATA_SUFFIX = ".metadata.json"
 
 #: The OpenSTEF metadata layout this package reads and writes.
 METADATA_SCHEMA_VERSION = 2
@@ -184,7 +191,38 @@ class ResolvedCheckpoint(BaseModel):
 
 def default_metadata_path(weights_path: Path) -> Path:
     """``model.onnx`` -> ``model.metadata.json`` (OpenSTEF's convention)."""
-    return weights_path.with_suffix(".metadata.json")
+    return weights_path.with_suffix(METADATA_SUFFIX)
+
+
+def weights_path_of(path: Path) -> Path:
+    """The weights a checkpoint path means: ``x.metadata.json`` is the checkpoint ``x.onnx`` (people pick either
+    file of the pair; the metadata's own name would otherwise be read as weights, looking for
+    ``x.metadata.metadata.json``); any other path is itself."""
+    if path.name.endswith(METADATA_SUFFIX) and len(path.name) > len(METADATA_SUFFIX):
+        return path.with_name(path.name[: -len(METADATA_SUFFIX)] + ".onnx")
+    return path
+
+
+def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
+    """The checkpoints ``--checkpoint`` names: a folder is every ``*.onnx`` in it that has its metadata beside
+    it (in name order, each logged: one line per checkpoint taken), a metadata file its weights, a file itself.
+
+    Raises ValueError (a settings error, exit 2) for a folder that holds no checkpoint.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            found.append(weights_path_of(path))
+            continue
+        taken = sorted(onnx for onnx in path.glob("*.onnx") if default_metadata_path(onnx).is_file())
+        if not taken:
+            raise ValueError(
+                f"the folder {path} holds no checkpoint (a MODEL.onnx with its MODEL{METADATA_SUFFIX} beside it)"
+            )
+        for weights in taken:
+            logger.info("--checkpoint %s: took %s", path, weights.name)
+        found += taken
+    return found
 
 
 class LocalCheckpoint(BaseModel):
@@ -197,6 +235,11 @@ class LocalCheckpoint(BaseModel):
     metadata_path: Path | None = Field(
         default=None, description="Path of the metadata JSON; defaults to '<stem>.metadata.json' beside it."
     )
+
+    @field_validator("path")
+    @classmethod
+    def _weights(cls, value: Path) -> Path:
+        return weights_path_of(value)
 
     def resolve(self) -> ResolvedCheckpoint:
         """Read and validate the metadata, and verify the weights' sha256 when the metadata has one.

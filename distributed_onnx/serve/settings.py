@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.autoscaling import ReplicaSettings
@@ -159,6 +160,8 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         return self
 
     _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    #: Folders and metadata files as the checkpoints they mean (model/checkpoint.py).
+    _folders = field_validator("checkpoint")(checkpoint_paths)
     _comma_list = field_validator("shadow", mode="before")(comma_list)
 
     @field_validator("forecast_log", "model_repository", mode="before")

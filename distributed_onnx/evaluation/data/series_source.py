@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.table import (
-    REQUIRED_COLUMNS,
     Series,
     SeriesArrays,
     SeriesTable,
@@ -94,6 +94,7 @@ class ParquetSeriesReader:
     resolution_minutes: int
     covariate_names: tuple[str, ...]
     cache_series: int = 64
+    names: ColumnNames = OWN_NAMES  # the user's names of the required columns (--id-col...)
     _cache: OrderedDict[int, Series] = field(default_factory=OrderedDict, repr=False)
 
     def series(self, index: int) -> Series:
@@ -110,10 +111,12 @@ class ParquetSeriesReader:
         if not wanted:
             return
         ids = [self.series_ids[i] for i in wanted]
-        columns = [*REQUIRED_COLUMNS, *self.covariate_names]
+        names = self.names
+        columns = [names.series_id, names.timestamp, names.y, *self.covariate_names]
         # Cast in the filter: a file whose ids are integers is matched on the same text the driver used.
-        wanted_rows = pc.field("series_id").cast(pa.string()).isin(ids)
+        wanted_rows = pc.field(names.series_id).cast(pa.string()).isin(ids)
         rows = storage.read_parquet(self.location, columns=columns, filters=wanted_rows)
+        rows = names.rename(rows, str(self.location))
         found = series_from_table(rows, self.resolution_minutes, self.covariate_names, source=str(self.location))
         by_id = {one.series_id: one for one in found.series}
         for index, series_id in zip(wanted, ids, strict=True):

@@ -28,6 +28,7 @@ import pyarrow.csv as pa_csv
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, hint_for
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
 
 __all__ = [
@@ -72,28 +73,31 @@ _MAX_ROWS_IN_MESSAGE = 5
 _US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def read_table(path: storage.Location) -> pa.Table:
-    """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file."""
+def read_table(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
+    """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file; the columns
+    ``names`` gives (``--id-col``...) come back under the project's names (the one place they are mapped)."""
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
         if storage.suffix(path) in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
-            ids_as_text = pa_csv.ConvertOptions(column_types={"series_id": pa.string()})
-            return pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
-        return storage.read_parquet(path)
+            ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
+            table = pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
+        else:
+            table = storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
+    return names.rename(table, str(path))
 
 
-def read_schema(path: storage.Location) -> pa.Schema:
-    """The columns and types of a Parquet or CSV file (a Parquet file's footer only)."""
+def read_schema(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
+    """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names."""
     if storage.suffix(path) in {".csv", ".txt"}:
-        return read_table(path).schema
+        return read_table(path, names).schema
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_schema(storage.open_input_file(path))
+        return names.rename_schema(pq.read_schema(storage.open_input_file(path)))
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 
@@ -103,10 +107,12 @@ def load_series(
     resolution_minutes: int,
     covariates: Sequence[str] = (),
     also_read: Sequence[str] = (),
+    names: ColumnNames = OWN_NAMES,
 ) -> SeriesTable:
     """Read ``path`` and lay it out as dense series on a ``resolution_minutes`` grid (``also_read``: columns
-    the run reads elsewhere, such as ``--group-by``'s, not warned about as ignored)."""
-    table = read_table(path)
+    the run reads elsewhere, such as ``--group-by``'s, not warned about as ignored; ``names``: the user's
+    names of the required columns)."""
+    table = read_table(path, names)
     check_columns(table.column_names, covariates, str(path), also_read)
     return validate_table(table, resolution_minutes, covariates, source=str(path), check_names=False).table
 
@@ -139,7 +145,10 @@ def check_columns(
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        raise DataError(f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.", path=source)
+        flags = hint_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
+        raise DataError(
+            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.{flags}", path=source
+        )
     extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
     if extra:
         logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)

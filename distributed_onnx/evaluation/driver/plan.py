@@ -374,18 +374,20 @@ def _load(
     # A grouped run reads the table whole: its parts take series from anywhere in it (:mod:`..grouping`).
     scanned = None
     columns = [name for name in settings.covariate_columns if name not in vintaged]
-    if settings.series_transport is not SeriesTransport.OBJECT_STORE and settings.group_by is None:
+    # Renamed columns (--id-col...) are read whole: the streamed scan reads the project's names from the file.
+    streamable = settings.group_by is None and settings.column_names.is_default
+    if settings.series_transport is not SeriesTransport.OBJECT_STORE and streamable:
         scanned = scan_sorted_parquet(settings.data, resolution_minutes, columns, spec)
     if scanned is not None:
         table, windows = scanned.table, scanned.windows
     else:
         also_read = [settings.group_by] if settings.group_by is not None else []
-        table = load_series(settings.data, resolution_minutes, columns, also_read)
+        table = load_series(settings.data, resolution_minutes, columns, also_read, settings.column_names)
         windows = plan_windows(table.series, spec)
     roles = covariate_roles(settings, vintaged)
     grouping = None
     if settings.group_by is not None:
-        labels = series_groups(settings.data, settings.group_by, table.arrays().series_ids)
+        labels = series_groups(settings.data, settings.group_by, table.arrays().series_ids, settings.column_names)
         grouping = plan_groups(table.arrays(), spec, labels, settings.max_group_size)
     return table, windows, roles, grouping
 
@@ -407,7 +409,7 @@ def covariate_roles(settings: BacktestSettings, vintaged: tuple[str, ...] = ()) 
         return None
     from distributed_onnx.evaluation.data.categories import is_categorical
 
-    schema = read_schema(settings.data)
+    schema = read_schema(settings.data, settings.column_names)
     categorical = tuple(False if name in vintaged else is_categorical(schema.field(name).type) for name in columns)
     return CovariateRoles(past_only=len(settings.past_covariates), categorical=categorical)
 

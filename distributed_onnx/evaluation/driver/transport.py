@@ -47,5 +47,6 @@ def series_source_for(plan: RunPlan) -> tuple[SeriesSource, dict[str, Any]]:
         tuple(int(n) for n in store.offsets[1:] - store.offsets[:-1]),
         plan.checkpoint.metadata.resolution_minutes,
         tuple(plan.table.covariate_names),
+        names=plan.settings.column_names,
     )
     return reader, info

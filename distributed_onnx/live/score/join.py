@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
 from distributed_onnx.live.score.log_windows import LogWindows
@@ -54,12 +55,45 @@ PENDING = ("series_not_in_actuals", "actuals_not_arrived")
 
 GroupKey = tuple[tuple[str, ...], int, tuple[float, ...], int]  # checkpoints, horizon, levels, resolution
 
+#: Why a window of summary.json's counts is not scored, as the command's one line says it (all models together).
+_WHY_NOT_SCORED = {
+    "pending_actuals_not_arrived": "their actuals have not arrived yet (rerun score when they have)",
+    "pending_series_not_in_actuals": "their series are not in the actuals (check the ids and --actuals)",
+    "no_start": "the request gave no start, so the forecasts have no timestamps",
+    "before_actuals": "their origin precedes the series' first actual",
+    "off_grid": "their origin is off the series' grid",
+    "actuals_not_at_resolution": "the actuals are not on the model's time step",
+    DUPLICATE: "a model logged the same window id twice (the copy)",
+    CONFLICTING: "the models logged one window id for different windows",
+}
+
+
+def why_not_scored(windows: dict[str, dict[str, int]]) -> str | None:
+    """One line saying how many windows were not scored and why, from summary.json's per-model counts
+    (``{"m": {"scored": 3, "pending_actuals_not_arrived": 2}}``); None when every window was scored."""
+    totals: dict[str, int] = {}
+    for counts in windows.values():
+        for outcome, n in counts.items():
+            if outcome != SCORED and n:
+                totals[outcome] = totals.get(outcome, 0) + n
+    if not totals:
+        return None
+    reasons = "; ".join(f"{n} because {_WHY_NOT_SCORED.get(outcome, outcome)}" for outcome, n in totals.items())
+    return f"{sum(totals.values())} window(s) not scored: {reasons}."
+
 
 class Actuals:
     """The actuals laid out as the backtest lays out its data, per resolution (read once)."""
 
-    def __init__(self, location: Location, seasonality: int | None, context_length: int | None = None) -> None:
+    def __init__(
+        self,
+        location: Location,
+        seasonality: int | None,
+        context_length: int | None = None,
+        names: ColumnNames = OWN_NAMES,
+    ) -> None:
         self._location = location
+        self._names = names  # the user's names of the required columns (--id-col...), mapped where read
         self._seasonality = seasonality
         self._context_length = context_length
         self._raw: pa.Table | None = None
@@ -88,7 +122,7 @@ class Actuals:
 
     def _read(self) -> pa.Table:
         if self._raw is None:
-            raw = read_table(self._location)
+            raw = read_table(self._location, self._names)
             keep = [name for name in ("series_id", "timestamp", "y") if name in raw.column_names]
             self._raw = raw.select(keep) if len(keep) == 3 else raw
         return self._raw

@@ -137,7 +137,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     check_output(settings, has_batches=bool(previous))  # not a backtest's folder, nor scored otherwise before
     batch = ScoreBatch(index=max((b.index for b in previous), default=-1) + 1)
     fresh = _read_fresh(storage.normalize(settings.forecasts), previous)
-    actuals = Actuals(settings.actuals, settings.seasonality, settings.context_length)
+    actuals = Actuals(settings.actuals, settings.seasonality, settings.context_length, settings.column_names)
     pending = _score_fresh(fresh, actuals, batch)
     actuals.check_some_usable()  # before anything is written
     batch.files_done = [name for name in fresh.files_read if name not in pending.files]

@@ -7,10 +7,10 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from distributed_onnx.settings_sources import CommandSettings
+from distributed_onnx.evaluation.data.columns import ColumnSettings
 
 
-class ScoreSettings(CommandSettings):
+class ScoreSettings(ColumnSettings):
     """Score the forecasts a service logged against the actuals that have arrived (rerun: only what is new)."""
 
     label: ClassVar[str] = "score settings"
@@ -18,8 +18,9 @@ class ScoreSettings(CommandSettings):
     # Strings, not only Paths: a URL such as s3://bucket/log must reach the settings unmangled.
     forecasts: Path | str = Field(description="The forecast log (serve --forecast-log): a folder or a URL.")
     actuals: Path | str = Field(
-        description="The actuals: an input table (.parquet or .csv, long format: series_id, timestamp, y), "
-        "a path or a URL; usually the series the requests were cut from, grown by what has happened since."
+        description="The actuals: an input table (.parquet or .csv, long format: series_id, timestamp, y, or the "
+        "columns --id-col, --time-col and --target-col name), a path or a URL; "
+        "usually the series the requests were cut from, grown by what has happened since."
     )
     output: Path | str = Field(
         description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "

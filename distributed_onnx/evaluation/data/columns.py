@@ -1,0 +1,127 @@
+"""The user's names of the three required columns (``--id-col``, ``--time-col``, ``--target-col``).
+
+Nixtla's libraries (statsforecast, mlforecast, neuralforecast, utilsforecast) take long tables as
+``unique_id, ds, y`` and let the caller name them (``id_col``, ``time_col``, ``target_col``); fev's tasks use
+``id, timestamp, target``. A table is renamed to the project's own names (``series_id``, ``timestamp``, ``y``)
+in one place, where it is read (:func:`~.table.read_table`), so everything after, the outputs included, speaks
+the project's names. A table that misses the project's names but holds another tool's gets an error naming the
+flags to pass (:func:`hint_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pyarrow as pa
+from pydantic import Field
+
+from distributed_onnx.errors import DataError
+from distributed_onnx.settings_sources import CommandSettings
+
+__all__ = ["OWN_NAMES", "ColumnNames", "ColumnSettings", "hint_for"]
+
+#: Other tools' names of each required column, in the order they are suggested.
+_OTHER_NAMES = {
+    "series_id": ("unique_id", "id", "item_id"),
+    "timestamp": ("ds", "timestamp", "time", "date"),
+    "y": ("y", "target", "value"),
+}
+_FLAGS = {"series_id": "--id-col", "timestamp": "--time-col", "y": "--target-col"}
+
+
+@dataclass(frozen=True)
+class ColumnNames:
+    """Which column of the user's table holds the series id, the timestamp and the target."""
+
+    series_id: str = "series_id"
+    timestamp: str = "timestamp"
+    y: str = "y"
+
+    @property
+    def is_default(self) -> bool:
+        return self == OWN_NAMES
+
+    def renames(self) -> dict[str, str]:
+        """The user's name -> the project's, for the columns that differ."""
+        pairs = {self.series_id: "series_id", self.timestamp: "timestamp", self.y: "y"}
+        return {user: own for user, own in pairs.items() if user != own}
+
+    def rename(self, table: pa.Table, source: str) -> pa.Table:
+        """``table`` with the user's columns under the project's names; a named column that is not there, or
+        one the renaming would shadow, is a :class:`DataError` naming the flag."""
+        renames = self.renames()
+        if not renames:
+            return table
+        names = table.column_names
+        for user, own in renames.items():
+            flag = _FLAGS[own]
+            if user not in names:
+                raise DataError(f"{source}: {flag} {user}: no such column; the file has {names}.", path=source)
+            if own in names and own not in renames:
+                raise DataError(
+                    f"{source}: {flag} {user} would rename {user!r} to {own!r}, which the file already has: drop "
+                    f"or rename that column, or leave {flag} out.",
+                    path=source,
+                )
+        return table.rename_columns([renames.get(name, name) for name in names])
+
+    def rename_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema the renamed table has (no check: reading the table checks)."""
+        renames = self.renames()
+        return pa.schema([field.with_name(renames.get(field.name, field.name)) for field in schema])
+
+
+#: The project's own names: no renaming.
+OWN_NAMES = ColumnNames()
+
+
+def hint_for(missing: Sequence[str], column_names: Sequence[str]) -> str:
+    """For required columns ``missing`` from a table holding ``column_names``: the flags that map another tool's
+    names (``--id-col unique_id --time-col ds``), or "" when the table holds none of them."""
+    flags = []
+    for own in missing:
+        other = next((name for name in _OTHER_NAMES.get(own, ()) if name in column_names and name != own), None)
+        if other is not None:
+            flags.append(f"{_FLAGS[own]} {other}")
+    if not flags:
+        return ""
+    return (
+        f" If {', '.join(flag.split()[1] for flag in flags)} hold them (Nixtla's or fev's names), pass "
+        f"{' '.join(flags)} (in Python: {', '.join(_keyword(flag) for flag in flags)})."
+    )
+
+
+def _keyword(flag: str) -> str:
+    name, value = flag.split()
+    return f"{name[2:].replace('-', '_')}={value!r}"
+
+
+class ColumnSettings(CommandSettings):
+    """The three column-name settings, shared by ``backtest`` and ``score`` (flags, YAML keys, environment)."""
+
+    label: ClassVar[str] = "settings"
+
+    id_col: str = Field(
+        default="series_id",
+        min_length=1,
+        examples=["unique_id"],
+        description="The input table's series id column (Nixtla: unique_id, fev: id); outputs call it series_id.",
+    )
+    time_col: str = Field(
+        default="timestamp",
+        min_length=1,
+        examples=["ds"],
+        description="The input table's timestamp column (Nixtla: ds); outputs call it timestamp.",
+    )
+    target_col: str = Field(
+        default="y",
+        min_length=1,
+        examples=["target"],
+        description="The input table's target column (fev: target); outputs call it y.",
+    )
+
+    @property
+    def column_names(self) -> ColumnNames:
+        return ColumnNames(self.id_col, self.time_col, self.target_col)

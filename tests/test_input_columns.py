@@ -1,0 +1,148 @@
+"""Issue 46: another tool's column names (``--id-col``, ``--time-col``, ``--target-col``) and the errors around them.
+
+A statsforecast-style table (``unique_id, ds, y``) backtested with the three flags gives the forecasts and metrics
+of the same table under the project's names; a table that looks like Nixtla's or fev's without the flags is
+refused naming the flags to pass; the Python API names the caller's table, never the file it wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from backtest_data import write_dataset
+
+import distributed_onnx
+from distributed_onnx import cli
+from distributed_onnx.errors import DataError
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+from distributed_onnx.resources import REFERENCE_DATASET
+
+SMALL_FLAGS = ["--horizon", "24", "--n-windows", "3", "--stride", "48", "--quantiles", "0.1,0.5,0.9"]
+POOL_FLAGS = ["--actors", "1", "--rows-per-batch", "4", "--no-progress"]
+NIXTLA = {"series_id": "unique_id", "timestamp": "ds"}
+
+
+def _renamed(table: pa.Table, names: dict[str, str]) -> pa.Table:
+    return table.rename_columns([names.get(name, name) for name in table.column_names])
+
+
+def _forecasts(output: Path) -> pa.Table:
+    import pyarrow.dataset as ds
+
+    partitioning = ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive")
+    table = ds.dataset(output / "forecasts", format="parquet", partitioning=partitioning).to_table()
+    return table.sort_by([(name, "ascending") for name in ("model", "series_id", "origin", "lead")])
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# --- integration: the same numbers under other names ----------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_a_statsforecast_table_with_the_three_flags_equals_the_renamed_table(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    table = pq.read_table(REFERENCE_DATASET)
+    pq.write_table(_renamed(table, {**NIXTLA, "y": "y"}), tmp_path / "nixtla.parquet")
+    own = ["backtest", "--output", str(tmp_path / "own"), *SMALL_FLAGS, *POOL_FLAGS]
+    assert cli.main(own) == 0
+    flags = ["--id-col", "unique_id", "--time-col", "ds", "--target-col", "y"]
+    nixtla = ["backtest", "--data", str(tmp_path / "nixtla.parquet"), "--output", str(tmp_path / "nixtla")]
+    assert cli.main([*nixtla, *flags, *SMALL_FLAGS, *POOL_FLAGS]) == 0
+
+    forecasts = _forecasts(tmp_path / "nixtla")
+    assert forecasts.equals(_forecasts(tmp_path / "own"))  # the project's own column names out
+    assert forecasts.column_names[0] == "series_id" and "timestamp" in forecasts.column_names
+    metrics = pq.read_table(tmp_path / "nixtla" / "metrics.parquet")
+    assert metrics.equals(pq.read_table(tmp_path / "own" / "metrics.parquet"))
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_the_api_maps_fevs_names_and_names_the_callers_table_in_errors(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    small = {"horizon": 24, "n_windows": 2, "stride": 48, "quantiles": [0.1, 0.5, 0.9], "progress": False}
+    table = pq.read_table(REFERENCE_DATASET)
+    fev = _renamed(table, {"series_id": "id", "y": "target"})
+    mapped = distributed_onnx.backtest(fev, id_col="id", target_col="target", actors=1, **small)
+    own = distributed_onnx.backtest(table, actors=1, **small)
+    assert mapped.forecasts.equals(own.forecasts) and mapped.metrics.equals(own.metrics)
+
+    with pytest.raises(DataError) as refused:
+        distributed_onnx.backtest(fev.to_pandas(), output=tmp_path / "api", **small)
+    message = str(refused.value)
+    assert message.startswith("the pandas DataFrame passed as data: missing column(s)"), message
+    assert "id_col='id', target_col='target'" in message and "table-" not in message, message
+
+
+# --- the settings and the refusals (planning; after the integration tests: a refused run reuses their Ray) ----
+
+
+def test_the_column_names_come_from_yaml_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("id_col: unique_id\ntime_col: ds\n")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_TARGET_COL", "target")
+    settings = BacktestSettings.from_sources({"output": tmp_path / "run"}, config, environment=True)
+    assert (settings.id_col, settings.time_col, settings.target_col) == ("unique_id", "ds", "target")
+
+
+@pytest.mark.parametrize(
+    ("names", "flags"),
+    [
+        (NIXTLA, "--id-col unique_id --time-col ds"),
+        ({"series_id": "id", "y": "target"}, "--id-col id --target-col target"),  # fev's
+    ],
+)
+def test_another_tools_table_without_the_flags_is_refused_naming_them(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    capsys: pytest.CaptureFixture[str],
+    names: dict[str, str],
+    flags: str,
+) -> None:
+    data = tmp_path / "data.parquet"
+    pq.write_table(_renamed(pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False)), names), data)
+    argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data)]
+    line = _refused([*argv, "--output", str(tmp_path / "run"), "--n-windows", "2", "--no-progress"], capsys)
+    assert "data.parquet: missing column(s)" in line and f"pass {flags}" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_flag_naming_no_column_is_refused_naming_the_flag(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), "--id-col", "uid"]
+    line = _refused([*argv, "--output", str(tmp_path / "run"), "--n-windows", "2", "--no-progress"], capsys)
+    assert "data.parquet: --id-col uid: no such column" in line, line
+
+
+def test_the_input_file_reader_maps_the_columns_as_the_driver_did(tmp_path: Path) -> None:
+    """``series_transport=input_file``: each actor rereads the file, so it renames as the driver's read did."""
+    from distributed_onnx.evaluation.data.columns import ColumnNames
+    from distributed_onnx.evaluation.data.series_source import ParquetSeriesReader
+    from distributed_onnx.evaluation.data.table import load_series
+
+    own = write_dataset(tmp_path / "own.parquet", covariate=False)
+    pq.write_table(_renamed(pq.read_table(own), {**NIXTLA, "y": "target"}), tmp_path / "nixtla.parquet")
+    names = ColumnNames("unique_id", "ds", "target")
+    table = load_series(tmp_path / "nixtla.parquet", 30, names=names)
+    assert table.series_ids == load_series(own, 30).series_ids
+    lengths = tuple(one.n_points for one in table.series)
+    reader = ParquetSeriesReader(tmp_path / "nixtla.parquet", table.series_ids, lengths, 30, (), names=names)
+    for index, expected in enumerate(table.series):
+        found = reader.series(index)
+        assert found.series_id == expected.series_id and found.n_points == expected.n_points
+        assert found.values.tobytes() == expected.values.tobytes()
