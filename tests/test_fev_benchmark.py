@@ -1,0 +1,227 @@
+"""fev tasks run as backtests: the summaries equal fev's own on predictions from a plain ONNX Runtime loop.
+
+Three tasks in fev's dataset format, written here (hourly counted back from the series' ends; daily with a
+known-future and a past-only covariate and timestamp cutoffs; weekly with gaps and positional cutoffs) plus a
+multivariate one, against the bundled reference checkpoint and a tiny graph (tests/graphs.py) whose horizon is
+too short for the weekly task. The reference loop reads each window with ``task.iter_windows()`` and calls
+ONNX Runtime directly with the Chronos-2 (OpenSTEF) tensors; fev scores both sets of predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.graphs import write_tiny_chronos2
+
+fev = pytest.importorskip("fev")
+
+REFERENCE = Path(__file__).resolve().parents[1] / "distributed_onnx" / "resources" / "reference"
+LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+
+
+def _write_fev_dataset(path: Path, series: list[dict[str, Any]]) -> str:
+    """fev's dataset format: one row per series, the time-varying columns as lists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, list[Any]] = {key: [row[key] for row in series] for key in series[0]}
+    arrays = {key: pa.array(values) for key, values in columns.items()}
+    arrays["timestamp"] = pa.array(columns["timestamp"], pa.list_(pa.timestamp("ms")))
+    pq.write_table(pa.table(arrays), path)
+    return str(path)
+
+
+def _stamps(start: str, n: int, freq: str) -> list[Any]:
+    import pandas as pd
+
+    return list(pd.date_range(start, periods=n, freq=freq).to_pydatetime())
+
+
+def _tasks(root: Path) -> list[Any]:
+    rng = np.random.default_rng(7)
+    hourly = [
+        {
+            "id": f"h{i}",
+            "timestamp": _stamps("2021-03-01", n, "h"),
+            "target": list(10 + 3 * np.sin(np.arange(n) * 2 * np.pi / 24) + rng.normal(0, 0.5, n) + i),
+        }
+        for i, n in enumerate([180, 200, 230])
+    ]
+    daily = []
+    for i, (start, n) in enumerate([("2022-01-01", 90), ("2022-01-11", 80), ("2022-01-06", 85)]):
+        price = rng.normal(5, 1, n)
+        daily.append(
+            {
+                "id": f"d{i}",
+                "timestamp": _stamps(start, n, "D"),
+                "target": list(20 + 2 * price + rng.normal(0, 1, n)),
+                "price": list(price),
+                "load_lag": list(rng.normal(0, 1, n)),
+            }
+        )
+    weekly = []
+    for i, n in enumerate([70, 75, 80]):
+        values = 100 + np.cumsum(rng.normal(0, 1, n))
+        values[[5, 6, 7, 20 + i, 41]] = np.nan  # gaps, in the context of every window
+        weekly.append({"id": f"w{i}", "timestamp": _stamps("2019-01-06", n, "W-SUN"), "target": list(values)})
+    multivariate = [
+        {"id": "m0", "timestamp": _stamps("2020-01-01", 40, "D"), "a": list(rng.normal(0, 1, 40)), "b": [1.0] * 40}
+    ]
+    common = {"quantile_levels": LEVELS}
+    return [
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "hourly" / "data.parquet", hourly),
+            task_name="hourly",
+            horizon=24,
+            num_windows=2,
+            window_step_size=12,
+            seasonality=24,
+            eval_metric="MASE",
+            extra_metrics=["WQL", "SQL", "MAE"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "daily" / "data.parquet", daily),
+            task_name="daily_covariates",
+            horizon=7,
+            num_windows=3,
+            initial_cutoff="2022-03-10",
+            window_step_size=7,
+            seasonality=7,
+            known_dynamic_columns=["price"],
+            past_dynamic_columns=["load_lag"],
+            eval_metric="WQL",
+            extra_metrics=["MASE", "SQL"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "weekly" / "data.parquet", weekly),
+            task_name="weekly_gaps",
+            horizon=32,
+            num_windows=2,
+            initial_cutoff=36,
+            window_step_size=1,
+            eval_metric="SQL",
+            extra_metrics=["MASE", "RMSE"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "multi" / "data.parquet", multivariate),
+            task_name="multivariate",
+            target=["a", "b"],
+            horizon=4,
+            **common,
+        ),
+    ]
+
+
+def _plain_onnx_predictions(task: Any, checkpoint: Any) -> list[list[dict[str, Any]]]:
+    """Predictions of a plain ONNX Runtime loop over ``task.iter_windows()`` (the OpenSTEF Chronos-2 tensors)."""
+    import onnxruntime as ort
+
+    metadata = checkpoint.metadata
+    length, graph_horizon = metadata.context_length, metadata.horizon_length
+    session = ort.InferenceSession(str(checkpoint.weights_path), providers=["CPUExecutionProvider"])
+    covariates = [*task.past_dynamic_columns, *task.known_dynamic_columns]  # past-only rows first
+    per_window = []
+    for window in task.iter_windows():
+        past, future = window.get_input_data()
+        rows, groups = [], []
+        for index in range(len(past)):
+            item, ahead = past[index], future[index]
+
+            def history(values: Any) -> np.ndarray:
+                values = np.asarray(values, dtype=np.float64)[-length:]
+                return np.concatenate([np.full(length - len(values), np.nan), values])
+
+            group = [np.concatenate([history(item[task.target]), np.full(graph_horizon, np.nan)])]
+            for name in covariates:
+                known = np.full(graph_horizon, np.nan)
+                if name in task.known_dynamic_columns:
+                    known[: task.horizon] = np.asarray(ahead[name], dtype=np.float64)
+                group.append(np.concatenate([history(item[name]), known]))
+            rows += group
+            groups += [index] * len(group)
+        grid = np.asarray(rows, dtype=np.float32)
+        mask = np.isfinite(grid).astype(np.float32)
+        values = np.where(mask > 0, grid, np.float32(0))
+        inputs = {
+            "context": values[:, :length],
+            "attention_mask": mask[:, :length],
+            "group_ids": np.asarray(groups, dtype=np.int64),
+            "future_covariates": values[:, length:],
+            "future_covariates_mask": mask[:, length:],
+        }
+        (output,) = session.run(["quantile_preds"], inputs)
+        targets = output[np.arange(len(past)) * (1 + len(covariates))][:, :, : task.horizon].astype(np.float64)
+        predictions = []
+        for forecast in targets:
+            entry = {"predictions": list(forecast[LEVELS.index(0.5)])}
+            entry |= {str(level): list(forecast[LEVELS.index(level)]) for level in task.quantile_levels}
+            predictions.append(entry)
+        per_window.append(predictions)
+    return per_window
+
+
+def _metrics(task: Any) -> list[str]:
+    return [fev.metrics.get_metric(m).name for m in [task.eval_metric, *task.extra_metrics]]
+
+
+@pytest.mark.integration
+def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: None, tmp_path: Path) -> None:
+    from distributed_onnx import fev_benchmark
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    tasks = _tasks(tmp_path / "datasets")
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
+    output = tmp_path / "out"
+
+    result = fev_benchmark(
+        fev.Benchmark(tasks), checkpoint=[reference.weights_path, tiny.weights_path], output=output, actors=1
+    )
+
+    status = {(p["task"], p["model"]): (p["status"], p["reason"]) for p in result.pairs}
+    assert status[("weekly_gaps", "tiny")][0] == "skipped"
+    assert "horizon 32 is longer than the checkpoint emits" in status[("weekly_gaps", "tiny")][1]
+    for model in ("taylor_chronos2_patchtst", "tiny"):
+        assert status[("multivariate", model)][0] == "skipped"
+        assert "multivariate target" in status[("multivariate", model)][1]
+    done = {(s["task_name"], s["model_name"]): s for s in result.summaries}
+    assert sorted(done) == sorted(
+        [
+            (t, m)
+            for t in ("hourly", "daily_covariates", "weekly_gaps")
+            for m in ("taylor_chronos2_patchtst", "tiny")
+            if (t, m) != ("weekly_gaps", "tiny")
+        ]
+    )
+    for task in tasks[:3]:
+        for checkpoint in (reference, tiny):
+            key = (task.task_name, checkpoint.name)
+            if key not in done:
+                continue
+            expected = task.evaluation_summary(_plain_onnx_predictions(task, checkpoint), model_name=checkpoint.name)
+            got = done[key]
+            assert got["num_forecasts"] == expected["num_forecasts"]
+            assert got["inference_time_s"] > 0
+            for metric in ["test_error", *_metrics(task)]:
+                assert got[metric] == pytest.approx(expected[metric], rel=1e-9, abs=1e-12), (key, metric)
+
+    lines = (output / "summaries.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == result.summaries
+    board = fev.leaderboard(
+        str(output / "summaries.json"), baseline_model="taylor_chronos2_patchtst", missing_strategy="drop"
+    )
+    assert set(board.index) == {"taylor_chronos2_patchtst", "tiny"}
+    pivot = fev.pivot_table(result.summaries, task_columns=["task_name"])
+    assert pivot.shape == (3, 2)
+    report = output / "runs" / "000-hourly"
+    assert any(report.glob("*/report.html")) and any(report.glob("*/leaderboard.parquet"))
