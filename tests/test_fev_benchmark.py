@@ -10,6 +10,7 @@ ONNX Runtime directly with the Chronos-2 (OpenSTEF) tensors; fev scores both set
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,82 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     assert pivot.shape == (3, 2)
     report = output / "runs" / "000-hourly"
     assert any(report.glob("*/report.html")) and any(report.glob("*/leaderboard.parquet"))
+
+
+def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
+    import yaml
+
+    task = _tasks(root / "datasets")[0]
+    fields = {key: task.to_dict()[key] for key in ("dataset_path", "task_name", "horizon", "num_windows")}
+    fields |= {"window_step_size": 12, "seasonality": 24, "quantile_levels": LEVELS, "eval_metric": "MASE"}
+    path = root / "bench.yaml"
+    path.write_text(yaml.safe_dump({"tasks": [fields, *extra_tasks]}))
+    return path
+
+
+@pytest.mark.integration
+def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished task x checkpoint is not recomputed; an added checkpoint is; a task fev cannot load fails
+    alone (exit 1, the others' summaries written)."""
+    from distributed_onnx import cli, fev_benchmark
+
+    bench = _hourly_yaml(tmp_path, [{"dataset_path": str(tmp_path / "absent" / "data.parquet"), "task_name": "gone"}])
+    first = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    second = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny2", context_length=64, output_patch_size=8, horizon_patches=4
+    )
+    output = tmp_path / "out"
+    tasks = fev.Benchmark.from_yaml(bench).tasks[:1]
+    fev_benchmark(tasks, checkpoint=first.weights_path, output=output, actors=1)
+    pair = output / "pairs" / "000-hourly" / "tiny.json"
+    written = pair.read_bytes()
+    parts = sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny/*.parquet"))
+    stamps = [part.stat().st_mtime_ns for part in parts]
+
+    code = cli.main(
+        [
+            "fev",
+            str(bench),
+            "--checkpoint",
+            str(first.weights_path),
+            "--checkpoint",
+            str(second.weights_path),
+            "--output",
+            str(output),
+            "--actors",
+            "1",
+        ]
+    )
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "error: 2 task x checkpoint pair(s) failed (e.g. gone x tiny: fev could not load the task's data" in err
+    assert pair.read_bytes() == written  # resumed, not recomputed
+    document = json.loads((output / "fev_summary.json").read_text())
+    status = {(p["task"], p["model"]): p["status"] for p in document["pairs"]}
+    assert status == {
+        ("hourly", "tiny"): "resumed",
+        ("hourly", "tiny2"): "done",
+        ("gone", "tiny"): "failed",
+        ("gone", "tiny2"): "failed",
+    }
+    summaries = [json.loads(line) for line in (output / "summaries.jsonl").read_text().splitlines()]
+    assert [s["model_name"] for s in summaries] == ["tiny", "tiny2"]
+    assert summaries[1]["inference_time_shared_with"] is None  # only tiny2 was computed by that run
+    assert parts and [part.stat().st_mtime_ns for part in parts] == stamps  # tiny's forecasts not rewritten
+    assert sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny2/*.parquet"))
+
+
+def test_fev_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from distributed_onnx import cli
+
+    monkeypatch.setitem(sys.modules, "fev", None)  # as if not installed: `import fev` raises ImportError
+    code = cli.main(["fev", "bench.yaml", "--output", "out"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: fev is not installed. Install it with: pip install 'distributed-onnx[fev]'"
+    )

@@ -145,14 +145,16 @@ def _run_task(
             if all(each.name in summaries for each in group.checkpoints):
                 continue
             run_dir = storage.join(output, "runs", slug, group.name)
-            for checkpoint, outcome in _run_group(task, data, group, run_dir, output, slug, settings).items():
+            for model, outcome in _run_group(task, data, group, run_dir, output, slug, settings).items():
+                if model in summaries:  # resumed: its summary is the earlier run's
+                    continue
                 if "summary" in outcome:
-                    summaries[checkpoint] = outcome["summary"]
+                    summaries[model] = outcome["summary"]
                     status, why = "done", None
                 else:
                     status, why = "failed", outcome["reason"]
-                records[checkpoint] = {"task": name, "task_dir": slug, "model": checkpoint, "status": status}
-                records[checkpoint] |= {"reason": why, "run_dir": storage.redact(run_dir)}
+                records[model] = {"task": name, "task_dir": slug, "model": model, "status": status}
+                records[model] |= {"reason": why, "run_dir": storage.redact(run_dir)}
     ordered = [each.name for each in checkpoints]
     return [summaries[n] for n in ordered if n in summaries], [records[n] for n in ordered if n in records]
 
@@ -248,10 +250,11 @@ def _model_forecasts(run_dir: storage.Location, model: str, origins_us: Sequence
 
 
 def _pair_key(task: Any, checkpoint: ResolvedCheckpoint) -> str:
-    """What a pair's summary depends on: the task's definition and data, the checkpoint's weights, fev."""
+    """What a pair's summary depends on: the task's definition, the checkpoint's weights, fev's version. Not the
+    data's fingerprint: knowing it takes loading the data, which a resumed pair must not need (a hub dataset
+    needs the network); a dataset rewritten in place needs a new output directory."""
     document = [
         task.to_dict(),
-        getattr(task, "_dataset_fingerprint", None),
         checkpoint.metadata.sha256 or storage.sha256(checkpoint.weights_path),
         FEV_VERSION,
     ]
