@@ -179,8 +179,9 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     tasks = _tasks(tmp_path / "datasets")
+    # The reference's context: the two share each task's run (one backtest, one report comparing them).
     tiny = write_tiny_chronos2(
-        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+        tmp_path / "ckpt", name="tiny", context_length=512, output_patch_size=8, horizon_patches=3
     )
     reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
     output = tmp_path / "out"
@@ -224,8 +225,27 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     assert set(board.index) == {"taylor_chronos2_patchtst", "tiny"}
     pivot = fev.pivot_table(result.summaries, task_columns=["task_name"])
     assert pivot.shape == (3, 2)
-    report = output / "runs" / "000-hourly"
-    assert any(report.glob("*/report.html")) and any(report.glob("*/leaderboard.parquet"))
+    (run,) = (output / "runs" / "000-hourly").iterdir()  # one run for both checkpoints
+    assert (run / "report.html").is_file()
+    models = set(pq.read_table(run / "leaderboard.parquet").column("model").to_pylist())
+    assert {"taylor_chronos2_patchtst", "tiny"} <= models
+    assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"
+
+
+def test_checkpoints_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.fev_tasks.runner import _groups
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
+    same = write_tiny_chronos2(tmp_path, name="same", context_length=512, output_patch_size=8, horizon_patches=3)
+    shorter = write_tiny_chronos2(tmp_path, name="short", context_length=64, output_patch_size=8, horizon_patches=3)
+    task = fev.Task(dataset_path="x/y/data.parquet", horizon=8, known_dynamic_columns=["price"])
+    groups = {
+        group.name: [each.name for each in group.checkpoints] for group in _groups(task, [reference, same, shorter])
+    }
+    assert groups == {"r30-c512-cov": ["taylor_chronos2_patchtst", "same"], "r30-c64-cov": ["short"]}
+    capped = fev.Task(dataset_path="x/y/data.parquet", horizon=8, max_context_length=100)
+    assert [group.name for group in _groups(capped, [reference, same, shorter])] == ["r30-c100-nocov", "r30-c64-nocov"]
 
 
 def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
