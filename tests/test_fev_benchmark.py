@@ -325,3 +325,32 @@ def test_fev_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch, capsys:
     assert capsys.readouterr().err.strip() == (
         "error: fev is not installed. Install it with: pip install 'distributed-onnx[fev]'"
     )
+
+
+@pytest.mark.integration  # fev's loader validates the data in worker processes (datasets' map)
+def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> None:
+    """The layout's invariant, in all three cutoff modes: the first future value fev gives each series it keeps
+    sits at the window's origin on the grid, and the values before it are fev's past."""
+    import pyarrow.compute as pc
+
+    from distributed_onnx.evaluation.fev_tasks.tasks import task_data
+
+    for task in _tasks(tmp_path)[:3]:
+        data = task_data(task)
+        ids = np.asarray(data.series_ids.to_pylist())
+        values = data.target.to_numpy(zero_copy_only=False)
+        for window, origin in zip(task.iter_windows(), data.origins, strict=True):
+            past, _ = window.get_input_data()
+            truth = window.get_ground_truth()
+            assert len(truth) > 0
+            future_values = truth.data.table.column(task.target).to_pylist()  # the values fev scores
+            past_values = past.data.table.column(task.target).to_pylist()
+            for row, series_id in enumerate(truth.data.table.column(task.id_column).to_pylist()):
+                mine = ids == series_id
+                at = np.flatnonzero(data.positions[mine] == origin)
+                assert at.size == 1, (task.task_name, origin)
+                series = values[mine]
+                np.testing.assert_array_equal(series[at[0] : at[0] + task.horizon], np.array(future_values[row], float))
+                np.testing.assert_array_equal(series[: at[0]], np.array(past_values[row], float))
+        assert data.stride == {"hourly": 12, "daily_covariates": 7, "weekly_gaps": 1}[task.task_name]
+        assert pc.all(pc.is_valid(data.series_ids)).as_py()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import Any
 
@@ -35,8 +35,9 @@ from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.worker import check_run_fits_model
 
-#: Where the synthetic grid starts (2100-01-01 UTC, in microseconds).
-GRID_EPOCH_US = int(datetime(2100, 1, 1, tzinfo=UTC).timestamp()) * 1_000_000
+_GRID_EPOCH = datetime(2100, 1, 1, tzinfo=UTC)
+#: Where the synthetic grid starts (2100-01-01 UTC, in microseconds since the epoch).
+GRID_EPOCH_US = int(_GRID_EPOCH.timestamp()) * 1_000_000
 #: The backtest's own column names: a task whose covariate is named so cannot be laid out.
 RESERVED = frozenset({"series_id", "timestamp", "y"})
 
@@ -69,8 +70,7 @@ class TaskData:
 
     def origin(self, window: int, step_minutes: int) -> datetime:
         """The first forecast step of fev window ``window`` on a grid of ``step_minutes``."""
-        us = GRID_EPOCH_US + self.origins[window] * step_minutes * 60_000_000
-        return datetime.fromtimestamp(us / 1e6, tz=UTC)
+        return _GRID_EPOCH + timedelta(microseconds=self.origin_us(window, step_minutes) - GRID_EPOCH_US)
 
     def origin_us(self, window: int, step_minutes: int) -> int:
         return GRID_EPOCH_US + self.origins[window] * step_minutes * 60_000_000
