@@ -204,8 +204,12 @@ def _run_group(
         result = run_backtest(run_settings)
         timing = result.summary.get("timing") or {}
         inference_s = float(timing.get("dispatch_s") or time.perf_counter() - started)
-    except BatchError as exc:
-        return {each.name: {"reason": str(exc)} for each in group.checkpoints}
+    except DistributedOnnxError as exc:
+        # Parts that failed (1) or this task's data or settings refused by the backtest (2) fail this task
+        # alone; the environment (3: storage, Ray) stops the benchmark, as it stops a backtest.
+        if exc.exit_code not in (BatchError.exit_code, ConfigError.exit_code):
+            raise
+        return {each.name: {"reason": f"{type(exc).__name__}: {exc}"} for each in group.checkpoints}
     origins = [data.origin_us(window, group.step_minutes) for window in range(len(data.origins))]
     keys = {each.name: _pair_key(task, each) for each in group.checkpoints}
     earlier_pairs = {name: _read_pair(output, slug, name, key) for name, key in keys.items()}
