@@ -356,3 +356,18 @@ def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> No
                 np.testing.assert_array_equal(series[: at[0]], np.array(past_values[row], float))
         assert data.stride == {"hourly": 12, "daily_covariates": 7, "weekly_gaps": 1}[task.task_name]
         assert pc.all(pc.is_valid(data.series_ids)).as_py()
+
+
+def test_fev_with_a_benchmark_fev_cannot_read_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distributed_onnx import cli
+
+    missing = tmp_path / "absent.yaml"
+    code = cli.main(["fev", str(missing), "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {missing} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
+        f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+    )
+    assert not (tmp_path / "out").exists()  # refused before anything is written or started

@@ -186,10 +186,11 @@ def load_tasks(benchmark: Any) -> list[Any]:
         try:
             return list(fev.Benchmark.from_yaml(benchmark).tasks)
         except Exception as exc:  # fev says only "Failed to load the file", or a Task's own validation error
-            cause = exc.__cause__ or exc.__context__ or exc
+            detail = exc.__cause__ or exc.__context__ or exc  # the file's own error, where fev hid it
+            text = " ".join(str(detail).split())[:400]
             raise ConfigError(
-                f"{benchmark} is not a fev benchmark YAML (a 'tasks' list of fev.Task fields): "
-                f"{type(exc).__name__}: {exc} ({type(cause).__name__}: {' '.join(str(cause).split())[:300]})",
+                f"{benchmark} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
+                f"{type(detail).__name__}: {text}",
                 key="benchmark",
             ) from exc
     raise ConfigError(
