@@ -209,5 +209,7 @@ def fev_benchmark(
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
 
     paths = [] if checkpoint is None else [checkpoint] if isinstance(checkpoint, str | os.PathLike) else checkpoint
-    _connect(settings.get("address"))  # kept up after the run, as backtest() does
-    return run_benchmark(benchmark, [Path(os.fspath(each)) for each in paths], _location(output), settings)
+    checkpoints = [Path(os.fspath(each)) for each in paths]
+    # Ray is joined or started (and kept up, as backtest() keeps it) by the first task that needs a backtest.
+    connect = lambda: _connect(settings.get("address"))  # noqa: E731
+    return run_benchmark(benchmark, checkpoints, _location(output), settings, connect=connect)

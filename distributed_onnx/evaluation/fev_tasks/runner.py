@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 logger = logging.getLogger(__name__)
 
+#: Where :func:`run_fev` passes its ``connect`` down with the settings (taken out before they are validated).
+_CONNECT = "_connect"
 SUMMARIES_JSONL = "summaries.jsonl"
 SUMMARIES_JSON = "summaries.json"
 RUN_SUMMARY = "fev_summary.json"
@@ -81,11 +83,17 @@ class _Group:
 
 
 def run_fev(
-    tasks: Sequence[Any], checkpoints: Sequence[ResolvedCheckpoint], output: storage.Location, settings: dict[str, Any]
+    tasks: Sequence[Any],
+    checkpoints: Sequence[ResolvedCheckpoint],
+    output: storage.Location,
+    settings: dict[str, Any],
+    connect: Callable[[], object] = lambda: None,
 ) -> FevResult:
-    """Run every task against every checkpoint on the connected Ray; ``settings`` are further backtest settings
-    (``actors``, ``rows_per_batch``...). Raises :class:`BatchError` after writing everything if a pair failed."""
+    """Run every task against every checkpoint; ``settings`` are further backtest settings (``actors``,
+    ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
+    with every pair done starts no Ray. Raises :class:`BatchError` after writing everything if a pair failed."""
     storage.make_dirs(output)
+    settings = {**settings, _CONNECT: connect}
     summaries: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
     for index, task in enumerate(tasks):
@@ -198,7 +206,9 @@ def _run_group(
         "data": data_path,
         "output": run_dir,
     }
+    connect = given.pop(_CONNECT)
     run_settings = BacktestSettings.from_sources(given, source=f"fev task {task.task_name}")
+    connect()
     started = time.perf_counter()
     try:
         result = run_backtest(run_settings)
@@ -340,15 +350,19 @@ TASK_SETTINGS = frozenset(
 
 
 def run_benchmark(
-    benchmark: Any, checkpoints: Sequence[Any], output: storage.Location, settings: dict[str, Any]
+    benchmark: Any,
+    checkpoints: Sequence[Any],
+    output: storage.Location,
+    settings: dict[str, Any],
+    connect: Callable[[], object] | None = None,
 ) -> FevResult:
     """:func:`run_fev` from what a user gives: a benchmark (see :func:`~.tasks.load_tasks`) and checkpoint paths.
 
-    Joins ``settings['address']`` or starts the embedded Ray first (kept up across the tasks' runs)."""
+    ``connect`` (default: join ``settings['address']`` or start the embedded Ray) runs before the first
+    backtest; Ray stays up across the tasks' runs."""
     from distributed_onnx.evaluation.fev_tasks.tasks import load_tasks
     from distributed_onnx.model.checkpoint import LocalCheckpoint
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
-    from distributed_onnx.runtime.local_ray import connect
 
     fixed = sorted(TASK_SETTINGS & set(settings))
     if fixed:
@@ -358,5 +372,11 @@ def run_benchmark(
     names = [each.name for each in resolved]
     if len(set(names)) != len(names):
         raise ConfigError(f"checkpoints must have distinct file stems; got {names}", key="checkpoint")
-    connect(settings.get("address"))
-    return run_fev(tasks, resolved, output, settings)
+    address = settings.get("address")
+    return run_fev(tasks, resolved, output, settings, connect=connect or (lambda: _join_ray(address)))
+
+
+def _join_ray(address: str | None) -> None:
+    from distributed_onnx.runtime.local_ray import connect  # imports Ray: only once a backtest is to run
+
+    connect(address)
