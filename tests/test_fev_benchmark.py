@@ -10,6 +10,7 @@ ONNX Runtime directly with the Chronos-2 (OpenSTEF) tensors; fev scores both set
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -371,3 +372,16 @@ def test_fev_with_a_benchmark_fev_cannot_read_is_one_error_line(
         f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
     )
     assert not (tmp_path / "out").exists()  # refused before anything is written or started
+
+
+def test_the_package_and_the_fev_modules_do_not_import_fev_until_used() -> None:
+    """fev is an optional extra: importing the package, the command and the fev modules leaves it unimported."""
+    import subprocess
+
+    code = (
+        "import sys, distributed_onnx, distributed_onnx.cli, distributed_onnx.evaluation.fev_tasks.runner; "
+        "print(sorted({'fev', 'datasets'} & set(sys.modules)))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "[]"
