@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.api import Backtest, backtest
+from distributed_onnx.api import Backtest, backtest, fev_benchmark
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.model.adapters import AdapterFactory, ModelAdapter, register_adapter
 from distributed_onnx.model.backend import (
@@ -58,6 +58,7 @@ __all__ = [
     "SessionOptionsConfig",
     "TensorRTProvider",
     "backtest",
+    "fev_benchmark",
     "register_adapter",
     "write_checkpoint",
 ]

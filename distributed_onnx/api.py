@@ -204,3 +204,29 @@ def _as_arrow(data: Any) -> pa.Table:
         f"got {type(data).__module__}.{type(data).__qualname__}",
         key="data",
     )
+
+
+def fev_benchmark(
+    benchmark: Any,
+    *,
+    checkpoint: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    output: str | os.PathLike[str],
+    **settings: Any,
+) -> Any:
+    """Run a fev benchmark (a ``fev.Benchmark``, a list of ``fev.Task`` or a benchmark YAML's path) against
+    ``checkpoint`` (one path or several; default the bundled reference one), as ``distributed-onnx fev`` does.
+
+    Returns :class:`~distributed_onnx.evaluation.fev_tasks.runner.FevResult`: ``.summaries`` are fev's own
+    ``Task.evaluation_summary`` dicts (``fev.leaderboard(result.summaries, baseline_model=...)`` reads them),
+    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason) or failed. ``output``
+    holds ``summaries.jsonl`` and every task's run directory (docs/fev.md); rerunning resumes. ``settings`` are
+    the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``). Needs the ``fev``
+    extra; raises :class:`~distributed_onnx.errors.BatchError` after writing everything if a pair failed.
+    """
+    from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
+
+    paths = [] if checkpoint is None else [checkpoint] if isinstance(checkpoint, str | os.PathLike) else checkpoint
+    checkpoints = [Path(os.fspath(each)) for each in paths]
+    # Ray is joined or started (and kept up, as backtest() keeps it) by the first task that needs a backtest.
+    connect = lambda: _connect(settings.get("address"))  # noqa: E731
+    return run_benchmark(benchmark, checkpoints, _location(output), settings, connect=connect)

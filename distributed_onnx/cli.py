@@ -1,4 +1,4 @@
-"""The ``distributed-onnx`` command: ``inspect``, ``export``, ``backtest``, ``serve`` and ``score``.
+"""The ``distributed-onnx`` command: ``inspect``, ``export``, ``backtest``, ``fev``, ``serve`` and ``score``.
 
 Thin entry points: parse flags into typed settings, build objects, run. The flags of ``backtest`` and
 ``serve`` are generated from their settings models (:mod:`distributed_onnx.settings_sources`), so a new field
@@ -199,9 +199,43 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     export.set_defaults(handler=_export)
 
+    _fev_command(commands)
     for name, summary, settings, handler in _SETTINGS_COMMANDS:
         _settings_command(commands, name, summary, settings if name == given else None, handler)
     return parser
+
+
+def _fev_command(commands: Any) -> None:
+    fev = commands.add_parser(
+        "fev",
+        help="run a fev benchmark's tasks as backtests; summaries by fev itself (needs the fev extra)",
+        description="Run every task of a fev benchmark YAML against each checkpoint as backtests on Ray, score "
+        "them with fev's own Task.evaluation_summary and write OUTPUT/summaries.jsonl (docs/fev.md). Rerun to "
+        "resume or to add a checkpoint.",
+    )
+    fev.add_argument("benchmark", metavar="BENCHMARK.yaml", help="fev benchmark YAML (a 'tasks' list), path or URL")
+    fev.add_argument(
+        "--checkpoint", action="append", type=Path, default=[], metavar="MODEL.onnx", help="repeat for several"
+    )
+    fev.add_argument("--output", required=True, metavar="DIR", help="output directory (a path or a URL)")
+    fev.add_argument("--actors", type=int, metavar="N", help="worker actors (default: as many as the cluster fits)")
+    fev.add_argument("--cpus-per-actor", type=float, metavar="N", help="CPUs per actor (default 1)")
+    fev.add_argument("--address", metavar="ADDRESS", help="Ray address (default: an embedded local Ray)")
+    fev.set_defaults(handler=_fev)
+
+
+def _fev(args: argparse.Namespace) -> int:
+    from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
+    from distributed_onnx.storage import is_url, redact
+
+    given = {"actors": args.actors, "cpus_per_actor": args.cpus_per_actor, "address": args.address}
+    settings = {key: value for key, value in given.items() if value is not None}
+    output = args.output if is_url(args.output) else Path(args.output)
+    result = run_benchmark(args.benchmark, args.checkpoint, output, settings)
+    counts = {status: sum(p["status"] == status for p in result.pairs) for status in ("done", "resumed", "skipped")}
+    print(json.dumps({"pairs": counts, "skipped": [p for p in result.pairs if p["status"] == "skipped"]}, indent=2))
+    print(f"wrote {redact(output)}/ (summaries.jsonl, fev_summary.json, runs/)")
+    return 0
 
 
 def _command_given(argv: Sequence[str]) -> str | None:

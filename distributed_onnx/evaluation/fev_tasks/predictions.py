@@ -1,0 +1,69 @@
+"""The backtest's forecasts of one model as the predictions fev's ``Task.evaluation_summary`` takes.
+
+fev wants, per window, one row per series it keeps at that cutoff (in its order: ids sorted), with the point
+forecast (``predictions``: the median, as fev's own zero-shot models give it) and one column per quantile level
+(named ``str(q)``), each a list of ``horizon`` floats. Pure: no Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from distributed_onnx.model.quantiles import quantile_column_name
+
+#: fev's name of the point forecast column (``fev.constants.PREDICTIONS``).
+POINT = "predictions"
+
+
+class MissingForecastsError(ValueError):
+    """The run holds no forecast for some series fev keeps in a window (e.g. too little observed context)."""
+
+
+def window_predictions(
+    forecasts: pa.Table, series_ids: Sequence[str], origin_us: int, horizon: int, levels: Sequence[float]
+) -> pa.Table:
+    """One fev prediction row per id of ``series_ids`` (in that order) for the window starting at ``origin_us``.
+
+    ``forecasts`` is one model's forecasts table (``series_id, origin, lead, q...``); leads past ``horizon`` are
+    dropped.
+    """
+    origin = pc.cast(forecasts.column("origin"), pa.int64())
+    keep = pc.and_(pc.equal(origin, origin_us), pc.less_equal(forecasts.column("lead"), horizon))
+    window = forecasts.filter(keep).sort_by([("series_id", "ascending"), ("lead", "ascending")])
+    if window.num_rows % horizon:
+        raise MissingForecastsError(
+            f"{window.num_rows} forecast rows at one origin are not whole {horizon}-step windows"
+        )
+    held = window.column("series_id").to_pylist()[::horizon]
+    row_of = {series_id: row for row, series_id in enumerate(held)}
+    missing = [series_id for series_id in series_ids if series_id not in row_of]
+    if missing:
+        raise MissingForecastsError(
+            f"no forecast for {len(missing)} of the {len(series_ids)} series fev keeps in this window "
+            f"(e.g. {missing[:3]}): their context may hold no observed value"
+        )
+    order = np.asarray([row_of[series_id] for series_id in series_ids], dtype=np.int64)
+    offsets = pa.array(np.arange(0, horizon * len(order) + 1, horizon, dtype=np.int32))
+    columns: dict[str, Any] = {}
+    for name, level in [(POINT, 0.5), *((str(level), level) for level in levels)]:
+        values = np.asarray(window.column(quantile_column_name(level)).to_numpy(), dtype=np.float64)
+        columns[name] = pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1, horizon)[order].reshape(-1)))
+    return pa.table(columns)
+
+
+def task_predictions(task: Any, forecasts: pa.Table, origins_us: Sequence[int]) -> list[Any]:
+    """The predictions of every window of ``task`` as ``datasets.Dataset`` objects, for ``evaluation_summary``."""
+    import datasets
+
+    windows = []
+    for window, origin_us in zip(task.iter_windows(), origins_us, strict=True):
+        truth = window.get_ground_truth()
+        ids = pc.cast(truth.data.table.column(task.id_column), pa.string()).to_pylist()
+        table = window_predictions(forecasts, ids, origin_us, task.horizon, task.quantile_levels)
+        windows.append(datasets.Dataset(table))
+    return windows

@@ -1,0 +1,387 @@
+"""fev tasks run as backtests: the summaries equal fev's own on predictions from a plain ONNX Runtime loop.
+
+Three tasks in fev's dataset format, written here (hourly counted back from the series' ends; daily with a
+known-future and a past-only covariate and timestamp cutoffs; weekly with gaps and positional cutoffs) plus a
+multivariate one, against the bundled reference checkpoint and a tiny graph (tests/graphs.py) whose horizon is
+too short for the weekly task. The reference loop reads each window with ``task.iter_windows()`` and calls
+ONNX Runtime directly with the Chronos-2 (OpenSTEF) tensors; fev scores both sets of predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.graphs import write_tiny_chronos2
+
+fev = pytest.importorskip("fev")
+
+REFERENCE = Path(__file__).resolve().parents[1] / "distributed_onnx" / "resources" / "reference"
+LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+
+
+def _write_fev_dataset(path: Path, series: list[dict[str, Any]]) -> str:
+    """fev's dataset format: one row per series, the time-varying columns as lists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, list[Any]] = {key: [row[key] for row in series] for key in series[0]}
+    arrays = {key: pa.array(values) for key, values in columns.items()}
+    arrays["timestamp"] = pa.array(columns["timestamp"], pa.list_(pa.timestamp("ms")))
+    pq.write_table(pa.table(arrays), path)
+    return str(path)
+
+
+def _stamps(start: str, n: int, freq: str) -> list[Any]:
+    import pandas as pd
+
+    return list(pd.date_range(start, periods=n, freq=freq).to_pydatetime())
+
+
+def _tasks(root: Path) -> list[Any]:
+    rng = np.random.default_rng(7)
+    hourly = [
+        {
+            "id": f"h{i}",
+            "timestamp": _stamps("2021-03-01", n, "h"),
+            "target": list(10 + 3 * np.sin(np.arange(n) * 2 * np.pi / 24) + rng.normal(0, 0.5, n) + i),
+        }
+        for i, n in enumerate([180, 200, 230])
+    ]
+    daily = []
+    for i, (start, n) in enumerate([("2022-01-01", 90), ("2022-01-11", 80), ("2022-01-06", 85)]):
+        price = rng.normal(5, 1, n)
+        daily.append(
+            {
+                "id": f"d{i}",
+                "timestamp": _stamps(start, n, "D"),
+                "target": list(20 + 2 * price + rng.normal(0, 1, n)),
+                "price": list(price),
+                "load_lag": list(rng.normal(0, 1, n)),
+            }
+        )
+    weekly = []
+    for i, n in enumerate([70, 75, 80]):
+        values = 100 + np.cumsum(rng.normal(0, 1, n))
+        values[[5, 6, 7, 20 + i, 41]] = np.nan  # gaps, in the context of every window
+        weekly.append({"id": f"w{i}", "timestamp": _stamps("2019-01-06", n, "W-SUN"), "target": list(values)})
+    multivariate = [
+        {"id": "m0", "timestamp": _stamps("2020-01-01", 40, "D"), "a": list(rng.normal(0, 1, 40)), "b": [1.0] * 40}
+    ]
+    common = {"quantile_levels": LEVELS}
+    return [
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "hourly" / "data.parquet", hourly),
+            task_name="hourly",
+            horizon=24,
+            num_windows=2,
+            window_step_size=12,
+            seasonality=24,
+            eval_metric="MASE",
+            extra_metrics=["WQL", "SQL", "MAE"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "daily" / "data.parquet", daily),
+            task_name="daily_covariates",
+            horizon=7,
+            num_windows=3,
+            initial_cutoff="2022-03-10",
+            window_step_size=7,
+            seasonality=7,
+            known_dynamic_columns=["price"],
+            past_dynamic_columns=["load_lag"],
+            eval_metric="WQL",
+            extra_metrics=["MASE", "SQL"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "weekly" / "data.parquet", weekly),
+            task_name="weekly_gaps",
+            horizon=32,
+            num_windows=2,
+            initial_cutoff=36,
+            window_step_size=1,
+            eval_metric="SQL",
+            extra_metrics=["MASE", "RMSE"],
+            **common,
+        ),
+        fev.Task(
+            dataset_path=_write_fev_dataset(root / "multi" / "data.parquet", multivariate),
+            task_name="multivariate",
+            target=["a", "b"],
+            horizon=4,
+            **common,
+        ),
+    ]
+
+
+def _plain_onnx_predictions(task: Any, checkpoint: Any) -> list[list[dict[str, Any]]]:
+    """Predictions of a plain ONNX Runtime loop over ``task.iter_windows()`` (the OpenSTEF Chronos-2 tensors)."""
+    import onnxruntime as ort
+
+    metadata = checkpoint.metadata
+    length, graph_horizon = metadata.context_length, metadata.horizon_length
+    session = ort.InferenceSession(str(checkpoint.weights_path), providers=["CPUExecutionProvider"])
+    covariates = [*task.past_dynamic_columns, *task.known_dynamic_columns]  # past-only rows first
+    per_window = []
+    for window in task.iter_windows():
+        past, future = window.get_input_data()
+        rows, groups = [], []
+        for index in range(len(past)):
+            item, ahead = past[index], future[index]
+
+            def history(values: Any) -> np.ndarray:
+                values = np.asarray(values, dtype=np.float64)[-length:]
+                return np.concatenate([np.full(length - len(values), np.nan), values])
+
+            group = [np.concatenate([history(item[task.target]), np.full(graph_horizon, np.nan)])]
+            for name in covariates:
+                known = np.full(graph_horizon, np.nan)
+                if name in task.known_dynamic_columns:
+                    known[: task.horizon] = np.asarray(ahead[name], dtype=np.float64)
+                group.append(np.concatenate([history(item[name]), known]))
+            rows += group
+            groups += [index] * len(group)
+        grid = np.asarray(rows, dtype=np.float32)
+        mask = np.isfinite(grid).astype(np.float32)
+        values = np.where(mask > 0, grid, np.float32(0))
+        inputs = {
+            "context": values[:, :length],
+            "attention_mask": mask[:, :length],
+            "group_ids": np.asarray(groups, dtype=np.int64),
+            "future_covariates": values[:, length:],
+            "future_covariates_mask": mask[:, length:],
+        }
+        (output,) = session.run(["quantile_preds"], inputs)
+        targets = output[np.arange(len(past)) * (1 + len(covariates))][:, :, : task.horizon].astype(np.float64)
+        predictions = []
+        for forecast in targets:
+            entry = {"predictions": list(forecast[LEVELS.index(0.5)])}
+            entry |= {str(level): list(forecast[LEVELS.index(level)]) for level in task.quantile_levels}
+            predictions.append(entry)
+        per_window.append(predictions)
+    return per_window
+
+
+def _metrics(task: Any) -> list[str]:
+    return [fev.metrics.get_metric(m).name for m in [task.eval_metric, *task.extra_metrics]]
+
+
+@pytest.mark.integration
+def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: None, tmp_path: Path) -> None:
+    from distributed_onnx import fev_benchmark
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    tasks = _tasks(tmp_path / "datasets")
+    # The reference's context: the two share each task's run (one backtest, one report comparing them).
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=512, output_patch_size=8, horizon_patches=3
+    )
+    reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
+    output = tmp_path / "out"
+
+    result = fev_benchmark(
+        fev.Benchmark(tasks), checkpoint=[reference.weights_path, tiny.weights_path], output=output, actors=1
+    )
+
+    status = {(p["task"], p["model"]): (p["status"], p["reason"]) for p in result.pairs}
+    assert status[("weekly_gaps", "tiny")][0] == "skipped"
+    assert "horizon 32 is longer than the checkpoint emits" in status[("weekly_gaps", "tiny")][1]
+    for model in ("taylor_chronos2_patchtst", "tiny"):
+        assert status[("multivariate", model)][0] == "skipped"
+        assert "multivariate target" in status[("multivariate", model)][1]
+    done = {(s["task_name"], s["model_name"]): s for s in result.summaries}
+    assert sorted(done) == sorted(
+        [
+            (t, m)
+            for t in ("hourly", "daily_covariates", "weekly_gaps")
+            for m in ("taylor_chronos2_patchtst", "tiny")
+            if (t, m) != ("weekly_gaps", "tiny")
+        ]
+    )
+    for task in tasks[:3]:
+        for checkpoint in (reference, tiny):
+            key = (task.task_name, checkpoint.name)
+            if key not in done:
+                continue
+            expected = task.evaluation_summary(_plain_onnx_predictions(task, checkpoint), model_name=checkpoint.name)
+            got = done[key]
+            assert got["num_forecasts"] == expected["num_forecasts"]
+            assert got["inference_time_s"] > 0
+            for metric in ["test_error", *_metrics(task)]:
+                assert got[metric] == pytest.approx(expected[metric], rel=1e-9, abs=1e-12), (key, metric)
+
+    lines = (output / "summaries.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == result.summaries
+    board = fev.leaderboard(
+        str(output / "summaries.json"), baseline_model="taylor_chronos2_patchtst", missing_strategy="drop"
+    )
+    assert set(board.index) == {"taylor_chronos2_patchtst", "tiny"}
+    import pandas as pd
+
+    pivot = fev.pivot_table(pd.read_json(output / "summaries.jsonl", lines=True), task_columns=["task_name"])
+    assert pivot.shape == (3, 2)
+    (run,) = (output / "runs" / "000-hourly").iterdir()  # one run for both checkpoints
+    assert (run / "report.html").is_file()
+    models = set(pq.read_table(run / "leaderboard.parquet").column("model").to_pylist())
+    assert {"taylor_chronos2_patchtst", "tiny"} <= models
+    assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"
+
+
+def test_checkpoints_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.fev_tasks.runner import _groups
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
+    same = write_tiny_chronos2(tmp_path, name="same", context_length=512, output_patch_size=8, horizon_patches=3)
+    shorter = write_tiny_chronos2(tmp_path, name="short", context_length=64, output_patch_size=8, horizon_patches=3)
+    task = fev.Task(dataset_path="x/y/data.parquet", horizon=8, known_dynamic_columns=["price"])
+    groups = {
+        group.name: [each.name for each in group.checkpoints] for group in _groups(task, [reference, same, shorter])
+    }
+    assert groups == {"r30-c512-cov": ["taylor_chronos2_patchtst", "same"], "r30-c64-cov": ["short"]}
+    capped = fev.Task(dataset_path="x/y/data.parquet", horizon=8, max_context_length=100)
+    assert [group.name for group in _groups(capped, [reference, same, shorter])] == ["r30-c100-nocov", "r30-c64-nocov"]
+
+
+def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
+    import yaml
+
+    task = _tasks(root / "datasets")[0]
+    fields = {key: task.to_dict()[key] for key in ("dataset_path", "task_name", "horizon", "num_windows")}
+    fields |= {"window_step_size": 12, "seasonality": 24, "quantile_levels": LEVELS, "eval_metric": "MASE"}
+    path = root / "bench.yaml"
+    path.write_text(yaml.safe_dump({"tasks": [fields, *extra_tasks]}))
+    return path
+
+
+@pytest.mark.integration
+def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished task x checkpoint is not recomputed; an added checkpoint is; a task fev cannot load fails
+    alone (exit 1, the others' summaries written)."""
+    from distributed_onnx import cli, fev_benchmark
+
+    bench = _hourly_yaml(tmp_path, [{"dataset_path": str(tmp_path / "absent" / "data.parquet"), "task_name": "gone"}])
+    first = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    second = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny2", context_length=64, output_patch_size=8, horizon_patches=4
+    )
+    output = tmp_path / "out"
+    tasks = fev.Benchmark.from_yaml(bench).tasks[:1]
+    fev_benchmark(tasks, checkpoint=first.weights_path, output=output, actors=1)
+    pair = output / "pairs" / "000-hourly" / "tiny.json"
+    written = pair.read_bytes()
+    parts = sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny/*.parquet"))
+    stamps = [part.stat().st_mtime_ns for part in parts]
+
+    code = cli.main(
+        [
+            "fev",
+            str(bench),
+            "--checkpoint",
+            str(first.weights_path),
+            "--checkpoint",
+            str(second.weights_path),
+            "--output",
+            str(output),
+            "--actors",
+            "1",
+        ]
+    )
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "error: 2 task x checkpoint pair(s) failed (e.g. gone x tiny: fev could not load the task's data" in err
+    assert pair.read_bytes() == written  # resumed, not recomputed
+    document = json.loads((output / "fev_summary.json").read_text())
+    status = {(p["task"], p["model"]): p["status"] for p in document["pairs"]}
+    assert status == {
+        ("hourly", "tiny"): "resumed",
+        ("hourly", "tiny2"): "done",
+        ("gone", "tiny"): "failed",
+        ("gone", "tiny2"): "failed",
+    }
+    summaries = [json.loads(line) for line in (output / "summaries.jsonl").read_text().splitlines()]
+    assert [s["model_name"] for s in summaries] == ["tiny", "tiny2"]
+    assert summaries[1]["inference_time_shared_with"] is None  # only tiny2 was computed by that run
+    assert parts and [part.stat().st_mtime_ns for part in parts] == stamps  # tiny's forecasts not rewritten
+    assert sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny2/*.parquet"))
+
+
+def test_fev_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from distributed_onnx import cli
+
+    monkeypatch.setitem(sys.modules, "fev", None)  # as if not installed: `import fev` raises ImportError
+    code = cli.main(["fev", "bench.yaml", "--output", "out"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: fev is not installed. Install it with: pip install 'distributed-onnx[fev]'"
+    )
+
+
+@pytest.mark.integration  # fev's loader validates the data in worker processes (datasets' map)
+def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> None:
+    """The layout's invariant, in all three cutoff modes: the first future value fev gives each series it keeps
+    sits at the window's origin on the grid, and the values before it are fev's past."""
+    import pyarrow.compute as pc
+
+    from distributed_onnx.evaluation.fev_tasks.tasks import task_data
+
+    for task in _tasks(tmp_path)[:3]:
+        data = task_data(task)
+        ids = np.asarray(data.series_ids.to_pylist())
+        values = data.target.to_numpy(zero_copy_only=False)
+        for window, origin in zip(task.iter_windows(), data.origins, strict=True):
+            past, _ = window.get_input_data()
+            truth = window.get_ground_truth()
+            assert len(truth) > 0
+            future_values = truth.data.table.column(task.target).to_pylist()  # the values fev scores
+            past_values = past.data.table.column(task.target).to_pylist()
+            for row, series_id in enumerate(truth.data.table.column(task.id_column).to_pylist()):
+                mine = ids == series_id
+                at = np.flatnonzero(data.positions[mine] == origin)
+                assert at.size == 1, (task.task_name, origin)
+                series = values[mine]
+                np.testing.assert_array_equal(series[at[0] : at[0] + task.horizon], np.array(future_values[row], float))
+                np.testing.assert_array_equal(series[: at[0]], np.array(past_values[row], float))
+        assert data.stride == {"hourly": 12, "daily_covariates": 7, "weekly_gaps": 1}[task.task_name]
+        assert pc.all(pc.is_valid(data.series_ids)).as_py()
+
+
+def test_fev_with_a_benchmark_fev_cannot_read_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distributed_onnx import cli
+
+    missing = tmp_path / "absent.yaml"
+    code = cli.main(["fev", str(missing), "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {missing} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
+        f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+    )
+    assert not (tmp_path / "out").exists()  # refused before anything is written or started
+
+
+def test_the_package_and_the_fev_modules_do_not_import_fev_until_used() -> None:
+    """fev is an optional extra: importing the package, the command and the fev modules leaves it unimported."""
+    import subprocess
+
+    code = (
+        "import sys, distributed_onnx, distributed_onnx.cli, distributed_onnx.evaluation.fev_tasks.runner; "
+        "print(sorted({'fev', 'datasets'} & set(sys.modules)))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "[]"
