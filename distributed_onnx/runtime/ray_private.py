@@ -98,6 +98,10 @@ HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
 DASHBOARD_PACKAGES_CHECK = PrivateName("ray._private.utils", "get_dashboard_dependency_error")
 #: What :func:`single_node_head` replaces while the head starts: the two processes, and the check.
 SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR, DASHBOARD_PACKAGES_CHECK)
+#: ``ray.init`` installs, first thing, a SIGTERM handler that calls ``sys.exit`` wherever the start is: a SIGTERM
+#: seconds into ``serve`` then left a half-started core worker to the interpreter's exit (exit 139 and Ray's C++
+#: stack dump, 3 of 12 tries). :func:`keep_signal_handlers` keeps the caller's handler through ``ray.init``.
+SIGTERM_HANDLER = PrivateName("ray._private.utils", "set_sigterm_handler")
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -176,6 +180,7 @@ TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_set
 
 EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS)
 SERVE_NAMES = (
+    SIGTERM_HANDLER,
     REPLICA_GRPC_PORT,
     GRPC_INGRESS_ADDRESS,
     HAPROXY_BINARY,
@@ -268,6 +273,24 @@ def single_node_head() -> Iterator[None]:
         finally:
             for owner, attribute, original, _ in replaced:
                 setattr(owner, attribute, original)
+
+
+@contextmanager
+def keep_signal_handlers() -> Iterator[None]:
+    """While this block runs (``ray.init``), Ray does not replace this process's SIGTERM handler
+    (:data:`SIGTERM_HANDLER`): the caller's stays, so a signal during the start is the caller's to handle once
+    Ray is up, and is shut down cleanly, instead of an exit from inside the start."""
+    owner = SIGTERM_HANDLER.owner()
+    original = owner.__dict__[SIGTERM_HANDLER.attribute]
+    setattr(owner, SIGTERM_HANDLER.attribute, _kept)
+    try:
+        yield
+    finally:
+        setattr(owner, SIGTERM_HANDLER.attribute, original)
+
+
+def _kept(handler: Any) -> None:
+    """Stands in for :data:`SIGTERM_HANDLER` in :func:`keep_signal_handlers`: the handler in place stays."""
 
 
 def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -20,6 +20,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -123,7 +124,7 @@ def check_port_free(host: str, port: int, key: str) -> None:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}", key=key) from None
 
 
-def stop(started_ray: bool) -> None:
+def stop(started_ray: bool, deployed: bool = True) -> None:
     """Undo :func:`serve_forever`'s start: the whole embedded instance, or only our application on a cluster.
 
     The application is deleted first (its replicas drain their in-flight requests), then an embedded Ray is
@@ -132,17 +133,22 @@ def stop(started_ray: bool) -> None:
     exit (measured), which reads like a failure.
     """
     try:
-        serve.delete(APP_NAME)
+        if deployed:  # a start stopped before its deploy has no Serve instance to delete from
+            serve.delete(APP_NAME)
     finally:
         disconnect(started_ray)
 
 
-def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
-    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line."""
+def wait_ready(
+    settings: ServeSettings, stop_if_asked: Callable[[], None] = lambda: None, timeout_s: float = 120.0
+) -> None:
+    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line.
+    ``stop_if_asked`` runs between polls (it raises when a signal asked to stop)."""
     host = "127.0.0.1" if settings.host in {"0.0.0.0", "::"} else settings.host
     url = f"http://{host}:{settings.port}/v2/health/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        stop_if_asked()
         check_not_failed()
         # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
         connection = http.client.HTTPConnection(host, settings.port, timeout=2.0)
@@ -170,13 +176,29 @@ def check_not_failed() -> None:
     raise ConfigError(f"the deployment failed to start: {lines[-1] if lines else 'no reason given by Serve'}")
 
 
+class StartInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before ``serve`` was ready: Ray is shut down, the command ends with exit 130 and this
+    one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
+
+
 def serve_forever(settings: ServeSettings) -> int:
-    """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0)."""
+    """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
+
+    A signal before the ``ready:`` line stops the start at its next step (Ray's start is not cut: see
+    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers`), shuts down what started and raises
+    :class:`StartInterrupted` (exit 130).
+    """
     stop_requested = threading.Event()
+    received: list[str] = []
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         logger.info("Received %s; shutting down", signal.Signals(signum).name)
+        received.append(signal.Signals(signum).name)
         stop_requested.set()
+
+    def stop_if_asked() -> None:
+        if stop_requested.is_set():
+            raise StartInterrupted(f"interrupted by {received[0]} while starting; nothing was served")
 
     previous: dict[signal.Signals, Any] = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -190,14 +212,17 @@ def serve_forever(settings: ServeSettings) -> int:
     os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
-        started_ray = connect(settings.address)
-        # ray.init installs its own SIGTERM handlers (a Python one that exits, and a C-level one that aborts
-        # the driver with exit -6 - measured): take the signals back before deploying, which takes seconds.
+        with ray_private.keep_signal_handlers():
+            started_ray = connect(settings.address)
+        # ray.init installs its own SIGTERM handlers (a Python one that exits, kept out above, and a C-level one
+        # that aborts the driver with exit -6 - measured): take the signals back before deploying.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
+        stop_if_asked()
         deployed = True
         deploy(settings, plan)
-        wait_ready(settings)
+        stop_if_asked()
+        wait_ready(settings, stop_if_asked)
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
@@ -219,5 +244,5 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if deployed or started_ray:
-            stop(started_ray)
+            stop(started_ray, deployed)
     return 0
