@@ -28,6 +28,7 @@ import ray
 from ray import serve
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
@@ -98,7 +99,9 @@ def preflight(settings: ServeSettings) -> None:
     if settings.address or os.environ.get("RAY_ADDRESS"):
         return
     for checkpoint in settings.checkpoint:
-        LocalCheckpoint(path=checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
+        # CheckpointError naming the missing or corrupt file; PluginError naming a family's plugin that does not
+        # load (it would otherwise surface as the replica's ActorDiedError)
+        adapter_for(LocalCheckpoint(path=checkpoint).resolve().metadata)
     if settings.model_repository is not None:
         check_repository(settings.model_repository)
     check_port_free(settings.host, settings.port, "port")

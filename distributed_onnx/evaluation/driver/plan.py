@@ -308,7 +308,10 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
 
 def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> None:
     metadata = checkpoint.metadata
-    if covariates and not adapter_for(metadata).supports_covariates:
+    # Resolved here, in the driver, whatever the covariates: a plugin that fails to load (or exits at import) is
+    # one line naming it, not "a worker actor died".
+    adapter = adapter_for(metadata)
+    if covariates and not adapter.supports_covariates:
         raise ConfigError(
             f"{checkpoint.name}: model_family {metadata.model_family!r} takes no covariates", key="covariates"
         )
