@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 PRIMARY, SHADOW = "tiny", "tiny_plain"
 MAX_BODY_BYTES = 256 * 1024
-CASES = 400
+CASES = 1000
 BUDGET_S = 60.0
 HEADER = "Inference-Header-Content-Length"
 DTYPES = {"FP32": "<f4", "INT64": "<i8", "FP64": "<f8", "INT32": "<i4", "BOOL": "|b1", "FP16": "<f2", "UINT8": "|u1"}

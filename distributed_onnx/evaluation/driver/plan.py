@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
@@ -277,7 +278,7 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
     """
     names = [each.name for each in checkpoints]
     for name in names:
-        if not _NAME.match(name) or name in BASELINES:
+        if not _NAME.match(name) or not path_names.is_safe(name) or name in BASELINES:
             raise ConfigError(
                 f"checkpoint name {name!r} (its file stem) must be letters, digits, '.', '_' or '-' and not a "
                 f"baseline's name {list(BASELINES)}: rename the file",
