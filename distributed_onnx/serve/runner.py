@@ -20,7 +20,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -142,16 +141,12 @@ def stop(started_ray: bool, deployed: bool = True) -> None:
         disconnect(started_ray)
 
 
-def wait_ready(
-    settings: ServeSettings, stop_if_asked: Callable[[], None] = lambda: None, timeout_s: float = 120.0
-) -> None:
-    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line.
-    ``stop_if_asked`` runs between polls (it raises when a signal asked to stop)."""
+def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
+    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line."""
     host = "127.0.0.1" if settings.host in {"0.0.0.0", "::"} else settings.host
     url = f"http://{host}:{settings.port}/v2/health/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stop_if_asked()
         check_not_failed()
         # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
         connection = http.client.HTTPConnection(host, settings.port, timeout=2.0)
@@ -180,16 +175,17 @@ def check_not_failed() -> None:
 
 
 class StartInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM before ``serve`` was ready: Ray is shut down, the command ends with exit 130 and this
-    one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
+    """SIGINT or SIGTERM while ``serve``'s Ray starts (before the deploy): Ray is shut down, the command ends
+    with exit 130 and this one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
 
 
 def serve_forever(settings: ServeSettings) -> int:
     """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
 
-    A signal before the ``ready:`` line stops the start at its next step (Ray's start is not cut: see
-    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers`), shuts down what started and raises
-    :class:`StartInterrupted` (exit 130).
+    A signal while Ray starts is held until Ray is up (its start is not cut: see
+    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers`); then Ray is shut down and
+    :class:`StartInterrupted` raised (exit 130, one line). A signal once the deploy began lets the start finish
+    (a client may be served already), prints the ``ready:`` line and stops as after it (exit 0).
     """
     stop_requested = threading.Event()
     received: list[str] = []
@@ -221,11 +217,10 @@ def serve_forever(settings: ServeSettings) -> int:
         # that aborts the driver with exit -6 - measured): take the signals back before deploying.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
-        stop_if_asked()
+        stop_if_asked()  # a signal during Ray's start: nothing deployed yet, stop here
         deployed = True
-        deploy(settings, plan)
-        stop_if_asked()
-        wait_ready(settings, stop_if_asked)
+        deploy(settings, plan)  # a signal from here on: the start completes, then stops as after ready (exit 0)
+        wait_ready(settings)
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
