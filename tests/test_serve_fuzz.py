@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -226,6 +227,18 @@ def _on_the_wire(value: str) -> bytes:
 NOT_PROTOBUF = [b"\x0a\xff", b"\x0f", b"\x00\x01", b"\xff" * 12, b"\x12\x05ab"]
 
 
+#: Model names in the URL that are no names (issue 40: '%2e%2e' reached the repository's cache as '..').
+ODD_NAMES = ["%2e%2e", "%2E%2E", "..%2f..", "%2e", "...", "%00", "%0a", "a%2fb", "C:", "%5c..", "x" * 300, "%ff%fe"]
+
+
+def _odd_name(rng: random.Random) -> str:
+    """A URL path segment: a known odd name, or random printable characters percent-encoded."""
+    if rng.random() < 0.5:
+        return rng.choice(ODD_NAMES)
+    text = "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0, 0x3000)])) for _ in range(rng.randrange(9)))
+    return quote(text, safe="")
+
+
 def _garbage(rng: random.Random) -> bytes:
     """Bytes for the raw gRPC surface: a known non-message, random bytes, or a valid request's bytes mangled."""
     choice = rng.randrange(3)
@@ -291,7 +304,10 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_prope
                 continue
             kind, build = rng.choice(cases)
             body, headers = build(specs, rng)
-            model = PRIMARY if rng.random() < 0.9 else rng.choice([SHADOW, "nope"])
+            draw = rng.random()
+            model = PRIMARY if draw < 0.85 else rng.choice([SHADOW, "nope"]) if draw < 0.9 else _odd_name(rng)
+            if model not in (PRIMARY, SHADOW, "nope"):
+                kind = "names"
             sent = {key: _on_the_wire(value) for key, value in headers.items()}
             response = client.post(f"{server.url}/v2/models/{model}/infer", content=body, headers=sent)
             if not (response.status_code == 200 or 400 <= response.status_code < 500):
