@@ -16,9 +16,10 @@ from pathlib import Path
 
 from distributed_onnx.errors import ConfigError
 
-#: Longer names are refused: most filesystems stop at 255 bytes per component, and a folder name carries a
-#: prefix (``model=``) and the file a suffix (``.metadata.json``).
-MAX_NAME_BYTES = 200
+#: Longer names are refused: most filesystems stop at 255 bytes per component, and the longest component built
+#: from a name is the forecast log's ``model=`` folder with the name percent-quoted (up to 3 bytes per byte):
+#: 6 + 3 x 80 = 246.
+MAX_NAME_BYTES = 80
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
