@@ -66,8 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(verbose=args.verbose)
     try:
         result: int = args.handler(args)
-    except KeyboardInterrupt:
-        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as interrupted:  # a command's own words when it has them (serve's start: no resume)
+        print(f"error: {interrupted or 'interrupted; rerun the same command to resume'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line and a code: see the module docstring
         code, line = describe_error(exc)

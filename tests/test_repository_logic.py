@@ -157,3 +157,34 @@ def test_an_evicted_model_is_counted_once_and_leaves_the_index(tmp_path: Path) -
     loaded.__del__()  # and Python again when it collects the object: nothing more
     assert not models.holds("a")
     assert models.index([])[0]["state"] == "UNAVAILABLE"
+
+
+def test_a_store_that_stops_answering_is_a_503_with_retry_after_and_an_unknown_name_stays_a_404(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40, defect 12 (the logic; tests/test_serve_repository_store.py stops a real S3 server)."""
+    from distributed_onnx import storage
+    from distributed_onnx.serve.log.failures import classify
+    from distributed_onnx.serve.wire.http import ModelUnavailableError
+
+    checkpoint(tmp_path, "a")
+    repository = CheckpointRepository(tmp_path)
+    models = ModelRepository(repository, lambda name, weights: object(), retry_after_s=2.5)
+    assert repository.names() == ["a"]
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("When listing objects under key 'models': connection refused")
+
+    monkeypatch.setattr(storage, "list_files", down)
+    monkeypatch.setattr(storage, "file_size", down)
+    repository._listed_at -= 60  # the last listing is old: the next lookup relists
+    for call in (models.names, lambda: models.index([])):
+        with pytest.raises(ModelUnavailableError) as refused:
+            call()
+        assert refused.value.status_code == 503 and refused.value.headers == {"Retry-After": "3"}
+        assert classify(refused.value) == ("load", "repository_unavailable", 503)
+    with pytest.raises(HttpError) as unknown:
+        asyncio.run(models.model("nowhere"))
+    assert unknown.value.status_code == 404
+    with pytest.raises(ModelUnavailableError, match=r"'a' is unavailable: the model repository .* does not answer"):
+        asyncio.run(models.model("a"))

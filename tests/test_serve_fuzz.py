@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 PRIMARY, SHADOW = "tiny", "tiny_plain"
 MAX_BODY_BYTES = 256 * 1024
-CASES = 400
+CASES = 1000
 BUDGET_S = 60.0
 HEADER = "Inference-Header-Content-Length"
 DTYPES = {"FP32": "<f4", "INT64": "<i8", "FP64": "<f8", "INT32": "<i4", "BOOL": "|b1", "FP16": "<f2", "UINT8": "|u1"}
@@ -221,7 +222,34 @@ def _on_the_wire(value: str) -> bytes:
         return value.encode()
 
 
-def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server) -> None:
+#: Bytes that are no ModelInferRequest (a truncated field, an invalid wire type, a tag of field 0, a varint
+#: that never ends): protobuf's DecodeError, answered UNKNOWN "Unexpected DecodeError" before issue 40's fix.
+NOT_PROTOBUF = [b"\x0a\xff", b"\x0f", b"\x00\x01", b"\xff" * 12, b"\x12\x05ab"]
+
+
+#: Model names in the URL that are no names (issue 40: '%2e%2e' reached the repository's cache as '..').
+ODD_NAMES = ["%2e%2e", "%2E%2E", "..%2f..", "%2e", "...", "%00", "%0a", "a%2fb", "C:", "%5c..", "x" * 300, "%ff%fe"]
+
+
+def _odd_name(rng: random.Random) -> str:
+    """A URL path segment: a known odd name, or random printable characters percent-encoded."""
+    if rng.random() < 0.5:
+        return rng.choice(ODD_NAMES)
+    text = "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0, 0x3000)])) for _ in range(rng.randrange(9)))
+    return quote(text, safe="")
+
+
+def _garbage(rng: random.Random) -> bytes:
+    """Bytes for the raw gRPC surface: a known non-message, random bytes, or a valid request's bytes mangled."""
+    choice = rng.randrange(3)
+    if choice == 0:
+        return rng.choice(NOT_PROTOBUF)
+    if choice == 1:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+    return b"\x0a\x04tiny" + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+
+
+def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_property: Callable[..., None]) -> None:
     grpc = pytest.importorskip("grpc")
     from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest, ModelInferResponse
 
@@ -239,6 +267,14 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server) -> None:
         request_serializer=ModelInferRequest.SerializeToString,
         response_deserializer=ModelInferResponse.FromString,
     )
+    raw_infer = channel.unary_unary(  # bytes as they are: the server's deserializer meets them
+        "/inference.GRPCInferenceService/ModelInfer", response_deserializer=ModelInferResponse.FromString
+    )
+    for garbage in NOT_PROTOBUF:  # every one of them, whatever the seed draws
+        with pytest.raises(grpc.RpcError) as refused:
+            raw_infer(garbage, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (garbage, refused.value.details())
+        assert "not a protobuf message" in (refused.value.details() or "")
     client_codes = {
         grpc.StatusCode.OK,
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -253,18 +289,25 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server) -> None:
             if time.monotonic() > deadline:
                 break
             if number % 5 == 4:
+                surface = "grpc_bytes" if rng.random() < 0.3 else "grpc"
                 try:
-                    infer(_grpc_request(specs, rng, ModelInferRequest), timeout=60)
+                    if surface == "grpc":
+                        infer(_grpc_request(specs, rng, ModelInferRequest), timeout=60)
+                    else:
+                        raw_infer(_garbage(rng), timeout=60)
                     code = grpc.StatusCode.OK
                 except grpc.RpcError as exc:
                     code = exc.code()
                     if code not in client_codes:
-                        failures.append(f"grpc case {number}: {code} {exc.details()[:300]}")
-                seen[f"grpc {code.name}"] = seen.get(f"grpc {code.name}", 0) + 1
+                        failures.append(f"{surface} case {number}: {code} {exc.details()[:300]}")
+                seen[f"{surface} {code.name}"] = seen.get(f"{surface} {code.name}", 0) + 1
                 continue
             kind, build = rng.choice(cases)
             body, headers = build(specs, rng)
-            model = PRIMARY if rng.random() < 0.9 else rng.choice([SHADOW, "nope"])
+            draw = rng.random()
+            model = PRIMARY if draw < 0.85 else rng.choice([SHADOW, "nope"]) if draw < 0.9 else _odd_name(rng)
+            if model not in (PRIMARY, SHADOW, "nope"):
+                kind = "names"
             sent = {key: _on_the_wire(value) for key, value in headers.items()}
             response = client.post(f"{server.url}/v2/models/{model}/infer", content=body, headers=sent)
             if not (response.status_code == 200 or 400 <= response.status_code < 500):
@@ -275,4 +318,14 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server) -> None:
     assert not failures, "\n".join(failures[:20])
     assert sum(seen.values()) >= 100, seen  # the budget let enough cases run to mean something
     assert any(key.endswith(" 200") for key in seen), seen  # and some stayed valid
-    print(seen)
+    _record(seen, record_property)
+
+
+def _record(seen: dict[str, int], record_property: Callable[..., None]) -> None:
+    """The cases each surface ran, printed and as properties (``pytest -rA -s`` or the junit XML shows them)."""
+    surfaces: dict[str, int] = {"grpc_bytes": len(NOT_PROTOBUF)}
+    for key, count in seen.items():
+        surfaces[key.split(" ")[0]] = surfaces.get(key.split(" ")[0], 0) + count
+    for surface, count in sorted(surfaces.items()):
+        record_property(f"cases_{surface}", count)
+    print(f"fuzz cases by surface: {dict(sorted(surfaces.items()))}; by answer: {dict(sorted(seen.items()))}")

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
 from distributed_onnx.model.quantiles import quantile_column_name
@@ -44,7 +45,8 @@ PART_METADATA_KEY = b"distributed_onnx.part"
 
 
 def model_dir(output: Location, model: str) -> Location:
-    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={model}")
+    """``forecasts/model=NAME``: ``NAME`` must be one file name (:mod:`distributed_onnx.names`)."""
+    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={path_names.check(model, what='model name')}")
 
 
 def part_path(output: Location, model: str, part_index: int) -> Location:

@@ -98,6 +98,17 @@ HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
 DASHBOARD_PACKAGES_CHECK = PrivateName("ray._private.utils", "get_dashboard_dependency_error")
 #: What :func:`single_node_head` replaces while the head starts: the two processes, and the check.
 SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR, DASHBOARD_PACKAGES_CHECK)
+#: ``ray.init`` installs, first thing, a SIGTERM handler that calls ``sys.exit`` wherever the start is: a SIGTERM
+#: seconds into ``serve`` then left a half-started core worker to the interpreter's exit (exit 139 and Ray's C++
+#: stack dump, 3 of 12 tries). :func:`keep_signal_handlers` keeps the caller's handler through ``ray.init``.
+SIGTERM_HANDLER = PrivateName("ray._private.utils", "set_sigterm_handler")
+#: Connects the driver (creates its core worker) inside ``ray.init``, after the head's processes started. The
+#: core worker installs absl's failure-signal handler for SIGTERM too, which printed Ray's C++ stack dump for a
+#: SIGTERM during the start; :func:`keep_signal_handlers` sets :data:`NO_FAILURE_SIGNAL_HANDLER` around this call
+#: only, so the driver alone goes without it (the head's processes and the workers started before or after keep
+#: theirs).
+DRIVER_CONNECT = PrivateName("ray._private.worker", "connect")
+NO_FAILURE_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -176,6 +187,8 @@ TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_set
 
 EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS)
 SERVE_NAMES = (
+    SIGTERM_HANDLER,
+    DRIVER_CONNECT,
     REPLICA_GRPC_PORT,
     GRPC_INGRESS_ADDRESS,
     HAPROXY_BINARY,
@@ -268,6 +281,41 @@ def single_node_head() -> Iterator[None]:
         finally:
             for owner, attribute, original, _ in replaced:
                 setattr(owner, attribute, original)
+
+
+@contextmanager
+def keep_signal_handlers() -> Iterator[None]:
+    """While this block runs (``ray.init``), Ray does not replace this process's SIGTERM handler
+    (:data:`SIGTERM_HANDLER`), nor does the driver's core worker install its C++ failure-signal handler
+    (:data:`DRIVER_CONNECT`): the caller's handler stays, so a signal during the start is the caller's to handle
+    once Ray is up, and is shut down cleanly, instead of an exit from inside the start or a stack dump."""
+    owner = SIGTERM_HANDLER.owner()
+    original = owner.__dict__[SIGTERM_HANDLER.attribute]
+    worker = DRIVER_CONNECT.owner()
+    connect = worker.__dict__[DRIVER_CONNECT.attribute]
+
+    def connect_without_failure_handler(*args: Any, **kwargs: Any) -> Any:
+        before = os.environ.get(NO_FAILURE_SIGNAL_HANDLER)
+        os.environ[NO_FAILURE_SIGNAL_HANDLER] = "1"
+        try:
+            return connect(*args, **kwargs)
+        finally:
+            if before is None:
+                os.environ.pop(NO_FAILURE_SIGNAL_HANDLER, None)
+            else:
+                os.environ[NO_FAILURE_SIGNAL_HANDLER] = before
+
+    setattr(owner, SIGTERM_HANDLER.attribute, _kept)
+    setattr(worker, DRIVER_CONNECT.attribute, connect_without_failure_handler)
+    try:
+        yield
+    finally:
+        setattr(owner, SIGTERM_HANDLER.attribute, original)
+        setattr(worker, DRIVER_CONNECT.attribute, connect)
+
+
+def _kept(handler: Any) -> None:
+    """Stands in for :data:`SIGTERM_HANDLER` in :func:`keep_signal_handlers`: the handler in place stays."""
 
 
 def _skipped(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -66,7 +66,7 @@ from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.wire.binary import EXTENSION, HEADER_LENGTH
 from distributed_onnx.serve.wire.forecasting import ForecastJob
-from distributed_onnx.serve.wire.grpc_api import grpc_call, metadata_response, warn_if_grpc_unbounded
+from distributed_onnx.serve.wire.grpc_api import check_decoded, grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.wire.grpc_messages import (
     ModelInferResponse,
     ModelMetadataResponse,
@@ -160,6 +160,7 @@ class OnnxForecastServer:
                 CheckpointRepository(settings.model_repository),
                 self._repository_model,
                 RepositoryMetrics(self._live_metrics.registry, self._live_metrics.replica),
+                retry_after_s=settings.retry_after_s,
             )
             load = self._repository.load
 
@@ -188,6 +189,9 @@ class OnnxForecastServer:
         traffic = getattr(self, "_traffic", None)
         if traffic is not None and traffic.log is not None:
             traffic.log.close(timeout_s=10.0)
+        repository = getattr(self, "_repository", None)
+        if repository is not None:
+            repository.repository.close()  # the checkpoints it downloaded
 
     async def check_health(self) -> None:
         """Serve's health check: cheap, and never on the model thread (:mod:`.operations.health`)."""
@@ -235,7 +239,7 @@ class OnnxForecastServer:
     def _model_names(self) -> list[str]:
         names = list(self._replica.models)
         if self._repository is not None:
-            names += [name for name in self._repository.repository.names(refresh=True) if name not in names]
+            names += [name for name in self._repository.names() if name not in names]
         return names
 
     @api.get("/v2/models/{name}", response_model=ModelMetadata, responses=_ERRORS, summary="Model metadata")
@@ -289,8 +293,11 @@ class OnnxForecastServer:
         return response
 
     def _served_model(self, name: str) -> str | None:
-        """A served model's name, else None: the failures table never takes a client's name for a model's."""
-        return name if name in self._replica.models else None
+        """A served model's name (one every replica holds, or the repository's last listing has), else None: the
+        failures table never takes a client's name for a model's."""
+        if name in self._replica.models or (self._repository is not None and self._repository.knows(name)):
+            return name
+        return None
 
     def _model_label(self, name: str) -> str:
         """A served model's name, else ``-``: a label per unknown name a client sends would grow without bound."""
@@ -319,7 +326,7 @@ class OnnxForecastServer:
         async def handle(ticket: Ticket) -> Response:
             body = await read_body(request, self._settings.max_body_bytes, ticket)
             answer = await self._replica.forecast(
-                body, ticket, serve.get_multiplexed_model_id() or None, on_model=lambda model: chosen.append(model.name)
+                body, ticket, serve.get_multiplexed_model_id() or None, on_model=chosen.append
             )
             answered.append(answer)
             return Response(answer.body, media_type="application/json", headers={REQUEST_ID_HEADER: identifier})
@@ -379,6 +386,7 @@ class OnnxForecastServer:
 
     async def ModelReady(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
         async def handle() -> Any:
+            check_decoded(request)
             return ModelReadyResponse(ready=(await self._replica.find_model(request.name)).health.ready)
 
         return await grpc_call(grpc_context, ModelReadyResponse(), handle)
@@ -388,6 +396,7 @@ class OnnxForecastServer:
 
     async def ModelMetadata(self, request: Any, grpc_context: Any) -> Any:  # noqa: N802
         async def handle() -> Any:
+            check_decoded(request)
             return metadata_response((await self._replica.find_model(request.name)).model_metadata())
 
         return await grpc_call(grpc_context, ModelMetadataResponse(), handle)
@@ -397,6 +406,7 @@ class OnnxForecastServer:
         answered: list[InferServed] = []
 
         async def handle(ticket: Ticket) -> Any:
+            check_decoded(request)
             model: ModelCore = await self._replica.find_model(request.model_name)
             response, served = await model.grpc_infer(request, ticket)
             answered.append(served)

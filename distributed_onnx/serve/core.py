@@ -72,6 +72,8 @@ class ModelSource(Protocol):
 
     def has(self, name: str) -> bool: ...
 
+    def knows(self, name: str) -> bool: ...
+
 
 #: Merges a forecast job with concurrent ones (the deployment's ``@serve.batch`` method) and returns its result.
 Batcher = Callable[[ForecastJob], Awaitable[np.ndarray]]
@@ -341,26 +343,30 @@ class ReplicaCore:
         body: bytes,
         ticket: Ticket,
         header_model: str | None = None,
-        on_model: Callable[[ModelCore], None] | None = None,
+        on_model: Callable[[str], None] | None = None,
     ) -> ForecastAnswer:
         """A /v1/forecast body answered by the model it names (``model``; else ``header_model``, the
         ``serve_multiplexed_model_id`` header; else :attr:`default_model`).
 
-        ``on_model`` is told the model once the body names it (a failure after that, planning included, is that
-        model's: the forecast log's failures table).
+        ``on_model`` is told the model's name once the body names one this server has (a repository model's once
+        it is listed, so a failure to load it is that model's too): a failure after that, planning included, is
+        that model's in the forecast log's failures table.
         """
         started = time.perf_counter()
         large = len(body) > OFFLOAD_BODY_BYTES
         model, parsed, job = await self.run_codec(self.plan_forecast, body, header_model, on_model, offload=large)
         if model is None or job is None:  # a repository model: found (loaded if need be), then planned
-            model = await self.find_model(parsed.model or header_model)
-            if on_model is not None:
-                on_model(model)
+            name = parsed.model or header_model
+            try:
+                model = await self.find_model(name)
+            finally:  # listed by now: a checkpoint that failed to load is named too
+                if on_model is not None and name is not None and self._knows(name):
+                    on_model(name)
             job = await self.run_codec(plan_job, parsed, model.metadata, time.perf_counter(), offload=large)
         return await model.answer(parsed, job, ticket, time.perf_counter() - started)
 
     def plan_forecast(
-        self, body: bytes, header_model: str | None = None, on_model: Callable[[ModelCore], None] | None = None
+        self, body: bytes, header_model: str | None = None, on_model: Callable[[str], None] | None = None
     ) -> tuple[ModelCore | None, ForecastRequest, ForecastJob | None]:
         """Parse and plan for a model every replica holds; ``(None, parsed, None)`` for a repository model."""
         parsed = parse_body(body, ForecastRequest)
@@ -369,7 +375,7 @@ class ReplicaCore:
             return None, parsed, None
         model = self.model(name) if name is not None else self.default_model
         if on_model is not None:
-            on_model(model)
+            on_model(model.name)
         return model, parsed, plan_job(parsed, model.metadata, time.perf_counter())
 
     def model(self, name: str) -> ModelCore:
@@ -379,6 +385,9 @@ class ReplicaCore:
         except KeyError:
             served = ", ".join(repr(known) for known in self.models)
             raise HttpError(404, f"Unknown model {name!r}; this server serves {served}.") from None
+
+    def _knows(self, name: str) -> bool:
+        return name in self.models or (self.repository is not None and self.repository.knows(name))
 
     async def find_model(self, name: str | None) -> ModelCore:
         """The model called ``name``: held by every replica, else the repository's (loaded on first use)."""

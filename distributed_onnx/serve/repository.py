@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -38,10 +39,11 @@ from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.model.checkpoint import LocalCheckpoint, default_metadata_path
-from distributed_onnx.serve.wire.http import HttpError
+from distributed_onnx.serve.wire.http import HttpError, ModelUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -72,24 +74,44 @@ class CheckpointRepository:
         with self._lock:
             if (refresh and time.monotonic() - self._listed_at >= RELIST_INTERVAL_S) or self._listed_at < 0:
                 found = storage.list_files(self.location, "", WEIGHTS_SUFFIX)
-                self._names = sorted(self._stem(path) for path in found)
+                stems = [self._stem(path) for path in found]
+                # An object ``...onnx`` is the stem ``..``: a name that is not a path component is no model.
+                self._names = sorted(stem for stem in stems if path_names.is_safe(stem))
+                if len(self._names) < len(stems):
+                    logger.warning(
+                        "model repository: %d checkpoint file(s) skipped, their names cannot be file names",
+                        len(stems) - len(self._names),
+                    )
                 self._listed_at = time.monotonic()
             return list(self._names)
 
+    def listed(self, name: str) -> bool:
+        """Whether the last listing had ``name`` (no I/O: what a failed request's log row may name)."""
+        with self._lock:
+            return name in self._names
+
+    @property
+    def ever_listed(self) -> bool:
+        return self._listed_at > float("-inf")
+
     def __contains__(self, name: str) -> bool:
+        if not path_names.is_safe(name):
+            return False  # never listed, so never looked up, fetched or released
         return name in self.names() or name in self.names(refresh=True)
 
     def signature(self, name: str) -> tuple[int | None, int | None]:
         """The sizes of the weights and metadata: what a remembered load failure is valid for."""
+        path_names.check(name, what="model name")
         weights = storage.join(self.location, name + WEIGHTS_SUFFIX)
         metadata = storage.join(self.location, name + ".metadata.json")
         return storage.file_size(weights), storage.file_size(metadata)
 
     def fetch(self, name: str) -> Path:
         """A local path of ``name``'s weights, its metadata beside it (a URL's files downloaded first)."""
+        path_names.check(name, what="model name")
         if self._local is not None:
-            return self._local / f"{name}{WEIGHTS_SUFFIX}"
-        folder = self._cache_folder() / name
+            return path_names.join_under(self._local, f"{name}{WEIGHTS_SUFFIX}", what="model name")
+        folder = path_names.join_under(self._cache_folder(), name, what="model name")
         folder.mkdir(parents=True, exist_ok=True)
         weights = folder / f"{name}{WEIGHTS_SUFFIX}"
         for local in (weights, default_metadata_path(weights)):
@@ -98,8 +120,13 @@ class CheckpointRepository:
 
     def release(self, name: str) -> None:
         """Delete the local copy of a URL's checkpoint (its model was evicted); nothing for a local folder."""
+        if self._local is None and self._cache_dir is not None and path_names.is_safe(name):
+            shutil.rmtree(path_names.join_under(self._cache_dir, name, what="model name"), ignore_errors=True)
+
+    def close(self) -> None:
+        """Delete the whole download cache (the replica shuts down); nothing for a local folder."""
         if self._local is None and self._cache_dir is not None:
-            shutil.rmtree(self._cache_dir / name, ignore_errors=True)
+            shutil.rmtree(self._cache_dir, ignore_errors=True)
 
     def _cache_folder(self) -> Path:
         if self._cache_dir is None:
@@ -186,6 +213,7 @@ class LoadedModel:
 class LoadFailure:
     reason: str
     signature: tuple[int | None, int | None]
+    cause: str  # the error's class: the failures table's reason
 
 
 class ModelRepository:
@@ -200,8 +228,10 @@ class ModelRepository:
         repository: CheckpointRepository,
         build: Callable[[str, Path], Any],
         metrics: RepositoryMetrics | None = None,
+        retry_after_s: float = 1.0,
     ) -> None:
         self.repository = repository
+        self._retry_after = {"Retry-After": str(max(1, math.ceil(retry_after_s)))}
         self._build = build
         self._metrics = metrics
         self._cached: Callable[[str], Awaitable[LoadedModel]] | None = None
@@ -219,22 +249,58 @@ class ModelRepository:
     def holds(self, name: str) -> bool:
         return name in self._held
 
+    def knows(self, name: str) -> bool:
+        """Held or in the last listing (no I/O): a failed request's log row names the model then."""
+        return name in self._held or self.repository.listed(name)
+
+    def names(self) -> list[str]:
+        """The repository's names, listed again; 503 with Retry-After when the repository does not answer."""
+        try:
+            return self.repository.names(refresh=True)
+        except OSError as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: OSError, name: str | None = None) -> ModelUnavailableError:
+        what = f"Model {name!r} is unavailable: the" if name is not None else "The"
+        return ModelUnavailableError(
+            f"{what} model repository {storage.redact(self.repository.location)} does not answer "
+            f"({type(exc).__name__}); retry later.",
+            "repository_unavailable",
+            self._retry_after,
+        )
+
+    def _contains(self, name: str) -> bool:
+        """Whether the repository has ``name``; when it does not answer, the last listing decides a name it lacks
+        (an unknown name stays a 404) and one it has is a 503 (its files cannot be read now)."""
+        try:
+            return name in self.repository
+        except OSError as exc:
+            if self.repository.ever_listed and not self.repository.listed(name):
+                return False
+            raise self._unavailable(exc, name) from None
+
     async def model(self, name: str) -> Any:
         """The model called ``name``: held, or loaded now; 404 when the repository has no such checkpoint,
         503 naming the reason when its checkpoint does not load."""
         held = self._held.get(name)
         if held is not None and self._cached is not None:
             return (await self._cached(name)).model  # marks it most recently used
-        if not await asyncio.to_thread(self.repository.__contains__, name):
+        if not await asyncio.to_thread(self._contains, name):
             raise HttpError(404, self._unknown(name))
         failure = self._failures.get(name)
-        signature = await asyncio.to_thread(self.repository.signature, name)
-        if failure is not None and failure.signature == signature:
-            raise HttpError(503, f"Model {name!r} is unavailable: {failure.reason}")
+        try:  # the repository not answering is no fault of the checkpoint: not remembered, retried later
+            signature = await asyncio.to_thread(self.repository.signature, name)
+            remembered = failure if failure is not None and failure.signature == signature else None
+            weights = None if remembered else await asyncio.to_thread(self.repository.fetch, name)
+        except OSError as exc:
+            await asyncio.to_thread(self.repository.release, name)
+            raise self._unavailable(exc, name) from None
+        if remembered is not None or weights is None:
+            assert remembered is not None
+            raise ModelUnavailableError(f"Model {name!r} is unavailable: {remembered.reason}", remembered.cause)
         try:
             # Checked before Serve's LRU makes room: a checkpoint whose files are missing, invalid or corrupt
             # must not cost a healthy model its place.
-            weights = await asyncio.to_thread(self.repository.fetch, name)
             await asyncio.to_thread(LocalCheckpoint(path=weights).resolve)
             self._fetched[name] = weights
             loaded = await (self._cached or self.load)(name)
@@ -242,12 +308,12 @@ class ModelRepository:
             raise
         except Exception as exc:  # a broken checkpoint: its answer names why, the replica carries on
             reason = f"{type(exc).__name__}: {exc}"
-            self._failures[name] = LoadFailure(reason, signature)
+            self._failures[name] = LoadFailure(reason, signature, type(exc).__name__)
             self.repository.release(name)
             if self._metrics is not None:
                 self._metrics.failed(name)
             logger.warning("repository model %s failed to load: %s", name, reason)
-            raise HttpError(503, f"Model {name!r} is unavailable: {reason}") from None
+            raise ModelUnavailableError(f"Model {name!r} is unavailable: {reason}", type(exc).__name__) from None
         self._failures.pop(name, None)
         return loaded.model
 
@@ -290,7 +356,7 @@ class ModelRepository:
         error its last load failed with.
         """
         entries = [{"name": name, "version": "1", "state": "READY", "reason": ""} for name in fixed]
-        for name in self.repository.names(refresh=True):
+        for name in self.names():
             if name in fixed:
                 continue
             state: State = "READY" if name in self._held else "UNAVAILABLE"

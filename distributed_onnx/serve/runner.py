@@ -27,6 +27,7 @@ import ray
 from ray import serve
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
@@ -97,7 +98,9 @@ def preflight(settings: ServeSettings) -> None:
     if settings.address or os.environ.get("RAY_ADDRESS"):
         return
     for checkpoint in settings.checkpoint:
-        LocalCheckpoint(path=checkpoint).resolve()  # CheckpointError naming the missing or corrupt file
+        # CheckpointError naming the missing or corrupt file; PluginError naming a family's plugin that does not
+        # load (it would otherwise surface as the replica's ActorDiedError)
+        adapter_for(LocalCheckpoint(path=checkpoint).resolve().metadata)
     if settings.model_repository is not None:
         check_repository(settings.model_repository)
     check_port_free(settings.host, settings.port, "port")
@@ -123,7 +126,7 @@ def check_port_free(host: str, port: int, key: str) -> None:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}", key=key) from None
 
 
-def stop(started_ray: bool) -> None:
+def stop(started_ray: bool, deployed: bool = True) -> None:
     """Undo :func:`serve_forever`'s start: the whole embedded instance, or only our application on a cluster.
 
     The application is deleted first (its replicas drain their in-flight requests), then an embedded Ray is
@@ -132,7 +135,8 @@ def stop(started_ray: bool) -> None:
     exit (measured), which reads like a failure.
     """
     try:
-        serve.delete(APP_NAME)
+        if deployed:  # a start stopped before its deploy has no Serve instance to delete from
+            serve.delete(APP_NAME)
     finally:
         disconnect(started_ray)
 
@@ -170,13 +174,30 @@ def check_not_failed() -> None:
     raise ConfigError(f"the deployment failed to start: {lines[-1] if lines else 'no reason given by Serve'}")
 
 
+class StartInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while ``serve``'s Ray starts (before the deploy): Ray is shut down, the command ends
+    with exit 130 and this one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
+
+
 def serve_forever(settings: ServeSettings) -> int:
-    """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0)."""
+    """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
+
+    A signal while Ray starts is held until Ray is up (its start is not cut: see
+    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers`); then Ray is shut down and
+    :class:`StartInterrupted` raised (exit 130, one line). A signal once the deploy began lets the start finish
+    (a client may be served already), prints the ``ready:`` line and stops as after it (exit 0).
+    """
     stop_requested = threading.Event()
+    received: list[str] = []
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         logger.info("Received %s; shutting down", signal.Signals(signum).name)
+        received.append(signal.Signals(signum).name)
         stop_requested.set()
+
+    def stop_if_asked() -> None:
+        if stop_requested.is_set():
+            raise StartInterrupted(f"interrupted by {received[0]} while starting; nothing was served")
 
     previous: dict[signal.Signals, Any] = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -190,13 +211,15 @@ def serve_forever(settings: ServeSettings) -> int:
     os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
-        started_ray = connect(settings.address)
-        # ray.init installs its own SIGTERM handlers (a Python one that exits, and a C-level one that aborts
-        # the driver with exit -6 - measured): take the signals back before deploying, which takes seconds.
+        with ray_private.keep_signal_handlers():
+            started_ray = connect(settings.address)
+        # ray.init installs its own SIGTERM handlers (a Python one that exits, kept out above, and a C-level one
+        # that aborts the driver with exit -6 - measured): take the signals back before deploying.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
+        stop_if_asked()  # a signal during Ray's start: nothing deployed yet, stop here
         deployed = True
-        deploy(settings, plan)
+        deploy(settings, plan)  # a signal from here on: the start completes, then stops as after ready (exit 0)
         wait_ready(settings)
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
@@ -219,5 +242,5 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if deployed or started_ray:
-            stop(started_ray)
+            stop(started_ray, deployed)
     return 0

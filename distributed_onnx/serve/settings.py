@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from distributed_onnx import names as path_names
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.worker import WorkerConfig
@@ -203,6 +204,15 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     def model_names(self) -> list[str]:
         """Every model's name, in the order given: the checkpoints' file stems."""
         return [path.stem for path in self.checkpoint]
+
+    @model_validator(mode="after")
+    def _names_are_file_names(self) -> ServeSettings:
+        """A model's name becomes a folder of the forecast log and a URL segment: it must be one file name."""
+        for name in self.model_names:
+            problem = path_names.component_problem(name)
+            if problem is not None:
+                raise ValueError(f"checkpoint name {name!r} (its file stem) cannot be a model name: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> ServeSettings:

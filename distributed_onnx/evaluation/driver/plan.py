@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
@@ -278,7 +279,7 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
     """
     names = [each.name for each in checkpoints]
     for name in names:
-        if not _NAME.match(name) or name in BASELINES:
+        if not _NAME.match(name) or not path_names.is_safe(name) or name in BASELINES:
             raise ConfigError(
                 f"checkpoint name {name!r} (its file stem) must be letters, digits, '.', '_' or '-' and not a "
                 f"baseline's name {list(BASELINES)}: rename the file",
@@ -327,7 +328,10 @@ def _check_clamping(checkpoints: list[ResolvedCheckpoint], quantiles: list[float
 
 def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> None:
     metadata = checkpoint.metadata
-    if covariates and not adapter_for(metadata).supports_covariates:
+    # Resolved here, in the driver, whatever the covariates: a plugin that fails to load (or exits at import) is
+    # one line naming it, not "a worker actor died".
+    adapter = adapter_for(metadata)
+    if covariates and not adapter.supports_covariates:
         raise ConfigError(
             f"{checkpoint.name}: model_family {metadata.model_family!r} takes no covariates", key="covariates"
         )

@@ -46,13 +46,16 @@ MAX_MESSAGE_CHARS = 240
 VALIDATION = "validation"
 #: The replica was full (503 + Retry-After: requests or their memory in flight).
 ADMISSION = "admission"
+#: A repository model did not load (its checkpoint is broken, or the repository does not answer): 503, its reason
+#: the error's class (``CheckpointCorruptError``) or ``repository_unavailable``.
+LOAD = "load"
 #: The model failed on valid input (its session raised, or its backend is closed).
 MODEL_ERROR = "model_error"
 #: Anything else the service answered 5xx for (a bug): still counted, never hidden.
 INTERNAL = "internal"
 #: The client went away (or Serve's request timeout cut the request) before the answer.
 CANCELLED = "cancelled"
-KINDS = (VALIDATION, ADMISSION, MODEL_ERROR, INTERNAL, CANCELLED)
+KINDS = (VALIDATION, ADMISSION, LOAD, MODEL_ERROR, INTERNAL, CANCELLED)
 
 FAILURE_FIELDS = [
     pa.field("request_time", TIMESTAMP),

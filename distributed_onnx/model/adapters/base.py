@@ -78,6 +78,8 @@ def register_adapter(model_family: str, factory: AdapterFactory) -> None:
 def adapter_for(metadata: CheckpointMetadata) -> ModelAdapter:
     """The adapter of the checkpoint's ``model_family``: registered in this process, else an installed plugin's."""
     family = metadata.model_family
+    if family in _REGISTRY and family not in _SHADOW_CHECKED:
+        _refuse_shadowing_plugin(family)
     factory = _REGISTRY.get(family) or _plugin_factory(family)
     if factory is None:
         raise ConfigError(
@@ -94,6 +96,28 @@ def _plugins() -> list[importlib_metadata.EntryPoint]:
     return list(importlib_metadata.entry_points(group=PLUGIN_GROUP))
 
 
+#: Families already checked for a plugin of the same name (once per process: listing entry points reads the venv).
+_SHADOW_CHECKED: set[str] = set()
+
+
+def _refuse_shadowing_plugin(family: str) -> None:
+    """A plugin declaring a family this package already has (``chronos2``) would be ignored without a word: the
+    registered family wins. Refuse it, naming the plugin, so its author renames the family."""
+    same = [ep for ep in _plugins() if ep.name == family]
+    _SHADOW_CHECKED.add(family)
+    if same:
+        entry = same[0]
+        distribution = entry.dist.name if entry.dist is not None else "an unknown distribution"
+        _SHADOW_CHECKED.discard(family)  # refused every time, not only the first
+        raise PluginError(
+            f"The plugin {entry.value!r} (from {distribution}) declares model_family {family!r}, which "
+            f"distributed_onnx already provides: it would never be used. Give the plugin's family another name "
+            f"(its entry point in the group {PLUGIN_GROUP!r}) or uninstall {distribution}.",
+            model_family=family,
+            plugin=entry.value,
+        )
+
+
 def _plugin_factory(family: str) -> AdapterFactory | None:
     """The factory an installed plugin declares for ``family`` (loaded once per process, then registered)."""
     importlib.invalidate_caches()  # a package installed while this process runs is found too
@@ -104,7 +128,7 @@ def _plugin_factory(family: str) -> AdapterFactory | None:
     distribution = entry.dist.name if entry.dist is not None else "an unknown distribution"
     try:
         factory = entry.load()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin that exits at import must not take the worker with it
         raise PluginError(
             f"The plugin for model_family {family!r} ({entry.value!r}, from {distribution}) failed to load: "
             f"{type(exc).__name__}: {exc}. Fix or reinstall that package on this node.",

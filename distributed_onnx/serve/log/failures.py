@@ -22,6 +22,7 @@ from distributed_onnx.live.log.failures import (
     ADMISSION,
     CANCELLED,
     INTERNAL,
+    LOAD,
     MODEL_ERROR,
     VALIDATION,
     LoggedFailure,
@@ -29,7 +30,7 @@ from distributed_onnx.live.log.failures import (
 from distributed_onnx.live.log.writer import ForecastLog, ThrottledWarning
 from distributed_onnx.serve.log.traffic import now_us
 from distributed_onnx.serve.wire.grpc_api import grpc_code
-from distributed_onnx.serve.wire.http import HttpError, status_of
+from distributed_onnx.serve.wire.http import HttpError, ModelUnavailableError, status_of
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def classify(exc: BaseException) -> tuple[str, str, int]:
         return MODEL_ERROR, "backend_closed", status
     if isinstance(exc, InferenceError):
         return MODEL_ERROR, "model_failed", status
+    if isinstance(exc, ModelUnavailableError):  # a repository model that did not load: not an overload
+        return LOAD, exc.cause, status
     if status == 503 and isinstance(exc, HttpError):  # the replica's admission: requests or memory in flight
         return ADMISSION, "overloaded", status
     if 400 <= status < 500:

@@ -19,7 +19,7 @@ import numpy as np
 
 from distributed_onnx.errors import BackendClosedError, InferenceError, InputValidationError
 from distributed_onnx.runtime import ray_private
-from distributed_onnx.serve.wire.grpc_messages import ModelInferResponse, ModelMetadataResponse
+from distributed_onnx.serve.wire.grpc_messages import ModelInferResponse, ModelMetadataResponse, UndecodableRequest
 from distributed_onnx.serve.wire.http import HttpError, status_of
 from distributed_onnx.serve.wire.protocol import datatype_of
 from distributed_onnx.serve.wire.schemas import InferInputTensor, ModelMetadata, RequestedOutput
@@ -86,6 +86,12 @@ def warn_if_grpc_unbounded(max_body_bytes: int) -> None:
 
 def grpc_code(http_status: int) -> grpc.StatusCode:
     return GRPC_CODES.get(http_status, grpc.StatusCode.INTERNAL)
+
+
+def check_decoded(request: Any) -> None:
+    """Refuse (400: INVALID_ARGUMENT) a request whose bytes were not its protobuf message."""
+    if isinstance(request, UndecodableRequest):
+        raise HttpError(400, f"The {request.method} request is not a protobuf message of its type ({request.error}).")
 
 
 async def grpc_call(context: Any, empty: Any, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:

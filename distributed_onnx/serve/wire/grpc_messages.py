@@ -14,6 +14,7 @@ uses for inference; the repository methods are left unregistered (gRPC answers U
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -79,12 +80,43 @@ ModelInferRequest = _export("ModelInferRequest")
 ModelInferResponse = _export("ModelInferResponse")
 
 
+class UndecodableRequest:
+    """What a method receives for bytes that are not its request message (protobuf refused them).
+
+    gRPC's server answers an exception in a request's deserializer with UNKNOWN "Unexpected DecodeError": the
+    client's bytes would read as the server's fault. The deserializer returns this instead and the method
+    refuses it (INVALID_ARGUMENT, :func:`.grpc_api.check_decoded`). Its empty names keep the code that labels a
+    request (``model_name``, ``name``, ``id``) working; module-level, so Ray pickles it by reference.
+    """
+
+    model_name = ""
+    name = ""
+    id = ""
+
+    def __init__(self, method: str, error: str) -> None:
+        self.method = method
+        self.error = error
+
+
+def lenient_parser(method: str, request: str) -> Callable[[bytes], Any]:
+    """``request``'s ``FromString``, an :class:`UndecodableRequest` for bytes it refuses."""
+    parse = message_class(request).FromString
+
+    def parsed(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # DecodeError, or anything protobuf raises on bytes it cannot read
+            return UndecodableRequest(method, f"{type(exc).__name__}: {exc}")
+
+    return parsed
+
+
 def add_inference_service(servicer: Any, server: Any) -> None:
     """Register ``inference.GRPCInferenceService`` on ``server``, each method served by ``servicer.<Method>``."""
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method),
-            request_deserializer=message_class(request).FromString,
+            request_deserializer=lenient_parser(method, request),
             response_serializer=message_class(response).SerializeToString,
         )
         for method, (request, response) in METHODS.items()

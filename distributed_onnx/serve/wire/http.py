@@ -61,6 +61,19 @@ class HttpError(Exception):
         self.headers = headers
 
 
+class ModelUnavailableError(HttpError):
+    """A 503 for one model that did not load (its checkpoint is broken, or the repository does not answer).
+
+    Apart from admission's 503: the failures table records it as kind ``load`` with ``cause`` (the error's class,
+    or ``repository_unavailable``) as its reason, not as an overload.
+    """
+
+    def __init__(self, message: str, cause: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(503, message, headers)
+        self.args = (message, cause, headers)
+        self.cause = cause
+
+
 def status_of(exc: BaseException) -> int:
     """The HTTP status an exception maps to (see the module docstring)."""
     if isinstance(exc, asyncio.CancelledError):
