@@ -192,6 +192,13 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
+        "--horizon",
+        type=int,
+        metavar="STEPS",
+        help="the longest horizon the checkpoint will forecast; Chronos-2's graph computes the output patches "
+        "upstream computes for it (default: the model's default prediction length); others: the parity's horizon",
+    )
+    export.add_argument(
         "--resolution-minutes",
         type=int,
         metavar="M",
@@ -284,6 +291,7 @@ def _export(args: argparse.Namespace) -> int:
         output=args.output,
         data=args.data,
         parity_windows=args.parity_windows,
+        horizon=args.horizon,
         resolution_minutes=args.resolution_minutes,
     )
     result = run_export(request)

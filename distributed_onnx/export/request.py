@@ -23,6 +23,16 @@ class ExportRequest(BaseModel):
         default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
     )
     parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
+    horizon: int | None = Field(
+        default=None,
+        gt=0,
+        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the graph computes "
+        "exactly the output patches upstream's pipeline computes for it (ceil(horizon / output_patch_size); the "
+        "output patches attend to each other, so more patches change the forecasts); default: the model's own "
+        "default prediction length (max_output_patches patches, as predict_df without prediction_length). "
+        "Chronos-Bolt and TiRex: their graph is the same at every horizon (upstream computes one call and cuts "
+        "or unrolls it); the horizon the parity report compares (default: two calls).",
+    )
     resolution_minutes: int | None = Field(
         default=None,
         gt=0,

@@ -163,6 +163,16 @@ class CheckpointMetadata(BaseModel):
         return self.output_patch_size * self.horizon_patches
 
     @property
+    def horizon_hint(self) -> str:
+        """What to do about a horizon longer than the graph: for a graph that refuses, export it again."""
+        if self.long_horizon != "refuse":
+            return "ask a shorter horizon"
+        return (
+            f"ask at most {self.horizon_length} steps, or export the checkpoint again for the longer horizon "
+            f"(distributed-onnx export {self.model_family} --horizon STEPS)"
+        )
+
+    @property
     def longest_horizon(self) -> int | None:
         """The longest horizon a run may ask: one call's unless the graph unrolls (then the cap, None = any)."""
         return self.horizon_length if self.long_horizon == "refuse" else self.max_horizon_length
