@@ -246,6 +246,44 @@ def test_export_beyond_the_models_patches_is_refused(workdir: Path, capsys: pyte
     assert not output.exists()
 
 
+def test_second_session_loads_the_cached_optimized_graph(
+    checkpoint: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first CPU session saves its optimized graph (weights as external data), the second loads it
+    unoptimized; both forecast bit for bit what a session that optimizes the graph itself does."""
+    import logging
+
+    from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    monkeypatch.setenv("DISTRIBUTED_ONNX_CACHE", str(tmp_path / "cache"))
+    windows = np.random.default_rng(3).normal(50.0, 5.0, (5, CONTEXT)).astype(np.float32)
+    windows[1, :20] = np.nan
+
+    def forecast(**options: Any) -> np.ndarray:
+        config = WorkerConfig(
+            checkpoint=checkpoint, providers=[CpuProvider()], session_options=SessionOptionsConfig(**options)
+        )
+        worker = InferenceWorker.from_config(config)
+        try:
+            return worker.forecast(windows, HORIZON, LEVELS)
+        finally:
+            worker.close()
+
+    uncached = forecast(cache_optimized_graph=False)
+    assert not (tmp_path / "cache").exists()
+    with caplog.at_level(logging.INFO, logger="distributed_onnx.model.backend.onnx"):
+        first = forecast()
+        (folder,) = (tmp_path / "cache" / "optimized-graphs").iterdir()
+        assert {path.name for path in folder.iterdir()} == {"model.onnx", "model.onnx.data"}
+        assert "optimized (ENABLE_EXTENDED) and cached" in caplog.text
+        caplog.clear()
+        second = forecast()
+    assert f"loaded its optimized graph from {folder / 'model.onnx'}" in caplog.text
+    assert len(list((tmp_path / "cache" / "optimized-graphs").iterdir())) == 1  # no second copy, no staging left
+    assert np.array_equal(first, uncached) and np.array_equal(second, uncached)
+
+
 def test_export_restores_upstream_and_reports_parity(checkpoint: Path) -> None:
     import json
 
