@@ -284,6 +284,50 @@ def test_second_session_loads_the_cached_optimized_graph(
     assert np.array_equal(first, uncached) and np.array_equal(second, uncached)
 
 
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_int8_variant_names_its_parent_and_stays_near_it(
+    mode: str, pipeline: Any, data: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    output = workdir / f"int8-{mode}" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
+    assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", mode]) == 0
+    assert f"chronos2-tiny-int8.onnx (int8, {mode})" in capsys.readouterr().out
+
+    variant = output.with_name("chronos2-tiny-int8.onnx")
+    parent_metadata = json.loads(output.with_suffix(".metadata.json").read_text())
+    metadata = json.loads(variant.with_suffix(".metadata.json").read_text())
+    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"]}
+    assert metadata["quantization"]["mode"] == mode and metadata["quantization"]["weight_type"] == "int8"
+    assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
+    assert variant.with_suffix(".parity.json").is_file()
+    windows = np.random.default_rng(5).normal(60.0, 8.0, (4, CONTEXT)).astype(np.float32)
+    windows[0, :30] = np.nan
+    forecasts = []
+    for checkpoint in (output, variant):
+        worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, providers=[CpuProvider()]))
+        forecasts.append(worker.forecast(windows, HORIZON, LEVELS))
+        worker.close()
+    parent, int8 = forecasts
+    assert not np.array_equal(parent, int8)  # it is a different graph
+    assert float(np.abs(int8 - parent).max()) < 0.1 * float(np.abs(parent).max())
+
+
+@pytest.mark.usefixtures("pipeline")
+def test_static_int8_without_data_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = workdir / "int8-no-data" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", "static"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("error: --quantize-mode static") and "--data" in error[0], error
+    assert not output.exists()
+
+
 def test_export_restores_upstream_and_reports_parity(checkpoint: Path) -> None:
     import json
 
