@@ -85,7 +85,9 @@ def predict_df(pipeline: Any, windows: np.ndarray, horizon: int) -> np.ndarray:
     frames = []
     for number, values in enumerate(windows):
         first = int(np.argmax(~np.isnan(values)))  # a short history starts at its first observation
-        frames.append(pd.DataFrame({"item_id": f"w{number:03d}", "timestamp": stamps[first:], "target": values[first:]}))
+        frames.append(
+            pd.DataFrame({"item_id": f"w{number:03d}", "timestamp": stamps[first:], "target": values[first:]})
+        )
     result = pipeline.predict_df(
         pd.concat(frames, ignore_index=True), prediction_length=horizon, quantile_levels=QUANTILES_21, batch_size=256
     )
