@@ -96,8 +96,8 @@ def compare_to_parent(parent: Path, variant: Path, windows: np.ndarray, horizon:
     difference = np.abs(ours - theirs)
     scale = float(np.max(np.abs(theirs))) or 1.0
     return {
-        "parent": parent.name,
-        "variant": variant.name,
+        "parent": parent.stem,
+        "variant": variant.stem,
         "windows": int(windows.shape[0]),
         "horizon": horizon,
         "max_abs_diff": float(difference.max()),
