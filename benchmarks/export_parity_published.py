@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,7 @@ def main() -> int:
     record: dict[str, Any] = {"context": args.context, "windows": args.windows, "tolerance": args.tolerance}
     with tempfile.TemporaryDirectory(prefix="export-parity-") as tmp:
         work = Path(tmp)
+        os.environ["DISTRIBUTED_ONNX_CACHE"] = str(work / "cache")  # the optimized graphs go with the folder
         record["parameters"] = build(work / "pretrained", args.context)
         pipeline = Chronos2Pipeline.from_pretrained(str(work / "pretrained"))
         windows = sample_windows(args.windows, args.context)
