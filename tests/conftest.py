@@ -6,7 +6,9 @@ Two tiers: tests marked ``integration`` (or ``gpu``) may start Ray, ONNX Runtime
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +26,9 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 # CPU sessions cache their optimized graph (model/backend/optimized_cache.py): in a folder of this test run, not
 # the user's cache; inherited by the Ray workers the tests start.
-os.environ.setdefault("DISTRIBUTED_ONNX_CACHE", tempfile.mkdtemp(prefix="distributed-onnx-cache-"))
+if "DISTRIBUTED_ONNX_CACHE" not in os.environ:
+    os.environ["DISTRIBUTED_ONNX_CACHE"] = tempfile.mkdtemp(prefix="distributed-onnx-cache-")
+    atexit.register(shutil.rmtree, os.environ["DISTRIBUTED_ONNX_CACHE"], True)
 
 sys.path.insert(0, str(Path(__file__).parent))
 
