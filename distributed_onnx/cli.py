@@ -192,6 +192,24 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
+        "--horizon",
+        type=int,
+        metavar="STEPS",
+        help="the longest horizon the checkpoint will forecast; Chronos-2's graph computes the output patches "
+        "upstream computes for it (default: the model's default prediction length); others: the parity's horizon",
+    )
+    export.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="also write the int8 variant NAME-int8.onnx (its metadata names this checkpoint as its parent)",
+    )
+    export.add_argument(
+        "--quantize-mode",
+        choices=["dynamic", "static"],
+        default="dynamic",
+        help="dynamic (default; no data) or static (activations calibrated on --data's windows)",
+    )
+    export.add_argument(
         "--resolution-minutes",
         type=int,
         metavar="M",
@@ -318,11 +336,17 @@ def _export(args: argparse.Namespace) -> int:
         output=args.output,
         data=args.data,
         parity_windows=args.parity_windows,
+        horizon=args.horizon,
+        quantize=args.quantize,
+        quantize_mode=args.quantize_mode,
         resolution_minutes=args.resolution_minutes,
     )
     result = run_export(request)
     print(json.dumps(result.parity, indent=2))
     print(f"wrote {result.weights_path}, {result.metadata_path.name} and {result.parity_path.name}")
+    if result.variant_path is not None:
+        print(json.dumps(result.variant, indent=2))
+        print(f"wrote {result.variant_path} (int8, {args.quantize_mode}), its metadata and parity against the parent")
     return 0
 
 

@@ -6,10 +6,13 @@ Two tiers: tests marked ``integration`` (or ``gpu``) may start Ray, ONNX Runtime
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,11 @@ import pytest
 # this Ray 2.60 rewrites 127.0.0.1 to the machine's network address (see distributed_onnx/runtime/local_ray.py).
 # Set before any test module imports Ray, and inherited by every process the tests start.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# CPU sessions cache their optimized graph (model/backend/optimized_cache.py): in a folder of this test run, not
+# the user's cache; inherited by the Ray workers the tests start.
+if "DISTRIBUTED_ONNX_CACHE" not in os.environ:
+    os.environ["DISTRIBUTED_ONNX_CACHE"] = tempfile.mkdtemp(prefix="distributed-onnx-cache-")
+    atexit.register(shutil.rmtree, os.environ["DISTRIBUTED_ONNX_CACHE"], True)
 
 sys.path.insert(0, str(Path(__file__).parent))
 

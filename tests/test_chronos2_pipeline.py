@@ -35,6 +35,9 @@ pytestmark = pytest.mark.integration
 
 CONTEXT, PATCH, PATCHES = 64, 16, 2
 HORIZON = PATCH * PATCHES
+#: The model's max_output_patches (its default prediction length is MAX_PATCHES x PATCH steps); the module's
+#: checkpoint is exported for HORIZON, i.e. PATCHES of them, as upstream computes a HORIZON-step forecast.
+MAX_PATCHES = 5
 LEVELS = [0.1, 0.5, 0.9]
 N_SERIES, LENGTH = 6, 160
 REGIONS = ["north", "north", "north", "south", "south", "north"]
@@ -109,7 +112,7 @@ def pipeline(workdir: Path) -> Any:
             "quantiles": [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99],
             "use_reg_token": True,
             "use_arcsinh": True,
-            "max_output_patches": PATCHES,
+            "max_output_patches": MAX_PATCHES,
             "time_encoding_scale": CONTEXT,
         },
     )
@@ -121,7 +124,7 @@ def pipeline(workdir: Path) -> Any:
 def checkpoint(pipeline: Any, workdir: Path, data: Path) -> Path:
     output = workdir / "export" / "chronos2-tiny.onnx"
     argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    assert cli.main([*argv, "--data", str(data), "--parity-windows", "6"]) == 0
+    assert cli.main([*argv, "--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]) == 0
     return output
 
 
@@ -150,13 +153,14 @@ def upstream_forecasts(
     known: list[str],
     past: list[str],
     cross_learning: bool = False,
+    horizon: int = HORIZON,
 ) -> dict[tuple[str, Any], np.ndarray]:
     """``predict_df`` on each window's own df (its context rows) and future_df, one item per window."""
     dfs, futures = [], []
     for number, (series_id, origin) in enumerate(windows):
         rows = frame[frame["series_id"] == series_id].set_index("timestamp")
         history = rows.loc[origin - pd.Timedelta(hours=CONTEXT) : origin - pd.Timedelta(hours=1)]
-        future = rows.loc[origin : origin + pd.Timedelta(hours=HORIZON - 1)]
+        future = rows.loc[origin : origin + pd.Timedelta(hours=horizon - 1)]
         item = f"w{number:04d}"
         dfs.append(history.reset_index()[["timestamp", "y", *past, *known]].assign(item_id=item))
         futures.append(future.reset_index()[["timestamp", *known]].assign(item_id=item))
@@ -164,7 +168,7 @@ def upstream_forecasts(
         pd.concat(dfs, ignore_index=True),
         future_df=pd.concat(futures, ignore_index=True) if known else None,
         target="y",
-        prediction_length=HORIZON,
+        prediction_length=horizon,
         quantile_levels=LEVELS,
         batch_size=1024,
         cross_learning=cross_learning,
@@ -208,6 +212,120 @@ def test_backtest_equals_predict_df(
     want = upstream_forecasts(pipeline, frame, sorted(got), known=known, past=past)
 
     assert_equal_to_upstream(got, want)
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("patches", [1, 4, MAX_PATCHES])
+def test_export_sized_to_the_horizon_equals_predict_df(
+    patches: int, pipeline: Any, data: Path, frame: Any, workdir: Path
+) -> None:
+    """A graph exported for a horizon computes the output patches upstream computes for it (the default: the
+    model's default prediction length) and forecasts what ``predict_df`` does at that horizon."""
+    import json
+
+    horizon = patches * PATCH
+    output = workdir / f"sized-{patches}" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    argv += ["--data", str(data), "--parity-windows", "2"]
+    assert cli.main(argv if patches == MAX_PATCHES else [*argv, "--horizon", str(horizon)]) == 0
+    assert json.loads(output.with_suffix(".metadata.json").read_text())["horizon_patches"] == patches
+
+    got = forecasts_by_window(backtest(output, data, workdir / f"run-sized-{patches}", "--horizon", str(horizon)))
+    want = upstream_forecasts(pipeline, frame, sorted(got), known=[], past=[], horizon=horizon)
+
+    assert_equal_to_upstream(got, want)
+
+
+@pytest.mark.usefixtures("pipeline")
+def test_export_beyond_the_models_patches_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = workdir / "too-long" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    assert cli.main([*argv, "--horizon", str(MAX_PATCHES * PATCH + 1)]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # not the loading bars
+    assert len(error) == 1 and f"--horizon {MAX_PATCHES * PATCH} or less" in error[0], error
+    assert not output.exists()
+
+
+def test_second_session_loads_the_cached_optimized_graph(
+    checkpoint: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first CPU session saves its optimized graph (weights as external data), the second loads it
+    unoptimized; both forecast bit for bit what a session that optimizes the graph itself does."""
+    import logging
+
+    from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    monkeypatch.setenv("DISTRIBUTED_ONNX_CACHE", str(tmp_path / "cache"))
+    windows = np.random.default_rng(3).normal(50.0, 5.0, (5, CONTEXT)).astype(np.float32)
+    windows[1, :20] = np.nan
+
+    def forecast(**options: Any) -> np.ndarray:
+        config = WorkerConfig(
+            checkpoint=checkpoint, providers=[CpuProvider()], session_options=SessionOptionsConfig(**options)
+        )
+        worker = InferenceWorker.from_config(config)
+        try:
+            return worker.forecast(windows, HORIZON, LEVELS)
+        finally:
+            worker.close()
+
+    uncached = forecast(cache_optimized_graph=False)
+    assert not (tmp_path / "cache").exists()
+    with caplog.at_level(logging.INFO, logger="distributed_onnx.model.backend.onnx"):
+        first = forecast()
+        (folder,) = (tmp_path / "cache" / "optimized-graphs").iterdir()
+        assert {path.name for path in folder.iterdir()} == {"model.onnx", "model.onnx.data"}
+        assert "optimized (ENABLE_EXTENDED) and cached" in caplog.text
+        caplog.clear()
+        second = forecast()
+    assert f"loaded its optimized graph from {folder / 'model.onnx'}" in caplog.text
+    assert len(list((tmp_path / "cache" / "optimized-graphs").iterdir())) == 1  # no second copy, no staging left
+    assert np.array_equal(first, uncached) and np.array_equal(second, uncached)
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_int8_variant_names_its_parent_and_stays_near_it(
+    mode: str, pipeline: Any, data: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    output = workdir / f"int8-{mode}" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
+    assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", mode]) == 0
+    assert f"chronos2-tiny-int8.onnx (int8, {mode})" in capsys.readouterr().out
+
+    variant = output.with_name("chronos2-tiny-int8.onnx")
+    parent_metadata = json.loads(output.with_suffix(".metadata.json").read_text())
+    metadata = json.loads(variant.with_suffix(".metadata.json").read_text())
+    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"]}
+    assert metadata["quantization"]["mode"] == mode and metadata["quantization"]["weight_type"] == "int8"
+    assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
+    assert variant.with_suffix(".parity.json").is_file()
+    windows = np.random.default_rng(5).normal(60.0, 8.0, (4, CONTEXT)).astype(np.float32)
+    windows[0, :30] = np.nan
+    forecasts = []
+    for checkpoint in (output, variant):
+        worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, providers=[CpuProvider()]))
+        forecasts.append(worker.forecast(windows, HORIZON, LEVELS))
+        worker.close()
+    parent, int8 = forecasts
+    assert not np.array_equal(parent, int8)  # it is a different graph
+    assert float(np.abs(int8 - parent).max()) < 0.1 * float(np.abs(parent).max())
+
+
+@pytest.mark.usefixtures("pipeline")
+def test_static_int8_without_data_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = workdir / "int8-no-data" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", "static"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("error: --quantize-mode static") and "--data" in error[0], error
+    assert not output.exists()
 
 
 def test_export_restores_upstream_and_reports_parity(checkpoint: Path) -> None:
@@ -278,6 +396,7 @@ def test_horizon_beyond_the_graph_is_refused_in_one_line(
     checkpoint: Path, data: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(workdir / "long")]
-    assert cli.main([*argv, *WINDOW_FLAGS, "--horizon", str(HORIZON + PATCH)]) != 0
+    assert cli.main([*argv, *WINDOW_FLAGS, "--horizon", str(HORIZON + PATCH)]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and f"checkpoint emits ({HORIZON} =" in error[0], error
+    assert "distributed-onnx export chronos2 --horizon STEPS" in error[0], error

@@ -158,6 +158,17 @@ def test_forecast_endpoint_serves_the_upstream_export(client: httpx.Client) -> N
             np.testing.assert_allclose(forecasts[series_id][format(level, "g")], [expected[index]] * HORIZON, rtol=1e-5)
 
 
+def test_forecast_beyond_the_graph_names_export_horizon(client: httpx.Client) -> None:
+    body = {"series": [{"series_id": "a", "y": [1.0] * CONTEXT}], "horizon": HORIZON + 1}
+
+    response = client.post("/v1/forecast", json=body)
+
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert f"the model emits at most {HORIZON}" in error, error
+    assert "distributed-onnx export chronos2 --horizon STEPS" in error, error
+
+
 def test_v2_infer_applies_the_upstream_nan_rule(client: httpx.Client, upstream: ResolvedCheckpoint) -> None:
     context = [float("nan")] * 8 + [1.0] * 8
     tensors = {

@@ -119,12 +119,13 @@ def export_context_model(
     upstream: UpstreamForecast,
 ) -> ExportResult:
     """The export of a family whose graph takes ``context`` alone: the graph (under the family's export-only
-    ``patches``), its metadata, and the parity report over two calls' horizon."""
+    ``patches``), its metadata, and the parity report over ``--horizon`` (default: two calls' horizon)."""
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     with patches:
         export_context_graph(module, windows[:2], request.output, metadata.output_name)
     metadata_path = write_metadata(request.output, metadata)
-    parity = parity_report(upstream, request.output, windows, 2 * metadata.horizon_length, source)
+    horizon = request.horizon or 2 * metadata.horizon_length
+    parity = parity_report(upstream, request.output, windows, horizon, source)
     return finish(request, metadata_path, parity)
 
 

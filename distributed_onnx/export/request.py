@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,25 @@ class ExportRequest(BaseModel):
         default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
     )
     parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
+    horizon: int | None = Field(
+        default=None,
+        gt=0,
+        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the graph computes "
+        "exactly the output patches upstream's pipeline computes for it (ceil(horizon / output_patch_size); the "
+        "output patches attend to each other, so more patches change the forecasts); default: the model's own "
+        "default prediction length (max_output_patches patches, as predict_df without prediction_length). "
+        "Chronos-Bolt and TiRex: their graph is the same at every horizon (upstream computes one call and cuts "
+        "or unrolls it); the horizon the parity report compares (default: two calls).",
+    )
+    quantize: Literal["int8"] | None = Field(
+        default=None,
+        description="Also write the checkpoint's int8 variant, NAME-int8.onnx, whose metadata names its parent.",
+    )
+    quantize_mode: Literal["dynamic", "static"] = Field(
+        default="dynamic",
+        description="'dynamic': int8 weights, activations quantized per call (no data needed); 'static': the "
+        "activations' ranges calibrated on --data's windows (--parity-windows of them).",
+    )
     resolution_minutes: int | None = Field(
         default=None,
         gt=0,
@@ -41,6 +60,10 @@ class ExportResult(BaseModel):
     metadata_path: Path = Field(description="The checkpoint metadata JSON written beside it.")
     parity_path: Path = Field(description="The parity report (JSON) written beside it.")
     parity: dict[str, Any] = Field(description="The parity report's content: windows compared, max abs diff, ...")
+    variant_path: Path | None = Field(default=None, description="The int8 variant written (--quantize), if any.")
+    variant: dict[str, Any] | None = Field(
+        default=None, description="The variant against its parent on the parity windows (NAME-int8.parity.json)."
+    )
 
 
 def run_export(request: ExportRequest) -> ExportResult:
@@ -53,6 +76,12 @@ def run_export(request: ExportRequest) -> ExportResult:
         raise ConfigError(
             f"Cannot export family {request.family!r}; known families: {sorted(EXPORTERS)}.", family=request.family
         ) from None
+    from distributed_onnx.export import variants
+
+    variants.check_request(request)
     module: Any = importlib.import_module(module_name)
     result: ExportResult = module.export(request)
-    return result
+    if request.quantize is None:
+        return result
+    path, comparison = variants.write_int8_variant(request)
+    return result.model_copy(update={"variant_path": path, "variant": comparison})

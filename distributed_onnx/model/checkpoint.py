@@ -46,6 +46,34 @@ OutputLayout = Literal["quantile_step", "step_quantile"]
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
 
 
+class ParentCheckpoint(BaseModel):
+    """The checkpoint a variant (e.g. an int8 quantization) was derived from: its name and graph sha256."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(description="The parent's name (its weights file's stem).")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the parent's weights (graph) file.")
+
+
+class Quantization(BaseModel):
+    """How a variant's weights were quantized (``distributed-onnx export --quantize``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    mode: Literal["dynamic", "static"] = Field(
+        description="'dynamic': weights int8, activations quantized per call; 'static': activations' ranges "
+        "calibrated on sample windows."
+    )
+    weight_type: Literal["int8"] = Field(default="int8", description="The weights' integer type.")
+    activation_type: Literal["int8", "uint8"] | None = Field(
+        default=None, description="Static: the activations' integer type (dynamic picks uint8 per call)."
+    )
+    op_types: list[str] | None = Field(default=None, description="Operator types quantized (None: the tool's set).")
+    calibration_windows: int | None = Field(default=None, ge=1, description="Static: windows calibrated on.")
+    calibration_source: str | None = Field(default=None, description="Static: where those windows came from.")
+    tool: str | None = Field(default=None, description="The quantizer and its version, e.g. 'onnxruntime 1.32.0'.")
+
+
 class CheckpointMetadata(BaseModel):
     """Model-family specifics that travel next to the weights (OpenSTEF schema version 2, plus ours)."""
 
@@ -109,6 +137,10 @@ class CheckpointMetadata(BaseModel):
         description="Hex sha256 of the weights file, verified on resolve when present.",
     )
     description: str | None = Field(default=None, description="Free text: what the model is, provenance.")
+    parent: ParentCheckpoint | None = Field(
+        default=None, description="The checkpoint this one was derived from (a quantized variant's fp32 parent)."
+    )
+    quantization: Quantization | None = Field(default=None, description="How this variant was quantized.")
     training_data_end: datetime | None = Field(
         default=None,
         description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "
@@ -168,6 +200,16 @@ class CheckpointMetadata(BaseModel):
     def horizon_length(self) -> int:
         """Forecast timesteps the model emits in one call: ``output_patch_size * horizon_patches``."""
         return self.output_patch_size * self.horizon_patches
+
+    @property
+    def horizon_hint(self) -> str:
+        """What to do about a horizon longer than the graph: for a graph that refuses, export it again."""
+        if self.long_horizon != "refuse":
+            return "ask a shorter horizon"
+        return (
+            f"ask at most {self.horizon_length} steps, or export the checkpoint again for the longer horizon "
+            f"(distributed-onnx export {self.model_family} --horizon STEPS)"
+        )
 
     @property
     def longest_horizon(self) -> int | None:

@@ -236,7 +236,9 @@ def check_run_fits_model(metadata: CheckpointMetadata, context_length: int, hori
             if metadata.long_horizon == "refuse"
             else f"(max_horizon_length {longest}, unrolled by {metadata.long_horizon!r})"
         )
-        raise ConfigError(f"horizon {horizon} is longer than the checkpoint emits {how}", key="horizon")
+        raise ConfigError(
+            f"horizon {horizon} is longer than the checkpoint emits {how}: {metadata.horizon_hint}", key="horizon"
+        )
     if context_length > metadata.context_length:
         raise ConfigError(
             f"context_length {context_length} is longer than the checkpoint takes ({metadata.context_length})",

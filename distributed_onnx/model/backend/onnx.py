@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -30,6 +31,7 @@ from distributed_onnx.errors import (
     InferenceError,
     MissingExtraError,
 )
+from distributed_onnx.model.backend import optimized_cache
 from distributed_onnx.model.backend.cuda.buckets import BucketPlan, effective_buckets, fixed_batch
 from distributed_onnx.model.backend.cuda.graph_capture import (
     capture_problems,
@@ -47,7 +49,12 @@ from distributed_onnx.model.backend.policy import (
     check_allowed,
     check_realized,
 )
-from distributed_onnx.model.backend.providers import DEFAULT_BATCH_BUCKETS, ExecutionProvider, SessionOptionsConfig
+from distributed_onnx.model.backend.providers import (
+    DEFAULT_BATCH_BUCKETS,
+    CpuProvider,
+    ExecutionProvider,
+    SessionOptionsConfig,
+)
 from distributed_onnx.model.backend.session_info import GPU_PROVIDERS, captures, check_graph, device_id
 from distributed_onnx.model.backend.validation import TensorSpec, validate_inputs
 from distributed_onnx.model.checkpoint import CheckpointMetadata, ResolvedCheckpoint
@@ -304,7 +311,7 @@ def _load(
     # through its default logger (harmless: CUDA is realized); the default logger follows the session's level.
     ort.set_default_logger_severity(config.log_severity_level)
     try:
-        session = ort.InferenceSession(
+        session = _cached_session(checkpoint, chain, config) or ort.InferenceSession(
             str(checkpoint.weights_path),
             sess_options=build_session_options(config),
             providers=[provider.to_ort() for provider in chain],
@@ -323,6 +330,59 @@ def _load(
     logger.info("Session for %s built; realized providers %s", checkpoint.weights_path.name, realized)
     check_realized(chain, realized, strict=strict)
     check_graph(checkpoint, session)
+    return session
+
+
+def _cached_session(
+    checkpoint: ResolvedCheckpoint, chain: list[ExecutionProvider], config: SessionOptionsConfig
+) -> Any:
+    """A CPU session through the optimized-graph cache (``optimized_cache.py``), or None where it does not apply.
+
+    A cached graph loads with optimization disabled; a missing one is optimized now, saved while this session is
+    built (weights as external data: a published graph's protobuf exceeds 2 GiB without) and published. A cache
+    folder that cannot be written or a cached graph that does not load costs only the cache: the plain session.
+    """
+    if (
+        not config.cache_optimized_graph
+        or config.optimized_model_path is not None
+        or config.graph_optimization_level == "DISABLE_ALL"
+        or any(not isinstance(provider, CpuProvider) for provider in chain)
+    ):
+        return None
+    providers = [provider.to_ort() for provider in chain]
+    level = optimized_cache.cached_level(config.graph_optimization_level)
+    folder = optimized_cache.cache_folder(checkpoint, level, runtime_version())
+    graph = folder / optimized_cache.GRAPH_NAME
+    if graph.is_file():
+        options = build_session_options(config.model_copy(update={"graph_optimization_level": "DISABLE_ALL"}))
+        try:
+            session = ort.InferenceSession(str(graph), sess_options=options, providers=providers)
+        except Exception:
+            logger.warning("Cached optimized graph %s does not load; optimizing the checkpoint", graph, exc_info=True)
+            return None
+        logger.info("Session for %s loaded its optimized graph from %s", checkpoint.weights_path.name, graph)
+        return session
+    try:
+        staging = optimized_cache.staging_folder(folder)
+    except OSError as exc:
+        logger.warning("Cannot cache the optimized graph of %s in %s (%s)", checkpoint.weights_path.name, folder, exc)
+        return None
+    options = build_session_options(config.model_copy(update={"graph_optimization_level": level}))
+    options.optimized_model_filepath = str(staging / optimized_cache.GRAPH_NAME)
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", optimized_cache.WEIGHTS_NAME
+    )
+    options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        session = ort.InferenceSession(str(checkpoint.weights_path), sess_options=options, providers=providers)
+    except Exception:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise  # _load names the checkpoint
+    if (staging / optimized_cache.GRAPH_NAME).is_file():  # ORT wrote it while building the session
+        optimized_cache.publish(staging, folder)
+        logger.info("Session for %s optimized (%s) and cached in %s", checkpoint.weights_path.name, level, folder)
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
     return session
 
 

@@ -222,3 +222,9 @@ class SessionOptionsConfig(BaseModel):
         default=None, description="Write the optimized graph here (to inspect it or skip optimization later)."
     )
     log_severity_level: int = Field(default=3, ge=0, le=4, description="0 verbose ... 3 error, 4 fatal.")
+    cache_optimized_graph: bool = Field(
+        default=True,
+        description="CPU sessions: save the optimized graph once (a user cache keyed by the graph's content, ONNX "
+        "Runtime's version and the level, at most ENABLE_EXTENDED) and load it unoptimized in every later session "
+        "(model/backend/optimized_cache.py). Ignored with optimized_model_path or on GPU providers.",
+    )

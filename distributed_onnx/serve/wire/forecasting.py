@@ -46,7 +46,7 @@ def plan_job(request: ForecastRequest, metadata: CheckpointMetadata, enqueued_s:
     if horizon > metadata.horizon_length:
         raise InputValidationError(
             f"horizon: {horizon} steps asked, the model emits at most {metadata.horizon_length} "
-            f"({metadata.output_patch_size} x {metadata.horizon_patches}).",
+            f"({metadata.output_patch_size} x {metadata.horizon_patches}): {metadata.horizon_hint}.",
             field="horizon",
         )
     for index, series in enumerate(request.series):

@@ -1,0 +1,107 @@
+"""``export --quantize int8``: the exported checkpoint's int8 variant, written as a checkpoint of its own.
+
+``NAME.onnx`` -> ``NAME-int8.onnx`` (+ ``.data``) with its metadata: the parent's, with ``precision: int8``,
+``parent: {name, sha256}`` (the fp32 graph it came from) and ``quantization: {mode, weight_type, ...}``, so a
+backtest can put the two side by side and a report can say which is whose variant. Static quantization
+calibrates on the parity windows (from ``--data``: the user's own series). The variant's report
+(``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good enough
+is for a backtest on the user's data to say, not this file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from distributed_onnx import storage
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.export.common import parity_windows, write_metadata
+from distributed_onnx.export.request import ExportRequest
+from distributed_onnx.model.adapters import adapter_for
+from distributed_onnx.model.backend.providers import CpuProvider
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ParentCheckpoint, Quantization
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+#: Windows per calibration batch (the reader feeds the graph one batch at a time).
+CALIBRATION_BATCH = 16
+
+
+def variant_path(parent: Path, kind: Literal["int8"]) -> Path:
+    """``NAME.onnx`` -> ``NAME-int8.onnx`` beside it."""
+    return parent.with_name(f"{parent.stem}-{kind}{parent.suffix}")
+
+
+def check_request(request: ExportRequest) -> None:
+    """Refuse, before anything is exported, a quantization the request cannot give (exit 2)."""
+    if request.quantize_mode == "static" and request.quantize is not None and request.data is None:
+        raise ConfigError(
+            "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
+            "--quantize-mode dynamic, which needs none)",
+            key="data",
+        )
+
+
+def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
+    """Quantize the checkpoint ``request.output`` (already exported) and write it as its own checkpoint.
+
+    Returns the variant's path and its comparison with the parent (also written as ``NAME-int8.parity.json``).
+    """
+    from distributed_onnx.model.backend.quantize import quantize_graph
+
+    parent = LocalCheckpoint(path=request.output).resolve()
+    metadata = parent.metadata
+    windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
+    output = variant_path(request.output, "int8")
+    calibration = None
+    if request.quantize_mode == "static":
+        adapter = adapter_for(metadata)
+        calibration = [
+            adapter.build_inputs(windows[start : start + CALIBRATION_BATCH], None)[0]
+            for start in range(0, windows.shape[0], CALIBRATION_BATCH)
+        ]
+    details = quantize_graph(request.output, output, request.quantize_mode, calibration)
+    if request.quantize_mode == "static":
+        details |= {"calibration_windows": int(windows.shape[0]), "calibration_source": source}
+    assert metadata.sha256 is not None  # write_metadata records it
+    variant = metadata.model_copy(
+        update={
+            "precision": "int8",
+            "sha256": None,
+            "parent": ParentCheckpoint(name=parent.name, sha256=metadata.sha256),
+            "quantization": Quantization.model_validate(details),
+            "description": f"int8 ({request.quantize_mode}) variant of {parent.name}. {metadata.description or ''}",
+        }
+    )
+    write_metadata(output, variant)
+    comparison = compare_to_parent(request.output, output, windows, metadata.horizon_length) | {"source": source}
+    report = output.with_suffix(".parity.json")
+    storage.write_bytes(report, (json.dumps(comparison, indent=2) + "\n").encode("utf-8"))
+    return output, comparison
+
+
+def compare_to_parent(parent: Path, variant: Path, windows: np.ndarray, horizon: int) -> dict[str, Any]:
+    """Both checkpoints' native-quantile forecasts on the same windows: how far the variant moved."""
+    forecasts = []
+    for checkpoint in (parent, variant):
+        worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, providers=[CpuProvider()]))
+        try:
+            levels = worker.metadata.native_quantiles
+            forecasts.append(worker.forecast(windows, horizon, levels).astype(np.float64))
+        finally:
+            worker.close()
+    theirs, ours = forecasts
+    difference = np.abs(ours - theirs)
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    return {
+        "parent": parent.stem,
+        "variant": variant.stem,
+        "windows": int(windows.shape[0]),
+        "horizon": horizon,
+        "max_abs_diff": float(difference.max()),
+        "max_rel_diff": float(difference.max() / scale),
+        "median_abs_diff": float(np.median(difference)),
+        "max_abs_parent": scale,
+    }

@@ -1,0 +1,76 @@
+"""Where a checkpoint's ONNX Runtime-optimized graph is kept, so that only the first session pays for optimizing.
+
+Building a session of a large graph is mostly ORT's graph optimization (11.7 s of a Chronos-2-sized graph's
+~14 s start-up, paid by every actor). The first CPU session of a checkpoint saves the graph it optimized
+(``SessionOptions.optimized_model_filepath``, weights as external data beside it); every later one, in any
+process on this machine, loads that file with optimization disabled.
+
+What is saved must stay valid wherever the key matches: only CPU-provider sessions are cached, at most at
+``ENABLE_EXTENDED`` (``ENABLE_ALL`` adds layout rewrites chosen for this CPU; ORT warns such a file is not
+portable), and the key changes with whatever changes the optimized graph: the graph file's sha256, the external
+data file's size and modification time (its bytes are not in the graph's sha256), the ONNX Runtime version and
+the level. A cached graph is published by renaming a finished folder into place, so two actors racing never see
+half a file: the loser's folder is dropped and both read the winner's.
+
+The cache lives in ``$DISTRIBUTED_ONNX_CACHE/optimized-graphs`` (default ``$XDG_CACHE_HOME/distributed_onnx``,
+else ``~/.cache/distributed_onnx``): a user cache, not the checkpoint's folder, which may be read-only or
+shared. Nothing is evicted; deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from distributed_onnx import storage
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+
+#: The levels, weakest first; the cached graph is optimized at most at :data:`PORTABLE_LEVEL`.
+LEVELS = ("DISABLE_ALL", "ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL")
+PORTABLE_LEVEL = "ENABLE_EXTENDED"
+#: The graph's file name inside its cache folder, and its weights' (relative, as the graph records them).
+GRAPH_NAME = "model.onnx"
+WEIGHTS_NAME = "model.onnx.data"
+
+
+def cache_root() -> Path:
+    """``$DISTRIBUTED_ONNX_CACHE``, else ``$XDG_CACHE_HOME/distributed_onnx``, else ``~/.cache/distributed_onnx``."""
+    explicit = os.environ.get("DISTRIBUTED_ONNX_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "distributed_onnx"
+
+
+def cached_level(requested: str) -> str:
+    """The level the cached graph is optimized at: the requested one, capped at :data:`PORTABLE_LEVEL`."""
+    return min(requested, PORTABLE_LEVEL, key=LEVELS.index)
+
+
+def cache_folder(checkpoint: ResolvedCheckpoint, level: str, runtime_version: str, root: Path | None = None) -> Path:
+    """The folder holding ``checkpoint``'s graph optimized at ``level`` by ONNX Runtime ``runtime_version``."""
+    weights = checkpoint.weights_path
+    graph_sha = checkpoint.metadata.sha256 or storage.sha256(weights)  # verified on resolve when recorded
+    data = weights.with_name(weights.name + ".data")
+    data_stamp = f"{data.stat().st_size}:{data.stat().st_mtime_ns}" if data.is_file() else "-"
+    key = hashlib.sha256(f"{graph_sha}|{data_stamp}|{runtime_version}|{level}".encode()).hexdigest()[:24]
+    return (root or cache_root()) / "optimized-graphs" / f"{checkpoint.name}-{key}"
+
+
+def staging_folder(folder: Path) -> Path:
+    """A fresh folder beside ``folder`` to write into before :func:`publish` renames it into place."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    staging.mkdir()
+    return staging
+
+
+def publish(staging: Path, folder: Path) -> None:
+    """Rename the finished ``staging`` folder to ``folder``; when another process published first, keep its copy."""
+    try:
+        staging.rename(folder)
+    except OSError:  # the folder exists: a racing session published the same graph (same key, same content)
+        shutil.rmtree(staging, ignore_errors=True)
