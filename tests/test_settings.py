@@ -60,7 +60,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.checkpoint == [REFERENCE_CHECKPOINT]
     assert settings.data == REFERENCE_DATASET
     assert settings.stride == 1
-    assert settings.rows_per_batch == 256
+    assert settings.rows_per_batch is None  # chosen by the plan (part_count.default_rows_per_batch)
     assert settings.quantiles is None
     assert settings.covariates == []
     assert settings.providers is None

@@ -123,12 +123,17 @@ class BacktestSettings(CommandSettings):
         examples=["cuda,cpu"],
         description="Explicit provider chain, strict (default: the provider policy's, graceful).",
     )
-    rows_per_batch: int = Field(default=256, gt=0, description="Windows per model call (the ORT batch size).")
+    rows_per_batch: int | None = Field(
+        default=None,
+        gt=0,
+        description="Windows per model call, the ORT batch size (default: a part's share of the windows, at most "
+        "256, 64 or 16 by the graph's size and context; a rerun keeps the run's).",
+    )
     windows_per_part: int | None = Field(
         default=None,
         gt=0,
         description="Windows per unit of work and Parquet part (default: 8 parts per actor, 16 to 8,192 parts of 1-64 "
-        "batches each).",
+        "batches each, as few windows as the run has allow; a rerun keeps the run's).",
     )
     part_timeout_s: float | None = Field(
         default=None,

@@ -37,7 +37,7 @@ from distributed_onnx.evaluation.driver.failures import (
 )
 from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.driver.outcome import PartFailure, RunOutcome
-from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, dispatch_order
+from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY, dispatch_order
 from distributed_onnx.evaluation.driver.part_ledger import PartLedger
 from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.driver.progress import Progress
@@ -198,8 +198,12 @@ class _BacktestRun:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         settings_record = {"settings": plan.settings.model_dump(mode="json")}
-        # The part size is recorded so that a rerun (on any cluster) plans the same parts (:mod:`.part_count`).
-        manifest = {**settings_record, MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width}
+        # The part and batch sizes are recorded so that a rerun (on any cluster) plans the same parts
+        # (:mod:`.part_count`).
+        manifest = {
+            **settings_record,
+            **{MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width, ROWS_KEY: plan.rows_per_batch},
+        }
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
@@ -207,10 +211,12 @@ class _BacktestRun:
         todo = self._verified_todo()
         done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
         logger.info(
-            "Planned %d windows in %d parts of up to %d (%d skipped for context coverage); %d parts already done",
+            "Planned %d windows in %d parts of up to %d, batches of %d (%d skipped for context coverage); "
+            "%d parts already done",
             plan.windows.planned,
             len(self.parts),
             plan.windows_per_part,
+            plan.rows_per_batch,
             plan.windows.skipped,
             len(self.parts) - len(todo),
         )
