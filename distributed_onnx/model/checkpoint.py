@@ -15,7 +15,7 @@ import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -37,6 +37,15 @@ MissingValue = Literal["nan", "zero"]
 OutputLayout = Literal["quantile_step", "step_quantile"]
 #: How a horizon longer than one call is reached (``distributed_onnx/model/unroll.py``).
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
+
+
+class CheckpointParent(BaseModel):
+    """The checkpoint a variant (an int8 quantization, say) was made from: a backtest with both compares them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(description="The parent checkpoint's name (its file stem).")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the parent's weights file.")
 
 
 class CheckpointMetadata(BaseModel):
@@ -106,6 +115,15 @@ class CheckpointMetadata(BaseModel):
         default=None,
         description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "
         "whose horizon starts at or before it is in-sample, scored apart (docs/covariate-vintages.md).",
+    )
+
+    parent: CheckpointParent | None = Field(
+        default=None,
+        description="The checkpoint this one is a variant of (e.g. its int8 quantization): a backtest with both "
+        "says whether the variant's accuracy differs from its parent's (docs/comparisons.md).",
+    )
+    quantization: dict[str, Any] | None = Field(
+        default=None, description="How the variant was quantized (free form, e.g. {'mode': 'dynamic', 'type': 'int8'})."
     )
 
     @field_validator("training_data_end")

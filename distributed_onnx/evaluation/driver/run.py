@@ -54,8 +54,10 @@ from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
+from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_worker_actor
@@ -240,8 +242,7 @@ class _BacktestRun:
             self._in_sample(summary)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
-            if plan.realized_models and self.leaderboard is not None:
-                summary["covariates"]["realized_comparison"] = realized_gaps(self.leaderboard)
+            self._from_leaderboard(summary)
         finally:
             if self.report_process is not None:
                 self.report_process.close()  # drawn, or not needed after an error
@@ -306,6 +307,7 @@ class _BacktestRun:
                 "checkpoint": str(checkpoint.weights_path),
                 "sha256": checkpoint.metadata.sha256,
                 "fingerprint": plan.model_fingerprints[checkpoint.name],
+                **_variant_of(checkpoint),
             }
             for checkpoint in plan.checkpoints
         }
@@ -335,6 +337,17 @@ class _BacktestRun:
             dispatch_stats=dispatched.stats,
             first_result_s=self.ledger.first_result_s,
         )
+
+    def _from_leaderboard(self, summary: dict[str, Any]) -> None:
+        """What summary.json reads off the leaderboard: the realized twins' gaps, the variants' verdicts."""
+        board = self.leaderboard
+        if board is None:
+            return
+        if self.plan.realized_models:
+            summary["covariates"]["realized_comparison"] = realized_gaps(board)
+        verdicts = variant_verdicts(summary.get("models") or {}, board, summary["timing"].get("actor_stage_s"))
+        if verdicts:
+            summary["variants"] = verdicts
 
     def _report(self, summary: dict[str, Any], run_wide: pa.Table, scores: PairScores) -> None:
         """Write leaderboard.parquet and draw report.html: by the report process started with the dispatch
@@ -470,3 +483,14 @@ class _BacktestRun:
     def _on_failure(self, part: PartSpec, error: BaseException) -> None:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
         self.ledger.failures.append(PartFailure.of(part.index, part.n_windows, error))
+
+
+def _variant_of(checkpoint: ResolvedCheckpoint) -> dict[str, Any]:
+    """A variant's parent and quantization, as its metadata says (:mod:`..scoring.variants`)."""
+    metadata = checkpoint.metadata
+    record: dict[str, Any] = {}
+    if metadata.parent is not None:
+        record["parent"] = metadata.parent.model_dump()
+    if metadata.quantization is not None:
+        record["quantization"] = metadata.quantization
+    return record
