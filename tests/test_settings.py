@@ -449,4 +449,4 @@ def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> 
         "print(parser.format_help())"
     )
     listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert "{inspect,export,backtest,serve,score}" in listing
+    assert "{inspect,export,tune,backtest,serve,score}" in listing

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
-from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url, read_yaml
@@ -123,6 +123,11 @@ class BacktestSettings(CommandSettings):
         examples=["cuda,cpu"],
         description="Explicit provider chain, strict (default: the provider policy's, graceful).",
     )
+    graph_optimization: Literal["basic", "extended", "all"] = Field(
+        default="all",
+        description="ONNX Runtime's graph optimization level for the actors' sessions (distributed-onnx tune "
+        "measures which is fastest here).",
+    )
     rows_per_batch: int | None = Field(
         default=None,
         gt=0,
@@ -178,6 +183,11 @@ class BacktestSettings(CommandSettings):
         if both:
             raise ValueError(f"{both} given as both known-future and past-only covariates: give each column once")
         return value
+
+    def session_options(self) -> SessionOptionsConfig:
+        """The actors' ONNX Runtime session options these settings ask for (threads follow the actor's CPUs)."""
+        level = {"basic": "ENABLE_BASIC", "extended": "ENABLE_EXTENDED", "all": "ENABLE_ALL"}[self.graph_optimization]
+        return SessionOptionsConfig(graph_optimization_level=level)
 
     @property
     def covariate_columns(self) -> list[str]:

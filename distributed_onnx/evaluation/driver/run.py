@@ -28,7 +28,13 @@ from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
-from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, start_early, start_ray_and_pool
+from distributed_onnx.evaluation.driver.early import (
+    START_HERE,
+    StartHere,
+    start_early,
+    start_ray_and_pool,
+    worker_configs,
+)
 from distributed_onnx.evaluation.driver.failures import (
     FAILED_WINDOWS,
     clear_failed_windows,
@@ -384,8 +390,7 @@ class _BacktestRun:
 
     def worker_config(self) -> list[WorkerConfig]:
         """One config per checkpoint: each actor loads every model of the run."""
-        providers = self.plan.settings.providers
-        return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
+        return worker_configs(self.plan.settings, [each.weights_path for each in self.plan.checkpoints])
 
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; the verified ones are noted (merged at the end), the unverifiable discarded."""
