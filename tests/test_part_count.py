@@ -201,6 +201,13 @@ def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint
         first.run_fingerprint,
     )
 
+    # An explicit part size: the batch chosen for it is recorded and taken too.
+    fixed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=2, windows_per_part=8))
+    record = {MANIFEST_KEY: fixed.windows_per_part, RAMP_KEY: 1, ROWS_KEY: fixed.rows_per_batch}
+    outputs.prepare_output(tmp_path / "fixed", fixed.run_fingerprint, record)
+    again = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=4, windows_per_part=8))
+    assert (again.rows_per_batch, again.run_fingerprint) == (fixed.rows_per_batch, fixed.run_fingerprint)
+
     # A directory of before the batch was chosen: batches of 256 and parts for its actors, found by fingerprint.
     old = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=2, rows_per_batch=256))
     outputs.prepare_output(tmp_path / "old", old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})

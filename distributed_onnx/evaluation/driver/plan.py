@@ -441,6 +441,8 @@ def _part_size(
         if recorded.windows_per_part and settings.windows_per_part is None:
             candidates.insert(0, (recorded.windows_per_part, recorded.ramp_width, set_rows or recorded.rows_per_batch))
             candidates.append((recorded.windows_per_part, recorded.ramp_width, legacy))
+        if recorded.rows_per_batch and set_rows is None:  # e.g. an explicit part size with the batch recorded
+            candidates.append(default(recorded.rows_per_batch))
         candidates.append(default(legacy))
         if settings.windows_per_part is None:
             candidates.append((default_windows_per_part(planned, legacy), 1, legacy))
