@@ -9,8 +9,8 @@ checkpoint on real windows of the data (the bundled data by default), in short t
 3. actors x intra-op threads over this machine's cores (1 x N, 2 x N/2, ... N x 1), each actor its own session
    called from its own thread (ORT releases the GIL in a run, as each actor's process would be on its own).
 
-It writes the best of each to a JSON file whose ``settings`` a backtest reads with ``--tuned FILE``, below the
-defaults' precedence of everything a user writes: flags > environment > ``--config`` > ``--tuned`` > defaults
+It writes the best of each to a JSON file whose ``settings`` a backtest reads with ``--tuned FILE``, above the
+defaults and below everything a user writes: flags > environment > ``--config`` > ``--tuned`` > defaults
 (:mod:`.settings_sources`). Its ``trials`` keep every measurement (windows per second) beside it. The figures
 are this machine's, under whatever load it had: tune on the machine that runs the backtest, and quiet.
 """
