@@ -1,4 +1,4 @@
-"""The ``distributed-onnx`` command: ``inspect``, ``export``, ``backtest``, ``fev``, ``serve`` and ``score``.
+"""The ``distributed-onnx`` command: ``inspect``, ``export``, ``tune``, ``backtest``, ``fev``, ``serve`` and ``score``.
 
 Thin entry points: parse flags into typed settings, build objects, run. The flags of ``backtest`` and
 ``serve`` are generated from their settings models (:mod:`distributed_onnx.settings_sources`), so a new field
@@ -218,6 +218,19 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export.set_defaults(handler=_export)
 
     _fev_command(commands)
+    tune = commands.add_parser(
+        "tune",
+        help="measure the fastest backtest settings for a checkpoint on this machine (under a minute)",
+        description="Measure graph optimization level, rows per batch and actors x threads with real ONNX Runtime "
+        "sessions on windows of the data, and write the best to a file that backtest --tuned reads.",
+    )
+    tune.add_argument("checkpoint", type=Path, metavar="CHECKPOINT.onnx", help="the .onnx file to tune for")
+    tune.add_argument("--data", metavar="PATH", help="input table whose windows are run (default: the bundled data)")
+    tune.add_argument("--output", type=Path, default=Path("tune.json"), metavar="FILE.json", help="file to write")
+    tune.add_argument("--budget-s", type=float, default=45.0, metavar="S", help="seconds of timed runs in all")
+    tune.add_argument("--cpus", type=int, metavar="N", help="cores to spread over actors (default: this machine's)")
+    tune.set_defaults(handler=_tune)
+
     for name, summary, settings, handler in _SETTINGS_COMMANDS:
         _settings_command(commands, name, summary, settings if name == given else None, handler)
     return parser
@@ -295,7 +308,9 @@ def _settings_command(
         name,
         help=summary,
         description=plain_text(model.__doc__ or summary),
-        epilog=f"Precedence: flags > {ENV_PREFIX}<SETTING> environment variables > --config YAML > defaults.",
+        epilog=f"Precedence: flags > {ENV_PREFIX}<SETTING> environment variables > --config YAML > "
+        + ("--tuned file > " if name == "backtest" else "")
+        + "defaults.",
     )
     command.add_argument(
         "--config",
@@ -303,6 +318,13 @@ def _settings_command(
         metavar="FILE.yaml",
         help="YAML file of these settings (keys: the names with underscores)",
     )
+    if name == "backtest":
+        command.add_argument(
+            "--tuned",
+            type=Path,
+            metavar="FILE.json",
+            help="settings measured by distributed-onnx tune (below --config, the environment and flags)",
+        )
     add_flags(command, model)
     plain_help(command)
     command.set_defaults(handler=handler)
@@ -350,6 +372,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from distributed_onnx.resources import REFERENCE_DATASET
+    from distributed_onnx.tune import TuneRequest, run_tune
+
+    request = TuneRequest(
+        checkpoint=args.checkpoint,
+        data=args.data or REFERENCE_DATASET,
+        output=args.output,
+        budget_s=args.budget_s,
+        cpus=args.cpus,
+    )
+    document = run_tune(request)
+    print(json.dumps({"settings": document["settings"], "windows_per_s": document["windows_per_s"]}, indent=2))
+    print(f"wrote {args.output} (use it: distributed-onnx backtest --tuned {args.output} ...)")
+    return 0
+
+
 def _backtest(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
@@ -358,7 +397,12 @@ def _backtest(args: argparse.Namespace) -> int:
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.settings_sources import given_flags
 
-    settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True)
+    tuned = None
+    if args.tuned is not None:
+        from distributed_onnx.tune import read_tuned
+
+        tuned = read_tuned(args.tuned)
+    settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True, tuned=tuned)
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
     from distributed_onnx.evaluation.driver.run import run_backtest

@@ -5,6 +5,8 @@ Each command has one model (:class:`~distributed_onnx.evaluation.settings.Backte
 defaults and help. From lowest to highest precedence a value comes from:
 
 1. the field's default;
+1b. a tuned settings file (``backtest --tuned tune.json``, written by ``distributed-onnx tune``): its
+   ``settings`` mapping, measured on a machine, above the defaults and below everything a user writes;
 2. a YAML file (``--config``): keys are the field names (``n_windows``; ``n-windows`` too); relative paths in
    it are read relative to the file's folder, so a config file means the same from any working directory;
 3. the environment: ``DISTRIBUTED_ONNX_<FIELD>`` (``DISTRIBUTED_ONNX_N_WINDOWS=45``), case-insensitive,
@@ -97,10 +99,12 @@ class CommandSettings(BaseSettings):
         *,
         environment: bool = False,
         source: str = "command line",
+        tuned: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Self:
-        """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > defaults.
+        """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > ``tuned`` > defaults.
 
-        ``flags`` that are None count as not given; ``source`` names them in error messages.
+        ``flags`` that are None count as not given; ``source`` names them in error messages; ``tuned`` is
+        ``(file, settings)`` of a tuned settings file (module docstring).
         """
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
@@ -109,6 +113,8 @@ class CommandSettings(BaseSettings):
         if config_file is not None:
             values = _relative_to(read_yaml(config_file), config_file.parent, cls)
             requested.append((str(config_file), InitSettingsSource(cls, values)))
+        if tuned is not None:
+            requested.append((tuned[0], InitSettingsSource(cls, dict(tuned[1]))))
         token = _REQUESTED_SOURCES.set(tuple(layer for _, layer in requested))
         try:
             return cls(**given)

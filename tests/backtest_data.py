@@ -122,7 +122,7 @@ def first_batch(plan: RunPlan) -> tuple[PlannedBatch, pa.RecordBatch]:
         (series, plan_series(plan.table.series[series], plan.spec).origins[lo:hi])
         for series, lo, hi in plan.windows.segments(part.start, part.stop)
     ]
-    planned = next(batches(segments, plan.settings.rows_per_batch))
+    planned = next(batches(segments, plan.rows_per_batch))
     store = SeriesStore.from_table(plan.table)
     spec = plan.spec
     return planned, pack_batch(store, planned, spec.context_length, spec.horizon, plan.window_fingerprint)

@@ -13,9 +13,12 @@ import pytest
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
 from distributed_onnx.evaluation.driver.part_count import (
+    LEGACY_ROWS_PER_BATCH,
     MAX_PARTS,
     MIN_PARTS,
+    batch_cap,
     default_ramp_width,
+    default_rows_per_batch,
     default_windows_per_part,
     dispatch_order,
     plan_parts,
@@ -71,9 +74,13 @@ def test_the_manifest_records_the_size_and_an_old_one_says_it_has_none(tmp_path:
     (tmp_path / outputs.MANIFEST).write_text(
         json.dumps({"fingerprint": "f", "windows_per_part": 1280, "ramp_width": 8})
     )
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (1280, 8, "f")
+    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (1280, 8, "f", 0)
+    (tmp_path / outputs.MANIFEST).write_text(
+        json.dumps({"fingerprint": "f", "windows_per_part": 64, "ramp_width": 2, "rows_per_batch": 32})
+    )
+    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (64, 2, "f", 32)
     (tmp_path / outputs.MANIFEST).write_text(json.dumps({"fingerprint": "g", "settings": {}}))
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (0, 1, "g")
+    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (0, 1, "g", 0)
 
 
 def _series(path: Path, n_series: int = 2, length: int = 600) -> Path:
@@ -117,3 +124,109 @@ def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, t
     outputs.prepare_output(tmp_path / "old", old.run_fingerprint, {})
     resumed = prepare(settings(tmp_path / "old", actors=20))
     assert (resumed.parts(), resumed.run_fingerprint) == (old.parts(), old.run_fingerprint)
+
+
+def _default_parts(windows: int, actors: int, cap: int = 256) -> tuple[int, list[PartSpec]]:
+    rows = default_rows_per_batch(windows, actors, cap)
+    size = default_windows_per_part(windows, rows, actors)
+    return rows, plan_parts(_plan(windows), size, rows, default_ramp_width(actors) if size > rows else 1)
+
+
+@pytest.mark.parametrize(("windows", "actors"), [(32, 2), (3, 2), (100, 4), (511, 2)])
+def test_a_small_run_gives_every_actor_work(windows: int, actors: int) -> None:
+    """32 windows on 2 actors used to be one part of one 256-row batch: one actor had nothing to do."""
+    rows, parts = _default_parts(windows, actors)
+    assert len(parts) >= min(windows, actors * 2)
+    assert all(part.n_windows <= max(rows, 1) for part in parts)  # a part is whole batches; a batch <= the part
+    # The dispatcher hands the parts out one by one to whichever actor is idle: with as many parts as actors,
+    # each actor's first pull gets one (the first ``actors`` parts of the dispatch order are distinct parts).
+    assert len({part.index for part in dispatch_order(parts, actors)[:actors]}) == actors
+    if (windows, actors) == (32, 2):
+        assert rows <= 4 and len(parts) == 16  # parts of 2 windows: 8 per actor, as --windows-per-part says
+
+
+def test_600_windows_make_at_least_16_parts() -> None:
+    rows, parts = _default_parts(600, 2)
+    assert len(parts) >= 16 and rows <= 38
+    _, more = _default_parts(600, 8)  # more actors, smaller parts
+    assert len(more) >= 7 * 8 and sum(part.n_windows for part in more) == 600
+
+
+def test_a_large_graph_takes_smaller_batches() -> None:
+    assert batch_cap(4_000_000, 512) == 256  # the bundled reference graph
+    assert batch_cap(193_000_000, 2048) < 256  # Chronos-Bolt at bolt-small's shapes
+    assert batch_cap(480_000_000, 8192) <= batch_cap(193_000_000, 2048)  # Chronos-2 at the published shapes
+    rows, parts = _default_parts(150_000, 2, cap=batch_cap(480_000_000, 8192))
+    assert rows == batch_cap(480_000_000, 8192) and len(parts) >= 16
+    assert default_rows_per_batch(150_000, 2, 256) == LEGACY_ROWS_PER_BATCH  # a large run: the batch of before
+    assert default_rows_per_batch(32, 2, 256, gpu_actors=True) == LEGACY_ROWS_PER_BATCH  # a GPU keeps its batch
+
+
+def _sizes_settings(tmp_path: Path, checkpoint: Path, output: Path, actors: int, **more: Any) -> Any:
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    data = tmp_path / "series.parquet"
+    if not data.exists():
+        _series(data, n_series=2, length=600)
+    values = {"n_windows": 16, "cpus_per_actor": 1.0, "progress": False, **more}
+    return BacktestSettings(checkpoint=checkpoint, data=data, output=output, actors=actors, **values)
+
+
+def test_the_plan_of_32_windows_on_2_actors_uses_both(tmp_path: Path, tiny_checkpoint: Any) -> None:
+    """Through the planner (the checkpoint's graph, the data's windows), at the defaults."""
+    from distributed_onnx.evaluation.driver.plan import prepare
+
+    plan = prepare(_sizes_settings(tmp_path, tiny_checkpoint.weights_path, tmp_path / "run", actors=2))
+    parts = plan.parts()
+    assert plan.windows.planned == 32 and len(parts) >= 2
+    assert plan.rows_per_batch <= min(part.n_windows for part in parts[:-1])
+    assert plan.job(source=None).rows_per_batch == plan.rows_per_batch  # type: ignore[arg-type]
+
+
+def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint: Any) -> None:
+    """Sizes chosen from the windows and actors are recorded in run.json; a rerun on another cluster takes them."""
+    from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY
+    from distributed_onnx.evaluation.driver.plan import prepare
+
+    weights = tiny_checkpoint.weights_path
+    first = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=2))
+    record = {MANIFEST_KEY: first.windows_per_part, RAMP_KEY: first.ramp_width, ROWS_KEY: first.rows_per_batch}
+    outputs.prepare_output(tmp_path / "run", first.run_fingerprint, record)
+    fresh = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fresh", actors=4))
+    assert fresh.rows_per_batch != first.rows_per_batch  # the default follows the actors
+    rerun = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=4))
+    assert (rerun.rows_per_batch, rerun.parts(), rerun.run_fingerprint) == (
+        first.rows_per_batch,
+        first.parts(),
+        first.run_fingerprint,
+    )
+
+    # An explicit part size: the batch chosen for it is recorded and taken too.
+    fixed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=2, windows_per_part=8))
+    record = {MANIFEST_KEY: fixed.windows_per_part, RAMP_KEY: 1, ROWS_KEY: fixed.rows_per_batch}
+    outputs.prepare_output(tmp_path / "fixed", fixed.run_fingerprint, record)
+    again = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=4, windows_per_part=8))
+    assert (again.rows_per_batch, again.run_fingerprint) == (fixed.rows_per_batch, fixed.run_fingerprint)
+
+    # A directory of before the batch was chosen: batches of 256 and parts for its actors, found by fingerprint.
+    old = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=2, rows_per_batch=256))
+    outputs.prepare_output(tmp_path / "old", old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})
+    resumed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=4))
+    assert (resumed.rows_per_batch, resumed.parts(), resumed.run_fingerprint) == (
+        256,
+        old.parts(),
+        old.run_fingerprint,
+    )
+
+
+def test_explicit_sizes_are_honoured(tmp_path: Path, tiny_checkpoint: Any) -> None:
+    from distributed_onnx.evaluation.driver.plan import prepare
+
+    weights = tiny_checkpoint.weights_path
+    both = prepare(_sizes_settings(tmp_path, weights, tmp_path / "a", 2, rows_per_batch=8, windows_per_part=16))
+    assert (both.rows_per_batch, both.windows_per_part) == (8, 16)
+    assert [part.n_windows for part in both.parts()] == [8, 16, 8]  # the first part is one batch
+    rows = prepare(_sizes_settings(tmp_path, weights, tmp_path / "b", 2, rows_per_batch=5))
+    assert rows.rows_per_batch == 5 and all(part.n_windows % 5 == 0 for part in rows.parts()[:-1])
+    part = prepare(_sizes_settings(tmp_path, weights, tmp_path / "c", 2, windows_per_part=4))
+    assert part.windows_per_part == 4 and part.rows_per_batch <= 4

@@ -60,7 +60,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.checkpoint == [REFERENCE_CHECKPOINT]
     assert settings.data == REFERENCE_DATASET
     assert settings.stride == 1
-    assert settings.rows_per_batch == 256
+    assert settings.rows_per_batch is None  # chosen by the plan (part_count.default_rows_per_batch)
     assert settings.quantiles is None
     assert settings.covariates == []
     assert settings.providers is None
@@ -449,4 +449,4 @@ def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> 
         "print(parser.format_help())"
     )
     listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert "{inspect,export,backtest,serve,score}" in listing
+    assert "{inspect,export,tune,backtest,serve,score}" in listing

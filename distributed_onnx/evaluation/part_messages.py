@@ -19,6 +19,10 @@ from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec
 from distributed_onnx.evaluation.grouping import GroupedWindows
 from distributed_onnx.storage import Location
 
+#: The stage of one model's calls in a run of several (``model:NAME`` in a receipt's seconds and in summary.json's
+#: ``timing.actor_stage_s``), beside the models' total ``model``: the variant comparison's speed ratio.
+MODEL_STAGE_PREFIX = "model:"
+
 
 @dataclass(frozen=True)
 class PartJob:
@@ -59,7 +63,8 @@ class PartReceipt(BaseModel):
     models_computed: list[str] = Field(default_factory=list, description="Models run here (others read back).")
     nonfinite_windows: int = 0
     seconds: dict[str, float] = Field(
-        description="read, pack, model (every model), table, score, write; pack overlaps model"
+        description="read, pack, model (every model), table, score, write; pack overlaps model; in a run of "
+        "several models, model:NAME too (each model's calls)"
     )
     node_id: str | None = None
     pid: int = Field(default_factory=os.getpid)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES
-from distributed_onnx.model.backend.providers import ProviderChain
+from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
@@ -134,12 +134,22 @@ class BacktestSettings(ColumnSettings):
         examples=["cuda,cpu"],
         description="Explicit provider chain, strict (default: the provider policy's, graceful).",
     )
-    rows_per_batch: int = Field(default=256, gt=0, description="Windows per model call (the ORT batch size).")
+    graph_optimization: Literal["basic", "extended", "all"] = Field(
+        default="all",
+        description="ONNX Runtime's graph optimization level for the actors' sessions (distributed-onnx tune "
+        "measures which is fastest here).",
+    )
+    rows_per_batch: int | None = Field(
+        default=None,
+        gt=0,
+        description="Windows per model call, the ORT batch size (default: a part's share of the windows, at most "
+        "256, 64 or 16 by the graph's size and context; a rerun keeps the run's).",
+    )
     windows_per_part: int | None = Field(
         default=None,
         gt=0,
         description="Windows per unit of work and Parquet part (default: 8 parts per actor, 16 to 8,192 parts of 1-64 "
-        "batches each).",
+        "batches each, as few windows as the run has allow; a rerun keeps the run's).",
     )
     part_timeout_s: float | None = Field(
         default=None,
@@ -185,6 +195,11 @@ class BacktestSettings(ColumnSettings):
         if both:
             raise ValueError(f"{both} given as both known-future and past-only covariates: give each column once")
         return value
+
+    def session_options(self) -> SessionOptionsConfig:
+        """The actors' ONNX Runtime session options these settings ask for (threads follow the actor's CPUs)."""
+        level = {"basic": "ENABLE_BASIC", "extended": "ENABLE_EXTENDED", "all": "ENABLE_ALL"}[self.graph_optimization]
+        return SessionOptionsConfig(graph_optimization_level=level)
 
     @property
     def covariate_columns(self) -> list[str]:

@@ -45,7 +45,7 @@ from distributed_onnx.evaluation.data.windows import (
 )
 from distributed_onnx.evaluation.fans import FanCollector
 from distributed_onnx.evaluation.grouping import grouped_batches
-from distributed_onnx.evaluation.part_messages import PartJob, PartReceipt
+from distributed_onnx.evaluation.part_messages import MODEL_STAGE_PREFIX, PartJob, PartReceipt
 from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
 from distributed_onnx.evaluation.scoring.losses import CellForecast, Scratch
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, Forecast, PairScores, cell_baselines
@@ -248,7 +248,11 @@ class PartRunner:
         out = {}
         for name in names:
             given = realized if realized is not None and name.endswith(REALIZED_SUFFIX) else batch
+            started = time.perf_counter()
             out[name] = self.workers[name].forecast_batch(given, spec.context_length, spec.horizon, quantiles)
+            if len(names) > 1:  # each model's own time, for the variant comparison's speed ratio
+                stage = f"{MODEL_STAGE_PREFIX}{name}"
+                clock.seconds[stage] = clock.seconds.get(stage, 0.0) + time.perf_counter() - started
         clock.add("model", mark)
         return out
 

@@ -10,6 +10,8 @@ results"; measured against starting them after the imports: benchmarks/results/m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.settings import BacktestSettings
@@ -42,7 +44,7 @@ def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) ->
         checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
     except DistributedOnnxError:
         return None
-    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    configs = worker_configs(settings, [each.weights_path for each in checkpoints])
     return start_ray_and_pool(settings, configs, quiet_ray=quiet_ray)
 
 
@@ -56,3 +58,11 @@ def start_ray_and_pool(
     """
     pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
     return EarlyStart(settings.address, pool, quiet_ray=quiet_ray)
+
+
+def worker_configs(settings: BacktestSettings, checkpoints: list[Path]) -> list[WorkerConfig]:
+    """One config per checkpoint (each actor loads every model of the run), with the settings' session options."""
+    options = settings.session_options()
+    return [
+        WorkerConfig(checkpoint=path, providers=settings.providers, session_options=options) for path in checkpoints
+    ]

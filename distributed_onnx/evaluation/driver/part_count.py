@@ -11,10 +11,17 @@ ceiling, ``docs/driver.md``). Each part is a whole number of model batches, from
 :data:`MAX_BATCHES_PER_PART`; a GPU actor's parts hold at least :data:`GPU_MIN_BATCHES_PER_PART`, because
 one GPU batch takes milliseconds and a part must stay long against a call's fixed cost.
 
-The part size enters the run's fingerprint, so a rerun must plan the same parts to resume. The size chosen
-is therefore recorded in the run directory's manifest (``run.json``), and a rerun that does not set
-``windows_per_part`` takes it from there, whatever its cluster (:func:`recorded_part_size`); a
-directory written before the size was recorded gets the size the default gave then (about 64 parts).
+The batch (``rows_per_batch``, windows per model call) follows the work too (:func:`default_rows_per_batch`):
+never more than a part's share of the windows, so that a small run is cut into parts for every actor (32
+windows on 2 actors: 16 parts of 2 windows, not one part of one 256-row batch that leaves an actor idle); and
+never more than the graph's cost allows (:func:`batch_cap`): a large graph's activations for a large batch
+outgrow the CPU's caches, and smaller batches run it faster per window.
+
+The part and batch sizes enter the run's fingerprint, so a rerun must plan the same parts to resume. The sizes
+chosen are therefore recorded in the run directory's manifest (``run.json``), and a rerun that does not set
+them takes them from there, whatever its cluster (:func:`recorded_part_size`); a directory written before the
+sizes were recorded gets the sizes the default gave then (batches of :data:`LEGACY_ROWS_PER_BATCH`, about 64
+parts or 8 per actor).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
@@ -31,6 +39,10 @@ __all__ = [
     "MAX_BATCHES_PER_PART",
     "MAX_PARTS",
     "MIN_PARTS",
+    "LEGACY_ROWS_PER_BATCH",
+    "RecordedPlan",
+    "batch_cap",
+    "default_rows_per_batch",
     "PARTS_PER_ACTOR",
     "UNKNOWN_ACTORS_PARTS",
     "default_windows_per_part",
@@ -55,6 +67,51 @@ GPU_MIN_BATCHES_PER_PART = 16
 #: The keys of the run's manifest that record the part size and the ramp's width the run was planned with.
 MANIFEST_KEY = "windows_per_part"
 RAMP_KEY = "ramp_width"
+ROWS_KEY = "rows_per_batch"
+#: The batch of every default plan before the batch followed the work (a directory planned then resumes with it).
+LEGACY_ROWS_PER_BATCH = 256
+#: The batch caps by graph cost (the graph's bytes x its context length, a proxy of the work and activation
+#: memory of one window): ``(cost below, largest batch)``, then :data:`LARGE_GRAPH_BATCH` above the last.
+#: Rough figures of a loaded 2-core machine, one ONNX Runtime thread (docs/driver.md, "Batch size"): the
+#: bundled reference graph (4 MB, context 512) costs about the same per window from 2 to 128 rows and more at
+#: 256; Chronos-Bolt at bolt-small's shapes (193 MB, context 2048) is 1.5-2x dearer per window at 1-2 rows
+#: than at 16-64, flat within the noise from 16 to 64. A Chronos-2-sized graph (480 MB, context 8192: 512
+#: tokens whose attention alone is ~12 MB a window) is capped lower on that reasoning, not measured here.
+BATCH_CAPS: tuple[tuple[float, int], ...] = ((2e10, 256), (1e12, 64))
+LARGE_GRAPH_BATCH = 16
+
+
+def batch_cap(graph_bytes: int, context_length: int) -> int:
+    """The largest default batch for a graph of ``graph_bytes`` reading ``context_length`` steps (see
+    :data:`BATCH_CAPS`): a large graph's activations for a large batch outgrow the caches."""
+    cost = float(max(graph_bytes, 1)) * max(context_length, 1)
+    for below, cap in BATCH_CAPS:
+        if cost < below:
+            return cap
+    return LARGE_GRAPH_BATCH
+
+
+def _target_parts(actors: int | None) -> int:
+    return UNKNOWN_ACTORS_PARTS if actors is None else min(max(actors * PARTS_PER_ACTOR, MIN_PARTS), MAX_PARTS)
+
+
+def default_rows_per_batch(planned: int, actors: int | None, cap: int, *, gpu_actors: bool = False) -> int:
+    """Windows per model call by default: a part's share of the default plan (``planned`` over its parts), at
+    most ``cap`` (:func:`batch_cap`), so a small run still makes a part for every actor. A GPU actor keeps
+    :data:`LEGACY_ROWS_PER_BATCH` (its calls are cheap per row and its parts long, see the module's docstring)."""
+    if gpu_actors:
+        return LEGACY_ROWS_PER_BATCH
+    share = -(-max(planned, 1) // _target_parts(actors))
+    return max(min(share, cap), 1)
+
+
+class RecordedPlan(NamedTuple):
+    """The sizes a run directory's manifest records (0: not recorded) and its run's fingerprint."""
+
+    windows_per_part: int
+    ramp_width: int
+    fingerprint: str
+    rows_per_batch: int = 0
 
 
 def default_windows_per_part(
@@ -65,7 +122,7 @@ def default_windows_per_part(
     ``actors`` None (not known when planning) plans :data:`UNKNOWN_ACTORS_PARTS` parts, as every run did before
     the default followed the actors. A pure function of its arguments, so the same settings plan the same parts.
     """
-    target = UNKNOWN_ACTORS_PARTS if actors is None else min(max(actors * PARTS_PER_ACTOR, MIN_PARTS), MAX_PARTS)
+    target = _target_parts(actors)
     wanted = -(-max(planned, 1) // target)
     fewest = GPU_MIN_BATCHES_PER_PART if gpu_actors and actors is not None else 1
     batches_per_part = min(max(-(-wanted // rows_per_batch), fewest, 1), MAX_BATCHES_PER_PART)
@@ -84,11 +141,11 @@ def planning_actors(
     return max(int((os.cpu_count() or 1) // max(cpus_per_actor, 1e-9)), 1)
 
 
-def recorded_part_size(output: storage.Location, manifest_name: str) -> tuple[int, int, str] | None:
-    """``(windows per part, ramp width, run fingerprint)`` of the run directory's manifest, if it has one.
+def recorded_part_size(output: storage.Location, manifest_name: str) -> RecordedPlan | None:
+    """The part size, ramp width, run fingerprint and batch of the run directory's manifest, if it has one.
 
-    A manifest without a size (one written before the size was recorded) gives a size of 0: the caller then
-    finds the size by the fingerprint. No manifest, or one that cannot be read: None (a new run; a file that
+    A manifest without a size or batch (one written before they were recorded) gives 0: the caller then
+    finds them by the fingerprint. No manifest, or one that cannot be read: None (a new run; a file that
     is not a manifest is refused later, naming it)."""
     path = storage.join(output, manifest_name)
     try:
@@ -99,11 +156,12 @@ def recorded_part_size(output: storage.Location, manifest_name: str) -> tuple[in
         return None
     if not isinstance(document, dict):
         return None
-    size, width = document.get(MANIFEST_KEY), document.get(RAMP_KEY, 1)
+    size, width, rows = document.get(MANIFEST_KEY), document.get(RAMP_KEY, 1), document.get(ROWS_KEY)
     fingerprint = str(document.get("fingerprint"))
+    rows = rows if isinstance(rows, int) and rows > 0 else 0
     if not isinstance(size, int) or size <= 0:
-        return 0, 1, fingerprint
-    return size, width if isinstance(width, int) and width > 0 else 1, fingerprint
+        return RecordedPlan(0, 1, fingerprint, rows)
+    return RecordedPlan(size, width if isinstance(width, int) and width > 0 else 1, fingerprint, rows)
 
 
 def default_ramp_width(actors: int | None) -> int:

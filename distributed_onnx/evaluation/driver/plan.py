@@ -14,6 +14,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,7 +29,10 @@ from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX, VintagedC
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.evaluation.driver.part_count import (
+    LEGACY_ROWS_PER_BATCH,
+    batch_cap,
     default_ramp_width,
+    default_rows_per_batch,
     default_windows_per_part,
     plan_parts,
     planning_actors,
@@ -87,6 +91,8 @@ class RunPlan:
     #: The latest ``training_data_end`` of the checkpoints (UTC microseconds): windows whose origin is at or
     #: before it are in-sample (scored apart, scope ``in_sample``). None: no checkpoint says.
     in_sample_end_us: int | None = None
+    #: Windows per model call: as set, else the plan's default (:func:`~.part_count.default_rows_per_batch`).
+    rows_per_batch: int = LEGACY_ROWS_PER_BATCH
 
     @property
     def realized_models(self) -> list[str]:
@@ -106,7 +112,7 @@ class RunPlan:
         with ``--group-by``)."""
         if self.grouping is not None:
             return self.grouping.parts(self.windows_per_part)
-        return plan_parts(self.windows, self.windows_per_part, self.settings.rows_per_batch, self.ramp_width)
+        return plan_parts(self.windows, self.windows_per_part, self.rows_per_batch, self.ramp_width)
 
     def job(self, source: SeriesSource, overlap_packing: bool | None = None) -> PartJob:
         """What every actor of this run needs, built once and sent once per actor."""
@@ -120,7 +126,7 @@ class RunPlan:
             output=self.settings.output,
             seasonality=self.seasonality,
             step_us=self.step_us,
-            rows_per_batch=self.settings.rows_per_batch,
+            rows_per_batch=self.rows_per_batch,
             models=tuple(self.model_fingerprints.items()),
             fan_series=fan_series(len(self.table.series)),
             overlap_packing=overlap_packing,
@@ -215,11 +221,13 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         **vintage_config,
         "data_sha256": storage.sha256(settings.data),
         "spec": spec.model_dump(),
-        "rows_per_batch": settings.rows_per_batch,
         "seasonality": seasonality,
         "part_format": PART_FORMAT,
     }
-    windows_per_part, ramp_width, run_fingerprint = _part_size(settings, windows.planned, run_config)
+    cap = min(batch_cap(_graph_bytes(each), context_length) for each in checkpoints)
+    windows_per_part, ramp_width, rows_per_batch, run_fingerprint = _part_size(
+        settings, windows.planned, run_config, cap
+    )
     model_fingerprints = {
         each.name: _digest(
             {
@@ -254,7 +262,15 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         ramp_width,
         vintaged,
         in_sample_end(checkpoints),
+        rows_per_batch,
     )
+
+
+def _graph_bytes(checkpoint: ResolvedCheckpoint) -> int:
+    """The graph's size on disk (with its external weights, if any): the cost proxy of :func:`batch_cap`."""
+    path = Path(checkpoint.weights_path)
+    sizes = [each.stat().st_size for each in (path, path.with_name(path.name + ".data")) if each.is_file()]
+    return sum(sizes)
 
 
 def in_sample_end(checkpoints: list[ResolvedCheckpoint]) -> int | None:
@@ -418,35 +434,51 @@ def covariate_roles(settings: BacktestSettings, vintaged: tuple[str, ...] = ()) 
     return CovariateRoles(past_only=len(settings.past_covariates), categorical=categorical)
 
 
-def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int) -> str:
+def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int, rows: int) -> str:
     # Only a wide ramp enters the fingerprint: a plan of explicit sizes keeps the fingerprint it had.
     wide = {"ramp_width": ramp_width} if ramp_width > 1 else {}
-    return _digest({**run_config, "windows_per_part": windows_per_part, **wide})
+    return _digest({**run_config, "rows_per_batch": rows, "windows_per_part": windows_per_part, **wide})
 
 
-def _part_size(settings: BacktestSettings, planned: int, run_config: dict[str, Any]) -> tuple[int, int, str]:
-    """``(windows per part, ramp width, run fingerprint)``: as set (a ramp of one); else the plan of the run
-    directory's manifest: its recorded size, else whichever default gives its fingerprint (today's for these
-    actors, or the 64 parts of a directory planned before the size was recorded); else the default for the
-    run's actors (:mod:`.part_count`). A rerun so plans the parts it resumes, whatever its cluster."""
-    if settings.windows_per_part is not None:
-        return settings.windows_per_part, 1, _run_fingerprint(run_config, settings.windows_per_part, 1)
+def _part_size(
+    settings: BacktestSettings, planned: int, run_config: dict[str, Any], cap: int
+) -> tuple[int, int, int, str]:
+    """``(windows per part, ramp width, rows per batch, run fingerprint)``: as set (a ramp of one); else the plan
+    of the run directory's manifest: its recorded sizes, else whichever default gives its fingerprint (today's
+    for these actors, or one of before the sizes were recorded: batches of 256, parts for these actors or about
+    64 of them); else the default for the run's windows, actors and graph (:mod:`.part_count`). A rerun so
+    plans the parts it resumes, whatever its cluster."""
     actors = planning_actors(settings.actors, settings.address, settings.cpus_per_actor, settings.gpus_per_actor)
     gpu_actors = settings.gpus_per_actor > 0
-    size = default_windows_per_part(planned, settings.rows_per_batch, actors, gpu_actors=gpu_actors)
-    default = (size, default_ramp_width(actors) if size > settings.rows_per_batch else 1)  # no ramp: width 1
-    candidates = [default]
+    set_rows = settings.rows_per_batch
+
+    def default(rows: int) -> tuple[int, int, int]:
+        if settings.windows_per_part is not None:
+            return settings.windows_per_part, 1, rows
+        size = default_windows_per_part(planned, rows, actors, gpu_actors=gpu_actors)
+        return size, default_ramp_width(actors) if size > rows else 1, rows  # no ramp: width 1
+
+    rows = set_rows or default_rows_per_batch(planned, actors, cap, gpu_actors=gpu_actors)
+    if settings.windows_per_part is not None and set_rows is None:
+        rows = min(rows, settings.windows_per_part)
+    chosen = default(rows)
+    candidates = [chosen]
     recorded = recorded_part_size(settings.output, MANIFEST)
     if recorded is not None:
-        size, width, fingerprint = recorded
-        if size:
-            candidates.insert(0, (size, width))
-        candidates.append((default_windows_per_part(planned, settings.rows_per_batch), 1))
-        for size, width in candidates:
-            if _run_fingerprint(run_config, size, width) == fingerprint:
-                return size, width, fingerprint
-    size, width = candidates[0]  # a new directory (or another run's: refused, naming it, by its manifest)
-    return size, width, _run_fingerprint(run_config, size, width)
+        legacy = set_rows or LEGACY_ROWS_PER_BATCH
+        if recorded.windows_per_part and settings.windows_per_part is None:
+            candidates.insert(0, (recorded.windows_per_part, recorded.ramp_width, set_rows or recorded.rows_per_batch))
+            candidates.append((recorded.windows_per_part, recorded.ramp_width, legacy))
+        if recorded.rows_per_batch and set_rows is None:  # e.g. an explicit part size with the batch recorded
+            candidates.append(default(recorded.rows_per_batch))
+        candidates.append(default(legacy))
+        if settings.windows_per_part is None:
+            candidates.append((default_windows_per_part(planned, legacy), 1, legacy))
+        for size, width, each_rows in candidates:
+            if each_rows and _run_fingerprint(run_config, size, width, each_rows) == recorded.fingerprint:
+                return size, width, each_rows, recorded.fingerprint
+    size, width, rows = chosen  # a new directory (or another run's: refused, naming it, by its manifest)
+    return size, width, rows, _run_fingerprint(run_config, size, width, rows)
 
 
 def _plan_notes(windows: WindowPlan, spec: WindowSpec) -> list[str]:

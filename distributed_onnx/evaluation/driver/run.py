@@ -28,7 +28,13 @@ from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
-from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, start_early, start_ray_and_pool
+from distributed_onnx.evaluation.driver.early import (
+    START_HERE,
+    StartHere,
+    start_early,
+    start_ray_and_pool,
+    worker_configs,
+)
 from distributed_onnx.evaluation.driver.failures import (
     FAILED_WINDOWS,
     clear_failed_windows,
@@ -37,7 +43,7 @@ from distributed_onnx.evaluation.driver.failures import (
 )
 from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.driver.outcome import PartFailure, RunOutcome
-from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, dispatch_order
+from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY, dispatch_order
 from distributed_onnx.evaluation.driver.part_ledger import PartLedger
 from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.driver.progress import Progress
@@ -54,8 +60,10 @@ from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
+from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
 from distributed_onnx.runtime.actors import has_room, start_worker_actor
@@ -198,8 +206,12 @@ class _BacktestRun:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         settings_record = {"settings": plan.settings.model_dump(mode="json")}
-        # The part size is recorded so that a rerun (on any cluster) plans the same parts (:mod:`.part_count`).
-        manifest = {**settings_record, MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width}
+        # The part and batch sizes are recorded so that a rerun (on any cluster) plans the same parts
+        # (:mod:`.part_count`).
+        manifest = {
+            **settings_record,
+            **{MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width, ROWS_KEY: plan.rows_per_batch},
+        }
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
@@ -207,10 +219,12 @@ class _BacktestRun:
         todo = self._verified_todo()
         done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
         logger.info(
-            "Planned %d windows in %d parts of up to %d (%d skipped for context coverage); %d parts already done",
+            "Planned %d windows in %d parts of up to %d, batches of %d (%d skipped for context coverage); "
+            "%d parts already done",
             plan.windows.planned,
             len(self.parts),
             plan.windows_per_part,
+            plan.rows_per_batch,
             plan.windows.skipped,
             len(self.parts) - len(todo),
         )
@@ -234,8 +248,7 @@ class _BacktestRun:
             self._in_sample(summary)
             nonfinite = self._compared(summary, scores, outcome)
             self._report(summary, run_wide, scores)
-            if plan.realized_models and self.leaderboard is not None:
-                summary["covariates"]["realized_comparison"] = realized_gaps(self.leaderboard)
+            self._from_leaderboard(summary)
         finally:
             if self.report_process is not None:
                 self.report_process.close()  # drawn, or not needed after an error
@@ -300,6 +313,7 @@ class _BacktestRun:
                 "checkpoint": str(checkpoint.weights_path),
                 "sha256": checkpoint.metadata.sha256,
                 "fingerprint": plan.model_fingerprints[checkpoint.name],
+                **_variant_of(checkpoint),
             }
             for checkpoint in plan.checkpoints
         }
@@ -329,6 +343,17 @@ class _BacktestRun:
             dispatch_stats=dispatched.stats,
             first_result_s=self.ledger.first_result_s,
         )
+
+    def _from_leaderboard(self, summary: dict[str, Any]) -> None:
+        """What summary.json reads off the leaderboard: the realized twins' gaps, the variants' verdicts."""
+        board = self.leaderboard
+        if board is None:
+            return
+        if self.plan.realized_models:
+            summary["covariates"]["realized_comparison"] = realized_gaps(board)
+        verdicts = variant_verdicts(summary.get("models") or {}, board, summary["timing"].get("actor_stage_s"))
+        if verdicts:
+            summary["variants"] = verdicts
 
     def _report(self, summary: dict[str, Any], run_wide: pa.Table, scores: PairScores) -> None:
         """Write leaderboard.parquet and draw report.html: by the report process started with the dispatch
@@ -365,8 +390,7 @@ class _BacktestRun:
 
     def worker_config(self) -> list[WorkerConfig]:
         """One config per checkpoint: each actor loads every model of the run."""
-        providers = self.plan.settings.providers
-        return [WorkerConfig(checkpoint=each.weights_path, providers=providers) for each in self.plan.checkpoints]
+        return worker_configs(self.plan.settings, [each.weights_path for each in self.plan.checkpoints])
 
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; the verified ones are noted (merged at the end), the unverifiable discarded."""
@@ -464,3 +488,14 @@ class _BacktestRun:
     def _on_failure(self, part: PartSpec, error: BaseException) -> None:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
         self.ledger.failures.append(PartFailure.of(part.index, part.n_windows, error))
+
+
+def _variant_of(checkpoint: ResolvedCheckpoint) -> dict[str, Any]:
+    """A variant's parent and quantization, as its metadata says (:mod:`..scoring.variants`)."""
+    metadata = checkpoint.metadata
+    record: dict[str, Any] = {}
+    if metadata.parent is not None:
+        record["parent"] = metadata.parent.model_dump()
+    if metadata.quantization is not None:
+        record["quantization"] = metadata.quantization.model_dump(exclude_none=True)
+    return record

@@ -101,6 +101,7 @@ def build_summary(
             "seasonality": plan.seasonality,
             "series": len(plan.table.series),
             "windows_per_part": plan.windows_per_part,
+            "rows_per_batch": plan.rows_per_batch,
         },
         "windows": {
             "planned": plan.windows.planned,

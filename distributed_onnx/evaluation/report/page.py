@@ -29,6 +29,7 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.evaluation.report.uncertainty import uncertainty
+from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
@@ -85,6 +86,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
         report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else "",
+        *variants_section(summary, leaderboard),
         *report_tables.notes(summary),
         *comparison,
         *covariates_section(summary, leaderboard),

@@ -1,0 +1,230 @@
+"""``distributed-onnx tune``: measure, on this machine, the backtest settings that run a checkpoint fastest.
+
+The defaults are chosen without measuring (:mod:`.evaluation.driver.part_count`); a machine's cores, caches and
+ONNX Runtime build decide what is fastest for a graph. ``tune`` measures, with real ORT sessions of the
+checkpoint on real windows of the data (the bundled data by default), in short timed runs within a budget:
+
+1. the graph optimization level (basic, extended, all), one actor with every core;
+2. the rows per batch (a few sizes up to the windows it holds), at the best level;
+3. actors x intra-op threads over this machine's cores (1 x N, 2 x N/2, ... N x 1), each actor its own session
+   called from its own thread (ORT releases the GIL in a run, as each actor's process would be on its own).
+
+It writes the best of each to a JSON file whose ``settings`` a backtest reads with ``--tuned FILE``, above the
+defaults and below everything a user writes: flags > environment > ``--config`` > ``--tuned`` > defaults
+(:mod:`.settings_sources`). Its ``trials`` keep every measurement (windows per second) beside it. The figures
+are this machine's, under whatever load it had: tune on the machine that runs the backtest, and quiet.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from distributed_onnx import storage
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+from distributed_onnx.resources import REFERENCE_DATASET
+
+__all__ = ["LEVELS", "TuneRequest", "read_tuned", "run_tune"]
+
+#: The graph optimization levels measured, as the backtest's ``graph_optimization`` names them.
+LEVELS: dict[str, Literal["ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL"]] = {
+    "basic": "ENABLE_BASIC",
+    "extended": "ENABLE_EXTENDED",
+    "all": "ENABLE_ALL",
+}
+#: The batch sizes tried (those above the windows held are left out).
+BATCHES = (1, 4, 16, 64, 256)
+#: The file's format, for a reader to refuse another.
+FORMAT = "distributed-onnx tune 1"
+
+
+class TuneRequest(BaseModel):
+    """What ``tune`` measures."""
+
+    checkpoint: Path
+    data: Path | str = REFERENCE_DATASET
+    output: Path = Path("tune.json")
+    budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
+    windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
+    cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+
+
+def run_tune(request: TuneRequest) -> dict[str, Any]:
+    """Measure (module docstring), write ``request.output`` and return its document."""
+    started = time.perf_counter()
+    checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
+    contexts = _windows(request.data, checkpoint, request.windows)
+    cpus = request.cpus or os.cpu_count() or 1
+    batches = [size for size in BATCHES if size <= len(contexts)] or [len(contexts)]
+    layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
+    trial_s = request.budget_s / (len(LEVELS) + len(batches) + len(layouts))
+    measure = _Measure(checkpoint, contexts, trial_s)
+    middle = batches[len(batches) // 2]
+    trials = [measure(level, middle, 1, cpus) for level in LEVELS]
+    level = max((t for t in trials if t["stage"] == "level"), key=_speed)["graph_optimization"]
+    trials += [measure(level, size, 1, cpus, stage="batch") for size in batches]
+    rows = max((t for t in trials if t["stage"] == "batch"), key=_speed)["rows_per_batch"]
+    trials += [measure(level, rows, actors, threads, stage="layout") for actors, threads in layouts]
+    best = max((t for t in trials if t["stage"] == "layout"), key=_speed)
+    document = {
+        "format": FORMAT,
+        "checkpoint": str(checkpoint.weights_path),
+        "checkpoint_sha256": checkpoint.metadata.sha256,
+        "data": storage.redact(request.data),
+        "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
+        "settings": {
+            "actors": best["actors"],
+            "cpus_per_actor": float(best["threads"]),
+            "rows_per_batch": best["rows_per_batch"],
+            "graph_optimization": best["graph_optimization"],
+        },
+        "windows_per_s": best["windows_per_s"],
+        "trials": trials,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    storage.write_bytes(request.output, (json.dumps(document, indent=2) + "\n").encode())
+    return document
+
+
+def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
+    """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
+        raise ConfigError(msg, path=str(path)) from exc
+    except (OSError, ValueError) as exc:
+        msg = f"Tuned settings file {path} is not JSON ({exc}); write it with distributed-onnx tune"
+        raise ConfigError(msg, path=str(path)) from exc
+    settings = document.get("settings") if isinstance(document, dict) else None
+    if not isinstance(settings, dict) or document.get("format") != FORMAT:
+        raise ConfigError(
+            f"{path} is not a tuned settings file (expected format {FORMAT!r} with a 'settings' mapping); "
+            "write it with distributed-onnx tune",
+            path=str(path),
+        )
+    return str(path), settings
+
+
+def _speed(trial: dict[str, Any]) -> float:
+    return float(trial["windows_per_s"])
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
+    """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
+    stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
+    when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
+    from distributed_onnx.evaluation.data.table import load_series
+
+    metadata = checkpoint.metadata
+    arrays = load_series(data, metadata.resolution_minutes).arrays()
+    length = metadata.context_length
+    taken: list[np.ndarray] = []
+    step = 0
+    while len(taken) < count:
+        before = len(taken)
+        for series in range(len(arrays.series_ids)):
+            values = arrays.values[arrays.offsets[series] : arrays.offsets[series + 1]]
+            end = len(values) - step * max(metadata.horizon_length, 1)
+            if end <= 0:
+                continue
+            window = np.full(length, np.nan)
+            piece = values[max(0, end - length) : end]
+            window[length - len(piece) :] = piece
+            taken.append(window)
+            if len(taken) == count:
+                break
+        if len(taken) == before:
+            break
+        step += 1
+    if not taken:
+        raise ConfigError(f"{storage.redact(data)} has no values to tune on")
+    return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
+
+
+class _Measure:
+    """One timed trial: ``actors`` sessions of ``threads`` intra-op threads, each forecasting batches of
+    ``rows`` windows from its own thread for ``trial_s``; windows per second over them all."""
+
+    def __init__(self, checkpoint: ResolvedCheckpoint, contexts: np.ndarray, trial_s: float) -> None:
+        self.checkpoint, self.contexts, self.trial_s = checkpoint, contexts, trial_s
+        metadata = checkpoint.metadata
+        self.horizon, self.levels = metadata.horizon_length, list(metadata.native_quantiles)
+
+    def __call__(self, level: str, rows: int, actors: int, threads: int, stage: str = "level") -> dict[str, Any]:
+        options = SessionOptionsConfig(
+            graph_optimization_level=LEVELS[level], intra_op_num_threads=threads, allow_spinning=False
+        )
+        config = WorkerConfig(
+            checkpoint=self.checkpoint.weights_path, providers=[CpuProvider()], session_options=options
+        )
+        built = time.perf_counter()
+        workers = [InferenceWorker.from_config(config) for _ in range(actors)]
+        build_s = (time.perf_counter() - built) / actors
+        batch = self.contexts[: max(rows, 1)]
+        for worker in workers:  # a warm-up call each: the first call allocates
+            worker.forecast(batch, self.horizon, self.levels)
+        done = [0] * actors
+        deadline = time.perf_counter() + self.trial_s
+        started = time.perf_counter()
+
+        def run(index: int, forecast: Callable[..., Any]) -> None:
+            while True:
+                forecast(batch, self.horizon, self.levels)
+                done[index] += len(batch)
+                if time.perf_counter() >= deadline:
+                    return
+
+        _in_threads([functools.partial(run, index, worker.forecast) for index, worker in enumerate(workers)])
+        elapsed = time.perf_counter() - started
+        for worker in workers:
+            worker.close()
+        return {
+            "stage": stage,
+            "graph_optimization": level,
+            "rows_per_batch": len(batch),
+            "actors": actors,
+            "threads": threads,
+            "windows_per_s": round(sum(done) / elapsed, 3),
+            "session_build_s": round(build_s, 3),
+            "seconds": round(elapsed, 3),
+        }
+
+
+def _in_threads(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run ``tasks`` at once, one thread each; the first error of any is raised here."""
+    errors: list[BaseException] = []
+
+    def guarded(task: Callable[[], None]) -> None:
+        try:
+            task()
+        except BaseException as exc:  # raised again below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(task,)) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

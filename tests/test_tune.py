@@ -1,0 +1,72 @@
+"""``distributed-onnx tune`` writes settings measured here; ``backtest --tuned`` reads them, below what a user
+writes (flags > environment > --config > --tuned > defaults). No speed is asserted: only that the file is
+valid and its settings reach the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
+
+from distributed_onnx import cli
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+from distributed_onnx.tune import FORMAT, LEVELS, read_tuned
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tuned = tmp_path / "tune.json"
+    argv = ["tune", str(REFERENCE_CHECKPOINT), "--budget-s", "1", "--cpus", "2", "--output", str(tuned)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    document = json.loads(tuned.read_text())
+    settings = document["settings"]
+    assert document["format"] == FORMAT and settings["graph_optimization"] in LEVELS
+    assert (settings["actors"], settings["cpus_per_actor"]) in ((1, 2.0), (2, 1.0))
+    assert {trial["stage"] for trial in document["trials"]} == {"level", "batch", "layout"}
+    assert all(trial["windows_per_s"] > 0 for trial in document["trials"])
+
+    output = tmp_path / "run"
+    argv = ["backtest", "--tuned", str(tuned), "--data", str(REFERENCE_DATASET), "--output", str(output)]
+    assert cli.main([*argv, "--n-windows", "4", "--stride", "48", "--no-progress"]) == 0, capsys.readouterr().err
+    summary = json.loads((output / "summary.json").read_text())
+    for key in ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization"):
+        assert summary["settings"][key] == settings[key], key
+    assert summary["resolved"]["rows_per_batch"] == settings["rows_per_batch"]
+    assert {actor["intra_op_num_threads"] for actor in summary["actors"]} == {int(settings["cpus_per_actor"])}
+    assert len(summary["actors"]) == settings["actors"]
+
+
+def test_a_tuned_file_is_below_config_environment_and_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tuned = tmp_path / "tune.json"
+    values = {"actors": 2, "cpus_per_actor": 1.0, "rows_per_batch": 16, "graph_optimization": "basic"}
+    tuned.write_text(json.dumps({"format": FORMAT, "settings": values}))
+    config = tmp_path / "run.yaml"
+    config.write_text("output: out\nrows_per_batch: 8\n")
+    monkeypatch.setenv("DISTRIBUTED_ONNX_ACTORS", "3")
+    settings = BacktestSettings.from_sources(
+        {"cpus_per_actor": "0.5"}, config, environment=True, tuned=read_tuned(tuned)
+    )
+    assert (settings.cpus_per_actor, settings.actors, settings.rows_per_batch) == (0.5, 3, 8)
+    assert settings.graph_optimization == "basic"  # only the tuned file says
+    assert settings.session_options().graph_optimization_level == "ENABLE_BASIC"
+    plain = BacktestSettings.from_sources({"output": "out"})
+    assert plain.graph_optimization == "all" and plain.rows_per_batch is None  # the defaults
+
+
+def test_a_file_that_is_not_a_tuned_settings_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"not found: .*distributed-onnx tune"):
+        read_tuned(tmp_path / "missing.json")
+    other = tmp_path / "summary.json"
+    other.write_text(json.dumps({"settings": {"actors": 2}}))
+    with pytest.raises(ConfigError, match="is not a tuned settings file"):
+        read_tuned(other)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": FORMAT, "settings": {"actorz": 2}}))
+    with pytest.raises(ConfigError, match=r"actorz.*\[from .*bad.json\]"):
+        BacktestSettings.from_sources({"output": "out"}, tuned=read_tuned(bad))
