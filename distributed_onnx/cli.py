@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.redact import redact_text
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = f"{line} The traceback is in {_write_traceback(exc)}; please report it."
         if args.verbose and code != EXIT_INTERNAL:
             logger.debug("Traceback of the error below", exc_info=exc)
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {redact_text(line)}", file=sys.stderr)  # a URL's secrets never leave (redact.py)
         return code
     return result
 
@@ -124,8 +125,8 @@ def _write_traceback(exc: BaseException) -> str:
 
     handle, path = tempfile.mkstemp(prefix="distributed-onnx-error-", suffix=".log")
     with open(handle, "w", encoding="utf-8") as log:
-        log.write(f"{version_text()}\ncommand: {' '.join(sys.argv)}\n\n")
-        log.write("".join(traceback.format_exception(exc)))
+        log.write(f"{version_text()}\ncommand: {redact_text(' '.join(sys.argv))}\n\n")
+        log.write(redact_text("".join(traceback.format_exception(exc))))
     return path
 
 
@@ -133,7 +134,21 @@ def configure_logging(*, verbose: bool) -> None:
     """Log lines at INFO; ours at DEBUG with ``--verbose`` (other libraries stay at INFO: matplotlib's DEBUG
     font search alone is hundreds of lines). Ray's own logging is the commands' business (``local_ray``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # every line logged here, a library's too, without URL secrets
+        if not isinstance(handler.formatter, RedactingFormatter):
+            handler.setFormatter(RedactingFormatter(handler.formatter))
     logging.getLogger("distributed_onnx").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A handler's formatter whose lines (message, traceback) have every URL :func:`redact_text`-ed."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(self.inner.format(record))
 
 
 def version_text() -> str:
@@ -276,16 +291,22 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from distributed_onnx.errors import ConfigError, describe_validation
     from distributed_onnx.export import ExportRequest, run_export
 
-    request = ExportRequest(
-        family=args.family,
-        pretrained_dir=args.from_pretrained,
-        output=args.output,
-        data=args.data,
-        parity_windows=args.parity_windows,
-        resolution_minutes=args.resolution_minutes,
-    )
+    try:
+        request = ExportRequest(
+            family=args.family,
+            pretrained_dir=args.from_pretrained,
+            output=args.output,
+            data=args.data,
+            parity_windows=args.parity_windows,
+            resolution_minutes=args.resolution_minutes,
+        )
+    except ValidationError as exc:  # a flag out of its bounds (bounds.py): the user's, exit 2
+        raise ConfigError(f"Invalid export settings: {describe_validation(exc.errors())}") from None
     result = run_export(request)
     print(json.dumps(result.parity, indent=2))
     print(f"wrote {result.weights_path}, {result.metadata_path.name} and {result.parity_path.name}")

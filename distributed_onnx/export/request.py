@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES
 from distributed_onnx.errors import ConfigError
 
 
@@ -22,10 +23,13 @@ class ExportRequest(BaseModel):
     data: Path | None = Field(
         default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
     )
-    parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
+    parity_windows: int = Field(
+        default=32, ge=1, le=MAX_PARITY_WINDOWS, description="How many windows the parity report compares."
+    )
     resolution_minutes: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_RESOLUTION_MINUTES,
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
         "(the families are trained across resolutions; a backtest lays the data out on this grid). "
         "Default: the step of --data, else 60.",

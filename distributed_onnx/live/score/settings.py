@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from distributed_onnx.bounds import MAX_STEPS
 from distributed_onnx.settings_sources import CommandSettings
 
 
@@ -35,11 +36,13 @@ class ScoreSettings(CommandSettings):
     seasonality: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="Seasonal period in steps, for the baselines and MASE (default: the --backtest's, else one day).",
     )
     context_length: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
         "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
     )
