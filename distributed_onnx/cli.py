@@ -307,7 +307,14 @@ def _export(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:  # a flag out of its bounds (bounds.py): the user's, exit 2
         raise ConfigError(f"Invalid export settings: {describe_validation(exc.errors())}") from None
-    result = run_export(request)
+    try:
+        result = run_export(request)
+    except OSError as exc:  # a full disk, a folder not writable: nothing to resume, the export starts over
+        from distributed_onnx.errors import EnvironmentFailedError
+
+        raise EnvironmentFailedError(
+            f"I/O error while exporting to {request.output}: {type(exc).__name__}: {exc}. Fix it and export again."
+        ) from exc
     print(json.dumps(result.parity, indent=2))
     print(f"wrote {result.weights_path}, {result.metadata_path.name} and {result.parity_path.name}")
     return 0

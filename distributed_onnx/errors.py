@@ -16,7 +16,9 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
     │   ├── CheckpointMetadataError    the metadata is not valid JSON or violates the schema
     │   ├── CheckpointIntegrityError   the weights' sha256 differs from the metadata's
     │   ├── CheckpointCorruptError     ONNX Runtime cannot load the weights
-    │   └── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
+    │   ├── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
+    │   └── ParityError            an export's graph does not reproduce upstream's forecasts (NaN, or beyond
+    │                              the tolerance); the checkpoint is removed, the parity report kept
     ├── ProviderError
     │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
     │   ├── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
@@ -128,6 +130,11 @@ class CheckpointCorruptError(CheckpointError):
 
 class CheckpointGraphMismatchError(CheckpointError):
     """The graph's input or output names disagree with the metadata."""
+
+
+class ParityError(CheckpointError):
+    """``export``: ONNX Runtime's forecasts differ from the upstream pipeline's beyond the tolerance, or are not
+    finite (inf weights gave ``max_abs_diff: NaN``); the checkpoint is not left behind looking valid."""
 
 
 class ProviderError(DistributedOnnxError):

@@ -57,6 +57,13 @@ def run_export(request: ExportRequest) -> ExportResult:
         raise ConfigError(
             f"Cannot export family {request.family!r}; known families: {sorted(EXPORTERS)}.", family=request.family
         ) from None
+    if request.output.is_dir():
+        raise ConfigError(
+            f"--output {request.output} is a folder; give the .onnx file to write (e.g. {request.output}/model.onnx).",
+            key="output",
+        )
+    if not request.pretrained_dir.exists():
+        raise ConfigError(f"--from-pretrained {request.pretrained_dir} does not exist.", key="pretrained_dir")
     module: Any = importlib.import_module(module_name)
     result: ExportResult = module.export(request)
     return result
