@@ -172,18 +172,15 @@ def resolution_of(request: ExportRequest) -> int:
         return DEFAULT_RESOLUTION_MINUTES
     import pyarrow.compute as pc
 
-    from distributed_onnx.evaluation.data.table import read_table, timestamps_us
+    from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
 
+    source = str(request.data)
     table = read_table(request.data)
-    missing = [name for name in ("series_id", "timestamp") if name not in table.column_names]
-    if missing:
-        raise DataError(
-            f"--data {request.data} has no column {', '.join(missing)} (columns: {', '.join(table.column_names)}); "
-            "expected the long table of a backtest: series_id, timestamp, y.",
-            key="data",
-        )
-    ids = table["series_id"]
-    stamps = np.sort(timestamps_us(table.filter(pc.equal(ids, ids[0]))["timestamp"], "data"))
+    check_columns(table.column_names, (), source)  # the backtest's own checks and messages, naming the file
+    ids = table["series_id"].drop_null()
+    if len(ids) == 0:
+        raise DataError(f"{source}: the data has no rows with a series_id.", path=source)
+    stamps = np.sort(timestamps_us(table.filter(pc.equal(table["series_id"], ids[0]))["timestamp"], source))
     steps = np.diff(stamps)
     steps = steps[steps > 0]
     return max(1, int(steps.min()) // 60_000_000) if steps.size else DEFAULT_RESOLUTION_MINUTES
