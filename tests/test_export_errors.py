@@ -133,3 +133,37 @@ def test_tirex_exported_on_one_series_keeps_a_dynamic_batch_axis(
     assert parity["windows"] == 1 and parity["passed"] is True
     (context,) = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"]).get_inputs()
     assert not isinstance(context.shape[0], int), context.shape  # a symbolic batch axis
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_graph_whose_fixed_batch_axis_cannot_take_the_runs_batches_is_refused_naming_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect 7: a graph traced on one row (batch axis fixed at 1) failed every part of a backtest with ONNX
+    Runtime's ``Input 'context' has size 20 on axis 0 ... expected 1``, not naming the model, exit 1 "rerun to
+    resume"; docs/tirex.md promises such a graph is refused at load. Now: exit 2, one line naming the model."""
+    from backtest_data import write_dataset
+    from graphs import tiny_context_quantiles_model
+
+    from distributed_onnx.model.checkpoint import CheckpointMetadata, write_checkpoint
+
+    model = tiny_context_quantiles_model()
+    for tensor in (*model.graph.input, *model.graph.output):
+        tensor.type.tensor_type.shape.dim[0].dim_value = 1  # what the exporter traced on one row wrote
+    metadata = CheckpointMetadata(
+        model_family="context_quantiles",
+        input_names=["context"],
+        output_name="quantiles",
+        native_quantiles=[0.1, 0.5, 0.9],
+        context_length=16,
+        output_patch_size=8,
+        horizon_patches=1,
+        resolution_minutes=30,
+    )
+    checkpoint = write_checkpoint(tmp_path / "fixed_one.onnx", model.SerializeToString(), metadata).weights_path
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    arguments = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(tmp_path / "run")]
+    arguments += ["--actors", "1", "--cpus-per-actor", "1", "--n-windows", "5", "--stride", "3", "--no-progress"]
+    assert cli.main(arguments) == 2
+    line = _one_error_line(capsys)
+    assert "fixed_one" in line and "batch axis is fixed at 1" in line, line
