@@ -7,6 +7,7 @@ either wrote, and what they printed, grepped for the secrets.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,44 @@ def test_no_output_file_nor_printed_line_carries_a_urls_secrets(
         leaked = [str(path) for path in written if secret.encode() in path.read_bytes()]
         assert not leaked, f"{secret} in {leaked}"
     assert "secret_key=***" in (backtest / "summary.json").read_text()  # redacted, not dropped
+
+
+@pytest.mark.integration
+def test_serve_with_a_credential_log_url_shows_no_secret_anywhere(tmp_path: Path) -> None:
+    """Issue 40, defect 11: ``serve --forecast-log URL`` printed the URL whole in its ``ready:`` line and log.
+
+    ``serve`` runs (start, one forecast, the pages a client reads: /docs' OpenAPI, /metrics, then stop) with a
+    ``file://`` log URL carrying a secret option (pyarrow reads the path and takes the option); everything it
+    printed, answered and wrote (the log folder, recursively, bytes included) is scanned for the secret.
+    """
+    import httpx
+    from graphs import write_tiny_context_quantiles
+    from test_serve_ingress import Server
+
+    secret = "SERVE-SECRET-4f1c"
+    checkpoint = write_tiny_context_quantiles(tmp_path / "models").weights_path
+    log = tmp_path / "log"
+    server = Server(
+        *("--checkpoint", str(checkpoint), "--forecast-log", f"file://{log}?session_token={secret}"),
+        *("--forecast-log-flush-s", "0.2", "--cpus-per-replica", "1", "--warm-up-rows", "0"),
+    )
+    answered = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            body = {"series": [{"series_id": "a", "y": [1.0] * 16, "start": "2026-12-01T00:00:00Z"}], "horizon": 4}
+            response = client.post("/v1/forecast", json=body)
+            assert response.status_code == 200, response.text
+            answered += [response.text]
+            answered += [client.get(page).text for page in ("/openapi.json", "/metrics", "/docs", "/v2/models")]
+            for _ in range(100):  # the log's flush (0.2 s), then its file
+                if any(path.suffix == ".parquet" for path in log.rglob("*")):
+                    break
+                time.sleep(0.1)
+    finally:
+        printed = server.stop()
+    assert "ready:" in printed and "session_token=***" in printed, printed[-2000:]
+    written = [path for path in log.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".parquet" for path in written), written  # the URL was used, not only shown
+    assert secret not in printed, [line for line in printed.splitlines() if secret in line]
+    assert not [text for text in answered if secret in text]
+    assert not [str(path) for path in written if secret.encode() in path.read_bytes()]
