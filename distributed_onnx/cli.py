@@ -68,10 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except KeyboardInterrupt:
-        print("error: interrupted; rerun the same command to resume", file=sys.stderr)
+        again = "; rerun the same command to resume" if args.command in RESUMING_COMMANDS else ""
+        print(f"error: interrupted{again}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line and a code: see the module docstring
-        code, line = describe_error(exc)
+        code, line = describe_error(exc, resumes=args.command in RESUMING_COMMANDS)
         if code == EXIT_INTERNAL:
             line = f"{line} The traceback is in {_write_traceback(exc)}; please report it."
         if args.verbose and code != EXIT_INTERNAL:
@@ -81,8 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-def describe_error(exc: BaseException) -> tuple[int, str]:
-    """The exit code and the one line (without ``error:``) for an exception that ended a command."""
+#: The commands a rerun resumes (finished parts, scored batches are kept): only their lines say so.
+RESUMING_COMMANDS = frozenset({"backtest", "score"})
+
+
+def describe_error(exc: BaseException, *, resumes: bool = True) -> tuple[int, str]:
+    """The exit code and the one line (without ``error:``) for an exception that ended a command; ``resumes``:
+    whether rerunning the command resumes it (a backtest, a score), else the line says only to rerun."""
     cause = _own_cause(exc)
     if isinstance(cause, DistributedOnnxError):  # the class says (errors.py: the tree, grouped by exit code)
         return cause.exit_code, _one_line(cause)
@@ -93,17 +99,17 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
         and isinstance(exc, ray_exceptions.RayError)
         and not isinstance(exc, ray_exceptions.RayTaskError)
     ):
+        kept = "Finished parts are kept; fix" if resumes else "Fix"
+        again = "rerun the same command to resume" if resumes else "rerun"
         return EXIT_ENVIRONMENT, (
-            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; fix the cluster "
-            "(disk, memory, nodes) and rerun the same command to resume."
+            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. {kept} the cluster (disk, memory, nodes) and {again}."
         )
     if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
-        return EXIT_ENVIRONMENT, (
-            f"I/O error: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; rerun the same command "
-            "to resume."
-        )
+        again = "Finished parts are kept; rerun the same command to resume." if resumes else "Fix it and rerun."
+        return EXIT_ENVIRONMENT, f"I/O error: {type(exc).__name__}: {_one_line(exc)}. {again}"
     if isinstance(exc, MemoryError):
-        return EXIT_ENVIRONMENT, "out of memory (MemoryError); finished parts are kept, rerun to resume."
+        again = "finished parts are kept, rerun to resume" if resumes else "free memory and rerun"
+        return EXIT_ENVIRONMENT, f"out of memory (MemoryError); {again}."
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {_one_line(exc)}."
 
 
