@@ -48,6 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from distributed_onnx.redact import redact_text
+
 
 class DistributedOnnxError(Exception):
     """Base class of every error raised on purpose by distributed_onnx."""
@@ -56,6 +58,7 @@ class DistributedOnnxError(Exception):
     exit_code: ClassVar[int] = 2
 
     def __init__(self, message: str, **fields: Any) -> None:
+        message = redact_text(message)  # a URL's secrets never reach a message, wherever it is shown (redact.py)
         super().__init__(message)
         self.message = message
         self.fields = fields

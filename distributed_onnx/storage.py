@@ -396,6 +396,6 @@ def read_retrying(
                     "deleted; rerun when the storage answers again.",
                     path=what,
                 ) from exc
-            logger.warning("Reading %s failed (%s); retrying in %.1f s", what, exc, delay)
+            logger.warning("Reading %s failed (%s); retrying in %.1f s", redact(what), redact_text(str(exc)), delay)
             sleep(delay)
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -185,3 +185,16 @@ def test_serve_with_a_credential_log_url_shows_no_secret_anywhere(tmp_path: Path
     assert secret not in printed, [line for line in printed.splitlines() if secret in line]
     assert not [text for text in answered if secret in text]
     assert not [str(path) for path in written if secret.encode() in path.read_bytes()]
+
+
+def test_every_error_of_the_package_carries_no_url_secret() -> None:
+    """Issue 40, defect 10: a message built from a URL anywhere (an actor's StorageError, a DataError about
+    ``--covariate-data``) is redacted where the error is made, so no log line or pickled error carries it."""
+    import pickle
+
+    from distributed_onnx.errors import DataError, StorageError
+
+    for url, secrets in CREDENTIAL_URLS.values():
+        for error in (StorageError(f"Cannot write {url}: refused", path="p"), DataError(f"{url}: no rows")):
+            shown = [str(error), repr(error), str(pickle.loads(pickle.dumps(error)))]
+            assert not [secret for secret in secrets for text in shown if secret in text], shown
