@@ -210,7 +210,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--from-pretrained", type=Path, required=True, metavar="DIR", help="local folder of the pretrained model"
     )
     export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
-    export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
+    export.add_argument("--data", metavar="PATH", help="input table whose windows the parity uses (a path or a URL)")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
         "--resolution-minutes",

@@ -67,7 +67,7 @@ def test_redact_text_finds_every_url_in_free_text() -> None:
 #: so those two run once each; the others fail at once.
 CLI_CASES = [
     (flag, name)
-    for flag in ("--data", "--covariate-data", "--actuals", "--forecasts")
+    for flag in ("--data", "--covariate-data", "--actuals", "--forecasts", "export --data")
     for name in ("https", "hdfs", "s3-option")
 ] + [("--covariate-data", "s3"), ("--actuals", "abfs-sas")]
 
@@ -97,6 +97,9 @@ def test_an_error_about_a_credential_url_shows_no_secret(
             arguments[2] = url
         else:
             arguments += ["--covariate-data", url, "--covariates", "temperature"]
+    elif flag == "export --data":  # the data is read before the model loads: the folder need not hold one
+        arguments = ["export", "chronos_bolt", "--from-pretrained", str(tmp_path), "--output", f"{output}.onnx"]
+        arguments += ["--data", url]
     elif flag in {"--actuals", "--forecasts"}:
         arguments = ["score", "--forecasts", str(log), "--actuals", str(data), "--output", output]
         arguments[arguments.index(flag) + 1] = url

@@ -174,7 +174,7 @@ def resolution_of(request: ExportRequest) -> int:
 
     from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
 
-    source = str(request.data)
+    source = storage.redact(request.data)
     table = read_table(request.data)
     check_columns(table.column_names, (), source)  # the backtest's own checks and messages, naming the file
     ids = table["series_id"].drop_null()
@@ -203,14 +203,15 @@ def parity_windows(request: ExportRequest, context_length: int, resolution_minut
     if request.data is not None:
         from distributed_onnx.evaluation.data.table import load_series
 
+        source = storage.redact(request.data)  # the parity report records it: a URL's secrets stay in the URL
         table = load_series(request.data, resolution_minutes)
         windows = np.full((min(count, len(table.series)), context_length), np.nan, dtype=np.float32)
         for row, series in enumerate(table.series[: windows.shape[0]]):
             tail = np.asarray(series.values[-context_length:], dtype=np.float32)
             windows[row, context_length - tail.size :] = tail
         if not windows.shape[0]:
-            raise ConfigError(f"--data {request.data} holds no series to compare on", key="data")
-        return windows, str(request.data)
+            raise ConfigError(f"--data {source} holds no series to compare on", key="data")
+        return windows, source
     rng = np.random.default_rng(0)
     steps = np.arange(context_length)
     level = rng.uniform(-50.0, 500.0, size=(count, 1))

@@ -6,10 +6,11 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.settings_sources import path_or_url
 
 
 class ExportRequest(BaseModel):
@@ -20,9 +21,17 @@ class ExportRequest(BaseModel):
     family: str = Field(description="The model family to export, a key of distributed_onnx.export.EXPORTERS.")
     pretrained_dir: Path = Field(description="A local folder of the upstream model (its config and weights).")
     output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
-    data: Path | None = Field(
-        default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
+    data: Path | str | None = Field(
+        default=None, description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses."
     )
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        # A URL stays a string: as a Path, ``https://user:pw@host`` became ``https:/user:pw@host``, which is no
+        # URL any more (not read, and not redacted in the error that named it).
+        return path_or_url(value) if value else None
+
     parity_windows: int = Field(
         default=32, ge=1, le=MAX_PARITY_WINDOWS, description="How many windows the parity report compares."
     )
