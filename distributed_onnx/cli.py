@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.redact import redact_text
 from distributed_onnx.version import __version__
 
 logger = logging.getLogger("distributed_onnx")
@@ -67,21 +68,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except KeyboardInterrupt as interrupted:  # a command's own words when it has them (serve's start: no resume)
-        print(f"error: {interrupted or 'interrupted; rerun the same command to resume'}", file=sys.stderr)
+        again = "; rerun the same command to resume" if args.command in RESUMING_COMMANDS else ""
+        print(f"error: {interrupted or f'interrupted{again}'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line and a code: see the module docstring
-        code, line = describe_error(exc)
+        code, line = describe_error(exc, resumes=args.command in RESUMING_COMMANDS)
         if code == EXIT_INTERNAL:
             line = f"{line} The traceback is in {_write_traceback(exc)}; please report it."
         if args.verbose and code != EXIT_INTERNAL:
             logger.debug("Traceback of the error below", exc_info=exc)
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {redact_text(line)}", file=sys.stderr)  # a URL's secrets never leave (redact.py)
         return code
     return result
 
 
-def describe_error(exc: BaseException) -> tuple[int, str]:
-    """The exit code and the one line (without ``error:``) for an exception that ended a command."""
+#: The commands a rerun resumes (finished parts, scored batches are kept): only their lines say so.
+RESUMING_COMMANDS = frozenset({"backtest", "score"})
+
+
+def describe_error(exc: BaseException, *, resumes: bool = True) -> tuple[int, str]:
+    """The exit code and the one line (without ``error:``) for an exception that ended a command; ``resumes``:
+    whether rerunning the command resumes it (a backtest, a score), else the line says only to rerun."""
     cause = _own_cause(exc)
     if isinstance(cause, DistributedOnnxError):  # the class says (errors.py: the tree, grouped by exit code)
         return cause.exit_code, _one_line(cause)
@@ -92,17 +99,17 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
         and isinstance(exc, ray_exceptions.RayError)
         and not isinstance(exc, ray_exceptions.RayTaskError)
     ):
+        kept = "Finished parts are kept; fix" if resumes else "Fix"
+        again = "rerun the same command to resume" if resumes else "rerun"
         return EXIT_ENVIRONMENT, (
-            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; fix the cluster "
-            "(disk, memory, nodes) and rerun the same command to resume."
+            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. {kept} the cluster (disk, memory, nodes) and {again}."
         )
     if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
-        return EXIT_ENVIRONMENT, (
-            f"I/O error: {type(exc).__name__}: {_one_line(exc)}. Finished parts are kept; rerun the same command "
-            "to resume."
-        )
+        again = "Finished parts are kept; rerun the same command to resume." if resumes else "Fix it and rerun."
+        return EXIT_ENVIRONMENT, f"I/O error: {type(exc).__name__}: {_one_line(exc)}. {again}"
     if isinstance(exc, MemoryError):
-        return EXIT_ENVIRONMENT, "out of memory (MemoryError); finished parts are kept, rerun to resume."
+        again = "finished parts are kept, rerun to resume" if resumes else "free memory and rerun"
+        return EXIT_ENVIRONMENT, f"out of memory (MemoryError); {again}."
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {_one_line(exc)}."
 
 
@@ -124,8 +131,8 @@ def _write_traceback(exc: BaseException) -> str:
 
     handle, path = tempfile.mkstemp(prefix="distributed-onnx-error-", suffix=".log")
     with open(handle, "w", encoding="utf-8") as log:
-        log.write(f"{version_text()}\ncommand: {' '.join(sys.argv)}\n\n")
-        log.write("".join(traceback.format_exception(exc)))
+        log.write(f"{version_text()}\ncommand: {redact_text(' '.join(sys.argv))}\n\n")
+        log.write(redact_text("".join(traceback.format_exception(exc))))
     return path
 
 
@@ -133,7 +140,21 @@ def configure_logging(*, verbose: bool) -> None:
     """Log lines at INFO; ours at DEBUG with ``--verbose`` (other libraries stay at INFO: matplotlib's DEBUG
     font search alone is hundreds of lines). Ray's own logging is the commands' business (``local_ray``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # every line logged here, a library's too, without URL secrets
+        if not isinstance(handler.formatter, RedactingFormatter):
+            handler.setFormatter(RedactingFormatter(handler.formatter))
     logging.getLogger("distributed_onnx").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A handler's formatter whose lines (message, traceback) have every URL :func:`redact_text`-ed."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(self.inner.format(record))
 
 
 def version_text() -> str:
@@ -189,7 +210,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--from-pretrained", type=Path, required=True, metavar="DIR", help="local folder of the pretrained model"
     )
     export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
-    export.add_argument("--data", type=Path, metavar="PATH", help="input table whose windows the parity uses")
+    export.add_argument("--data", metavar="PATH", help="input table whose windows the parity uses (a path or a URL)")
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
         "--horizon",
@@ -350,20 +371,33 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from distributed_onnx.errors import ConfigError, describe_validation
     from distributed_onnx.export import ExportRequest, run_export
 
-    request = ExportRequest(
-        family=args.family,
-        pretrained_dir=args.from_pretrained,
-        output=args.output,
-        data=args.data,
-        parity_windows=args.parity_windows,
-        horizon=args.horizon,
-        quantize=args.quantize,
-        quantize_mode=args.quantize_mode,
-        resolution_minutes=args.resolution_minutes,
-    )
-    result = run_export(request)
+    try:
+        request = ExportRequest(
+            family=args.family,
+            pretrained_dir=args.from_pretrained,
+            output=args.output,
+            data=args.data,
+            parity_windows=args.parity_windows,
+            horizon=args.horizon,
+            quantize=args.quantize,
+            quantize_mode=args.quantize_mode,
+            resolution_minutes=args.resolution_minutes,
+        )
+    except ValidationError as exc:  # a flag out of its bounds (bounds.py): the user's, exit 2
+        raise ConfigError(f"Invalid export settings: {describe_validation(exc.errors())}") from None
+    try:
+        result = run_export(request)
+    except OSError as exc:  # a full disk, a folder not writable: nothing to resume, the export starts over
+        from distributed_onnx.errors import EnvironmentFailedError
+
+        raise EnvironmentFailedError(
+            f"I/O error while exporting to {request.output}: {type(exc).__name__}: {exc}. Fix it and export again."
+        ) from exc
     print(json.dumps(result.parity, indent=2))
     print(f"wrote {result.weights_path}, {result.metadata_path.name} and {result.parity_path.name}")
     if result.variant_path is not None:

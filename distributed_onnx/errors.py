@@ -16,7 +16,9 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
     │   ├── CheckpointMetadataError    the metadata is not valid JSON or violates the schema
     │   ├── CheckpointIntegrityError   the weights' sha256 differs from the metadata's
     │   ├── CheckpointCorruptError     ONNX Runtime cannot load the weights
-    │   └── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
+    │   ├── CheckpointGraphMismatchError  the graph's inputs/outputs disagree with the metadata
+    │   └── ParityError            an export's graph does not reproduce upstream's forecasts (NaN, or beyond
+    │                              the tolerance); the checkpoint is removed, the parity report kept
     ├── ProviderError
     │   ├── ProviderUnavailableError   an explicitly requested accelerator was not realized
     │   ├── ProviderNotAllowedError    a CUDA/TensorRT chain was asked for where no GPU was assigned
@@ -46,6 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from distributed_onnx.redact import redact_text
+
 
 class DistributedOnnxError(Exception):
     """Base class of every error raised on purpose by distributed_onnx."""
@@ -54,6 +58,7 @@ class DistributedOnnxError(Exception):
     exit_code: ClassVar[int] = 2
 
     def __init__(self, message: str, **fields: Any) -> None:
+        message = redact_text(message)  # a URL's secrets never reach a message, wherever it is shown (redact.py)
         super().__init__(message)
         self.message = message
         self.fields = fields
@@ -128,6 +133,11 @@ class CheckpointCorruptError(CheckpointError):
 
 class CheckpointGraphMismatchError(CheckpointError):
     """The graph's input or output names disagree with the metadata."""
+
+
+class ParityError(CheckpointError):
+    """``export``: ONNX Runtime's forecasts differ from the upstream pipeline's beyond the tolerance, or are not
+    finite (inf weights gave ``max_abs_diff: NaN``); the checkpoint is not left behind looking valid."""
 
 
 class ProviderError(DistributedOnnxError):

@@ -32,9 +32,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from distributed_onnx import redact as _redaction
 from distributed_onnx.errors import ConfigError, MissingExtraError, StorageError
+from distributed_onnx.redact import redact_text
 
 logger = logging.getLogger(__name__)
+
+# The one redaction (redact.py), under the names its callers have long used here.
+is_url = _redaction.is_url
+redact = _redaction.redact
+redacted = _redaction.redacted
 T = TypeVar("T")
 
 Location = Path | str
@@ -46,43 +53,8 @@ _CHUNK_BYTES = 1 << 20
 READ_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
-def is_url(location: Location) -> bool:
-    """True for ``scheme://...`` strings (a Windows drive letter or a plain path is not a URL)."""
-    return isinstance(location, str) and len(urlsplit(location).scheme) > 1 and "://" in location
-
-
-def redact(location: Location) -> str:
-    """``location`` as it may be shown or recorded: a URL's user-info and option values replaced by ``***``.
-
-    ``s3://KEY:SECRET@bucket/run?access_key=K&secret_key=S&region=eu`` is accepted by pyarrow, and whatever the
-    run prints or writes (stdout, ``summary.json``, ``run.json``, ``report.html``) must not carry the secrets:
-    ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``. Every option's value goes, not only the
-    ones known to be secret (a store's own option names vary); the option names stay, to say what was set.
-    """
-    if not is_url(location):
-        return str(location)
-    url = urlsplit(str(location))
-    netloc = url.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        f"{option.split('=', 1)[0]}=***" if "=" in option else option for option in url.query.split("&") if option
-    )
-    return urlunsplit(url._replace(netloc=netloc, query=query))
-
-
-def redacted(document: T) -> T:
-    """A JSON-like ``document`` (dicts, lists, strings) with every URL in it :func:`redact`-ed: what a run
-    records (``summary.json``, ``run.json``) and shows (``report.html``) of its settings."""
-    if isinstance(document, str):
-        return redact(document) if is_url(document) else document  # type: ignore[return-value]
-    if isinstance(document, Path):
-        return document
-    if isinstance(document, dict):
-        return {key: redacted(value) for key, value in document.items()}  # type: ignore[return-value]
-    if isinstance(document, list | tuple):
-        return type(document)(redacted(value) for value in document)
-    return document
+#: The schemes pyarrow's own filesystems read (:func:`filesystem` goes to fsspec for the others).
+_ARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file", "mock"})
 
 
 def local_path(location: Location) -> Path | None:
@@ -131,22 +103,47 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
     base = normalize(location)
     if isinstance(base, Path):
         return pafs.LocalFileSystem(), str(base)
+    scheme = urlsplit(base).scheme
     try:
         return pafs.FileSystem.from_uri(base)
+    except OSError as exc:
+        if scheme in {"hdfs", "viewfs"} and ("libjvm" in str(exc) or "libhdfs" in str(exc)):
+            raise MissingExtraError(  # pyarrow's message lists every path it tried: dozens of lines
+                f"Cannot open {redact(base)}: pyarrow's HDFS client needs Java and libhdfs, and could not load them "
+                "(set JAVA_HOME, HADOOP_HOME and ARROW_LIBHDFS_DIR on every node)."
+            ) from None
+        raise
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as arrow_error:
+        if scheme in _ARROW_SCHEMES and isinstance(arrow_error, pa.ArrowInvalid):
+            # pyarrow knows the scheme and refused the URL (an option it does not take, such as ?secret_key=):
+            # fsspec would only answer "install s3fs", which does not help. Credentials go in the environment.
+            raise ConfigError(
+                f"Cannot open {redact(base)}: {redact_text(str(arrow_error))}. pyarrow's {scheme}:// URLs take "
+                "options such as region, endpoint_override and scheme; give credentials in the environment "
+                "(e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or the URL's user-info, not as options.",
+                location=redact(base),
+            ) from None
         try:
             import fsspec  # type: ignore[import-untyped]
         except ImportError:
-            if urlsplit(base).scheme in {"s3", "gs", "gcs", "abfs", "abfss", "hdfs"}:
+            if scheme in _ARROW_SCHEMES:
                 raise MissingExtraError(
-                    f"pyarrow cannot open {base}: {arrow_error}. Install a pyarrow build with that filesystem."
-                ) from arrow_error
+                    f"pyarrow cannot open {redact(base)}: {redact_text(str(arrow_error))}. Install a pyarrow build "
+                    "with that filesystem."
+                ) from None
             raise ConfigError(
-                f"Cannot open {base}: pyarrow does not know the scheme ({arrow_error}) and fsspec is not "
+                f"Cannot open {redact(base)}: pyarrow does not know the scheme {scheme}:// and fsspec is not "
                 "installed. Use a local path, an s3:// / gs:// URL, or `pip install fsspec`.",
-                location=base,
-            ) from arrow_error
-        spec_fs, path = fsspec.core.url_to_fs(base)
+                location=redact(base),
+            ) from None
+        try:
+            spec_fs, path = fsspec.core.url_to_fs(base)
+        except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
+            raise MissingExtraError(
+                f"Cannot open {redact(base)}: {exc} (fsspec's implementation of {scheme}:// is not installed)."
+            ) from None
+        except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
+            raise ConfigError(f"Cannot open {redact(base)}: {redact_text(str(exc))}.", location=redact(base)) from None
         return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), str(path)
 
 
@@ -399,6 +396,6 @@ def read_retrying(
                     "deleted; rerun when the storage answers again.",
                     path=what,
                 ) from exc
-            logger.warning("Reading %s failed (%s); retrying in %.1f s", what, exc, delay)
+            logger.warning("Reading %s failed (%s); retrying in %.1f s", redact(what), redact_text(str(exc)), delay)
             sleep(delay)
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -170,3 +170,33 @@ def test_an_internal_error_is_one_line_naming_its_traceback_log(
         assert "Traceback (most recent call last)" in log.read_text() and "KeyError: 'a bug'" in log.read_text()
     finally:
         log.unlink()
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(28, "No space left on device"), MemoryError(), ray_exceptions.RaySystemError("the raylet died")]
+)
+def test_only_commands_a_rerun_resumes_say_finished_parts_are_kept(error: BaseException) -> None:
+    """Issue 40 (exit codes mean what they say): "Finished parts are kept; rerun to resume" was said by every
+    command (``export``, ``inspect``, ``serve``), where nothing is kept and nothing resumes."""
+    code, line = cli.describe_error(error, resumes=False)
+    assert code == 3 and "kept" not in line and "resume" not in line and "rerun" in line, line
+    code, line = cli.describe_error(error, resumes=True)
+    assert code == 3 and "kept" in line and "resume" in line, line
+
+
+def test_score_output_that_is_a_file_is_exit_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: ``score --output FILE`` exited 3 "I/O error: FileExistsError ... Finished parts are kept"."""
+    from test_live_score import REQUEST_TIME_US, STEP_MIN, _item
+
+    from distributed_onnx.live.log.writer import ForecastLog
+
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    assert log.submit(_item("r1", "a", REQUEST_TIME_US + 60 * STEP_MIN * 60_000_000))
+    log.close()
+    output = tmp_path / "a-file"
+    output.write_text("x")
+    data = Path(__file__).parents[1] / "distributed_onnx" / "resources" / "taylor.parquet"
+    arguments = ["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(data), "--output", str(output)]
+    assert cli.main(arguments) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --output") and "a-file" in err and "rerun" not in err, err

@@ -124,3 +124,44 @@ def test_actuals_that_fit_no_model_of_the_log_are_still_an_error(tmp_path: Path)
     with pytest.raises(DataError, match=r"actuals\.parquet"):
         score_log(_settings(tmp_path))
     assert not (tmp_path / "score" / "scored").exists()  # nothing written
+
+
+def _score_cli(tmp_path: Path) -> int:
+    return main(["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(tmp_path / "actuals.parquet"),
+                 "--output", str(tmp_path / "score")])  # fmt: skip
+
+
+@pytest.mark.parametrize("resolution", [-5, 0])
+def test_a_log_part_with_a_resolution_that_is_no_interval_is_named_not_a_bug(
+    tmp_path: Path, resolution: int, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40, defect 14: a log part whose ``resolution_minutes`` is negative exited 4. It is now a file that
+    is not a forecast log, named and set aside as a corrupt one is; the rest is scored."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    _log(tmp_path, _item("r1", "a", start + 60 * step_us))
+    bad = LoggedForecast(**{**_item("r2", "a", start + 60 * step_us, model="odd").__dict__,
+                            "resolution_minutes": resolution})  # fmt: skip
+    _log(tmp_path, bad)
+    assert _score_cli(tmp_path) == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "score" / "summary.json").read_text())
+    assert summary["windows"] == {"m": {"scored": 1}}
+    (name,) = summary["files_unreadable"]
+    assert "model=odd" in name and "resolution_minutes" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "record",
+    [["a", "list"], {"models": [1, 2]}, {"models": {"m": {"requests_failed": "many"}}}, {"format": "two"}, "text"],
+    ids=["list", "models-list", "counts-text", "format-text", "string"],
+)
+def test_a_writer_record_of_another_shape_is_one_error_naming_it(
+    tmp_path: Path, record: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40, defect 14: a ``_log_state/*.json`` of another shape exited 4; now exit 2 naming the file."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    _log(tmp_path, _item("r1", "a", start + 60 * step_us))
+    state = tmp_path / "log" / "_log_state" / "foreign.json"
+    state.write_text(json.dumps(record))
+    assert _score_cli(tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "foreign.json" in err, err

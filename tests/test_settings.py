@@ -449,4 +449,67 @@ def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> 
         "print(parser.format_help())"
     )
     listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert "{inspect,export,tune,backtest,serve,score}" in listing
+    assert "{inspect,export,backtest,serve,score}" in listing
+
+
+def _numeric_fields_without_bounds(model: type[Any]) -> list[str]:
+    import annotated_types
+
+    missing = []
+    for name, field in model.model_fields.items():
+        kinds = {arg for arg in getattr(field.annotation, "__args__", (field.annotation,))}
+        if not kinds & {int, float} or bool in kinds:
+            continue
+        constraints = field.metadata
+        low = any(isinstance(item, annotated_types.Ge | annotated_types.Gt) for item in constraints)
+        high = any(isinstance(item, annotated_types.Le | annotated_types.Lt) for item in constraints)
+        if not (low and high):
+            missing.append(name)
+    return missing
+
+
+def test_every_numeric_setting_has_bounds() -> None:
+    """Issue 40 (settings have bounds): every int or float setting of every command is bounded both ways where it
+    is parsed, so nothing overflows later (a latency in int64 nanoseconds, 2 x replicas + 2 ports)."""
+    from distributed_onnx.export.request import ExportRequest
+    from distributed_onnx.live.score.settings import ScoreSettings
+
+    for model in (BacktestSettings, ServeSettings, ScoreSettings, ExportRequest):
+        assert _numeric_fields_without_bounds(model) == [], model.__name__
+
+
+@pytest.mark.parametrize(
+    ("arguments", "setting"),
+    [
+        (["serve", "--max-replicas", "3000"], "max_replicas"),
+        (["serve", "--replicas", "3000"], "replicas"),
+        (
+            ["backtest", "--data", "d.parquet", "--output", "o", "--covariate-latency", "153722867280"],
+            "covariate_latency",
+        ),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--covariate-latency", str(10**17)], "covariate_latency"),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--n-windows", str(10**12)], "n_windows"),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--stride", str(10**12)], "stride"),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--horizon", str(10**12)], "horizon"),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--rows-per-batch", str(10**12)], "rows_per_batch"),
+        (["backtest", "--data", "d.parquet", "--output", "o", "--actors", str(10**9)], "actors"),
+        (
+            ["export", "chronos2", "--from-pretrained", ".", "--output", "m.onnx", "--parity-windows", "0"],
+            "parity_windows",
+        ),
+        (
+            ["export", "chronos2", "--from-pretrained", ".", "--output", "m.onnx", "--resolution-minutes", "-5"],
+            "resolution_minutes",
+        ),
+    ],
+)
+def test_a_setting_beyond_its_bound_is_one_line_naming_it(
+    arguments: list[str], setting: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40, defects 3, 15 and 16: ``--max-replicas 3000`` exited 3 ("no 6002 consecutive free ports ...
+    rerun"), a huge latency wrapped around, ``export --parity-windows 0`` exited 4: each is now exit 2, one line
+    naming the setting, before anything starts."""
+    assert cli.main(arguments) == 2
+    printed = capsys.readouterr().err.strip().splitlines()
+    assert len(printed) == 1 and printed[0].startswith("error: "), printed
+    assert setting in printed[0] and "Traceback" not in printed[0]

@@ -28,6 +28,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.model.window_batch import arrow_array, flat_values, masked_floats, numpy_view
+from distributed_onnx.redact import redact_text
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -255,4 +256,6 @@ def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) 
         try:
             storage.delete(path)
         except OSError as exc:
-            logger.warning("Cannot remove %s before redoing part %d: %s", path, part_index, exc)
+            logger.warning(
+                "Cannot remove %s before redoing part %d: %s", storage.redact(path), part_index, redact_text(str(exc))
+            )

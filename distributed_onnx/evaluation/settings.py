@@ -14,8 +14,18 @@ from typing import ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from distributed_onnx.evaluation.data.columns import ColumnSettings
+from distributed_onnx.bounds import (
+    MAX_COUNT,
+    MAX_CPUS,
+    MAX_GPUS,
+    MAX_IN_FLIGHT,
+    MAX_LATENCY_MINUTES,
+    MAX_ROWS_PER_BATCH,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MAX_WORKERS,
+)
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
-from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES
 from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.quantiles import QuantileLevels
@@ -45,15 +55,20 @@ class BacktestSettings(ColumnSettings):
         description="Run directory, a path or a URL such as s3://...: forecasts/, metrics.parquet, summary.json, "
         "report.html. Rerun it to resume."
     )
-    horizon: int | None = Field(default=None, gt=0, description="Forecast steps (default: the checkpoint's).")
-    context_length: int | None = Field(default=None, gt=0, description="Context steps (default: the checkpoint's).")
+    horizon: int | None = Field(
+        default=None, gt=0, le=MAX_STEPS, description="Forecast steps (default: the checkpoint's)."
+    )
+    context_length: int | None = Field(
+        default=None, gt=0, le=MAX_STEPS, description="Context steps (default: the checkpoint's)."
+    )
     n_windows: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_COUNT,
         description="Windows per series, Nixtla style: the last one's horizon ends at the series' last timestamp, "
         "the others step back by --stride (default 1 when no --start/--end).",
     )
-    stride: int = Field(default=1, gt=0, description="Steps between consecutive origins.")
+    stride: int = Field(default=1, gt=0, le=MAX_STEPS, description="Steps between consecutive origins.")
     start: datetime | None = Field(
         default=None,
         examples=["2000-08-01T00:00"],
@@ -117,18 +132,26 @@ class BacktestSettings(ColumnSettings):
     max_group_size: int = Field(
         default=100,
         gt=0,
+        le=MAX_COUNT,
         description="With --group-by: at most this many series per group; a larger group is split, in series "
         "order, into groups of at most this size.",
     )
     seasonality: int | None = Field(
-        default=None, gt=0, description="Seasonal period in steps, for the baseline and MASE (default: one day)."
+        default=None,
+        gt=0,
+        le=MAX_STEPS,
+        description="Seasonal period in steps, for the baseline and MASE (default: one day).",
     )
     min_context_coverage: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Skip (and count) windows whose context has a smaller observed share."
     )
-    actors: int | None = Field(default=None, gt=0, description="Worker actors (default: as many as the cluster fits).")
-    cpus_per_actor: float = Field(default=1.0, gt=0, description="CPUs per actor; sets ONNX Runtime's threads.")
-    gpus_per_actor: float = Field(default=0.0, ge=0, description="GPUs per actor; fractions share a GPU.")
+    actors: int | None = Field(
+        default=None, gt=0, le=MAX_WORKERS, description="Worker actors (default: as many as the cluster fits)."
+    )
+    cpus_per_actor: float = Field(
+        default=1.0, gt=0, le=MAX_CPUS, description="CPUs per actor; sets ONNX Runtime's threads."
+    )
+    gpus_per_actor: float = Field(default=0.0, ge=0, le=MAX_GPUS, description="GPUs per actor; fractions share a GPU.")
     providers: ProviderChain = Field(
         default=None,
         examples=["cuda,cpu"],
@@ -142,18 +165,21 @@ class BacktestSettings(ColumnSettings):
     rows_per_batch: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_ROWS_PER_BATCH,
         description="Windows per model call, the ORT batch size (default: a part's share of the windows, at most "
         "256, 64 or 16 by the graph's size and context; a rerun keeps the run's).",
     )
     windows_per_part: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_COUNT,
         description="Windows per unit of work and Parquet part (default: 8 parts per actor, 16 to 8,192 parts of 1-64 "
         "batches each, as few windows as the run has allow; a rerun keeps the run's).",
     )
     part_timeout_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_SECONDS,
         description="Deadline of one attempt at a part: a hung actor is killed and the part retried (default: the "
         "part's windows x 10x the slowest seconds per window so far, at least 120 s; 30 min until a part has "
         "finished).",
@@ -163,7 +189,7 @@ class BacktestSettings(ColumnSettings):
         description="How actors get the series: object_store (once per run), input_file (each actor reads its "
         "series' rows of the Parquet input), or auto (the object store while the series fit a quarter of it).",
     )
-    max_in_flight_per_actor: int = Field(default=2, gt=0, description="Parts queued on each actor.")
+    max_in_flight_per_actor: int = Field(default=2, gt=0, le=MAX_IN_FLIGHT, description="Parts queued on each actor.")
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 

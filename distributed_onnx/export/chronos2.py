@@ -42,6 +42,7 @@ from distributed_onnx.export.common import (
     finish,
     parity_report,
     parity_windows,
+    pretrained_folder,
     quiet_loggers,
     resolution_of,
     write_metadata,
@@ -56,25 +57,27 @@ OUTPUT_NAME = "quantile_preds"
 
 def export(request: ExportRequest) -> ExportResult:
     """Export ``request.pretrained_dir`` to ``request.output`` with its metadata and a parity report."""
-    pipeline = load_pipeline(request.pretrained_dir)
-    model = pipeline.model.eval()
-    config = model.chronos_config
-    patches = output_patches(request.horizon, config)
+    resolution = resolution_of(request)  # --data checked before the model loads
     output = request.output
+    with pretrained_folder(request, "Chronos-2"):
+        pipeline = load_pipeline(request.pretrained_dir)
+        model = pipeline.model.eval()
+        config = model.chronos_config
+        patches = output_patches(request.horizon, config)
+        metadata = CheckpointMetadata(
+            model_family="chronos2",
+            input_names=list(INPUT_NAMES),
+            output_name=OUTPUT_NAME,
+            native_quantiles=[float(q) for q in config.quantiles],
+            context_length=int(config.context_length),
+            output_patch_size=int(config.output_patch_size),
+            horizon_patches=patches,
+            resolution_minutes=resolution,
+            description=f"Chronos-2 exported from {request.pretrained_dir.name} (chronos-forecasting "
+            f"{_upstream_version()}); weights in {output.name}.data",
+        )
     output.parent.mkdir(parents=True, exist_ok=True)
     export_graph(model, output, patches)
-    metadata = CheckpointMetadata(
-        model_family="chronos2",
-        input_names=list(INPUT_NAMES),
-        output_name=OUTPUT_NAME,
-        native_quantiles=[float(q) for q in config.quantiles],
-        context_length=int(config.context_length),
-        output_patch_size=int(config.output_patch_size),
-        horizon_patches=patches,
-        resolution_minutes=resolution_of(request),
-        description=f"Chronos-2 exported from {request.pretrained_dir.name} (chronos-forecasting "
-        f"{_upstream_version()}); weights in {output.name}.data",
-    )
     metadata_path = write_metadata(output, metadata)
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     horizon = request.horizon or metadata.horizon_length

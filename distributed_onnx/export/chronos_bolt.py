@@ -27,6 +27,7 @@ from distributed_onnx.export.common import (
     export_context_model,
     observed_mean,
     patched,
+    pretrained_folder,
     require_torch,
     resolution_of,
 )
@@ -78,8 +79,10 @@ def metadata_for(pipeline: Any, resolution_minutes: int) -> CheckpointMetadata:
 
 
 def export(request: ExportRequest) -> ExportResult:
-    pipeline = load_pipeline(request)
-    metadata = metadata_for(pipeline, resolution_of(request))
+    resolution = resolution_of(request)  # --data checked before the model loads
+    with pretrained_folder(request, "Chronos-Bolt"):
+        pipeline = load_pipeline(request)
+        metadata = metadata_for(pipeline, resolution)
     # ``context -> quantile_preds``: the model's forward without the loss and output wrapper.
     one_call = context_module(pipeline.model, lambda model, context: model(context=context).quantile_preds)
     return export_context_model(request, metadata, one_call, _exportable(pipeline.model), _upstream_forecast(pipeline))

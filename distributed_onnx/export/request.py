@@ -6,9 +6,11 @@ import importlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.settings_sources import path_or_url
 
 
 class ExportRequest(BaseModel):
@@ -19,13 +21,24 @@ class ExportRequest(BaseModel):
     family: str = Field(description="The model family to export, a key of distributed_onnx.export.EXPORTERS.")
     pretrained_dir: Path = Field(description="A local folder of the upstream model (its config and weights).")
     output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
-    data: Path | None = Field(
-        default=None, description="An input table (Parquet/CSV) whose windows the parity report uses."
+    data: Path | str | None = Field(
+        default=None, description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses."
     )
-    parity_windows: int = Field(default=32, ge=1, description="How many windows the parity report compares.")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        # A URL stays a string: as a Path, ``https://user:pw@host`` became ``https:/user:pw@host``, which is no
+        # URL any more (not read, and not redacted in the error that named it).
+        return path_or_url(value) if value else None
+
+    parity_windows: int = Field(
+        default=32, ge=1, le=MAX_PARITY_WINDOWS, description="How many windows the parity report compares."
+    )
     horizon: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the graph computes "
         "exactly the output patches upstream's pipeline computes for it (ceil(horizon / output_patch_size); the "
         "output patches attend to each other, so more patches change the forecasts); default: the model's own "
@@ -45,6 +58,7 @@ class ExportRequest(BaseModel):
     resolution_minutes: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_RESOLUTION_MINUTES,
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
         "(the families are trained across resolutions; a backtest lays the data out on this grid). "
         "Default: the step of --data, else 60.",
@@ -76,6 +90,13 @@ def run_export(request: ExportRequest) -> ExportResult:
         raise ConfigError(
             f"Cannot export family {request.family!r}; known families: {sorted(EXPORTERS)}.", family=request.family
         ) from None
+    if request.output.is_dir():
+        raise ConfigError(
+            f"--output {request.output} is a folder; give the .onnx file to write (e.g. {request.output}/model.onnx).",
+            key="output",
+        )
+    if not request.pretrained_dir.exists():
+        raise ConfigError(f"--from-pretrained {request.pretrained_dir} does not exist.", key="pretrained_dir")
     from distributed_onnx.export import variants
 
     variants.check_request(request)

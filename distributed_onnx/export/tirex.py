@@ -33,6 +33,7 @@ from distributed_onnx.export.common import (
     export_context_model,
     observed_mean,
     patched,
+    pretrained_folder,
     require_torch,
     resolution_of,
 )
@@ -87,8 +88,10 @@ def metadata_for(model: Any, resolution_minutes: int) -> CheckpointMetadata:
 
 
 def export(request: ExportRequest) -> ExportResult:
-    model = load_model(request)
-    metadata = metadata_for(model, resolution_of(request))
+    resolution = resolution_of(request)  # --data checked before the model loads
+    with pretrained_folder(request, "TiRex"):
+        model = load_model(request)
+        metadata = metadata_for(model, resolution)
     torch = require_torch()
 
     def one_call(model: Any, context: Any) -> Any:

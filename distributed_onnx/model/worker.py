@@ -177,6 +177,11 @@ class InferenceWorker:
         self.forecast(context, self._metadata.horizon_length, self._metadata.native_quantiles)
         return time.perf_counter() - started
 
+    def fixed_windows(self) -> int | None:
+        """Windows per call of a graph whose batch axis is fixed (static shapes), else None: such a graph takes
+        exactly that many windows per call, every other count is refused by ONNX Runtime's input check."""
+        return self._fixed_windows()
+
     def _fixed_windows(self) -> int | None:
         """Windows per batch of a graph whose batch axis is fixed (static shapes), else None.
 

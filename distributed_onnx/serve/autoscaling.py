@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from distributed_onnx.bounds import MAX_COUNT, MAX_REPLICAS, MAX_SECONDS
+
 #: The fields that configure autoscaling (``min_replicas`` and ``max_replicas`` turn it on; the others tune it).
 AUTOSCALING_FIELDS = (
     "min_replicas",
@@ -39,38 +41,52 @@ class ReplicaSettings(BaseModel):
     replicas: int = Field(
         default=1,
         gt=0,
+        le=MAX_REPLICAS,
         description="A fixed number of replicas, each owning one ONNX Runtime session per model (exclusive with "
         "min_replicas/max_replicas, which autoscale).",
     )
     min_replicas: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_REPLICAS,
         description="Autoscaling: the fewest replicas kept (default 1; zero is refused: a request finding none "
         "would wait for a replica to load its checkpoint).",
     )
     max_replicas: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_REPLICAS,
         description="Autoscaling: the most replicas Serve starts under load; giving it turns autoscaling on.",
     )
     target_ongoing_requests: float = Field(
         default=2.0,
         gt=0,
+        le=MAX_COUNT,
         description="Autoscaling: requests in flight per replica Serve aims at (more on average: it adds replicas).",
     )
     upscale_delay_s: float = Field(
-        default=30.0, ge=0, description="Autoscaling: how long the load must call for more replicas before one starts."
+        default=30.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Autoscaling: how long the load must call for more replicas before one starts.",
     )
     downscale_delay_s: float = Field(
         default=600.0,
         ge=0,
+        le=MAX_SECONDS,
         description="Autoscaling: how long the load must call for fewer replicas before one stops.",
     )
     metrics_interval_s: float = Field(
-        default=10.0, gt=0, description="Autoscaling: how often each replica reports its requests in flight."
+        default=10.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Autoscaling: how often each replica reports its requests in flight.",
     )
     look_back_period_s: float = Field(
-        default=30.0, gt=0, description="Autoscaling: the window over which requests in flight are averaged."
+        default=30.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Autoscaling: the window over which requests in flight are averaged.",
     )
 
     @model_validator(mode="after")

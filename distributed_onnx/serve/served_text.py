@@ -23,7 +23,7 @@ def served_models(settings: ServeSettings) -> str:
             names.append(f"{name} (shadow{share})")
         else:
             names.append(f"{name} (default)" if name == settings.model_name else name)
-    log = "off" if settings.forecast_log is None else str(settings.forecast_log)
+    log = "off" if settings.forecast_log is None else storage.redact(settings.forecast_log)
     return f"models: {', '.join(names) or 'none in every replica'}{_repository(settings)}; forecast log: {log}"
 
 
@@ -67,7 +67,7 @@ def docs_description(settings: ServeSettings) -> str:
         + (
             "off"
             if settings.forecast_log is None
-            else f"`{settings.forecast_log}` (score it with `distributed-onnx score`)"
+            else f"`{storage.redact(settings.forecast_log)}` (score it with `distributed-onnx score`)"
         )
         + ".",
     ]

@@ -14,6 +14,15 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from distributed_onnx import names as path_names
+from distributed_onnx.bounds import (
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_CPUS,
+    MAX_GPUS,
+    MAX_ROWS_PER_BATCH,
+    MAX_SECONDS,
+    MAX_WORKERS,
+)
 from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.checkpoint import checkpoint_paths
 from distributed_onnx.model.worker import WorkerConfig
@@ -52,6 +61,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     repository_budget: int = Field(
         default=8,
         gt=0,
+        le=MAX_WORKERS,
         description="Repository models one replica holds at once (--model-repository); the least recently used "
         "is evicted to load another.",
     )
@@ -78,11 +88,15 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     forecast_log_max_queued: int = Field(
         default=100_000,
         gt=0,
+        le=MAX_COUNT,
         description="Forecasts (one per series) a replica holds for the log before it drops new ones (counted in "
         "/metrics and in the log's _log_state/): a slow or failing sink never delays a request.",
     )
     forecast_log_flush_s: float = Field(
-        default=1.0, gt=0, description="How long the log gathers forecasts before it writes a file of them."
+        default=1.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long the log gathers forecasts before it writes a file of them.",
     )
     host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
@@ -95,52 +109,78 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
     )
     address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
-    cpus_per_replica: float = Field(default=1.0, gt=0, description="CPUs per replica; sets ORT's threads.")
-    gpus_per_replica: float = Field(default=0.0, ge=0, description="GPUs per replica; fractions share a GPU.")
+    cpus_per_replica: float = Field(default=1.0, gt=0, le=MAX_CPUS, description="CPUs per replica; sets ORT's threads.")
+    gpus_per_replica: float = Field(
+        default=0.0, ge=0, le=MAX_GPUS, description="GPUs per replica; fractions share a GPU."
+    )
     providers: ProviderChain = Field(
         default=None,
         examples=["cuda,cpu"],
         description="Explicit provider chain, strict (default: the provider policy's, graceful).",
     )
     max_batch_size: int = Field(
-        default=16, gt=0, description="Forecast requests merged into one model call (1 turns batching off)."
+        default=16,
+        gt=0,
+        le=MAX_ROWS_PER_BATCH,
+        description="Forecast requests merged into one model call (1 turns batching off).",
     )
     batch_wait_ms: float = Field(
-        default=1.0, ge=0, description="How long a batch waits to fill; one lone client pays at most this."
+        default=1.0,
+        ge=0,
+        le=MAX_SECONDS * 1000,
+        description="How long a batch waits to fill; one lone client pays at most this.",
     )
     rows_per_batch: int = Field(
-        default=1024, gt=0, description="Windows per model call: merged or large requests are split into such chunks."
+        default=1024,
+        gt=0,
+        le=MAX_ROWS_PER_BATCH,
+        description="Windows per model call: merged or large requests are split into such chunks.",
     )
     max_ongoing_requests: int | None = Field(
-        default=None, gt=0, description="Requests a replica holds at once (default: max(64, 2 x max_batch_size))."
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Requests a replica holds at once (default: max(64, 2 x max_batch_size)).",
     )
     max_queued_requests: int = Field(
         default=128,
         gt=0,
+        le=MAX_COUNT,
         description="Requests waiting in a replica (beyond max_ongoing_requests) before new ones get 503 + "
         "Retry-After (HTTP) or UNAVAILABLE (gRPC).",
     )
-    retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After of an overload 503.")
-    request_timeout_s: float = Field(default=30.0, gt=0, description="End-to-end HTTP timeout (408 after).")
+    retry_after_s: float = Field(default=1.0, ge=0, le=MAX_SECONDS, description="Retry-After of an overload 503.")
+    request_timeout_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="End-to-end HTTP timeout (408 after)."
+    )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024,
         gt=0,
+        le=MAX_BYTES,
         description="Larger request bodies get 413; gRPC messages above it are refused by gRPC itself "
         "(RESOURCE_EXHAUSTED) before they are parsed.",
     )
     max_request_memory_bytes: int = Field(
         default=1024 * 1024 * 1024,
         gt=0,
+        le=MAX_BYTES,
         description="Memory a replica lets its requests in flight hold: each body is charged 40x its size (the "
         "measured worst case of parsing it) before it is read, each forecast its response; requests beyond get "
         "503 + Retry-After. The replica's RSS stays under its idle RSS plus this.",
     )
-    health_check_period_s: float = Field(default=10.0, gt=0, description="Seconds between replica health checks.")
-    health_check_timeout_s: float = Field(default=30.0, gt=0, description="A health check slower than this fails.")
-    warm_up_rows: int = Field(default=8, ge=0, description="Rows of the warm-up run at replica start (0 skips).")
+    health_check_period_s: float = Field(
+        default=10.0, gt=0, le=MAX_SECONDS, description="Seconds between replica health checks."
+    )
+    health_check_timeout_s: float = Field(
+        default=30.0, gt=0, le=MAX_SECONDS, description="A health check slower than this fails."
+    )
+    warm_up_rows: int = Field(
+        default=8, ge=0, le=MAX_ROWS_PER_BATCH, description="Rows of the warm-up run at replica start (0 skips)."
+    )
     max_consecutive_model_failures: int = Field(
         default=3,
         gt=0,
+        le=MAX_COUNT,
         description="Model calls failing in a row (on valid input) before the replica reports not ready and "
         "Serve replaces it; one success resets the count.",
     )

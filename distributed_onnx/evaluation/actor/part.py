@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from distributed_onnx.errors import DataError, StorageError
+from distributed_onnx.errors import CheckpointGraphMismatchError, DataError, StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.actor.part_history import SeriesHistory
 from distributed_onnx.evaluation.actor.part_written import WrittenForecasts, read_written
@@ -69,6 +69,24 @@ class _Clock:
         return now
 
 
+def _refuse_fixed_batches(workers: dict[str, InferenceWorker], rows_per_batch: int) -> None:
+    """Refuse, at load, a graph whose fixed batch axis cannot take the run's batches (docs/tirex.md).
+
+    A backtest calls each model with 1 to ``rows_per_batch`` windows (a part's last batch is short); a graph
+    traced on one row (TiRex exported on a one-series ``--data``) takes only that many, and every part then
+    failed with ONNX Runtime's ``Input 'context' has size 20 on axis 0 ... expected 1``, not naming the model.
+    """
+    for name, worker in workers.items():
+        fixed = worker.fixed_windows()
+        if fixed is not None and not (fixed == 1 and rows_per_batch == 1):
+            raise CheckpointGraphMismatchError(
+                f"Model {name!r}: its graph's batch axis is fixed at {fixed} window(s), and a backtest calls it with "
+                f"1 to {rows_per_batch} windows (--rows-per-batch); export it again with a dynamic batch axis "
+                "(distributed-onnx export does).",
+                model=name,
+            )
+
+
 class PartRunner:
     """Runs the parts of one backtest with one worker per checkpoint (in an actor, or in-process)."""
 
@@ -84,6 +102,7 @@ class PartRunner:
             raise DataError(f"the run's models {names} need a worker each; none for {missing}")
         # A ``NAME@realized`` twin is the same session run on the realized covariates (:mod:`..data.vintages`).
         self.workers = {name: workers[name.removesuffix(REALIZED_SUFFIX)] for name in names}
+        _refuse_fixed_batches(self.workers, job.rows_per_batch)
         self.fingerprints = dict(job.models) or dict.fromkeys(names, job.run_fingerprint)
         self.node_id = node_id
         uses_gpu = any(worker.backend.uses_io_binding for worker in self.workers.values())

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_LATENCY_MINUTES
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
 
@@ -34,9 +35,6 @@ SERIES_ID = "series_id"
 REALIZED_SUFFIX = "@realized"
 #: Returned in ``available_us`` where no vintage was found.
 NOT_FOUND = np.iinfo(np.int64).min
-#: The largest ``--covariate-latency``, in minutes (100 years): ``cutoff - latency`` stays far inside int64
-#: microseconds for every timestamp the data may hold (years 1-9999).
-MAX_LATENCY_MINUTES = 100 * 525_960
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ record; a log whose records carry no :data:`~.writer.LOG_FORMAT` of 2 or more pr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -33,6 +32,7 @@ import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files, relative_name
+from distributed_onnx.redact import redact_text
 from distributed_onnx.storage import Location
 
 FAILURES_DIR = "_failures"
@@ -70,7 +70,6 @@ FAILURE_FIELDS = [
     pa.field("endpoint", pa.string()),
 ]
 FAILURE_SCHEMA = pa.schema(FAILURE_FIELDS)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 @dataclass(frozen=True)
@@ -98,9 +97,9 @@ class LoggedFailure:
 
 
 def one_line(message: str) -> str:
-    """``message`` as the table keeps it: its first line, URLs redacted (:func:`storage.redact`), cut short."""
+    """``message`` as the table keeps it: its first line, URLs redacted (:func:`redact_text`), cut short."""
     line = message.strip().splitlines()[0] if message.strip() else ""
-    line = _URL.sub(lambda match: storage.redact(match.group(0)), line)
+    line = redact_text(line)
     return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 3] + "..."
 
 

@@ -40,8 +40,10 @@ from urllib.parse import quote
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
 
 from distributed_onnx import storage
+from distributed_onnx.errors import DataError
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.storage import Location
 
@@ -228,11 +230,50 @@ def relative_name(root: Location, path: Location) -> str:
 
 
 def read_states(root: Location) -> list[dict[str, Any]]:
-    """Every writer's state record (see :mod:`.writer`), unreadable ones left out."""
+    """Every writer's state record (see :mod:`.writer`), unreadable ones left out (a writer replaces its record
+    atomically, but a store may still serve a torn one); a readable record of another shape is a
+    :class:`DataError` naming the file (scoring it failed later with exit 4)."""
+    from pydantic import ValidationError
+
+    from distributed_onnx.errors import describe_validation
+
     records = []
     for path in storage.list_files(storage.join(root, STATE_DIR), "", ".json"):
         try:
-            records.append(json.loads(storage.read_bytes(path)))
+            record = json.loads(storage.read_bytes(path))
         except (OSError, ValueError):
             continue
+        try:
+            _StateRecord.model_validate(record)
+        except ValidationError as exc:
+            raise DataError(
+                f"{path}: not a forecast log writer's record ({describe_validation(exc.errors())}); move it out of "
+                f"{STATE_DIR}/, or restore it, and rerun",
+                path=str(path),
+            ) from None
+        records.append(record)
     return records
+
+
+class _Counts(BaseModel):
+    """What scoring reads of one model's (or the unattributed requests') counts in a writer's record."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dropped: dict[str, NonNegativeInt] | None = None
+    shadow_failed: NonNegativeInt | None = None
+    shadow_nonfinite: NonNegativeInt | None = None
+    requests_answered: NonNegativeInt | None = None
+    requests_failed: dict[str, NonNegativeInt] | None = None
+    failures_logged: NonNegativeInt | None = None
+    failures_dropped: NonNegativeInt | None = None
+
+
+class _StateRecord(BaseModel):
+    """The shape of ``_log_state/<writer>.json`` that scoring reads (other keys are the writer's own)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: PositiveInt | None = None
+    models: dict[str, _Counts] | None = None
+    unattributed: _Counts | None = None

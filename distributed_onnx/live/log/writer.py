@@ -45,6 +45,7 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.live.log.failures import LoggedFailure, failure_partition, failure_rows
 from distributed_onnx.live.log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
+from distributed_onnx.redact import redact_text
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class ThrottledWarning:
             self._suppressed += 1
             return False
         suffix = f" ({self._suppressed} more since the last warning)" if self._suppressed else ""
-        logger.warning(message + suffix, *args)
+        logger.warning("%s", redact_text((message + suffix) % args))  # in a replica: its URL's secrets stay there
         self._last, self._suppressed = now, 0
         return True
 
@@ -416,7 +417,7 @@ class ForecastLog:
             payload = json.dumps(self.state(), indent=2, sort_keys=True).encode()
             self._sink.write_bytes(state_path(self.root, self.writer_id), payload)
         except Exception as exc:  # the record follows the sink: written again once it is back
-            logger.debug("Forecast log %s: cannot write the state record: %s", self.root, exc)
+            logger.debug("Forecast log %s: cannot write the state record: %s", storage.redact(self.root), exc)
 
 
 def _request_counts(counts: ModelCounts) -> dict[str, Any]:

@@ -43,6 +43,11 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
     notes: list[str] = []
     if settings.backtest is not None:
         settings, notes = _borrow_from_backtest(settings)
+    output = storage.local_path(settings.output)
+    if output is not None and output.exists() and not output.is_dir():  # was exit 3 "I/O error ... rerun"
+        raise ConfigError(
+            f"--output {settings.output} is a file; give a folder (new, or one score wrote before).", key="output"
+        )
     storage.make_dirs(settings.output)
     return settings, notes
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.storage import Location
@@ -99,7 +100,16 @@ def _read(path: Location) -> list[LogWindows]:
     has_origin = ~np.asarray(origin.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     origin_us = origin.cast(pa.int64()).fill_null(0).to_numpy()
     request_time_us = table.column("request_time").cast(pa.int64()).fill_null(0).to_numpy()
-    resolution = table.column("resolution_minutes").to_numpy().astype(np.int64)
+    column = table.column("resolution_minutes")
+    resolution = column.fill_null(0).to_numpy().astype(np.int64)
+    bad = (resolution <= 0) | (resolution > MAX_RESOLUTION_MINUTES)
+    if bad.any():  # scored as a step, a zero or negative resolution failed far from the file (exit 4)
+        raise DataError(
+            f"{path}: resolution_minutes {column[int(np.argmax(bad))].as_py()} is not a sampling interval "
+            f"(1 to {MAX_RESOLUTION_MINUTES} minutes); is it a forecast log file? Move it out of the log, or "
+            "restore it, and rerun",
+            path=str(path),
+        )
     series_ids = _bounded_ids(table.column("series_id"), starts)
     window_ids = _bounded_ids(table.column("window_id"), starts)
     values = np.stack([table.column(name).to_numpy().astype(np.float32) for _, name in levels], axis=-1)

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from distributed_onnx.evaluation.data.columns import ColumnSettings
+from distributed_onnx.bounds import MAX_STEPS
 
 
 class ScoreSettings(ColumnSettings):
@@ -36,11 +37,13 @@ class ScoreSettings(ColumnSettings):
     seasonality: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="Seasonal period in steps, for the baselines and MASE (default: the --backtest's, else one day).",
     )
     context_length: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
         "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
     )

@@ -1,0 +1,39 @@
+"""The bounds of every numeric setting: what a flag, a YAML key or a variable may hold, checked where it is parsed.
+
+Settings without an upper bound were taken at their word and failed far from where they were given: a
+``--max-replicas 3000`` asked the ingress for 6002 consecutive free ports (exit 3, "rerun"), a huge
+``--covariate-latency`` wrapped around in int64 arithmetic and fed windows vintages issued after their cutoff.
+Each bound is far above any real use and low enough that the arithmetic done with the value cannot overflow;
+the typed settings (``Field(le=...)``) refuse a value beyond it in one line naming the setting (exit 2).
+"""
+
+from __future__ import annotations
+
+#: Steps of a horizon, a context, a stride or a season.
+MAX_STEPS = 10_000_000
+#: Counts: windows, groups, queued requests, failures in a row.
+MAX_COUNT = 1_000_000_000
+#: Minutes between a cutoff and the vintage it may read: 100 years, so cutoff - latency stays inside int64
+#: microseconds (the as-of join's unit) for any timestamp the tables hold.
+MAX_LATENCY_MINUTES = 100 * 525_960
+#: Worker actors of a backtest, models a replica holds.
+MAX_WORKERS = 100_000
+#: CPUs and GPUs one actor or replica asks Ray for.
+MAX_CPUS = 4096
+MAX_GPUS = 64
+#: Windows per model call (backtest and serve), requests merged into one call, warm-up rows.
+MAX_ROWS_PER_BATCH = 10_000_000
+#: Seconds of a timeout, a delay or a flush interval: one week.
+MAX_SECONDS = 7 * 24 * 3600
+#: Parts queued on each actor.
+MAX_IN_FLIGHT = 10_000
+#: Bytes of a request body or of what parsing requests may hold: 64 GiB.
+MAX_BYTES = 64 << 30
+#: Serve replicas: each one behind the ingress takes two ports on this machine's loopback (HTTP and gRPC), so
+#: the ingress looks for 2 x replicas + 2 consecutive free ports; 512 replicas of one deployment is far beyond
+#: one machine's cores, and a cluster that needs more runs several deployments.
+MAX_REPLICAS = 512
+#: Windows an export's parity compares (each runs the upstream pipeline in torch).
+MAX_PARITY_WINDOWS = 100_000
+#: A checkpoint's sampling interval: one year.
+MAX_RESOLUTION_MINUTES = 366 * 24 * 60
