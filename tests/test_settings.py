@@ -449,7 +449,7 @@ def test_only_the_command_given_gets_its_flags_and_every_command_is_listed() -> 
         "print(parser.format_help())"
     )
     listing = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert "{inspect,export,backtest,serve,score}" in listing
+    assert "{inspect,export,fev,tune,backtest,serve,score}" in listing
 
 
 def _numeric_fields_without_bounds(model: type[Any]) -> list[str]:

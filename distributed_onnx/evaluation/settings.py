@@ -13,7 +13,6 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.bounds import (
     MAX_COUNT,
     MAX_CPUS,
@@ -25,6 +24,7 @@ from distributed_onnx.bounds import (
     MAX_STEPS,
     MAX_WORKERS,
 )
+from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import checkpoint_paths

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.bounds import MAX_STEPS
+from distributed_onnx.evaluation.data.columns import ColumnSettings
 
 
 class ScoreSettings(ColumnSettings):
