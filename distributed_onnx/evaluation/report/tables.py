@@ -405,6 +405,10 @@ CSS = (
     "{text-align:left}.checkpoints td{text-align:left;font-family:ui-monospace,monospace;font-size:85%;"
     "word-break:break-all}.off-scale{color:#a61b1b}details.checkpoint{margin:.6em 0}details.checkpoint>summary"
     "{font-size:120%;font-weight:600;cursor:pointer}td.wrap{white-space:normal;overflow-wrap:anywhere}"
+    # The live report's tables of counts and failures: smaller, long names and messages broken, headers centred.
+    "table.fit{font-size:85%}table.fit td,table.fit th{padding:2px 5px}table.fit th{text-align:center}"
+    "table.reasons td{text-align:left}table.reasons td:first-child,table.reasons td:last-child"
+    "{overflow-wrap:anywhere}"
     ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:3px 14px;font-size:90%}"
     ".settings .key{font-weight:600}.settings .value{font-family:ui-monospace,monospace;word-break:break-all}"
     ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 12px;font-size:90%}"
