@@ -6,7 +6,8 @@ models").
 bundled data, four windows, on the shared local Ray. Headless Chromium opens report.html at 1280 px and measures:
 no horizontal scroll, of the page or of any table; every checkpoint's sha256 in the provenance and a details
 section for each checkpoint after the first; and the y axes of the skill by lead, the score by origin and the
-forecast fans drawn for the other models, with the far-off one named "off the scale" on the figure and beside it.
+forecast fans drawn for the other models, with the far-off one named "off the scale" on the figure and beside it,
+and the fans' y label not clipped.
 
 Before: the skill axis went to -3,500, the fans' to 3,000,000 (every other curve a flat line), the pairwise table
 scrolled sideways, and the provenance named the first checkpoint only.
@@ -19,12 +20,14 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from browser import measured_dom, needs_chromium
 from conftest import start_test_ray
 from graphs import write_report_models
 
 from distributed_onnx import cli
+from distributed_onnx.evaluation.report import plots as report_plots
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +71,11 @@ b.setAttribute('data-skill', after('Skill by lead, every model'));
 b.setAttribute('data-origin', after('Score by forecast origin, every model'));
 var fans = document.querySelectorAll('figure.fan'), seen = [];
 for (var f = 0; f < fans.length; f++) {
-  var values = ticks(fans[f].querySelector('svg'));
-  seen.push(Math.max.apply(null, values) + ' ' + fans[f].textContent);
+  var svg = fans[f].querySelector('svg'), values = ticks(svg), texts = svg.querySelectorAll('text'), cut = 0;
+  for (var t = 0; t < texts.length; t++) {  /* how far any text (the y label, a tick label) lies left of the figure */
+    cut = Math.max(cut, svg.getBoundingClientRect().left - texts[t].getBoundingClientRect().left);
+  }
+  seen.push(Math.max.apply(null, values) + ' ' + Math.round(cut) + ' ' + fans[f].textContent);
 }
 b.setAttribute('data-fans', seen.join(' | '));
 var heads2 = document.querySelectorAll('h2'), provenance = '';
@@ -115,6 +121,10 @@ def test_every_checkpoint_has_its_provenance_and_its_details(run: tuple[Path, di
     for name, record in models.items():
         assert name in seen["provenance"] and record["sha256"] in seen["provenance"], name
     assert seen["details"].split() == list(models)[1:]  # the first checkpoint's are the page's own sections
+    # Each checkpoint's calibration drawn, also where its coverage is 0 (the copies' intervals have no width):
+    # a coverage of 0 was taken for no coverage at all.
+    page = (output / "report.html").read_text()
+    assert page.count("<h3>Calibration of the central intervals</h3>") == 3 and "(no central intervals" not in page
 
 
 def test_a_far_off_model_is_named_off_the_scale_and_the_axes_show_the_others(
@@ -130,7 +140,26 @@ def test_a_far_off_model_is_named_off_the_scale_and_the_axes_show_the_others(
     fans = seen["fans"].split(" | ")
     assert fans
     for fan in fans:
-        top, text = fan.split(" ", 1)
+        top, cut, text = fan.split(" ", 2)
+        assert int(cut) <= 0, fan[:300]  # the y label and tick labels whole, not clipped at the figure's left
         assert float(top) < 100_000, fan[:300]  # the data are 20k-40k MW; the far-off median near 3M
         assert f"off the scale: {FAR_OFF}" in text and f"{FAR_OFF} median (off the scale)" in text
     assert re.search(r"\bfar_off\b", seen["provenance"])
+
+
+def test_the_fans_y_label_and_ticks_are_whole_for_data_of_six_digits(tmp_path: Path) -> None:
+    """Data from -300,000 to 300,000 (no model off the scale): before, the tick labels ("-300000") pushed the y
+    label 12 px past the figure's left edge, where the page cut it."""
+    needs_chromium()
+    history, actual = np.linspace(-300_000, 300_000, 48), np.linspace(-310_000, 290_000, 48)
+    band = (0.1, 0.9, actual - 5e3, actual + 5e3, False)
+    fan = report_plots.Fan("", 0, 1_800_000_000, history, actual, [band], actual)
+    page = tmp_path / "fan.html"
+    page.write_text(f"<!doctype html><html><body><figure>{report_plots.FanCanvas().draw(fan)}</figure></body></html>")
+    script = (
+        "var svg = document.querySelector('svg'), texts = svg.querySelectorAll('text'), cut = 0;"
+        "for (var t = 0; t < texts.length; t++)"
+        "  cut = Math.max(cut, svg.getBoundingClientRect().left - texts[t].getBoundingClientRect().left);"
+        "document.body.setAttribute('data-cut', String(Math.round(cut)));"
+    )
+    assert measured_dom(page, script, 1280)["cut"] == "0"

@@ -277,7 +277,8 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
     # A model far off (skill -370) would flatten every other curve: it is left off the scale and named.
     scale = report_plots.robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
     with rc_context(_RC):
-        figure, (axis,) = _figure(10.5, 3.9, bottom_in=1.0)
+        height_in, bottom_in, anchor = report_plots.legend_below(len(skills) + 1, 2.58)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
         for model, (index, skill) in skills.items():
             label = model + (" (off the scale)" if model in scale.off else "")
             axis.plot(leads, skill, color=palette(index % 10), lw=1.5, label=label)
@@ -288,7 +289,7 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
         axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
         axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
         # Below the axes, never on a curve: the legend's place does not depend on the data.
-        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
     return _svg(figure) + off_scale_hint(scale)
 
 

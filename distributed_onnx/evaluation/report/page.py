@@ -237,7 +237,9 @@ def lead_label(step_us: int | None) -> str:
 def _calibration(
     scores: Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
 ) -> str:
-    intervals = [(low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low)]
+    intervals = [
+        (low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low) is not None
+    ]
     if not intervals:
         return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
     nominal = np.array([1 - 2 * low for low, _ in intervals])

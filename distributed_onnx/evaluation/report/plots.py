@@ -109,6 +109,14 @@ def mark_off_scale(axis: Axes, scale: Scale) -> None:
                   color=OFF_SCALE_COLOR)  # fmt: skip
 
 
+def legend_below(entries: int, axes_height_in: float, ncols: int = 4) -> tuple[float, float, float]:
+    """The figure's height and bottom margin (inches) and the legend's anchor (in axes heights) for a legend of
+    ``entries`` under axes ``axes_height_in`` tall: the margin grows with the legend's rows (a fixed one cut the
+    third row of 8 models off)."""
+    bottom_in = 0.55 + 0.2 * max(1, -(-entries // ncols))
+    return axes_height_in + 0.32 + bottom_in, bottom_in, -0.5 / axes_height_in
+
+
 def _compact(value: float, _position: object = None) -> str:
     """A tick label of at most 5 characters: 32k, 1.5M; no offset or exponent text apart from the ticks."""
     magnitude = abs(value)
@@ -402,7 +410,8 @@ def score_by_origin(origins_us: np.ndarray, curves: Mapping[str, np.ndarray], me
     times = np.asarray(origins_us, dtype=np.int64).astype("datetime64[us]")
     scale = robust_scale([np.zeros(1)], {name: [values] for name, values in curves.items()})
     with rc_context(_RC):
-        figure, (axis,) = _figure(10.5, 3.6, bottom_in=1.0)
+        height_in, bottom_in, anchor = legend_below(len(curves), 2.28)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
         for index, (name, values) in enumerate(curves.items()):
             naive = name == "seasonal_naive"
             color = NAIVE_COLOR if naive else palette(index % 10)
@@ -417,5 +426,5 @@ def score_by_origin(origins_us: np.ndarray, curves: Mapping[str, np.ndarray], me
         axis.set_xlabel("forecast origin (UTC)")
         axis.set_ylabel(f"{metric_label} of the origin's windows")
         axis.set_title(f"{metric_label} by forecast origin (each origin's windows scored; lower is better)", loc="left")
-        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
     return _svg(figure)
