@@ -163,3 +163,16 @@ def test_the_fans_y_label_and_ticks_are_whole_for_data_of_six_digits(tmp_path: P
         "document.body.setAttribute('data-cut', String(Math.round(cut)));"
     )
     assert measured_dom(page, script, 1280)["cut"] == "0"
+
+
+def test_the_scale_leaves_off_only_a_model_far_from_the_others() -> None:
+    """Pure logic of :func:`robust_scale`: two close models keep every point; one 100 times off is left off
+    and named; a model alone is never left off; a bad but not far-off model stays on the scale."""
+    close = report_plots.robust_scale([np.zeros(1)], {"a": [np.array([0.2, 0.5])], "b": [np.array([0.3, 0.9])]})
+    assert close.off == () and close.low < 0 and close.high > 0.9
+    far = report_plots.robust_scale(
+        [np.array([0.0, 1.0])], {"a": [np.array([0.8])], "b": [np.array([-3.0])], "far": [np.array([-3000.0])]}
+    )
+    assert far.off == ("far",) and -4 < far.low < -3 and far.note().startswith("off the scale: far (")
+    alone = report_plots.robust_scale([np.zeros(1)], {"far": [np.array([5000.0])]})
+    assert alone.off == () and alone.high > 5000
