@@ -352,8 +352,9 @@ def write_tiny_chronos2_nan(directory: Path, threshold: float, name: str = "nan"
     return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), tiny_chronos2_metadata(**sizes))
 
 
-def season_copy_model(context_length: int = 16, horizon: int = 8) -> onnx.ModelProto:
-    """A Chronos-2-contract graph whose every quantile repeats the last ``horizon`` context steps.
+def season_copy_model(context_length: int = 16, horizon: int = 8, lag: int | None = None) -> onnx.ModelProto:
+    """A Chronos-2-contract graph whose every quantile repeats the last ``horizon`` context steps (or, with
+    ``lag``, the ``horizon`` steps that start ``lag`` steps before the origin).
 
     With the run's seasonality equal to ``horizon`` it is the seasonal naive forecast wherever the naive is
     defined (an unknown context value is 0 in this contract, but the naive is undefined there).
@@ -368,8 +369,8 @@ def season_copy_model(context_length: int = 16, horizon: int = 8) -> onnx.ModelP
     ]
     output = helper.make_tensor_value_info("quantile_preds", f, ["rows", len(NATIVE_QUANTILES), horizon])
     nodes = [
-        _const("starts", np.array([context_length - horizon], dtype=np.int64)),
-        _const("ends", np.array([context_length], dtype=np.int64)),
+        _const("starts", np.array([context_length - (lag or horizon)], dtype=np.int64)),
+        _const("ends", np.array([context_length - (lag or horizon) + horizon], dtype=np.int64)),
         _const("axes", np.array([1], dtype=np.int64)),
         helper.make_node("Slice", ["context", "starts", "ends", "axes"], ["season"]),  # [rows, H]
         helper.make_node("Unsqueeze", ["season", "axes"], ["season3"]),  # [rows, 1, H]
@@ -387,3 +388,45 @@ def write_season_copy(directory: Path, name: str = "season_copy") -> ResolvedChe
     return write_checkpoint(
         directory / f"{name}.onnx", season_copy_model().SerializeToString(), tiny_chronos2_metadata()
     )
+
+
+# --- several real models for the report's many-model checks (tests/test_report_many.py, scripts/report_screenshots.py)
+
+
+def scaled_model(model: onnx.ModelProto, factor: float) -> onnx.ModelProto:
+    """``model`` with its one output multiplied by ``factor``: a real graph whose forecasts are far off."""
+    graph = model.graph
+    output = graph.output[0].name
+    graph.node[-1].output[0] = "unscaled"
+    for node in graph.node:  # the output may be read by no other node; rename defensively all the same
+        node.input[:] = ["unscaled" if name == output else name for name in node.input]
+    factor_node = _const("factor", np.array(factor, dtype=np.float32))
+    graph.node.extend([factor_node, helper.make_node("Mul", ["unscaled", "factor"], [output])])
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_report_models(directory: Path, count: int, horizon: int = 48, context: int = 512) -> list[Path]:
+    """``count`` (2 to 8) checkpoints of the bundled half-hourly data's resolution and of the bundled reference
+    checkpoint's context, forecasting ``horizon`` steps: the reference checkpoint, then small real graphs (copies
+    of the day, two days or a week before, the mean of the context), and from 4 models on one deliberately far
+    off (the mean scaled by 100)."""
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+    metadata = tiny_chronos2_metadata(context_length=context, output_patch_size=horizon, horizon_patches=1)
+    mean = tiny_chronos2_model(context_length=context, output_patch_size=horizon, horizon_patches=1)
+    graphs: list[tuple[str, onnx.ModelProto]] = [
+        ("week_before", season_copy_model(context, horizon, lag=7 * horizon)),
+        ("far_off", scaled_model(tiny_chronos2_model(context, horizon, 1), 100.0)),
+        ("day_before_plus_5pct", scaled_model(season_copy_model(context, horizon, lag=horizon), 1.05)),
+        ("context_mean", mean),
+        ("two_days_before", season_copy_model(context, horizon, lag=2 * horizon)),
+        ("day_before", season_copy_model(context, horizon, lag=horizon)),
+        ("three_days_before", season_copy_model(context, horizon, lag=3 * horizon)),
+    ]
+    if count < 4:
+        graphs = [graph for graph in graphs if graph[0] != "far_off"]
+    paths = [REFERENCE_CHECKPOINT]
+    for name, model in graphs[: count - 1]:
+        paths.append(write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), metadata).weights_path)
+    return paths

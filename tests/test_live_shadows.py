@@ -95,7 +95,7 @@ def test_shadow_failures_and_nonfinite_forecasts_are_counted_per_model_and_score
     pairs = {entry["scored_with"]: entry["left_out"] for entry in result.summary["pairs"]}
     assert pairs["nan,primary"]["nan"]["nonfinite_windows"] == 3  # as the backtest leaves them out
     report = (tmp_path / "score" / "report.html").read_text()
-    assert "shadow failed" in report and "shadow NaN/inf" in report
+    assert "<th colspan='2'>shadow</th>" in report and "<th>failed</th><th>NaN/inf</th>" in report
 
 
 def test_the_log_and_shadow_work_of_an_answer_runs_off_the_event_loop(tmp_path: Path) -> None:

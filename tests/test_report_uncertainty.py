@@ -74,7 +74,7 @@ def test_identical_forecasts_are_named_and_the_verdict_leads_the_page(tmp_path: 
     assert sure.identical == [["good", "copy"]]
     page = Path(write_report(tmp_path, panel_summary(scores), scores.to_table(), QUANTILES, [], board,
                              pair_scores=scores, step_us=STEP_US)).read_text()  # fmt: skip
-    assert "identical forecasts</td>" in page and "Identical forecasts: good, copy" in page
+    assert "title='identical forecasts'>same</td>" in page and "Same: identical forecasts (good, copy;" in page
     verdict = page.index("class='verdict'")
     assert verdict < page.index("<h2>Leaderboard</h2>")
     assert "identical forecasts from copy" in page[verdict : verdict + 600]

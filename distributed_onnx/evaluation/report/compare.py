@@ -176,57 +176,72 @@ def _interval_text(uncertainty: Uncertainty | None) -> str:
 
 
 def _pairwise(board: pa.Table, models: Sequence[str], metric: str, uncertainty: Uncertainty | None = None) -> str:
+    """A matrix, row model against column model: the win rate over the p-value, columns numbered as the rows.
+
+    Numbered columns, one short line per value and the DM statistic in the cell's tooltip: the table fits a
+    1280 px window at any number of models (with the models' names as column heads and the test spelled out in
+    each cell, four models scrolled sideways and wrapped each cell over five lines).
+    """
     wins = {(row["model"], row["versus"]): row for row in _rows(board, "win_rate") if row["metric"] == metric}
     tests = {(row["model"], row["versus"]): row for row in _rows(board, "dm") if row["metric"] == metric}
     if not wins:
         return ""
-    head = "".join(f"<th>vs {escape(model)}</th>" for model in models)
+    head = "".join(f"<th title='{escape(model)}'>{number_}</th>" for number_, model in enumerate(models, start=1))
     body = ""
-    for a in models:
+    for row_number, a in enumerate(models, start=1):
         cells = ""
         for b in models:
             if a == b:
                 cells += "<td>-</td>"
                 continue
             if uncertainty is not None and uncertainty.same_forecasts(a, b):
-                cells += "<td class='same'>identical forecasts</td>"
+                cells += "<td class='same' title='identical forecasts'>same</td>"
                 continue
             win, test = wins.get((a, b)), tests.get((a, b))
             p_value = None if test is None else test["p_value"]
             significant = p_value is not None and np.isfinite(p_value) and p_value < 0.05
-            star = " *" if significant else ""
             statistic = None if test is None else test["statistic"]
             cells += (
-                f"<td>{number(None if win is None else win['value'], 3)}<br>"
-                f"<span class='{'dm strong' if significant else 'dm'}'>DM {number(statistic, 3)}, "
-                f"p {number(p_value, 2)}{star}</span></td>"
+                f"<td title='{escape(a)} vs {escape(b)}: DM statistic {number(statistic, 3)}'>"
+                f"{number(None if win is None else win['value'], 2)}<br>"
+                f"<span class='{'dm strong' if significant else 'dm'}'>p {_p(p_value)}{'*' if significant else ''}"
+                "</span></td>"
             )
-        body += f"<tr><th>{escape(a)}</th>{cells}</tr>"
+        body += f"<tr><th>{row_number} {escape(a)}</th>{cells}</tr>"
     identical = (
         ""
         if uncertainty is None or not uncertainty.identical
-        else " Identical forecasts: "
+        else " Same: identical forecasts ("
         + "; ".join(", ".join(group) for group in uncertainty.identical)
-        + " (equal sums at every origin and quantile: nothing to compare)."
+        + "; equal sums at every origin and quantile: nothing to compare)."
     )
     return (
-        f"<h3>Pairwise ({metric.upper()})</h3><table><tr><th>model</th>{head}</tr>{body}</table>"
-        "<p class='hint'>Win rate: share of series where the row's model has the lower per-series "
-        f"{metric.upper()} (ties count half). DM: Diebold-Mariano statistic on the per-window-origin "
-        f"{metric.upper()} differences (row minus column; negative favours the row), long-run variance over the "
-        "lags at which multi-step windows overlap (Diebold & Mariano 1995; Bartlett weights if not positive), "
+        f"<h3>Pairwise ({metric.upper()})</h3><table class='pairwise'><tr><th>row model vs column</th>{head}</tr>"
+        f"{body}</table>"
+        "<p class='hint'>Columns are numbered as the rows. Top: win rate, the share of series where the row's "
+        f"model has the lower per-series {metric.upper()} (ties count half). Below: p-value of the Diebold-Mariano "
+        f"test on the per-window-origin {metric.upper()} differences (row minus column; the statistic, negative "
+        "favouring the row, is in each cell's tooltip and in leaderboard.parquet), long-run variance over the lags "
+        "at which multi-step windows overlap (Diebold &amp; Mariano 1995; Bartlett weights if not positive), "
         "Harvey-Leybourne-Newbold 1997 small-sample correction, Student t p-value; * p &lt; 0.05."
         f"{escape(identical)}</p>"
     )
+
+
+def _p(value: float | None) -> str:
+    """A p-value in at most 4 characters: 0.05, 0.6, &lt;1e-3."""
+    if value is None or not np.isfinite(value):
+        return "-"
+    return "&lt;.001" if value < 0.001 else f"{value:.2g}"
 
 
 def by_origin(uncertainty: Uncertainty | None, models: Sequence[str], metric_label: str) -> str:
     """Each model's score per forecast origin (the fev convention's per-window score), over time."""
     if uncertainty is None or not uncertainty.per_origin or uncertainty.n_origins < 2:
         return "<p>(fewer than two forecast origins: nothing to draw by origin)</p>"
-    return report_plots.score_by_origin(
-        uncertainty.origins_us, {model: uncertainty.per_origin[model] for model in models}, metric_label
-    )
+    curves = {model: uncertainty.per_origin[model] for model in models}
+    scale = report_plots.robust_scale([np.zeros(1)], {model: [values] for model, values in curves.items()})
+    return report_plots.score_by_origin(uncertainty.origins_us, curves, metric_label) + off_scale_hint(scale)
 
 
 def pairs_section(summary: dict[str, Any]) -> str:
@@ -253,22 +268,34 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
         return "<p>(no metrics by lead)</p>"
     leads, naive = reference
     palette = colormaps["tab10"]
-    with rc_context(_RC):
-        figure, (axis,) = _figure(10.5, 3.9, bottom_in=1.0)
-        for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
-            found = scores.by_lead(model, metric)
-            if found is None:
-                continue
+    skills: dict[str, tuple[int, np.ndarray]] = {}
+    for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
+        found = scores.by_lead(model, metric)
+        if found is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
-                axis.plot(leads, 1 - found[1] / naive, color=palette(index % 10), lw=1.5, label=model)
+                skills[model] = (index, 1 - found[1] / naive)
+    # A model far off (skill -370) would flatten every other curve: it is left off the scale and named.
+    scale = report_plots.robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
+    with rc_context(_RC):
+        height_in, bottom_in, anchor = report_plots.legend_below(len(skills) + 1, 2.58)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
+        for model, (index, skill) in skills.items():
+            label = model + (" (off the scale)" if model in scale.off else "")
+            axis.plot(leads, skill, color=palette(index % 10), lw=1.5, label=label)
         axis.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
-        axis.set_ylim(top=1)
+        axis.set_ylim(scale.low, 1)
+        report_plots.mark_off_scale(axis, scale)
         axis.set_xlabel(lead_label)
         axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
         axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
         # Below the axes, never on a curve: the legend's place does not depend on the data.
-        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
-    return _svg(figure)
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
+    return _svg(figure) + off_scale_hint(scale)
+
+
+def off_scale_hint(scale: report_plots.Scale) -> str:
+    """Beside a figure, the models it left off its scale (also named inside it)."""
+    return f"<p class='hint off-scale'>{escape(scale.note().capitalize())}.</p>" if scale.off else ""
 
 
 def calibration_table(scores: Scores, models: Sequence[str], quantiles: Sequence[float]) -> str:

@@ -4,8 +4,8 @@ From top to bottom: the leaderboard of every model of the run (:mod:`.compare`: 
 tests, pairs left out, skill by lead and calibration of each model), then for the first checkpoint its headline
 scores against the seasonal-naive baseline, forecast fans of the windows the
 run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
-per-series table ranked by MASE, throughput, and provenance (checkpoint sha256, providers, versions,
-settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib, inline SVG); the page
+per-series table ranked by MASE, each other checkpoint's own scores, skill, calibration and series (folded),
+throughput, and provenance (every checkpoint's sha256 and path, providers, versions, settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib, inline SVG); the page
 has no external resource. The report reads no forecast part itself: the run hands it the few
 :class:`FanWindow` it chose, so its cost does not grow with the run.
 """
@@ -93,13 +93,14 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         report_tables.headline(scores, model),
         "<h2>Forecasts</h2>",
-        _fans(fans, quantiles, clamped),
+        _fans(fans, quantiles, clamped, model),
         "<h2>Skill by lead</h2>",
         _skill(scores, model, step_us),
         "<h2>Calibration of the central intervals</h2>",
         _calibration(scores, model, quantiles, clamped, lead_label(step_us)),
         "<h2>Series, ranked by MASE</h2>",
         report_tables.series_table(scores, model),
+        *_other_checkpoints(scores, checkpoints[1:] if model in checkpoints else [], quantiles, clamped, step_us),
         "<h2>Throughput</h2>",
         report_tables.throughput(summary),
         "<h2>Provenance</h2>",
@@ -109,6 +110,30 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         + "</pre></details>",
     ]
     return write_page(output, f"Backtest of {title}", sections)
+
+
+def _other_checkpoints(
+    scores: Scores, others: Sequence[str], quantiles: Sequence[float], clamped: dict[float, float], step_us: int | None
+) -> list[str]:
+    """The details of every checkpoint after the first (headline, skill by lead, calibration, series), each
+    folded: the first checkpoint's are the sections above, and the leaderboard compares them all."""
+    if not others:
+        return []
+    sections = ["<h2>Every other checkpoint</h2>"]
+    for name in others:
+        sections.append(
+            f"<details class='checkpoint'><summary>{escape(name)}: scores, skill by lead, calibration, series"
+            "</summary>"
+            + report_tables.headline(scores, name)
+            + "<h3>Skill by lead</h3>"
+            + _skill(scores, name, step_us)
+            + "<h3>Calibration of the central intervals</h3>"
+            + _calibration(scores, name, quantiles, clamped, lead_label(step_us))
+            + "<h3>Series, ranked by MASE</h3>"
+            + report_tables.series_table(scores, name, search=False)
+            + "</details>"
+        )
+    return sections
 
 
 def write_page(output: storage.Location, title: str, sections: Sequence[str]) -> storage.Location:
@@ -143,7 +168,7 @@ def _lede(summary: dict[str, Any], step_us: int | None) -> str:
     )
 
 
-def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float]) -> str:
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float], model: str) -> str:
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
     canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
@@ -172,6 +197,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
             bands,
             by_level.get(0.5),
             sorted(window.others.items()),
+            model,
         )
         figures.append(
             f"<figure class='fan'><figcaption>{escape(fan.title)}</figcaption>{canvas.draw(fan)}"
@@ -213,7 +239,9 @@ def lead_label(step_us: int | None) -> str:
 def _calibration(
     scores: Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
 ) -> str:
-    intervals = [(low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low)]
+    intervals = [
+        (low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low) is not None
+    ]
     if not intervals:
         return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
     nominal = np.array([1 - 2 * low for low, _ in intervals])

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
@@ -44,6 +45,90 @@ _RC: dict[RcKeyType, Any] = {
 }
 
 
+#: A model is drawn off the scale when keeping it would stretch the axis to more than this many times the span of
+#: everything else (a model off by 100x flattened every other curve into a line at 0).
+OFF_SCALE_FACTOR = 5.0
+OFF_SCALE_COLOR = "#a61b1b"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The y limits a figure draws, and the models left off them (named on the figure and beside it)."""
+
+    low: float
+    high: float
+    off: tuple[str, ...] = ()
+
+    def note(self) -> str:
+        """The sentence that names the models off the scale ("" when none is)."""
+        if not self.off:
+            return ""
+        return f"off the scale: {', '.join(self.off)} (the axis shows the other models)"
+
+
+def _span(values: Sequence[np.ndarray]) -> tuple[float, float] | None:
+    finite = [v[np.isfinite(v)] for v in (np.asarray(x, float).ravel() for x in values)]
+    finite = [v for v in finite if v.size]
+    if not finite:
+        return None
+    return min(float(v.min()) for v in finite), max(float(v.max()) for v in finite)
+
+
+def robust_scale(anchors: Sequence[np.ndarray], curves: Mapping[str, Sequence[np.ndarray]]) -> Scale:
+    """Y limits that every ``anchors`` value and every model's ``curves`` fit, except the models far off.
+
+    A model is left off (the worst first, one at a time) while keeping it would stretch the span of the anchors and
+    the other models more than :data:`OFF_SCALE_FACTOR` times; the last model is never left off. Deterministic and
+    free of quantiles, so it holds with two models as with eight. The limits get a 5% margin.
+    """
+    kept = {name: list(values) for name, values in curves.items() if _span(list(values)) is not None}
+    off: list[str] = []
+    while len(kept) > 1:
+        whole = _span([*anchors, *(v for values in kept.values() for v in values)])
+        assert whole is not None
+        stretch = {}
+        for name in kept:
+            rest = _span([*anchors, *(v for other, values in kept.items() if other != name for v in values)])
+            if rest is None or rest[1] <= rest[0]:
+                continue
+            stretch[name] = (whole[1] - whole[0]) / (rest[1] - rest[0])
+        worst = max(stretch, key=lambda name: stretch[name], default=None)
+        if worst is None or stretch[worst] <= OFF_SCALE_FACTOR:
+            break
+        off.append(worst)
+        del kept[worst]
+    span = _span([*anchors, *(v for values in kept.values() for v in values)]) or (0.0, 1.0)
+    margin = 0.05 * (span[1] - span[0]) or 0.5 * abs(span[0]) or 1.0
+    return Scale(span[0] - margin, span[1] + margin, tuple(off))
+
+
+def mark_off_scale(axis: Axes, scale: Scale) -> None:
+    """Name the models off the scale on the figure: above the axes, right (the title is left), never on a curve."""
+    if scale.off:
+        axis.text(1.0, 1.02, scale.note(), transform=axis.transAxes, ha="right", va="bottom", fontsize=8,
+                  color=OFF_SCALE_COLOR)  # fmt: skip
+
+
+def legend_below(entries: int, axes_height_in: float, ncols: int = 4) -> tuple[float, float, float]:
+    """The figure's height and bottom margin (inches) and the legend's anchor (in axes heights) for a legend of
+    ``entries`` under axes ``axes_height_in`` tall: the margin grows with the legend's rows (a fixed one cut the
+    third row of 8 models off)."""
+    bottom_in = 0.55 + 0.2 * max(1, -(-entries // ncols))
+    return axes_height_in + 0.32 + bottom_in, bottom_in, -0.5 / axes_height_in
+
+
+def _compact(value: float, _position: object = None) -> str:
+    """A tick label of at most 5 characters: 32k, 1.5M; no offset or exponent text apart from the ticks."""
+    magnitude = abs(value)
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= size:
+            return f"{value / size:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+COMPACT = FuncFormatter(_compact)
+
+
 @dataclass(frozen=True)
 class Fan:
     """What one fan figure draws: the window's arrays and its texts (see report.FanWindow)."""
@@ -57,6 +142,23 @@ class Fan:
     median: np.ndarray | None
     #: The run's other models on the same window: (name, median [H]), drawn as lines over the fan.
     others: Sequence[tuple[str, np.ndarray]] = ()
+    #: The model whose fan (bands and median) this is: named when its fan is off the scale.
+    model: str = "model"
+
+
+def _drawn_history(window: Fan) -> np.ndarray:
+    return window.history[-HISTORY_HORIZONS * max(window.actual.shape[0], 1) :]
+
+
+def fan_scale(window: Fan) -> Scale:
+    """The fan's y limits: the history and actuals drawn, and every model's forecast except those far off."""
+    curves: dict[str, list[np.ndarray]] = {
+        window.model: [*(band[2] for band in window.bands), *(band[3] for band in window.bands)]
+        + ([] if window.median is None else [window.median])
+    }
+    for name, values in window.others:
+        curves.setdefault(name, []).append(values)
+    return robust_scale([_drawn_history(window), window.actual], curves)
 
 
 def _svg(figure: Figure) -> str:
@@ -75,13 +177,14 @@ def _figure(
     bottom_in: float = 0.5,
     gap_in: float = 0.8,
     top_in: float = 0.32,
+    left_in: float = 0.75,
 ) -> tuple[Figure, list[Axes]]:
     """A figure with fixed margins (in inches: room for tick labels, axis labels, titles and a bottom legend).
 
     Fixed, not matplotlib's constrained layout or a tight bounding box: those re-measure every text element
     several times, which more than doubled the report's CPU.
     """
-    left_in, right_in = 0.75, 0.15
+    right_in = 0.15
     with rc_context(_RC):
         figure = Figure(figsize=(width_in, height_in))
         axes = figure.subplots(1, columns, squeeze=False)[0]
@@ -124,18 +227,22 @@ def _band_style(lower: float, clamped: bool, widest: float) -> tuple[str, float]
 
 
 def fan_legend(window: Fan) -> list[LegendEntry]:
-    """What :meth:`FanCanvas.draw` draws for ``window``, in drawing order, with the colours it uses."""
+    """What :meth:`FanCanvas.draw` draws for ``window``, in drawing order, with the colours it uses; a model off
+    the scale (:func:`fan_scale`) says so in its entry."""
     widest = max((1 - 2 * lower for lower, *_ in window.bands), default=1.0)
+    off = set(fan_scale(window).off)
     entries = []
+    mark = " (off the scale)" if window.model in off else ""
     for lower, upper, _, _, clamped in window.bands:
         color, alpha = _band_style(lower, clamped, widest)
         label = f"{1 - 2 * lower:.0%} interval (q{lower:g}-q{upper:g})" + (", clamped" if clamped else "")
-        entries.append(LegendEntry(label, color, "band", alpha))
+        entries.append(LegendEntry(label + mark, color, "band", alpha))
     if window.median is not None:
-        entries.append(LegendEntry("median forecast", MODEL_COLOR))
+        entries.append(LegendEntry("median forecast" + mark, MODEL_COLOR))
     palette = colormaps["tab10"]
     for index, (name, _) in enumerate(window.others):
-        entries.append(LegendEntry(f"{name} median", to_hex(palette((index + 1) % 10)), "dashed"))
+        label = f"{name} median" + (" (off the scale)" if name in off else "")
+        entries.append(LegendEntry(label, to_hex(palette((index + 1) % 10)), "dashed"))
     entries.append(LegendEntry("history", HISTORY_COLOR))
     entries.append(LegendEntry("actual (dots)", ACTUAL_COLOR, "dotted"))
     entries.append(LegendEntry("forecast origin", ORIGIN_COLOR, "dashed"))
@@ -155,9 +262,14 @@ class FanCanvas:
 
     def __init__(self) -> None:
         with rc_context(_RC):
-            self.figure, (self.axis,) = _figure(5.6, 2.9, bottom_in=0.55, top_in=0.12)
+            # The left margin holds compact tick labels (32k, 1.5M) and the y label whole.
+            self.figure, (self.axis,) = _figure(5.6, 2.9, bottom_in=0.55, top_in=0.12, left_in=0.85)
             self.axis.set_xlabel("time (UTC)")
             self.axis.set_ylabel("y (units of the data)")
+            self.axis.yaxis.set_major_formatter(COMPACT)
+            self.note = self.axis.text(0.01, 0.97, "", transform=self.axis.transAxes, ha="left", va="top",
+                                       fontsize=7.5, color=OFF_SCALE_COLOR, zorder=10,
+                                       bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})  # fmt: skip
             locator = AutoDateLocator()  # type: ignore[no-untyped-call]
             self.axis.xaxis.set_major_locator(locator)
             self.axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
@@ -171,7 +283,7 @@ class FanCanvas:
                 artist.remove()
             axis.relim()  # data limits of no data: the new fan's artists set them afresh
             horizon = window.actual.shape[0]
-            history = window.history[-HISTORY_HORIZONS * max(horizon, 1) :]
+            history = _drawn_history(window)
             past = _times(window.origin_us - history.shape[0] * window.step_us, window.step_us, history.shape[0])
             future = _times(window.origin_us, window.step_us, horizon)
             widest = max((1 - 2 * lower for lower, *_ in window.bands), default=1.0)
@@ -188,7 +300,10 @@ class FanCanvas:
             axis.plot(past, history, color=HISTORY_COLOR, lw=1.0)
             axis.plot(future, window.actual, color=ACTUAL_COLOR, lw=0, marker="o", ms=2.2, zorder=4)
             axis.axvline(future[0] if horizon else past[-1], color=ORIGIN_COLOR, ls="--", lw=0.8)
-            axis.autoscale_view()
+            axis.autoscale_view(scaley=False)
+            scale = fan_scale(window)
+            axis.set_ylim(scale.low, scale.high)
+            self.note.set_text(scale.note())
         return _svg(self.figure)
 
 
@@ -293,19 +408,23 @@ def score_by_origin(origins_us: np.ndarray, curves: Mapping[str, np.ndarray], me
     """Each model's score per forecast origin (one point per origin, the fev convention), on a UTC time axis."""
     palette = colormaps["tab10"]
     times = np.asarray(origins_us, dtype=np.int64).astype("datetime64[us]")
+    scale = robust_scale([np.zeros(1)], {name: [values] for name, values in curves.items()})
     with rc_context(_RC):
-        figure, (axis,) = _figure(10.5, 3.6, bottom_in=1.0)
+        height_in, bottom_in, anchor = legend_below(len(curves), 2.28)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
         for index, (name, values) in enumerate(curves.items()):
             naive = name == "seasonal_naive"
             color = NAIVE_COLOR if naive else palette(index % 10)
-            axis.plot(times, values, color=color, lw=1.0 if naive else 1.3, ls="--" if naive else "-", label=name,
+            label = name + (" (off the scale)" if name in scale.off else "")
+            axis.plot(times, values, color=color, lw=1.0 if naive else 1.3, ls="--" if naive else "-", label=label,
                       marker="o" if times.size <= 60 else None, ms=2.5)  # fmt: skip
         locator = AutoDateLocator()  # type: ignore[no-untyped-call]
         axis.xaxis.set_major_locator(locator)
         axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-        axis.set_ylim(bottom=0)
+        axis.set_ylim(0, scale.high)
+        mark_off_scale(axis, scale)
         axis.set_xlabel("forecast origin (UTC)")
         axis.set_ylabel(f"{metric_label} of the origin's windows")
         axis.set_title(f"{metric_label} by forecast origin (each origin's windows scored; lower is better)", loc="left")
-        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=4, frameon=False)
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
     return _svg(figure)

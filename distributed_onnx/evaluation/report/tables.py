@@ -212,11 +212,12 @@ def headline(scores: Scores, model: str) -> str:
     )
 
 
-def series_table(scores: Scores, model: str) -> str:
+def series_table(scores: Scores, model: str, *, search: bool = True) -> str:
     """The per-series section: the distribution over series, then the best and worst (bounded, searchable).
 
     Bounded whatever the number of series (:data:`MAX_TABLE_SERIES` rows at most): every series' scores are
-    in ``metrics.parquet``, and the hint below the table says how to look one up.
+    in ``metrics.parquet``, and the hint below the table says how to look one up. ``search``: the filter box, on
+    the page once (it filters every checkpoint's series table).
     """
     n_series = len(scores.series_ids)
     mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(SEASONAL_NAIVE, "mase")
@@ -257,17 +258,17 @@ def series_table(scores: Scores, model: str) -> str:
         for i in shown.tolist()
     )
     head = "".join(f"<th>{name}</th>" for name in header)
-    search = (
+    search_box = (
         "<p><input type='search' id='series-search' placeholder='filter the rows by series id' "
         "oninput='filterSeries(this.value)'></p>"
-        if n_series > 1
+        if n_series > 1 and search
         else ""
     )
     return (
         _distribution(mase, mase_skill, wql_skill)
         + note
-        + search
-        + f"<div id='series-table'><table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+        + search_box
+        + f"<div class='series-table'><table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
         + "</table></div>"
         + "<p class='hint'>Click a column to sort. Skill = 1 - model/naive. Any series, from Python: "
         "<code>pyarrow.parquet.read_table('metrics.parquet', filters=[('series_id', '=', 'ID')])</code>.</p>"
@@ -349,17 +350,24 @@ def throughput(summary: dict[str, Any]) -> str:
 
 
 def provenance(summary: dict[str, Any]) -> str:
+    """Every checkpoint of the run (name, sha256, path), then the data, versions and settings the run shared."""
     versions = summary.get("versions") or {}
+    checkpoints: dict[str, Any] = summary.get("models") or {
+        str(summary.get("model")): {"checkpoint": summary.get("checkpoint"), "sha256": summary.get("checkpoint_sha256")}
+    }
+    rows = "".join(
+        f"<tr><th>{escape(name)}</th><td>{escape(record.get('sha256') or '(not recorded in the metadata)')}</td>"
+        f"<td>{escape(record.get('checkpoint') or '-')}</td></tr>"
+        for name, record in checkpoints.items()
+    )
+    table = f"<table class='kv checkpoints'><tr><th>checkpoint</th><th>sha256</th><th>path</th></tr>{rows}</table>"
     items: dict[str, Any] = {
-        "model": summary.get("model"),
-        "checkpoint": summary.get("checkpoint"),
-        "checkpoint sha256": summary.get("checkpoint_sha256") or "(not recorded in the metadata)",
         "data": summary.get("data"),
         "run fingerprint": summary.get("run_fingerprint"),
         "providers": _providers(summary.get("actors") or []),
         **{f"{name} version": version for name, version in versions.items()},
     }
-    return _kv_table(items) + "<h3>Settings</h3>" + _settings(summary)
+    return table + _kv_table(items) + "<h3>Settings</h3>" + _settings(summary)
 
 
 def _settings(summary: dict[str, Any]) -> str:
@@ -392,6 +400,15 @@ CSS = (
     "svg{max-width:100%;height:auto}.side{display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap}"
     ".sortable th{cursor:pointer}.notes{background:#fff8e5;border:1px solid #f0d98c;padding:.6em 2em}"
     "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
+    # Tables that must fit 1280 px at any number of models: one short line per value, long names broken.
+    ".pairwise td{white-space:nowrap}.pairwise td,.pairwise th{padding:2px 6px}.pairwise tr>th:first-child"
+    "{text-align:left}.checkpoints td{text-align:left;font-family:ui-monospace,monospace;font-size:85%;"
+    "word-break:break-all}.off-scale{color:#a61b1b}details.checkpoint{margin:.6em 0}details.checkpoint>summary"
+    "{font-size:120%;font-weight:600;cursor:pointer}td.wrap{white-space:normal;overflow-wrap:anywhere}"
+    # The live report's tables of counts and failures: smaller, long names and messages broken, headers centred.
+    "table.fit{font-size:85%}table.fit td,table.fit th{padding:2px 5px}table.fit th{text-align:center}"
+    "table.reasons td{text-align:left}table.reasons td:first-child,table.reasons td:last-child"
+    "{overflow-wrap:anywhere}"
     ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:3px 14px;font-size:90%}"
     ".settings .key{font-weight:600}.settings .value{font-family:ui-monospace,monospace;word-break:break-all}"
     ".settings{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 12px;font-size:90%}"
@@ -405,6 +422,6 @@ SORT_SCRIPT = (
     "return isNaN(n)?(t==='-'?Infinity:t):n}rows.sort(function(a,b){var x=key(a),y=key(b);"
     "return (x<y?-1:x>y?1:0)*(up?1:-1)});rows.forEach(function(r){body.appendChild(r)})})});"
     # Filters the per-series table's rows by a substring of the series id.
-    "function filterSeries(text){text=text.toLowerCase();document.querySelectorAll('#series-table tbody tr')"
+    "function filterSeries(text){text=text.toLowerCase();document.querySelectorAll('.series-table tbody tr')"
     ".forEach(function(r){r.style.display=r.cells[1].textContent.toLowerCase().indexOf(text)<0?'none':''})}"
 )

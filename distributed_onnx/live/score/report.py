@@ -74,10 +74,19 @@ def write_live_report(
     ]
     if versus is not None:
         sections += ["<h2>Live against the backtest</h2>", versus_section(versus)]
+    unscored = []
     for group, group_metrics, group_board in _groups(metrics, leaderboard):
+        if not group_board.num_rows:  # every window of the group was not placeable or is pending: nothing to show
+            unscored.append(f"{group['scored_with'].replace(',', ', ')} (horizon {group['horizon']})")
+            continue
         label = (str(group["scored_with"]), int(group["horizon"]), str(group["quantile_levels"]),
                  int(group["resolution_minutes"]))  # fmt: skip
         sections += _group_sections(group, group_metrics, group_board, summary, by_label.get(label))
+    if unscored:  # said once for every such group: one line per group repeated the same sentence
+        sections.append(
+            f"<p class='hint'>No window scored yet for {escape('; '.join(unscored))}: not placeable or pending "
+            "(the table of forecasts logged above).</p>"
+        )
     if not metrics.num_rows:
         sections.append("<p>(no window has been scored yet: rerun when the actuals have arrived)</p>")
     sections.append(
@@ -120,11 +129,15 @@ def windows_table(summary: dict[str, Any]) -> str:
     models = sorted(set(windows) | set(dropped) | set(failed))
     if not models:
         return "<p>(the log holds no forecast yet)</p>"
-    head = ["model", "logged", "scored", "pending: actuals not arrived", "pending: series not in actuals"]
-    head += [f"not placeable: {reason.replace('_', ' ')}" for reason in _NOT_PLACEABLE]
-    head += ["dropped by the log", "shadow failed", "shadow NaN/inf"]
+    # Two header rows (a group over its short columns): with each column's group repeated in its name, 13
+    # columns scrolled sideways at 1280 px.
+    top = "".join(f"<th rowspan='2'>{name}</th>" for name in ("model", "logged", "scored"))
+    top += "<th colspan='2'>pending</th><th colspan='4'>not placeable</th><th rowspan='2'>dropped by the log</th>"
+    top += "<th colspan='2'>shadow</th>"
+    under = ["actuals not arrived", "series not in actuals", *(r.replace("_", " ") for r in _NOT_PLACEABLE)]
+    under += ["failed", "NaN/inf"]
     body = ""
-    totals = np.zeros(len(head) - 1, dtype=np.int64)
+    totals = np.zeros(11, dtype=np.int64)
     for model in models:
         counts = windows.get(model, {})
         cells = [
@@ -141,8 +154,8 @@ def windows_table(summary: dict[str, Any]) -> str:
     if len(models) > 1:
         body += "<tr><th>all models</th>" + "".join(f"<td>{value}</td>" for value in totals.tolist()) + "</tr>"
     return (
-        "<table><tr>"
-        + "".join(f"<th>{escape(name)}</th>" for name in head)
+        f"<table class='fit'><tr>{top}</tr><tr>"
+        + "".join(f"<th>{escape(name)}</th>" for name in under)
         + f"</tr>{body}</table><p class='hint'>A window is one series of one request, for one model. Pending "
         "windows are looked at again on the next run; not placeable ones are never scored: no <code>start</code> "
         "in the request (no timestamps), an origin before the series' first actual, or off its grid. Dropped: "
@@ -256,11 +269,6 @@ def _group_sections(
     group: dict[str, Any], metrics: pa.Table, board: pa.Table, summary: dict[str, Any], pair_scores: PairScores | None
 ) -> list[str]:
     checkpoints = str(group["scored_with"]).split(",")
-    if not board.num_rows:  # every window of the group was not placeable or is pending: nothing scored to show
-        return [
-            f"<p class='hint'>{escape(', '.join(checkpoints))}, horizon {group['horizon']}: no window scored yet "
-            "(not placeable or pending: the table of forecasts logged above).</p>"
-        ]
     models = [*checkpoints, *BASELINES]
     scores = Scores(metrics)
     step_us = int(group["resolution_minutes"]) * _US_PER_MINUTE

@@ -30,8 +30,11 @@ def requests_table(summary: dict[str, Any]) -> str:
     unattributed = requests.get("unattributed") or {}
     if unattributed.get("requests"):
         rows.append(("(model not known)", unattributed))
-    head = ["model", "requests", "answered", *(f"failed: {kind.replace('_', ' ')}" for kind in KINDS)]
-    head += ["failure rate", "failure rows dropped by the log"]
+    # Two header rows, "failed" over its kinds: each kind's column named "failed: ..." scrolled sideways at 1280 px.
+    top = "".join(f"<th rowspan='2'>{name}</th>" for name in ("model", "requests", "answered"))
+    top += f"<th colspan='{len(KINDS)}'>failed</th>"
+    top += "".join(f"<th rowspan='2'>{name}</th>" for name in ("failure rate", "failure rows dropped by the log"))
+    under = "".join(f"<th>{escape(kind.replace('_', ' '))}</th>" for kind in KINDS)
     body = ""
     for model, counts in rows:
         rate = counts.get("failure_rate")
@@ -40,9 +43,8 @@ def requests_table(summary: dict[str, Any]) -> str:
         cells += ["-" if rate is None else f"{100 * rate:.2f}%", counts.get("failure_rows_dropped", 0)]
         body += f"<tr><th>{escape(model)}</th>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>"
     return (
-        "<table><tr>"
-        + "".join(f"<th>{escape(name)}</th>" for name in head)
-        + f"</tr>{body}</table><p class='hint'>Requests the service answered or failed, by the replicas' own "
+        f"<table class='fit'><tr>{top}</tr><tr>{under}</tr>{body}</table>"
+        "<p class='hint'>Requests the service answered or failed, by the replicas' own "
         "counts. Failure rate = failed / requests. Validation: refused as invalid (4xx); admission: the replica "
         "was full (503 + Retry-After); model error: the model failed on valid input (500); internal: any other "
         "5xx; cancelled: the client went away. Model not known: failed before a served model was named (a body "
@@ -68,11 +70,12 @@ def reasons_table(reasons: pa.Table | None) -> str:
             row["message"],
         ]
         body += "<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in cells) + "</tr>"
+    # Where and when in one column each, the message left-aligned and wrapped: nine columns scrolled sideways.
     head = ["model", "kind", "reason", "status", "protocol", "endpoint", "count", "last", "latest message"]
     more = reasons.num_rows - MAX_REASONS
     note = f" {more} more reasons in failures.parquet." if more > 0 else ""
     return (
-        "<table><tr>"
+        "<table class='fit reasons'><tr>"
         + "".join(f"<th>{name}</th>" for name in head)
         + f"</tr>{body}</table><p class='hint'>From the log's failures table (one row per failed request, "
         f"never its body), grouped; all of it in failures.parquet.{note}</p>"
