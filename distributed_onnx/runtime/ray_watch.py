@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,14 @@ def _status(pid: int) -> str | None:
     """The process state letter of ``pid`` (``Z`` a zombie), or None when it is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot: /proc's field 22), to tell it from a later process of that pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
 
@@ -80,39 +88,66 @@ class RayWatch:
 
     #: The embedded Ray's vital processes (pid -> name); empty when joined to a cluster.
     processes: dict[int, str] = field(default_factory=dict)
+    #: The process that started the embedded Ray: its tree is remembered every ``remember_every_s`` while Ray is
+    #: there, since a killed raylet's workers are no longer in it once it is lost (they are re-parented).
+    root: int | None = None
+    remember_every_s: float = 5.0
     #: The cluster's GCS ``host:port`` when joined to one.
     gcs_address: str | None = None
     grace_s: float = CLUSTER_GRACE_S
+    #: Seconds between two probes of the GCS (a TCP connect each): :meth:`lost` is polled more often.
+    probe_every_s: float = 2.0
     probe: Callable[[str], bool] = gcs_answers
     clock: Callable[[], float] = time.monotonic
     _silent_since: float | None = None
+    _probed_at: float | None = None
+    _tree: dict[int, str | None] = field(default_factory=dict)
+    _remembered_at: float | None = None
 
     @classmethod
     def embedded(cls, parent: int | None = None) -> RayWatch:
         """The watch of the Ray this process started (its children, read now: call it once Ray is up)."""
-        return cls(processes=vital_children(os.getpid() if parent is None else parent))
+        root = os.getpid() if parent is None else parent
+        watch = cls(processes=vital_children(root), root=root)
+        watch._remember()
+        return watch
 
     def lost(self) -> str | None:
         for pid, name in self.processes.items():
             if _status(pid) in (None, "Z", "X"):
                 return f"the embedded Ray's {name} (pid {pid}) exited"
+        now = self.clock()
+        if self._remembered_at is None or now - self._remembered_at >= self.remember_every_s:
+            self._remember()
         if self.gcs_address is None:
             return None
+        if self._probed_at is not None and now - self._probed_at < self.probe_every_s:
+            return None
+        self._probed_at = now
         if self.probe(self.gcs_address):
             self._silent_since = None
             return None
-        now = self.clock()
         if self._silent_since is None:
             self._silent_since = now
         if now - self._silent_since >= self.grace_s:
             return f"the Ray cluster's GCS at {self.gcs_address} has not answered for {self.grace_s:.0f} s"
         return None
 
+    def _remember(self) -> None:
+        if self.root is not None:
+            self._remembered_at = self.clock()
+            self._tree = {pid: _start_time(pid) for pid in process_tree(self.root) - {self.root}}
 
-def stop_process_tree(root: int, timeout_s: float = 3.0) -> list[int]:
-    """SIGTERM every descendant of ``root`` (not ``root``), SIGKILL those left after ``timeout_s``; returns those
-    that still had not exited (zombies excepted) after the SIGKILL."""
-    descendants = process_tree(root) - {root}
+    def remembered(self) -> set[int]:
+        """The processes of the embedded Ray's tree when last remembered that still run (the same processes: the
+        pid's start time unchanged)."""
+        return {pid for pid, started in self._tree.items() if started is not None and _start_time(pid) == started}
+
+
+def stop_process_tree(root: int, timeout_s: float = 3.0, also: Iterable[int] = ()) -> list[int]:
+    """SIGTERM every descendant of ``root`` (not ``root``) and ``also``, SIGKILL those left after ``timeout_s``;
+    returns those that still had not exited (zombies excepted) after the SIGKILL."""
+    descendants = (process_tree(root) | set(also)) - {root}
     for pid in descendants:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s

@@ -7,7 +7,10 @@ What can be checked before Ray starts is checked first (:func:`preflight`: the c
 are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a wrong Ray
 costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs. Once an embedded
 deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
-for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`).
+for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`). While it serves,
+the main loop polls a :class:`~distributed_onnx.runtime.ray_watch.RayWatch`: a Ray that went away (GCS or raylet
+killed) is one ``error:`` line and exit 3, what is left of the embedded Ray stopped (:func:`abandon`), before Ray's
+own core would abort the process a minute later.
 """
 
 from __future__ import annotations
@@ -145,18 +148,19 @@ def stop(started_ray: bool, deployed: bool = True) -> None:
 
 def watch_ray(started_ray: bool) -> RayWatch:
     """The watch of the Ray ``serve`` runs on (its own processes when embedded, else the cluster's GCS)."""
-    if started_ray:
-        return RayWatch.embedded()
-    return RayWatch(gcs_address=ray.get_runtime_context().gcs_address)
+    watch = RayWatch.embedded() if started_ray else RayWatch()
+    if not watch.processes:  # a cluster, or no /proc to read the embedded Ray's processes from
+        watch.gcs_address = ray.get_runtime_context().gcs_address
+    return watch
 
 
-def abandon(started_ray: bool) -> None:
+def abandon(started_ray: bool, watch: RayWatch | None) -> None:
     """Stop what is left of a lost Ray without asking it (``serve.delete`` and ``ray.shutdown`` would wait on the
     dead GCS, until Ray's core aborts the process): the embedded instance's processes are stopped by signal, and
     ``ray.shutdown`` is taken off the exit handlers."""
     atexit.unregister(ray.shutdown)
     if started_ray:
-        left = stop_process_tree(os.getpid())
+        left = stop_process_tree(os.getpid(), also=watch.remembered() if watch is not None else ())
         if left:
             logger.warning("Processes of the embedded Ray still running after SIGKILL: %s", left)
 
@@ -239,6 +243,7 @@ def serve_forever(settings: ServeSettings) -> int:
     started_ray = False
     deployed = False
     lost = False
+    watch: RayWatch | None = None
     preflight(settings)
     plan = choose_ingress(settings)
     # Serve's processes read the ingress switches (and the gRPC message limit) from their environment when they
@@ -259,6 +264,7 @@ def serve_forever(settings: ServeSettings) -> int:
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
+        watch = watch_ray(started_ray)  # before the ready line: its processes read while they all run
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
             served_models(settings),
@@ -271,7 +277,6 @@ def serve_forever(settings: ServeSettings) -> int:
             f"{served_models(settings)}; ingress: {plan.mode}, {settings.replica_words()}; Ctrl-C or SIGTERM stops",
             flush=True,
         )
-        watch = watch_ray(started_ray)
         while not stop_requested.wait(0.5):
             reason = watch.lost()
             if reason is not None:
@@ -281,7 +286,7 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if lost:
-            abandon(started_ray)
+            abandon(started_ray, watch)
         elif deployed or started_ray:
             stop(started_ray, deployed)
     return 0
