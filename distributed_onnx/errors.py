@@ -36,6 +36,7 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
     │   │   └── RayStartError          Ray could not be started or joined (the Python API's ray.init)
     │   ├── UnsupportedRayError        the installed Ray lacks a private part this package relies on (names it
     │   │                              and the Ray version tested)
+    │   ├── RayLostError               the Ray under a running ``serve`` went away (names the process or GCS)
     │   └── LoopbackError              the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
     └── BatchError                     exit 1: dispatched work failed (names the parts; their windows are listed)
 
@@ -192,6 +193,10 @@ class WorkerStartError(EnvironmentFailedError):
 
 class UnsupportedRayError(EnvironmentFailedError):
     """The installed Ray lacks a private or experimental part the package relies on (``runtime/ray_private.py``)."""
+
+
+class RayLostError(EnvironmentFailedError):
+    """The Ray a running command relied on went away (its GCS or raylet stopped): ``runtime/ray_watch.py``."""
 
 
 class LoopbackError(EnvironmentFailedError):

@@ -141,6 +141,26 @@ def test_docs_load_their_assets_from_the_server_itself(client: httpx.Client) -> 
     assert b"SwaggerUIBundle" in client.get(next(a for a in assets if a.endswith(".js"))).content
 
 
+def test_docs_list_forecast_first_with_a_real_example_body_that_a_replica_answers(client: httpx.Client) -> None:
+    """Issue 46: /docs listed /v1/forecast last, with no example body. The example is the README's request (the
+    bundled series where its actuals are, checked by test_readme_serve.py) and validates, and a replica answers it."""
+    from test_readme_serve import _serve_request
+
+    from distributed_onnx.serve.wire.schemas import ForecastRequest
+
+    spec = client.get("/openapi.json").json()
+    assert next(iter(spec["paths"])) == "/v1/forecast", list(spec["paths"])
+    media = spec["paths"]["/v1/forecast"]["post"]["requestBody"]["content"]["application/json"]
+    example = media["examples"]["taylor_ew"]["value"]
+    assert example == _serve_request()
+    ForecastRequest.model_validate(example)
+    response = client.post("/v1/forecast", json=example)
+    assert response.status_code == 200, response.text
+    (forecast,) = response.json()["forecasts"]
+    assert forecast["series_id"] == "taylor_ew" and set(forecast["quantiles"]) == {"0.1", "0.5", "0.9"}
+    assert len(forecast["quantiles"]["0.5"]) == 4 and forecast["timestamps"][0].startswith("2000-08-20T02:00:00")
+
+
 # ------------------------------------------------------------------------------------------ forecasts
 
 

@@ -85,6 +85,7 @@ from distributed_onnx.serve.wire.http import (
     read_body,
 )
 from distributed_onnx.serve.wire.schemas import (
+    FORECAST_EXAMPLE,
     ErrorResponse,
     ForecastRequest,
     ForecastResponse,
@@ -99,6 +100,13 @@ logger = logging.getLogger(__name__)
 
 APP_NAME = "distributed_onnx"
 DEPLOYMENT_NAME = "OnnxForecastServer"
+#: /docs' example body of /v1/forecast (see FORECAST_EXAMPLE).
+FORECAST_EXAMPLES = {
+    "taylor_ew": {
+        "summary": "The bundled series taylor_ew on 2000-08-20 (half-hourly; null a missing value)",
+        "value": FORECAST_EXAMPLE,
+    }
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 500, 503)}
 
 # FastAPIOffline serves Swagger UI's and ReDoc's assets from the fastapi-offline package: FastAPI's default
@@ -109,7 +117,7 @@ api = FastAPIOffline(
     version=__version__,
 )
 install_error_handlers(api)
-install_openapi_models(api, [ForecastRequest, InferRequest])
+install_openapi_models(api, [ForecastRequest, InferRequest], first_paths=("/v1/forecast",))
 
 
 @serve.deployment(name=DEPLOYMENT_NAME)
@@ -314,7 +322,7 @@ class OnnxForecastServer:
         "/v1/forecast",
         response_model=ForecastResponse,
         responses=_ERRORS,
-        openapi_extra=json_body(ForecastRequest),
+        openapi_extra=json_body(ForecastRequest, FORECAST_EXAMPLES),
         summary="Quantile forecasts for one or many series",
     )
     async def forecast(self, request: Request) -> Response:

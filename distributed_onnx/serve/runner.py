@@ -7,11 +7,15 @@ What can be checked before Ray starts is checked first (:func:`preflight`: the c
 are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a wrong Ray
 costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs. Once an embedded
 deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
-for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`).
+for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`). While it serves,
+the main loop polls a :class:`~distributed_onnx.runtime.ray_watch.RayWatch`: a Ray that went away (GCS or raylet
+killed) is one ``error:`` line and exit 3, what is left of the embedded Ray stopped (:func:`abandon`), before Ray's
+own core would abort the process a minute later.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import http.client
 import logging
@@ -26,11 +30,12 @@ from typing import Any
 import ray
 from ray import serve
 
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, RayLostError
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
+from distributed_onnx.runtime.ray_watch import RayWatch, stop_process_tree
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
@@ -141,6 +146,39 @@ def stop(started_ray: bool, deployed: bool = True) -> None:
         disconnect(started_ray)
 
 
+def watch_ray(started_ray: bool) -> RayWatch:
+    """The watch of the Ray ``serve`` runs on (its own processes when embedded, else the cluster's GCS)."""
+    watch = RayWatch.embedded() if started_ray else RayWatch()
+    if not watch.processes:  # a cluster, or no /proc to read the embedded Ray's processes from
+        watch.gcs_address = ray.get_runtime_context().gcs_address
+    return watch
+
+
+def abandon(started_ray: bool, watch: RayWatch | None) -> None:
+    """Stop what is left of a lost Ray without asking it (``serve.delete`` and ``ray.shutdown`` would wait on the
+    dead GCS, until Ray's core aborts the process): the embedded instance's processes are stopped by signal, and
+    ``ray.shutdown`` is taken off the exit handlers."""
+    atexit.unregister(ray.shutdown)
+    if started_ray:
+        left = stop_process_tree(os.getpid(), also=watch.remembered() if watch is not None else ())
+        if left:
+            logger.warning("Processes of the embedded Ray still running after SIGKILL: %s", left)
+
+
+def lost_ray_error(reason: str, started_ray: bool) -> RayLostError:
+    """The one line for a Ray lost under ``serve``: what went, what was stopped, what to do."""
+    if started_ray:
+        stopped = "serve stopped its deployment and the rest of the embedded Ray"
+        look = "Ray's logs (/tmp/ray/session_latest/logs by default: gcs_server.out, raylet.out) or dmesg"
+    else:
+        stopped = f"serve stopped; the application {APP_NAME!r} may still be deployed on the cluster"
+        look = "the cluster's state (ray status) and its head node's logs"
+    return RayLostError(
+        f"Ray went away under serve: {reason}; {stopped}. See {look} for why (memory, a kill), then start serve again.",
+        reason=reason,
+    )
+
+
 def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
     """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line."""
     host = "127.0.0.1" if settings.host in {"0.0.0.0", "::"} else settings.host
@@ -204,6 +242,8 @@ def serve_forever(settings: ServeSettings) -> int:
         previous[signum] = signal.signal(signum, request_stop)
     started_ray = False
     deployed = False
+    lost = False
+    watch: RayWatch | None = None
     preflight(settings)
     plan = choose_ingress(settings)
     # Serve's processes read the ingress switches (and the gRPC message limit) from their environment when they
@@ -224,6 +264,7 @@ def serve_forever(settings: ServeSettings) -> int:
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
+        watch = watch_ray(started_ray)  # before the ready line: its processes read while they all run
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
             served_models(settings),
@@ -237,10 +278,15 @@ def serve_forever(settings: ServeSettings) -> int:
             flush=True,
         )
         while not stop_requested.wait(0.5):
-            pass
+            reason = watch.lost()
+            if reason is not None:
+                lost = True
+                raise lost_ray_error(reason, started_ray)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if deployed or started_ray:
+        if lost:
+            abandon(started_ray, watch)
+        elif deployed or started_ray:
             stop(started_ray, deployed)
     return 0

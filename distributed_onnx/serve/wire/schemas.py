@@ -75,6 +75,16 @@ class ForecastRequest(_Strict):
     )
 
 
+#: The example body of ``/v1/forecast`` on ``/docs`` (Swagger UI's "Try it out" starts from it): the bundled series
+#: ``taylor_ew`` (``distributed_onnx/resources/taylor.parquet``) on 20 August 2000, its own values with one missing,
+#: the README's serve example (tests/test_serve_docs.py checks both), so ``score`` finds actuals for the forecast.
+FORECAST_EXAMPLE: dict[str, Any] = {
+    "series": [{"series_id": "taylor_ew", "y": [22869, None, 21806, 21483], "start": "2000-08-20T00:00:00Z"}],
+    "horizon": 4,
+    "quantiles": [0.1, 0.5, 0.9],
+}
+
+
 class SeriesForecast(BaseModel):
     series_id: str
     quantiles: dict[str, list[float]] = Field(description="Level (e.g. '0.1') -> horizon values.")
