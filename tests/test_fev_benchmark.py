@@ -112,6 +112,16 @@ def _tasks(root: Path) -> list[Any]:
             extra_metrics=["MASE", "RMSE"],
             **common,
         ),
+        fev.Task(  # planned with hourly: the same checkpoints, no covariates; its own horizon, windows, levels
+            dataset_path=str(root / "weekly" / "data.parquet"),
+            task_name="weekly_short",
+            horizon=16,
+            num_windows=3,
+            window_step_size=5,
+            quantile_levels=[0.1, 0.5, 0.9],
+            eval_metric="WQL",
+            extra_metrics=["MASE"],
+        ),
         fev.Task(
             dataset_path=_write_fev_dataset(root / "multi" / "data.parquet", multivariate),
             task_name="multivariate",
@@ -201,12 +211,12 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     assert sorted(done) == sorted(
         [
             (t, m)
-            for t in ("hourly", "daily_covariates", "weekly_gaps")
+            for t in ("hourly", "daily_covariates", "weekly_gaps", "weekly_short")
             for m in ("taylor_chronos2_patchtst", "tiny")
             if (t, m) != ("weekly_gaps", "tiny")
         ]
     )
-    for task in tasks[:3]:
+    for task in tasks[:4]:
         for checkpoint in (reference, tiny):
             key = (task.task_name, checkpoint.name)
             if key not in done:
@@ -227,28 +237,39 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     import pandas as pd
 
     pivot = fev.pivot_table(pd.read_json(output / "summaries.jsonl", lines=True), task_columns=["task_name"])
-    assert pivot.shape == (3, 2)
-    (run,) = (output / "runs" / "000-hourly").iterdir()  # one run for both checkpoints
-    assert (run / "report.html").is_file()
-    models = set(pq.read_table(run / "leaderboard.parquet").column("model").to_pylist())
+    assert pivot.shape == (4, 2)
+    # Planned together: hourly and weekly_short (both checkpoints, context 512, no covariates) in one run; daily
+    # (its covariates) and weekly_gaps (the reference alone serves it) in one each; one report per run.
+    run_of = {(p["task"], p["model"]): p.get("run_dir") for p in result.pairs if p["status"] == "done"}
+    assert run_of[("hourly", "tiny")] == run_of[("hourly", "taylor_chronos2_patchtst")]
+    assert run_of[("weekly_short", "tiny")] == run_of[("hourly", "tiny")]
+    assert len(set(run_of.values())) == 3
+    runs = sorted((output / "runs").iterdir())
+    assert len(runs) == 3
+    for run in runs:
+        assert (run / "report.html").is_file()
+    models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"
 
 
-def test_checkpoints_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
-    from distributed_onnx.evaluation.fev_tasks.runner import _groups
+def test_tasks_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.fev_tasks.runner import _shape
     from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
     same = write_tiny_chronos2(tmp_path, name="same", context_length=512, output_patch_size=8, horizon_patches=3)
     shorter = write_tiny_chronos2(tmp_path, name="short", context_length=64, output_patch_size=8, horizon_patches=3)
     task = fev.Task(dataset_path="x/y/data.parquet", horizon=8, known_dynamic_columns=["price"])
-    groups = {
-        group.name: [each.name for each in group.checkpoints] for group in _groups(task, [reference, same, shorter])
-    }
-    assert groups == {"r30-c512-cov": ["taylor_chronos2_patchtst", "same"], "r30-c64-cov": ["short"]}
+    other = fev.Task(dataset_path="x/z/data.parquet", horizon=16, num_windows=3, known_dynamic_columns=["price"])
+    types = {"price": "double"}
+    shapes = {each.name: _shape(task, each, types) for each in (reference, same, shorter)}
+    assert shapes["taylor_chronos2_patchtst"] == shapes["same"] == (30, 512, (("price", "double"),), ())
+    assert shapes["short"] == (30, 64, (("price", "double"),), ())
+    assert _shape(other, reference, types) == shapes["taylor_chronos2_patchtst"]  # horizon, windows: any
+    assert _shape(other, reference, {"price": "int64"}) != shapes["taylor_chronos2_patchtst"]
     capped = fev.Task(dataset_path="x/y/data.parquet", horizon=8, max_context_length=100)
-    assert [group.name for group in _groups(capped, [reference, same, shorter])] == ["r30-c100-nocov", "r30-c64-nocov"]
+    assert [_shape(capped, each, {})[:2] for each in (reference, same, shorter)] == [(30, 100), (30, 100), (30, 64)]
 
 
 def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
@@ -282,7 +303,7 @@ def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
     fev_benchmark(tasks, checkpoint=first.weights_path, output=output, actors=1)
     pair = output / "pairs" / "000-hourly" / "tiny.json"
     written = pair.read_bytes()
-    parts = sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny/*.parquet"))
+    parts = sorted((output / "runs").glob("*/forecasts/model=tiny/*.parquet"))
     stamps = [part.stat().st_mtime_ns for part in parts]
 
     code = cli.main(
@@ -316,7 +337,10 @@ def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
     assert [s["model_name"] for s in summaries] == ["tiny", "tiny2"]
     assert summaries[1]["inference_time_shared_with"] is None  # only tiny2 was computed by that run
     assert parts and [part.stat().st_mtime_ns for part in parts] == stamps  # tiny's forecasts not rewritten
-    assert sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny2/*.parquet"))
+    # tiny2 joined tiny's run directory (same tasks), where tiny's parts were kept
+    assert [part.parent.parent.parent for part in (output / "runs").glob("*/forecasts/model=tiny2/*.parquet")] == [
+        parts[0].parent.parent.parent
+    ] * len(list((output / "runs").glob("*/forecasts/model=tiny2/*.parquet")))
 
 
 def test_fev_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,7 +362,7 @@ def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> No
 
     from distributed_onnx.evaluation.fev_tasks.tasks import task_data
 
-    for task in _tasks(tmp_path)[:3]:
+    for task in _tasks(tmp_path)[:4]:
         data = task_data(task)
         ids = np.asarray(data.series_ids.to_pylist())
         values = data.target.to_numpy(zero_copy_only=False)
@@ -355,7 +379,10 @@ def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> No
                 series = values[mine]
                 np.testing.assert_array_equal(series[at[0] : at[0] + task.horizon], np.array(future_values[row], float))
                 np.testing.assert_array_equal(series[: at[0]], np.array(past_values[row], float))
-        assert data.stride == {"hourly": 12, "daily_covariates": 7, "weekly_gaps": 1}[task.task_name]
+        assert (
+            np.diff(data.origins).tolist()
+            == {"hourly": [12], "daily_covariates": [7, 7], "weekly_gaps": [1], "weekly_short": [5, 5]}[task.task_name]
+        )
         assert pc.all(pc.is_valid(data.series_ids)).as_py()
 
 
