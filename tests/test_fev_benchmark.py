@@ -412,3 +412,62 @@ def test_the_package_and_the_fev_modules_do_not_import_fev_until_used() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def _forecasts_of(output: Path, prefix: str, horizon: int) -> pa.Table:
+    """Every forecast row of ``output``'s runs whose merged id starts with ``prefix``, leads up to ``horizon``."""
+    import pyarrow.compute as pc
+
+    from distributed_onnx.model.quantiles import quantile_column_name
+
+    columns = ["series_id", "lead", *(quantile_column_name(q) for q in (0.1, 0.5, 0.9))]
+    parts = sorted(output.glob("runs/*/forecasts/model=tiny/*.parquet"))
+    table = pa.concat_tables([pq.read_table(part, columns=columns) for part in parts])
+    keep = pc.and_(pc.starts_with(table.column("series_id"), prefix), pc.less_equal(table.column("lead"), horizon))
+    return table.filter(keep).sort_by([("series_id", "ascending"), ("lead", "ascending")])
+
+
+@pytest.mark.integration
+def test_a_task_planned_with_longer_ones_forecasts_bit_for_bit_as_alone(ray_session: None, tmp_path: Path) -> None:
+    """Merged with a task of a longer horizon (and, for the covariate task, the same covariates), a task's
+    forecasts are those of its run alone, bit for bit: the graph emits its fixed horizon and the shorter one
+    is cut, and no known covariate beyond the task's own horizon reaches the model."""
+    from distributed_onnx import fev_benchmark
+
+    tasks = _tasks(tmp_path / "datasets")
+    daily, weekly_short, hourly = tasks[1], tasks[3], tasks[0]
+    daily_long = fev.Task(
+        dataset_path=daily.dataset_path,
+        task_name="daily_long",
+        horizon=14,
+        num_windows=2,
+        known_dynamic_columns=["price"],
+        past_dynamic_columns=["load_lag"],
+        quantile_levels=[0.25, 0.5, 0.75],
+    )
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    alone, merged = tmp_path / "alone", tmp_path / "merged"
+    first = fev_benchmark([daily, weekly_short], checkpoint=tiny.weights_path, output=alone, actors=1)
+    second = fev_benchmark(
+        [daily, weekly_short, daily_long, hourly], checkpoint=tiny.weights_path, output=merged, actors=1
+    )
+
+    runs = {p["task"]: p["run_dir"] for p in second.pairs}
+    assert runs["daily_covariates"] == runs["daily_long"] != runs["weekly_short"] == runs["hourly"]
+    assert len({p["run_dir"] for p in first.pairs}) == 2  # alone: covariates or not keep them apart
+    for number, task in enumerate([daily, weekly_short]):
+        by_itself = _forecasts_of(alone, f"{number}:", task.horizon)
+        with_others = _forecasts_of(merged, f"{number}:", task.horizon)
+        assert by_itself.num_rows > 0
+        assert by_itself.equals(with_others), task.task_name
+    assert first.summaries == [
+        {
+            **summary,
+            "inference_time_s": first.summaries[n]["inference_time_s"],
+            "run_dir": first.summaries[n]["run_dir"],
+        }
+        | {"run_tasks": 1}
+        for n, summary in enumerate(second.summaries[:2])
+    ]

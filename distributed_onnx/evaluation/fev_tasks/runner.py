@@ -84,6 +84,10 @@ class _RunKey:
     models: tuple[str, ...]
 
 
+#: A run's key less its checkpoints: grid step, context, known-future and past-only (name, type) columns.
+_Shape = tuple[int, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
 @dataclass
 class _Run:
     """One merged backtest: its key, its tasks (benchmark position, task, slug, data) and checkpoints."""
@@ -185,7 +189,7 @@ def _plan_task(
             records.setdefault((index, each.name), {**base, "status": "failed", "reason": problem})
         return
     types = {name: str(values.type) for name, values in data.covariates.items()}
-    by_shape: dict[tuple[Any, ...], list[ResolvedCheckpoint]] = {}
+    by_shape: dict[_Shape, list[ResolvedCheckpoint]] = {}
     for each in serving:  # resumed ones too: they share the run (its report compares them) and resume there
         by_shape.setdefault(_shape(task, each, types), []).append(each)
     for shape, members in by_shape.items():
@@ -193,7 +197,7 @@ def _plan_task(
         runs.setdefault(key, _Run(key, tuple(members))).tasks.append((index, task, slug, data))
 
 
-def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> tuple[Any, ...]:
+def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> _Shape:
     """The part of a run's key a task x checkpoint decides: the grid step, the context, the covariate columns
     the checkpoint takes (with their ``types``) known-future then past-only."""
     metadata = checkpoint.metadata
