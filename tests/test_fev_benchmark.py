@@ -471,3 +471,51 @@ def test_a_task_planned_with_longer_ones_forecasts_bit_for_bit_as_alone(ray_sess
         | {"run_tasks": 1}
         for n, summary in enumerate(second.summaries[:2])
     ]
+
+
+def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context_and_horizon() -> None:
+    """Ids are data: a task's ``1:0`` and another's ``0`` cannot meet as one merged series, and a window's
+    series holds its context and horizon only, with its origin at the run's one origin."""
+    from distributed_onnx.evaluation.fev_tasks.predictions import window_predictions
+    from distributed_onnx.evaluation.fev_tasks.tasks import TaskData, merged_origin, merged_series_id
+    from distributed_onnx.model.quantiles import quantile_column_name
+
+    def data(ids: list[str], n: int, origins: tuple[int, ...]) -> TaskData:
+        return TaskData(
+            pa.array([i for i in ids for _ in range(n)]),
+            np.tile(np.arange(n, dtype=np.int64), len(ids)),
+            pa.array(np.arange(n * len(ids), dtype=np.float64)),
+            {},
+            origins,
+            3,
+        )
+
+    tables = [
+        data(["1:0", "a"], 10, (6, 7)).window_table(0, 4, 30, covariates=False),
+        data(["0", "a"], 10, (5,)).window_table(1, 4, 30, covariates=False),
+    ]
+    table = pa.concat_tables(tables)
+    ids = table.column("series_id").to_pylist()
+    assert len(set(ids)) == 6  # 2 series x 2 windows + 2 series x 1 window
+    assert merged_series_id(0, 1, "1:0") != merged_series_id(1, 0, "1:0") == "1:0:1:0"
+    origin_us = int(merged_origin(30, 4).timestamp()) * 1_000_000
+    stamps = np.asarray(table.column("timestamp").cast(pa.int64()).to_numpy())
+    step_us = 30 * 60_000_000
+    first = [i for i, each in enumerate(ids) if each == "0:1:1:0"]  # task 0, window 1 (origin 7) of id "1:0"
+    assert table.column("y").to_numpy()[first].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]  # 4 back, 3 on
+    assert ((stamps[first] - origin_us) // step_us).tolist() == [-4, -3, -2, -1, 0, 1, 2]
+
+    levels = [0.1, 0.5, 0.9]
+    rows = [(series_id, lead) for series_id in sorted(set(ids)) for lead in range(1, 6)]
+    forecasts = pa.table(
+        {
+            "series_id": [r[0] for r in rows],
+            "origin": pa.array([origin_us] * len(rows), pa.timestamp("us", tz="UTC")),
+            "lead": pa.array([r[1] for r in rows], pa.int32()),
+        }
+        | {quantile_column_name(q): [ids.index(r[0]) + r[1] * q for r in rows] for q in levels}
+    )
+    got = window_predictions(forecasts, ["1:0:0", "1:0:a"], 3, [0.1, 0.9])
+    assert got.column_names == ["predictions", "0.1", "0.9"]
+    expected = [[ids.index(series_id) + lead * 0.5 for lead in (1, 2, 3)] for series_id in ("1:0:0", "1:0:a")]
+    assert got.column("predictions").to_pylist() == expected

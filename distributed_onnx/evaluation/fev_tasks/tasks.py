@@ -1,10 +1,9 @@
-"""A ``fev.Task`` as a backtest: its series as the backtest's long input table, its windows as origins.
+"""A ``fev.Task`` as part of a backtest: its windows as series of the backtest's long input table, at one origin.
 
 fev cuts each series by *position*: an integer cutoff ``c`` puts ``y[:c]`` in the past (negative: counted
-from each series' end), a timestamp cutoff puts every observation at or before it there. The backtest plans
-windows on a time grid (one step = the checkpoint's resolution, ``--start/--end/--stride``). So each series is
-laid on a synthetic grid whose step is the checkpoint's, at positions chosen so that every fev window starts at
-one position shared by all series:
+from each series' end), a timestamp cutoff puts every observation at or before it there. So each series is
+first laid on a synthetic grid of positions, chosen so that every fev window starts at one position shared by
+all the task's series (:func:`task_data`):
 
 - timestamp cutoffs: a timestamp's position is its rank among all the task's timestamps (the series share one
   frequency, so a series' observations hold consecutive ranks), and a cutoff's origin is the rank of the first
@@ -13,9 +12,14 @@ one position shared by all series:
 - negative integer cutoffs: series end together at the longest one's length ``n_max``, the origin is
   ``n_max + c``.
 
-A model sees positions only through its context and horizon (no family reads timestamps), so the forecasts
-are those of fev's windows whatever the task's frequency (monthly and yearly included). The grid starts at
-:data:`GRID_EPOCH_US`, after any checkpoint's training data, so no window counts as in-sample. Pure: no Ray.
+The backtest plans windows on a time grid (one step = the checkpoint's resolution, every ``--stride`` steps
+from ``--start`` to ``--end``), for every series with data there: it has no list of origins. So each fev
+window is then cut out as its own series (its context and its horizon, :meth:`TaskData.window_table`), shifted
+so that its origin is the run's one origin (:func:`merged_origin`): one backtest plans exactly the windows of
+any number of tasks, whatever their cutoffs and spacings. A model sees positions only through its context and
+horizon (no family reads timestamps), so the forecasts are those of fev's windows whatever the task's
+frequency (monthly and yearly included). The grid starts at :data:`GRID_EPOCH_US`, after any checkpoint's
+training data, so no window counts as in-sample. Pure: no Ray.
 """
 
 from __future__ import annotations
