@@ -251,6 +251,14 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"
+    # The actors are started once per set of checkpoints, not per run: daily's run ran on hourly's actors.
+    actors = {
+        task: sorted(
+            a["pid"] for a in json.loads((Path(run_of[(task, "tiny")]) / "summary.json").read_text())["actors"]
+        )
+        for task in ("hourly", "daily_covariates")
+    }
+    assert actors["hourly"] and actors["hourly"] == actors["daily_covariates"]
 
 
 def test_tasks_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:

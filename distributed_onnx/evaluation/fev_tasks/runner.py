@@ -7,7 +7,8 @@ them, in ``runs/RUN/``. Every fev window is its own series there (:meth:`~.tasks
 one origin, so a run plans exactly the tasks' windows whatever their cutoffs; its horizon is the longest
 task's and its quantile levels the union. Each task's forecasts, cut back to its horizon and levels, become fev
 predictions (:mod:`.predictions`) and fev's ``Task.evaluation_summary`` scores them, so the numbers are fev's.
-Ray is joined once, before the first run.
+Ray is joined once, before the first run, and each set of checkpoints gets one actor pool, kept for all its
+runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`).
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
 ``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, skipped with its reason, or
@@ -122,21 +123,15 @@ def run_fev(
     runs: dict[_RunKey, _Run] = {}
     for index, task in enumerate(tasks):
         _plan_task(index, task, checkpoints, output, records, summaries, runs)
-    connected = False
-    for run in runs.values():
-        if not connected:
-            connect()
-            connected = True
-        outcomes = _execute(run, output, settings)
-        for number, task, slug, _ in run.tasks:
-            for model, outcome in outcomes.get(number, {}).items():
-                if records.get((number, model), {}).get("status") == "resumed":  # the earlier run's summary
-                    continue
-                if "summary" in outcome:
-                    summaries[(number, model)] = outcome["summary"]
-                status, why = ("done", None) if "summary" in outcome else ("failed", outcome["reason"])
-                base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
-                records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
+    pools: dict[tuple[str, ...], Any] = {}  # one actor pool per set of checkpoints, kept across its runs
+    try:
+        for number, run in enumerate(runs.values()):
+            if number == 0:
+                connect()
+            _record(run, _execute(run, output, settings, pools), records, summaries)
+    finally:
+        for pool in pools.values():
+            pool.release()
     order = [(index, each.name) for index in range(len(tasks)) for each in checkpoints]
     done = [summaries[pair] for pair in order if pair in summaries]
     pairs = [records[pair] for pair in order if pair in records]
@@ -151,6 +146,24 @@ def run_fev(
             "rerun to retry the failed ones"
         )
     return result
+
+
+def _record(
+    run: _Run,
+    outcomes: dict[int, dict[str, dict[str, Any]]],
+    records: dict[tuple[int, str], dict[str, Any]],
+    summaries: dict[tuple[int, str], dict[str, Any]],
+) -> None:
+    """The run's outcomes as the pairs' records and summaries (a resumed pair keeps the earlier run's)."""
+    for number, task, slug, _ in run.tasks:
+        for model, outcome in outcomes.get(number, {}).items():
+            if records.get((number, model), {}).get("status") == "resumed":  # the earlier run's summary
+                continue
+            if "summary" in outcome:
+                summaries[(number, model)] = outcome["summary"]
+            status, why = ("done", None) if "summary" in outcome else ("failed", outcome["reason"])
+            base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
+            records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
 
 def _plan_task(
@@ -207,31 +220,37 @@ def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> 
     return (metadata.resolution_minutes, context_length(task, metadata), known, past)
 
 
-def _execute(run: _Run, output: storage.Location, settings: dict[str, Any]) -> dict[int, dict[str, dict[str, Any]]]:
+def _execute(
+    run: _Run, output: storage.Location, settings: dict[str, Any], pools: dict[tuple[str, ...], Any]
+) -> dict[int, dict[str, dict[str, Any]]]:
     """The run's outcomes, task by task and model by model (``summary``, or the ``reason`` it failed; its
     ``run_dir``). A merged run the backtest refuses (its data or settings, exit 2) is retried as one run per
     task, so that one task's data fails that task alone."""
     if len(run.tasks) == 1:
-        return _run_merged(run, output, settings)
+        return _run_merged(run, output, settings, pools)
     try:
-        return _run_merged(run, output, settings, refused_fails=False)
+        return _run_merged(run, output, settings, pools, refused_fails=False)
     except DistributedOnnxError as exc:
         if exc.exit_code != ConfigError.exit_code:
             raise
         logger.warning("A merged run of %d fev tasks was refused (%s); running them one by one", len(run.tasks), exc)
         outcomes: dict[int, dict[str, dict[str, Any]]] = {}
         for each in run.tasks:
-            outcomes |= _run_merged(_Run(run.key, run.checkpoints, [each]), output, settings)
+            outcomes |= _run_merged(_Run(run.key, run.checkpoints, [each]), output, settings, pools)
         return outcomes
 
 
 def _run_merged(
-    run: _Run, output: storage.Location, settings: dict[str, Any], refused_fails: bool = True
+    run: _Run,
+    output: storage.Location,
+    settings: dict[str, Any],
+    pools: dict[tuple[str, ...], Any],
+    refused_fails: bool = True,
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """One backtest for the run's tasks and checkpoints, then fev's summary of each pair computed now."""
     run_dir = storage.join(output, "runs", run.name)
     try:
-        inference_s, batch_error = _backtest(run, output, run_dir, settings)
+        inference_s, batch_error = _backtest(run, output, run_dir, settings, pools)
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
@@ -241,12 +260,17 @@ def _run_merged(
 
 
 def _backtest(
-    run: _Run, output: storage.Location, run_dir: storage.Location, settings: dict[str, Any]
+    run: _Run,
+    output: storage.Location,
+    run_dir: storage.Location,
+    settings: dict[str, Any],
+    pools: dict[tuple[str, ...], Any],
 ) -> tuple[float, BatchError | None]:
     """Write the run's input table (once) and run its backtest: the dispatch seconds, and the error if parts
     failed (the tasks whose forecasts are all there are still scored). The run's data or settings refused by
     the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
     backtest."""
+    from distributed_onnx.evaluation.driver.early import kept_pool
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
 
@@ -273,9 +297,11 @@ def _backtest(
     }
     names = ", ".join(str(task.task_name) for task in run_tasks)
     run_settings = BacktestSettings.from_sources(given, source=f"fev tasks {names}"[:200])
+    if key.models not in pools:  # started once, its actors kept for every run of these checkpoints
+        pools[key.models] = kept_pool(run_settings)
     started = time.perf_counter()
     try:
-        result = run_backtest(run_settings)
+        result = run_backtest(run_settings, early=pools[key.models])
     except DistributedOnnxError as exc:
         if exc.exit_code != BatchError.exit_code:
             raise
