@@ -527,3 +527,42 @@ def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context
     assert got.column_names == ["predictions", "0.1", "0.9"]
     expected = [[ids.index(series_id) + lead * 0.5 for lead in (1, 2, 3)] for series_id in ("1:0:0", "1:0:a")]
     assert got.column("predictions").to_pylist() == expected
+
+
+@pytest.mark.integration
+def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: None, tmp_path: Path) -> None:
+    """One task's data the backtest refuses (an infinite covariate) fails that task alone, not the tasks planned
+    with it: the merged run is retried one run per task."""
+    from distributed_onnx import errors, fev_benchmark
+
+    def task(name: str, bad: bool) -> Any:
+        n = 60
+        covariate = np.ones(n)
+        if bad:
+            covariate[3] = np.inf
+        rows = [
+            {
+                "id": "a",
+                "timestamp": _stamps("2021-01-01", n, "h"),
+                "target": list(np.sin(np.arange(n))),
+                "x": list(covariate),
+            }
+        ]
+        path = _write_fev_dataset(tmp_path / name / "data.parquet", rows)
+        return fev.Task(dataset_path=path, task_name=name, horizon=8, known_dynamic_columns=["x"])
+
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    with pytest.raises(errors.BatchError) as raised:
+        fev_benchmark(
+            [task("good", False), task("bad", True)], checkpoint=tiny.weights_path, output=tmp_path / "out", actors=1
+        )
+
+    assert "1 task x checkpoint pair(s) failed (e.g. bad x tiny: DataError: " in str(raised.value)
+    assert "column 'x' has infinite values" in str(raised.value)
+    document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
+    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "failed"}
+    summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
+    assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
+    assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's
