@@ -219,7 +219,8 @@ def fev_benchmark(
     Returns :class:`~distributed_onnx.evaluation.fev_tasks.runner.FevResult`: ``.summaries`` are fev's own
     ``Task.evaluation_summary`` dicts (``fev.leaderboard(result.summaries, baseline_model=...)`` reads them),
     ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason) or failed. ``output``
-    holds ``summaries.jsonl`` and every task's run directory (docs/fev.md); rerunning resumes. ``settings`` are
+    holds ``summaries.jsonl`` and the run directories of the tasks planned together (docs/fev.md); rerunning
+    resumes. ``settings`` are
     the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``). Needs the ``fev``
     extra; raises :class:`~distributed_onnx.errors.BatchError` after writing everything if a pair failed.
     """
@@ -227,6 +228,6 @@ def fev_benchmark(
 
     paths = [] if checkpoint is None else [checkpoint] if isinstance(checkpoint, str | os.PathLike) else checkpoint
     checkpoints = [Path(os.fspath(each)) for each in paths]
-    # Ray is joined or started (and kept up, as backtest() keeps it) by the first task that needs a backtest.
+    # Ray is joined or started (and kept up, as backtest() keeps it) before the first run that needs a backtest.
     connect = lambda: _connect(settings.get("address"))  # noqa: E731
     return run_benchmark(benchmark, checkpoints, _location(output), settings, connect=connect)

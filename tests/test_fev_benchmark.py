@@ -112,6 +112,16 @@ def _tasks(root: Path) -> list[Any]:
             extra_metrics=["MASE", "RMSE"],
             **common,
         ),
+        fev.Task(  # planned with hourly: the same checkpoints, no covariates; its own horizon, windows, levels
+            dataset_path=str(root / "weekly" / "data.parquet"),
+            task_name="weekly_short",
+            horizon=16,
+            num_windows=3,
+            window_step_size=5,
+            quantile_levels=[0.1, 0.5, 0.9],
+            eval_metric="WQL",
+            extra_metrics=["MASE"],
+        ),
         fev.Task(
             dataset_path=_write_fev_dataset(root / "multi" / "data.parquet", multivariate),
             task_name="multivariate",
@@ -201,12 +211,12 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     assert sorted(done) == sorted(
         [
             (t, m)
-            for t in ("hourly", "daily_covariates", "weekly_gaps")
+            for t in ("hourly", "daily_covariates", "weekly_gaps", "weekly_short")
             for m in ("taylor_chronos2_patchtst", "tiny")
             if (t, m) != ("weekly_gaps", "tiny")
         ]
     )
-    for task in tasks[:3]:
+    for task in tasks[:4]:
         for checkpoint in (reference, tiny):
             key = (task.task_name, checkpoint.name)
             if key not in done:
@@ -227,28 +237,47 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     import pandas as pd
 
     pivot = fev.pivot_table(pd.read_json(output / "summaries.jsonl", lines=True), task_columns=["task_name"])
-    assert pivot.shape == (3, 2)
-    (run,) = (output / "runs" / "000-hourly").iterdir()  # one run for both checkpoints
-    assert (run / "report.html").is_file()
-    models = set(pq.read_table(run / "leaderboard.parquet").column("model").to_pylist())
+    assert pivot.shape == (4, 2)
+    # Planned together: hourly and weekly_short (both checkpoints, context 512, no covariates) in one run; daily
+    # (its covariates) and weekly_gaps (the reference alone serves it) in one each; one report per run.
+    run_of = {(p["task"], p["model"]): p.get("run_dir") for p in result.pairs if p["status"] == "done"}
+    assert run_of[("hourly", "tiny")] == run_of[("hourly", "taylor_chronos2_patchtst")]
+    assert run_of[("weekly_short", "tiny")] == run_of[("hourly", "tiny")]
+    assert len(set(run_of.values())) == 3
+    runs = sorted((output / "runs").iterdir())
+    assert len(runs) == 3
+    for run in runs:
+        assert (run / "report.html").is_file()
+    models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"
+    # The actors are started once per set of checkpoints, not per run: daily's run ran on hourly's actors.
+    actors = {
+        task: sorted(
+            a["pid"] for a in json.loads((Path(run_of[(task, "tiny")]) / "summary.json").read_text())["actors"]
+        )
+        for task in ("hourly", "daily_covariates")
+    }
+    assert actors["hourly"] and actors["hourly"] == actors["daily_covariates"]
 
 
-def test_checkpoints_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
-    from distributed_onnx.evaluation.fev_tasks.runner import _groups
+def test_tasks_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.fev_tasks.runner import _shape
     from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
     same = write_tiny_chronos2(tmp_path, name="same", context_length=512, output_patch_size=8, horizon_patches=3)
     shorter = write_tiny_chronos2(tmp_path, name="short", context_length=64, output_patch_size=8, horizon_patches=3)
     task = fev.Task(dataset_path="x/y/data.parquet", horizon=8, known_dynamic_columns=["price"])
-    groups = {
-        group.name: [each.name for each in group.checkpoints] for group in _groups(task, [reference, same, shorter])
-    }
-    assert groups == {"r30-c512-cov": ["taylor_chronos2_patchtst", "same"], "r30-c64-cov": ["short"]}
+    other = fev.Task(dataset_path="x/z/data.parquet", horizon=16, num_windows=3, known_dynamic_columns=["price"])
+    types = {"price": "double"}
+    shapes = {each.name: _shape(task, each, types) for each in (reference, same, shorter)}
+    assert shapes["taylor_chronos2_patchtst"] == shapes["same"] == (30, 512, (("price", "double"),), ())
+    assert shapes["short"] == (30, 64, (("price", "double"),), ())
+    assert _shape(other, reference, types) == shapes["taylor_chronos2_patchtst"]  # horizon, windows: any
+    assert _shape(other, reference, {"price": "int64"}) != shapes["taylor_chronos2_patchtst"]
     capped = fev.Task(dataset_path="x/y/data.parquet", horizon=8, max_context_length=100)
-    assert [group.name for group in _groups(capped, [reference, same, shorter])] == ["r30-c100-nocov", "r30-c64-nocov"]
+    assert [_shape(capped, each, {})[:2] for each in (reference, same, shorter)] == [(30, 100), (30, 100), (30, 64)]
 
 
 def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
@@ -282,7 +311,7 @@ def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
     fev_benchmark(tasks, checkpoint=first.weights_path, output=output, actors=1)
     pair = output / "pairs" / "000-hourly" / "tiny.json"
     written = pair.read_bytes()
-    parts = sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny/*.parquet"))
+    parts = sorted((output / "runs").glob("*/forecasts/model=tiny/*.parquet"))
     stamps = [part.stat().st_mtime_ns for part in parts]
 
     code = cli.main(
@@ -316,7 +345,10 @@ def test_fev_resumes_and_adds_a_checkpoint_from_the_command(
     assert [s["model_name"] for s in summaries] == ["tiny", "tiny2"]
     assert summaries[1]["inference_time_shared_with"] is None  # only tiny2 was computed by that run
     assert parts and [part.stat().st_mtime_ns for part in parts] == stamps  # tiny's forecasts not rewritten
-    assert sorted((output / "runs" / "000-hourly").glob("*/forecasts/model=tiny2/*.parquet"))
+    # tiny2 joined tiny's run directory (same tasks), where tiny's parts were kept
+    assert [part.parent.parent.parent for part in (output / "runs").glob("*/forecasts/model=tiny2/*.parquet")] == [
+        parts[0].parent.parent.parent
+    ] * len(list((output / "runs").glob("*/forecasts/model=tiny2/*.parquet")))
 
 
 def test_fev_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,7 +370,7 @@ def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> No
 
     from distributed_onnx.evaluation.fev_tasks.tasks import task_data
 
-    for task in _tasks(tmp_path)[:3]:
+    for task in _tasks(tmp_path)[:4]:
         data = task_data(task)
         ids = np.asarray(data.series_ids.to_pylist())
         values = data.target.to_numpy(zero_copy_only=False)
@@ -355,7 +387,10 @@ def test_every_fev_window_starts_at_its_origin_on_the_grid(tmp_path: Path) -> No
                 series = values[mine]
                 np.testing.assert_array_equal(series[at[0] : at[0] + task.horizon], np.array(future_values[row], float))
                 np.testing.assert_array_equal(series[: at[0]], np.array(past_values[row], float))
-        assert data.stride == {"hourly": 12, "daily_covariates": 7, "weekly_gaps": 1}[task.task_name]
+        assert (
+            np.diff(data.origins).tolist()
+            == {"hourly": [12], "daily_covariates": [7, 7], "weekly_gaps": [1], "weekly_short": [5, 5]}[task.task_name]
+        )
         assert pc.all(pc.is_valid(data.series_ids)).as_py()
 
 
@@ -385,3 +420,149 @@ def test_the_package_and_the_fev_modules_do_not_import_fev_until_used() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def _forecasts_of(output: Path, prefix: str, horizon: int) -> pa.Table:
+    """Every forecast row of ``output``'s runs whose merged id starts with ``prefix``, leads up to ``horizon``."""
+    import pyarrow.compute as pc
+
+    from distributed_onnx.model.quantiles import quantile_column_name
+
+    columns = ["series_id", "lead", *(quantile_column_name(q) for q in (0.1, 0.5, 0.9))]
+    parts = sorted(output.glob("runs/*/forecasts/model=tiny/*.parquet"))
+    table = pa.concat_tables([pq.read_table(part, columns=columns) for part in parts])
+    keep = pc.and_(pc.starts_with(table.column("series_id"), prefix), pc.less_equal(table.column("lead"), horizon))
+    return table.filter(keep).sort_by([("series_id", "ascending"), ("lead", "ascending")])
+
+
+@pytest.mark.integration
+def test_a_task_planned_with_longer_ones_forecasts_bit_for_bit_as_alone(ray_session: None, tmp_path: Path) -> None:
+    """Merged with a task of a longer horizon (and, for the covariate task, the same covariates), a task's
+    forecasts are those of its run alone, bit for bit: the graph emits its fixed horizon and the shorter one
+    is cut, and no known covariate beyond the task's own horizon reaches the model."""
+    from distributed_onnx import fev_benchmark
+
+    tasks = _tasks(tmp_path / "datasets")
+    daily, weekly_short, hourly = tasks[1], tasks[3], tasks[0]
+    daily_long = fev.Task(
+        dataset_path=daily.dataset_path,
+        task_name="daily_long",
+        horizon=14,
+        num_windows=2,
+        known_dynamic_columns=["price"],
+        past_dynamic_columns=["load_lag"],
+        quantile_levels=[0.25, 0.5, 0.75],
+    )
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    alone, merged = tmp_path / "alone", tmp_path / "merged"
+    first = fev_benchmark([daily, weekly_short], checkpoint=tiny.weights_path, output=alone, actors=1)
+    second = fev_benchmark(
+        [daily, weekly_short, daily_long, hourly], checkpoint=tiny.weights_path, output=merged, actors=1
+    )
+
+    runs = {p["task"]: p["run_dir"] for p in second.pairs}
+    assert runs["daily_covariates"] == runs["daily_long"] != runs["weekly_short"] == runs["hourly"]
+    assert len({p["run_dir"] for p in first.pairs}) == 2  # alone: covariates or not keep them apart
+    for number, task in enumerate([daily, weekly_short]):
+        by_itself = _forecasts_of(alone, f"{number}:", task.horizon)
+        with_others = _forecasts_of(merged, f"{number}:", task.horizon)
+        assert by_itself.num_rows > 0
+        assert by_itself.equals(with_others), task.task_name
+    assert first.summaries == [
+        {
+            **summary,
+            "inference_time_s": first.summaries[n]["inference_time_s"],
+            "run_dir": first.summaries[n]["run_dir"],
+        }
+        | {"run_tasks": 1}
+        for n, summary in enumerate(second.summaries[:2])
+    ]
+
+
+def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context_and_horizon() -> None:
+    """Ids are data: a task's ``1:0`` and another's ``0`` cannot meet as one merged series, and a window's
+    series holds its context and horizon only, with its origin at the run's one origin."""
+    from distributed_onnx.evaluation.fev_tasks.predictions import window_predictions
+    from distributed_onnx.evaluation.fev_tasks.tasks import TaskData, merged_origin, merged_series_id
+    from distributed_onnx.model.quantiles import quantile_column_name
+
+    def data(ids: list[str], n: int, origins: tuple[int, ...]) -> TaskData:
+        return TaskData(
+            pa.array([i for i in ids for _ in range(n)]),
+            np.tile(np.arange(n, dtype=np.int64), len(ids)),
+            pa.array(np.arange(n * len(ids), dtype=np.float64)),
+            {},
+            origins,
+            3,
+        )
+
+    tables = [
+        data(["1:0", "a"], 10, (6, 7)).window_table(0, 4, 30, covariates=False),
+        data(["0", "a"], 10, (5,)).window_table(1, 4, 30, covariates=False),
+    ]
+    table = pa.concat_tables(tables)
+    ids = table.column("series_id").to_pylist()
+    assert len(set(ids)) == 6  # 2 series x 2 windows + 2 series x 1 window
+    assert merged_series_id(0, 1, "1:0") != merged_series_id(1, 0, "1:0") == "1:0:1:0"
+    origin_us = int(merged_origin(30, 4).timestamp()) * 1_000_000
+    stamps = np.asarray(table.column("timestamp").cast(pa.int64()).to_numpy())
+    step_us = 30 * 60_000_000
+    first = [i for i, each in enumerate(ids) if each == "0:1:1:0"]  # task 0, window 1 (origin 7) of id "1:0"
+    assert table.column("y").to_numpy()[first].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]  # 4 back, 3 on
+    assert ((stamps[first] - origin_us) // step_us).tolist() == [-4, -3, -2, -1, 0, 1, 2]
+
+    levels = [0.1, 0.5, 0.9]
+    rows = [(series_id, lead) for series_id in sorted(set(ids)) for lead in range(1, 6)]
+    forecasts = pa.table(
+        {
+            "series_id": [r[0] for r in rows],
+            "origin": pa.array([origin_us] * len(rows), pa.timestamp("us", tz="UTC")),
+            "lead": pa.array([r[1] for r in rows], pa.int32()),
+        }
+        | {quantile_column_name(q): [ids.index(r[0]) + r[1] * q for r in rows] for q in levels}
+    )
+    got = window_predictions(forecasts, ["1:0:0", "1:0:a"], 3, [0.1, 0.9])
+    assert got.column_names == ["predictions", "0.1", "0.9"]
+    expected = [[ids.index(series_id) + lead * 0.5 for lead in (1, 2, 3)] for series_id in ("1:0:0", "1:0:a")]
+    assert got.column("predictions").to_pylist() == expected
+
+
+@pytest.mark.integration
+def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: None, tmp_path: Path) -> None:
+    """One task's data the backtest refuses (an infinite covariate) fails that task alone, not the tasks planned
+    with it: the merged run is retried one run per task."""
+    from distributed_onnx import errors, fev_benchmark
+
+    def task(name: str, bad: bool) -> Any:
+        n = 60
+        covariate = np.ones(n)
+        if bad:
+            covariate[3] = np.inf
+        rows = [
+            {
+                "id": "a",
+                "timestamp": _stamps("2021-01-01", n, "h"),
+                "target": list(np.sin(np.arange(n))),
+                "x": list(covariate),
+            }
+        ]
+        path = _write_fev_dataset(tmp_path / name / "data.parquet", rows)
+        return fev.Task(dataset_path=path, task_name=name, horizon=8, known_dynamic_columns=["x"])
+
+    tiny = write_tiny_chronos2(
+        tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+    )
+    with pytest.raises(errors.BatchError) as raised:
+        fev_benchmark(
+            [task("good", False), task("bad", True)], checkpoint=tiny.weights_path, output=tmp_path / "out", actors=1
+        )
+
+    assert "1 task x checkpoint pair(s) failed (e.g. bad x tiny: DataError: " in str(raised.value)
+    assert "column 'x' has infinite values" in str(raised.value)
+    document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
+    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "failed"}
+    summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
+    assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
+    assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's

@@ -67,6 +67,9 @@ class EarlyStart:
     address: str | None
     pool: PoolRequest | None
     quiet_ray: bool | None = None
+    #: A pool kept across runs (the runs of a fev benchmark, :func:`~.evaluation.driver.early.kept_pool`): a
+    #: run's stop, abandon and join leave it up, its owner ends it with :meth:`release`.
+    kept: bool = False
     started_ray: bool = False
     actors: list[Any] = field(default_factory=list)
     infos: list[WorkerInfo] = field(default_factory=list)
@@ -140,11 +143,14 @@ class EarlyStart:
 
     def stop(self) -> None:
         """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
-        self._stop.set()
+        if not self.kept:
+            self._stop.set()
 
     def abandon(self, *, wait: bool = True) -> None:
         """Stop for a run that will not use the pool (its input was bad): waiting for Ray to stop, or (``wait``
         false, in a process about to exit) leaving Ray to the exit and returning at once (module docstring)."""
+        if self.kept:
+            return
         if wait:
             self.join()
         else:
@@ -153,9 +159,16 @@ class EarlyStart:
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait until Ray has stopped (after :meth:`stop`)."""
+        if self.kept:
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+    def release(self) -> None:
+        """End a kept pool: kill its actors and stop Ray (if this process started it), and wait for that."""
+        self.kept = False
+        self.join()
 
 
 def ray_connected() -> bool:

@@ -48,6 +48,17 @@ def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) ->
     return start_ray_and_pool(settings, configs, quiet_ray=quiet_ray)
 
 
+def kept_pool(settings: BacktestSettings) -> EarlyStart:
+    """Ray and a pool for the settings' checkpoints, kept across the runs it is passed to
+    (``run_backtest(early=...)``): each run hands the actors its own job and leaves them up; the caller ends
+    them with :meth:`~.runtime.early_start.EarlyStart.release`. For runs with the same checkpoints, providers,
+    actors and resources (a fev benchmark's runs)."""
+    checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
+    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
+    return EarlyStart(settings.address, pool, kept=True)
+
+
 def start_ray_and_pool(
     settings: BacktestSettings, configs: list[WorkerConfig], *, quiet_ray: bool | None = None
 ) -> EarlyStart:

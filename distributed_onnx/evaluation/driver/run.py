@@ -470,7 +470,8 @@ class _BacktestRun:
             # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
             self.clock.mark("dispatch")
         finally:
-            cluster.kill(actors)  # the pool and every replacement
+            # The pool and every replacement; a kept pool (runs sharing it) only its replacements.
+            cluster.kill(actors[len(pool) :] if self.early.kept else actors)
         return _Dispatched(tuple(infos), transport, stats)
 
     def _start_report_process(self) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from distributed_onnx.evaluation.fev_tasks.tasks import merged_series_id, task_id_prefix
 from distributed_onnx.model.quantiles import quantile_column_name
 
 #: fev's name of the point forecast column (``fev.constants.PREDICTIONS``).
@@ -25,15 +26,15 @@ class MissingForecastsError(ValueError):
 
 
 def window_predictions(
-    forecasts: pa.Table, series_ids: Sequence[str], origin_us: int, horizon: int, levels: Sequence[float]
+    forecasts: pa.Table, series_ids: Sequence[str], horizon: int, levels: Sequence[float]
 ) -> pa.Table:
-    """One fev prediction row per id of ``series_ids`` (in that order) for the window starting at ``origin_us``.
-
-    ``forecasts`` is one model's forecasts table (``series_id, origin, lead, q...``); leads past ``horizon`` are
-    dropped.
+    """One fev prediction row per id of ``series_ids`` (in that order): the rows of ``forecasts`` (one model's,
+    ``series_id, origin, lead, q...``, at one origin) of those ids, cut to ``horizon`` steps and to ``levels``.
     """
-    origin = pc.cast(forecasts.column("origin"), pa.int64())
-    keep = pc.and_(pc.equal(origin, origin_us), pc.less_equal(forecasts.column("lead"), horizon))
+    keep = pc.and_(
+        pc.is_in(forecasts.column("series_id"), value_set=pa.array(list(series_ids), pa.string())),
+        pc.less_equal(forecasts.column("lead"), horizon),
+    )
     window = forecasts.filter(keep).sort_by([("series_id", "ascending"), ("lead", "ascending")])
     if window.num_rows % horizon:
         raise MissingForecastsError(
@@ -56,14 +57,17 @@ def window_predictions(
     return pa.table(columns)
 
 
-def task_predictions(task: Any, forecasts: pa.Table, origins_us: Sequence[int]) -> list[Any]:
-    """The predictions of every window of ``task`` as ``datasets.Dataset`` objects, for ``evaluation_summary``."""
+def task_predictions(task: Any, task_number: int, forecasts: pa.Table) -> list[Any]:
+    """The predictions of every window of ``task`` (the ``task_number``-th of the benchmark) as
+    ``datasets.Dataset`` objects, for ``evaluation_summary``; ``forecasts`` is one model's of the merged run."""
     import datasets
 
+    mine = forecasts.filter(pc.starts_with(forecasts.column("series_id"), task_id_prefix(task_number)))
     windows = []
-    for window, origin_us in zip(task.iter_windows(), origins_us, strict=True):
+    for number, window in enumerate(task.iter_windows()):
         truth = window.get_ground_truth()
         ids = pc.cast(truth.data.table.column(task.id_column), pa.string()).to_pylist()
-        table = window_predictions(forecasts, ids, origin_us, task.horizon, task.quantile_levels)
+        merged = [merged_series_id(task_number, number, series_id) for series_id in ids]
+        table = window_predictions(mine, merged, task.horizon, task.quantile_levels)
         windows.append(datasets.Dataset(table))
     return windows

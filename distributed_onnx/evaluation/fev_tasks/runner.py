@@ -1,17 +1,21 @@
 """Run a fev benchmark as backtests: every task's windows on the actors, summaries by fev's own code.
 
-Each task is one backtest (:func:`~distributed_onnx.evaluation.driver.run.run_backtest`: its planner, parts,
-actors and sums) over the checkpoints that can serve it, in ``runs/TASK/GROUP/``: checkpoints that share a
-resolution, a context length and the use of covariates share a run (their windows are packed once, and that
-run's ``report.html`` and ``leaderboard.parquet`` compare them on the same pairs). Its forecasts become fev
+Tasks are planned together: one backtest (:func:`~distributed_onnx.evaluation.driver.run.run_backtest`: its
+planner, parts, actors, sums and one report) per *run*, the tasks whose checkpoints share a grid step, a
+context length and the same covariate columns (names and types), and the same set of checkpoints that can serve
+them, in ``runs/RUN/``. Every fev window is its own series there (:meth:`~.tasks.TaskData.window_table`), all at
+one origin, so a run plans exactly the tasks' windows whatever their cutoffs; its horizon is the longest
+task's and its quantile levels the union. Each task's forecasts, cut back to its horizon and levels, become fev
 predictions (:mod:`.predictions`) and fev's ``Task.evaluation_summary`` scores them, so the numbers are fev's.
+Ray is joined once, before the first run, and each set of checkpoints gets one actor pool, kept for all its
+runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`).
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
 ``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, skipped with its reason, or
 failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when there are two or more) and
 ``pairs/TASK/MODEL.json`` (one summary each, the resume record: a pair whose record matches the task, the
-checkpoint's weights and fev's version is not recomputed; a checkpoint added later joins its group's run
-directory and computes only its own forecasts).
+checkpoint's weights and fev's version is not recomputed; a checkpoint added later that serves the same tasks
+joins their run directory and computes only its own forecasts).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from distributed_onnx import storage
@@ -34,11 +39,13 @@ from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
 from distributed_onnx.evaluation.fev_tasks.tasks import (
     TaskData,
-    backtest_settings,
     checkpoint_reason,
     context_length,
+    merged_origin,
+    merged_settings,
     takes_covariates,
     task_data,
+    task_id_prefix,
     task_reason,
     task_slug,
 )
@@ -48,8 +55,6 @@ from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 logger = logging.getLogger(__name__)
 
-#: Where :func:`run_fev` passes its ``connect`` down with the settings (taken out before they are validated).
-_CONNECT = "_connect"
 SUMMARIES_JSONL = "summaries.jsonl"
 SUMMARIES_JSON = "summaries.json"
 RUN_SUMMARY = "fev_summary.json"
@@ -69,17 +74,37 @@ class FevResult:
 
 
 @dataclass(frozen=True)
-class _Group:
-    """Checkpoints of one task that share a run: same grid step, context length and covariates."""
+class _RunKey:
+    """What tasks must share to be one backtest: the grid step, the context, the covariate columns (name and
+    type; known-future then past-only) and the checkpoints, which must serve every task of the run."""
 
     step_minutes: int
     context_length: int
-    covariates: bool
+    known: tuple[tuple[str, str], ...]
+    past: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+
+
+#: A run's key less its checkpoints: grid step, context, known-future and past-only (name, type) columns.
+_Shape = tuple[int, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+@dataclass
+class _Run:
+    """One merged backtest: its key, its tasks (benchmark position, task, slug, data) and checkpoints."""
+
+    key: _RunKey
     checkpoints: tuple[ResolvedCheckpoint, ...]
+    tasks: list[tuple[int, Any, str, TaskData]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        return f"r{self.step_minutes}-c{self.context_length}-{'cov' if self.covariates else 'nocov'}"
+        """The run directory's name: the key's grid and context, and a digest of the tasks and covariates
+        (not of the checkpoints: one added later that serves the same tasks joins the directory)."""
+        covariates = "cov" if self.key.known or self.key.past else "nocov"
+        document = [self.key.known, self.key.past, [[slug, task.to_dict()] for _, task, slug, _ in self.tasks]]
+        digest = hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return f"r{self.key.step_minutes}-c{self.key.context_length}-{covariates}-{digest}"
 
 
 def run_fev(
@@ -93,17 +118,26 @@ def run_fev(
     ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
     with every pair done starts no Ray. Raises :class:`BatchError` after writing everything if a pair failed."""
     storage.make_dirs(output)
-    settings = {**settings, _CONNECT: connect}
-    summaries: list[dict[str, Any]] = []
-    pairs: list[dict[str, Any]] = []
+    records: dict[tuple[int, str], dict[str, Any]] = {}
+    summaries: dict[tuple[int, str], dict[str, Any]] = {}
+    runs: dict[_RunKey, _Run] = {}
     for index, task in enumerate(tasks):
-        slug = task_slug(index, task)
-        done, records = _run_task(task, slug, checkpoints, output, settings)
-        summaries += done
-        pairs += records
+        _plan_task(index, task, checkpoints, output, records, summaries, runs)
+    pools: dict[tuple[str, ...], Any] = {}  # one actor pool per set of checkpoints, kept across its runs
+    try:
+        for number, run in enumerate(runs.values()):
+            if number == 0:
+                connect()
+            _record(run, _execute(run, output, settings, pools), records, summaries)
+    finally:
+        for pool in pools.values():
+            pool.release()
+    order = [(index, each.name) for index in range(len(tasks)) for each in checkpoints]
+    done = [summaries[pair] for pair in order if pair in summaries]
+    pairs = [records[pair] for pair in order if pair in records]
     failed = [pair for pair in pairs if pair["status"] == "failed"]
-    _write_outputs(output, summaries, pairs, [each.name for each in checkpoints])
-    result = FevResult(summaries, pairs, output, failed)
+    _write_outputs(output, done, pairs, [each.name for each in checkpoints])
+    result = FevResult(done, pairs, output, failed)
     if failed:
         first = failed[0]
         raise BatchError(
@@ -114,153 +148,225 @@ def run_fev(
     return result
 
 
-def _run_task(
+def _record(
+    run: _Run,
+    outcomes: dict[int, dict[str, dict[str, Any]]],
+    records: dict[tuple[int, str], dict[str, Any]],
+    summaries: dict[tuple[int, str], dict[str, Any]],
+) -> None:
+    """The run's outcomes as the pairs' records and summaries (a resumed pair keeps the earlier run's)."""
+    for number, task, slug, _ in run.tasks:
+        for model, outcome in outcomes.get(number, {}).items():
+            if records.get((number, model), {}).get("status") == "resumed":  # the earlier run's summary
+                continue
+            if "summary" in outcome:
+                summaries[(number, model)] = outcome["summary"]
+            status, why = ("done", None) if "summary" in outcome else ("failed", outcome["reason"])
+            base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
+            records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
+
+
+def _plan_task(
+    index: int,
     task: Any,
-    slug: str,
     checkpoints: Sequence[ResolvedCheckpoint],
     output: storage.Location,
-    settings: dict[str, Any],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One task against every checkpoint: the summaries done and one record per checkpoint."""
-    name = str(task.task_name)
-    records: dict[str, dict[str, Any]] = {}
-    summaries: dict[str, dict[str, Any]] = {}
+    records: dict[tuple[int, str], dict[str, Any]],
+    summaries: dict[tuple[int, str], dict[str, Any]],
+    runs: dict[_RunKey, _Run],
+) -> None:
+    """Record what is skipped or resumed of one task; load its data (with fev) and add it to its runs if some
+    checkpoint still has to forecast it."""
+    name, slug = str(task.task_name), task_slug(index, task)
     reason = task_reason(task)
-    pending: list[ResolvedCheckpoint] = []
+    serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
         base = {"task": name, "task_dir": slug, "model": checkpoint.name}
         why = reason or checkpoint_reason(task, checkpoint.metadata)
         if why is not None:
-            records[checkpoint.name] = {**base, "status": "skipped", "reason": why}
+            records[(index, checkpoint.name)] = {**base, "status": "skipped", "reason": why}
             continue
+        serving.append(checkpoint)
         earlier = _read_pair(output, slug, checkpoint.name, _pair_key(task, checkpoint))
         if earlier is not None:
-            records[checkpoint.name] = {**base, "status": "resumed", "reason": None}
-            summaries[checkpoint.name] = earlier
-        pending.append(checkpoint)
-    if any(each.name not in summaries for each in pending):
-        try:
-            data = task_data(task)
-        except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
-            problem = f"fev could not load the task's data: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            for checkpoint in pending:
-                records.setdefault(
-                    checkpoint.name,
-                    {"task": name, "task_dir": slug, "model": checkpoint.name, "status": "failed", "reason": problem},
-                )
-            pending = []
-        for group in _groups(task, pending):
-            if all(each.name in summaries for each in group.checkpoints):
-                continue
-            run_dir = storage.join(output, "runs", slug, group.name)
-            for model, outcome in _run_group(task, data, group, run_dir, output, slug, settings).items():
-                if model in summaries:  # resumed: its summary is the earlier run's
-                    continue
-                if "summary" in outcome:
-                    summaries[model] = outcome["summary"]
-                    status, why = "done", None
-                else:
-                    status, why = "failed", outcome["reason"]
-                records[model] = {"task": name, "task_dir": slug, "model": model, "status": status}
-                records[model] |= {"reason": why, "run_dir": storage.redact(run_dir)}
-    ordered = [each.name for each in checkpoints]
-    return [summaries[n] for n in ordered if n in summaries], [records[n] for n in ordered if n in records]
+            records[(index, checkpoint.name)] = {**base, "status": "resumed", "reason": None}
+            summaries[(index, checkpoint.name)] = earlier
+    if all((index, each.name) in summaries for each in serving):
+        return
+    try:
+        data = task_data(task)
+    except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
+        problem = f"fev could not load the task's data: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        for each in serving:
+            base = {"task": name, "task_dir": slug, "model": each.name}
+            records.setdefault((index, each.name), {**base, "status": "failed", "reason": problem})
+        return
+    types = {name: str(values.type) for name, values in data.covariates.items()}
+    by_shape: dict[_Shape, list[ResolvedCheckpoint]] = {}
+    for each in serving:  # resumed ones too: they share the run (its report compares them) and resume there
+        by_shape.setdefault(_shape(task, each, types), []).append(each)
+    for shape, members in by_shape.items():
+        key = _RunKey(*shape, tuple(each.name for each in members))
+        runs.setdefault(key, _Run(key, tuple(members))).tasks.append((index, task, slug, data))
 
 
-def _groups(task: Any, checkpoints: Sequence[ResolvedCheckpoint]) -> list[_Group]:
-    keys: dict[tuple[int, int, bool], list[ResolvedCheckpoint]] = {}
-    for each in checkpoints:
-        metadata = each.metadata
-        uses = takes_covariates(task, adapter_for(metadata).supports_covariates, metadata.max_covariates)
-        key = (metadata.resolution_minutes, context_length(task, metadata), uses)
-        keys.setdefault(key, []).append(each)
-    return [_Group(*key, tuple(members)) for key, members in keys.items()]
+def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> _Shape:
+    """The part of a run's key a task x checkpoint decides: the grid step, the context, the covariate columns
+    the checkpoint takes (with their ``types``) known-future then past-only."""
+    metadata = checkpoint.metadata
+    uses = takes_covariates(task, adapter_for(metadata).supports_covariates, metadata.max_covariates)
+    known = tuple((name, types[name]) for name in task.known_dynamic_columns) if uses else ()
+    past = tuple((name, types[name]) for name in task.past_dynamic_columns) if uses else ()
+    return (metadata.resolution_minutes, context_length(task, metadata), known, past)
 
 
-def _run_group(
-    task: Any,
-    data: TaskData,
-    group: _Group,
-    run_dir: storage.Location,
+def _execute(
+    run: _Run, output: storage.Location, settings: dict[str, Any], pools: dict[tuple[str, ...], Any]
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """The run's outcomes, task by task and model by model (``summary``, or the ``reason`` it failed; its
+    ``run_dir``). A merged run the backtest refuses (its data or settings, exit 2) is retried as one run per
+    task, so that one task's data fails that task alone."""
+    if len(run.tasks) == 1:
+        return _run_merged(run, output, settings, pools)
+    try:
+        return _run_merged(run, output, settings, pools, refused_fails=False)
+    except DistributedOnnxError as exc:
+        if exc.exit_code != ConfigError.exit_code:
+            raise
+        logger.warning("A merged run of %d fev tasks was refused (%s); running them one by one", len(run.tasks), exc)
+        outcomes: dict[int, dict[str, dict[str, Any]]] = {}
+        for each in run.tasks:
+            outcomes |= _run_merged(_Run(run.key, run.checkpoints, [each]), output, settings, pools)
+        return outcomes
+
+
+def _run_merged(
+    run: _Run,
     output: storage.Location,
-    slug: str,
     settings: dict[str, Any],
-) -> dict[str, dict[str, Any]]:
-    """One backtest for the group's checkpoints, then fev's summary of each one computed now."""
+    pools: dict[tuple[str, ...], Any],
+    refused_fails: bool = True,
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """One backtest for the run's tasks and checkpoints, then fev's summary of each pair computed now."""
+    run_dir = storage.join(output, "runs", run.name)
+    try:
+        inference_s, batch_error = _backtest(run, output, run_dir, settings, pools)
+    except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
+        if exc.exit_code != ConfigError.exit_code or not refused_fails:
+            raise
+        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": storage.redact(run_dir)}
+        return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
+    return _score(run, output, run_dir, inference_s, batch_error)
+
+
+def _backtest(
+    run: _Run,
+    output: storage.Location,
+    run_dir: storage.Location,
+    settings: dict[str, Any],
+    pools: dict[tuple[str, ...], Any],
+) -> tuple[float, BatchError | None]:
+    """Write the run's input table (once) and run its backtest: the dispatch seconds, and the error if parts
+    failed (the tasks whose forecasts are all there are still scored). The run's data or settings refused by
+    the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
+    backtest."""
+    from distributed_onnx.evaluation.driver.early import kept_pool
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
 
-    digest = hashlib.sha256(
-        json.dumps([task.to_dict(), task._dataset_fingerprint, group.name], sort_keys=True, default=str).encode()
-    ).hexdigest()[:16]
-    data_path = storage.join(output, "data", f"{slug}-{group.name}-{digest}.parquet")
+    key = run.key
+    data_path = storage.join(output, "data", f"{run.name}.parquet")
+    covariates = bool(key.known or key.past)
     if not storage.is_file(data_path):
         storage.make_dirs(storage.join(output, "data"))
-        storage.write_parquet(data_path, data.input_table(group.step_minutes, group.covariates))
+        tables = [
+            data.window_table(number, key.context_length, key.step_minutes, covariates)
+            for number, *_, data in run.tasks
+        ]
+        storage.write_parquet(data_path, pa.concat_tables(tables))
+    run_tasks = [task for _, task, _, _ in run.tasks]
     given = {
         "progress": False,
         **settings,
-        **backtest_settings(task, data, group.step_minutes, group.covariates),
-        "context_length": group.context_length,
-        "checkpoint": [each.weights_path for each in group.checkpoints],
+        **merged_settings(run_tasks, key.step_minutes, key.context_length),
+        "covariates": [name for name, _ in key.known],
+        "past_covariates": [name for name, _ in key.past],
+        "checkpoint": [each.weights_path for each in run.checkpoints],
         "data": data_path,
         "output": run_dir,
     }
-    connect = given.pop(_CONNECT)
-    run_settings = BacktestSettings.from_sources(given, source=f"fev task {task.task_name}")
-    connect()
+    names = ", ".join(str(task.task_name) for task in run_tasks)
+    run_settings = BacktestSettings.from_sources(given, source=f"fev tasks {names}"[:200])
+    if key.models not in pools:  # started once, its actors kept for every run of these checkpoints
+        pools[key.models] = kept_pool(run_settings)
     started = time.perf_counter()
     try:
-        result = run_backtest(run_settings)
-        timing = result.summary.get("timing") or {}
-        inference_s = float(timing.get("dispatch_s") or time.perf_counter() - started)
+        result = run_backtest(run_settings, early=pools[key.models])
     except DistributedOnnxError as exc:
-        # Parts that failed (1) or this task's data or settings refused by the backtest (2) fail this task
-        # alone; the environment (3: storage, Ray) stops the benchmark, as it stops a backtest.
-        if exc.exit_code not in (BatchError.exit_code, ConfigError.exit_code):
+        if exc.exit_code != BatchError.exit_code:
             raise
-        return {each.name: {"reason": f"{type(exc).__name__}: {exc}"} for each in group.checkpoints}
-    origins = [data.origin_us(window, group.step_minutes) for window in range(len(data.origins))]
-    keys = {each.name: _pair_key(task, each) for each in group.checkpoints}
-    earlier_pairs = {name: _read_pair(output, slug, name, key) for name, key in keys.items()}
-    fresh = [name for name, earlier in earlier_pairs.items() if earlier is None]  # computed by this run
-    outcomes: dict[str, dict[str, Any]] = {}
-    for checkpoint in group.checkpoints:
-        key, earlier = keys[checkpoint.name], earlier_pairs[checkpoint.name]
-        if earlier is not None:
-            outcomes[checkpoint.name] = {"summary": earlier}
-            continue
-        forecasts = _model_forecasts(run_dir, checkpoint.name, origins)
-        try:
-            predictions = task_predictions(task, forecasts, origins)
-        except MissingForecastsError as exc:
-            outcomes[checkpoint.name] = {"reason": str(exc)}
-            continue
-        shared = [name for name in fresh if name != checkpoint.name]
-        extra = {
-            "checkpoint": storage.redact(checkpoint.weights_path),
-            "checkpoint_sha256": checkpoint.metadata.sha256,
-            "run_dir": storage.redact(run_dir),
-            # The run's models share its actors' time: the inference time is the run's when several computed.
-            "inference_time_shared_with": ",".join(shared) or None,
-            "context_length": group.context_length,
-            "covariates_used": group.covariates,
-        }
-        summary = task.evaluation_summary(
-            predictions, model_name=checkpoint.name, inference_time_s=inference_s, extra_info=extra
-        )
-        summary = _plain(summary)
-        _write_pair(output, slug, checkpoint.name, key, summary)
-        outcomes[checkpoint.name] = {"summary": summary}
+        return time.perf_counter() - started, exc if isinstance(exc, BatchError) else BatchError(str(exc))
+    timing = result.summary.get("timing") or {}
+    return float(timing.get("dispatch_s") or time.perf_counter() - started), None
+
+
+def _score(
+    run: _Run, output: storage.Location, run_dir: storage.Location, inference_s: float, batch_error: BatchError | None
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """fev's summary of each pair of the run not resumed, from the run's forecasts."""
+    key, shown = run.key, storage.redact(run_dir)
+    covariates = bool(key.known or key.past)
+    origin = merged_origin(key.step_minutes, key.context_length)
+    origin_us = int(origin.timestamp()) * 1_000_000
+    pair_keys = {
+        (number, each.name): _pair_key(task, each) for number, task, _, _ in run.tasks for each in run.checkpoints
+    }
+    slugs = {number: slug for number, _, slug, _ in run.tasks}
+    earlier = {pair: _read_pair(output, slugs[pair[0]], pair[1], key) for pair, key in pair_keys.items()}
+    outcomes: dict[int, dict[str, dict[str, Any]]] = {}
+    for each in run.checkpoints:
+        forecasts = _model_forecasts(run_dir, each.name, origin_us)
+        ids = forecasts.column("series_id")
+        for number, task, slug, _ in run.tasks:
+            outcome = outcomes.setdefault(number, {})
+            resumed = earlier[(number, each.name)]
+            if resumed is not None:
+                outcome[each.name] = {"summary": resumed, "run_dir": shown}
+                continue
+            try:
+                predictions = task_predictions(task, number, forecasts)
+            except MissingForecastsError as exc:
+                why = f"{exc}; {batch_error}" if batch_error is not None else str(exc)
+                outcome[each.name] = {"reason": why, "run_dir": shown}
+                continue
+            # The run's tasks and models share its actors' time: each task gets the run's dispatch time in
+            # proportion to its forecast rows; the run's other models computed now share that time too.
+            share = pc.sum(pc.starts_with(ids, task_id_prefix(number))).as_py() / max(forecasts.num_rows, 1)
+            shared = [o.name for o in run.checkpoints if o.name != each.name and earlier[(number, o.name)] is None]
+            extra = {
+                "checkpoint": storage.redact(each.weights_path),
+                "checkpoint_sha256": each.metadata.sha256,
+                "run_dir": shown,
+                "inference_time_shared_with": ",".join(shared) or None,
+                "run_tasks": len(run.tasks),
+                "context_length": key.context_length,
+                "covariates_used": covariates,
+            }
+            summary = task.evaluation_summary(
+                predictions, model_name=each.name, inference_time_s=inference_s * share, extra_info=extra
+            )
+            summary = _plain(summary)
+            _write_pair(output, slug, each.name, pair_keys[(number, each.name)], summary)
+            outcome[each.name] = {"summary": summary, "run_dir": shown}
     return outcomes
 
 
-def _model_forecasts(run_dir: storage.Location, model: str, origins_us: Sequence[int]) -> pa.Table:
-    """One model's forecasts at the fev windows' origins (the run also holds the origins between them)."""
+def _model_forecasts(run_dir: storage.Location, model: str, origin_us: int) -> pa.Table:
+    """One model's forecasts at the merged run's origin (the only one it plans)."""
     fs, inner = storage.filesystem(storage.join(run_dir, FORECASTS_DIR, f"{MODEL_KEY}={model}"))
     dataset = pads.dataset(inner, filesystem=fs, format="parquet")
     origin = pads.field("origin").cast(pa.int64())
-    return dataset.to_table(filter=origin.isin(pa.array(list(origins_us), pa.int64())))
+    return dataset.to_table(filter=origin == origin_us)
 
 
 def _pair_key(task: Any, checkpoint: ResolvedCheckpoint) -> str:

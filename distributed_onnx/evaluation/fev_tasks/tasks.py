@@ -1,10 +1,9 @@
-"""A ``fev.Task`` as a backtest: its series as the backtest's long input table, its windows as origins.
+"""A ``fev.Task`` as part of a backtest: its windows as series of the backtest's long input table, at one origin.
 
 fev cuts each series by *position*: an integer cutoff ``c`` puts ``y[:c]`` in the past (negative: counted
-from each series' end), a timestamp cutoff puts every observation at or before it there. The backtest plans
-windows on a time grid (one step = the checkpoint's resolution, ``--start/--end/--stride``). So each series is
-laid on a synthetic grid whose step is the checkpoint's, at positions chosen so that every fev window starts at
-one position shared by all series:
+from each series' end), a timestamp cutoff puts every observation at or before it there. So each series is
+first laid on a synthetic grid of positions, chosen so that every fev window starts at one position shared by
+all the task's series (:func:`task_data`):
 
 - timestamp cutoffs: a timestamp's position is its rank among all the task's timestamps (the series share one
   frequency, so a series' observations hold consecutive ranks), and a cutoff's origin is the rank of the first
@@ -13,18 +12,22 @@ one position shared by all series:
 - negative integer cutoffs: series end together at the longest one's length ``n_max``, the origin is
   ``n_max + c``.
 
-A model sees positions only through its context and horizon (no family reads timestamps), so the forecasts
-are those of fev's windows whatever the task's frequency (monthly and yearly included). The grid starts at
-:data:`GRID_EPOCH_US`, after any checkpoint's training data, so no window counts as in-sample. Pure: no Ray.
+The backtest plans windows on a time grid (one step = the checkpoint's resolution, every ``--stride`` steps
+from ``--start`` to ``--end``), for every series with data there: it has no list of origins. So each fev
+window is then cut out as its own series (its context and its horizon, :meth:`TaskData.window_table`), shifted
+so that its origin is the run's one origin (:func:`merged_origin`): one backtest plans exactly the windows of
+any number of tasks, whatever their cutoffs and spacings. A model sees positions only through its context and
+horizon (no family reads timestamps), so the forecasts are those of fev's windows whatever the task's
+frequency (monthly and yearly included). The grid starts at :data:`GRID_EPOCH_US`, after any checkpoint's
+training data, so no window counts as in-sample. Pure: no Ray.
 """
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -51,29 +54,54 @@ class TaskData:
     target: pa.Array  # float64 [rows]
     covariates: dict[str, pa.Array]  # known-future then past-only columns, [rows] each
     origins: tuple[int, ...]  # one per fev window, ascending
+    horizon: int  # fev's horizon: the rows of a window are its context and these steps
 
-    @property
-    def stride(self) -> int:
-        """Steps between planned origins: the gcd of the windows' spacings (1 for one window); an origin
-        between two of fev's is computed and not used."""
-        steps = np.diff(np.asarray(self.origins, dtype=np.int64))
-        return int(reduce(math.gcd, (int(step) for step in steps), 0)) or 1
+    def window_table(self, task_number: int, context_length: int, step_minutes: int, covariates: bool) -> pa.Table:
+        """Every fev window of the task as its own series of a merged run's input table.
 
-    def input_table(self, step_minutes: int, covariates: bool) -> pa.Table:
-        """The backtest's long input table on a grid of ``step_minutes`` (with or without the covariates)."""
+        A window's series (:func:`merged_series_id`) holds the rows of its context (``context_length`` steps
+        before the window's origin) and of its horizon, shifted so that the origin sits at
+        :func:`merged_origin`: every window of every task of a run then starts at one origin, so one backtest
+        plans exactly fev's windows, whatever each task's cutoffs, spacing and number of windows. Rows past the
+        task's horizon are left out, so a longer horizon asked of the run (another task's) sees no known
+        covariate beyond this task's horizon, as fev gives none.
+        """
         step_us = step_minutes * 60_000_000
-        timestamps = pa.array(GRID_EPOCH_US + self.positions * step_us, type=pa.timestamp("us", tz="UTC"))
-        columns: dict[str, Any] = {"series_id": self.series_ids, "timestamp": timestamps, "y": self.target}
-        if covariates:
-            columns |= self.covariates
-        return pa.table(columns)
+        tables = []
+        for window, origin in enumerate(self.origins):
+            rows = np.flatnonzero(
+                (self.positions >= origin - context_length) & (self.positions < origin + self.horizon)
+            )
+            taken = pa.array(rows, pa.int64())
+            prefix = pa.scalar(merged_series_id(task_number, window, ""), pa.string())
+            ids = pc.binary_join_element_wise(prefix, pc.take(self.series_ids, taken), "")
+            stamps = GRID_EPOCH_US + (self.positions[rows] - origin + context_length) * step_us
+            columns: dict[str, Any] = {
+                "series_id": ids,
+                "timestamp": pa.array(stamps, type=pa.timestamp("us", tz="UTC")),
+                "y": pc.take(self.target, taken),
+            }
+            if covariates:
+                columns |= {name: pc.take(values, taken) for name, values in self.covariates.items()}
+            tables.append(pa.table(columns))
+        return pa.concat_tables(tables)
 
-    def origin(self, window: int, step_minutes: int) -> datetime:
-        """The first forecast step of fev window ``window`` on a grid of ``step_minutes``."""
-        return _GRID_EPOCH + timedelta(microseconds=self.origin_us(window, step_minutes) - GRID_EPOCH_US)
 
-    def origin_us(self, window: int, step_minutes: int) -> int:
-        return GRID_EPOCH_US + self.origins[window] * step_minutes * 60_000_000
+def merged_series_id(task_number: int, window: int, series_id: str) -> str:
+    """A window's series in a merged run, ``TASK:WINDOW:ID``: the two numbers hold no colon, so whatever the
+    data's id holds (colons included) the name cannot collide with another task's or window's."""
+    return f"{task_id_prefix(task_number)}{window}:{series_id}"
+
+
+def task_id_prefix(task_number: int) -> str:
+    """What every merged series id of the ``task_number``-th task starts with (and no other task's)."""
+    return f"{task_number}:"
+
+
+def merged_origin(step_minutes: int, context_length: int) -> datetime:
+    """The one origin of a merged run: ``context_length`` steps after :data:`GRID_EPOCH_US`, so that every
+    context lies after the epoch."""
+    return _GRID_EPOCH + timedelta(minutes=step_minutes * context_length)
 
 
 def task_slug(index: int, task: Any) -> str:
@@ -144,21 +172,26 @@ def task_data(task: Any) -> TaskData:
         name: pc.list_flatten(table.column(name).combine_chunks())
         for name in [*task.known_dynamic_columns, *task.past_dynamic_columns]
     }
-    return TaskData(series_ids, positions, target, covariates, origins)
+    return TaskData(series_ids, positions, target, covariates, origins, int(task.horizon))
 
 
-def backtest_settings(task: Any, data: TaskData, step_minutes: int, covariates: bool) -> dict[str, Any]:
-    """The backtest settings of ``task`` on a grid of ``step_minutes`` (checkpoints, data, output: the caller's)."""
-    levels = sorted({*(float(q) for q in task.quantile_levels), 0.5})  # 0.5: fev's point forecast
+def merged_settings(tasks: Sequence[Any], step_minutes: int, context_length: int) -> dict[str, Any]:
+    """The backtest settings of a merged run of ``tasks`` (checkpoints, data, output, covariates: the caller's).
+
+    The horizon is the longest task's (a graph emits its fixed horizon and a shorter one is that output cut,
+    so each task's forecasts are those of a run of its own); the quantile levels are the union of the tasks'
+    and 0.5 (fev's point forecast). The seasonality (the run's own report and baselines only: fev scores each
+    task with its own) is the first task's.
+    """
+    origin = merged_origin(step_minutes, context_length)
+    levels = sorted({0.5, *(float(q) for task in tasks for q in task.quantile_levels)})
     return {
-        "horizon": task.horizon,
-        "start": data.origin(0, step_minutes),
-        "end": data.origin(len(data.origins) - 1, step_minutes),
-        "stride": data.stride,
+        "horizon": max(int(task.horizon) for task in tasks),
+        "context_length": context_length,
+        "start": origin,
+        "end": origin,
         "quantiles": levels,
-        "seasonality": task.seasonality,
-        "covariates": list(task.known_dynamic_columns) if covariates else [],
-        "past_covariates": list(task.past_dynamic_columns) if covariates else [],
+        "seasonality": tasks[0].seasonality,
     }
 
 
