@@ -33,13 +33,15 @@ from backtest_data import (  # noqa: E402
     settings_for,
     write_dataset,
 )
-from graphs import tiny_chronos2_metadata, tiny_chronos2_model  # noqa: E402
+from failing_graph import POISON, write_failing_chronos2  # noqa: E402
+from graphs import tiny_chronos2_metadata  # noqa: E402
 from ray_actors import wait_dead  # noqa: E402
 
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
 from distributed_onnx.evaluation.data import scan as scan_module  # noqa: E402
+from distributed_onnx.evaluation.data.windows import plan_series  # noqa: E402
 from distributed_onnx.evaluation.driver import run as run_module  # noqa: E402
 from distributed_onnx.evaluation.driver.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
@@ -323,15 +325,20 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
 
 @pytest.mark.usefixtures("ray_session")
 def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, data: Path) -> None:
-    fixed = write_checkpoint(
-        tmp_path / "fixed.onnx",
-        tiny_chronos2_model(rows=4).SerializeToString(),
-        tiny_chronos2_metadata(static_shapes=True),
-    )
-    # 4 + 4 + 2 windows: only the last part is not 4 rows, which the fixed graph refuses.
-    settings = settings_for(fixed.weights_path, data, tmp_path / "run", n_windows=4, rows_per_batch=4)
+    failing = write_failing_chronos2(tmp_path, "fixed").weights_path
+    settings = settings_for(failing, data, tmp_path / "run", n_windows=4, rows_per_batch=4)
     planned = planned_window_ids(settings)
     assert len(planned) == 10
+    # 4 + 4 + 2 windows: a value above POISON in the context of the last two windows (the last series' two
+    # latest origins: its last cutoffs) makes ONNX Runtime fail their call, as a broken model would.
+    plan = prepare(settings)
+    last = plan.table.series[-1]
+    poisoned_step = int(plan_series(last, plan.spec).origins[-2]) - 1
+    table = pq.read_table(data)
+    rows = np.flatnonzero(np.asarray(pa.compute.equal(table["series_id"], last.series_id)))
+    y = table["y"].to_numpy(zero_copy_only=False).copy()
+    y[rows[poisoned_step]] = 2 * POISON
+    pq.write_table(table.set_column(table.schema.get_field_index("y"), "y", pa.array(y)), data)
 
     with pytest.raises(BatchError, match=r"failed_windows\.json") as info:
         run_backtest(settings)
@@ -340,7 +347,7 @@ def test_failing_part_is_reported_and_the_others_are_written(tmp_path: Path, dat
     failed = json.loads((Path(settings.output) / "failed_windows.json").read_text())
     assert [entry["part"] for entry in failed] == [2]
     assert failed[0]["window_ids"] == planned[8:]
-    assert "expected 4" in failed[0]["error"]
+    assert "out of" in failed[0]["error"] or "indices" in failed[0]["error"]
     assert {path.name for path in (Path(settings.output) / outputs.FORECASTS_DIR / "model=fixed").glob("part-*")} == {
         "part-000000.parquet",
         "part-000001.parquet",

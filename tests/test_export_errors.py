@@ -164,6 +164,8 @@ def test_a_graph_whose_fixed_batch_axis_cannot_take_the_runs_batches_is_refused_
     data = write_dataset(tmp_path / "data.parquet", covariate=False)
     arguments = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(tmp_path / "run")]
     arguments += ["--actors", "1", "--cpus-per-actor", "1", "--n-windows", "5", "--stride", "3", "--no-progress"]
+    # Batches of 4 (a run whose default batch is 1 window calls such a graph as it can take, and runs).
+    arguments += ["--rows-per-batch", "4"]
     assert cli.main(arguments) == 2
     line = _one_error_line(capsys)
     assert "fixed_one" in line and "batch axis is fixed at 1" in line, line

@@ -412,17 +412,26 @@ def _grouping_property(case: tuple[list[Series], list[str], int, WindowSpec]) ->
         }
         assert len(origins) == 1  # one origin per group
         assert len(members) <= max_size and len(set(members.tolist())) == len(members)
-    # Each series in exactly one chunk of its value (whatever the origin): the series a group shares are
-    # always the same ones, and the chunks of a value partition its series.
-    chunk_of: dict[int, frozenset[int]] = {}
-    chunks: set[frozenset[int]] = set()
+    # Each series in exactly one chunk of its value (whatever the origin): the series that ever share a group
+    # (joined across origins) form chunks of at most max_size series of one value, so the groups of different
+    # origins never mix series of two chunks (a group is the part of its chunk with a window at that origin).
+    chunk_root = list(range(len(series)))
+
+    def root(s: int) -> int:
+        while chunk_root[s] != s:
+            chunk_root[s] = chunk_root[chunk_root[s]]
+            s = chunk_root[s]
+        return s
+
     for g in range(len(grouped.starts) - 1):
-        members_set = frozenset(grouped.series_index[int(grouped.starts[g]) : int(grouped.starts[g + 1])].tolist())
-        for s in members_set:
-            chunk = chunk_of.setdefault(s, members_set)
-            chunks.add(chunk)
-    for a, b in itertools.combinations(chunks, 2):
-        assert not (a & b) or a <= b or b <= a  # a group is a subset of one chunk (series without a window there)
+        members_list = grouped.series_index[int(grouped.starts[g]) : int(grouped.starts[g + 1])].tolist()
+        for s in members_list[1:]:
+            chunk_root[root(s)] = root(members_list[0])
+    chunks: dict[int, set[int]] = {}
+    for s in range(len(series)):
+        chunks.setdefault(root(s), set()).add(s)
+    for chunk in chunks.values():
+        assert len(chunk) <= max_size and len({labels[s] for s in chunk}) == 1
 
 
 @_settings(60)
