@@ -27,13 +27,14 @@ from distributed_onnx.export.common import require_torch
 Size = Literal["tiny", "published"]
 SEED = 0
 LEVELS_9 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+LEVELS_13 = [0.01, 0.05, *LEVELS_9, 0.95, 0.99]
 LEVELS_21 = [0.01, 0.05, *[round(0.05 * i, 2) for i in range(2, 19)], 0.95, 0.99]
 
 #: Chronos-2: the core config's sizes and its ``chronos_config``.
 CHRONOS2: dict[str, dict[str, Any]] = {
     "tiny": {
         "sizes": {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4},
-        "chronos_config": {"context_length": 64, "patch": 16, "max_output_patches": 5, "quantiles": [0.1, 0.5, 0.9]},
+        "chronos_config": {"context_length": 64, "patch": 16, "max_output_patches": 5, "quantiles": LEVELS_13},
     },
     "published": {
         "sizes": {"d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
