@@ -119,3 +119,11 @@ def test_every_family_exports_with_random_weights(
     metadata = json.loads(output.with_suffix(".metadata.json").read_text())
     assert metadata["model_family"] == family and metadata["description"].startswith(MEANINGLESS)
     assert json.loads(output.with_suffix(".parity.json").read_text())["passed"] is True
+
+
+def test_a_missing_pretrained_folder_says_how_to_fetch_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--from-pretrained amazon/chronos-2`` said only that the folder does not exist."""
+    argv = ["export", "chronos2", "--from-pretrained", "amazon/chronos-2", "--output", str(tmp_path / "m.onnx")]
+    assert cli.main([*argv, "--resolution-minutes", "60"]) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "hf download amazon/chronos-2 --local-dir amazon/chronos-2" in error and "--random-weights" in error

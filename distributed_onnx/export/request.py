@@ -107,7 +107,7 @@ class ExportResult(BaseModel):
 
 def run_export(request: ExportRequest) -> ExportResult:
     """Export ``request.family`` by ``export(request)`` of its module in :data:`distributed_onnx.export.EXPORTERS`."""
-    from distributed_onnx.export import EXPORTERS
+    from distributed_onnx.export import EXPORTERS, HUB_REPOSITORIES
 
     try:
         module_name = EXPORTERS[request.family]
@@ -121,7 +121,13 @@ def run_export(request: ExportRequest) -> ExportResult:
             key="output",
         )
     if request.pretrained_dir is not None and not request.pretrained_dir.exists():
-        raise ConfigError(f"--from-pretrained {request.pretrained_dir} does not exist.", key="pretrained_dir")
+        folder = request.pretrained_dir
+        raise ConfigError(
+            f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). Fetch the "
+            f"published model once with network access: hf download {HUB_REPOSITORIES[request.family]} --local-dir "
+            f"{folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless forecasts).",
+            key="pretrained_dir",
+        )
     from distributed_onnx.export import variants
     from distributed_onnx.export.common import phase, resolution_of, start_progress
 
