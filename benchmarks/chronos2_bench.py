@@ -108,6 +108,8 @@ def build(workdir: Path, size: str, context: int, patches: int) -> Path:
             str(output),
             "--parity-windows",
             "8",
+            "--resolution-minutes",  # the hourly data below; export never assumes one
+            "60",
         ],
         check=True,
         capture_output=True,

@@ -143,6 +143,7 @@ def main() -> int:
             started = time.perf_counter()
             argv = [sys.executable, "-m", "distributed_onnx", "export", "chronos2", "--from-pretrained"]
             argv += [str(work / "pretrained"), "--output", str(output), "--horizon", str(horizon)]
+            argv += ["--resolution-minutes", "60"]  # required without --data; the windows are hourly-like
             subprocess.run([*argv, "--parity-windows", "2"], check=True, capture_output=True)
             metadata = json.loads(output.with_suffix(".metadata.json").read_text())
             graphs[patches] = output

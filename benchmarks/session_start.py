@@ -39,6 +39,7 @@ def main() -> int:
         build(work / "pretrained", args.context)
         argv = [sys.executable, "-m", "distributed_onnx", "export", "chronos2", "--from-pretrained"]
         argv += [str(work / "pretrained"), "--output", str(checkpoint), "--horizon", "64", "--parity-windows", "1"]
+        argv += ["--resolution-minutes", "60"]  # required without --data
         subprocess.run(argv, check=True, capture_output=True)
 
     from distributed_onnx.model.backend.onnx import OnnxBackend

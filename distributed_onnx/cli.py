@@ -202,12 +202,24 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     export = commands.add_parser(
         "export",
         help="export a model family's pretrained folder to an ONNX checkpoint, with a parity report",
-        description="Build FAMILY's graph from its upstream package and a local pretrained folder, write the "
-        "ONNX checkpoint and its metadata, and compare ONNX Runtime with the upstream pipeline on sample windows.",
+        description="Build FAMILY's graph from its upstream package and a local pretrained folder (or random "
+        "weights, --random-weights), write the ONNX checkpoint and its metadata, and compare ONNX Runtime with the "
+        "upstream pipeline on sample windows.",
     )
     export.add_argument("family", help="the model family: chronos2, chronos_bolt or tirex")
+    source = export.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-pretrained", type=Path, metavar="DIR", help="local folder of the pretrained model")
+    source.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="no download: the family with seeded random weights (forecasts are meaningless; for trying the "
+        "pipeline and benchmarks), at --size",
+    )
     export.add_argument(
-        "--from-pretrained", type=Path, required=True, metavar="DIR", help="local folder of the pretrained model"
+        "--size",
+        choices=["tiny", "published"],
+        help="with --random-weights: tiny (the tests' small configs, seconds; default) or published (the "
+        "published architecture)",
     )
     export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
     export.add_argument("--data", metavar="PATH", help="input table whose windows the parity uses (a path or a URL)")
@@ -234,7 +246,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--resolution-minutes",
         type=int,
         metavar="M",
-        help="the data's sampling interval, for the metadata (default: the step of --data, else 60)",
+        help="the data's sampling interval, for the metadata (default: the step of --data; required without it)",
     )
     export.set_defaults(handler=_export)
 
@@ -375,11 +387,15 @@ def _export(args: argparse.Namespace) -> int:
 
     from distributed_onnx.errors import ConfigError, describe_validation
     from distributed_onnx.export import ExportRequest, run_export
+    from distributed_onnx.export.common import MEANINGLESS
 
+    if args.size is not None and not args.random_weights:
+        raise ConfigError("--size goes with --random-weights (a --from-pretrained folder has its own size)")
     try:
         request = ExportRequest(
             family=args.family,
             pretrained_dir=args.from_pretrained,
+            random_weights=(args.size or "tiny") if args.random_weights else None,
             output=args.output,
             data=args.data,
             parity_windows=args.parity_windows,
@@ -390,6 +406,8 @@ def _export(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:  # a flag out of its bounds (bounds.py): the user's, exit 2
         raise ConfigError(f"Invalid export settings: {describe_validation(exc.errors())}") from None
+    if request.random_weights is not None:
+        print(f"warning: {MEANINGLESS} ({args.family}, {request.random_weights})", file=sys.stderr)
     try:
         result = run_export(request)
     except OSError as exc:  # a full disk, a folder not writable: nothing to resume, the export starts over
@@ -403,6 +421,8 @@ def _export(args: argparse.Namespace) -> int:
     if result.variant_path is not None:
         print(json.dumps(result.variant, indent=2))
         print(f"wrote {result.variant_path} (int8, {args.quantize_mode}), its metadata and parity against the parent")
+    if request.random_weights is not None:
+        print(f"warning: {MEANINGLESS}: {result.weights_path} is not a trained model", file=sys.stderr)
     return 0
 
 

@@ -15,74 +15,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from distributed_onnx.export.random_weights import CHRONOS_BOLT, TIREX
+
 LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 RESOLUTION_MINUTES = 30
 STEP_US = RESOLUTION_MINUTES * 60 * 1_000_000
 START_US = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
-#: Tiny configs: one call is BOLT_STEPS / TIREX_STEPS steps.
+#: Tiny configs (distributed_onnx.export.random_weights): one call is BOLT_STEPS / TIREX_STEPS steps.
 BOLT_CONTEXT, BOLT_STEPS = 64, 16
 TIREX_CONTEXT, TIREX_STEPS = 32, 8
+assert CHRONOS_BOLT["tiny"]["chronos_config"]["context_length"] == BOLT_CONTEXT
+assert CHRONOS_BOLT["tiny"]["chronos_config"]["prediction_length"] == BOLT_STEPS
+assert TIREX["tiny"]["hyper_parameters"]["train_ctx_len"] == TIREX_CONTEXT
+assert TIREX["tiny"]["hyper_parameters"]["model_config"]["output_patch_size"] == TIREX_STEPS
 
 
 def write_tiny_bolt(directory: Path, seed: int = 0) -> Path:
-    """``ChronosBoltModelForForecasting`` (T5 encoder-decoder, 1 + 1 layers of 32) saved as a pretrained folder."""
-    import torch
-    from chronos.chronos_bolt import ChronosBoltModelForForecasting
-    from transformers import T5Config
+    """``ChronosBoltModelForForecasting`` (T5 encoder-decoder, 1 + 1 layers of 32) saved as a pretrained folder:
+    ``export --random-weights --size tiny``'s model (one definition, in the package)."""
+    from distributed_onnx.export.random_weights import write_chronos_bolt
 
-    torch.manual_seed(seed)
-    config = T5Config(
-        d_model=32,
-        d_ff=64,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        d_kv=16,
-        dense_act_fn="relu",
-        feed_forward_proj="relu",
-        is_gated_act=False,
-        dropout_rate=0.0,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=1,
-        vocab_size=2,
-        architectures=["ChronosBoltModelForForecasting"],
-        chronos_pipeline_class="ChronosBoltPipeline",
-        chronos_config={
-            "context_length": BOLT_CONTEXT,
-            "prediction_length": BOLT_STEPS,
-            "input_patch_size": 8,
-            "input_patch_stride": 8,
-            "quantiles": LEVELS,
-            "use_reg_token": True,
-        },
-    )
-    ChronosBoltModelForForecasting(config).eval().save_pretrained(directory)
-    return directory
+    return write_chronos_bolt(directory, "tiny", seed)
 
 
 def write_tiny_tirex(directory: Path, seed: int = 0) -> Path:
-    """``TiRexZero`` (one sLSTM block of 16, patches of 8) saved as the hub's ``model.ckpt``."""
-    import torch
-    from tirex.models.tirex import TiRexZero
+    """``TiRexZero`` (one sLSTM block of 16, patches of 8) saved as the hub's ``model.ckpt``: ``export
+    --random-weights --size tiny``'s model."""
+    from distributed_onnx.export.random_weights import write_tirex
 
-    torch.manual_seed(seed)
-    hyper_parameters = {
-        "model_config": {
-            "input_patch_size": TIREX_STEPS,
-            "output_patch_size": TIREX_STEPS,
-            "quantiles": LEVELS,
-            "block_kwargs": {"embedding_dim": 16, "num_heads": 2, "num_blocks": 1, "ffn_proj_factor": 2.0},
-            "input_ff_dim": 32,
-        },
-        "train_ctx_len": TIREX_CONTEXT,
-    }
-    model = TiRexZero(backend="torch", **hyper_parameters)
-    for parameter in model.parameters():  # upstream leaves its cell's parameters uninitialised (torch.empty)
-        torch.nn.init.normal_(parameter, std=0.2)
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.save({"hyper_parameters": hyper_parameters, "state_dict": model.state_dict()}, directory / "model.ckpt")
-    return directory
+    return write_tirex(directory, "tiny", seed)
 
 
 def gappy_series(seed: int = 0) -> dict[str, np.ndarray]:

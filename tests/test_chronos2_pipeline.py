@@ -240,7 +240,7 @@ def test_export_sized_to_the_horizon_equals_predict_df(
 def test_export_beyond_the_models_patches_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = workdir / "too-long" / "chronos2-tiny.onnx"
     argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    assert cli.main([*argv, "--horizon", str(MAX_PATCHES * PATCH + 1)]) == 2
+    assert cli.main([*argv, "--horizon", str(MAX_PATCHES * PATCH + 1), "--resolution-minutes", "60"]) == 2
     error = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # not the loading bars
     assert len(error) == 1 and f"--horizon {MAX_PATCHES * PATCH} or less" in error[0], error
     assert not output.exists()

@@ -51,7 +51,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _export(family: str, pretrained: Path, output: Path, *flags: str) -> int:
-    return cli.main(["export", family, "--from-pretrained", str(pretrained), "--output", str(output), *flags])
+    resolution = [] if "--data" in flags else ["--resolution-minutes", "60"]  # never assumed (issue 46)
+    argv = ["export", family, "--from-pretrained", str(pretrained), "--output", str(output), *resolution]
+    return cli.main([*argv, *flags])
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -20,4 +20,12 @@ EXPORTERS: dict[str, str] = {
     "tirex": "distributed_onnx.export.tirex",
 }
 
-__all__ = ["EXPORTERS", "ExportRequest", "ExportResult", "run_export"]
+#: Family name -> the model hub repository of its published weights, for the commands a user fetches them with
+#: (this package never downloads; docs/export.md "Getting a model").
+HUB_REPOSITORIES: dict[str, str] = {
+    "chronos2": "amazon/chronos-2",
+    "chronos_bolt": "amazon/chronos-bolt-small",
+    "tirex": "NX-AI/TiRex",
+}
+
+__all__ = ["EXPORTERS", "HUB_REPOSITORIES", "ExportRequest", "ExportResult", "run_export"]

@@ -39,12 +39,15 @@ import numpy as np
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import (
     UpstreamForecast,
+    described,
     finish,
     parity_report,
     parity_windows,
+    phase,
     pretrained_folder,
     quiet_loggers,
     resolution_of,
+    save_program,
     write_metadata,
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
@@ -56,11 +59,11 @@ OUTPUT_NAME = "quantile_preds"
 
 
 def export(request: ExportRequest) -> ExportResult:
-    """Export ``request.pretrained_dir`` to ``request.output`` with its metadata and a parity report."""
+    """Export ``request.folder`` to ``request.output`` with its metadata and a parity report."""
     resolution = resolution_of(request)  # --data checked before the model loads
     output = request.output
     with pretrained_folder(request, "Chronos-2"):
-        pipeline = load_pipeline(request.pretrained_dir)
+        pipeline = load_pipeline(request.folder)
         model = pipeline.model.eval()
         config = model.chronos_config
         patches = output_patches(request.horizon, config)
@@ -73,12 +76,12 @@ def export(request: ExportRequest) -> ExportResult:
             output_patch_size=int(config.output_patch_size),
             horizon_patches=patches,
             resolution_minutes=resolution,
-            description=f"Chronos-2 exported from {request.pretrained_dir.name} (chronos-forecasting "
+            description=f"Chronos-2 exported from {request.folder.name} (chronos-forecasting "
             f"{_upstream_version()}); weights in {output.name}.data",
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     export_graph(model, output, patches)
-    metadata_path = write_metadata(output, metadata)
+    metadata_path = write_metadata(output, described(request, metadata))
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     horizon = request.horizon or metadata.horizon_length
     parity = parity_report(_upstream_forecast(pipeline), output, windows, horizon, source)
@@ -141,6 +144,7 @@ def export_graph(model: Any, output: Path, patches: int) -> None:
     dynamic = {name: {0: batch} for name in INPUT_NAMES}
     # onnx_ir logs every deduplicated initializer at INFO (hundreds of lines for a real model).
     with export_patches(), torch.no_grad(), quiet_loggers("onnx_ir"):
+        phase(f"tracing and exporting the graph ({patches} output patches)")
         program = torch.onnx.export(
             graph,
             sample,
@@ -150,12 +154,11 @@ def export_graph(model: Any, output: Path, patches: int) -> None:
             dynamic_shapes=dynamic,
             external_data=True,
             verbose=False,
+            optimize=False,  # its own phase in save_program
         )
     if program is None:  # typed Optional upstream; the dynamo exporter always returns one
         raise ConfigError("torch.onnx.export returned no program")
-    for stale in (output, output.with_name(output.name + ".data")):
-        stale.unlink(missing_ok=True)
-    program.save(str(output), external_data=True)
+    save_program(program, output)
 
 
 class _UpstreamContract:

@@ -43,15 +43,15 @@ def load_pipeline(request: ExportRequest) -> Any:
         from chronos import ChronosBoltPipeline
     except ImportError as exc:
         raise MissingExtraError.for_package("chronos", "chronos") from exc
-    if not (request.pretrained_dir / "config.json").is_file():
+    if not (request.folder / "config.json").is_file():
         raise ConfigError(
-            f"--from-pretrained {request.pretrained_dir} has no config.json: give the folder "
+            f"--from-pretrained {request.folder} has no config.json: give the folder "
             "ChronosBoltPipeline.save_pretrained wrote (or the model hub's files, downloaded).",
             key="pretrained_dir",
         )
     torch = require_torch()
     pipeline = ChronosBoltPipeline.from_pretrained(
-        str(request.pretrained_dir), local_files_only=True, device_map="cpu", dtype=torch.float32
+        str(request.folder), local_files_only=True, device_map="cpu", dtype=torch.float32
     )
     pipeline.model.eval()
     return pipeline

@@ -10,8 +10,10 @@ Runtime through this package's :class:`~distributed_onnx.model.worker.InferenceW
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,30 @@ logger = logging.getLogger(__name__)
 
 #: ``(context [W, C] float32 with NaN, horizon) -> [W, horizon, n_native]``: the upstream pipeline's forecast.
 UpstreamForecast = Callable[[np.ndarray, int], np.ndarray]
-#: The resolution written when neither ``--resolution-minutes`` nor ``--data`` gives one (the families
-#: themselves are resolution-agnostic).
-DEFAULT_RESOLUTION_MINUTES = 60
+#: When the export began (:func:`start_progress`), for the elapsed seconds of each phase's line.
+_STARTED: contextvars.ContextVar[float | None] = contextvars.ContextVar("export_started", default=None)
 #: The largest ``max_rel_diff`` (the largest absolute difference over the largest upstream value) a parity
 #: report passes with: the families' graphs reproduce upstream to float32 rounding (1e-7 to 1e-5 measured on the
 #: tiny and published models), so 1e-3 only fails a graph that computes something else, or non-finite values.
 PARITY_TOLERANCE = 1e-3
+#: What a ``--random-weights`` checkpoint's description starts with and what ``export`` warns at its start and end.
+MEANINGLESS = "random weights: forecasts are meaningless; for trying the pipeline and benchmarks"
+
+
+def start_progress() -> None:
+    """Start the clock of :func:`phase`'s elapsed seconds (one export)."""
+    _STARTED.set(time.perf_counter())
+
+
+def phase(what: str) -> None:
+    """One line on stderr (the log) per phase of an export, with the seconds since it began: a published
+    TiRex takes minutes, and the user sees which phase it is in rather than nothing."""
+    started = _STARTED.get()
+    if started is None:
+        start_progress()
+        started = _STARTED.get()
+    assert started is not None
+    logger.info("export: %s (%.1f s)", what, time.perf_counter() - started)
 
 
 @contextlib.contextmanager
@@ -44,6 +63,7 @@ def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
     ``config.json`` that is not JSON (which read as "I/O error ... rerun"), ``SafetensorError`` on corrupt
     weights, ``AttributeError`` on another family's folder, pydantic's error on a config with context 0.
     """
+    phase(f"loading the {family} model from {request.folder}")
     try:
         yield
     except DistributedOnnxError:
@@ -58,7 +78,7 @@ def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
         seen = describe_validation(exc.errors()) if isinstance(exc, ValidationError) else str(exc).strip()
         seen = " ".join(seen.splitlines()[0].split())[:300] if seen else ""
         raise ConfigError(
-            f"--from-pretrained {request.pretrained_dir} cannot be exported as {family} ({type(exc).__name__}: "
+            f"--from-pretrained {request.folder} cannot be exported as {family} ({type(exc).__name__}: "
             f"{seen}); give the folder of a {family} model as its package saves it.",
             key="pretrained_dir",
         ) from exc
@@ -115,7 +135,9 @@ def context_module(model: Any, call: Callable[[Any, Any], Any]) -> Any:
         def forward(self, context: Any) -> Any:
             return call(self.model, context)
 
-    return OneCall()
+    # In eval mode, as ``model`` is: a new module is in training mode, which the exporter warned about
+    # ("Exporting a model while it is in training mode") although every weight-bearing submodule was in eval.
+    return OneCall().eval()
 
 
 def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_name: str) -> None:
@@ -129,6 +151,7 @@ def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_n
     batch = torch.export.Dim("batch", min=1)
     # The exporter's optimizer logs every rewrite at INFO (hundreds of lines); its warnings stay.
     with quiet_loggers("onnx_ir", "onnxscript"), torch.no_grad():
+        phase("tracing and exporting the graph")
         program = torch.onnx.export(
             module,
             (torch.from_numpy(sample),),
@@ -137,7 +160,19 @@ def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_n
             dynamic_shapes={"context": {0: batch}},
             dynamo=True,
             verbose=False,
+            optimize=False,  # done below, as its own phase (what export(optimize=True) does)
         )
+        save_program(program, output)
+
+
+def save_program(program: Any, output: Path) -> None:
+    """Optimize the exported program (constant folding, redundancies removed) and write it: each a phase."""
+    with quiet_loggers("onnx_ir", "onnxscript"):
+        phase("optimizing the graph")
+        program.optimize()
+        phase(f"writing {output} and its weights")
+        for stale in (output, output.with_name(output.name + ".data")):
+            stale.unlink(missing_ok=True)
         # Every initializer in MODEL.onnx.data beside the graph: a published model's weights stay out of the
         # protobuf (2 GiB limit) and the graph file stays small enough to hash and copy.
         program.save(str(output), external_data=True)
@@ -152,6 +187,7 @@ def export_context_model(
 ) -> ExportResult:
     """The export of a family whose graph takes ``context`` alone: the graph (under the family's export-only
     ``patches``), its metadata, and the parity report over ``--horizon`` (default: two calls' horizon)."""
+    metadata = described(request, metadata)
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     # At least two rows: traced on one, the exporter fixes the batch axis at 1 (a one-series --data gave TiRex a
     # graph that refused every batch of the backtest).
@@ -164,13 +200,30 @@ def export_context_model(
     return finish(request, metadata_path, parity)
 
 
+def described(request: ExportRequest, metadata: CheckpointMetadata) -> CheckpointMetadata:
+    """``metadata``, its description saying first that the weights are random when they are (``--random-weights``):
+    whoever finds the checkpoint later (a report, ``inspect``) is told its forecasts mean nothing."""
+    if request.random_weights is None:
+        return metadata
+    note = f"{MEANINGLESS} ({request.random_weights} architecture, seeded)"
+    upstream = (metadata.description or "").replace(str(request.folder), "random weights")  # not a temp folder
+    return metadata.model_copy(update={"description": f"{note}. {upstream}".strip()})
+
+
 def resolution_of(request: ExportRequest) -> int:
-    """The resolution to write: ``--resolution-minutes``, else the smallest step of ``--data``'s first series,
-    else :data:`DEFAULT_RESOLUTION_MINUTES`."""
+    """The resolution to write: ``--resolution-minutes``, else the smallest step of ``--data``'s first series.
+
+    Neither is refused (exit 2): an assumed 60 minutes once made a backtest of checkpoints exported without
+    ``--data`` on half-hourly data fail afterwards ("checkpoints must share one resolution").
+    """
     if request.resolution_minutes is not None:
         return request.resolution_minutes
     if request.data is None:
-        return DEFAULT_RESOLUTION_MINUTES
+        raise ConfigError(
+            "export needs the data's sampling interval for the checkpoint's metadata: give --resolution-minutes M "
+            "(e.g. --resolution-minutes 60 for hourly data) or --data PATH to infer it from your table",
+            key="resolution_minutes",
+        )
     import pyarrow.compute as pc
 
     from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
@@ -184,7 +237,13 @@ def resolution_of(request: ExportRequest) -> int:
     stamps = np.sort(timestamps_us(table.filter(pc.equal(table["series_id"], ids[0]))["timestamp"], source))
     steps = np.diff(stamps)
     steps = steps[steps > 0]
-    return max(1, int(steps.min()) // 60_000_000) if steps.size else DEFAULT_RESOLUTION_MINUTES
+    if not steps.size:
+        raise DataError(
+            f"{source}: cannot infer the sampling interval from --data (its first series has fewer than two "
+            "timestamps); give --resolution-minutes M",
+            path=source,
+        )
+    return max(1, int(steps.min()) // 60_000_000)
 
 
 def write_metadata(output: Path, metadata: CheckpointMetadata) -> Path:
@@ -234,6 +293,7 @@ def parity_report(
     from distributed_onnx.model.backend.providers import CpuProvider
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
+    phase(f"parity on {windows.shape[0]} windows (horizon {horizon}): ONNX Runtime against the upstream pipeline")
     worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
     try:
         levels = worker.metadata.native_quantiles

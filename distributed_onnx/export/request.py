@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import ConfigError
@@ -19,7 +20,15 @@ class ExportRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     family: str = Field(description="The model family to export, a key of distributed_onnx.export.EXPORTERS.")
-    pretrained_dir: Path = Field(description="A local folder of the upstream model (its config and weights).")
+    pretrained_dir: Path | None = Field(
+        default=None, description="A local folder of the upstream model (its config and weights)."
+    )
+    random_weights: Literal["tiny", "published"] | None = Field(
+        default=None,
+        description="Instead of a folder: the family built from its upstream classes with seeded random weights, "
+        "'tiny' (the tests' configs) or 'published' (the published architecture); forecasts are meaningless "
+        "(for trying the pipeline and benchmarks), and the metadata's description says so.",
+    )
     output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
     data: Path | str | None = Field(
         default=None, description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses."
@@ -61,8 +70,24 @@ class ExportRequest(BaseModel):
         le=MAX_RESOLUTION_MINUTES,
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
         "(the families are trained across resolutions; a backtest lays the data out on this grid). "
-        "Default: the step of --data, else 60.",
+        "Default: the step of --data; without --data it is required.",
     )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExportRequest:
+        if (self.pretrained_dir is None) == (self.random_weights is None):
+            raise ValueError(
+                "give exactly one of --from-pretrained DIR (a downloaded model) and --random-weights "
+                "(--size tiny|published: forecasts are meaningless)"
+            )
+        return self
+
+    @property
+    def folder(self) -> Path:
+        """The pretrained folder the family's exporter loads (for ``--random-weights``, the one built for it)."""
+        if self.pretrained_dir is None:
+            raise ConfigError("no --from-pretrained folder to load", key="pretrained_dir")
+        return self.pretrained_dir
 
 
 class ExportResult(BaseModel):
@@ -82,7 +107,7 @@ class ExportResult(BaseModel):
 
 def run_export(request: ExportRequest) -> ExportResult:
     """Export ``request.family`` by ``export(request)`` of its module in :data:`distributed_onnx.export.EXPORTERS`."""
-    from distributed_onnx.export import EXPORTERS
+    from distributed_onnx.export import EXPORTERS, HUB_REPOSITORIES
 
     try:
         module_name = EXPORTERS[request.family]
@@ -95,14 +120,35 @@ def run_export(request: ExportRequest) -> ExportResult:
             f"--output {request.output} is a folder; give the .onnx file to write (e.g. {request.output}/model.onnx).",
             key="output",
         )
-    if not request.pretrained_dir.exists():
-        raise ConfigError(f"--from-pretrained {request.pretrained_dir} does not exist.", key="pretrained_dir")
+    if request.pretrained_dir is not None and not request.pretrained_dir.exists():
+        folder = request.pretrained_dir
+        raise ConfigError(
+            f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). Fetch the "
+            f"published model once with network access: hf download {HUB_REPOSITORIES[request.family]} --local-dir "
+            f"{folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless forecasts).",
+            key="pretrained_dir",
+        )
     from distributed_onnx.export import variants
+    from distributed_onnx.export.common import phase, resolution_of, start_progress
 
     variants.check_request(request)
+    start_progress()
     module: Any = importlib.import_module(module_name)
-    result: ExportResult = module.export(request)
+    if request.random_weights is None:
+        result: ExportResult = module.export(request)
+    else:
+        from distributed_onnx.export.random_weights import write_random_pretrained
+
+        resolution_of(request)  # refused before minutes of building a published model
+        with tempfile.TemporaryDirectory(prefix="distributed-onnx-random-") as scratch:
+            phase(f"building {request.family} ({request.random_weights}) with random weights")
+            folder = Path(scratch) / f"{request.family}-{request.random_weights}-random-weights"
+            write_random_pretrained(request.family, request.random_weights, folder)
+            result = module.export(request.model_copy(update={"pretrained_dir": folder}))
     if request.quantize is None:
+        phase("done")
         return result
+    phase("writing the int8 variant")
     path, comparison = variants.write_int8_variant(request)
+    phase("done")
     return result.model_copy(update={"variant_path": path, "variant": comparison})

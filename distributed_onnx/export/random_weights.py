@@ -1,0 +1,172 @@
+"""``export FAMILY --random-weights --size tiny|published``: a model to try with no download, forecasts meaningless.
+
+Each family is built from its upstream package's own classes (as a pretrained folder is loaded) with seeded
+random weights, written as the package writes a pretrained folder (``save_pretrained``'s ``config.json`` +
+``model.safetensors``; TiRex's Lightning ``model.ckpt``), and then exported by the family's exporter exactly as
+a downloaded folder is: one export path. The checkpoint's metadata says its forecasts are meaningless
+(:data:`~distributed_onnx.export.common.MEANINGLESS`).
+
+Sizes:
+
+- ``tiny``: the small configs the tests build (seconds to export): for trying the pipeline end to end.
+- ``published``: the published architectures with random weights, for benchmarks (a real model's cost):
+  Chronos-2 as ``amazon/chronos-2``'s ``config.json`` (d_model 768, 12 layers of 12 heads, context 8192, patches
+  of 16, at most 64 output patches, 21 quantiles; 119.5 M parameters), Chronos-Bolt as
+  ``amazon/chronos-bolt-small`` (d_model 512, 6 + 6 layers of 8 heads, context 2048, 64 steps, patches of 16),
+  TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.export.common import require_torch
+
+Size = Literal["tiny", "published"]
+SEED = 0
+LEVELS_9 = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+LEVELS_13 = [0.01, 0.05, *LEVELS_9, 0.95, 0.99]
+LEVELS_21 = [0.01, 0.05, *[round(0.05 * i, 2) for i in range(2, 19)], 0.95, 0.99]
+
+#: Chronos-2: the core config's sizes and its ``chronos_config``.
+CHRONOS2: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "sizes": {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4},
+        "chronos_config": {"context_length": 64, "patch": 16, "max_output_patches": 5, "quantiles": LEVELS_13},
+    },
+    "published": {
+        "sizes": {"d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_heads": 12},
+        "chronos_config": {"context_length": 8192, "patch": 16, "max_output_patches": 64, "quantiles": LEVELS_21},
+    },
+}
+#: Chronos-Bolt: the T5 sizes and its ``chronos_config``.
+CHRONOS_BOLT: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "sizes": {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_decoder_layers": 1, "num_heads": 2, "d_kv": 16},
+        "chronos_config": {"context_length": 64, "prediction_length": 16, "patch": 8},
+    },
+    "published": {
+        "sizes": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_decoder_layers": 6, "num_heads": 8, "d_kv": 64},
+        "chronos_config": {"context_length": 2048, "prediction_length": 64, "patch": 16},
+    },
+}
+#: TiRex: the Lightning checkpoint's ``hyper_parameters`` and the spread of the random weights (upstream leaves
+#: its cells' parameters uninitialised, so every parameter is drawn).
+TIREX: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "hyper_parameters": {
+            "model_config": {
+                "input_patch_size": 8,
+                "output_patch_size": 8,
+                "quantiles": LEVELS_9,
+                "block_kwargs": {"embedding_dim": 16, "num_heads": 2, "num_blocks": 1, "ffn_proj_factor": 2.0},
+                "input_ff_dim": 32,
+            },
+            "train_ctx_len": 32,
+        },
+        "std": 0.2,
+    },
+    "published": {
+        "hyper_parameters": {
+            "model_config": {
+                "input_patch_size": 32,
+                "output_patch_size": 32,
+                "quantiles": LEVELS_9,
+                "block_kwargs": {"embedding_dim": 512, "num_heads": 4, "num_blocks": 12, "ffn_proj_factor": 2.6667},
+                "input_ff_dim": 2048,
+            },
+            "train_ctx_len": 2048,
+        },
+        "std": 0.02,
+    },
+}
+
+
+def write_random_pretrained(family: str, size: Size, directory: Path, seed: int = SEED) -> Path:
+    """``family`` at ``size`` with weights drawn from ``seed``, written to ``directory`` as a pretrained folder."""
+    writers = {"chronos2": write_chronos2, "chronos_bolt": write_chronos_bolt, "tirex": write_tirex}
+    if family not in writers:
+        raise ConfigError(f"Cannot build family {family!r} with random weights; known: {sorted(writers)}.")
+    return writers[family](directory, size, seed)
+
+
+def write_chronos2(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``Chronos2Model`` saved by ``Chronos2Pipeline.save_pretrained``."""
+    torch = require_torch()
+    from chronos.chronos2 import Chronos2Model
+    from chronos.chronos2.config import Chronos2CoreConfig
+    from chronos.chronos2.pipeline import Chronos2Pipeline
+
+    chosen = CHRONOS2[size]
+    chronos = chosen["chronos_config"]
+    torch.manual_seed(seed)
+    config = Chronos2CoreConfig(
+        **chosen["sizes"],
+        chronos_config={
+            "context_length": chronos["context_length"],
+            "input_patch_size": chronos["patch"],
+            "input_patch_stride": chronos["patch"],
+            "output_patch_size": chronos["patch"],
+            "max_output_patches": chronos["max_output_patches"],
+            "quantiles": chronos["quantiles"],
+            "use_reg_token": True,
+            "use_arcsinh": True,
+            "time_encoding_scale": chronos["context_length"],
+        },
+    )
+    Chronos2Pipeline(Chronos2Model(config).eval()).save_pretrained(directory)
+    return directory
+
+
+def write_chronos_bolt(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``ChronosBoltModelForForecasting`` (a T5 encoder-decoder) saved by ``save_pretrained``."""
+    torch = require_torch()
+    from chronos.chronos_bolt import ChronosBoltModelForForecasting
+    from transformers import T5Config
+
+    chosen = CHRONOS_BOLT[size]
+    chronos = chosen["chronos_config"]
+    torch.manual_seed(seed)
+    # T5Config takes these as its **kwargs (config attributes chronos reads), which its stubs do not declare.
+    settings: dict[str, Any] = {
+        **chosen["sizes"],
+        "dense_act_fn": "relu",
+        "feed_forward_proj": "relu",
+        "is_gated_act": False,
+        "dropout_rate": 0.0,
+        "decoder_start_token_id": 0,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "vocab_size": 2,
+        "architectures": ["ChronosBoltModelForForecasting"],
+        "chronos_pipeline_class": "ChronosBoltPipeline",
+        "chronos_config": {
+            "context_length": chronos["context_length"],
+            "prediction_length": chronos["prediction_length"],
+            "input_patch_size": chronos["patch"],
+            "input_patch_stride": chronos["patch"],
+            "quantiles": LEVELS_9,
+            "use_reg_token": True,
+        },
+    }
+    config = T5Config(**settings)
+    ChronosBoltModelForForecasting(config).eval().save_pretrained(directory)
+    return directory
+
+
+def write_tirex(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``TiRexZero`` saved as the hub's ``model.ckpt`` (``hyper_parameters`` + ``state_dict``)."""
+    torch = require_torch()
+    from tirex.models.tirex import TiRexZero
+
+    chosen = TIREX[size]
+    torch.manual_seed(seed)
+    model = TiRexZero(backend="torch", **chosen["hyper_parameters"])
+    for parameter in model.parameters():  # upstream leaves its cell's parameters uninitialised (torch.empty)
+        torch.nn.init.normal_(parameter, std=chosen["std"])
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {"hyper_parameters": chosen["hyper_parameters"], "state_dict": model.state_dict()}
+    torch.save(state, directory / "model.ckpt")
+    return directory
