@@ -1,12 +1,12 @@
 """``report.html``: the one self-contained page a forecasting team reads after a backtest (works offline).
 
-From top to bottom: the leaderboard of every model of the run (:mod:`.compare`: skill, intervals, pairwise
-tests, pairs left out, skill by lead and calibration of each model), then for the first checkpoint its headline
-scores against the seasonal-naive baseline, forecast fans of the windows the
-run picked (history, actuals, median, central intervals), skill by lead, calibration of the intervals, a
-per-series table ranked by MASE, each other checkpoint's own scores, skill, calibration and series (folded),
-throughput, and provenance (every checkpoint's sha256 and path, providers, versions, settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib, inline SVG); the page
-has no external resource. The report reads no forecast part itself: the run hands it the few
+From top to bottom: the leaderboard of every model of the run (:mod:`.compare`: skill, intervals, pairwise tests,
+pairs left out, skill by lead and calibration of each model), then for the first checkpoint its headline scores
+against the seasonal-naive baseline, forecast fans of the windows the run picked (history, actuals, median, central
+intervals), skill by lead, calibration of the intervals, a per-series table ranked by MASE, each other checkpoint's
+own scores, skill, calibration and series (folded), throughput, and provenance (every checkpoint's sha256 and path,
+providers, versions, settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib,
+inline SVG); the page has no external resource. The report reads no forecast part itself: the run hands it the few
 :class:`FanWindow` it chose, so its cost does not grow with the run.
 """
 
