@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,9 +67,9 @@ WINDOW_SHAPES = {32: (8, 4), 600: (24, 25)}
 UPSTREAM_SCRIPT = """
 import json, sys, time
 import pandas as pd, torch
-from chronos import BaseChronosPipeline
+from {module} import {pipeline_class} as Pipeline
 torch.set_num_threads({threads})
-pipeline = BaseChronosPipeline.from_pretrained({pretrained!r}, device_map="cpu", dtype=torch.float32)
+pipeline = Pipeline.from_pretrained({pretrained!r}, device_map="cpu", dtype=torch.float32)
 df = pd.read_parquet({data!r})
 df["timestamp"] = df["timestamp"].dt.tz_convert(None)
 ends = df.groupby("series_id")["timestamp"].max()
@@ -160,10 +161,22 @@ def write_data(path: Path, context: int, n_series: int, cutoffs: int) -> None:
     pq.write_table(table, path)
 
 
-def run_upstream(workdir: Path, data: Path, cutoffs: int, levels: list[float], threads: int) -> dict[str, Any]:
+#: Each family's own pipeline class, as its package names it.
+PIPELINES = {
+    "chronos2": ("chronos.chronos2.pipeline", "Chronos2Pipeline"),
+    "chronos_bolt": ("chronos", "ChronosBoltPipeline"),
+}
+
+
+def run_upstream(
+    workdir: Path, family: str, data: Path, cutoffs: int, levels: list[float], threads: int
+) -> dict[str, Any]:
     script = workdir / "upstream_predict.py"
+    module, pipeline_class = PIPELINES[family]
     script.write_text(
         UPSTREAM_SCRIPT.format(
+            module=module,
+            pipeline_class=pipeline_class,
             threads=threads,
             pretrained=str(workdir / "pretrained"),
             data=str(data),
@@ -191,6 +204,7 @@ def run_ours(checkpoint: Path, data: Path, output: Path, cutoffs: int, tree: Pat
     argv = [str(BIN / "distributed-onnx"), "backtest", "--checkpoint", str(checkpoint), "--data", str(data)]
     argv += ["--output", str(output), "--n-windows", str(cutoffs), "--stride", str(HORIZON), "--horizon", str(HORIZON)]
     argv += ["--quantiles", "0.1,0.5,0.9", "--no-progress"]
+    shutil.rmtree(output, ignore_errors=True)  # a fresh run: an existing directory would resume
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
@@ -248,7 +262,7 @@ def main() -> None:
         rounds = []
         for round_ in range(args.rounds):
             entry: dict[str, Any] = {"round": round_}
-            entry["upstream"] = run_upstream(workdir, data, cutoffs, levels, args.threads)
+            entry["upstream"] = run_upstream(workdir, args.family, data, cutoffs, levels, args.threads)
             entry["ours"] = run_ours(checkpoint, data, workdir / f"run-{windows}-{round_}", cutoffs)
             if args.int8:
                 variant = checkpoint.with_name(checkpoint.stem + "-int8.onnx")
@@ -263,7 +277,7 @@ def main() -> None:
             side: {
                 key: statistics.median(r[side][key] for r in rounds)
                 for key in ("wall_s", "windows_per_s", "first_forecast_s")
-                if key in rounds[0][side]
+                if all(r[side].get(key) is not None for r in rounds)
             }
             for side in sides
         }
