@@ -1,8 +1,8 @@
 """Deadlines that fit the work: how long one attempt at a unit of work may run before its actor is killed.
 
-Pure code, no Ray and no clock: the dispatcher asks :meth:`AttemptDeadlines.deadline_s` when it submits a
-unit of ``size`` work items (a backtest part: its windows) and reports each finished unit to
-:meth:`AttemptDeadlines.observe`.
+Pure code, no Ray and no clock, beside its one user: the driver's part ledger (:mod:`.part_ledger`) asks
+:meth:`AttemptDeadlines.deadline_s` when the dispatcher submits a unit of ``size`` work items (a backtest part:
+its windows) and reports each finished unit to :meth:`AttemptDeadlines.observe`.
 
 Why per item, not per unit: units differ in size. A backtest's parts ramp up from one model batch, doubling,
 to ~62 batches. A deadline of "10x the slowest unit so far" (at least 120 s) gave a 62-batch part, submitted
