@@ -23,6 +23,7 @@ from distributed_onnx.live.log.failures import (
     MODEL_ERROR,
     UNKNOWN_MODEL_PARTITION,
     VALIDATION,
+    FailureLog,
     LoggedFailure,
     failure_files,
     one_line,
@@ -30,7 +31,7 @@ from distributed_onnx.live.log.failures import (
 from distributed_onnx.live.log.layout import log_files, read_states
 from distributed_onnx.live.log.writer import LOG_FORMAT, ForecastLog
 from distributed_onnx.live.score.failure_rates import failure_reasons, request_counts
-from distributed_onnx.serve.log.failures import FailureLog, classify
+from distributed_onnx.serve.wire.failure_kinds import classify, describe
 from distributed_onnx.serve.wire.http import HttpError
 
 START_US = 1_796_083_200_000_000  # 2026-12-01T00:00Z
@@ -117,7 +118,7 @@ class _BrokenLog:
 
 
 def test_a_failure_to_record_never_changes_the_answer() -> None:
-    recorder = FailureLog(_BrokenLog())  # type: ignore[arg-type]
+    recorder = FailureLog(_BrokenLog(), describe)  # type: ignore[arg-type]
 
     async def refused() -> None:
         raise HttpError(422, "horizon: must be positive")
@@ -136,7 +137,9 @@ def test_a_failure_to_record_never_changes_the_answer() -> None:
         raise KeyError("model lookup broke")
 
     async def run_lookup() -> None:
-        await FailureLog(None).watch(refused(), protocol="http", endpoint="x", model=no_model, request_id=lambda: "")
+        await FailureLog(None, describe).watch(
+            refused(), protocol="http", endpoint="x", model=no_model, request_id=lambda: ""
+        )
 
     with pytest.raises(HttpError):
         asyncio.run(run_lookup())  # without a log nothing is even looked up

@@ -164,7 +164,7 @@ def test_a_store_that_stops_answering_is_a_503_with_retry_after_and_an_unknown_n
 ) -> None:
     """Issue 40, defect 12 (the logic; tests/test_serve_repository_store.py stops a real S3 server)."""
     from distributed_onnx import storage
-    from distributed_onnx.serve.log.failures import classify
+    from distributed_onnx.serve.wire.failure_kinds import classify
     from distributed_onnx.serve.wire.http import ModelUnavailableError
 
     checkpoint(tmp_path, "a")

@@ -52,12 +52,13 @@ from ray import serve
 
 from distributed_onnx import storage
 from distributed_onnx.errors import InferenceError
+from distributed_onnx.live.log.failures import FailureLog
+from distributed_onnx.live.log.layout import now_us
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
 from distributed_onnx.serve.infer_call import InferServed
-from distributed_onnx.serve.log.failures import FailureLog
-from distributed_onnx.serve.log.traffic import REQUEST_ID_HEADER, LiveTraffic, now_us, request_id
+from distributed_onnx.serve.log.traffic import REQUEST_ID_HEADER, LiveTraffic, request_id
 from distributed_onnx.serve.operations.admission import Ticket
 from distributed_onnx.serve.operations.loopback import pin_replica_servers
 from distributed_onnx.serve.operations.metrics import LiveMetrics
@@ -65,6 +66,7 @@ from distributed_onnx.serve.repository import CheckpointRepository, LoadedModel,
 from distributed_onnx.serve.served_text import DOCS_SUMMARY, docs_description
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.wire.binary import EXTENSION, HEADER_LENGTH
+from distributed_onnx.serve.wire.failure_kinds import describe
 from distributed_onnx.serve.wire.forecasting import ForecastJob
 from distributed_onnx.serve.wire.grpc_api import check_decoded, grpc_call, metadata_response, warn_if_grpc_unbounded
 from distributed_onnx.serve.wire.grpc_messages import (
@@ -159,7 +161,7 @@ class OnnxForecastServer:
         self._traffic = LiveTraffic(
             log, self._live_metrics, self._replica.shadows, shadow_fraction=settings.shadow_fraction
         )
-        self._failures = FailureLog(log)  # failed requests, into the log's failures table
+        self._failures = FailureLog(log, describe)  # failed requests, into the log's failures table
         self._repository: ModelRepository | None = None
         if settings.model_repository is not None:
             # Serve's model multiplexing is the LRU (and routes by the serve_multiplexed_model_id header):

@@ -16,6 +16,15 @@ named a served model: a body refused before it was read, malformed JSON, an unkn
 names), ``status`` (the HTTP status of the shared error mapping), ``grpc_status`` (the gRPC code's name over
 gRPC, else null), ``protocol`` (``http`` / ``grpc``) and ``endpoint`` (``forecast``, ``infer``, ``grpc_infer``).
 
+The recorder (:class:`FailureLog`) is here too, so that a failure record has one home: the serving side wraps
+each request in :meth:`FailureLog.watch`; an exception leaving it (the 4xx of validation, the 503 of admission, a
+model's 500, anything else) is described by the serving side's ``classify`` (what kind, why, which HTTP status:
+:func:`distributed_onnx.serve.wire.failure_kinds.describe`), turned into a row (a short reason code, the error's
+one-line message with URLs redacted, never the body) and handed to the log's queue, then re-raised unchanged: the
+client gets exactly the answer it would have got without the log. Recording is a few string operations and a
+queue put (constant time: the file is written by the log's thread, off the event loop), and it can never change
+the answer: any error while recording is counted, warned about at most once a minute, and swallowed.
+
 The failure *rate* is not read from this table but from the writers' counters (``_log_state``: requests
 answered and failed per model, :mod:`.writer`), which count every request even when the log had to drop its
 record; a log whose records carry no :data:`~.writer.LOG_FORMAT` of 2 or more predates them (no rate known).
@@ -23,17 +32,24 @@ record; a log whose records carry no :data:`~.writer.LOG_FORMAT` of 2 or more pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
 import pyarrow as pa
 
 from distributed_onnx import storage
-from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files, relative_name
+from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files, now_us, relative_name
+from distributed_onnx.live.log.throttled import ThrottledWarning
 from distributed_onnx.redact import redact_text
 from distributed_onnx.storage import Location
+
+if TYPE_CHECKING:  # the writer imports this module (the table's rows and partitions)
+    from distributed_onnx.live.log.writer import ForecastLog
+
+T = TypeVar("T")
 
 FAILURES_DIR = "_failures"
 #: The partition of failures whose model is not known (Hive's name for a null partition value).
@@ -145,3 +161,87 @@ def read_failures(root: Location) -> tuple[pa.Table, dict[str, str]]:
         except Exception as exc:  # any unreadable file: named, the rest read
             unreadable[relative_name(root, path)] = f"{type(exc).__name__}: {exc}"
     return (pa.concat_tables(tables) if tables else FAILURE_SCHEMA.empty_table()), unreadable
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    """What an exception means for its row: the serving side's description of a failed request."""
+
+    kind: str
+    reason: str
+    status: int
+    message: str
+    grpc_status: str | None = None
+
+
+class FailureLog:
+    """A replica's recorder of failed requests (nothing is recorded without a forecast log).
+
+    ``describe`` tells what an exception means on the wire (``describe(exc, protocol)``); it is the serving side's,
+    since the log knows no HTTP or gRPC.
+    """
+
+    def __init__(
+        self,
+        log: ForecastLog | None,
+        describe: Callable[[BaseException, str], FailureCause],
+        warn_period_s: float = 60.0,
+    ) -> None:
+        self.log = log
+        self.describe = describe
+        #: Failures that could not be recorded (a bug here, never the client's answer): counted, warned about.
+        self.unrecorded = 0
+        self._warning = ThrottledWarning(warn_period_s)
+
+    async def watch(
+        self,
+        answer: Awaitable[T],
+        *,
+        protocol: str,
+        endpoint: str,
+        model: Callable[[], str | None],
+        request_id: Callable[[], str],
+        received_us: int | None = None,
+    ) -> T:
+        """``answer``'s result; when it raises, the failure is recorded and the same exception re-raised.
+
+        ``model`` and ``request_id`` are read only on failure (the model may become known while the request runs).
+        """
+        received = now_us() if received_us is None else received_us
+        try:
+            return await answer
+        except BaseException as exc:
+            self.record(exc, protocol=protocol, endpoint=endpoint, model=model, request_id=request_id, at_us=received)
+            raise
+
+    def record(
+        self,
+        exc: BaseException,
+        *,
+        protocol: str,
+        endpoint: str,
+        model: Callable[[], str | None],
+        request_id: Callable[[], str],
+        at_us: int,
+    ) -> None:
+        """Hand ``exc``'s row to the log; never raises (a failure to record must not change the answer)."""
+        if self.log is None:
+            return
+        try:
+            cause = self.describe(exc, protocol)
+            row = LoggedFailure(
+                request_time_us=at_us,
+                request_id=request_id(),
+                model=model(),
+                kind=cause.kind,
+                reason=cause.reason,
+                message=cause.message,
+                status=cause.status,
+                protocol=protocol,
+                endpoint=endpoint,
+                grpc_status=cause.grpc_status,
+            ).bounded()
+            self.log.submit_failure(row)
+        except Exception as problem:  # the answer stands as it is; the record is what is lost
+            self.unrecorded += 1
+            self._warning.warn("A failed request could not be recorded: %s: %s", type(problem).__name__, problem)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,13 @@ from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.storage import Location
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def now_us() -> int:
+    """Now as the log's timestamps keep it: microseconds since the epoch (:data:`TIMESTAMP`)."""
+    return time.time_ns() // 1000
+
+
 STATE_DIR = "_log_state"
 _US_PER_MINUTE = 60_000_000
 _FILE = re.compile(r"part-.*\.parquet$")

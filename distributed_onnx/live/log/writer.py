@@ -35,7 +35,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +44,7 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.live.log.failures import LoggedFailure, failure_partition, failure_rows
 from distributed_onnx.live.log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
-from distributed_onnx.redact import redact_text
+from distributed_onnx.live.log.throttled import ThrottledWarning
 from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -81,27 +80,6 @@ class StorageSink:
 def _parent(location: Location) -> Location:
     normalized = storage.normalize(location)
     return normalized.parent if isinstance(normalized, Path) else normalized.rsplit("/", 1)[0]
-
-
-class ThrottledWarning:
-    """Log a recurring problem at most once per ``period_s``, saying how often it recurred in between."""
-
-    def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.period_s = period_s
-        self._clock = clock
-        self._last: float | None = None
-        self._suppressed = 0
-
-    def warn(self, message: str, *args: Any) -> bool:
-        """Log ``message % args`` unless one was logged less than ``period_s`` ago; True when it was logged."""
-        now = self._clock()
-        if self._last is not None and now - self._last < self.period_s:
-            self._suppressed += 1
-            return False
-        suffix = f" ({self._suppressed} more since the last warning)" if self._suppressed else ""
-        logger.warning("%s", redact_text((message + suffix) % args))  # in a replica: its URL's secrets stay there
-        self._last, self._suppressed = now, 0
-        return True
 
 
 @dataclass
@@ -165,7 +143,7 @@ class ForecastLog:
         self.max_batch_windows = max_batch_windows
         self.flush_interval_s = flush_interval_s
         self._sink: LogSink = sink or StorageSink()
-        self._warning = ThrottledWarning(warn_period_s)
+        self._warning = ThrottledWarning(warn_period_s, log=logger)
         self._lock = threading.Lock()
         self._counts: dict[str, ModelCounts] = {}
         self._queued_windows = 0

@@ -1,4 +1,6 @@
-"""What an answer or a failure leaves behind: the forecast log's rows, the shadows' forecasts, the failures.
+"""What an answer leaves behind: the forecast log's rows and the shadows' forecasts.
 
-Written through :mod:`distributed_onnx.live.log` (the format ``score`` reads), off the request's path.
+Written through :mod:`distributed_onnx.live.log` (the format ``score`` reads), off the request's path. A failed
+request's record has its one home there too (:mod:`distributed_onnx.live.log.failures`), described by the wire
+(:mod:`distributed_onnx.serve.wire.failure_kinds`).
 """

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -28,7 +27,8 @@ from typing import Protocol
 import numpy as np
 
 from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, LoggedForecast, Role
-from distributed_onnx.live.log.writer import ForecastLog, ThrottledWarning
+from distributed_onnx.live.log.throttled import ThrottledWarning
+from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve.operations.metrics import LiveMetrics
 from distributed_onnx.serve.wire.schemas import ForecastRequest
 
@@ -73,10 +73,6 @@ def request_id(header: str | None) -> str:
     Data only: the log's window ids come from the key :meth:`LiveTraffic.answered_later` draws per request.
     """
     return header[:MAX_REQUEST_ID_CHARS] if header else uuid.uuid4().hex
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
 
 
 def origins_us(request: ForecastRequest, resolution_minutes: int) -> list[int | None]:
