@@ -41,7 +41,7 @@ class PartJob:
     #: The run's checkpoints in order, each ``(name, fingerprint)``; the first one's fans are drawn.
     models: tuple[tuple[str, str], ...] = ()
     fan_series: tuple[int, ...] = ()
-    overlap_packing: bool | None = None  # None: when the session runs on a GPU
+    overlap_packing: bool | None = None  # None: when the session runs on a GPU (unmeasured there: docs/gpu.md)
     write_attempts: int = 3
     write_backoff_s: float = 0.5
     roles: CovariateRoles | None = None  # past-only and categorical covariate rows (:mod:`.data.window_covariates`)

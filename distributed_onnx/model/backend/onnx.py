@@ -20,7 +20,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,16 +32,6 @@ from distributed_onnx.errors import (
     MissingExtraError,
 )
 from distributed_onnx.model.backend import optimized_cache
-from distributed_onnx.model.backend.cuda.buckets import BucketPlan, effective_buckets, fixed_batch
-from distributed_onnx.model.backend.cuda.graph_capture import (
-    capture_problems,
-    capture_refusal,
-    graph_chain,
-    settle,
-    without_graphs,
-)
-from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner, run_bound_in_place
-from distributed_onnx.model.backend.cuda.transfers import TransferKind, TransferOptions
 from distributed_onnx.model.backend.policy import (
     DefaultProviderPolicy,
     HostCapabilities,
@@ -52,12 +42,17 @@ from distributed_onnx.model.backend.policy import (
 from distributed_onnx.model.backend.providers import (
     DEFAULT_BATCH_BUCKETS,
     CpuProvider,
+    CudaProvider,
     ExecutionProvider,
     SessionOptionsConfig,
 )
 from distributed_onnx.model.backend.session_info import GPU_PROVIDERS, captures, check_graph, device_id
 from distributed_onnx.model.backend.validation import TensorSpec, validate_inputs
 from distributed_onnx.model.checkpoint import CheckpointMetadata, ResolvedCheckpoint
+
+if TYPE_CHECKING:  # the CUDA path is imported where a GPU session needs it, never on the CPU path (_graph_chain)
+    from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
+    from distributed_onnx.model.backend.cuda.transfers import TransferKind
 
 try:
     import onnxruntime as ort
@@ -153,14 +148,16 @@ class OnnxBackend:
             else (policy or DefaultProviderPolicy()).select(checkpoint.metadata, host)
         )
         check_allowed(chain, host)
-        chain, graphs = graph_chain(chain)
+        chain, graphs = _graph_chain(chain)
         config = session_options or SessionOptionsConfig()
         session = _load(checkpoint, chain, config, strict=strict)
         on_cuda = session.get_providers()[:1] == ["CUDAExecutionProvider"]
         if graphs is not None and on_cuda:
+            from distributed_onnx.model.backend.cuda.graph_capture import capture_problems, settle, without_graphs
+
             problems = capture_problems(*_specs(session))
             if not settle(problems, strict=strict, checkpoint=checkpoint.weights_path.name):
-                chain, graphs = graph_chain(without_graphs(chain))
+                chain, graphs = _graph_chain(without_graphs(chain))
                 session = _load(checkpoint, chain, config, strict=strict)
         backend = cls(checkpoint.metadata, session)
         if graphs is not None and on_cuda:  # requested and realized: never run such a session without its buckets
@@ -281,12 +278,19 @@ class OnnxBackend:
         return dict(zip(self._output_names, results, strict=True))
 
     def _bind(self, session: Any, inputs: Mapping[str, Any]) -> Any:
+        from distributed_onnx.model.backend.cuda.graph_runner import run_bound_in_place
+
         try:
             return run_bound_in_place(session, inputs, self._input_specs, self._output_names, self._device_id)
         except Exception as exc:
             raise self._inference_error(inputs, exc) from exc
 
     def _graph_runner(self, buckets: Sequence[int], strict: bool, transfers: TransferKind) -> GraphRunner:
+        from distributed_onnx.model.backend.cuda.buckets import BucketPlan, effective_buckets, fixed_batch
+        from distributed_onnx.model.backend.cuda.graph_capture import capture_problems, settle
+        from distributed_onnx.model.backend.cuda.graph_runner import GraphRunner
+        from distributed_onnx.model.backend.cuda.transfers import TransferOptions
+
         specs = self._input_specs, self._output_specs
         settle(capture_problems(*specs), strict=True, checkpoint="this session")  # from_checkpoint fell back already
         plan = BucketPlan(effective_buckets(buckets, fixed_batch(self._input_specs)), strict=strict)
@@ -317,12 +321,13 @@ def _load(
             providers=[provider.to_ort() for provider in chain],
         )
     except Exception as exc:
-        refusal = capture_refusal(str(exc)) if graph_chain(chain)[1] is not None else None
+        if _graph_chain(chain)[1] is None:
+            raise _corrupt(checkpoint, exc) from exc
+        from distributed_onnx.model.backend.cuda.graph_capture import capture_refusal, settle, without_graphs
+
+        refusal = capture_refusal(str(exc))
         if refusal is None:
-            raise CheckpointCorruptError(
-                f"ONNX Runtime cannot load checkpoint weights {checkpoint.weights_path}: {exc}",
-                path=str(checkpoint.weights_path),
-            ) from exc
+            raise _corrupt(checkpoint, exc) from exc
         settle([refusal], strict=strict, checkpoint=checkpoint.weights_path.name)  # raises when strict
         return _load(checkpoint, without_graphs(chain), config, strict=strict)
     session.disable_fallback()  # else ORT retries a failed run on the CPU provider, announced on stdout only
@@ -331,6 +336,23 @@ def _load(
     check_realized(chain, realized, strict=strict)
     check_graph(checkpoint, session)
     return session
+
+
+def _corrupt(checkpoint: ResolvedCheckpoint, exc: Exception) -> CheckpointCorruptError:
+    return CheckpointCorruptError(
+        f"ONNX Runtime cannot load checkpoint weights {checkpoint.weights_path}: {exc}",
+        path=str(checkpoint.weights_path),
+    )
+
+
+def _graph_chain(chain: list[ExecutionProvider]) -> tuple[list[ExecutionProvider], CudaProvider | None]:
+    """The chain and its CUDA-graph provider (``graph_capture.graph_chain``); a chain without a GPU provider has
+    none, and then the CUDA path (``model/backend/cuda/``, never measured on a GPU: docs/gpu.md) is not imported."""
+    if not any(provider.needs_gpu for provider in chain):
+        return chain, None
+    from distributed_onnx.model.backend.cuda.graph_capture import graph_chain
+
+    return graph_chain(chain)
 
 
 def _cached_session(
