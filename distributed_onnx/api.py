@@ -75,6 +75,29 @@ def backtest(
     or joined, :class:`~distributed_onnx.errors.ConfigError` for settings,
     :class:`~distributed_onnx.errors.DataError` for the table, :class:`~distributed_onnx.errors.BatchError`
     when parts failed (after everything else was written).
+
+    Two windows of the bundled data, forecast by the bundled checkpoint (the defaults) and scored:
+
+    >>> import distributed_onnx
+    >>> from distributed_onnx.resources import REFERENCE_DATASET
+    >>> result = distributed_onnx.backtest(
+    ...     REFERENCE_DATASET, horizon=48, n_windows=2, stride=48, quantiles=[0.1, 0.5, 0.9], actors=1,
+    ...     progress=False)
+    >>> result.forecasts.num_rows  # one series, 2 windows, 48 leads
+    96
+    >>> result.forecasts.column_names[:7], result.forecasts.column_names[-4:]
+    (['series_id', 'window_id', 'origin', 'cutoff', 'timestamp', 'lead', 'y'], ['q0.1', 'q0.5', 'q0.9', 'model'])
+    >>> sorted(set(result.metrics.column("model").to_pylist()))  # the checkpoint and the two baselines
+    ['seasonal_naive', 'seasonal_quantiles', 'taylor_chronos2_patchtst']
+    >>> result.output is None  # a temporary directory, already deleted
+    True
+
+    A setting the backtest does not know is refused before anything runs:
+
+    >>> distributed_onnx.backtest(REFERENCE_DATASET, colour="red")
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted [from backtest() arguments]
     """
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings

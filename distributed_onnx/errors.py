@@ -53,7 +53,26 @@ from distributed_onnx.redact import redact_text
 
 
 class DistributedOnnxError(Exception):
-    """Base class of every error raised on purpose by distributed_onnx."""
+    """Base class of every error raised on purpose by distributed_onnx.
+
+    One clause catches the family; the class says what to do, its ``exit_code`` what the command exits with,
+    and the keyword fields (here ``key``) stay on the error, through Ray's pickling too:
+
+    >>> import pickle
+    >>> from distributed_onnx.errors import ConfigError, DistributedOnnxError, StorageError
+    >>> try:
+    ...     raise ConfigError("horizon: must be positive, got 0", key="horizon")
+    ... except DistributedOnnxError as exc:
+    ...     caught = exc
+    >>> type(caught).__name__, caught.exit_code, caught.key, str(caught)
+    ('ConfigError', 2, 'horizon', 'horizon: must be positive, got 0')
+    >>> pickle.loads(pickle.dumps(caught)).key
+    'horizon'
+    >>> isinstance(StorageError("part 3 not written"), EnvironmentFailedError), StorageError.exit_code
+    (True, 3)
+    >>> BatchError.exit_code  # some parts failed; rerunning resumes
+    1
+    """
 
     #: The command's exit code when this error ends it (the module docstring's tree).
     exit_code: ClassVar[int] = 2

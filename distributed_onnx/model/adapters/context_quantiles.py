@@ -65,6 +65,31 @@ class ContextQuantilesAdapter:
     def build_inputs(
         self, context: np.ndarray, covariates: np.ndarray | None
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The graph's inputs for ``context`` (``[windows, steps]``, NaN = missing) and the rows to decode.
+
+        A missing value goes as the metadata's ``missing_value`` says (this family's default: 0.0), an infinite
+        one is refused:
+
+        >>> import numpy as np
+        >>> from distributed_onnx.model.checkpoint import CheckpointMetadata
+        >>> metadata = CheckpointMetadata(
+        ...     model_family="context_quantiles", input_names=["context"], output_name="quantiles",
+        ...     native_quantiles=[0.1, 0.5, 0.9], context_length=4, output_patch_size=2, horizon_patches=1,
+        ...     resolution_minutes=30)
+        >>> adapter = ContextQuantilesAdapter(metadata)
+        >>> inputs, rows = adapter.build_inputs(np.array([[1.0, np.nan, 3.0, 4.0], [0.5, 0.5, 0.5, 0.5]]), None)
+        >>> inputs["context"]
+        array([[1. , 0. , 3. , 4. ],
+               [0.5, 0.5, 0.5, 0.5]], dtype=float32)
+        >>> rows
+        array([0, 1])
+        >>> adapter.decode({"quantiles": np.zeros((2, 3, 2), np.float32)}, rows).shape  # [rows, quantiles, steps]
+        (2, 3, 2)
+        >>> adapter.build_inputs(np.array([[1.0, np.inf, 3.0, 4.0]]), None)
+        Traceback (most recent call last):
+        ...
+        distributed_onnx.errors.InputValidationError: Input 'context' holds 1 infinite value(s), first at window 0, ...
+        """
         if covariates is not None and covariates.shape[1]:
             raise InputValidationError(f"model_family {self.family!r} takes no covariates")
         refuse_infinite_windows(context, None)

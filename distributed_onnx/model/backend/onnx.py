@@ -99,7 +99,32 @@ def runtime_version() -> str:
 
 
 class OnnxBackend:
-    """An :class:`~distributed_onnx.model.backend.protocol.InferenceBackend` over one ONNX Runtime session."""
+    """An :class:`~distributed_onnx.model.backend.protocol.InferenceBackend` over one ONNX Runtime session.
+
+    On the bundled reference checkpoint (a Chronos-2 contract), with its family's adapter making the tensors:
+
+    >>> import numpy as np
+    >>> from distributed_onnx import LocalCheckpoint, OnnxBackend
+    >>> from distributed_onnx.model.adapters.chronos2 import Chronos2Adapter
+    >>> from distributed_onnx.resources import REFERENCE_CHECKPOINT
+    >>> checkpoint = LocalCheckpoint(path=REFERENCE_CHECKPOINT).resolve()
+    >>> adapter = Chronos2Adapter(checkpoint.metadata)
+    >>> days = np.sin(np.arange(512) * 2 * np.pi / 48) + 30.0  # two windows of half-hourly history
+    >>> inputs, rows = adapter.build_inputs(np.stack([days, days + 1.0]), None)
+    >>> with OnnxBackend.from_checkpoint(checkpoint) as backend:  # no GPU here: the policy picks the CPU
+    ...     backend.providers
+    ...     outputs = backend.run(inputs)
+    ['CPUExecutionProvider']
+    >>> forecast = adapter.decode(outputs, rows)  # [windows, quantiles, steps]
+    >>> forecast.shape
+    (2, 9, 96)
+    >>> bool((forecast[:, 0] <= forecast[:, 8]).all())  # the 0.1 quantile below the 0.9 one
+    True
+    >>> backend.run(inputs)
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.BackendClosedError: This OnnxBackend was closed; build a new one to run the model again.
+    """
 
     def __init__(self, metadata: CheckpointMetadata, session: Any) -> None:
         """Wrap a session the caller built and owns; prefer :meth:`from_checkpoint`.
