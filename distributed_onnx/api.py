@@ -97,7 +97,7 @@ def backtest(
     >>> distributed_onnx.backtest(REFERENCE_DATASET, colour="red")
     Traceback (most recent call last):
     ...
-    distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted [from backtest() arguments]
+    distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted ...
     """
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
