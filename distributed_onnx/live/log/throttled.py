@@ -1,9 +1,5 @@
-"""A recurring problem logged at most once a period: the log's writer and the serving side's recorders share it.
-
-A replica that cannot write its log, or record a failed request, hits the same problem on every request; one
-warning per period (saying how many were held back) keeps its output readable. Kept apart from the writer so that
-the failure recorder (:mod:`.failures`), which the writer imports, can use it too.
-"""
+"""A recurring problem logged at most once a period: shared by the log's writer and the serving side's recorders
+(apart from the writer, which imports the failure recorder that uses it)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What a failed request's exception means on the wire: its kind, reason code and status, for the failures table.
-
-The one home of failure records is :mod:`distributed_onnx.live.log.failures` (the table, its kinds, the recorder
-the routes wrap each request in); it knows no HTTP or gRPC, so the serving side hands it :func:`describe`: the
-exception classified by :func:`classify` from its class and the HTTP status of the shared mapping
-(:func:`distributed_onnx.serve.wire.http.status_of`), its one-line message, and the gRPC code over gRPC.
-"""
+"""What a failed request's exception means on the wire (kind, reason, status, gRPC code): the serving side's
+half of the failure records, whose one home is :mod:`distributed_onnx.live.log.failures` (it knows no HTTP)."""
 
 from __future__ import annotations
 
