@@ -28,17 +28,15 @@ from distributed_onnx.model.adapters.base import (
     zero_fill,
 )
 from distributed_onnx.model.checkpoint import CheckpointMetadata, MissingValue
+from distributed_onnx.model.families import rules_of
 
 
 class ContextQuantilesAdapter:
     """Windows <-> ``{input_names[0]: context}``; covariates are refused (the graph cannot take them)."""
 
-    #: The family's name, in messages.
+    #: The family's name, in messages; its rules (what ``missing_value: null`` means, the settings its graphs can
+    #: take) are the family registry's (:mod:`distributed_onnx.model.families`).
     family: ClassVar[str] = "context_quantiles"
-    #: What ``missing_value: null`` means for this family.
-    default_missing_value: ClassVar[MissingValue] = "zero"
-    #: The ``missing_value`` settings the family's graphs can take.
-    allowed_missing_values: ClassVar[frozenset[str]] = frozenset({"zero", "nan"})
 
     def __init__(self, metadata: CheckpointMetadata) -> None:
         if len(metadata.input_names) != 1:
@@ -47,10 +45,11 @@ class ContextQuantilesAdapter:
                 f"{metadata.input_names}",
                 key="input_names",
             )
-        self.missing_value: MissingValue = metadata.missing_value or self.default_missing_value
-        if self.missing_value not in self.allowed_missing_values:
+        rules = rules_of(self.family)
+        self.missing_value: MissingValue = metadata.missing_value or rules.missing_value or "zero"
+        if self.missing_value not in rules.missing_values:
             raise ConfigError(
-                f"model_family {self.family!r} takes missing values as {sorted(self.allowed_missing_values)}, "
+                f"model_family {self.family!r} takes missing values as {sorted(rules.missing_values)}, "
                 f"the metadata says missing_value {self.missing_value!r}: its graphs derive their mask from NaN, "
                 "so a zero would be read as an observed 0. Fix the checkpoint's metadata.",
                 key="missing_value",

@@ -12,12 +12,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from distributed_onnx.model.adapters.context_quantiles import ContextQuantilesAdapter
-from distributed_onnx.model.checkpoint import MissingValue
 
 
 class TiRexAdapter(ContextQuantilesAdapter):
     """Windows <-> ``{context}`` with NaN for missing; the output layout and unrolling as the metadata says."""
 
     family: ClassVar[str] = "tirex"
-    default_missing_value: ClassVar[MissingValue] = "nan"
-    allowed_missing_values: ClassVar[frozenset[str]] = frozenset({"nan"})
