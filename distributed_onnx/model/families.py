@@ -47,6 +47,10 @@ class FamilyRules(BaseModel):
         return self.model_dump(include={"missing_value", "output_layout", "long_horizon"})
 
 
+#: The plain family's rules: no mask in the graph, so missing values zero-filled unless its metadata says 'nan'.
+_PLAIN = FamilyRules(missing_value="zero")
+
+
 class Family(BaseModel):
     """One model family: its code by ``"module:attribute"`` name (imported when used) and its rules."""
 
@@ -54,7 +58,7 @@ class Family(BaseModel):
 
     name: str  #: the metadata's model_family
     adapter: str  #: its adapter's factory, called with the checkpoint's metadata
-    rules: FamilyRules | None = None  #: None: its adapter alone decides (a plugin's bare factory)
+    rules: FamilyRules = _PLAIN  #: its tensor contract; the plain family's unless it says otherwise
     exporter: str | None = None  #: the module whose export(request) exports it; None: not exportable
     random_weights: str | None = None  #: (directory, size, seed) -> a pretrained folder with random weights
     hub_repository: str | None = None  #: where its published weights are (never downloaded here)
@@ -75,8 +79,9 @@ BUILT_IN: tuple[Family, ...] = (
         hub_repository="amazon/chronos-2",
     ),
     Family(
+        # Its encoder masks NaN and its InstanceNorm scales by the non-NaN mean and spread: a zero would be observed.
         name="chronos_bolt",
-        adapter=f"{_ADAPTERS}.chronos_bolt:ChronosBoltAdapter",
+        adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
         rules=FamilyRules(missing_value="nan", missing_values=_NAN, long_horizon="quantile_paths"),
         exporter=f"{_EXPORTERS}.chronos_bolt",
         random_weights=f"{_RANDOM}:write_chronos_bolt",
@@ -85,11 +90,12 @@ BUILT_IN: tuple[Family, ...] = (
     Family(
         name="context_quantiles",
         adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
-        rules=FamilyRules(missing_value="zero"),  # the graph has no mask; 'nan' when its metadata says so
+        rules=_PLAIN,
     ),
     Family(
+        # Its tokenizer scales by the non-NaN mean and spread and feeds a NaN mask: a zero would be observed.
         name="tirex",
-        adapter=f"{_ADAPTERS}.tirex:TiRexAdapter",
+        adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
         rules=FamilyRules(
             missing_value="nan", missing_values=_NAN, output_layout="step_quantile", long_horizon="append_missing"
         ),
@@ -107,15 +113,8 @@ _FACTORIES: dict[str, Any] = {}
 
 
 def rules_of(name: str) -> FamilyRules:
-    """The rules of the family ``name`` (an adapter's or an exporter's own): built in, or a loaded plugin's record."""
-    declared = _BUILT_IN.get(name) or _LOADED.get(name)
-    if declared is None or declared.rules is None:
-        raise ConfigError(
-            f"model_family {name!r} declares no rules (missing values, layout, long horizons): its adapter names "
-            "it as its family, so its Family record must give rules=FamilyRules(...) (docs/plugins.md).",
-            model_family=name,
-        )
-    return declared.rules
+    """The rules of the family ``name`` (built in, or a loaded plugin's); the plain family's for any other."""
+    return (_BUILT_IN.get(name) or _LOADED.get(name) or _BUILT_IN["context_quantiles"]).rules
 
 
 def plugin_names() -> dict[str, str]:

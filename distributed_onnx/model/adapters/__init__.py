@@ -3,9 +3,7 @@
 
 from distributed_onnx.model.adapters.base import AdapterFactory, ModelAdapter, adapter_for, register_adapter
 from distributed_onnx.model.adapters.chronos2 import Chronos2Adapter, Chronos2Variant, detect_variant
-from distributed_onnx.model.adapters.chronos_bolt import ChronosBoltAdapter
 from distributed_onnx.model.adapters.context_quantiles import ContextQuantilesAdapter
-from distributed_onnx.model.adapters.tirex import TiRexAdapter
 from distributed_onnx.model.families import PLUGIN_GROUP
 
 __all__ = [
@@ -13,10 +11,8 @@ __all__ = [
     "AdapterFactory",
     "Chronos2Adapter",
     "Chronos2Variant",
-    "ChronosBoltAdapter",
     "ContextQuantilesAdapter",
     "ModelAdapter",
-    "TiRexAdapter",
     "adapter_for",
     "detect_variant",
     "register_adapter",

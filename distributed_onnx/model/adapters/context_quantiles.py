@@ -1,13 +1,15 @@
 """The plain family: one ``context`` tensor in, one quantile tensor out, as the metadata's contract says.
 
 For models exported without covariates: a linear or MLP quantile head over raw history, and the graphs of
-families built the same way (Chronos-Bolt, TiRex: their modules subclass this one and only narrow what their
-contract may be). ``input_names`` has one name, the context ``[rows, context_length]``. What differs between
-such graphs is declared in the metadata and followed here, never guessed:
+families built the same way (Chronos-Bolt, TiRex: their records in :mod:`distributed_onnx.model.families` name
+this adapter and narrow what their contract may be by their rules). ``input_names`` has one name, the context
+``[rows, context_length]``. What differs between such graphs is declared in the metadata and followed here,
+never guessed:
 
 - ``missing_value``: ``"zero"`` sends a missing value as 0.0 (the graph has no mask, so it cannot tell a gap
   from an observed 0: this family's default, what checkpoints written before the field meant); ``"nan"``
-  sends NaN, for graphs that derive their own mask from it.
+  sends NaN, for graphs that derive their own mask from it. Which of them a family takes, and what null means,
+  are its rules (a family without rules of its own, a plugin's bare factory, has this family's).
 - ``output_layout``: ``[rows, quantiles, steps]`` or ``[rows, steps, quantiles]``; checked after every call
   (:func:`~distributed_onnx.model.adapters.base.quantile_block`).
 - ``long_horizon``: how the worker reaches horizons beyond one call (``distributed_onnx/model/unroll.py``).
@@ -16,7 +18,6 @@ such graphs is declared in the metadata and followed here, never guessed:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
@@ -34,11 +35,8 @@ from distributed_onnx.model.families import rules_of
 class ContextQuantilesAdapter:
     """Windows <-> ``{input_names[0]: context}``; covariates are refused (the graph cannot take them)."""
 
-    #: The family's name, in messages; its rules (what ``missing_value: null`` means, the settings its graphs can
-    #: take) are the family registry's (:mod:`distributed_onnx.model.families`).
-    family: ClassVar[str] = "context_quantiles"
-
     def __init__(self, metadata: CheckpointMetadata) -> None:
+        self.family = metadata.model_family
         if len(metadata.input_names) != 1:
             raise ConfigError(
                 f"model_family {self.family!r} takes exactly one input, the context; metadata lists "
