@@ -103,6 +103,7 @@ def export(request):
 '''
 
 
+@pytest.mark.integration
 def test_a_plugin_family_record_brings_its_exporter_to_the_cli(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
