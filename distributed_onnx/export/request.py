@@ -119,15 +119,11 @@ def run_export(request: ExportRequest) -> ExportResult:
         )
     if request.pretrained_dir is not None and not request.pretrained_dir.exists():
         folder = request.pretrained_dir
-        fetch = (
-            f"Fetch the published model once with network access: hf download {declared.hub_repository} --local-dir "
-            f"{folder} (docs/export.md), or try"
-            if declared.hub_repository is not None
-            else "Download its published model with its provider's instructions, or try"
-        )
         raise ConfigError(
-            f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). {fetch} "
-            "the pipeline offline with --random-weights (meaningless forecasts).",
+            f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). Fetch the "
+            f"published model once with network access: hf download {declared.hub_repository or 'REPOSITORY'} "
+            f"--local-dir {folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless "
+            "forecasts).",
             key="pretrained_dir",
         )
     from distributed_onnx.export import variants
