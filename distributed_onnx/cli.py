@@ -206,7 +206,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "weights, --random-weights), write the ONNX checkpoint and its metadata, and compare ONNX Runtime with the "
         "upstream pipeline on sample windows.",
     )
-    export.add_argument("family", help="the model family: chronos2, chronos_bolt or tirex")
+    export.add_argument("family", help=_family_help() if given == "export" else "the model family")
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-pretrained", type=Path, metavar="DIR", help="local folder of the pretrained model")
     source.add_argument(
@@ -302,6 +302,19 @@ def _fev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _family_help() -> str:
+    """The families ``export`` takes, from the family registry: the built-in ones with an exporter and the installed
+    plugins (listed, not loaded: whether a plugin exports is known when it is asked for)."""
+    from distributed_onnx.model import families
+
+    built_in = [family.name for family in families.BUILT_IN if family.exporter is not None]
+    plugins = [f"{name} (from {provider})" for name, provider in families.plugin_names().items()]
+    text = f"the model family: {', '.join(built_in)}" + (
+        f"; installed plugins: {', '.join(plugins)}" if plugins else ""
+    )
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
 def _command_given(argv: Sequence[str]) -> str | None:
     """The command in ``argv``: its first word that is not an option (the top level's options take no value)."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -364,6 +377,7 @@ def _settings_command(
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from distributed_onnx.model import families
     from distributed_onnx.model.backend.onnx import OnnxBackend, available_providers, runtime_version
     from distributed_onnx.model.backend.providers import CpuProvider
     from distributed_onnx.model.checkpoint import LocalCheckpoint
@@ -375,6 +389,7 @@ def _inspect(args: argparse.Namespace) -> int:
         "metadata": resolved.metadata.model_dump(mode="json") | {"horizon_length": resolved.metadata.horizon_length},
         "inputs": [spec.describe() for spec in backend.input_specs],
         "outputs": [spec.describe() for spec in backend.output_specs],
+        "family": families.describe(resolved.metadata.model_family),
         "onnxruntime": runtime_version(),
         "available_providers": available_providers(),
     }

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
 from distributed_onnx.errors import ConfigError, InputValidationError
+from distributed_onnx.model import families
 from distributed_onnx.model.adapters import (
     Chronos2Adapter,
     Chronos2Variant,
@@ -352,3 +355,22 @@ def test_register_adapter_makes_a_family_known(monkeypatch: pytest.MonkeyPatch) 
     assert seen == [metadata]
     inputs, _ = adapter.build_inputs(np.ones((1, C), dtype=np.float32), None)
     assert list(inputs) == ["x"]
+
+
+def test_the_families_are_one_module_of_records_that_the_adapters_and_exporters_read() -> None:
+    """Issue 42: the families were listed in four places and TiRex's NaN rule written in three; now each family is
+    one record of ``model/families.py`` and its rules are declared there once."""
+    assert [record.name for record in families.BUILT_IN] == ["chronos2", "chronos_bolt", "context_quantiles", "tirex"]
+    for record in families.BUILT_IN:
+        adapter = adapter_for(_metadata(record.name))
+        assert isinstance(adapter, families.adapter_factory(record)), record.name
+        assert record.exporter is None or importlib.util.find_spec(record.exporter) is not None, record.exporter
+    tirex = families.rules_of("tirex")
+    assert tirex.metadata_fields() == {
+        "missing_value": "nan",
+        "output_layout": "step_quantile",
+        "long_horizon": "append_missing",
+    }
+    assert adapter_for(_metadata("tirex")).missing_value == "nan"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"'tirex' takes missing values as \['nan'\].*missing_value 'zero'"):
+        adapter_for(_metadata("tirex", missing_value="zero"))

@@ -9,6 +9,7 @@ would change every other run there).
 
 from __future__ import annotations
 
+import json
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from graphs import tiny_chronos2_metadata, tiny_context_quantiles_model, write_t
 
 from distributed_onnx import cli
 from distributed_onnx.errors import PluginError
+from distributed_onnx.model import families
 from distributed_onnx.model.adapters import PLUGIN_GROUP, adapter_for
-from distributed_onnx.model.adapters import base as adapters_base
 from distributed_onnx.model.checkpoint import write_checkpoint
 
 EXITING = "tiny_exiting_family"
@@ -37,8 +38,8 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[importlib_m
         importlib_metadata.EntryPoint(name=EXITING, value="exiting_plugin:Adapter", group=PLUGIN_GROUP),
         importlib_metadata.EntryPoint(name="chronos2", value="shadowing_plugin:Chronos2Adapter", group=PLUGIN_GROUP),
     ]
-    monkeypatch.setattr(adapters_base, "_plugins", lambda: list(entries))
-    monkeypatch.setattr(adapters_base, "_SHADOW_CHECKED", set(), raising=False)
+    monkeypatch.setattr(families, "_plugins", lambda: list(entries))
+    monkeypatch.setattr(families, "_SHADOW_CHECKED", set())
     return entries
 
 
@@ -70,3 +71,64 @@ def test_a_backtest_with_a_plugin_that_exits_names_it_in_one_line(
     assert cli.main(argv) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "exiting_plugin:Adapter" in errors[0] and "SystemExit" in errors[0], errors
+
+
+RECORDED = "tiny_recorded_family"
+RECORD_MODULE = f'''
+"""A plugin declaring a whole Family record: the plain graph's adapter and an exporter of its own."""
+from graphs import tiny_context_quantiles_model, write_tiny_context_quantiles
+
+from distributed_onnx.export import ExportResult
+from distributed_onnx.model.checkpoint import default_metadata_path, write_checkpoint
+from distributed_onnx.model.families import Family
+
+FAMILY = Family(
+    name="{RECORDED}",
+    adapter="distributed_onnx.model.adapters:ContextQuantilesAdapter",
+    exporter="recorded_plugin",
+    hub_repository="example/recorded",
+)
+
+
+def export(request):
+    plain = write_tiny_context_quantiles(request.folder)
+    metadata = plain.metadata.model_copy(update={{"model_family": "{RECORDED}"}})
+    written = write_checkpoint(request.output, tiny_context_quantiles_model().SerializeToString(), metadata)
+    parity = request.output.with_suffix(".parity.json")
+    parity.write_text("{{}}")
+    return ExportResult(
+        weights_path=written.weights_path, metadata_path=default_metadata_path(request.output), parity_path=parity,
+        parity={{"windows": 0}},
+    )
+'''
+
+
+@pytest.mark.integration
+def test_a_plugin_family_record_brings_its_exporter_to_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 42: adding a family is one record; a plugin's record reaches export's help, export and inspect."""
+    (tmp_path / "recorded_plugin.py").write_text(RECORD_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = importlib_metadata.EntryPoint(name=RECORDED, value="recorded_plugin:FAMILY", group=PLUGIN_GROUP)
+    monkeypatch.setattr(families, "_plugins", lambda: [entry])
+    monkeypatch.setattr(families, "_LOADED", {})
+    monkeypatch.setattr(families, "_FACTORIES", {})
+
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    assert f"installed plugins: {RECORDED}" in " ".join(capsys.readouterr().out.split())
+
+    (tmp_path / "folder").mkdir()
+    output = tmp_path / "recorded.onnx"
+    argv = ["export", RECORDED, "--from-pretrained", str(tmp_path / "folder"), "--output", str(output)]
+    assert cli.main([*argv, "--resolution-minutes", "30"]) == 0, capsys.readouterr().err
+    assert f"wrote {output}" in capsys.readouterr().out
+
+    assert cli.main(["inspect", str(output)]) == 0
+    described = json.loads(capsys.readouterr().out)["family"]
+    assert (described["name"], described["exporter"], described["hub_repository"]) == (
+        RECORDED,
+        "recorded_plugin",
+        "example/recorded",
+    )

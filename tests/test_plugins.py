@@ -9,6 +9,7 @@ actors and Serve's replicas are other processes.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -133,6 +134,37 @@ def test_a_plugin_family_backtests_on_ray_and_serves_over_http(tmp_path: Path) -
     finally:
         process.terminate()
         process.communicate(timeout=60)
+
+
+@pytest.mark.usefixtures("plugin")
+def test_a_plugin_family_is_listed_by_export_help_and_described_by_inspect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 42: the family registry reaches the CLI with no other edit than installing the plugin."""
+    helped = subprocess.run(
+        [sys.executable, "-m", "distributed_onnx", "export", "--help"], capture_output=True, text=True, check=False
+    )
+    assert helped.returncode == 0, helped.stderr
+    listed = " ".join(helped.stdout.split())  # argparse wraps the help
+    assert "the model family: chronos2, chronos_bolt, tirex; installed plugins: " in listed
+    assert f"{FAMILY} (from {DISTRIBUTION})" in listed
+
+    checkpoint = _plugin_checkpoint(tmp_path)
+    assert cli.main(["inspect", str(checkpoint.weights_path)]) == 0
+    family = json.loads(capsys.readouterr().out)["family"]
+    assert family["known"] is True
+    assert (family["name"], family["adapter"], family["provider"]) == (
+        FAMILY,
+        "tiny_plugin:ShiftedAdapter",
+        DISTRIBUTION,
+    )
+
+    # Its entry point is an adapter factory, not a Family record with an exporter: export says so, exit 2.
+    argv = ["export", FAMILY, "--random-weights", "--output", str(tmp_path / "x.onnx"), "--resolution-minutes", "60"]
+    assert cli.main(argv) == 2
+    assert f"error: Cannot export family '{FAMILY}' ({DISTRIBUTION} declares no exporter for it)" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.usefixtures("plugin")

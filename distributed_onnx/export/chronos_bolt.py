@@ -33,6 +33,7 @@ from distributed_onnx.export.common import (
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.families import rules_of
 
 OUTPUT_NAME = "quantile_preds"
 
@@ -68,9 +69,7 @@ def metadata_for(pipeline: Any, resolution_minutes: int) -> CheckpointMetadata:
         output_patch_size=config.prediction_length,
         horizon_patches=1,
         resolution_minutes=resolution_minutes,
-        missing_value="nan",
-        output_layout="quantile_step",
-        long_horizon="quantile_paths",
+        **rules_of("chronos_bolt").metadata_fields(),  # the family's rules, declared once (model/families.py)
         description=(
             f"Chronos-Bolt exported by distributed-onnx from {pipeline.model.config.name_or_path or 'a local folder'}"
             f" (d_model {pipeline.model.config.d_model}, {pipeline.model.config.num_layers} encoder layers)"

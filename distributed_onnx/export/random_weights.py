@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import require_torch
+from distributed_onnx.model.families import Family, load_object
 
 Size = Literal["tiny", "published"]
 SEED = 0
@@ -84,12 +85,17 @@ TIREX: dict[str, dict[str, Any]] = {
 }
 
 
-def write_random_pretrained(family: str, size: Size, directory: Path, seed: int = SEED) -> Path:
-    """``family`` at ``size`` with weights drawn from ``seed``, written to ``directory`` as a pretrained folder."""
-    writers = {"chronos2": write_chronos2, "chronos_bolt": write_chronos_bolt, "tirex": write_tirex}
-    if family not in writers:
-        raise ConfigError(f"Cannot build family {family!r} with random weights; known: {sorted(writers)}.")
-    return writers[family](directory, size, seed)
+def write_random_pretrained(family: Family, size: Size, directory: Path, seed: int = SEED) -> Path:
+    """``family`` at ``size`` with weights drawn from ``seed``, written to ``directory`` as a pretrained folder, by
+    the writer its record names (``random_weights``; each is a function of this module for the built-in ones)."""
+    if family.random_weights is None:
+        raise ConfigError(
+            f"Cannot build family {family.name!r} with random weights (its record names no writer); give "
+            "--from-pretrained a downloaded folder."
+        )
+    writer = load_object(family.random_weights, family)
+    folder: Path = writer(directory, size, seed)
+    return folder
 
 
 def write_chronos2(directory: Path, size: Size, seed: int = SEED) -> Path:

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.model import families
+from distributed_onnx.model.families import Family
 from distributed_onnx.settings_sources import path_or_url
 
 
@@ -19,7 +21,7 @@ class ExportRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    family: str = Field(description="The model family to export, a key of distributed_onnx.export.EXPORTERS.")
+    family: str = Field(description="The model family to export: one whose record (model/families.py) has an exporter.")
     pretrained_dir: Path | None = Field(
         default=None, description="A local folder of the upstream model (its config and weights)."
     )
@@ -106,15 +108,10 @@ class ExportResult(BaseModel):
 
 
 def run_export(request: ExportRequest) -> ExportResult:
-    """Export ``request.family`` by ``export(request)`` of its module in :data:`distributed_onnx.export.EXPORTERS`."""
-    from distributed_onnx.export import EXPORTERS, HUB_REPOSITORIES
-
-    try:
-        module_name = EXPORTERS[request.family]
-    except KeyError:
-        raise ConfigError(
-            f"Cannot export family {request.family!r}; known families: {sorted(EXPORTERS)}.", family=request.family
-        ) from None
+    """Export ``request.family`` by ``export(request)`` of its family's exporter module (the family registry,
+    :mod:`distributed_onnx.model.families`)."""
+    declared = exportable_family(request.family)
+    assert declared.exporter is not None  # exportable_family refuses a family without one
     if request.output.is_dir():
         raise ConfigError(
             f"--output {request.output} is a folder; give the .onnx file to write (e.g. {request.output}/model.onnx).",
@@ -124,8 +121,9 @@ def run_export(request: ExportRequest) -> ExportResult:
         folder = request.pretrained_dir
         raise ConfigError(
             f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). Fetch the "
-            f"published model once with network access: hf download {HUB_REPOSITORIES[request.family]} --local-dir "
-            f"{folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless forecasts).",
+            f"published model once with network access: hf download {declared.hub_repository or 'REPOSITORY'} "
+            f"--local-dir {folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless "
+            "forecasts).",
             key="pretrained_dir",
         )
     from distributed_onnx.export import variants
@@ -133,7 +131,7 @@ def run_export(request: ExportRequest) -> ExportResult:
 
     variants.check_request(request)
     start_progress()
-    module: Any = importlib.import_module(module_name)
+    module: Any = importlib.import_module(declared.exporter)
     if request.random_weights is None:
         result: ExportResult = module.export(request)
     else:
@@ -143,7 +141,7 @@ def run_export(request: ExportRequest) -> ExportResult:
         with tempfile.TemporaryDirectory(prefix="distributed-onnx-random-") as scratch:
             phase(f"building {request.family} ({request.random_weights}) with random weights")
             folder = Path(scratch) / f"{request.family}-{request.random_weights}-random-weights"
-            write_random_pretrained(request.family, request.random_weights, folder)
+            write_random_pretrained(declared, request.random_weights, folder)
             result = module.export(request.model_copy(update={"pretrained_dir": folder}))
     if request.quantize is None:
         phase("done")
@@ -152,3 +150,19 @@ def run_export(request: ExportRequest) -> ExportResult:
     path, comparison = variants.write_int8_variant(request)
     phase("done")
     return result.model_copy(update={"variant_path": path, "variant": comparison})
+
+
+def exportable_family(name: str) -> Family:
+    """The family ``name`` if it declares an exporter; else a :class:`ConfigError` listing the families that do
+    (the built-in ones) and the installed plugins (which may: a plugin is only loaded when asked for)."""
+    declared = families.family(name) if name in families.names() else None
+    if declared is not None and declared.exporter is not None:
+        return declared
+    why = "no such family" if declared is None else f"{declared.provider} declares no exporter for it"
+    exporters = [family.name for family in families.BUILT_IN if family.exporter is not None]
+    plugins = sorted(families.plugin_names())
+    raise ConfigError(
+        f"Cannot export family {name!r} ({why}); known families: {exporters}"
+        + (f", installed plugins: {plugins}." if plugins else "."),
+        family=name,
+    )

@@ -39,6 +39,7 @@ from distributed_onnx.export.common import (
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.families import rules_of
 
 OUTPUT_NAME = "quantiles"
 CHECKPOINT_FILE = "model.ckpt"
@@ -77,9 +78,7 @@ def metadata_for(model: Any, resolution_minutes: int) -> CheckpointMetadata:
         output_patch_size=config.output_patch_size,
         horizon_patches=1,
         resolution_minutes=resolution_minutes,
-        missing_value="nan",
-        output_layout="step_quantile",
-        long_horizon="append_missing",
+        **rules_of("tirex").metadata_fields(),  # the family's rules, declared once (model/families.py)
         description=(
             f"TiRex exported by distributed-onnx ({config.block_kwargs.get('num_blocks')} sLSTM blocks of "
             f"{config.block_kwargs.get('embedding_dim')}); built with technology from NXAI (NXAI Community License)"

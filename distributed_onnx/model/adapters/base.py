@@ -11,22 +11,21 @@ Windows mark a missing value with NaN and never with an infinity: an adapter ref
 and :meth:`ModelAdapter.check_tensors` applies the family's rule to tensors a client sends as they are
 (the Open Inference Protocol route).
 
-A family of another package is a plugin: an entry point of the group :data:`PLUGIN_GROUP` whose name is the
-family and whose object is its factory (docs/plugins.md). :func:`adapter_for` loads it the first time a checkpoint
-of that family is met, in whatever process meets it (the driver, every actor, every Serve replica), so a plugin
-installed on the nodes reaches all of them; :func:`register_adapter` only reaches the process that calls it.
+Which families exist, built in or a plugin's (an entry point of the group ``distributed_onnx.model_families``),
+is the family registry's, :mod:`distributed_onnx.model.families`; :func:`adapter_for` asks it the first time a
+checkpoint of a family is met, in whatever process meets it (the driver, every actor, every Serve replica), so a
+plugin installed on the nodes reaches all of them; :func:`register_adapter` only reaches the process that calls it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
-from importlib import metadata as importlib_metadata
 from typing import Protocol
 
 import numpy as np
 
-from distributed_onnx.errors import CheckpointGraphMismatchError, ConfigError, InputValidationError, PluginError
+from distributed_onnx.errors import CheckpointGraphMismatchError, InputValidationError
+from distributed_onnx.model import families
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 
 
@@ -64,86 +63,27 @@ class ModelAdapter(Protocol):
 
 
 AdapterFactory = Callable[[CheckpointMetadata], ModelAdapter]
+#: Families registered in this process by :func:`register_adapter` (they win over the family registry).
 _REGISTRY: dict[str, AdapterFactory] = {}
-#: The entry-point group of model-family plugins: ``family name = "module:factory"``.
-PLUGIN_GROUP = "distributed_onnx.model_families"
 
 
 def register_adapter(model_family: str, factory: AdapterFactory) -> None:
     """Make ``model_family`` known in this process (a test, a notebook). To reach Ray's actors and Serve's
-    replicas, a family is a plugin instead: an entry point of :data:`PLUGIN_GROUP` (docs/plugins.md)."""
+    replicas, a family is a plugin instead: an entry point of ``families.PLUGIN_GROUP`` (docs/plugins.md)."""
     _REGISTRY[model_family] = factory
 
 
 def adapter_for(metadata: CheckpointMetadata) -> ModelAdapter:
-    """The adapter of the checkpoint's ``model_family``: registered in this process, else an installed plugin's."""
-    family = metadata.model_family
-    if family in _REGISTRY and family not in _SHADOW_CHECKED:
-        _refuse_shadowing_plugin(family)
-    factory = _REGISTRY.get(family) or _plugin_factory(family)
-    if factory is None:
-        raise ConfigError(
-            f"No adapter for model_family {family!r}; known families: {sorted(_REGISTRY)}, installed plugins: "
-            f"{sorted(ep.name for ep in _plugins())}. Install the package that provides it on every node (it "
-            f"declares the family under the entry-point group {PLUGIN_GROUP!r}: docs/plugins.md); "
-            "register_adapter reaches only the process that calls it, not Ray's actors or Serve's replicas.",
-            model_family=family,
-        )
-    return factory(metadata)
-
-
-def _plugins() -> list[importlib_metadata.EntryPoint]:
-    return list(importlib_metadata.entry_points(group=PLUGIN_GROUP))
-
-
-#: Families already checked for a plugin of the same name (once per process: listing entry points reads the venv).
-_SHADOW_CHECKED: set[str] = set()
-
-
-def _refuse_shadowing_plugin(family: str) -> None:
-    """A plugin declaring a family this package already has (``chronos2``) would be ignored without a word: the
-    registered family wins. Refuse it, naming the plugin, so its author renames the family."""
-    same = [ep for ep in _plugins() if ep.name == family]
-    _SHADOW_CHECKED.add(family)
-    if same:
-        entry = same[0]
-        distribution = entry.dist.name if entry.dist is not None else "an unknown distribution"
-        _SHADOW_CHECKED.discard(family)  # refused every time, not only the first
-        raise PluginError(
-            f"The plugin {entry.value!r} (from {distribution}) declares model_family {family!r}, which "
-            f"distributed_onnx already provides: it would never be used. Give the plugin's family another name "
-            f"(its entry point in the group {PLUGIN_GROUP!r}) or uninstall {distribution}.",
-            model_family=family,
-            plugin=entry.value,
-        )
-
-
-def _plugin_factory(family: str) -> AdapterFactory | None:
-    """The factory an installed plugin declares for ``family`` (loaded once per process, then registered)."""
-    importlib.invalidate_caches()  # a package installed while this process runs is found too
-    found = [ep for ep in _plugins() if ep.name == family]
-    if not found:
-        return None
-    entry = found[0]
-    distribution = entry.dist.name if entry.dist is not None else "an unknown distribution"
-    try:
-        factory = entry.load()
-    except (Exception, SystemExit) as exc:  # a plugin that exits at import must not take the worker with it
-        raise PluginError(
-            f"The plugin for model_family {family!r} ({entry.value!r}, from {distribution}) failed to load: "
-            f"{type(exc).__name__}: {exc}. Fix or reinstall that package on this node.",
-            model_family=family,
-            plugin=entry.value,
-        ) from exc
-    if not callable(factory):
-        raise PluginError(
-            f"The plugin for model_family {family!r} ({entry.value!r}, from {distribution}) is a "
-            f"{type(factory).__name__}, not a factory: it must be a callable taking the checkpoint's metadata.",
-            model_family=family,
-            plugin=entry.value,
-        )
-    _REGISTRY[family] = factory
-    return factory
+    """The adapter of the checkpoint's ``model_family``: registered in this process, else the family registry's
+    (:mod:`distributed_onnx.model.families`: built in, or an installed plugin's)."""
+    name = metadata.model_family
+    factory = _REGISTRY.get(name)
+    if factory is not None:
+        families.refuse_shadowing_plugin(name)
+    else:
+        factory = families.adapter_factory(families.family(name, registered=list(_REGISTRY)))
+    adapter: ModelAdapter = factory(metadata)
+    return adapter
 
 
 def zero_fill(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,13 +1,15 @@
 """The plain family: one ``context`` tensor in, one quantile tensor out, as the metadata's contract says.
 
 For models exported without covariates: a linear or MLP quantile head over raw history, and the graphs of
-families built the same way (Chronos-Bolt, TiRex: their modules subclass this one and only narrow what their
-contract may be). ``input_names`` has one name, the context ``[rows, context_length]``. What differs between
-such graphs is declared in the metadata and followed here, never guessed:
+families built the same way (Chronos-Bolt, TiRex: their records in :mod:`distributed_onnx.model.families` name
+this adapter and narrow what their contract may be by their rules). ``input_names`` has one name, the context
+``[rows, context_length]``. What differs between such graphs is declared in the metadata and followed here,
+never guessed:
 
 - ``missing_value``: ``"zero"`` sends a missing value as 0.0 (the graph has no mask, so it cannot tell a gap
   from an observed 0: this family's default, what checkpoints written before the field meant); ``"nan"``
-  sends NaN, for graphs that derive their own mask from it.
+  sends NaN, for graphs that derive their own mask from it. Which of them a family takes, and what null means,
+  are its rules (a family without rules of its own, a plugin's bare factory, has this family's).
 - ``output_layout``: ``[rows, quantiles, steps]`` or ``[rows, steps, quantiles]``; checked after every call
   (:func:`~distributed_onnx.model.adapters.base.quantile_block`).
 - ``long_horizon``: how the worker reaches horizons beyond one call (``distributed_onnx/model/unroll.py``).
@@ -16,7 +18,6 @@ such graphs is declared in the metadata and followed here, never guessed:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
@@ -28,29 +29,25 @@ from distributed_onnx.model.adapters.base import (
     zero_fill,
 )
 from distributed_onnx.model.checkpoint import CheckpointMetadata, MissingValue
+from distributed_onnx.model.families import rules_of
 
 
 class ContextQuantilesAdapter:
     """Windows <-> ``{input_names[0]: context}``; covariates are refused (the graph cannot take them)."""
 
-    #: The family's name, in messages.
-    family: ClassVar[str] = "context_quantiles"
-    #: What ``missing_value: null`` means for this family.
-    default_missing_value: ClassVar[MissingValue] = "zero"
-    #: The ``missing_value`` settings the family's graphs can take.
-    allowed_missing_values: ClassVar[frozenset[str]] = frozenset({"zero", "nan"})
-
     def __init__(self, metadata: CheckpointMetadata) -> None:
+        self.family = metadata.model_family
         if len(metadata.input_names) != 1:
             raise ConfigError(
                 f"model_family {self.family!r} takes exactly one input, the context; metadata lists "
                 f"{metadata.input_names}",
                 key="input_names",
             )
-        self.missing_value: MissingValue = metadata.missing_value or self.default_missing_value
-        if self.missing_value not in self.allowed_missing_values:
+        rules = rules_of(self.family)
+        self.missing_value: MissingValue = metadata.missing_value or rules.missing_value or "zero"
+        if self.missing_value not in rules.missing_values:
             raise ConfigError(
-                f"model_family {self.family!r} takes missing values as {sorted(self.allowed_missing_values)}, "
+                f"model_family {self.family!r} takes missing values as {sorted(rules.missing_values)}, "
                 f"the metadata says missing_value {self.missing_value!r}: its graphs derive their mask from NaN, "
                 "so a zero would be read as an observed 0. Fix the checkpoint's metadata.",
                 key="missing_value",
