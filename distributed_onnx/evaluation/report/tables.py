@@ -15,11 +15,10 @@ import pyarrow.compute as pc
 
 from distributed_onnx.evaluation.data.table import numpy_view
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import reported
+from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
 MAX_TABLE_SERIES = 200
-_HEADLINE_METRICS = reported()
 
 
 class SeriesValues(Protocol):
@@ -68,6 +67,12 @@ class Scores:
             columns = ["series_id", "model", "metric", "quantile", "value", "n"]
             series = TableSeries(metrics.select(columns).filter(series_rows))
         self._series = series
+
+    @property
+    def primary(self) -> str:
+        """The metric that ranks the models (:func:`~..scoring.registry.primary`: MASE where the median's metrics
+        were scored)."""
+        return primary(any(key[1] in needs_median() for key in self.cells))
         self._series_row: dict[str, int] | None = None
 
     @property
@@ -195,7 +200,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
 
 def headline(scores: Scores, model: str) -> str:
     rows = []
-    for metric in _HEADLINE_METRICS:
+    for metric in reported():
         ours, naive = scores.value(model, metric), scores.value(SEASONAL_NAIVE, metric)
         if ours is None:
             continue

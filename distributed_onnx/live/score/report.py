@@ -296,7 +296,7 @@ def _group_sections(
         "<h3>Skill by lead, every model</h3>",
         report_compare.skill_by_lead(scores, models, lead_label(step_us)),
         "<h3>Score by forecast origin, every model</h3>",
-        report_compare.by_origin(sure, models, "MASE" if scores.by_lead(BASELINES[0], "mase") else "SQL"),
+        report_compare.by_origin(sure, models),
         "<h3>Calibration, every model</h3>",
         report_compare.calibration_table(scores, models, quantiles),
     ]
