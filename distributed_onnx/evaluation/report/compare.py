@@ -20,10 +20,10 @@ from matplotlib import colormaps, rc_context
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
-from distributed_onnx.evaluation.report.uncertainty import Uncertainty
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
 from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported
+from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty
 from distributed_onnx.model.quantiles import central_intervals
 
 

@@ -28,9 +28,9 @@ from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
-from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"

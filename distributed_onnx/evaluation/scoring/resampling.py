@@ -1,6 +1,6 @@
 """Which resampling gives a run's 95% intervals, and the moving-block bootstrap over window origins.
 
-The leaderboard (``leaderboard.parquet``, :mod:`.leaderboard`) and the report (:mod:`..report.uncertainty`) read
+The leaderboard (``leaderboard.parquet``, :mod:`.leaderboard`) and the reports (:mod:`.uncertainty`) read
 their intervals from here, so both say the same thing about the same run:
 
 - ``series``: at :data:`MIN_SERIES` series or more, a percentile bootstrap over series (fev's: the leaderboard

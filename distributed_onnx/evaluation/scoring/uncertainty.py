@@ -1,11 +1,12 @@
-"""How sure the report can be: its intervals' resampling, identical forecasts, and the verdict line.
+"""How sure a run's scores are: its intervals' resampling, identical forecasts, and the verdict; the reports
+(backtest and live) draw it as it is.
 
 Which resampling gives the intervals, and the moving-block bootstrap over window origins used below
-:data:`~distributed_onnx.evaluation.scoring.resampling.MIN_SERIES` series, are defined once in
-:mod:`distributed_onnx.evaluation.scoring.resampling`; ``leaderboard.parquet`` holds the same intervals (its
-``resampling`` column). This module adds what only the page shows: the resampling in words, the margin of the
-best model over the next with its interval (the verdict), models that made identical forecasts, and the
-per-origin scores (the fev convention's per-window scores) that the report plots by forecast origin.
+:data:`.resampling.MIN_SERIES` series, are defined once in :mod:`.resampling`; ``leaderboard.parquet`` holds the
+same intervals (its ``resampling`` column). This module adds what only the pages show: the resampling in words,
+the margin of the best model by the primary metric (:func:`.registry.primary`) over the next with its interval
+(the verdict), models that made identical forecasts, and the per-origin scores (the fev convention's per-window
+scores) plotted by forecast origin.
 
 Two models whose sums agree at every origin, for every quantile, made identical forecasts on the scored pairs:
 the report names them so, instead of a win rate of 0.5 and an undefined test.
@@ -29,12 +30,11 @@ from distributed_onnx.evaluation.scoring.resampling import (
     SEED,
     OriginSums,
     Resampling,
-    block_weights,
     origin_blocks,
     percentile_interval,
 )
 
-__all__ = ["MIN_SERIES", "OriginSums", "Uncertainty", "block_weights", "uncertainty"]
+__all__ = ["Uncertainty", "uncertainty"]
 
 F64 = npt.NDArray[np.float64]
 
