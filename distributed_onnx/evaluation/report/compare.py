@@ -20,6 +20,7 @@ from matplotlib import colormaps, rc_context
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
+from distributed_onnx.evaluation.scoring import registry
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
 from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported
@@ -162,13 +163,13 @@ def _interval_text(uncertainty: Uncertainty | None) -> str:
         return str(uncertainty.no_interval)
     if uncertainty.resampling == "series":
         return f"Intervals: {uncertainty.label}."
-    skill = (
+    skills = (
         "the skills' too (one series: skill is 1 - the clipped ratio of the resampled metrics)"
         if uncertainty.n_series == 1
         else f"the skills' are the leaderboard's, over the {uncertainty.n_series} series"
     )
     return (
-        f"Intervals of the metrics: {uncertainty.label}; {skill}. leaderboard.parquet holds the same intervals "
+        f"Intervals of the metrics: {uncertainty.label}; {skills}. leaderboard.parquet holds the same intervals "
         "(its column resampling names which one each row's comes from)."
     )
 
@@ -271,8 +272,7 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
     for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
         found = scores.by_lead(model, metric)
         if found is not None:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                skills[model] = (index, 1 - found[1] / naive)
+            skills[model] = (index, registry.skill(found[1], naive))
     # A model far off (skill -370) would flatten every other curve: it is left off the scale and named.
     scale = report_plots.robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
     with rc_context(_RC):

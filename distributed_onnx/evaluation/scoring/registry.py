@@ -55,6 +55,7 @@ __all__ = [
     "primary",
     "register",
     "reported",
+    "skill",
     "skill_metrics",
     "unregister",
 ]
@@ -316,6 +317,19 @@ def primary(has_median: bool) -> str:
     has, the lowest :attr:`Metric.primary_rank` (MASE, or SQL without a median)."""
     ranked = [m for m in of_convention(POOLED, has_median) if m.primary_rank is not None and m.per == "unit"]
     return min(ranked, key=lambda metric: metric.primary_rank or 0).name
+
+
+def skill(model: npt.ArrayLike, reference: npt.ArrayLike) -> F64:
+    """``1 - model / reference`` of any metric (lower better): above 0 beats the reference, 1 is perfect; NaN where
+    the reference is 0. The reports' skill of one value, by lead and per series; the leaderboard's is fev's
+    (clipped ratios' geometric mean over series, :mod:`.leaderboard`).
+
+    >>> skill([0.5, 2.0, 1.0], [1.0, 1.0, 0.0])
+    array([ 0.5, -1. ,  nan])
+    """
+    ours, theirs = np.asarray(model, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(theirs != 0, 1.0 - ours / theirs, np.nan)
 
 
 def headline() -> frozenset[str]:

@@ -45,7 +45,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import NotABacktestError
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
-from distributed_onnx.evaluation.scoring.registry import POOLED
+from distributed_onnx.evaluation.scoring.registry import POOLED, skill
 from distributed_onnx.live.score.join import GroupKey
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
 from distributed_onnx.storage import Location
@@ -325,7 +325,7 @@ def _pooled(metrics: pa.Table, model: str, metric: str) -> dict[int | None, tupl
 def _skill(model: tuple[float, int] | None, naive: tuple[float, int] | None) -> float | None:
     if model is None or naive is None or not naive[0] or not math.isfinite(naive[0]):
         return None
-    return 1.0 - model[0] / naive[0]
+    return float(skill(model[0], naive[0]))
 
 
 def _outside(value: float | None, low: float | None, high: float | None) -> tuple[bool | None, str | None]:
