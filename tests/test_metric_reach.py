@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,10 @@ def test_both_reports_show_it_with_the_verdict_by_it(runs: dict[str, Any], folde
     assert f"<th>{NAME.upper()}<br><span class='hint'>pooled [95%]; fev</span></th>" in page  # the leaderboard
     assert f"<tr><th>{NAME.upper()}</th>" in page  # the headline table
     assert f"{NAME.upper()} by forecast origin (each origin" in page  # the score by origin, in the primary metric
+    board = page[page.index("<table class='board'>") :]
+    row = board[board.index(f"<tr><th>{MODEL}</th>") : board.index("</tr>", board.index(f"<tr><th>{MODEL}</th>"))]
+    last_metric = [cell for cell in row.split("<td>") if "class='fev'" in cell][-1]  # the reported order: it last
+    assert re.search(r"<span class='hint'>\[.+?, .+?\]</span>", last_metric), last_metric  # with its interval
 
 
 @pytest.mark.integration
