@@ -67,12 +67,12 @@ __all__ = [
     "LEADERBOARD_SCHEMA",
     "N_RESAMPLES",
     "SEED",
-    "series_resamples",
     "clipped_skill_interval",
     "diebold_mariano",
     "leaderboard",
     "overlap_lag",
     "percentile_interval",
+    "series_resamples",
 ]
 
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
