@@ -488,22 +488,29 @@ def _backtest(args: argparse.Namespace) -> int:
 
 
 def _headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from distributed_onnx.evaluation.scoring.registry import headline
-
-    shown = headline()
-    scores = {
-        f"{row['model']}.{row['metric']}": round(row["value"], 4)
-        for row in rows
-        if row["scope"] == "global"
-        and row["quantile"] is None
-        and row["metric"] in shown
-        and row.get("convention", "pooled") == "pooled"
-    }
+    scores = {f"{row['model']}.{row['metric']}": round(row["value"], 4) for row in _headline_rows(rows)}
     return {
         "windows": summary["windows"],
         "windows_per_s": summary["timing"]["windows_per_s"],
         "global": scores,
     }
+
+
+def _headline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the metrics table that ``backtest`` and ``score`` print: the global pooled value of each
+    headline metric (:func:`~distributed_onnx.evaluation.scoring.registry.headline`)."""
+    from distributed_onnx.evaluation.scoring.registry import POOLED, headline
+
+    shown = headline()
+    return [
+        row
+        for row in rows
+        if row["scope"] == "global"
+        and row["quantile"] is None
+        and row["metric"] in shown
+        and row.get("convention", POOLED) == POOLED
+        and row["value"] is not None
+    ]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -560,19 +567,10 @@ def _failure_headline(requests: dict[str, Any]) -> dict[str, Any] | str:
 
 
 def _score_headline(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """The global pooled MAE, MASE and WQL of each model, per group of checkpoints scored together."""
+    """The headline metrics of each model (:func:`_headline_rows`), per group of checkpoints scored together."""
     groups: dict[str, dict[str, float]] = {}
-    for row in rows:
-        if (
-            row["scope"] == "global"
-            and row["quantile"] is None
-            and row["metric"] in {"mae", "mase", "wql"}
-            and row.get("convention") == "pooled"
-            and row["value"] is not None
-        ):
-            groups.setdefault(str(row.get("scored_with")), {})[f"{row['model']}.{row['metric']}"] = round(
-                row["value"], 4
-            )
+    for row in _headline_rows(rows):
+        groups.setdefault(str(row.get("scored_with")), {})[f"{row['model']}.{row['metric']}"] = round(row["value"], 4)
     return groups
 
 

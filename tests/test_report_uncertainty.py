@@ -11,8 +11,9 @@ import pytest
 from report_panel import QUANTILES, STEP_US, panel_scores, panel_summary
 
 from distributed_onnx.evaluation.report.page import write_report
-from distributed_onnx.evaluation.report.uncertainty import block_weights, uncertainty
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
+from distributed_onnx.evaluation.scoring.resampling import block_weights
+from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 
 
 def test_one_series_gets_origin_block_intervals_of_nonzero_width_and_says_so() -> None:
@@ -38,7 +39,7 @@ def test_one_series_gets_origin_block_intervals_of_nonzero_width_and_says_so() -
 def test_the_pooled_metrics_from_origin_sums_are_the_leaderboards() -> None:
     scores = panel_scores(3, 12)
     sure_points = {}
-    from distributed_onnx.evaluation.report.uncertainty import OriginSums
+    from distributed_onnx.evaluation.scoring.resampling import OriginSums
 
     origins = OriginSums.of(scores.windows)
     for model in scores.models:

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.batch_pairs import finite_pairs
-from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
+from distributed_onnx.evaluation.scoring.conventions import window_scores
 
 #: How many series the report draws fans for.
 FAN_SERIES = 4
@@ -106,25 +105,6 @@ class FanCandidates:
         return FanCandidates(
             *(np.concatenate([getattr(p, name) for p in parts]) for name in FanCandidates.__dataclass_fields__)
         )
-
-
-def window_scores(
-    actual: np.ndarray, forecast: np.ndarray, scale: np.ndarray, quantiles: Sequence[float]
-) -> np.ndarray:
-    """Per window: MASE (mean |y - q0.5| / s) when the median is requested, else SQL; NaN when undefined."""
-    levels = np.asarray(quantiles, dtype=np.float64)
-    median = np.flatnonzero(np.abs(levels - 0.5) <= LEVEL_TOLERANCE)
-    valid = np.isfinite(actual) & finite_pairs(forecast)
-    if median.size:
-        loss = np.abs(actual - forecast[..., median[0]])
-    else:
-        error = actual[..., None] - forecast
-        loss = (2.0 * (levels * error - np.minimum(error, 0.0))).mean(axis=2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_loss = np.where(valid, loss, 0.0).sum(axis=1) / valid.sum(axis=1)
-        scores = mean_loss / scale
-    scores[~(np.isfinite(scores) & (scale > 0))] = np.nan
-    return scores
 
 
 @dataclass

@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from distributed_onnx.evaluation.scoring.conventions import window_scores
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler
+
 #: Points held out at the end of the series for evaluation: the last 21 days of half-hours.
 HOLDOUT_POINTS = 21 * 48
 #: Seasonality of the MASE scale and the seasonal-naive baseline: one day of half-hours.
@@ -74,15 +77,11 @@ def seasonal_naive(y: np.ndarray, origins: np.ndarray, horizon: int, m: int = SE
 
 
 def mase(y: np.ndarray, origins: np.ndarray, forecasts: np.ndarray, m: int = SEASONALITY) -> float:
-    """Mean over windows of (mean absolute error over leads) / s_w, s_w from the history before the origin."""
-    horizon = forecasts.shape[1]
-    actuals = target_windows(y, origins, horizon)
-    scores = []
-    for row, origin in enumerate(origins):
-        history = y[:origin]
-        scale = np.mean(np.abs(history[m:] - history[:-m]))
-        scores.append(np.mean(np.abs(actuals[row] - forecasts[row])) / scale)
-    return float(np.mean(scores))
+    """Mean over windows of each window's MASE, as the backtest scores it (the scale ``s_w`` from the history before
+    the origin: :class:`~distributed_onnx.evaluation.scoring.naive.SeasonalScaler`)."""
+    actuals = target_windows(y, origins, forecasts.shape[1])
+    scales = SeasonalScaler(y, m).scales(origins)
+    return float(np.mean(window_scores(actuals, forecasts[..., None], scales, (0.5,))))
 
 
 def model_inputs(

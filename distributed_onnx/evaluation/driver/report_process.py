@@ -34,7 +34,9 @@ __all__ = ["ReportProcess", "ReportRequest"]
 DRAW_TIMEOUT_S = 600.0
 
 ReportRequest = tuple[Any, ...]
-"""``(output, summary, run_wide, quantiles, fans, series, scores, step_us)``: what the child draws from."""
+"""``(output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics)``: what the child draws from;
+``metrics`` are those the driver registered (:func:`~..scoring.registry.added`), registered in the child too, so
+its leaderboard and report hold every metric the driver's would."""
 
 
 class ReportProcess:
@@ -97,9 +99,13 @@ def _serve() -> None:
 
         plots.warm_up()
         request = pickle.load(sys.stdin.buffer)
-        output, summary, run_wide, quantiles, fans, series, scores, step_us = request
+        output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics = request
         from distributed_onnx import storage
         from distributed_onnx.evaluation.outputs import LEADERBOARD
+        from distributed_onnx.evaluation.scoring.registry import register
+
+        for metric in metrics:
+            register(metric)
 
         table = leaderboard(scores, step_us)
         storage.write_parquet(storage.join(output, LEADERBOARD), table)

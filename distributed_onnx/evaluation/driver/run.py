@@ -57,6 +57,7 @@ from distributed_onnx.evaluation.driver.vintage_summary import (
 )
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.part_messages import PartReceipt
+from distributed_onnx.evaluation.scoring import registry
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
@@ -369,7 +370,8 @@ class _BacktestRun:
         fans = fan_windows(self.sums, plan, series)
         summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
         if self.report_process is not None:
-            request = (plan.settings.output, summary, run_wide, plan.quantiles, fans, series, scores, plan.step_us)
+            shown = (plan.settings.output, summary, run_wide, plan.quantiles, fans, series, scores, plan.step_us)
+            request = (*shown, registry.added())
             drawn = self.report_process.draw(request)
             if drawn is not None:
                 self.leaderboard, child_cpu_s = drawn

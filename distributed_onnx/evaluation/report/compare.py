@@ -20,13 +20,12 @@ from matplotlib import colormaps, rc_context
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
-from distributed_onnx.evaluation.report.uncertainty import Uncertainty
+from distributed_onnx.evaluation.scoring import registry
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
-from distributed_onnx.evaluation.scoring.registry import reported
+from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported
+from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty
 from distributed_onnx.model.quantiles import central_intervals
-
-_METRICS = reported()
 
 
 def _rows(board: pa.Table, kind: str) -> list[dict[str, Any]]:
@@ -114,8 +113,8 @@ def leaderboard_section(
         (row["model"], row["metric"]): row["value"]
         for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
     }
-    shown = [metric for metric in _METRICS if any(key[1] == metric for key in metric_rows)]
-    rank_metric = "mase" if "mase" in shown else "sql"
+    shown = [metric for metric in reported() if any(key[1] == metric for key in metric_rows)]
+    rank_metric = primary(any(key[1] in needs_median() for key in metric_rows))
     ranked = sorted(models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
     origin_blocks = uncertainty is not None and uncertainty.resampling == "origin_blocks"
     no_interval = uncertainty is not None and uncertainty.resampling == "none"
@@ -164,13 +163,13 @@ def _interval_text(uncertainty: Uncertainty | None) -> str:
         return str(uncertainty.no_interval)
     if uncertainty.resampling == "series":
         return f"Intervals: {uncertainty.label}."
-    skill = (
+    skills = (
         "the skills' too (one series: skill is 1 - the clipped ratio of the resampled metrics)"
         if uncertainty.n_series == 1
         else f"the skills' are the leaderboard's, over the {uncertainty.n_series} series"
     )
     return (
-        f"Intervals of the metrics: {uncertainty.label}; {skill}. leaderboard.parquet holds the same intervals "
+        f"Intervals of the metrics: {uncertainty.label}; {skills}. leaderboard.parquet holds the same intervals "
         "(its column resampling names which one each row's comes from)."
     )
 
@@ -235,13 +234,14 @@ def _p(value: float | None) -> str:
     return "&lt;.001" if value < 0.001 else f"{value:.2g}"
 
 
-def by_origin(uncertainty: Uncertainty | None, models: Sequence[str], metric_label: str) -> str:
-    """Each model's score per forecast origin (the fev convention's per-window score), over time."""
+def by_origin(uncertainty: Uncertainty | None, models: Sequence[str]) -> str:
+    """Each model's score per forecast origin (the fev convention's per-window score of the primary metric)."""
     if uncertainty is None or not uncertainty.per_origin or uncertainty.n_origins < 2:
         return "<p>(fewer than two forecast origins: nothing to draw by origin)</p>"
     curves = {model: uncertainty.per_origin[model] for model in models}
     scale = report_plots.robust_scale([np.zeros(1)], {model: [values] for model, values in curves.items()})
-    return report_plots.score_by_origin(uncertainty.origins_us, curves, metric_label) + off_scale_hint(scale)
+    metric = uncertainty.metric.upper()
+    return report_plots.score_by_origin(uncertainty.origins_us, curves, metric) + off_scale_hint(scale)
 
 
 def pairs_section(summary: dict[str, Any]) -> str:
@@ -261,8 +261,8 @@ def pairs_section(summary: dict[str, Any]) -> str:
 
 
 def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str:
-    """MASE (or SQL) skill against seasonal naive by lead, one line per model (pooled convention)."""
-    metric = "mase" if scores.by_lead(SEASONAL_NAIVE, "mase") is not None else "sql"
+    """The primary metric's skill against seasonal naive by lead, one line per model (pooled convention)."""
+    metric = scores.primary
     reference = scores.by_lead(SEASONAL_NAIVE, metric)
     if reference is None:
         return "<p>(no metrics by lead)</p>"
@@ -272,8 +272,7 @@ def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str
     for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
         found = scores.by_lead(model, metric)
         if found is not None:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                skills[model] = (index, 1 - found[1] / naive)
+            skills[model] = (index, registry.skill(found[1], naive))
     # A model far off (skill -370) would flatten every other curve: it is left off the scale and named.
     scale = report_plots.robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
     with rc_context(_RC):

@@ -28,9 +28,9 @@ from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
-from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
@@ -78,7 +78,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
             "<h3>Skill by lead, every model</h3>",
             report_compare.skill_by_lead(scores, models, lead_label(step_us)),
             "<h3>Score by forecast origin, every model</h3>",
-            report_compare.by_origin(sure, models, "MASE" if scores.by_lead(SEASONAL_NAIVE, "mase") else "SQL"),
+            report_compare.by_origin(sure, models),
             "<h3>Calibration, every model</h3>",
             report_compare.calibration_table(scores, models, quantiles),
         ]

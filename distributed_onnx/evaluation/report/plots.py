@@ -21,6 +21,8 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from distributed_onnx.evaluation.scoring import registry
+
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
@@ -335,8 +337,7 @@ def skill_by_lead(
         styles = {"mase": "-", "wql": "--"}
         for metric, style in styles.items():
             if metric in model and metric in naive:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = 1 - model[metric] / naive[metric]
+                ratio = registry.skill(model[metric], naive[metric])
                 skill.plot(leads, ratio, color=MODEL_COLOR, ls=style, lw=1.6, label=f"{metric.upper()} skill")
         skill.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
         skill.set_ylim(top=1)

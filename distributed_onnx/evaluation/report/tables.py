@@ -15,11 +15,10 @@ import pyarrow.compute as pc
 
 from distributed_onnx.evaluation.data.table import numpy_view
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import reported
+from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported, skill
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
 MAX_TABLE_SERIES = 200
-_HEADLINE_METRICS = reported()
 
 
 class SeriesValues(Protocol):
@@ -68,6 +67,12 @@ class Scores:
             columns = ["series_id", "model", "metric", "quantile", "value", "n"]
             series = TableSeries(metrics.select(columns).filter(series_rows))
         self._series = series
+
+    @property
+    def primary(self) -> str:
+        """The metric that ranks the models (:func:`~..scoring.registry.primary`: MASE where the median's metrics
+        were scored)."""
+        return primary(any(key[1] in needs_median() for key in self.cells))
         self._series_row: dict[str, int] | None = None
 
     @property
@@ -178,7 +183,7 @@ def number(value: float | None, digits: int = 4) -> str:
 
 
 def skill_value(model: float | None, naive: float | None) -> float | None:
-    return None if model is None or not naive else 1.0 - model / naive
+    return None if model is None or not naive else float(skill(model, naive))
 
 
 def notes(summary: dict[str, Any]) -> list[str]:
@@ -195,14 +200,14 @@ def notes(summary: dict[str, Any]) -> list[str]:
 
 def headline(scores: Scores, model: str) -> str:
     rows = []
-    for metric in _HEADLINE_METRICS:
+    for metric in reported():
         ours, naive = scores.value(model, metric), scores.value(SEASONAL_NAIVE, metric)
         if ours is None:
             continue
-        skill = skill_value(ours, naive)
+        versus_naive = skill_value(ours, naive)
         rows.append(
             f"<tr><th>{metric.upper()}</th><td>{number(ours)}</td><td>{number(naive)}</td>"
-            f"<td>{number(skill, 3)}</td></tr>"
+            f"<td>{number(versus_naive, 3)}</td></tr>"
         )
     return (
         "<table><tr><th>metric</th><th>model</th><th>seasonal naive</th><th>skill (1 - model/naive)</th></tr>"
@@ -223,9 +228,7 @@ def series_table(scores: Scores, model: str, *, search: bool = True) -> str:
     mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(SEASONAL_NAIVE, "mase")
     wql, naive_wql = scores.series_values(model, "wql"), scores.series_values(SEASONAL_NAIVE, "wql")
     mae, counts = scores.series_values(model, "mae"), scores.series_counts(model)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mase_skill = np.where(naive_mase != 0, 1.0 - mase / naive_mase, np.nan)
-        wql_skill = np.where(naive_wql != 0, 1.0 - wql / naive_wql, np.nan)
+    mase_skill, wql_skill = skill(mase, naive_mase), skill(wql, naive_wql)
     # Ranked by MASE, series without one last (stable: ties keep the metrics' order).
     ranked = np.lexsort((np.where(np.isnan(mase), 0.0, mase), np.isnan(mase)))
     note = ""

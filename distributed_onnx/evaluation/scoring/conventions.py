@@ -25,9 +25,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.registry import FEV, of_convention
+from distributed_onnx.evaluation.scoring.batch_pairs import SeriesCodes
+from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.evaluation.scoring.registry import FEV, median_index, of_convention, primary
 
-__all__ = ["FEV", "WindowSums"]
+__all__ = ["FEV", "WindowSums", "named_columns", "window_scores"]
 
 F64 = npt.NDArray[np.float64]
 #: Column layout of the per-origin matrix (``rho`` takes one column per quantile level, at the end; in a window, the
@@ -193,15 +195,45 @@ class _OriginSums:
         self._sums = sums
 
     def __getitem__(self, name: str) -> F64:
-        if name == "rho":
-            return self._sums.sums[:, len(_SCALARS) :]
-        return self._sums.column("scaled_pairs" if name == "scaled" else name)
+        return named_columns(self._sums.sums)[name]
 
     def mean(self, name: str, count: str) -> F64:
         by = self[count]
         per = np.where(by > 0, 1.0 / np.maximum(by, 1), np.nan)
         total = self[name]
         return total * per[:, None] if total.ndim == 2 else total * per
+
+
+def window_scores(
+    actual: npt.ArrayLike, forecast: npt.ArrayLike, scale: npt.ArrayLike, quantiles: Sequence[float]
+) -> F64:
+    """Each window's own score in the primary metric (:func:`.registry.primary`; NaN where undefined): a window
+    scored as an origin of its own, from the accumulator's per-window sums. The report's fans pick windows by it.
+
+    >>> window_scores([[2.0, 3.0]], [[[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]]], [2.0], (0.1, 0.5, 0.9))
+    array([0.25])
+    """
+    y = np.asarray(actual, dtype=np.float64)
+    n_windows, horizon = y.shape
+    accumulator = MetricsAccumulator(quantiles, horizon)
+    codes = SeriesCodes([""], np.zeros(n_windows, dtype=np.intp), n_windows)
+    windows = WindowSums(accumulator.quantiles, median_index(accumulator.quantiles))
+    windows.update(
+        np.arange(n_windows, dtype=np.int64),
+        accumulator.update(codes, y, forecast, scale),
+        np.asarray(scale, dtype=np.float64),
+    )
+    scores = windows.per_window()[primary(windows.median is not None)]
+    return scores if n_windows else np.zeros(0)
+
+
+def named_columns(matrix: F64) -> dict[str, F64]:
+    """Each sum of ``matrix`` by name: :attr:`WindowSums.sums`' layout, or any weighted sum of its rows (the origin
+    bootstrap's, :mod:`.resampling`); in a window, the scaled metrics' units are its pairs (``scaled``)."""
+    named = {name: matrix[:, column] for column, name in enumerate(_SCALARS)}
+    named["scaled"] = named["scaled_pairs"]
+    named["rho"] = matrix[:, len(_SCALARS) :]
+    return named
 
 
 def _after(kept: npt.NDArray[np.int64], origins: npt.NDArray[np.int64]) -> bool:

@@ -72,6 +72,7 @@ __all__ = [
     "leaderboard",
     "overlap_lag",
     "percentile_interval",
+    "series_resamples",
 ]
 
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
@@ -296,6 +297,20 @@ class _Bootstrap:
         return np.concatenate(self.skills[key])
 
 
+def series_resamples(
+    scores: PairScores, models: Sequence[str], n_resamples: int = N_RESAMPLES
+) -> dict[str, dict[str, F64]]:
+    """model -> metric -> ``[B]``: every pooled global metric of ``models`` in each of the leaderboard's series
+    resamples (its draws: the verdict's margin over series is read from the same resamples as its intervals)."""
+    series = sorted(scores.pooled[models[0]].series_ids)
+    bootstrap = _Bootstrap(len(series), n_resamples)
+    sums = {model: _series_matrix(scores, model, series) for model in models}
+    bootstrap.run(sums, scores.has_median, _SkillMatrix.of(len(series), [], lambda key: np.empty(0)))
+    return {
+        model: {metric: bootstrap.global_(model, metric) for metric in bootstrap.globals_[model]} for model in models
+    }
+
+
 def clipped_skill_interval(model: F64, reference: F64) -> tuple[float, float]:
     """The interval of one series' skill, ``1 - clip(model / reference)``, from resampled metrics of both."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -353,7 +368,7 @@ def leaderboard(
     """The leaderboard table of a run's merged scores (module doc for every definition)."""
     models = list(scores.models)
     series = sorted(scores.pooled[models[0]].series_ids)
-    has_median = scores.pooled[models[0]]._median is not None
+    has_median = scores.has_median
     sums = {model: _series_matrix(scores, model, series) for model in models}
     per_series = {model: _per_series(sums[model], has_median) for model in models}
     # Every model against seasonal naive; the probabilistic metrics against seasonal quantiles too.

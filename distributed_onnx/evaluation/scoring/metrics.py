@@ -49,8 +49,8 @@ from distributed_onnx.evaluation.scoring.metrics_table import (
     sorted_series,
     unit_column,
 )
-from distributed_onnx.evaluation.scoring.registry import SUMS
-from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals, validate_quantiles
+from distributed_onnx.evaluation.scoring.registry import SUMS, median_index
+from distributed_onnx.model.quantiles import central_intervals, validate_quantiles
 
 __all__ = ["METRICS_SCHEMA", "POOLED", "SERIES_PER_TABLE", "MetricsAccumulator"]
 
@@ -81,7 +81,7 @@ def _shape_of(quantiles: tuple[float, ...]) -> _Shape:
     merge (benchmarks/results/driver_cost.md, set 5)."""
     quantiles = validate_quantiles(quantiles)
     intervals = tuple(central_intervals(quantiles))
-    median = next((i for i, q in enumerate(quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
+    median = median_index(quantiles)
     lower = np.asarray([quantiles.index(lo) for lo, _ in intervals], dtype=np.intp)
     upper = np.asarray([quantiles.index(hi) for _, hi in intervals], dtype=np.intp)
     widths = {"rho": len(quantiles), "hits": len(intervals)}

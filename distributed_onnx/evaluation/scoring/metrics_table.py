@@ -15,6 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx.evaluation.scoring.registry import POOLED, PooledSums, of_convention
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
 
 __all__ = [
     "METRICS_SCHEMA",
@@ -126,7 +127,7 @@ def unit_column(
     of that metric have them (a unit without the row: ``kept`` False). Unknown metric or level: nothing kept."""
     metric_names, levels, values, counts, kept = _unit_rows(sums, *layout)
     for column, (name, level) in enumerate(zip(metric_names, levels.tolist(), strict=True)):
-        same_level = math.isnan(level) if quantile is None else abs(level - quantile) <= 1e-9
+        same_level = math.isnan(level) if quantile is None else abs(level - quantile) <= LEVEL_TOLERANCE
         if name == metric and same_level:
             return values[:, column], counts[:, column], kept[:, column]
     units = sums["pairs"].shape[0]

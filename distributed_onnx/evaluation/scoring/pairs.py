@@ -37,6 +37,7 @@ from distributed_onnx.evaluation.scoring.naive import (
     cell_quantiles,
     season_cells,
 )
+from distributed_onnx.evaluation.scoring.registry import median_index, primary
 
 __all__ = [
     "BASELINES",
@@ -137,8 +138,9 @@ class PairScores:
         self.quantiles = tuple(float(q) for q in quantiles)
         self.horizon = horizon
         self.pooled = {name: MetricsAccumulator(self.quantiles, horizon) for name in self.models}
-        median = self.pooled[self.models[0]]._median if self.models else None
-        self.windows = {name: WindowSums(self.quantiles, median) for name in self.models}
+        #: The median's position among the levels (None without it: no metric that needs it is scored).
+        self.median = median_index(self.quantiles)
+        self.windows = {name: WindowSums(self.quantiles, self.median) for name in self.models}
         self.excluded = dict.fromkeys(REASONS, 0)
         self.nonfinite: dict[str, list[str]] = {name: [] for name in self.models if name not in BASELINES}
         self.scratch = scratch if scratch is not None else Scratch()
@@ -218,13 +220,24 @@ class PairScores:
             restored.excluded = dict(zip(REASONS, (int(v) for v in arrays[prefix + "excluded"]), strict=True))
             for i, name in enumerate(models):
                 restored.pooled[name] = MetricsAccumulator.from_state(arrays, f"{prefix}m{i}.")
-                median = restored.pooled[name]._median
-                restored.windows[name] = WindowSums.from_state(arrays, f"{prefix}m{i}.w.", first.quantiles, median)
+                restored.windows[name] = WindowSums.from_state(
+                    arrays, f"{prefix}m{i}.w.", first.quantiles, restored.median
+                )
                 if name in restored.nonfinite:
                     restored.nonfinite[name] = [str(w) for w in arrays.get(f"{prefix}m{i}.nonfinite", [])]
         except (KeyError, ValueError, IndexError) as exc:
             raise DataError(f"scores are incomplete or misshapen: {exc}") from exc
         return restored
+
+    @property
+    def has_median(self) -> bool:
+        """Whether the median is forecast: which metrics exist, and which is :func:`.registry.primary`."""
+        return self.median is not None
+
+    @property
+    def primary(self) -> str:
+        """The metric that ranks these models (:func:`.registry.primary`)."""
+        return primary(self.has_median)
 
     def left_out(self) -> dict[str, dict[str, int]]:
         """Per model: pairs scored, pairs left out per reason, and (checkpoints) windows with non-finite values."""

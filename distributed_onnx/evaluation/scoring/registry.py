@@ -3,8 +3,16 @@
 One small class per metric, its formula in the docstring, as fev's ``fev/metrics.py`` writes them. Everything that
 reports a metric reads it from here: the long ``metrics`` table (:mod:`.metrics_table`, every pooled scope), the fev
 convention (:mod:`.conventions`, one score per window origin, then their mean), the leaderboard's global metrics,
-skills and bootstrap (:mod:`.leaderboard`), the report's tables and the CLI's headline. Adding a metric is one
-class here (and its test); the sums it needs must be among the accumulator's (:data:`SUMS`).
+skills and bootstrap (:mod:`.leaderboard`), the intervals and the verdict (:mod:`.resampling`), both reports' tables
+and both CLI headlines. Adding a metric is one class here (and its test), or :func:`register` at run time; the sums
+it needs must be among the accumulator's (:data:`SUMS`).
+
+>>> primary(has_median=True), primary(has_median=False)
+('mase', 'sql')
+>>> sorted(headline())
+['mae', 'mase', 'wql']
+>>> [metric.name for metric in of_convention(FEV, has_median=False)]
+['sql', 'wql', 'mql']
 
 A metric's :meth:`Metric.value` combines a unit's sums (``U`` units: every series, every lead, every origin or every
 bootstrap resample at once) through a :class:`Sums` view, which says how a sum is divided by a count in each
@@ -28,6 +36,8 @@ from typing import ClassVar, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
+
 __all__ = [
     "FEV",
     "METRICS",
@@ -36,12 +46,18 @@ __all__ = [
     "Metric",
     "PooledSums",
     "Sums",
+    "added",
     "by_name",
     "headline",
+    "median_index",
+    "needs_median",
     "of_convention",
     "primary",
+    "register",
     "reported",
+    "skill",
     "skill_metrics",
+    "unregister",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -93,7 +109,10 @@ class Metric:
     conventions: ClassVar[tuple[str, ...]] = (POOLED, FEV)
     scopes: ClassVar[tuple[Scope, ...]] = ("global", "series", "lead")  # of the pooled convention (fev: global)
     skill: ClassVar[bool] = False  # skill against the baselines in the leaderboard (per series, gmean)
-    headline: ClassVar[bool] = False  # printed by ``distributed-onnx backtest``
+    headline: ClassVar[bool] = False  # printed by ``distributed-onnx backtest`` and ``score``
+    #: Which metric ranks models, picks the verdict and is the Diebold-Mariano loss: the lowest rank of those a run
+    #: has (None: never primary).
+    primary_rank: ClassVar[int | None] = None
     report_rank: ClassVar[int | None] = None  # its place in the report's tables of global metrics (None: not shown)
 
     def value(self, sums: Sums) -> F64:
@@ -144,6 +163,7 @@ class MASE(Metric):
     skill = True
     headline = True
     report_rank = 0
+    primary_rank = 0
 
     def value(self, sums: Sums) -> F64:
         return sums.mean("mase", "scaled")
@@ -157,6 +177,7 @@ class SQL(Metric):
     defined_by = "scaled"
     skill = True
     report_rank = 1
+    primary_rank = 1
 
     def value(self, sums: Sums) -> F64:
         return sums.mean("sql", "scaled")
@@ -210,8 +231,52 @@ class MQL(Metric):
         return np.mean(2.0 * sums.mean("rho", "pairs"), axis=1)
 
 
-#: Every metric, in the order of their rows in ``metrics.parquet``.
-METRICS: tuple[Metric, ...] = (MAE(), RMSE(), MASE(), SQL(), WQL(), Pinball(), Coverage(), MQL())
+#: Every metric, in the order of their rows in ``metrics.parquet`` (:func:`register` adds one at the end).
+METRICS: list[Metric] = [MAE(), RMSE(), MASE(), SQL(), WQL(), Pinball(), Coverage(), MQL()]
+_BUILT_IN = frozenset(metric.name for metric in METRICS)
+
+
+def register(metric: Metric) -> Metric:
+    """Add ``metric`` to every output that reads the registry (module docstring); returns it.
+
+    >>> class HalfMAE(Metric):
+    ...     name = "half_mae"
+    ...     needs_median = True
+    ...     def value(self, sums: Sums) -> F64:
+    ...         return sums.mean("abs_err", "pairs") / 2
+    >>> half = register(HalfMAE())
+    >>> half.value(PooledSums({"abs_err": np.array([3.0]), "pairs": np.array([2.0])}))
+    array([0.75])
+    >>> "half_mae" in [metric.name for metric in of_convention(POOLED)]
+    True
+    >>> unregister("half_mae")
+    """
+    if any(known.name == metric.name for known in METRICS):
+        raise ValueError(f"a metric named {metric.name!r} is registered already")
+    METRICS.append(metric)
+    return metric
+
+
+def unregister(name: str) -> None:
+    """Remove a metric added by :func:`register` (the built-in metrics stay)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in metric; only those added by register() can be removed")
+    METRICS.remove(by_name(name))
+
+
+def added() -> list[Metric]:
+    """The metrics added by :func:`register`: what a process drawing this one's report must register too."""
+    return [metric for metric in METRICS if metric.name not in _BUILT_IN]
+
+
+def median_index(quantiles: Sequence[float]) -> int | None:
+    """The position of the 0.5 level among ``quantiles`` (within :data:`LEVEL_TOLERANCE`), None without it: whether
+    the metrics that need the median exist, and so which metric is :func:`primary`.
+
+    >>> median_index([0.1, 0.5, 0.9]), median_index([0.1, 0.9])
+    (1, None)
+    """
+    return next((i for i, q in enumerate(quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
 
 
 def of_convention(convention: str, has_median: bool = True) -> list[Metric]:
@@ -220,6 +285,11 @@ def of_convention(convention: str, has_median: bool = True) -> list[Metric]:
 
 
 def by_name(name: str) -> Metric:
+    """The metric called ``name``.
+
+    >>> by_name("wql").needs_median, by_name("mase").count
+    (False, 'scaled_pairs')
+    """
     for metric in METRICS:
         if metric.name == name:
             return metric
@@ -237,13 +307,33 @@ def skill_metrics(has_median: bool, probabilistic_only: bool = False) -> list[Me
     return leaderboard_order([m for m in chosen if not (probabilistic_only and m.needs_median)])
 
 
+def needs_median() -> frozenset[str]:
+    """The metrics that exist only where the median is forecast: a table holding one of them had the median."""
+    return frozenset(m.name for m in METRICS if m.needs_median)
+
+
 def primary(has_median: bool) -> str:
-    """The metric that ranks models and is the loss of the Diebold-Mariano test: MASE, or SQL without a median."""
-    return MASE.name if has_median else SQL.name
+    """The metric that ranks models, picks the verdict and is the loss of the Diebold-Mariano test: of those a run
+    has, the lowest :attr:`Metric.primary_rank` (MASE, or SQL without a median)."""
+    ranked = [m for m in of_convention(POOLED, has_median) if m.primary_rank is not None and m.per == "unit"]
+    return min(ranked, key=lambda metric: metric.primary_rank or 0).name
+
+
+def skill(model: npt.ArrayLike, reference: npt.ArrayLike) -> F64:
+    """``1 - model / reference`` of any metric (lower better): above 0 beats the reference, 1 is perfect; NaN where
+    the reference is 0. The reports' skill of one value, by lead and per series; the leaderboard's is fev's
+    (clipped ratios' geometric mean over series, :mod:`.leaderboard`).
+
+    >>> skill([0.5, 2.0, 1.0], [1.0, 1.0, 0.0])
+    array([ 0.5, -1. ,  nan])
+    """
+    ours, theirs = np.asarray(model, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(theirs != 0, 1.0 - ours / theirs, np.nan)
 
 
 def headline() -> frozenset[str]:
-    """The global metrics the CLI prints after a backtest."""
+    """The global metrics the CLI prints after a backtest and after ``score``."""
     return frozenset(m.name for m in METRICS if m.headline)
 
 

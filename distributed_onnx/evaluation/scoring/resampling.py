@@ -1,6 +1,6 @@
 """Which resampling gives a run's 95% intervals, and the moving-block bootstrap over window origins.
 
-The leaderboard (``leaderboard.parquet``, :mod:`.leaderboard`) and the report (:mod:`..report.uncertainty`) read
+The leaderboard (``leaderboard.parquet``, :mod:`.leaderboard`) and the reports (:mod:`.uncertainty`) read
 their intervals from here, so both say the same thing about the same run:
 
 - ``series``: at :data:`MIN_SERIES` series or more, a percentile bootstrap over series (fev's: the leaderboard
@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.conventions import WindowSums
+from distributed_onnx.evaluation.scoring.conventions import WindowSums, named_columns
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.registry import POOLED, PooledSums, leaderboard_order, of_convention
 
@@ -57,16 +57,15 @@ MIN_SERIES = 30
 CHUNK = 32
 F64 = npt.NDArray[np.float64]
 Resampling = Literal["series", "origin_blocks", "none"]
-_SCALARS = ("pairs", "abs_err", "sq_err", "abs_y", "scaled_pairs", "mase", "sql")
 
 
 @dataclass(frozen=True)
 class OriginSums:
-    """Every model's sums per window origin, ``[T, columns]`` in one origin order (what the resamples weigh)."""
+    """Every model's sums per window origin, ``[T, columns]`` in one origin order (what the resamples weigh), in
+    :class:`~.conventions.WindowSums`' layout."""
 
     origins_us: npt.NDArray[np.int64]
     sums: dict[str, F64]
-    n_quantiles: int
 
     @classmethod
     def of(cls, windows: Mapping[str, WindowSums]) -> OriginSums:
@@ -76,23 +75,13 @@ class OriginSums:
         for model, window in windows.items():
             if not np.array_equal(window.origins, origins):  # every model is scored on the same pairs: same origins
                 raise ValueError(f"{model}'s window origins differ from the first model's")
-            # Its own layout from the named columns (and the rho columns, last, one per quantile): the scoring's
-            # column order is not relied on.
-            scalars = [window.column(name) for name in _SCALARS]
-            rho = np.asarray(window.sums, dtype=np.float64)[:, window.sums.shape[1] - len(window.quantiles) :]
-            sums[model] = (
-                np.column_stack([*scalars, rho]) if origins.size else np.zeros((0, len(_SCALARS) + rho.shape[1]))
-            )
-        return cls(origins, sums, len(first.quantiles))
+            sums[model] = np.asarray(window.sums, dtype=np.float64)
+        return cls(origins, sums)
 
     def metrics(self, model: str, weights: F64, has_median: bool) -> dict[str, F64]:
         """Each pooled global metric of ``model`` for each row of ``weights[B, T]`` (how often each origin is drawn),
         as :mod:`.registry` defines it (per origin, ``scaled`` counts pairs: the scaled metrics' mean is over them)."""
-        total = weights @ self.sums[model]
-        sums = {name: total[:, index] for index, name in enumerate(_SCALARS)}
-        sums["scaled"] = sums["scaled_pairs"]
-        sums["rho"] = total[:, len(_SCALARS) :]
-        view = PooledSums(sums)
+        view = PooledSums(named_columns(weights @ self.sums[model]))
         with np.errstate(divide="ignore", invalid="ignore"):
             return {
                 metric.name: metric.value(view)
@@ -144,7 +133,7 @@ def origin_blocks(
     """The resampling of ``scores``' intervals (module docstring) and, for origin blocks, the resamples."""
     models = list(scores.models)
     n_series = len(scores.pooled[models[0]].series_ids)
-    has_median = scores.pooled[models[0]]._median is not None
+    has_median = scores.has_median
     origins = OriginSums.of({model: scores.windows[model] for model in models})
     n_origins = int(origins.origins_us.size)
     block = overlap_lag(origins.origins_us, scores.horizon, step_us) + 1

@@ -30,8 +30,8 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import lead_label, write_page
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
-from distributed_onnx.evaluation.report.uncertainty import uncertainty
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.live.score.report_failures import reasons_table, requests_table
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def write_live_report(
     """Write ``output/report.html`` and return its location.
 
     ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
-    resampling, the verdict and the score by origin (:mod:`distributed_onnx.evaluation.report.uncertainty`); without
+    resampling, the verdict and the score by origin (:mod:`distributed_onnx.evaluation.scoring.uncertainty`); without
     them the leaderboards' own. ``failures``: the log's failures grouped by reason (``failures.parquet``,
     :mod:`.report_failures`)."""
     by_label = {
@@ -296,7 +296,7 @@ def _group_sections(
         "<h3>Skill by lead, every model</h3>",
         report_compare.skill_by_lead(scores, models, lead_label(step_us)),
         "<h3>Score by forecast origin, every model</h3>",
-        report_compare.by_origin(sure, models, "MASE" if scores.by_lead(BASELINES[0], "mase") else "SQL"),
+        report_compare.by_origin(sure, models),
         "<h3>Calibration, every model</h3>",
         report_compare.calibration_table(scores, models, quantiles),
     ]

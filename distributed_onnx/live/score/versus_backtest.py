@@ -45,11 +45,12 @@ from distributed_onnx import storage
 from distributed_onnx.errors import NotABacktestError
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.registry import POOLED, skill
 from distributed_onnx.live.score.join import GroupKey
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
 from distributed_onnx.storage import Location
 
 SUMMARY = "summary.json"
-POOLED = "pooled"
 #: Relative slack when testing "outside the interval": live and backtest sums of the same pairs, added in
 #: another order, differ in the last bits, and an interval over one series has no width.
 TOLERANCE = 1e-9
@@ -259,7 +260,9 @@ def _pairs(scores: PairScores, model: str) -> int:
 
 
 def _same_levels(a: Sequence[float], b: Sequence[float]) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=0, abs_tol=1e-9) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        math.isclose(x, y, rel_tol=0, abs_tol=LEVEL_TOLERANCE) for x, y in zip(a, b, strict=True)
+    )
 
 
 def _model_rows(model: str, live: PairScores, backtest: BacktestRun) -> list[dict[str, Any]]:
@@ -271,9 +274,8 @@ def _model_rows(model: str, live: PairScores, backtest: BacktestRun) -> list[dic
             (pc.field("kind") == "metric") & (pc.field("model") == model) & (pc.field("convention") == POOLED)
         ).to_pylist()
     }
-    primary = "mase" if "mase" in intervals else "sql"
     rows = []
-    for metric in (primary, "wql"):
+    for metric in (live.primary, "wql"):
         live_values, backtest_values = _pooled(live_metrics, model, metric), _pooled(backtest.metrics, model, metric)
         live_naive = _pooled(live_metrics, SEASONAL_NAIVE, metric)
         backtest_naive = _pooled(backtest.metrics, SEASONAL_NAIVE, metric)
@@ -323,7 +325,7 @@ def _pooled(metrics: pa.Table, model: str, metric: str) -> dict[int | None, tupl
 def _skill(model: tuple[float, int] | None, naive: tuple[float, int] | None) -> float | None:
     if model is None or naive is None or not naive[0] or not math.isfinite(naive[0]):
         return None
-    return 1.0 - model[0] / naive[0]
+    return float(skill(model[0], naive[0]))
 
 
 def _outside(value: float | None, low: float | None, high: float | None) -> tuple[bool | None, str | None]:

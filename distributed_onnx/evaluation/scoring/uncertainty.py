@@ -1,11 +1,12 @@
-"""How sure the report can be: its intervals' resampling, identical forecasts, and the verdict line.
+"""How sure a run's scores are: its intervals' resampling, identical forecasts, and the verdict; the reports
+(backtest and live) draw it as it is.
 
 Which resampling gives the intervals, and the moving-block bootstrap over window origins used below
-:data:`~distributed_onnx.evaluation.scoring.resampling.MIN_SERIES` series, are defined once in
-:mod:`distributed_onnx.evaluation.scoring.resampling`; ``leaderboard.parquet`` holds the same intervals (its
-``resampling`` column). This module adds what only the page shows: the resampling in words, the margin of the
-best model over the next with its interval (the verdict), models that made identical forecasts, and the
-per-origin scores (the fev convention's per-window scores) that the report plots by forecast origin.
+:data:`.resampling.MIN_SERIES` series, are defined once in :mod:`.resampling`; ``leaderboard.parquet`` holds the
+same intervals (its ``resampling`` column). This module adds what only the pages show: the resampling in words,
+the margin of the best model by the primary metric (:func:`.registry.primary`) over the next with its interval
+(the verdict), models that made identical forecasts, and the per-origin scores (the fev convention's per-window
+scores) plotted by forecast origin.
 
 Two models whose sums agree at every origin, for every quantile, made identical forecasts on the scored pairs:
 the report names them so, instead of a win rate of 0.5 and an undefined test.
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.leaderboard import clipped_skill_interval
+from distributed_onnx.evaluation.scoring.leaderboard import clipped_skill_interval, series_resamples
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 from distributed_onnx.evaluation.scoring.resampling import (
     MIN_SERIES,
@@ -29,12 +30,11 @@ from distributed_onnx.evaluation.scoring.resampling import (
     SEED,
     OriginSums,
     Resampling,
-    block_weights,
     origin_blocks,
     percentile_interval,
 )
 
-__all__ = ["MIN_SERIES", "OriginSums", "Uncertainty", "block_weights", "uncertainty"]
+__all__ = ["Uncertainty", "uncertainty"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -57,6 +57,8 @@ class Uncertainty:
     skill_intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     #: Groups of models (two or more) that made identical forecasts on the scored pairs.
     identical: list[list[str]] = field(default_factory=list)
+    #: The metric that ranks the models (:func:`~..scoring.registry.primary`): the verdict's and :attr:`per_origin`'s.
+    metric: str = ""
     #: Best model, runner-up, the metric, both values, the margin (runner-up minus best) and its interval.
     verdict: dict[str, Any] | None = None
     #: The window origins (microseconds since the epoch), in order: the x axis of :attr:`per_origin`.
@@ -79,13 +81,14 @@ def uncertainty(
     models = list(scores.models)
     blocks = origin_blocks(scores, step_us, min_series, n_resamples)
     n_series, n_origins, block, origins = blocks.n_series, blocks.n_origins, blocks.block, blocks.origins
-    metric = "mase" if blocks.has_median else "sql"
+    metric = scores.primary
     result = Uncertainty(
         blocks.resampling,
         n_series,
         n_origins,
         block,
         f"95% percentile bootstrap over {n_series} series, {n_resamples} resamples, seed {SEED}",
+        metric=metric,
     )
     result.identical = _identical(origins, models)
     result.origins_us = origins.origins_us
@@ -158,26 +161,8 @@ def _verdict(
     low = high = math.nan
     if result.resampling == "origin_blocks":
         low, high = percentile_interval(resampled[runner][metric] - resampled[best][metric])
-    elif result.resampling == "series":
-        low, high = _series_margin(scores, best, runner, metric, n_resamples)
+    elif result.resampling == "series":  # the leaderboard's series resamples (fev's draws)
+        by_series = series_resamples(scores, [best, runner], n_resamples)
+        low, high = percentile_interval(by_series[runner][metric] - by_series[best][metric])
     verdict |= {"margin_low": low, "margin_high": high}
     return verdict
-
-
-def _series_margin(scores: PairScores, best: str, runner: str, metric: str, n_resamples: int) -> tuple[float, float]:
-    """The margin's interval over series, with the leaderboard's draws (fev's: ``default_rng(SEED).integers``)."""
-    sums = {}
-    for model in (best, runner):
-        views = scores.pooled[model].series_views()
-        sums[model] = np.stack([views[metric].reshape(-1), views["scaled"].reshape(-1)], axis=1)
-    n_series = next(iter(sums.values())).shape[0]
-    rng = np.random.default_rng(SEED)
-    margins = []
-    for start in range(0, n_resamples, 32):
-        rows = min(32, n_resamples - start)
-        picks = rng.integers(0, n_series, size=(rows, n_series))
-        weights = np.stack([np.bincount(row, minlength=n_series) for row in picks]).astype(np.float64)
-        totals = {model: weights @ values for model, values in sums.items()}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            margins.append(totals[runner][:, 0] / totals[runner][:, 1] - totals[best][:, 0] / totals[best][:, 1])
-    return percentile_interval(np.concatenate(margins))
