@@ -24,6 +24,7 @@ MODULES = (
     "distributed_onnx.model.adapters.context_quantiles",
     "distributed_onnx.model.backend.onnx",
     "distributed_onnx.evaluation.scoring.registry",
+    "distributed_onnx.evaluation.scoring.conventions",
 )
 #: Docstrings whose examples build an ONNX Runtime session or run a backtest (Ray): the integration tier.
 INTEGRATION = {"distributed_onnx.api.backtest", "distributed_onnx.model.backend.onnx.OnnxBackend"}
@@ -64,5 +65,6 @@ def test_the_public_api_has_examples() -> None:
     assert named >= INTEGRATION | {
         "distributed_onnx.errors.DistributedOnnxError",
         "distributed_onnx.model.adapters.context_quantiles.ContextQuantilesAdapter.build_inputs",
+        "distributed_onnx.evaluation.scoring.registry",
     }
     assert set(INTEGRATION) <= named  # every integration name is a real docstring (no stale entry)
