@@ -73,23 +73,13 @@ class Scores:
         """The metric that ranks the models (:func:`~..scoring.registry.primary`: MASE where the median's metrics
         were scored)."""
         return primary(any(key[1] in needs_median() for key in self.cells))
-        self._series_row: dict[str, int] | None = None
 
     @property
     def series_ids(self) -> Sequence[str]:
         return self._series.series_ids
 
-    def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
-        level = None if quantile is None else round(quantile, 9)
-        if series is None:
-            return self.cells.get((model, metric, None, level))
-        if self._series_row is None:
-            self._series_row = {name: i for i, name in enumerate(self.series_ids)}
-        row = self._series_row.get(series)
-        if row is None:
-            return None
-        value = self.series_values(model, metric, quantile)[row]
-        return float(value) if np.isfinite(value) else None
+    def value(self, model: str, metric: str, quantile: float | None = None) -> float | None:
+        return self.cells.get((model, metric, None, None if quantile is None else round(quantile, 9)))
 
     def series_values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
         """Every series' value (NaN where it has none), aligned with :attr:`series_ids`."""
