@@ -133,7 +133,8 @@ def metadata_for(module: Any, context_length: int, patches: int, resolution_minu
         description=(
             f"Moirai 2 exported by distributed-onnx ({module.num_layers} layers of {module.d_model}, patches of "
             f"{module.patch_size}, {module.num_predict_token} patches per model call); the graph holds "
-            f"Moirai2Forecast's autoregressive quantile rule for {patches} patches ({calls} model calls)"
+            f"Moirai2Forecast's autoregressive quantile rule for {patches} patches "
+            f"({calls} model call{'s' if calls > 1 else ''})"
         ),
     )
 
