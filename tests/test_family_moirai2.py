@@ -136,3 +136,21 @@ def test_a_folder_that_is_not_moirai2_is_exit_2_in_one_line(tmp_path: Path, caps
     (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert f"--from-pretrained {tmp_path} cannot be exported as Moirai 2" in error, error
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_covariates_are_refused_in_one_line(
+    moirai: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The graph takes the target alone (upstream's covariate variates are not exported): refused before any part."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(data)
+    with_temp = tmp_path / "with-temp.parquet"
+    pq.write_table(table.append_column("temp", pa.array(np.linspace(0.0, 1.0, table.num_rows))), with_temp)
+    capsys.readouterr()
+    argv = ["backtest", "--data", str(with_temp), "--output", str(tmp_path / "cov"), "--checkpoint", str(moirai[0])]
+    assert cli.main([*argv, *WINDOWS, "--horizon", str(PATCH), "--covariates", "temp"]) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "model_family 'moirai2' takes no covariates" in error, error
+    assert not list((tmp_path / "cov").glob("forecasts/*/part-*.parquet"))
