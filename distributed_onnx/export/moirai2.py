@@ -63,11 +63,11 @@ CONTEXT_LENGTH = 1680
 
 
 def missing_uni2ts() -> MissingExtraError:
-    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26, so it is installed without its pins (docs/export.md)."""
+    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26 (gluonts 0.16.2 numpy<2.2): installed without their pins."""
     return MissingExtraError(
         "uni2ts is not installed. Install it with: pip install 'distributed-onnx[moirai2]' && pip install "
-        "--no-deps uni2ts==2.0.0 (its own pins, torch<2.5 and numpy~=1.26, would replace torch and numpy; "
-        "see docs/export.md, Moirai 2)",
+        "--no-deps uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29 (their own pins would replace torch, numpy "
+        "and pandas; see docs/export.md, Moirai 2)",
         package="uni2ts",
         extra="moirai2",
     )
@@ -160,6 +160,8 @@ def export(request: ExportRequest) -> ExportResult:
             past_is_pad=torch.zeros_like(observed),
         )
 
+    # The parity at the graph's horizon: the shared default (two calls' horizon) is beyond what this graph answers.
+    request = request.model_copy(update={"horizon": request.horizon or metadata.horizon_length})
     return export_context_model(
         request, metadata, context_module(graph, one_call), _exportable(), _upstream_forecast(module, context_length)
     )
