@@ -61,13 +61,15 @@ def test_make_backtest_installs_no_torch_and_no_cuda() -> None:
 
 
 def test_make_test_installs_torch_from_the_cpu_build_before_the_extras() -> None:
-    torch_line, extras_line = _install_commands("test")
+    torch_line, extras_line, no_deps_line = _install_commands("test")
     if platform.system() == "Linux":
         assert "--extra-index-url https://download.pytorch.org/whl/cpu" in torch_line
         assert "+cpu" in torch_line
     assert "torch==" in torch_line
     (extras,) = re.findall(r'-e "\.\[([^\]]*)\]"$', extras_line)
     assert {"cpu", "dev", "export", "chronos"} <= set(extras.split(","))  # the upstream packages the tests compare
+    # Moirai 2's uni2ts pins torch<2.5 and numpy~=1.26: installed after the extras, without its pins.
+    assert "--no-deps" in no_deps_line and "uni2ts==" in no_deps_line, no_deps_line
 
 
 def _install(name: str, version: str) -> dict[str, object]:

@@ -13,7 +13,9 @@ Sizes:
   Chronos-2 as ``amazon/chronos-2``'s ``config.json`` (d_model 768, 12 layers of 12 heads, context 8192, patches
   of 16, at most 64 output patches, 21 quantiles; 119.5 M parameters), Chronos-Bolt as
   ``amazon/chronos-bolt-small`` (d_model 512, 6 + 6 layers of 8 heads, context 2048, 64 steps, patches of 16),
-  TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters).
+  TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters),
+  Moirai 2 as ``Salesforce/moirai-2.0-R-small``'s ``config.json`` (d_model 384, d_ff 1024, 6 layers, patches of
+  16, max_seq_len 512, 4 patches per call, 9 quantiles; 11.4 M parameters).
 """
 
 from __future__ import annotations
@@ -81,6 +83,34 @@ TIREX: dict[str, dict[str, Any]] = {
             "train_ctx_len": 2048,
         },
         "std": 0.02,
+    },
+}
+
+#: Moirai 2: ``Moirai2Module``'s arguments, as its ``config.json`` holds them (published: the hub's file).
+MOIRAI2: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "d_model": 64,  # one head: uni2ts gives d_model // 64 heads
+        "d_ff": 128,
+        "num_layers": 1,
+        "patch_size": 8,
+        "max_seq_len": 8,
+        "attn_dropout_p": 0.0,
+        "dropout_p": 0.0,
+        "scaling": True,
+        "num_predict_token": 2,
+        "quantile_levels": LEVELS_9,
+    },
+    "published": {
+        "d_model": 384,
+        "d_ff": 1024,
+        "num_layers": 6,
+        "patch_size": 16,
+        "max_seq_len": 512,
+        "attn_dropout_p": 0.0,
+        "dropout_p": 0.0,
+        "scaling": True,
+        "num_predict_token": 4,
+        "quantile_levels": LEVELS_9,
     },
 }
 
@@ -175,4 +205,19 @@ def write_tirex(directory: Path, size: Size, seed: int = SEED) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     state = {"hyper_parameters": chosen["hyper_parameters"], "state_dict": model.state_dict()}
     torch.save(state, directory / "model.ckpt")
+    return directory
+
+
+def write_moirai2(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``Moirai2Module`` saved by its ``save_pretrained`` (``config.json`` + ``model.safetensors``)."""
+    torch = require_torch()
+    try:
+        from uni2ts.model.moirai2 import Moirai2Module
+    except ImportError as exc:
+        from distributed_onnx.export.moirai2 import missing_uni2ts
+
+        raise missing_uni2ts() from exc
+
+    torch.manual_seed(seed)
+    Moirai2Module(**MOIRAI2[size]).eval().save_pretrained(directory)
     return directory

@@ -103,6 +103,16 @@ BUILT_IN: tuple[Family, ...] = (
         random_weights=f"{_RANDOM}:write_tirex",
         hub_repository="NX-AI/TiRex",
     ),
+    Family(
+        # Its forecast marks a NaN unobserved before imputing it: a zero would be observed. Horizons beyond one
+        # call grow the context (upstream's rule) inside the graph, up to the horizon it was exported for.
+        name="moirai2",
+        adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
+        rules=FamilyRules(missing_value="nan", missing_values=_NAN),
+        exporter=f"{_EXPORTERS}.moirai2",
+        random_weights=f"{_RANDOM}:write_moirai2",
+        hub_repository="Salesforce/moirai-2.0-R-small",
+    ),
 )
 _BUILT_IN = {family.name: family for family in BUILT_IN}
 #: Built-in families already checked for a plugin claiming their name (once per process: it reads the venv).
