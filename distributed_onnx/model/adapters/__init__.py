@@ -11,11 +11,13 @@ from distributed_onnx.model.adapters.chronos2 import Chronos2Adapter, Chronos2Va
 from distributed_onnx.model.adapters.chronos_bolt import ChronosBoltAdapter
 from distributed_onnx.model.adapters.context_quantiles import ContextQuantilesAdapter
 from distributed_onnx.model.adapters.tirex import TiRexAdapter
+from distributed_onnx.model.adapters.toto import TotoAdapter
 
 register_adapter("chronos2", Chronos2Adapter)
 register_adapter("chronos_bolt", ChronosBoltAdapter)
 register_adapter("context_quantiles", ContextQuantilesAdapter)
 register_adapter("tirex", TiRexAdapter)
+register_adapter("toto", TotoAdapter)
 
 __all__ = [
     "PLUGIN_GROUP",
@@ -26,6 +28,7 @@ __all__ = [
     "ContextQuantilesAdapter",
     "ModelAdapter",
     "TiRexAdapter",
+    "TotoAdapter",
     "adapter_for",
     "detect_variant",
     "register_adapter",
