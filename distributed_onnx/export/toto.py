@@ -165,8 +165,15 @@ def upstream_quantiles(
         timestamp_seconds=(torch.arange(length, dtype=torch.int) * resolution_minutes * 60).expand(rows, 1, length),
         time_interval_seconds=torch.full((rows, 1), resolution_minutes * 60, dtype=torch.int),
     )
-    with patched(TotoForecaster, "create_affine_transformed", staticmethod(capture)), torch.no_grad():
-        TotoForecaster(model.model).forecast(inputs, prediction_length=horizon, num_samples=None, use_kv_cache=True)
+    # The staticmethod itself is restored (``patched`` would put back its bare function, which then takes ``self``).
+    descriptor = TotoForecaster.__dict__["create_affine_transformed"]
+    TotoForecaster.create_affine_transformed = staticmethod(capture)
+    try:
+        with torch.no_grad():
+            forecaster = TotoForecaster(model.model)
+            forecaster.forecast(inputs, prediction_length=horizon, num_samples=None, use_kv_cache=True)
+    finally:
+        TotoForecaster.create_affine_transformed = descriptor
     return distribution_quantiles(made[0], levels)[:, 0, -model.model.patch_embed.stride :][:, :horizon]
 
 
