@@ -33,9 +33,16 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
+# Datadog's toto-ts 0.2.0 pins torch==2.7.0, numpy==1.26.4, transformers==4.52.1, gluonts, lightning, jupyter, ...,
+# which conflict with ours (and chronos'), so it is no extra: it is installed without its dependencies, plus only
+# the modules its model and forecaster import (gluonts' torch distributions, which import lightning and toolz;
+# jaxtyping; rotary-embedding-torch). Checked with pip --dry-run: none of them changes torch, numpy, pandas or
+# transformers. The same command is in distributed_onnx/export/toto.py (INSTALL) and docs/export.md.
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex]"
+	$(BIN)/python -m pip install --quiet --no-deps toto-ts==0.2.0 gluonts==0.16.2 jaxtyping==0.2.29 rotary-embedding-torch==0.8.6
+	$(BIN)/python -m pip install --quiet lightning==2.6.6 toolz==1.2.0
 	touch $@ $(BIN)/.installed-run
 
 # The main job's environment alone (.venv with the package and ONNX Runtime): then `source .venv/bin/activate`,

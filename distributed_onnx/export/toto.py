@@ -52,6 +52,13 @@ CONTEXT_PATCHES = 64
 LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 #: Bisection steps of the parity's reference quantiles (float64: the bracket shrinks below rounding well before).
 REFERENCE_STEPS = 64
+#: How toto-ts is installed (the Makefile's ``.installed`` rule): its own pins (torch==2.7.0, numpy==1.26.4,
+#: transformers==4.52.1, jupyter, ...) conflict with this package's, so it comes without its dependencies, plus
+#: only what its model and forecaster import (gluonts' torch distributions import lightning and toolz).
+INSTALL = (
+    "pip install --no-deps toto-ts==0.2.0 gluonts==0.16.2 jaxtyping==0.2.29 rotary-embedding-torch==0.8.6 "
+    "&& pip install lightning==2.6.6 toolz==1.2.0"
+)
 
 
 def load_model(folder: Path) -> Any:
@@ -59,7 +66,11 @@ def load_model(folder: Path) -> Any:
     try:
         from toto.model.toto import Toto
     except ImportError as exc:
-        raise MissingExtraError.for_package("toto-ts", "toto") from exc
+        raise MissingExtraError(
+            f"toto-ts is not importable ({exc}); its pins conflict with this package's, so it has no extra: "
+            f"install it with: {INSTALL} (docs/export.md)",
+            package="toto-ts",
+        ) from exc
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
         raise ConfigError(
             f"--from-pretrained {folder} holds no config.json and model.safetensors: give the folder of Toto as "
