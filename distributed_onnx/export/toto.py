@@ -100,7 +100,7 @@ def metadata_for(model: Any, folder: Path, resolution_minutes: int) -> Checkpoin
         description=(
             f"Toto exported by distributed-onnx ({config.get('num_layers')} layers of {config.get('embed_dim')}, "
             f"patches of {patch}, {config.get('output_distribution_kwargs', {}).get('k_components')} Student-t "
-            f"components; from {folder})"
+            "components; Datadog's Toto, Apache-2.0)"
         ),
     )
 
