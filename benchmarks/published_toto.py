@@ -24,6 +24,8 @@ Reproduce (2 quiet cores; the first run builds and exports the model, minutes, t
 
     .venv/bin/python benchmarks/published_toto.py --workdir /work/bench/toto --windows 32 --rounds 2
 
+Checked end to end (not timed) with ``--windows 2 --rounds 1 --num-samples 8``.
+
 Results go to ``benchmarks/results/published_toto.json`` (``--out``).
 """
 
@@ -48,6 +50,8 @@ from distributed_onnx.export.toto import CONTEXT_PATCHES
 
 CONTEXT = CONTEXT_PATCHES * TOTO["published"]["patch_size"]
 EXPORT_ARGS = ["--resolution-minutes", "60", "--parity-windows", "4"]
+#: ``published_defaults``' window sets, and 2 = 2 series x 1 cutoff for checking that the script runs end to end.
+SHAPES = {2: (2, 1), **WINDOW_SHAPES}
 
 UPSTREAM_SCRIPT = """
 import json, time
@@ -137,7 +141,7 @@ def run_upstream(workdir: Path, data: Path, cutoffs: int, threads: int, num_samp
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--windows", type=int, nargs="+", choices=sorted(WINDOW_SHAPES), default=[32])
+    parser.add_argument("--windows", type=int, nargs="+", choices=sorted(SHAPES), default=[32])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the upstream side")
     parser.add_argument("--num-samples", type=int, default=128, help="upstream's sampled paths per window")
@@ -153,7 +157,7 @@ def main() -> None:
         return
     sets: dict[str, Any] = {}
     for windows in args.windows:
-        n_series, cutoffs = WINDOW_SHAPES[windows]
+        n_series, cutoffs = SHAPES[windows]
         data = workdir / f"data-{windows}.parquet"
         write_data(data, CONTEXT, n_series, cutoffs)
         rounds = []
