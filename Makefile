@@ -21,10 +21,13 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 endif
 
-# Moirai 2's upstream package and the two modules its model code imports whose pins conflict with this
-# environment (uni2ts pins torch<2.5 and numpy~=1.26; gluonts 0.16.2 numpy<2.2 and pandas<3; jaxtyping 0.2.29
-# typeguard 2.13.3, only for its import hook): installed without their pins, next to the `moirai2` extra.
-MOIRAI2_NO_DEPS ?= uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29
+# The upstream packages whose own pins conflict with this environment, and the modules their model code imports
+# that pin conflicting versions too: installed without their pins, after the `moirai2` and `toto` extras (what they
+# import that pip can resolve). uni2ts 2.0.0 (Moirai 2) pins torch<2.5 and numpy~=1.26; toto-ts 0.2.0 torch==2.7.0,
+# numpy==1.26.4, transformers==4.52.1, ...; gluonts 0.16.2 (the first on numpy 2, for both) numpy<2.2 and pandas<3;
+# jaxtyping 0.2.29 typeguard 2.13.3 (its import hook only); rotary-embedding-torch (Toto) only torch and einops.
+# Checked with pip --dry-run: none of them changes torch, numpy, pandas or transformers.
+UPSTREAM_NO_DEPS ?= uni2ts==2.0.0 toto-ts==0.2.0 gluonts==0.16.2 jaxtyping==0.2.29 rotary-embedding-torch==0.8.6
 
 .PHONY: install live-demo backtest test test-unit lint lint-imports typecheck docs check check-install bench-backtest bench-serve bench-gpu clean
 
@@ -40,8 +43,8 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,moirai2]"
-	$(BIN)/python -m pip install --quiet --no-deps $(MOIRAI2_NO_DEPS)
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,moirai2,toto]"
+	$(BIN)/python -m pip install --quiet --no-deps $(UPSTREAM_NO_DEPS)
 	touch $@ $(BIN)/.installed-run
 
 # The main job's environment alone (.venv with the package and ONNX Runtime): then `source .venv/bin/activate`,

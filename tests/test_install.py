@@ -68,8 +68,9 @@ def test_make_test_installs_torch_from_the_cpu_build_before_the_extras() -> None
     assert "torch==" in torch_line
     (extras,) = re.findall(r'-e "\.\[([^\]]*)\]"$', extras_line)
     assert {"cpu", "dev", "export", "chronos"} <= set(extras.split(","))  # the upstream packages the tests compare
-    # Moirai 2's uni2ts pins torch<2.5 and numpy~=1.26: installed after the extras, without its pins.
-    assert "--no-deps" in no_deps_line and "uni2ts==" in no_deps_line, no_deps_line
+    # Moirai 2's uni2ts and Toto's toto-ts pin torch and numpy: installed after the extras, without their pins.
+    assert "--no-deps" in no_deps_line, no_deps_line
+    assert "uni2ts==" in no_deps_line and "toto-ts==" in no_deps_line, no_deps_line
 
 
 def _install(name: str, version: str) -> dict[str, object]:

@@ -15,7 +15,9 @@ Sizes:
   ``amazon/chronos-bolt-small`` (d_model 512, 6 + 6 layers of 8 heads, context 2048, 64 steps, patches of 16),
   TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters),
   Moirai 2 as ``Salesforce/moirai-2.0-R-small``'s ``config.json`` (d_model 384, d_ff 1024, 6 layers, patches of
-  16, max_seq_len 512, 4 patches per call, 9 quantiles; 11.4 M parameters).
+  16, max_seq_len 512, 4 patches per call, 9 quantiles; 11.4 M parameters),
+  and Toto as ``Datadog/Toto-Open-Base-1.0``'s ``config.json`` (12 layers of 768 with 12 heads, MLP 3072, patches of
+  64, 24 Student-t components, the causal patch scaler; 151.3 M parameters).
 """
 
 from __future__ import annotations
@@ -111,6 +113,44 @@ MOIRAI2: dict[str, dict[str, Any]] = {
         "scaling": True,
         "num_predict_token": 4,
         "quantile_levels": LEVELS_9,
+    },
+}
+
+#: Toto: ``Toto``'s constructor arguments, as its ``config.json`` holds them.
+TOTO: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "patch_size": 8,
+        "stride": 8,
+        "embed_dim": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "mlp_hidden_dim": 64,
+        "dropout": 0.0,
+        "spacewise_every_n_layers": 2,
+        "spacewise_first": True,
+        "scaler_cls": "<class 'model.scaler.CausalPatchStdMeanScaler'>",
+        "output_distribution_classes": ["<class 'model.distribution.MixtureOfStudentTsOutput'>"],
+        "output_distribution_kwargs": {"k_components": 3},
+        "use_memory_efficient_attention": False,
+        "stabilize_with_global": True,
+        "scale_factor_exponent": 10.0,
+    },
+    "published": {
+        "patch_size": 64,
+        "stride": 64,
+        "embed_dim": 768,
+        "num_layers": 12,
+        "num_heads": 12,
+        "mlp_hidden_dim": 3072,
+        "dropout": 0.1,
+        "spacewise_every_n_layers": 12,
+        "spacewise_first": True,
+        "scaler_cls": "<class 'model.scaler.CausalPatchStdMeanScaler'>",
+        "output_distribution_classes": ["<class 'model.distribution.MixtureOfStudentTsOutput'>"],
+        "output_distribution_kwargs": {"k_components": 24},
+        "use_memory_efficient_attention": True,
+        "stabilize_with_global": True,
+        "scale_factor_exponent": 10.0,
     },
 }
 
@@ -220,4 +260,22 @@ def write_moirai2(directory: Path, size: Size, seed: int = SEED) -> Path:
 
     torch.manual_seed(seed)
     Moirai2Module(**MOIRAI2[size]).eval().save_pretrained(directory)
+    return directory
+
+
+def write_toto(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``Toto`` saved as the hub's folder: ``config.json`` (its constructor arguments) + ``model.safetensors``."""
+    import json
+
+    torch = require_torch()
+    from safetensors.torch import save_file
+    from toto.model.toto import Toto
+
+    config = dict(TOTO[size])
+    torch.manual_seed(seed)
+    model = Toto(**{**config, "use_memory_efficient_attention": False})  # xFormers' kernels: CUDA only
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: value.contiguous() for name, value in model.state_dict().items() if "rotary_emb" not in name}
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return directory

@@ -44,6 +44,8 @@ MissingValue = Literal["nan", "zero"]
 OutputLayout = Literal["quantile_step", "step_quantile"]
 #: How a horizon longer than one call is reached (``distributed_onnx/model/unroll.py``).
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
+#: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
+OutputDistribution = Literal["student_t_mixture"]
 
 
 class ParentCheckpoint(BaseModel):
@@ -124,6 +126,12 @@ class CheckpointMetadata(BaseModel):
         "'append_missing' (append the steps just forecast as missing values and call again: TiRex); "
         "'quantile_paths' (append each native quantile as its own context path, call again and reduce the "
         "quantiles x quantiles paths to the native levels by empirical quantiles: Chronos-Bolt's pipeline).",
+    )
+    output_distribution: OutputDistribution | None = Field(
+        default=None,
+        description="None: the output holds the native quantiles (output_layout). 'student_t_mixture': it holds a "
+        "mixture of Student-t distributions per step, [rows, steps, components, 4] as (weight, df, loc, scale), "
+        "and the family's adapter computes the native quantiles of that mixture (Toto).",
     )
     max_horizon_length: int | None = Field(
         default=None,
@@ -206,6 +214,11 @@ class CheckpointMetadata(BaseModel):
         """What to do about a horizon longer than the graph: for a graph that refuses, export it again."""
         if self.long_horizon != "refuse":
             return "ask a shorter horizon"
+        if self.output_distribution is not None:
+            return (
+                f"ask at most {self.horizon_length} steps: beyond one call, {self.model_family}'s pipeline forecasts "
+                "by sampling paths (each sampled step fed back), whose quantiles are random and no graph reproduces"
+            )
         return (
             f"ask at most {self.horizon_length} steps, or export the checkpoint again for the longer horizon "
             f"(distributed-onnx export {self.model_family} --horizon STEPS)"

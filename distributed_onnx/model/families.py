@@ -113,6 +113,16 @@ BUILT_IN: tuple[Family, ...] = (
         random_weights=f"{_RANDOM}:write_moirai2",
         hub_repository="Salesforce/moirai-2.0-R-small",
     ),
+    Family(
+        # Its graph turns a NaN into upstream's padding mask (0.0, not a value): a zero would be observed. It emits
+        # a Student-t mixture per step, whose quantiles the adapter computes; beyond one call upstream samples.
+        name="toto",
+        adapter=f"{_ADAPTERS}.toto:TotoAdapter",
+        rules=FamilyRules(missing_value="nan", missing_values=_NAN, output_layout="step_quantile"),
+        exporter=f"{_EXPORTERS}.toto",
+        random_weights=f"{_RANDOM}:write_toto",
+        hub_repository="Datadog/Toto-Open-Base-1.0",
+    ),
 )
 _BUILT_IN = {family.name: family for family in BUILT_IN}
 #: Built-in families already checked for a plugin claiming their name (once per process: it reads the venv).

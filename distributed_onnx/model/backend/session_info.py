@@ -34,6 +34,15 @@ def _layout_problems(metadata: CheckpointMetadata, shape: list[Any]) -> list[str
     """The output's fixed axes against the metadata's layout, quantiles and steps per call (symbolic axes are
     checked after each call instead: ``adapters.base.quantile_block``)."""
     n_levels, steps = len(metadata.native_quantiles), metadata.horizon_length
+    if metadata.output_distribution is not None:  # [rows, steps, components, 4]: the adapter computes quantiles
+        if len(shape) == 4 and all(
+            not isinstance(dim, int) or dim == want for dim, want in ((shape[1], steps), (shape[3], 4))
+        ):
+            return []
+        return [
+            f"output {metadata.output_name!r} has shape {shape}, but output_distribution "
+            f"{metadata.output_distribution!r} with horizon_length {steps} means [rows, {steps}, components, 4]"
+        ]
     layout = metadata.output_layout
     declared = "output_layout" in metadata.model_fields_set
     if len(shape) != 3:

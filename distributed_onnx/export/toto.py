@@ -1,0 +1,227 @@
+"""``distributed-onnx export toto``: a Toto folder -> an ONNX graph emitting one patch's Student-t mixture.
+
+The pretrained folder is the model hub's (``config.json`` + ``model.safetensors``), loaded with the package's own
+``Toto.load_from_checkpoint`` (CPU; without xFormers, upstream itself switches to PyTorch's attention and the
+unfused SwiGLU). The graph is the first decoding step of ``TotoForecaster.forecast``: ``context`` f32 ``[rows,
+context_length]`` (NaN = missing) -> the ``TotoBackbone`` on the whole context (no KV cache: one call) -> for the
+next ``patch_size`` steps the mixture upstream samples from (``create_affine_transformed``: the model's
+``MixtureOfStudentTsOutput`` with its causal scaler's loc and scale applied), as ``[rows, steps, components,
+4]`` (weight, df, loc, scale). The adapter (``distributed_onnx/model/adapters/toto.py``) computes its quantiles.
+
+What the graph does around the model, as upstream's inputs: a missing value is 0.0 in the series with
+``padding_mask`` False (``MaskedTimeseries``: True = a value), the ``id_mask`` is zeros (one series, as
+``TotoPredictor`` sends), one variate. Timestamps are not inputs of the model (``TotoBackbone.forward`` takes
+none). The context is ``CONTEXT_PATCHES`` patches (4096 steps at the published patch of 64, the length of the
+package's README example); a shorter history is left-padded with NaN, i.e. masked, as ``pad_array`` pads.
+
+The parity report compares, on the same windows, the adapter's quantiles with those of the distribution object
+upstream's own ``TotoForecaster.forecast`` builds at its first step (captured where it is made), inverted
+through that object's own ``cdf`` (gluonts' Student-t, scipy) by bisection: not sample quantiles, which are
+random (``num_samples`` draws), but what they converge to.
+
+Export-only change (:func:`_exportable`): ``PatchEmbedding.forward`` without its data-dependent assertion that
+no patch spans two datasets (the ``id_mask`` is all zeros: one dataset); the values computed are upstream's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distributed_onnx.errors import ConfigError, MissingExtraError
+from distributed_onnx.export.common import (
+    context_module,
+    export_context_model,
+    patched,
+    pretrained_folder,
+    require_torch,
+    resolution_of,
+)
+from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.families import rules_of
+
+OUTPUT_NAME = "student_t_mixture"
+#: The context the graph takes, in patches: 64 x the published patch of 64 = 4096 steps (the README's example).
+CONTEXT_PATCHES = 64
+#: The native levels the adapter computes the mixture's quantiles at (any level in (0, 1) could be: it is exact).
+LEVELS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+#: Bisection steps of the parity's reference quantiles (float64: the bracket shrinks below rounding well before).
+REFERENCE_STEPS = 64
+#: How toto-ts is installed (the Makefile's ``.installed`` rule): its own pins (torch==2.7.0, numpy==1.26.4,
+#: transformers==4.52.1, jupyter, ...) conflict with this package's, so it comes without its dependencies, plus
+#: only what its model and forecaster import (gluonts' torch distributions import lightning and toolz).
+INSTALL = (
+    "pip install 'distributed-onnx[export,toto]' && pip install --no-deps toto-ts==0.2.0 gluonts==0.16.2 "
+    "jaxtyping==0.2.29 rotary-embedding-torch==0.8.6"
+)
+
+
+def load_model(folder: Path) -> Any:
+    """``Toto`` from the local folder's ``config.json`` + ``model.safetensors``, CPU, in eval mode."""
+    try:
+        from toto.model.toto import Toto
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"toto-ts is not importable ({exc}); its pins conflict with this package's, so it has no extra: "
+            f"install it with: {INSTALL} (docs/export.md)",
+            package="toto-ts",
+        ) from exc
+    if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"--from-pretrained {folder} holds no config.json and model.safetensors: give the folder of Toto as "
+            "downloaded from the model hub (Datadog/Toto-Open-Base-1.0).",
+            key="pretrained_dir",
+        )
+    return Toto.load_from_checkpoint(str(folder), map_location="cpu").eval()
+
+
+def metadata_for(model: Any, folder: Path, resolution_minutes: int) -> CheckpointMetadata:
+    backbone = model.model
+    patch = int(backbone.patch_embed.patch_size)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return CheckpointMetadata(
+        model_family="toto",
+        input_names=["context"],
+        output_name=OUTPUT_NAME,
+        native_quantiles=LEVELS,
+        context_length=CONTEXT_PATCHES * patch,
+        output_patch_size=patch,
+        horizon_patches=1,
+        resolution_minutes=resolution_minutes,
+        output_distribution="student_t_mixture",
+        **rules_of("toto").metadata_fields(),  # the family's rules, declared once (model/families.py)
+        description=(
+            f"Toto exported by distributed-onnx ({config.get('num_layers')} layers of {config.get('embed_dim')}, "
+            f"patches of {patch}, {config.get('output_distribution_kwargs', {}).get('k_components')} Student-t "
+            "components; Datadog's Toto, Apache-2.0)"
+        ),
+    )
+
+
+def export(request: ExportRequest) -> ExportResult:
+    resolution = resolution_of(request)  # --data checked before the model loads
+    with pretrained_folder(request, "Toto"):
+        model = load_model(request.folder)
+        metadata = metadata_for(model, request.folder, resolution)
+    steps = metadata.horizon_length
+    if request.horizon is not None and request.horizon > steps:
+        raise ConfigError(
+            f"--horizon {request.horizon}: Toto's graph forecasts one patch ({steps} steps) per call, and upstream "
+            "reaches longer horizons only by sampling paths (TotoForecaster feeds sampled values back), whose "
+            f"quantiles are random and no graph reproduces: give --horizon {steps} or less.",
+            key="horizon",
+        )
+    torch = require_torch()
+
+    def one_call(model: Any, context: Any) -> Any:
+        """``context -> [rows, steps, components, 4]``: the next patch's mixture, upstream's loc and scale applied."""
+        observed = ~torch.isnan(context)
+        series = torch.where(observed, context, torch.zeros_like(context))[:, None, :]
+        id_mask = torch.zeros_like(series, dtype=torch.int)
+        base, loc, scale = model.model(series, observed[:, None, :], id_mask, None, context.shape[-1])
+        components = base.component_distribution
+        shift, factor = loc[:, 0, -steps:, None], scale[:, 0, -steps:, None]
+        return torch.stack(
+            [
+                base.mixture_distribution.probs[:, 0, -steps:],
+                components.df[:, 0, -steps:],
+                shift + factor * components.loc[:, 0, -steps:],
+                factor * components.scale[:, 0, -steps:],
+            ],
+            dim=-1,
+        )
+
+    upstream = _upstream_forecast(model, metadata.native_quantiles, resolution)
+    one_call_request = request.model_copy(update={"horizon": request.horizon or steps})
+    return export_context_model(one_call_request, metadata, context_module(model, one_call), _exportable(), upstream)
+
+
+def _upstream_forecast(model: Any, levels: Sequence[float], resolution_minutes: int) -> Any:
+    def forecast(context: np.ndarray, horizon: int) -> np.ndarray:
+        return upstream_quantiles(model, context, horizon, levels, resolution_minutes)
+
+    return forecast
+
+
+def upstream_quantiles(
+    model: Any, context: np.ndarray, horizon: int, levels: Sequence[float], resolution_minutes: int
+) -> np.ndarray:
+    """``[W, horizon, len(levels)]``: the quantiles of the distribution ``TotoForecaster.forecast`` builds at its
+    first step on ``context`` (NaN = missing: 0.0 with ``padding_mask`` False), inverted through its own ``cdf``."""
+    torch = require_torch()
+    from toto.data.util.dataset import MaskedTimeseries
+    from toto.inference.forecaster import TotoForecaster
+
+    made: list[Any] = []
+    original = TotoForecaster.create_affine_transformed
+
+    def capture(base: Any, loc: Any, scale: Any) -> Any:
+        made.append(original(base, loc, scale))
+        return made[-1]
+
+    values = torch.from_numpy(np.ascontiguousarray(context, dtype=np.float32))
+    observed = ~torch.isnan(values)
+    rows, length = values.shape
+    inputs = MaskedTimeseries(
+        series=torch.where(observed, values, torch.zeros_like(values))[:, None, :],
+        padding_mask=observed[:, None, :],
+        id_mask=torch.zeros((rows, 1, length), dtype=torch.int),
+        timestamp_seconds=(torch.arange(length, dtype=torch.int) * resolution_minutes * 60).expand(rows, 1, length),
+        time_interval_seconds=torch.full((rows, 1), resolution_minutes * 60, dtype=torch.int),
+    )
+    # The staticmethod itself is restored (``patched`` would put back its bare function, which then takes ``self``).
+    descriptor = TotoForecaster.__dict__["create_affine_transformed"]
+    TotoForecaster.create_affine_transformed = staticmethod(capture)
+    try:
+        with torch.no_grad():
+            forecaster = TotoForecaster(model.model)
+            forecaster.forecast(inputs, prediction_length=horizon, num_samples=None, use_kv_cache=True)
+    finally:
+        TotoForecaster.create_affine_transformed = descriptor
+    return distribution_quantiles(made[0], levels)[:, 0, -model.model.patch_embed.stride :][:, :horizon]
+
+
+def distribution_quantiles(distribution: Any, levels: Sequence[float]) -> np.ndarray:
+    """``[batch..., steps, len(levels)]``: each level's root of ``distribution.cdf`` (an affine Student-t mixture),
+    by bisection in float64 between the components' own quantiles (``icdf``, then the affine map)."""
+    torch = require_torch()
+    mixture = distribution.base_dist
+    q = torch.tensor(list(levels), dtype=torch.float64)[:, None, None, None]  # [Q, 1, 1, 1] against [W, V, T]
+    own = mixture.component_distribution.icdf(q[..., None])  # [Q, W, V, T, K], float64 as q
+    loc = distribution.loc.to(torch.float64)
+    scale = distribution.scale.to(torch.float64)
+    low = loc + scale * own.min(dim=-1).values
+    high = loc + scale * own.max(dim=-1).values
+    for _ in range(REFERENCE_STEPS):
+        middle = (low + high) / 2
+        below = distribution.cdf(middle) < q
+        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
+    return ((low + high) / 2).permute(1, 2, 3, 0).numpy()
+
+
+@contextlib.contextmanager
+def _exportable() -> Iterator[None]:
+    """``PatchEmbedding.forward`` without its data-dependent assertion (the graph's ``id_mask`` is all zeros)."""
+    from toto.model.embedding import PatchEmbedding
+
+    torch = require_torch()
+
+    def forward(self: Any, x: Any, id_mask: Any) -> Any:  # upstream's lines, the assertions dropped
+        patches = self._patchify(x)
+        return self.projection(patches), self._patchify(id_mask).min(-1).values
+
+    previous = torch.distributions.Distribution._validate_args
+    # The distributions' argument checks (``if not valid.all(): raise``) are data-dependent branches the exporter
+    # cannot trace; they check nothing the graph needs (positive scales and df come from softplus).
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with patched(PatchEmbedding, "forward", forward):
+            yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(previous)
