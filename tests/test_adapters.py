@@ -360,9 +360,17 @@ def test_register_adapter_makes_a_family_known(monkeypatch: pytest.MonkeyPatch) 
 def test_the_families_are_one_module_of_records_that_the_adapters_and_exporters_read() -> None:
     """Issue 42: the families were listed in four places and TiRex's NaN rule written in three; now each family is
     one record of ``model/families.py`` and its rules are declared there once."""
-    assert [record.name for record in families.BUILT_IN] == ["chronos2", "chronos_bolt", "context_quantiles", "tirex"]
+    assert [record.name for record in families.BUILT_IN] == [
+        "chronos2",
+        "chronos_bolt",
+        "context_quantiles",
+        "tirex",
+        "moirai2",
+        "toto",
+    ]
     for record in families.BUILT_IN:
-        adapter = adapter_for(_metadata(record.name))
+        distribution = {"output_distribution": "student_t_mixture"} if record.name == "toto" else {}
+        adapter = adapter_for(_metadata(record.name, **distribution))
         assert isinstance(adapter, families.adapter_factory(record)), record.name
         assert record.exporter is None or importlib.util.find_spec(record.exporter) is not None, record.exporter
     tirex = families.rules_of("tirex")
