@@ -2,7 +2,8 @@
 # Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
 #
 # - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
-# - `make test` (and lint, typecheck) add the `dev`, `export`, `chronos` and `tirex` extras. The export extra needs
+# - `make test` (and lint, typecheck) add the `dev`, `export`, `chronos`, `tirex` and `timesfm` extras. The export
+#   extra needs
 #   torch (so do chronos and tirex, the families' upstream packages), and on Linux PyPI's torch wheel is the CUDA build
 #   (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first from PyTorch's CPU index with
 #   a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's wheel is the CPU build and there is
@@ -35,7 +36,7 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,timesfm]"
 	touch $@ $(BIN)/.installed-run
 
 # The main job's environment alone (.venv with the package and ONNX Runtime): then `source .venv/bin/activate`,
@@ -78,7 +79,7 @@ check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
 
 $(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,timesfm,bench]"
 	touch $@
 
 bench-backtest: $(BIN)/.bench-installed

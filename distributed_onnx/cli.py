@@ -206,7 +206,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "weights, --random-weights), write the ONNX checkpoint and its metadata, and compare ONNX Runtime with the "
         "upstream pipeline on sample windows.",
     )
-    export.add_argument("family", help="the model family: chronos2, chronos_bolt or tirex")
+    export.add_argument("family", help="the model family: chronos2, chronos_bolt, tirex or timesfm")
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-pretrained", type=Path, metavar="DIR", help="local folder of the pretrained model")
     source.add_argument(

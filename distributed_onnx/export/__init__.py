@@ -18,6 +18,7 @@ EXPORTERS: dict[str, str] = {
     "chronos2": "distributed_onnx.export.chronos2",
     "chronos_bolt": "distributed_onnx.export.chronos_bolt",
     "tirex": "distributed_onnx.export.tirex",
+    "timesfm": "distributed_onnx.export.timesfm",
 }
 
 #: Family name -> the model hub repository of its published weights, for the commands a user fetches them with
@@ -26,6 +27,7 @@ HUB_REPOSITORIES: dict[str, str] = {
     "chronos2": "amazon/chronos-2",
     "chronos_bolt": "amazon/chronos-bolt-small",
     "tirex": "NX-AI/TiRex",
+    "timesfm": "google/timesfm-2.5-200m-pytorch",
 }
 
 __all__ = ["EXPORTERS", "HUB_REPOSITORIES", "ExportRequest", "ExportResult", "run_export"]

@@ -86,7 +86,12 @@ TIREX: dict[str, dict[str, Any]] = {
 
 def write_random_pretrained(family: str, size: Size, directory: Path, seed: int = SEED) -> Path:
     """``family`` at ``size`` with weights drawn from ``seed``, written to ``directory`` as a pretrained folder."""
-    writers = {"chronos2": write_chronos2, "chronos_bolt": write_chronos_bolt, "tirex": write_tirex}
+    writers = {
+        "chronos2": write_chronos2,
+        "chronos_bolt": write_chronos_bolt,
+        "tirex": write_tirex,
+        "timesfm": write_timesfm,
+    }
     if family not in writers:
         raise ConfigError(f"Cannot build family {family!r} with random weights; known: {sorted(writers)}.")
     return writers[family](directory, size, seed)
@@ -169,4 +174,82 @@ def write_tirex(directory: Path, size: Size, seed: int = SEED) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     state = {"hyper_parameters": chosen["hyper_parameters"], "state_dict": model.state_dict()}
     torch.save(state, directory / "model.ckpt")
+    return directory
+
+
+#: TimesFM 2.5: ``TimesFM_2p5_200M_Definition``'s sizes (the class attribute the module builds from), the
+#: ``forecast_config.json`` written beside the weights (the export's context) and the spread of the random
+#: weights (upstream initialises its norms' scales to zero, which would cut every layer off: all are drawn).
+TIMESFM: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "sizes": {
+            "input_patch_len": 8,
+            "output_patch_len": 16,
+            "output_quantile_len": 64,
+            "model_dims": 32,
+            "num_heads": 2,
+            "num_layers": 2,
+        },
+        "forecast_config": {"max_context": 64},
+        "std": 0.2,
+    },
+    "published": {
+        "sizes": {
+            "input_patch_len": 32,
+            "output_patch_len": 128,
+            "output_quantile_len": 1024,
+            "model_dims": 1280,
+            "num_heads": 16,
+            "num_layers": 20,
+        },
+        "forecast_config": {"max_context": 1024},
+        "std": 0.02,
+    },
+}
+
+
+def write_timesfm(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``TimesFM_2p5_200M_torch`` (its module built from a ``TimesFM_2p5_200M_Definition`` of ``size`` set as the
+    class attribute it reads) saved by its own ``save_pretrained`` (``model.safetensors``), plus the forecast
+    config."""
+    import dataclasses
+    import json
+
+    torch = require_torch()
+    from timesfm import configs
+    from timesfm.timesfm_2p5 import timesfm_2p5_torch
+    from timesfm.timesfm_2p5.timesfm_2p5_base import TimesFM_2p5_200M_Definition
+
+    from distributed_onnx.export.common import patched
+
+    chosen = TIMESFM[size]
+    sizes = chosen["sizes"]
+    dims, q = sizes["model_dims"], 10
+    published = TimesFM_2p5_200M_Definition()
+
+    def block(base: Any, input_dims: int, output_dims: int) -> Any:
+        return dataclasses.replace(base, input_dims=input_dims, hidden_dims=dims, output_dims=output_dims)
+
+    transformer = dataclasses.replace(
+        published.stacked_transformers.transformer, model_dims=dims, hidden_dims=dims, num_heads=sizes["num_heads"]
+    )
+    definition = TimesFM_2p5_200M_Definition(
+        input_patch_len=sizes["input_patch_len"],
+        output_patch_len=sizes["output_patch_len"],
+        output_quantile_len=sizes["output_quantile_len"],
+        tokenizer=block(published.tokenizer, 2 * sizes["input_patch_len"], dims),
+        stacked_transformers=configs.StackedTransformersConfig(num_layers=sizes["num_layers"], transformer=transformer),
+        output_projection_point=block(published.output_projection_point, dims, sizes["output_patch_len"] * q),
+        output_projection_quantiles=block(
+            published.output_projection_quantiles, dims, sizes["output_quantile_len"] * q
+        ),
+    )
+    torch.manual_seed(seed)
+    with patched(timesfm_2p5_torch.TimesFM_2p5_200M_torch_module, "config", definition):
+        model = timesfm_2p5_torch.TimesFM_2p5_200M_torch(torch_compile=False)
+    with torch.no_grad():
+        for parameter in model.model.parameters():
+            torch.nn.init.normal_(parameter, std=chosen["std"])
+    model.save_pretrained(directory)
+    (directory / "forecast_config.json").write_text(json.dumps(chosen["forecast_config"]) + "\n", encoding="utf-8")
     return directory

@@ -111,7 +111,7 @@ class CheckpointMetadata(BaseModel):
         default=None,
         description="How the graph takes a missing context value: 'nan' (NaN in the tensor; the graph derives its "
         "own mask) or 'zero' (0.0, plus a mask input where the family has one). None: the family's default "
-        "(context_quantiles: 'zero'; chronos2: by variant; chronos_bolt and tirex: 'nan').",
+        "(context_quantiles: 'zero'; chronos2: by variant; chronos_bolt, tirex and timesfm: 'nan').",
     )
     output_layout: OutputLayout = Field(
         default="quantile_step",
