@@ -70,11 +70,15 @@ def data(root: Path, series: dict[str, np.ndarray]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(root: Path) -> tuple[Path, Any]:
+def pretrained(root: Path) -> Path:
+    return write_timesfm(root / "pretrained", "tiny")
+
+
+@pytest.fixture(scope="module")
+def exported(root: Path, pretrained: Path) -> tuple[Path, Any]:
     """The tiny model exported through the CLI, and upstream's own model compiled as the graph was."""
     from distributed_onnx.export.timesfm import load_model
 
-    pretrained = write_timesfm(root / "pretrained", "tiny")
     output = root / "timesfm" / "timesfm.onnx"
     argv = ["export", "timesfm", "--from-pretrained", str(pretrained), "--output", str(output)]
     flags = ["--horizon", str(HORIZON), "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]
@@ -134,3 +138,46 @@ def test_a_horizon_beyond_the_export_is_refused_in_one_line(
     assert err.startswith("error: ") and "\n" not in err, err
     assert "export timesfm --horizon" in err, err
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
+
+
+def test_the_graphs_nan_handling_is_forecasts_host_side() -> None:
+    """``_prepared`` (traced into the graph) against upstream's ``strip_leading_nans`` + ``linear_interpolation``
+    and ``forecast``'s padding, on windows with leading, inner, trailing and single values."""
+    import torch
+    from timesfm.timesfm_2p5.timesfm_2p5_base import linear_interpolation, strip_leading_nans
+
+    from distributed_onnx.export.timesfm import _prepared
+
+    rng = np.random.default_rng(1)
+    width = 40
+    windows = rng.normal(100.0, 30.0, (8, width)).astype(np.float32)
+    windows[rng.random(windows.shape) < 0.3] = np.nan
+    windows[1, :25] = np.nan  # leading
+    windows[2, -6:] = np.nan  # trailing: the last value repeated
+    windows[3, :] = np.nan
+    windows[3, 17] = 5.0  # one value
+    windows[4, 10:30] = np.nan  # a long run
+    values, masks = _prepared(torch.from_numpy(windows))
+    for row, window in enumerate(windows):
+        kept = linear_interpolation(strip_leading_nans(window.copy()))
+        expected = np.pad(kept, (width - kept.size, 0))
+        np.testing.assert_array_equal(values[row].numpy(), expected)
+        assert masks[row].numpy().tolist() == [True] * (width - kept.size) + [False] * kept.size
+
+
+def test_a_folder_without_weights_and_a_horizon_beyond_the_quantile_head_are_refused(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["export", "timesfm", "--output", str(tmp_path / "m.onnx"), "--resolution-minutes", "30"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    spread = TIMESFM["tiny"]["sizes"]["output_quantile_len"]
+    for argv, expected in (
+        ([*base, "--from-pretrained", str(empty)], "holds no model.safetensors"),
+        ([*base, "--from-pretrained", str(pretrained), "--horizon", str(spread + 1)], "continuous quantile head"),
+    ):
+        capsys.readouterr()
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and expected in err, err
+    assert not (tmp_path / "m.onnx").exists()
