@@ -2,8 +2,9 @@
 
 Each family is built from its upstream package's own classes (as a pretrained folder is loaded) with seeded
 random weights, written as the package writes a pretrained folder (``save_pretrained``'s ``config.json`` +
-``model.safetensors``; TiRex's Lightning ``model.ckpt``), and then exported by the family's exporter exactly as
-a downloaded folder is: one export path. The checkpoint's metadata says its forecasts are meaningless
+``model.safetensors``; TiRex's Lightning ``model.ckpt``; TimesFM's ``save_pretrained`` plus our
+``forecast_config.json``), and then exported by the family's exporter exactly as a downloaded folder is: one
+export path. The checkpoint's metadata says its forecasts are meaningless
 (:data:`~distributed_onnx.export.common.MEANINGLESS`).
 
 Sizes:
@@ -13,7 +14,9 @@ Sizes:
   Chronos-2 as ``amazon/chronos-2``'s ``config.json`` (d_model 768, 12 layers of 12 heads, context 8192, patches
   of 16, at most 64 output patches, 21 quantiles; 119.5 M parameters), Chronos-Bolt as
   ``amazon/chronos-bolt-small`` (d_model 512, 6 + 6 layers of 8 heads, context 2048, 64 steps, patches of 16),
-  TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters).
+  TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters),
+  TimesFM 2.5 as ``google/timesfm-2.5-200m-pytorch`` (``TimesFM_2p5_200M_Definition``: 20 layers of 1280 with 16
+  heads, patches of 32 in and 128 out, a quantile head of 1024 steps; 231.3 M parameters; exported at context 1024).
 """
 
 from __future__ import annotations
