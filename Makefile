@@ -6,7 +6,8 @@
 #   extra needs torch (so do chronos, tirex and timesfm, the families' upstream packages), and on Linux PyPI's
 #   torch wheel is the CUDA build (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first
 #   from PyTorch's CPU index with a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's
-#   wheel is the CPU build and there is no `+cpu` variant. Override TORCH_INDEX= to use only the configured indexes, or TORCH_SPEC to pick another build.
+#   wheel is the CPU build and there is no `+cpu` variant. Override TORCH_INDEX= to use only the configured
+#   indexes, or TORCH_SPEC to pick another build.
 # - `make check-install` resolves the main job's install against PyPI (pip --dry-run --report) and fails on
 #   any CUDA package: the evidence that a fresh clone installs none.
 PYTHON ?= python3
