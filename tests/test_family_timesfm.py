@@ -163,6 +163,10 @@ def test_the_graphs_nan_handling_is_forecasts_host_side() -> None:
         expected = np.pad(kept, (width - kept.size, 0))
         np.testing.assert_array_equal(values[row].numpy(), expected)
         assert masks[row].numpy().tolist() == [True] * (width - kept.size) + [False] * kept.size
+    # A window without any value: upstream's forecast raises on it (numpy's truth value of an empty array); the
+    # graph forecasts from zeros, unmasked, what upstream's fallback in linear_interpolation meant to give.
+    values, masks = _prepared(torch.full((1, width), float("nan")))
+    assert not values.any() and not masks.any()
 
 
 def test_a_folder_without_weights_and_a_horizon_beyond_the_quantile_head_are_refused(
@@ -181,3 +185,22 @@ def test_a_folder_without_weights_and_a_horizon_beyond_the_quantile_head_are_ref
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and expected in err, err
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_window_without_any_value_forecasts_beside_the_others(exported: tuple[Path, Any]) -> None:
+    """A context all NaN (a gap longer than the context) in a batch: the other rows' forecasts stay upstream's, and
+    that row's is finite (the graph's gather once went out of range on it, failing the whole batch)."""
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    weights, model = exported
+    series = gappy_series()["a"][-CONTEXT:].astype(np.float32)
+    windows = np.stack([np.full(CONTEXT, np.nan, dtype=np.float32), series])
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        ours = worker.forecast(windows, HORIZON, LEVELS)  # [W, H, levels]
+    finally:
+        worker.close()
+    assert np.isfinite(ours).all()
+    _, quantiles = model.forecast(horizon=HORIZON, inputs=[series])
+    assert float(np.abs(ours[1] - np.asarray(quantiles)[0, :, 1:]).max()) < 1e-4

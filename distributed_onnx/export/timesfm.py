@@ -237,7 +237,9 @@ def _prepared(context: Any) -> tuple[Any, Any]:
     index = torch.arange(width, device=context.device).expand_as(context)
     seen = torch.cumsum(observed.to(torch.int64), dim=-1)  # observed values up to and including each step
     total = seen[..., -1:]
-    positions = torch.sort(torch.where(observed, index, index + width), dim=-1).values  # observed ones first
+    # The observed positions first, ascending; the rest clamped in range (only gathered for a window without any
+    # value, whose result is replaced by zeros below: out of range, ONNX Runtime's Gather failed the whole batch).
+    positions = torch.sort(torch.where(observed, index, index + width), dim=-1).values.clamp(max=width - 1)
     previous = torch.gather(positions, -1, (seen - 1).clamp(min=0))
     following = torch.gather(positions, -1, torch.minimum(seen, total - 1).clamp(min=0))
     values = torch.where(observed, context, torch.zeros_like(context)).to(torch.float64)
