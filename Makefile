@@ -2,11 +2,12 @@
 # Both use .venv, created on first use; each installs what it needs and reinstalls when pyproject.toml changes.
 #
 # - `make backtest` installs the package with its `cpu` extra only: the main job needs no torch, no dev tools.
-# - `make test` (and lint, typecheck) add the `dev`, `export`, `chronos` and `tirex` extras. The export extra needs
-#   torch (so do chronos and tirex, the families' upstream packages), and on Linux PyPI's torch wheel is the CUDA build
-#   (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first from PyTorch's CPU index with
-#   a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's wheel is the CPU build and there is
-#   no `+cpu` variant. Override TORCH_INDEX= to use only the configured indexes, or TORCH_SPEC to pick another build.
+# - `make test` (and lint, typecheck) add the `dev`, `export`, `chronos`, `tirex` and `timesfm` extras. The export
+#   extra needs torch (so do chronos, tirex and timesfm, the families' upstream packages), and on Linux PyPI's
+#   torch wheel is the CUDA build (cuda-toolkit, cuDNN, NCCL: several GB), so torch's CPU build is installed first
+#   from PyTorch's CPU index with a `+cpu` pin; pip then keeps it for `torch>=2.4`. Elsewhere (macOS) PyPI's
+#   wheel is the CPU build and there is no `+cpu` variant. Override TORCH_INDEX= to use only the configured
+#   indexes, or TORCH_SPEC to pick another build.
 # - `make check-install` resolves the main job's install against PyPI (pip --dry-run --report) and fails on
 #   any CUDA package: the evidence that a fresh clone installs none.
 PYTHON ?= python3
@@ -43,7 +44,7 @@ $(BIN)/.installed-run: pyproject.toml | $(BIN)/python
 # What the tests and tools need: the dev and export extras, with torch's CPU build first (see above).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,moirai2,toto]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,timesfm,moirai2,toto]"
 	$(BIN)/python -m pip install --quiet --no-deps $(UPSTREAM_NO_DEPS)
 	touch $@ $(BIN)/.installed-run
 
@@ -87,7 +88,7 @@ check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
 
 $(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,timesfm,moirai2,toto,bench]"
 	touch $@
 
 bench-backtest: $(BIN)/.bench-installed

@@ -229,7 +229,8 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         type=int,
         metavar="STEPS",
         help="the longest horizon the checkpoint will forecast; Chronos-2's graph computes the output patches "
-        "upstream computes for it (default: the model's default prediction length); others: the parity's horizon",
+        "upstream computes for it (default: the model's default prediction length), TimesFM's decodes them "
+        "(default: one patch of 128); others: the parity's horizon",
     )
     export.add_argument(
         "--quantize",

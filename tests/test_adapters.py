@@ -331,13 +331,13 @@ def test_adapter_for_known_families() -> None:
 
 
 def test_adapter_for_unknown_family_lists_known_ones() -> None:
-    with pytest.raises(ConfigError, match="'timesfm'") as caught:
-        adapter_for(_metadata("timesfm"))
+    with pytest.raises(ConfigError, match="'no_such_family'") as caught:
+        adapter_for(_metadata("no_such_family"))
     message = str(caught.value)
     assert "chronos2" in message
     assert "context_quantiles" in message
     assert "register_adapter" in message
-    assert caught.value.model_family == "timesfm"  # type: ignore[attr-defined]
+    assert caught.value.model_family == "no_such_family"  # type: ignore[attr-defined]
 
 
 def test_register_adapter_makes_a_family_known(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,6 +365,7 @@ def test_the_families_are_one_module_of_records_that_the_adapters_and_exporters_
         "chronos_bolt",
         "context_quantiles",
         "tirex",
+        "timesfm",
         "moirai2",
         "toto",
     ]

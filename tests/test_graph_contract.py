@@ -51,7 +51,7 @@ def test_context_quantiles_sends_nan_when_its_metadata_says_so() -> None:
     assert np.isnan(inputs["context"][0, 1]) and inputs["context"][0, 0] == 1.0
 
 
-@pytest.mark.parametrize("family", ["chronos_bolt", "tirex"])
+@pytest.mark.parametrize("family", ["chronos_bolt", "tirex", "timesfm"])
 def test_nan_families_refuse_metadata_that_would_feed_them_zeros(family: str) -> None:
     assert adapter_for(_metadata(model_family=family)).missing_value == "nan"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="missing_value 'zero'") as caught:

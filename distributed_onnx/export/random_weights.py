@@ -2,8 +2,9 @@
 
 Each family is built from its upstream package's own classes (as a pretrained folder is loaded) with seeded
 random weights, written as the package writes a pretrained folder (``save_pretrained``'s ``config.json`` +
-``model.safetensors``; TiRex's Lightning ``model.ckpt``), and then exported by the family's exporter exactly as
-a downloaded folder is: one export path. The checkpoint's metadata says its forecasts are meaningless
+``model.safetensors``; TiRex's Lightning ``model.ckpt``; TimesFM's ``save_pretrained`` plus our
+``forecast_config.json``), and then exported by the family's exporter exactly as a downloaded folder is: one
+export path. The checkpoint's metadata says its forecasts are meaningless
 (:data:`~distributed_onnx.export.common.MEANINGLESS`).
 
 Sizes:
@@ -16,8 +17,10 @@ Sizes:
   TiRex as ``NX-AI/TiRex`` (12 sLSTM blocks of 512 with 4 heads, patches of 32, context 2048; 35.3 M parameters),
   Moirai 2 as ``Salesforce/moirai-2.0-R-small``'s ``config.json`` (d_model 384, d_ff 1024, 6 layers, patches of
   16, max_seq_len 512, 4 patches per call, 9 quantiles; 11.4 M parameters),
-  and Toto as ``Datadog/Toto-Open-Base-1.0``'s ``config.json`` (12 layers of 768 with 12 heads, MLP 3072, patches of
-  64, 24 Student-t components, the causal patch scaler; 151.3 M parameters).
+  Toto as ``Datadog/Toto-Open-Base-1.0``'s ``config.json`` (12 layers of 768 with 12 heads, MLP 3072, patches of
+  64, 24 Student-t components, the causal patch scaler; 151.3 M parameters),
+  and TimesFM 2.5 as ``google/timesfm-2.5-200m-pytorch`` (``TimesFM_2p5_200M_Definition``: 20 layers of 1280 with 16
+  heads, patches of 32 in and 128 out, a quantile head of 1024 steps; 231.3 M parameters; exported at context 1024).
 """
 
 from __future__ import annotations
@@ -278,4 +281,82 @@ def write_toto(directory: Path, size: Size, seed: int = SEED) -> Path:
     state = {name: value.contiguous() for name, value in model.state_dict().items() if "rotary_emb" not in name}
     save_file(state, str(directory / "model.safetensors"))
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return directory
+
+
+#: TimesFM 2.5: ``TimesFM_2p5_200M_Definition``'s sizes (the class attribute the module builds from), the
+#: ``forecast_config.json`` written beside the weights (the export's context) and the spread of the random
+#: weights (upstream initialises its norms' scales to zero, which would cut every layer off: all are drawn).
+TIMESFM: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "sizes": {
+            "input_patch_len": 8,
+            "output_patch_len": 16,
+            "output_quantile_len": 64,
+            "model_dims": 32,
+            "num_heads": 2,
+            "num_layers": 2,
+        },
+        "forecast_config": {"max_context": 64},
+        "std": 0.2,
+    },
+    "published": {
+        "sizes": {
+            "input_patch_len": 32,
+            "output_patch_len": 128,
+            "output_quantile_len": 1024,
+            "model_dims": 1280,
+            "num_heads": 16,
+            "num_layers": 20,
+        },
+        "forecast_config": {"max_context": 1024},
+        "std": 0.02,
+    },
+}
+
+
+def write_timesfm(directory: Path, size: Size, seed: int = SEED) -> Path:
+    """``TimesFM_2p5_200M_torch`` (its module built from a ``TimesFM_2p5_200M_Definition`` of ``size`` set as the
+    class attribute it reads) saved by its own ``save_pretrained`` (``model.safetensors``), plus the forecast
+    config."""
+    import dataclasses
+    import json
+
+    torch = require_torch()
+    from timesfm import configs
+    from timesfm.timesfm_2p5 import timesfm_2p5_torch
+    from timesfm.timesfm_2p5.timesfm_2p5_base import TimesFM_2p5_200M_Definition
+
+    from distributed_onnx.export.common import patched
+
+    chosen = TIMESFM[size]
+    sizes = chosen["sizes"]
+    dims, q = sizes["model_dims"], 10
+    published = TimesFM_2p5_200M_Definition()
+
+    def block(base: Any, input_dims: int, output_dims: int) -> Any:
+        return dataclasses.replace(base, input_dims=input_dims, hidden_dims=dims, output_dims=output_dims)
+
+    transformer = dataclasses.replace(
+        published.stacked_transformers.transformer, model_dims=dims, hidden_dims=dims, num_heads=sizes["num_heads"]
+    )
+    definition = TimesFM_2p5_200M_Definition(
+        input_patch_len=sizes["input_patch_len"],
+        output_patch_len=sizes["output_patch_len"],
+        output_quantile_len=sizes["output_quantile_len"],
+        tokenizer=block(published.tokenizer, 2 * sizes["input_patch_len"], dims),
+        stacked_transformers=configs.StackedTransformersConfig(num_layers=sizes["num_layers"], transformer=transformer),
+        output_projection_point=block(published.output_projection_point, dims, sizes["output_patch_len"] * q),
+        output_projection_quantiles=block(
+            published.output_projection_quantiles, dims, sizes["output_quantile_len"] * q
+        ),
+    )
+    torch.manual_seed(seed)
+    with patched(timesfm_2p5_torch.TimesFM_2p5_200M_torch_module, "config", definition):
+        model = timesfm_2p5_torch.TimesFM_2p5_200M_torch(torch_compile=False)
+    with torch.no_grad():
+        for parameter in model.model.parameters():
+            torch.nn.init.normal_(parameter, std=chosen["std"])
+    model.save_pretrained(directory)
+    (directory / "forecast_config.json").write_text(json.dumps(chosen["forecast_config"]) + "\n", encoding="utf-8")
     return directory

@@ -55,7 +55,8 @@ class ExportRequest(BaseModel):
         "output patches attend to each other, so more patches change the forecasts); default: the model's own "
         "default prediction length (max_output_patches patches, as predict_df without prediction_length). "
         "Chronos-Bolt and TiRex: their graph is the same at every horizon (upstream computes one call and cuts "
-        "or unrolls it); the horizon the parity report compares (default: two calls).",
+        "or unrolls it); the horizon the parity report compares (default: two calls). TimesFM: the graph decodes "
+        "ceil(horizon / 128) output patches (default: one) and refuses a longer horizon.",
     )
     quantize: Literal["int8"] | None = Field(
         default=None,

@@ -104,6 +104,16 @@ BUILT_IN: tuple[Family, ...] = (
         hub_repository="NX-AI/TiRex",
     ),
     Family(
+        # Its graph holds all of upstream's forecast (leading NaN masked, inner NaN interpolated, normalization, flip
+        # invariance, the decode up to the exported horizon): a zero would be an observed 0. Beyond it: export again.
+        name="timesfm",
+        adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
+        rules=FamilyRules(missing_value="nan", missing_values=_NAN, output_layout="step_quantile"),
+        exporter=f"{_EXPORTERS}.timesfm",
+        random_weights=f"{_RANDOM}:write_timesfm",
+        hub_repository="google/timesfm-2.5-200m-pytorch",
+    ),
+    Family(
         # Its forecast marks a NaN unobserved before imputing it: a zero would be observed. Horizons beyond one
         # call grow the context (upstream's rule) inside the graph, up to the horizon it was exported for.
         name="moirai2",

@@ -1,0 +1,206 @@
+"""TimesFM 2.5, built from the ``timesfm`` package's own classes, exported, backtested, equal to its ``forecast``.
+
+A small random-weight model (``export --random-weights --size tiny``'s: ``TimesFM_2p5_200M_torch_module`` built
+from a small ``TimesFM_2p5_200M_Definition`` set as its class attribute, saved by ``save_pretrained``) is exported
+through the CLI at a horizon of two output patches (the autoregressive decode step in the graph), backtested
+through the CLI on data with gaps (leading, scattered and a run of NaN), and compared with upstream's own
+``compile`` + ``forecast`` on the same windows. A horizon beyond the exported one is refused in one line.
+
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+timesfm = pytest.importorskip("timesfm")
+
+from backtest_data import read_forecasts  # noqa: E402
+from families import (  # noqa: E402
+    LEVELS,
+    RESOLUTION_MINUTES,
+    forecast_block,
+    gappy_series,
+    window_contexts,
+    write_gappy_dataset,
+)
+
+from distributed_onnx import cli  # noqa: E402
+from distributed_onnx.export.random_weights import TIMESFM, write_timesfm  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
+
+CONTEXT = TIMESFM["tiny"]["forecast_config"]["max_context"]
+PATCH = TIMESFM["tiny"]["sizes"]["output_patch_len"]
+HORIZON = PATCH + PATCH // 2  # two output patches decoded in the graph, the second cut
+WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
+#: TimesFM README's ``ForecastConfig`` (the export's default flags), at the tiny context and this horizon.
+FORECAST = {
+    "max_context": CONTEXT,
+    "max_horizon": HORIZON,
+    "normalize_inputs": True,
+    "use_continuous_quantile_head": True,
+    "force_flip_invariance": True,
+    "infer_is_positive": True,
+    "fix_quantile_crossing": True,
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("timesfm")
+
+
+@pytest.fixture(scope="module")
+def series() -> dict[str, np.ndarray]:
+    return gappy_series()
+
+
+@pytest.fixture(scope="module")
+def data(root: Path, series: dict[str, np.ndarray]) -> Path:
+    return write_gappy_dataset(root / "gappy.parquet", series)
+
+
+@pytest.fixture(scope="module")
+def pretrained(root: Path) -> Path:
+    return write_timesfm(root / "pretrained", "tiny")
+
+
+@pytest.fixture(scope="module")
+def exported(root: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The tiny model exported through the CLI, and upstream's own model compiled as the graph was."""
+    from distributed_onnx.export.timesfm import load_model
+
+    output = root / "timesfm" / "timesfm.onnx"
+    argv = ["export", "timesfm", "--from-pretrained", str(pretrained), "--output", str(output)]
+    flags = ["--horizon", str(HORIZON), "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]
+    assert cli.main([*argv, *flags]) == 0
+    model = load_model(pretrained)  # the package's classes, its class-attribute config set to the tiny one
+    model.compile(timesfm.ForecastConfig(**FORECAST, per_core_batch_size=4))
+    return output, model
+
+
+def _backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> int:
+    argv = ["backtest", "--data", str(data), "--output", str(output), "--checkpoint", str(checkpoint)]
+    return cli.main([*argv, *WINDOWS, *flags])
+
+
+def test_export_writes_the_contract_and_a_passing_parity(exported: tuple[Path, Any]) -> None:
+    weights, _ = exported
+    assert weights.with_suffix(".onnx.data").stat().st_size > 0
+    metadata = json.loads(weights.with_suffix(".metadata.json").read_text())
+    assert (metadata["model_family"], metadata["missing_value"], metadata["output_layout"]) == (
+        "timesfm",
+        "nan",
+        "step_quantile",
+    )
+    assert (metadata["long_horizon"], metadata["context_length"]) == ("refuse", CONTEXT)
+    assert metadata["output_patch_size"] * metadata["horizon_patches"] == 2 * PATCH  # rounded up to whole patches
+    assert "force_flip_invariance True" in metadata["description"]
+    parity = json.loads(weights.with_suffix(".parity.json").read_text())
+    assert parity["passed"] and parity["missing_values"] > 0 and parity["horizon"] == HORIZON
+    assert parity["max_rel_diff"] < 1e-5, parity
+
+
+def test_backtest_equals_upstream_forecast_on_gappy_windows(
+    exported: tuple[Path, Any], data: Path, series: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    weights, model = exported
+    assert _backtest(weights, data, tmp_path / "run", "--horizon", str(HORIZON)) == 0
+    forecasts = read_forecasts(tmp_path / "run")
+    windows = window_contexts(series, forecasts, CONTEXT)
+    context = windows["context"]
+    assert np.isnan(context).any() and len(windows["window_ids"]) == 9
+    assert np.isnan(context[:, 0]).any()  # a window with leading NaN (a short series): masked, as upstream strips
+
+    _, quantiles = model.forecast(horizon=HORIZON, inputs=list(context))  # [W, H, mean + 9 levels]
+    theirs = np.asarray(quantiles)[..., 1:]
+    ours = forecast_block(forecasts, windows["window_ids"], HORIZON, LEVELS)
+    # Measured: max abs diff 3.05e-5 on values up to 178.5 (two float32 ulps: sums in another order).
+    assert float(np.abs(ours - theirs).max()) < 1e-4
+
+
+def test_a_horizon_beyond_the_export_is_refused_in_one_line(
+    exported: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights, _ = exported
+    capsys.readouterr()
+    assert _backtest(weights, data, tmp_path / "run", "--horizon", str(2 * PATCH + 1)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert "export timesfm --horizon" in err, err
+    assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
+
+
+def test_the_graphs_nan_handling_is_forecasts_host_side() -> None:
+    """``_prepared`` (traced into the graph) against upstream's ``strip_leading_nans`` + ``linear_interpolation``
+    and ``forecast``'s padding, on windows with leading, inner, trailing and single values."""
+    import torch
+    from timesfm.timesfm_2p5.timesfm_2p5_base import linear_interpolation, strip_leading_nans
+
+    from distributed_onnx.export.timesfm import _prepared
+
+    rng = np.random.default_rng(1)
+    width = 40
+    windows = rng.normal(100.0, 30.0, (8, width)).astype(np.float32)
+    windows[rng.random(windows.shape) < 0.3] = np.nan
+    windows[1, :25] = np.nan  # leading
+    windows[2, -6:] = np.nan  # trailing: the last value repeated
+    windows[3, :] = np.nan
+    windows[3, 17] = 5.0  # one value
+    windows[4, 10:30] = np.nan  # a long run
+    values, masks = _prepared(torch.from_numpy(windows))
+    for row, window in enumerate(windows):
+        kept = linear_interpolation(strip_leading_nans(window.copy()))
+        expected = np.pad(kept, (width - kept.size, 0))
+        np.testing.assert_array_equal(values[row].numpy(), expected)
+        assert masks[row].numpy().tolist() == [True] * (width - kept.size) + [False] * kept.size
+    # A window without any value: upstream's forecast raises on it (numpy's truth value of an empty array); the
+    # graph forecasts from zeros, unmasked, what upstream's fallback in linear_interpolation meant to give.
+    values, masks = _prepared(torch.full((1, width), float("nan")))
+    assert not values.any() and not masks.any()
+
+
+def test_a_folder_without_weights_and_a_horizon_beyond_the_quantile_head_are_refused(
+    pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["export", "timesfm", "--output", str(tmp_path / "m.onnx"), "--resolution-minutes", "30"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    spread = TIMESFM["tiny"]["sizes"]["output_quantile_len"]
+    for argv, expected in (
+        ([*base, "--from-pretrained", str(empty)], "holds no model.safetensors"),
+        ([*base, "--from-pretrained", str(pretrained), "--horizon", str(spread + 1)], "continuous quantile head"),
+    ):
+        capsys.readouterr()
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and expected in err, err
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_window_without_any_value_forecasts_beside_the_others(exported: tuple[Path, Any]) -> None:
+    """A context all NaN (a gap longer than the context) in a batch: the other rows' forecasts stay upstream's, and
+    that row's is finite (the graph's gather once went out of range on it, failing the whole batch)."""
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    weights, model = exported
+    series = gappy_series()["a"][-CONTEXT:].astype(np.float32)
+    windows = np.stack([np.full(CONTEXT, np.nan, dtype=np.float32), series])
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        ours = worker.forecast(windows, HORIZON, LEVELS)  # [W, H, levels]
+    finally:
+        worker.close()
+    assert np.isfinite(ours).all()
+    _, quantiles = model.forecast(horizon=HORIZON, inputs=[series])
+    assert float(np.abs(ours[1] - np.asarray(quantiles)[0, :, 1:]).max()) < 1e-4
