@@ -47,6 +47,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
 BOLT_HORIZON = BOLT_STEPS + BOLT_STEPS // 2  # two calls, the second cut
 TIREX_HORIZON = 2 * TIREX_STEPS + TIREX_STEPS // 2  # three calls
+#: The families added after the first three, exported here with ``--random-weights --size tiny``.
+LATER_FAMILIES = ("moirai2", "toto", "timesfm")
 WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
 
 
@@ -165,21 +167,37 @@ def test_a_graph_disagreeing_with_its_metadata_is_refused_before_any_part(
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
 
 
-def test_three_families_side_by_side_on_one_leaderboard(
+def _random_weights_export(family: str, output: Path) -> Path:
+    """``export FAMILY --random-weights --size tiny``: the family's tiny model from its upstream package's classes."""
+    argv = ["export", family, "--random-weights", "--size", "tiny", "--output", str(output), "--parity-windows", "2"]
+    assert cli.main([*argv, "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
+    return output
+
+
+def test_six_families_side_by_side_on_one_leaderboard(
     bolt: tuple[Path, Any], tirex: tuple[Path, Any], data: Path, tmp_path: Path
 ) -> None:
-    chronos2 = write_tiny_upstream_chronos2(tmp_path, name="chronos2").weights_path
+    """The leaderboard's families in one run: Chronos-2, Chronos-Bolt, TiRex, Moirai 2, Toto and TimesFM 2.5
+    (each built from its upstream package's classes, tiny, random weights) scored on the same pairs."""
+    for module in ("uni2ts.model.moirai2", "toto.model.toto", "timesfm"):
+        pytest.importorskip(module)
+    checkpoints = {
+        "chronos2": write_tiny_upstream_chronos2(tmp_path, name="chronos2").weights_path,
+        "bolt": bolt[0],
+        "tirex": tirex[0],
+        **{family: _random_weights_export(family, tmp_path / family / f"{family}.onnx") for family in LATER_FAMILIES},
+    }
     output = tmp_path / "run"
     flags = ["--context-length", "16", "--horizon", str(TIREX_STEPS), "--quantiles", "0.1,0.5,0.9"]
-    assert _backtest([chronos2, bolt[0], tirex[0]], data, output, *flags) == 0
+    assert _backtest(list(checkpoints.values()), data, output, *flags) == 0
 
     summary = json.loads((output / "summary.json").read_text())
-    scored = {name: summary["pairs"][name]["pairs_scored"] for name in ("chronos2", "bolt", "tirex")}
+    scored = {name: summary["pairs"][name]["pairs_scored"] for name in checkpoints}
     assert len(set(scored.values())) == 1 and next(iter(scored.values())) > 0, scored  # the same pairs for all
     board = pq.read_table(output / "leaderboard.parquet")
     ranked = set(board.filter(pc.field("kind") == "metric").column("model").to_pylist())
-    assert {"chronos2", "bolt", "tirex"} <= ranked
-    for name in ("chronos2", "bolt", "tirex"):
+    assert set(checkpoints) <= ranked
+    for name in checkpoints:
         forecasts = read_forecasts(output, name)
         assert forecasts.num_rows == 9 * TIREX_STEPS
         assert not np.isnan(forecasts["q0.5"].to_numpy(zero_copy_only=False)).any()

@@ -25,6 +25,7 @@ from graphs import tiny_context_quantiles_model, write_tiny_context_quantiles
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, PluginError
 from distributed_onnx.model.adapters import PLUGIN_GROUP, adapter_for
+from distributed_onnx.model import families
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
 pytest.importorskip("ray.serve")
@@ -146,7 +147,9 @@ def test_a_plugin_family_is_listed_by_export_help_and_described_by_inspect(
     )
     assert helped.returncode == 0, helped.stderr
     listed = " ".join(helped.stdout.split())  # argparse wraps the help
-    assert "the model family: chronos2, chronos_bolt, tirex; installed plugins: " in listed
+    built_in = ", ".join(family.name for family in families.BUILT_IN if family.exporter is not None)
+    assert f"the model family: {built_in}; installed plugins: " in listed
+    assert "chronos2, chronos_bolt, tirex, timesfm, moirai2, toto;" in listed
     assert f"{FAMILY} (from {DISTRIBUTION})" in listed
 
     checkpoint = _plugin_checkpoint(tmp_path)
