@@ -24,8 +24,8 @@ from graphs import tiny_context_quantiles_model, write_tiny_context_quantiles
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, PluginError
-from distributed_onnx.model.adapters import PLUGIN_GROUP, adapter_for
 from distributed_onnx.model import families
+from distributed_onnx.model.adapters import PLUGIN_GROUP, adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
 pytest.importorskip("ray.serve")
