@@ -10,6 +10,7 @@ actors and Serve's replicas are other processes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -142,8 +143,13 @@ def test_a_plugin_family_is_listed_by_export_help_and_described_by_inspect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 42: the family registry reaches the CLI with no other edit than installing the plugin."""
+    wide = {**os.environ, "COLUMNS": "1000"}  # argparse wraps at hyphens too: one line per argument's help
     helped = subprocess.run(
-        [sys.executable, "-m", "distributed_onnx", "export", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "distributed_onnx", "export", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=wide,
     )
     assert helped.returncode == 0, helped.stderr
     listed = " ".join(helped.stdout.split())  # argparse wraps the help
