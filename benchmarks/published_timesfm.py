@@ -18,7 +18,7 @@ Reproduce (2 quiet cores; the build and export take minutes the first time, then
 
     .venv/bin/python benchmarks/published_timesfm.py --workdir /work/bench/timesfm --windows 32 600 --rounds 2
 
-Results go to ``benchmarks/results/published_defaults_timesfm.json`` (``--out``).
+Results go to ``benchmarks/results/published_timesfm.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main() -> None:
         "parity": json.loads(parity.read_text()) if parity.exists() else None,
         "sets": sets,
     }
-    out = args.out or RESULTS / "published_defaults_timesfm.json"
+    out = args.out or RESULTS / "published_timesfm.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: {"medians": v["medians"], "ratios": v["ratios_by_round"]} for k, v in sets.items()}, indent=2))
 

@@ -67,6 +67,7 @@ class Scores:
             columns = ["series_id", "model", "metric", "quantile", "value", "n"]
             series = TableSeries(metrics.select(columns).filter(series_rows))
         self._series = series
+        self._series_row: dict[str, int] | None = None
 
     @property
     def primary(self) -> str:
@@ -78,8 +79,17 @@ class Scores:
     def series_ids(self) -> Sequence[str]:
         return self._series.series_ids
 
-    def value(self, model: str, metric: str, quantile: float | None = None) -> float | None:
-        return self.cells.get((model, metric, None, None if quantile is None else round(quantile, 9)))
+    def value(self, model: str, metric: str, quantile: float | None = None, series: str | None = None) -> float | None:
+        level = None if quantile is None else round(quantile, 9)
+        if series is None:
+            return self.cells.get((model, metric, None, level))
+        if self._series_row is None:
+            self._series_row = {name: i for i, name in enumerate(self.series_ids)}
+        row = self._series_row.get(series)
+        if row is None:
+            return None
+        value = self.series_values(model, metric, quantile)[row]
+        return float(value) if np.isfinite(value) else None
 
     def series_values(self, model: str, metric: str, quantile: float | None = None) -> np.ndarray:
         """Every series' value (NaN where it has none), aligned with :attr:`series_ids`."""
