@@ -185,6 +185,12 @@ def run_upstream(
             levels=levels,
         )
     )
+    return time_upstream_script(script)
+
+
+def time_upstream_script(script: Path) -> dict[str, Any]:
+    """Run an upstream script as its own process: its wall time from outside, the windows/s inside its predict
+    calls (the script's last line: ``{"windows": N, "compute_s": S}``) and the load average around it."""
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(script)], check=True, capture_output=True, text=True)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from published_defaults import HORIZON, RESULTS, ROOT, WINDOW_SHAPES, run_ours, write_data
+from published_defaults import HORIZON, RESULTS, ROOT, WINDOW_SHAPES, run_ours, time_upstream_script, write_data
 
 BIN = Path(sys.executable).parent
 CONTEXT = 1024
@@ -110,18 +110,7 @@ def run_upstream(workdir: Path, data: Path, cutoffs: int, threads: int, torch_co
             flags=FLAGS,
         )
     )
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(script)], check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    inside = json.loads(done.stdout.strip().splitlines()[-1])
-    return {
-        "wall_s": wall,
-        "windows": inside["windows"],
-        "windows_per_s": inside["windows"] / inside["compute_s"],
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-    }
+    return time_upstream_script(script)
 
 
 def main() -> None:

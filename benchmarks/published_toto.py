@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from published_defaults import HORIZON, RESULTS, WINDOW_SHAPES, run_ours, write_data
+from published_defaults import HORIZON, RESULTS, WINDOW_SHAPES, run_ours, time_upstream_script, write_data
 
 from distributed_onnx.export.random_weights import TOTO, write_toto
 from distributed_onnx.export.toto import CONTEXT_PATCHES
@@ -125,18 +125,7 @@ def run_upstream(workdir: Path, data: Path, cutoffs: int, threads: int, num_samp
             num_samples=num_samples,
         )
     )
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(script)], check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    inside = json.loads(done.stdout.strip().splitlines()[-1])
-    return {
-        "wall_s": wall,
-        "windows": inside["windows"],
-        "windows_per_s": inside["windows"] / inside["compute_s"],
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
-    }
+    return time_upstream_script(script)
 
 
 def main() -> None:
