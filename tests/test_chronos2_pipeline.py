@@ -305,7 +305,11 @@ def test_int8_variant_names_its_parent_and_stays_near_it(
     assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"]}
     assert metadata["quantization"]["mode"] == mode and metadata["quantization"]["weight_type"] == "int8"
     assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
-    assert variant.with_suffix(".parity.json").is_file()
+    comparison = json.loads(variant.with_suffix(".parity.json").read_text())
+    assert (comparison["parent"], comparison["variant"]) == ("chronos2-tiny", "chronos2-tiny-int8")
+    assert comparison["windows"] == 6 and comparison["horizon"] == HORIZON
+    # int8 moves the forecasts (a variant equal to its parent would mean nothing was quantized), but not far.
+    assert 0.0 < comparison["max_rel_diff"] < 0.5, comparison
     windows = np.random.default_rng(5).normal(60.0, 8.0, (4, CONTEXT)).astype(np.float32)
     windows[0, :30] = np.nan
     forecasts = []

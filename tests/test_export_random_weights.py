@@ -74,7 +74,9 @@ def test_the_random_weights_checkpoint_backtests_through_the_cli(
     argv = ["backtest", "--checkpoint", str(output), "--data", str(data), "--output", str(tmp_path / "run")]
     argv += ["--n-windows", "2", "--stride", "7", "--actors", "1", "--horizon", "8", "--no-progress"]
     assert cli.main(argv) == 0
-    assert (tmp_path / "run" / "summary.json").is_file()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # the exported checkpoint's windows forecast and scored, beside the baselines'
+    assert summary["windows"]["planned"] == 3 * 2 and summary["pairs"][output.stem]["pairs_scored"] > 0, summary
 
 
 @pytest.mark.parametrize("source", ["--random-weights", "--from-pretrained"])

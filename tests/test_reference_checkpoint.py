@@ -170,6 +170,8 @@ def test_quantiles_are_monotone_and_finite_even_without_observations(session: In
     # reference/model.py); this checks that the exported graph kept that construction on degenerate inputs,
     # where a lost head (or a NaN leaking past the mask, which isfinite above also catches) would show.
     assert (np.diff(output, axis=1) >= 0).all()
+    # ... and did not collapse to one value: the outer quantiles stay apart in every row and step.
+    assert (output[:, -1] - output[:, 0] > 0).all()
 
 
 def test_median_beats_seasonal_naive_on_held_out_days(session: InferenceSession, taylor: Series) -> None:
