@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from distributed_onnx.export.random_weights import CHRONOS_BOLT, TIREX
 
@@ -102,3 +103,23 @@ def forecast_block(forecasts: pa.Table, window_ids: list[str], horizon: int, lev
     leads = range(1, horizon + 1)
     names = [f"q{level}" for level in levels]
     return np.array([[[rows[(window, lead)][name] for name in names] for lead in leads] for window in window_ids])
+
+
+#: The backtest flags the family tests share: three windows a series, one actor, small batches.
+WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
+
+
+# The family tests' module fixtures, imported by each family's test module: its folder, the gappy series, their table.
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    return tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
+
+
+@pytest.fixture(scope="module")
+def series() -> dict[str, np.ndarray]:
+    return gappy_series()
+
+
+@pytest.fixture(scope="module")
+def data(root: Path, series: dict[str, np.ndarray]) -> Path:
+    return write_gappy_dataset(root / "gappy.parquet", series)

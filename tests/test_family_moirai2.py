@@ -24,7 +24,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("uni2ts.model.moirai2")
 
 from backtest_data import read_forecasts  # noqa: E402
-from families import LEVELS, RESOLUTION_MINUTES, forecast_block, gappy_series, window_contexts, write_gappy_dataset  # noqa: E402
+from families import (  # noqa: E402, F401 (data, root, series: the shared module fixtures)
+    LEVELS,
+    RESOLUTION_MINUTES,
+    WINDOWS,
+    data,
+    forecast_block,
+    gappy_series,
+    root,
+    series,
+    window_contexts,
+    write_gappy_dataset,
+)
 
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.export.random_weights import MOIRAI2, write_moirai2  # noqa: E402
@@ -36,22 +47,6 @@ PATCH, PER_CALL = 8, 2
 assert (MOIRAI2["tiny"]["patch_size"], MOIRAI2["tiny"]["num_predict_token"]) == (PATCH, PER_CALL)
 assert PATCH * MOIRAI2["tiny"]["max_seq_len"] == CONTEXT
 HORIZON = 5 * PATCH  # three model calls (2 + 2 + 1 patches), all inside the graph
-WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("moirai2")
-
-
-@pytest.fixture(scope="module")
-def series() -> dict[str, np.ndarray]:
-    return gappy_series()
-
-
-@pytest.fixture(scope="module")
-def data(root: Path, series: dict[str, np.ndarray]) -> Path:
-    return write_gappy_dataset(root / "gappy.parquet", series)
 
 
 @pytest.fixture(scope="module")

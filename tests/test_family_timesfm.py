@@ -24,11 +24,15 @@ pytest.importorskip("torch")
 timesfm = pytest.importorskip("timesfm")
 
 from backtest_data import read_forecasts  # noqa: E402
-from families import (  # noqa: E402
+from families import (  # noqa: E402, F401 (data, root, series: the shared module fixtures)
     LEVELS,
     RESOLUTION_MINUTES,
+    WINDOWS,
+    data,
     forecast_block,
     gappy_series,
+    root,
+    series,
     window_contexts,
     write_gappy_dataset,
 )
@@ -41,7 +45,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 CONTEXT = TIMESFM["tiny"]["forecast_config"]["max_context"]
 PATCH = TIMESFM["tiny"]["sizes"]["output_patch_len"]
 HORIZON = PATCH + PATCH // 2  # two output patches decoded in the graph, the second cut
-WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
 #: TimesFM README's ``ForecastConfig`` (the export's default flags), at the tiny context and this horizon.
 FORECAST = {
     "max_context": CONTEXT,
@@ -52,21 +55,6 @@ FORECAST = {
     "infer_is_positive": True,
     "fix_quantile_crossing": True,
 }
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("timesfm")
-
-
-@pytest.fixture(scope="module")
-def series() -> dict[str, np.ndarray]:
-    return gappy_series()
-
-
-@pytest.fixture(scope="module")
-def data(root: Path, series: dict[str, np.ndarray]) -> Path:
-    return write_gappy_dataset(root / "gappy.parquet", series)
 
 
 @pytest.fixture(scope="module")

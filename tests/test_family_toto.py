@@ -24,11 +24,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("toto")
 
 from backtest_data import read_forecasts  # noqa: E402
-from families import (  # noqa: E402
+from families import (  # noqa: E402, F401 (data, root, series: the shared module fixtures)
     LEVELS,
     RESOLUTION_MINUTES,
+    WINDOWS,
+    data,
     forecast_block,
     gappy_series,
+    root,
+    series,
     window_contexts,
     write_gappy_dataset,
 )
@@ -40,22 +44,6 @@ from distributed_onnx.export.toto import upstream_quantiles  # noqa: E402
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
 STEPS = TOTO["tiny"]["patch_size"]  # one call: one patch
-WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("toto")
-
-
-@pytest.fixture(scope="module")
-def series() -> dict[str, np.ndarray]:
-    return gappy_series()
-
-
-@pytest.fixture(scope="module")
-def data(root: Path, series: dict[str, np.ndarray]) -> Path:
-    return write_gappy_dataset(root / "gappy.parquet", series)
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,17 @@ pytest.importorskip("chronos")
 pytest.importorskip("tirex")
 
 from backtest_data import read_forecasts  # noqa: E402
-from families import (  # noqa: E402
+from families import (  # noqa: E402, F401 (data, root, series: the shared module fixtures)
     BOLT_STEPS,
     LEVELS,
     RESOLUTION_MINUTES,
     TIREX_STEPS,
+    WINDOWS,
+    data,
     forecast_block,
     gappy_series,
+    root,
+    series,
     window_contexts,
     write_gappy_dataset,
     write_tiny_bolt,
@@ -49,22 +53,6 @@ BOLT_HORIZON = BOLT_STEPS + BOLT_STEPS // 2  # two calls, the second cut
 TIREX_HORIZON = 2 * TIREX_STEPS + TIREX_STEPS // 2  # three calls
 #: The families added after the first three, exported here with ``--random-weights --size tiny``.
 LATER_FAMILIES = ("moirai2", "toto", "timesfm")
-WINDOWS = ["--n-windows", "3", "--stride", "7", "--actors", "1", "--rows-per-batch", "4", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("families")
-
-
-@pytest.fixture(scope="module")
-def series() -> dict[str, np.ndarray]:
-    return gappy_series()
-
-
-@pytest.fixture(scope="module")
-def data(root: Path, series: dict[str, np.ndarray]) -> Path:
-    return write_gappy_dataset(root / "gappy.parquet", series)
 
 
 def _export(family: str, pretrained: Path, output: Path) -> dict[str, Any]:
