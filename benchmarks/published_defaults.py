@@ -205,11 +205,14 @@ def time_upstream_script(script: Path) -> dict[str, Any]:
     }
 
 
-def run_ours(checkpoint: Path, data: Path, output: Path, cutoffs: int, tree: Path | None = None) -> dict[str, Any]:
-    """The command at its defaults; the first part's arrival is polled from outside."""
+def run_ours(
+    checkpoint: Path, data: Path, output: Path, cutoffs: int, tree: Path | None = None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The command at its defaults (plus ``extra``, e.g. ``--tuned FILE``); the first part's arrival is polled
+    from outside."""
     argv = [str(BIN / "distributed-onnx"), "backtest", "--checkpoint", str(checkpoint), "--data", str(data)]
     argv += ["--output", str(output), "--n-windows", str(cutoffs), "--stride", str(HORIZON), "--horizon", str(HORIZON)]
-    argv += ["--quantiles", "0.1,0.5,0.9", "--no-progress"]
+    argv += ["--quantiles", "0.1,0.5,0.9", "--no-progress", *extra]
     shutil.rmtree(output, ignore_errors=True)  # a fresh run: an existing directory would resume
     env = dict(os.environ)
     if tree is not None:
@@ -239,6 +242,35 @@ def run_ours(checkpoint: Path, data: Path, output: Path, cutoffs: int, tree: Pat
     }
 
 
+def _processor() -> str:
+    """The CPU's model name (``/proc/cpuinfo``): figures from different CPUs are not comparable."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
+def one_round(
+    args: argparse.Namespace, workdir: Path, checkpoint: Path, data: Path, windows: int, cutoffs: int, round_: int
+) -> dict[str, Any]:
+    """One round of every side, in a fixed order (upstream, ours, int8, tuned, before)."""
+    entry: dict[str, Any] = {"round": round_}
+    if not args.no_upstream:
+        entry["upstream"] = run_upstream(workdir, args.family, data, cutoffs, [0.1, 0.5, 0.9], args.threads)
+    entry["ours"] = run_ours(checkpoint, data, workdir / f"run-{windows}-{round_}", cutoffs)
+    if args.int8:
+        variant = checkpoint.with_name(checkpoint.stem + "-int8.onnx")
+        entry["ours_int8"] = run_ours(variant, data, workdir / f"int8-{windows}-{round_}", cutoffs)
+    if args.tuned is not None:
+        tuned = ("--tuned", str(args.tuned))
+        entry["ours_tuned"] = run_ours(checkpoint, data, workdir / f"tuned-{windows}-{round_}", cutoffs, None, tuned)
+    if args.before_tree is not None:
+        before = workdir / f"before-{windows}-{round_}"
+        entry["ours_before"] = run_ours(checkpoint, data, before, cutoffs, args.before_tree)
+    return entry
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=sorted(FAMILIES), required=True)
@@ -248,6 +280,8 @@ def main() -> None:
     parser.add_argument("--export-args", default="", help="extra arguments of `export` (space-separated)")
     parser.add_argument("--int8", action="store_true", help="also run the export's int8 variant (--quantize int8)")
     parser.add_argument("--before-tree", type=Path, help="another checkout: its start-up on the same checkpoint")
+    parser.add_argument("--tuned", type=Path, help="also run with --tuned FILE (a file `distributed-onnx tune` wrote)")
+    parser.add_argument("--no-upstream", action="store_true", help="leave the upstream side out (runner sides only)")
     parser.add_argument("--workdir", type=Path, help="keep the built model here (reused when present)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--build-only", action="store_true", help="build and export the model, then stop")
@@ -259,7 +293,6 @@ def main() -> None:
         print(json.dumps(built))
         return
     context = FAMILIES[args.family]["context"]
-    levels = [0.1, 0.5, 0.9]
     sets: dict[str, Any] = {}
     for windows in args.windows:
         n_series, cutoffs = WINDOW_SHAPES[windows]
@@ -267,15 +300,7 @@ def main() -> None:
         write_data(data, context, n_series, cutoffs)
         rounds = []
         for round_ in range(args.rounds):
-            entry: dict[str, Any] = {"round": round_}
-            entry["upstream"] = run_upstream(workdir, args.family, data, cutoffs, levels, args.threads)
-            entry["ours"] = run_ours(checkpoint, data, workdir / f"run-{windows}-{round_}", cutoffs)
-            if args.int8:
-                variant = checkpoint.with_name(checkpoint.stem + "-int8.onnx")
-                entry["ours_int8"] = run_ours(variant, data, workdir / f"int8-{windows}-{round_}", cutoffs)
-            if args.before_tree is not None:
-                before = workdir / f"before-{windows}-{round_}"
-                entry["ours_before"] = run_ours(checkpoint, data, before, cutoffs, args.before_tree)
+            entry = one_round(args, workdir, checkpoint, data, windows, cutoffs, round_)
             rounds.append(entry)
             print(json.dumps({"windows": windows, **entry}), flush=True)
         sides = [side for side in rounds[0] if side != "round"]
@@ -289,20 +314,22 @@ def main() -> None:
         }
         if args.int8:
             ratios_int8 = [r["ours_int8"]["windows_per_s"] / r["ours"]["windows_per_s"] for r in rounds]
+        base = "upstream" if not args.no_upstream else "ours"
         ratios = {
             side: {
-                "windows_per_s": [r[side]["windows_per_s"] / r["upstream"]["windows_per_s"] for r in rounds],
-                "whole_process": [r["upstream"]["wall_s"] / r[side]["wall_s"] for r in rounds],
+                "windows_per_s": [r[side]["windows_per_s"] / r[base]["windows_per_s"] for r in rounds],
+                "whole_process": [r[base]["wall_s"] / r[side]["wall_s"] for r in rounds],
             }
             for side in sides
-            if side != "upstream"
+            if side != base
         }
         sets[str(windows)] = {"series": n_series, "cutoffs": cutoffs, "rounds": rounds, "medians": medians}
         sets[str(windows)]["ratios_by_round"] = ratios
         if args.int8:
             sets[str(windows)]["int8_over_fp32_windows_per_s"] = ratios_int8
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": _processor()},
+        "ratios_against": "upstream" if not args.no_upstream else "ours (defaults)",
         "family": args.family,
         "context": context,
         "horizon": HORIZON,

@@ -29,6 +29,12 @@ class StartHere:
 
 START_HERE = StartHere()
 
+#: Rows of each backtest actor's warm-up forecast: one. The run's first batch pays for ONNX Runtime's lazy
+#: initialisation anyway; the warm-up is kept so that a graph that cannot run fails at start, before any part is
+#: handed out, and one row is its cheapest form. (The worker's default of 8 rows cost each actor 13 s of a
+#: Chronos-2-sized graph's start-up: benchmarks/results/published_defaults.md.)
+BACKTEST_WARM_UP_ROWS = 1
+
 
 def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) -> EarlyStart | None:
     """Ray and the pool on a thread while the plan is made, for a run that has work to do; else None.
@@ -54,7 +60,10 @@ def kept_pool(settings: BacktestSettings) -> EarlyStart:
     them with :meth:`~.runtime.early_start.EarlyStart.release`. For runs with the same checkpoints, providers,
     actors and resources (a fev benchmark's runs)."""
     checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
-    configs = [WorkerConfig(checkpoint=each.weights_path, providers=settings.providers) for each in checkpoints]
+    configs = [
+        WorkerConfig(checkpoint=each.weights_path, providers=settings.providers, warm_up_rows=BACKTEST_WARM_UP_ROWS)
+        for each in checkpoints
+    ]
     pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
     return EarlyStart(settings.address, pool, kept=True)
 
@@ -75,5 +84,11 @@ def worker_configs(settings: BacktestSettings, checkpoints: list[Path]) -> list[
     """One config per checkpoint (each actor loads every model of the run), with the settings' session options."""
     options = settings.session_options()
     return [
-        WorkerConfig(checkpoint=path, providers=settings.providers, session_options=options) for path in checkpoints
+        WorkerConfig(
+            checkpoint=path,
+            providers=settings.providers,
+            session_options=options,
+            warm_up_rows=BACKTEST_WARM_UP_ROWS,
+        )
+        for path in checkpoints
     ]

@@ -1,0 +1,180 @@
+"""How fast can an fp32 graph run on this machine at all: a checkpoint's multiply-adds per window against the
+cores' measured matrix-multiply peak.
+
+A runner can only beat a pipeline by doing the same arithmetic faster or by doing less of it. This measures
+the first bound on this machine, with ONNX Runtime itself:
+
+- **peak**: one ORT thread on one large fp32 ``MatMul`` (``[1024, K] x [K, 2048]``, MLAS's best case), in
+  multiply-adds per second;
+- **work**: the checkpoint's multiply-adds per window, counted from what ran: one profiled ORT run of
+  ``--rows`` windows, every ``MatMul``/``Gemm`` node's output shape times its inner dimension as ORT's profiler
+  records them (the attention's products of activations included; element-wise work left out, so the count is
+  a floor);
+- **attained**: the checkpoint's windows per second on one ORT thread at ``--rows`` rows a call, times its
+  work: the share of the peak the graph already reaches.
+
+Then ``cores x peak / work`` is the most windows per second any fp32 execution of this graph can reach on this
+machine's cores; against the upstream pipeline's own windows per second (``--upstream-windows-per-s``, measured
+by ``published_defaults.py`` on the same machine) it bounds the ratio a runner can show without removing
+arithmetic. Windows go in NaN-free (a random walk), the way the published-shape benchmarks feed them.
+
+Reproduce (2 quiet cores)::
+
+    .venv/bin/python benchmarks/roofline.py --checkpoint W/model/chronos_bolt.onnx --upstream-windows-per-s 18.4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _session(path: str, *, profile_prefix: str | None = None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _timed(run: Any, seconds: float) -> float:
+    """Calls per second of ``run`` over at least ``seconds`` (after one untimed call)."""
+    run()
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds or calls < 2:
+        run()
+        calls += 1
+    return calls / (time.perf_counter() - started)
+
+
+def matmul_peak(seconds: float, inner: int = 512) -> float:
+    """Multiply-adds per second of one ORT thread on a large fp32 MatMul."""
+    rows, cols = 1024, 2048
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [inner, cols], np.random.rand(inner, cols).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "peak",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, inner])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [weight],
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "peak.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        session = _session(path)
+        x = np.random.rand(rows, inner).astype(np.float32)
+        per_s = _timed(lambda: session.run(None, {"x": x}), seconds)
+    return per_s * rows * inner * cols
+
+
+def _inputs(session: ort.InferenceSession, rows: int, context: np.ndarray) -> dict[str, np.ndarray]:
+    """Feeds for the families' contracts: the context (by its name or first), and the Chronos-2 extras."""
+    feeds: dict[str, np.ndarray] = {}
+    for node in session.get_inputs():
+        width = node.shape[1] if len(node.shape) > 1 and isinstance(node.shape[1], int) else context.shape[1]
+        if node.name in ("context", "past_target") or not feeds:
+            feeds[node.name] = context[:, -width:] if width <= context.shape[1] else context
+        elif node.name == "group_ids":
+            feeds[node.name] = np.arange(rows, dtype=np.int64)
+        elif node.name == "attention_mask":
+            feeds[node.name] = np.ones_like(feeds["context"])
+        elif node.name == "future_covariates":
+            feeds[node.name] = np.full((rows, int(width)), np.nan, np.float32)
+        else:
+            raise SystemExit(f"no feed for input {node.name!r} {node.shape}: not a family this script knows")
+    return feeds
+
+
+def _macs_of(event: dict[str, Any]) -> int:
+    """Multiply-adds of one profiled MatMul/Gemm: its output's elements x the inner dimension (the first input's
+    last; the profiler records the activations' shapes, not the weights')."""
+    args = event["args"]
+    inputs = [next(iter(each.values())) for each in args.get("input_type_shape", [])]
+    outputs = [next(iter(each.values())) for each in args.get("output_type_shape", [])]
+    if not inputs or not inputs[0] or not outputs:
+        return 0
+    return int(np.prod(outputs[0])) * int(inputs[0][-1])
+
+
+def window_macs(checkpoint: Path, rows: int, context_length: int) -> int:
+    """The checkpoint's MatMul/Gemm multiply-adds per window, from one profiled run of ``rows`` windows."""
+    with tempfile.TemporaryDirectory() as folder:
+        session = _session(str(checkpoint), profile_prefix=str(Path(folder) / "profile"))
+        context = _context(rows, context_length)
+        session.run(None, _inputs(session, rows, context))
+        trace = json.loads(Path(session.end_profiling()).read_text())
+    ops = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
+    total = sum(
+        _macs_of(event)
+        for event in trace
+        if event.get("cat") == "Node"
+        and event.get("name", "").endswith("_kernel_time")
+        and event.get("args", {}).get("op_name") in ops
+    )
+    return total // rows
+
+
+def _context(rows: int, length: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return (100 + np.cumsum(rng.normal(0, 2, (rows, length)), axis=1)).astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--rows", type=int, default=8, help="windows a call (the upstream script's batch)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each timed measurement")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--upstream-windows-per-s", type=float, help="the upstream pipeline's, same machine")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    metadata = json.loads(args.checkpoint.with_suffix(".metadata.json").read_text())
+    context_length = int(metadata["context_length"])
+    load_before = os.getloadavg()[0]
+    peak = matmul_peak(args.seconds)
+    macs = window_macs(args.checkpoint, args.rows, context_length)
+    session = _session(str(args.checkpoint))
+    feeds = _inputs(session, args.rows, _context(args.rows, context_length))
+    windows_per_s = _timed(lambda: session.run(None, feeds), args.seconds) * args.rows
+    ceiling = args.cores * peak / macs
+    result = {
+        "checkpoint": args.checkpoint.name,
+        "family": metadata["model_family"],
+        "context_length": context_length,
+        "rows_per_call": args.rows,
+        "matmul_peak_gmacs_per_core": round(peak / 1e9, 2),
+        "window_gmacs": round(macs / 1e9, 4),
+        "ort_one_thread_windows_per_s": round(windows_per_s, 3),
+        "attained_share_of_peak": round(windows_per_s * macs / peak, 3),
+        "cores": args.cores,
+        "ceiling_windows_per_s": round(ceiling, 3),
+        "upstream_windows_per_s": args.upstream_windows_per_s,
+        "ceiling_over_upstream": round(ceiling / args.upstream_windows_per_s, 3)
+        if args.upstream_windows_per_s
+        else None,
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "ort": ort.__version__},
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
+    print(json.dumps(result, indent=2))
+    out = args.out or RESULTS / f"roofline_{metadata['model_family']}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
