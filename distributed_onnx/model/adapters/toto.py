@@ -59,30 +59,44 @@ def mixture_quantiles(params: np.ndarray, levels: Sequence[float]) -> np.ndarray
     """``[rows, steps, components, 4]`` (weight, df, loc, scale) -> ``[rows, len(levels), steps]`` float32.
 
     The q-quantile of ``sum_k w_k T(df_k, loc_k, scale_k)`` is the root of its CDF minus q, which lies between
-    the components' own q-quantiles (``stdtrit``): the bracket. Newton steps (the mixture's density) inside it,
-    bisection where a step would leave it; the bracket shrinks at every step, so every root converges.
+    the components' own q-quantiles (``stdtrit``): the bracket. It starts at their weighted mean (inside the
+    bracket), takes Newton steps (the mixture's density) inside it and bisects where a step would leave it; the
+    bracket shrinks at every step, so every root converges. Each step computes only the roots not yet
+    converged: a few slow ones no longer make every root pay for their steps (the CDF's ``stdtr`` is most of
+    the cost, as much as the graph's own pass at Toto's published shapes).
     """
     values = np.asarray(params, dtype=np.float64)
-    weight, df, loc, scale = (values[..., None, :, index] for index in range(4))  # [R, S, 1, K]
-    q = np.asarray(levels, dtype=np.float64)[:, None]  # [Q, 1]
+    rows, steps, components = values.shape[0], values.shape[1], values.shape[2]
+    q = np.asarray(levels, dtype=np.float64)
+    weight, df, loc, scale = (values[..., index] for index in range(4))  # [R, S, K]
     weight = weight / weight.sum(axis=-1, keepdims=True)  # the softmax, renormalised in float64
-    own = loc + scale * special.stdtrit(df, q)  # [R, S, Q, K]: each component's q-quantile
-    low, high = own.min(axis=-1), own.max(axis=-1)
     log_norm = special.gammaln((df + 1) / 2) - special.gammaln(df / 2) - 0.5 * np.log(df * np.pi) - np.log(scale)
-    level = q[:, 0]
-    x = (low + high) / 2
+    # One root per (row, step, level), each with its mixture's K components: [R * S * Q, K].
+    shape = (rows, steps, q.size, components)
+    weight, df, loc, scale, log_norm = (
+        np.broadcast_to(each[:, :, None, :], shape).reshape(-1, components)
+        for each in (weight, df, loc, scale, log_norm)
+    )
+    level = np.broadcast_to(q, shape[:3]).reshape(-1)
+    own = loc + scale * special.stdtrit(df, level[:, None])  # each component's q-quantile
+    low, high = own.min(axis=-1), own.max(axis=-1)
+    x = (weight * own).sum(axis=-1)
+    active = np.arange(x.size)
     for _ in range(MAX_STEPS):
-        t = (x[..., None] - loc) / scale
-        below = (weight * special.stdtr(df, t)).sum(axis=-1) - level  # CDF(x) - q
-        density = (weight * np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))).sum(axis=-1)
-        low = np.where(below < 0, x, low)
-        high = np.where(below < 0, high, x)
+        w, d, m, s, norm = weight[active], df[active], loc[active], scale[active], log_norm[active]
+        here, lo, hi = x[active], low[active], high[active]
+        t = (here[:, None] - m) / s
+        below = (w * special.stdtr(d, t)).sum(axis=-1) - level[active]  # CDF(x) - q
+        density = (w * np.exp(norm - (d + 1) / 2 * np.log1p(t * t / d))).sum(axis=-1)
+        lo = np.where(below < 0, here, lo)
+        hi = np.where(below < 0, hi, here)
         with np.errstate(divide="ignore", invalid="ignore"):
-            newton = x - below / density
-        inside = np.isfinite(newton) & (newton > low) & (newton < high)
-        stepped = np.where(inside, newton, (low + high) / 2)
-        done = np.abs(stepped - x) <= RELATIVE_TOLERANCE * np.maximum(np.abs(x), 1.0)
-        x = stepped
-        if done.all():
+            newton = here - below / density
+        inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
+        stepped = np.where(inside, newton, (lo + hi) / 2)
+        done = np.abs(stepped - here) <= RELATIVE_TOLERANCE * np.maximum(np.abs(here), 1.0)
+        x[active], low[active], high[active] = stepped, lo, hi
+        active = active[~done]
+        if active.size == 0:
             break
-    return np.ascontiguousarray(x.transpose(0, 2, 1), dtype=np.float32)
+    return np.ascontiguousarray(x.reshape(rows, steps, q.size).transpose(0, 2, 1), dtype=np.float32)
