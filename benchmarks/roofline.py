@@ -5,7 +5,8 @@ A runner can only beat a pipeline by doing the same arithmetic faster or by doin
 the first bound on this machine, with ONNX Runtime itself:
 
 - **peak**: one ORT thread on one large fp32 ``MatMul`` (``[1024, K] x [K, 2048]``, MLAS's best case), in
-  multiply-adds per second;
+  multiply-adds per second; and the same ``MatMul`` quantized as ``export --quantize int8`` quantizes
+  (dynamic int8): the most an int8 variant can gain over fp32 on this CPU;
 - **work**: the checkpoint's multiply-adds per window, counted from what ran: one profiled ORT run of
   ``--rows`` windows, every ``MatMul``/``Gemm`` node's output shape times its inner dimension as ORT's profiler
   records them (the attention's products of activations included; element-wise work left out, so the count is
@@ -62,8 +63,11 @@ def _timed(run: Any, seconds: float) -> float:
     return calls / (time.perf_counter() - started)
 
 
-def matmul_peak(seconds: float, inner: int = 512) -> float:
-    """Multiply-adds per second of one ORT thread on a large fp32 MatMul."""
+def matmul_peaks(seconds: float, inner: int = 512) -> tuple[float, float]:
+    """Multiply-adds per second of one ORT thread on a large MatMul: fp32, and the same graph quantized as
+    ``export --quantize int8`` quantizes (``quantize_dynamic``, int8 weights, activations quantized per call)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     rows, cols = 1024, 2048
     weight = helper.make_tensor("w", TensorProto.FLOAT, [inner, cols], np.random.rand(inner, cols).astype(np.float32))
     graph = helper.make_graph(
@@ -73,13 +77,16 @@ def matmul_peak(seconds: float, inner: int = 512) -> float:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
         [weight],
     )
+    x = np.random.rand(rows, inner).astype(np.float32)
+    peaks = []
     with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / "peak.onnx")
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-        session = _session(path)
-        x = np.random.rand(rows, inner).astype(np.float32)
-        per_s = _timed(lambda: session.run(None, {"x": x}), seconds)
-    return per_s * rows * inner * cols
+        fp32, int8 = str(Path(folder) / "peak.onnx"), str(Path(folder) / "peak-int8.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+        quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8)
+        for path in (fp32, int8):
+            session = _session(path)
+            peaks.append(_timed(lambda session=session: session.run(None, {"x": x}), seconds) * rows * inner * cols)
+    return peaks[0], peaks[1]
 
 
 def _inputs(session: ort.InferenceSession, rows: int, context: np.ndarray) -> dict[str, np.ndarray]:
@@ -118,7 +125,8 @@ def window_macs(checkpoint: Path, rows: int, context_length: int) -> int:
         context = _context(rows, context_length)
         session.run(None, _inputs(session, rows, context))
         trace = json.loads(Path(session.end_profiling()).read_text())
-    ops = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
+    ops = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "DynamicQuantizeMatMul"}
+    ops |= {"MatMulIntegerToFloat", "QLinearMatMul"}  # an int8 variant's products
     total = sum(
         _macs_of(event)
         for event in trace
@@ -146,7 +154,7 @@ def main() -> None:
     metadata = json.loads(args.checkpoint.with_suffix(".metadata.json").read_text())
     context_length = int(metadata["context_length"])
     load_before = os.getloadavg()[0]
-    peak = matmul_peak(args.seconds)
+    peak, int8_peak = matmul_peaks(args.seconds)
     macs = window_macs(args.checkpoint, args.rows, context_length)
     session = _session(str(args.checkpoint))
     feeds = _inputs(session, args.rows, _context(args.rows, context_length))
@@ -158,9 +166,12 @@ def main() -> None:
         "context_length": context_length,
         "rows_per_call": args.rows,
         "matmul_peak_gmacs_per_core": round(peak / 1e9, 2),
+        "int8_matmul_peak_gmacs_per_core": round(int8_peak / 1e9, 2),
+        "int8_peak_over_fp32_peak": round(int8_peak / peak, 3),
         "window_gmacs": round(macs / 1e9, 4),
         "ort_one_thread_windows_per_s": round(windows_per_s, 3),
         "attained_share_of_peak": round(windows_per_s * macs / peak, 3),
+        "attained_share_of_int8_peak": round(windows_per_s * macs / int8_peak, 3),  # for an int8 variant
         "cores": args.cores,
         "ceiling_windows_per_s": round(ceiling, 3),
         "upstream_windows_per_s": args.upstream_windows_per_s,
