@@ -86,8 +86,11 @@ def test_cross_attention_skips_projecting_the_encoder_tokens_and_forecasts_stay_
     pipeline: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import onnxruntime as ort
+    from transformers.models.t5.modeling_t5 import T5Attention
 
+    upstream_forward, cache = T5Attention.forward, pipeline.model.decoder.config.use_cache
     after = _export(pipeline, tmp_path / "after.onnx")
+    assert (T5Attention.forward, pipeline.model.decoder.config.use_cache) == (upstream_forward, cache)  # undone
     with monkeypatch.context() as switched_off:
         switched_off.setattr(chronos_bolt, "_one_query_cross_attention", _upstream_cross_attention)
         before = _export(pipeline, tmp_path / "before.onnx")
