@@ -21,10 +21,11 @@ only to rows of its own group at unmasked time steps) becomes a branch in the gr
 ``If`` per block). When no query may attend another row (every row its own group: a univariate call, the
 backtest's default) each unmasked query has one key, itself, its softmax weight is exactly 1 and the block's
 group attention is ``h + o(v(LN(h)))``: the graph computes ``h + LN(h) (Wo Wv)^T`` with ``Wo Wv`` folded at
-export (a buffer, removed on exit), skipping the q and k projections and the attention (per token and block:
-4 d_model^2 + 2 rows d_model multiply-adds become d_model^2). Otherwise (covariates, ``--group-by``: shared
-group ids) it runs upstream's method unchanged. The predicate is computed in the graph from the group-time
-mask itself: no key of another row is unmasked for any query.
+export (a buffer, removed on exit), skipping the q and k projections and the attention. Per token and block,
+4 d_model^2 + 2 rows d_model multiply-adds become d_model^2: at the published shapes (horizon 64) ORT's
+profiled MatMuls per window go from 64.9 to 53.8 GMAC, 17% fewer, the parity report unchanged (1.2e-4 of 550).
+Otherwise (covariates, ``--group-by``: shared group ids) it runs upstream's method unchanged. The predicate is
+computed in the graph from the group-time mask itself: no query has an unmasked key in another row.
 
 A token at a masked time step (a padding or all-NaN patch) has no unmasked key at all: upstream adds
 ``finfo.min`` to every score and gets a uniform average of the batch's values, the branch its own ``o(v(.))``,
