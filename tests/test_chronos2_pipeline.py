@@ -335,15 +335,106 @@ def test_static_int8_without_data_is_refused(workdir: Path, capsys: pytest.Captu
 def test_export_restores_upstream_and_reports_parity(checkpoint: Path) -> None:
     import json
 
+    from chronos.chronos2 import layers
     from chronos.chronos2 import model as upstream
 
     from distributed_onnx.export.chronos2 import _float_group_time_mask, _prepare_patched_future_unchecked
 
     assert upstream.Chronos2Model._prepare_patched_future is not _prepare_patched_future_unchecked
     assert upstream.Chronos2Encoder._construct_and_invert_group_time_mask is not _float_group_time_mask
+    assert layers.GroupSelfAttention.forward.__module__ == "chronos.chronos2.layers"
     assert checkpoint.with_name(checkpoint.name + ".data").is_file()  # weights as external data
     parity = json.loads(checkpoint.with_suffix(".parity.json").read_text())
     assert parity["windows"] == 6 and parity["max_rel_diff"] < 1e-4, parity
+
+
+# ------------------------------------------------------------------------------------- univariate: own row
+
+#: The tiny model's shape (the ``pipeline`` fixture): layers, d_model, heads x d_kv.
+LAYERS, D_MODEL, HEADS, D_KV = 2, 64, 4, 16
+
+
+def gappy_windows() -> np.ndarray:
+    """Univariate windows with every kind of masked time step: leading NaN, a NaN run inside, a short series
+    (NaN-padded on the left), a NaN at the end, and one fully observed."""
+    rng = np.random.default_rng(11)
+    windows = (40 + np.cumsum(rng.normal(0, 1, (5, CONTEXT)), axis=1)).astype(np.float32)
+    windows[0, :20] = np.nan
+    windows[1, 30:41] = np.nan
+    windows[2, : CONTEXT - 9] = np.nan
+    windows[3, -3:] = np.nan
+    return windows
+
+
+def test_univariate_gappy_windows_equal_upstream_predict(checkpoint: Path, pipeline: Any) -> None:
+    """Every row its own group: the graph's group attention is ``o(v(LN(h)))`` (no query has another key). A
+    masked time step has no key at all, where upstream averages the batch's values; nothing attends a masked
+    token, so the forecasts still equal upstream's, gaps and all."""
+    from distributed_onnx.export.chronos2 import _upstream_forecast
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    windows = gappy_windows()
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint))
+    try:
+        got = worker.forecast(windows, HORIZON, worker.metadata.native_quantiles)
+    finally:
+        worker.close()
+    want = _upstream_forecast(pipeline)(windows, HORIZON)
+
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def matmul_macs(checkpoint: Path, windows: np.ndarray, group_ids: np.ndarray) -> int:
+    """MatMul/Gemm multiply-adds of one ORT call, from its profiler: each node's output elements x its first
+    input's last dimension (benchmarks/roofline.py ``window_macs``'s count)."""
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(folder) / "profile")
+        session = ort.InferenceSession(str(checkpoint), options, providers=["CPUExecutionProvider"])
+        feeds = {
+            "context": windows,
+            "group_ids": group_ids.astype(np.int64),
+            "attention_mask": np.isfinite(windows).astype(np.float32),
+            "future_covariates": np.full((windows.shape[0], HORIZON), np.nan, np.float32),
+        }
+        session.run(None, feeds)
+        trace = json.loads(Path(session.end_profiling()).read_text())
+    total = 0
+    for event in trace:
+        args = event.get("args", {})
+        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+            continue
+        if args.get("op_name") in {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}:
+            first = next(iter(args["input_type_shape"][0].values()))
+            output = next(iter(args["output_type_shape"][0].values()))
+            total += int(np.prod(output)) * int(first[-1])
+    return total
+
+
+def test_univariate_call_skips_the_group_attentions_arithmetic(checkpoint: Path) -> None:
+    """The graph branches (one ONNX ``If`` per block): rows in groups of their own skip the group attention's
+    q and k projections and its attention, and do v then o as one folded d_model x d_model product."""
+    import onnx
+
+    graph = onnx.load(str(checkpoint), load_external_data=False).graph
+    assert sum(node.op_type == "If" for node in graph.node) == LAYERS
+
+    windows = gappy_windows()[:4]
+    solo = matmul_macs(checkpoint, windows, np.arange(4))
+    shared = matmul_macs(checkpoint, windows, np.array([0, 0, 1, 1]))
+
+    rows, inner = windows.shape[0], HEADS * D_KV
+    tokens = rows * (CONTEXT // PATCH + 1 + PATCHES)  # the context patches, REG, the output patches
+    # Per token and block: q, k, v, o (4 d x inner) and the attention over the batch (2 x rows x inner) become
+    # one d x d product.
+    saved = 4 * D_MODEL * inner + 2 * rows * inner - D_MODEL * D_MODEL
+    assert shared - solo == LAYERS * tokens * saved, (shared, solo)
 
 
 # --------------------------------------------------------------------------------------------- --group-by
