@@ -5,7 +5,8 @@ ONNX Runtime build decide what is fastest for a graph. ``tune`` measures, with r
 checkpoint on real windows of the data (the bundled data by default), in short timed runs within a budget:
 
 1. the graph optimization level (basic, extended, all), one actor with every core;
-2. the rows per batch (a few sizes up to the windows it holds), at the best level;
+2. the rows per batch (a few sizes up to the windows it holds, and only those whose one call takes at most half
+   a trial on one thread: a one-window call is timed first), at the best level;
 3. actors x intra-op threads over this machine's cores (1 x N, 2 x N/2, ... N x 1), each actor its own session
    called from its own thread (ORT releases the GIL in a run, as each actor's process would be on its own).
 
@@ -68,10 +69,10 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
     contexts = _windows(request.data, checkpoint, request.windows)
     cpus = request.cpus or os.cpu_count() or 1
-    batches = [size for size in BATCHES if size <= len(contexts)] or [len(contexts)]
     layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
-    trial_s = request.budget_s / (len(LEVELS) + len(batches) + len(layouts))
-    measure = _Measure(checkpoint, contexts, trial_s)
+    window_s = _one_window_s(checkpoint, contexts)
+    batches = affordable_batches(len(contexts), window_s, request.budget_s, len(layouts))
+    measure = _Measure(checkpoint, contexts, request.budget_s / (len(LEVELS) + len(batches) + len(layouts)))
     middle = batches[len(batches) // 2]
     trials = [measure(level, middle, 1, cpus) for level in LEVELS]
     level = max((t for t in trials if t["stage"] == "level"), key=_speed)["graph_optimization"]
@@ -92,11 +93,21 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
             "graph_optimization": best["graph_optimization"],
         },
         "windows_per_s": best["windows_per_s"],
+        "one_window_s": round(window_s, 4),
         "trials": trials,
         "seconds": round(time.perf_counter() - started, 3),
     }
     storage.write_bytes(request.output, (json.dumps(document, indent=2) + "\n").encode())
     return document
+
+
+def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: int) -> list[int]:
+    """The batch sizes of :data:`BATCHES` a trial can time: at most ``windows``, and one call of the size takes at
+    most half of a trial's share of the budget (a trial runs a warm-up call and at least one timed call, so a
+    longer call overruns the budget: a 256-row call of a Chronos-2-sized graph on one core takes minutes).
+    ``window_s`` is one window's call on one thread, the slowest layout. 1 when nothing larger fits."""
+    trial_s = budget_s / (len(LEVELS) + len(BATCHES) + layouts)
+    return [size for size in BATCHES if size <= windows and size * window_s <= trial_s / 2] or [1]
 
 
 def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
@@ -162,6 +173,28 @@ def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np
     return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
 
 
+def _worker_config(checkpoint: ResolvedCheckpoint, level: str, threads: int) -> WorkerConfig:
+    options = SessionOptionsConfig(
+        graph_optimization_level=LEVELS[level], intra_op_num_threads=threads, allow_spinning=False
+    )
+    return WorkerConfig(checkpoint=checkpoint.weights_path, providers=[CpuProvider()], session_options=options)
+
+
+def _one_window_s(checkpoint: ResolvedCheckpoint, contexts: np.ndarray) -> float:
+    """Seconds of a one-window call on one thread (after a first call), at the default level: what sizes the
+    batches a trial can afford (:func:`affordable_batches`)."""
+    worker = InferenceWorker.from_config(_worker_config(checkpoint, "all", 1))
+    metadata = checkpoint.metadata
+    try:
+        one = contexts[:1]
+        worker.forecast(one, metadata.horizon_length, list(metadata.native_quantiles))
+        started = time.perf_counter()
+        worker.forecast(one, metadata.horizon_length, list(metadata.native_quantiles))
+        return time.perf_counter() - started
+    finally:
+        worker.close()
+
+
 class _Measure:
     """One timed trial: ``actors`` sessions of ``threads`` intra-op threads, each forecasting batches of
     ``rows`` windows from its own thread for ``trial_s``; windows per second over them all."""
@@ -172,12 +205,7 @@ class _Measure:
         self.horizon, self.levels = metadata.horizon_length, list(metadata.native_quantiles)
 
     def __call__(self, level: str, rows: int, actors: int, threads: int, stage: str = "level") -> dict[str, Any]:
-        options = SessionOptionsConfig(
-            graph_optimization_level=LEVELS[level], intra_op_num_threads=threads, allow_spinning=False
-        )
-        config = WorkerConfig(
-            checkpoint=self.checkpoint.weights_path, providers=[CpuProvider()], session_options=options
-        )
+        config = _worker_config(self.checkpoint, level, threads)
         built = time.perf_counter()
         workers = [InferenceWorker.from_config(config) for _ in range(actors)]
         build_s = (time.perf_counter() - built) / actors

@@ -15,7 +15,7 @@ from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.tune import FORMAT, LEVELS, read_tuned
+from distributed_onnx.tune import FORMAT, LEVELS, affordable_batches, read_tuned
 
 
 @pytest.mark.integration
@@ -70,3 +70,12 @@ def test_a_file_that_is_not_a_tuned_settings_file_is_refused(tmp_path: Path) -> 
     bad.write_text(json.dumps({"format": FORMAT, "settings": {"actorz": 2}}))
     with pytest.raises(ConfigError, match=r"actorz.*\[from .*bad.json\]"):
         BacktestSettings.from_sources({"output": "out"}, tuned=read_tuned(bad))
+
+
+def test_tune_times_only_the_batches_one_trial_can_hold() -> None:
+    # 45 s over 3 levels, 5 batch sizes and 2 layouts: 4.5 s a trial, a call of at most 2.25 s.
+    assert affordable_batches(256, window_s=1.7, budget_s=45, layouts=2) == [1]  # Chronos-2-sized, one core
+    assert affordable_batches(256, window_s=0.075, budget_s=45, layouts=2) == [1, 4, 16]  # bolt-small-sized
+    assert affordable_batches(256, window_s=0.001, budget_s=45, layouts=2) == [1, 4, 16, 64, 256]
+    assert affordable_batches(10, window_s=0.001, budget_s=45, layouts=2) == [1, 4]
+    assert affordable_batches(256, window_s=60.0, budget_s=45, layouts=2) == [1]  # nothing fits: one window
