@@ -219,6 +219,9 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--rows-per-batch", type=int, default=None, help="Ray Data's batch (default: the runner's)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--check-n-windows", type=int, help="windows per series of the untimed equality check (default: --n-windows)"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "ray_data_baseline.json")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -228,9 +231,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="ray_data_baseline_") as tmp_name:
         tmp = Path(tmp_name)
-        first = run_runner(args, tmp / "check_runner")  # the equality check, untimed, sets Ray Data's batch
-        args.rows_per_batch = args.rows_per_batch or first["rows_per_batch"]
-        run_ray_data(args, tmp / "check_ray")
+        check = argparse.Namespace(**{**vars(args), "n_windows": args.check_n_windows or args.n_windows})
+        first = run_runner(check, tmp / "check_runner")  # the equality check, untimed, sets Ray Data's batch
+        args.rows_per_batch = check.rows_per_batch = args.rows_per_batch or first["rows_per_batch"]
+        run_ray_data(check, tmp / "check_ray")
         difference, rows = max_difference(tmp / "check_runner", tmp / "check_ray")
         if not difference <= 1e-6:
             raise SystemExit(f"error: forecasts differ by {difference:.3g} of the largest forecast (over 1e-6)")
@@ -245,7 +249,8 @@ def main() -> None:
         "what": "whole process, distributed-onnx backtest (defaults) vs Ray Data read_parquet->map_batches->write",
         "checkpoint": args.checkpoint,
         "data": args.data,
-        "windows": first["windows"],
+        "windows": rounds[0]["runner"].get("windows", first["windows"]) if rounds else first["windows"],
+        "check_windows": first["windows"],
         "actors": args.actors,
         "rows_per_batch": args.rows_per_batch,
         "forecast_rows_compared": rows,

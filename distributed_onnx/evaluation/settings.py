@@ -166,15 +166,16 @@ class BacktestSettings(ColumnSettings):
         default=None,
         gt=0,
         le=MAX_ROWS_PER_BATCH,
-        description="Windows per model call, the ORT batch size (default: a part's share of the windows, at most "
-        "256, 64 or 16 by the graph's size and context; a rerun keeps the run's).",
+        description="Windows per model call, the ORT batch size (default: a part's share of the windows, at least 4 "
+        "where each actor still gets two parts, at most 256 or 16 by the graph's size and context; a rerun keeps "
+        "the run's).",
     )
     windows_per_part: int | None = Field(
         default=None,
         gt=0,
         le=MAX_COUNT,
         description="Windows per unit of work and Parquet part (default: 8 parts per actor, 16 to 8,192 parts of 1-64 "
-        "batches each, as few windows as the run has allow; a rerun keeps the run's).",
+        "batches each, as few windows as the run and its batch allow; a rerun keeps the run's).",
     )
     part_timeout_s: float | None = Field(
         default=None,

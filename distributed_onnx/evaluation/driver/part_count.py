@@ -13,9 +13,10 @@ one GPU batch takes milliseconds and a part must stay long against a call's fixe
 
 The batch (``rows_per_batch``, windows per model call) follows the work too (:func:`default_rows_per_batch`):
 never more than a part's share of the windows, so that a small run is cut into parts for every actor (32
-windows on 2 actors: 16 parts of 2 windows, not one part of one 256-row batch that leaves an actor idle); and
-never more than the graph's cost allows (:func:`batch_cap`): a large graph's activations for a large batch
-outgrow the CPU's caches, and smaller batches run it faster per window.
+windows on 2 actors: 8 parts of 4 windows, not one part of one 256-row batch that leaves an actor idle), nor
+fewer than :data:`MIN_DEFAULT_ROWS` where two parts per actor remain (a call of one or two rows costs more per
+window); and never more than the graph's cost allows (:func:`batch_cap`): a large graph's activations for a
+large batch outgrow the CPU's caches, and smaller batches run it faster per window.
 
 The part and batch sizes enter the run's fingerprint, so a rerun must plan the same parts to resume. The sizes
 chosen are therefore recorded in the run directory's manifest (``run.json``), and a rerun that does not set
@@ -72,13 +73,16 @@ ROWS_KEY = "rows_per_batch"
 LEGACY_ROWS_PER_BATCH = 256
 #: The batch caps by graph cost (the graph's bytes x its context length, a proxy of the work and activation
 #: memory of one window): ``(cost below, largest batch)``, then :data:`LARGE_GRAPH_BATCH` above the last.
-#: Rough figures of a loaded 2-core machine, one ONNX Runtime thread (docs/driver.md, "Batch size"): the
-#: bundled reference graph (4 MB, context 512) costs about the same per window from 2 to 128 rows and more at
-#: 256; Chronos-Bolt at bolt-small's shapes (193 MB, context 2048) is 1.5-2x dearer per window at 1-2 rows
-#: than at 16-64, flat within the noise from 16 to 64. A Chronos-2-sized graph (480 MB, context 8192: 512
-#: tokens whose attention alone is ~12 MB a window) is capped lower on that reasoning, not measured here.
-BATCH_CAPS: tuple[tuple[float, int], ...] = ((2e10, 256), (1e12, 64))
+#: The bundled reference graph (4 MB, context 512) costs about the same per window from 2 to 128 rows. Above
+#: it, measured on one ONNX Runtime thread of a 2-core AMD EPYC (AVX2): Chronos-Bolt at bolt-small's shapes (193
+#: MB, context 2048) ran 13.7 windows/s at 8 rows, 13.1 at 16 and 12.5 at 32, and ``tune`` found 4 rows best
+#: (26.3 windows/s against 25.8 at 16 and 22.5 at 1); Chronos-2 at its published shapes (480 MB, context 8192)
+#: is flat from 1 to 8 rows. A large graph's activations for a large batch outgrow the caches.
+BATCH_CAPS: tuple[tuple[float, int], ...] = ((2e10, 256),)
 LARGE_GRAPH_BATCH = 16
+#: The smallest default batch where the windows allow two parts per actor: a call of 1-2 rows of a large graph
+#: costs more per window (Bolt-small: 22.5 windows/s at 1 row against 26.3 at 4, ``tune`` on 2 cores).
+MIN_DEFAULT_ROWS = 4
 
 
 def batch_cap(graph_bytes: int, context_length: int) -> int:
@@ -97,12 +101,14 @@ def _target_parts(actors: int | None) -> int:
 
 def default_rows_per_batch(planned: int, actors: int | None, cap: int, *, gpu_actors: bool = False) -> int:
     """Windows per model call by default: a part's share of the default plan (``planned`` over its parts), at
-    most ``cap`` (:func:`batch_cap`), so a small run still makes a part for every actor. A GPU actor keeps
+    least :data:`MIN_DEFAULT_ROWS` where that still leaves two parts per actor, at most ``cap``
+    (:func:`batch_cap`), so a small run still makes parts for every actor. A GPU actor keeps
     :data:`LEGACY_ROWS_PER_BATCH` (its calls are cheap per row and its parts long, see the module's docstring)."""
     if gpu_actors:
         return LEGACY_ROWS_PER_BATCH
     share = -(-max(planned, 1) // _target_parts(actors))
-    return max(min(share, cap), 1)
+    floor = min(MIN_DEFAULT_ROWS, -(-max(planned, 1) // (2 * actors))) if actors else 1
+    return max(min(max(share, floor), cap), 1)
 
 
 class RecordedPlan(NamedTuple):
