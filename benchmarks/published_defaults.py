@@ -12,7 +12,9 @@ Recorded per round: the whole process' wall time measured from outside; windows/
 (upstream: the time inside its ``predict_df`` calls; ours: the run's own ``summary.json`` dispatch rate, which
 also packs, scores and writes); and for ours the seconds from the command's start until its first forecast part
 is on disk. With ``--before-tree DIR`` the same command also runs from another checkout (its package first on
-PYTHONPATH, for the driver and Ray's workers) on the same checkpoint: the start-up before and after.
+PYTHONPATH, for the driver and Ray's workers) on the same checkpoint: the start-up before and after. With
+``--tuned FILE`` the same command also runs with the settings ``distributed-onnx tune`` wrote (are the defaults
+within reach of them?); ``--no-upstream`` leaves the upstream side out and sets the ratios against the defaults.
 
 The load average is recorded before and after each process: a figure taken while the machine was busy is not a
 result (docs/benchmarks.md).

@@ -31,8 +31,8 @@ START_HERE = StartHere()
 
 #: Rows of each backtest actor's warm-up forecast: one. The run's first batch pays for ONNX Runtime's lazy
 #: initialisation anyway; the warm-up is kept so that a graph that cannot run fails at start, before any part is
-#: handed out, and one row is its cheapest form. (The worker's default of 8 rows cost each actor 13 s of a
-#: Chronos-2-sized graph's start-up: benchmarks/results/published_defaults.md.)
+#: handed out, and one row is its cheapest form (the worker's default of 8 rows was 8 windows of model time in
+#: each actor's start-up: benchmarks/results/published_defaults.md, "Start-up").
 BACKTEST_WARM_UP_ROWS = 1
 
 

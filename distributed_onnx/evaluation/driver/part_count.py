@@ -73,15 +73,14 @@ ROWS_KEY = "rows_per_batch"
 LEGACY_ROWS_PER_BATCH = 256
 #: The batch caps by graph cost (the graph's bytes x its context length, a proxy of the work and activation
 #: memory of one window): ``(cost below, largest batch)``, then :data:`LARGE_GRAPH_BATCH` above the last.
-#: The bundled reference graph (4 MB, context 512) costs about the same per window from 2 to 128 rows. Above
-#: it, measured on one ONNX Runtime thread of a 2-core AMD EPYC (AVX2): Chronos-Bolt at bolt-small's shapes (193
-#: MB, context 2048) ran 13.7 windows/s at 8 rows, 13.1 at 16 and 12.5 at 32, and ``tune`` found 4 rows best
-#: (26.3 windows/s against 25.8 at 16 and 22.5 at 1); Chronos-2 at its published shapes (480 MB, context 8192)
-#: is flat from 1 to 8 rows. A large graph's activations for a large batch outgrow the caches.
+#: The bundled reference graph (4 MB, context 512) costs about the same per window from 2 to 128 rows; above it
+#: (Chronos-Bolt at bolt-small's shapes, 193 MB at context 2048; Chronos-2's, 480 MB at 8192) a window costs
+#: least at a few rows a call and more from 16 rows up, as a large graph's activations outgrow the caches
+#: (benchmarks/results/published_defaults.md, "Batches").
 BATCH_CAPS: tuple[tuple[float, int], ...] = ((2e10, 256),)
 LARGE_GRAPH_BATCH = 16
-#: The smallest default batch where the windows allow two parts per actor: a call of 1-2 rows of a large graph
-#: costs more per window (Bolt-small: 22.5 windows/s at 1 row against 26.3 at 4, ``tune`` on 2 cores).
+#: The smallest default batch where the windows allow two parts per actor: a call of one or two rows of a large
+#: graph costs more per window (benchmarks/results/published_defaults.md, "Batches").
 MIN_DEFAULT_ROWS = 4
 
 
