@@ -40,6 +40,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from distributed_onnx.model.adapters import adapter_for
+from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -89,21 +92,9 @@ def matmul_peaks(seconds: float, inner: int = 512) -> tuple[float, float]:
     return peaks[0], peaks[1]
 
 
-def _inputs(session: ort.InferenceSession, rows: int, context: np.ndarray) -> dict[str, np.ndarray]:
-    """Feeds for the families' contracts: the context (by its name or first), and the Chronos-2 extras."""
-    feeds: dict[str, np.ndarray] = {}
-    for node in session.get_inputs():
-        width = node.shape[1] if len(node.shape) > 1 and isinstance(node.shape[1], int) else context.shape[1]
-        if node.name in ("context", "past_target") or not feeds:
-            feeds[node.name] = context[:, -width:] if width <= context.shape[1] else context
-        elif node.name == "group_ids":
-            feeds[node.name] = np.arange(rows, dtype=np.int64)
-        elif node.name == "attention_mask":
-            feeds[node.name] = np.ones_like(feeds["context"])
-        elif node.name == "future_covariates":
-            feeds[node.name] = np.full((rows, int(width)), np.nan, np.float32)
-        else:
-            raise SystemExit(f"no feed for input {node.name!r} {node.shape}: not a family this script knows")
+def _inputs(metadata: CheckpointMetadata, context: np.ndarray) -> dict[str, np.ndarray]:
+    """The graph's feeds for ``context``, as the family's own adapter builds them (the worker's path)."""
+    feeds, _ = adapter_for(metadata).build_inputs(context, None)
     return feeds
 
 
@@ -118,12 +109,11 @@ def _macs_of(event: dict[str, Any]) -> int:
     return int(np.prod(outputs[0])) * int(inputs[0][-1])
 
 
-def window_macs(checkpoint: Path, rows: int, context_length: int) -> int:
+def window_macs(checkpoint: Path, metadata: CheckpointMetadata, rows: int) -> int:
     """The checkpoint's MatMul/Gemm multiply-adds per window, from one profiled run of ``rows`` windows."""
     with tempfile.TemporaryDirectory() as folder:
         session = _session(str(checkpoint), profile_prefix=str(Path(folder) / "profile"))
-        context = _context(rows, context_length)
-        session.run(None, _inputs(session, rows, context))
+        session.run(None, _inputs(metadata, _context(rows, metadata.context_length)))
         trace = json.loads(Path(session.end_profiling()).read_text())
     ops = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "DynamicQuantizeMatMul"}
     ops |= {"MatMulIntegerToFloat", "QLinearMatMul"}  # an int8 variant's products
@@ -151,18 +141,18 @@ def main() -> None:
     parser.add_argument("--upstream-windows-per-s", type=float, help="the upstream pipeline's, same machine")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    metadata = json.loads(args.checkpoint.with_suffix(".metadata.json").read_text())
-    context_length = int(metadata["context_length"])
+    metadata = LocalCheckpoint(path=args.checkpoint).resolve().metadata
+    context_length = metadata.context_length
     load_before = os.getloadavg()[0]
     peak, int8_peak = matmul_peaks(args.seconds)
-    macs = window_macs(args.checkpoint, args.rows, context_length)
+    macs = window_macs(args.checkpoint, metadata, args.rows)
     session = _session(str(args.checkpoint))
-    feeds = _inputs(session, args.rows, _context(args.rows, context_length))
+    feeds = _inputs(metadata, _context(args.rows, context_length))
     windows_per_s = _timed(lambda: session.run(None, feeds), args.seconds) * args.rows
     ceiling = args.cores * peak / macs
     result = {
         "checkpoint": args.checkpoint.name,
-        "family": metadata["model_family"],
+        "family": metadata.model_family,
         "context_length": context_length,
         "rows_per_call": args.rows,
         "matmul_peak_gmacs_per_core": round(peak / 1e9, 2),
@@ -183,7 +173,7 @@ def main() -> None:
         "load_after": os.getloadavg()[0],
     }
     print(json.dumps(result, indent=2))
-    out = args.out or RESULTS / f"roofline_{metadata['model_family']}.json"
+    out = args.out or RESULTS / f"roofline_{metadata.model_family}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 
