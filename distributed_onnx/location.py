@@ -1,0 +1,212 @@
+"""Where something is read or written: a local path or a URL, parsed once where the user gives it.
+
+Why a type and not a string: locations were strings, handled by each command in its own way, and one class of
+defect kept coming back from that. A forecast log's folder was found by cutting a URL at its last ``/``, which
+dropped its query (``?endpoint_override=...``), so every write went to another store; a URL given as a checkpoint
+went through :class:`~pathlib.Path`, which folds ``https://`` into ``https:/``, so it no longer looked like a URL
+and its password was printed. A :class:`Location` is parsed once; it joins, takes its parent and its name keeping
+a URL's query; and its own ``str``/``repr``/JSON form is redacted (:mod:`distributed_onnx.redact`), so a message,
+a log line or a file built from it cannot show a secret. The whole text, credentials included, is reachable only
+through :meth:`Location.reveal`, which the storage layer calls to hand it to pyarrow or fsspec.
+
+>>> from distributed_onnx.location import Location
+>>> run = Location.parse("s3://KEY:SECRET@bucket/runs/a?endpoint_override=127.0.0.1:9000")
+>>> print(run / "forecasts")
+s3://***@bucket/runs/a/forecasts?endpoint_override=***
+>>> print(run.parent)
+s3://***@bucket/runs?endpoint_override=***
+>>> run.name, run.is_url, run.reveal().split("@")[0]
+('a', True, 's3://KEY:SECRET')
+>>> Location.parse("runs/a").local_path
+PosixPath('runs/a')
+>>> Location.parse("https://host/model.onnx").suffix
+'.onnx'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from distributed_onnx.redact import is_url, redact
+
+__all__ = ["Location", "LocationLike"]
+
+
+class Location:
+    """A local path or a URL (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``https://``, ``file://``...).
+
+    Built by :meth:`parse` from what a user wrote (a string or a :class:`~pathlib.Path`); frozen and hashable.
+    ``file://`` URLs are local paths. A URL keeps its query (a store's options) and user-info through every join,
+    and shows neither (:meth:`__str__`); :meth:`reveal` gives the whole text to the library that opens it.
+    Pickling keeps the whole text (Ray carries a Location to the actors that write there); JSON gets the redacted
+    text (what a run records of its settings).
+    """
+
+    __slots__ = ("_path", "_text")
+
+    _text: str
+    _path: Path | None
+
+    def __init__(self, value: LocationLike) -> None:
+        if isinstance(value, Location):
+            text, path = value._text, value._path
+        elif isinstance(value, Path):
+            text, path = str(value), value
+        elif isinstance(value, str):
+            text, path = _parse_text(value)
+        else:
+            raise TypeError(f"a location is a path or a URL string, got {type(value).__name__}")
+        object.__setattr__(self, "_text", text)
+        object.__setattr__(self, "_path", path)
+
+    @classmethod
+    def parse(cls, value: LocationLike) -> Location:
+        """``value`` as a Location (itself when it already is one)."""
+        return value if isinstance(value, Location) else cls(value)
+
+    # What it is --------------------------------------------------------------------------------------------
+
+    @property
+    def is_url(self) -> bool:
+        """True for a remote URL (``file://`` URLs are local paths)."""
+        return self._path is None
+
+    @property
+    def local_path(self) -> Path | None:
+        """The local path, or None for a remote URL."""
+        return self._path
+
+    @property
+    def scheme(self) -> str:
+        """The URL's scheme (``s3``), ``""`` for a local path."""
+        return "" if self._path is not None else urlsplit(self._text).scheme.lower()
+
+    @property
+    def name(self) -> str:
+        """The last component of the path (a URL's without its query)."""
+        if self._path is not None:
+            return self._path.name
+        return PurePosixPath(urlsplit(self._text).path).name
+
+    @property
+    def suffix(self) -> str:
+        """The lower-case extension of the last component (``.parquet``), ``""`` when it has none."""
+        name = self.name
+        return "." + name.rsplit(".", 1)[-1].lower() if "." in name.lstrip(".") else ""
+
+    @property
+    def stem(self) -> str:
+        """The last component without its extension."""
+        name, suffix = self.name, self.suffix
+        return name[: len(name) - len(suffix)] if suffix else name
+
+    # New locations ------------------------------------------------------------------------------------------
+
+    def join(self, *parts: str) -> Location:
+        """``self / part / ...``; a URL's query and user-info stay where they are."""
+        if self._path is not None:
+            return Location(self._path.joinpath(*parts))
+        url = urlsplit(self._text)
+        return Location._from_url(url._replace(path="/".join([url.path.rstrip("/"), *parts])))
+
+    def __truediv__(self, part: str) -> Location:
+        return self.join(part)
+
+    @property
+    def parent(self) -> Location:
+        """The folder holding this location; a URL keeps its query and user-info (a store's options)."""
+        if self._path is not None:
+            return Location(self._path.parent)
+        url = urlsplit(self._text)
+        parent = str(PurePosixPath(url.path or "/").parent)
+        return Location._from_url(url._replace(path="" if parent in (".", "/") else parent))
+
+    def with_name(self, name: str) -> Location:
+        """The same folder, another last component."""
+        return self.parent.join(name)
+
+    # Showing and opening ------------------------------------------------------------------------------------
+
+    def reveal(self) -> str:
+        """The whole text, credentials and options included: only for the library that opens it (pyarrow,
+        fsspec, an HTTP client), never for a message, a log line or a file."""
+        return self._text
+
+    def __str__(self) -> str:
+        return redact(self._text)
+
+    def __repr__(self) -> str:
+        return f"Location({str(self)!r})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __fspath__(self) -> str:
+        """A local path's text; a URL is not a local path, so ``Path(url_location)`` and ``open()`` refuse it
+        rather than fold ``https://`` into ``https:/``."""
+        if self._path is None:
+            raise TypeError(f"{self} is a URL, not a local path: open it through distributed_onnx.storage")
+        return str(self._path)
+
+    # Identity -----------------------------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Location):
+            return NotImplemented
+        return (self._path, self._text if self._path is None else "") == (
+            other._path,
+            other._text if other._path is None else "",
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._path, self._text if self._path is None else ""))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Location is frozen")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Location, (self._text if self._path is None else self._path,))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Settings fields typed ``Location`` take a string or a path; JSON dumps show the redacted text."""
+        return core_schema.no_info_plain_validator_function(
+            _validate,
+            json_schema_input_schema=core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="json"),
+        )
+
+    @staticmethod
+    def _from_url(url: Any) -> Location:
+        return Location(urlunsplit(url))
+
+
+#: What every function that takes a location accepts: a Location, a path, or the text a user wrote.
+LocationLike = Location | Path | str
+
+
+def _parse_text(text: str) -> tuple[str, Path | None]:
+    """The canonical text and the local path (None for a remote URL) of what a user wrote."""
+    if not is_url(text):
+        path = Path(text)
+        return str(path), path
+    url = urlsplit(text)
+    if url.scheme.lower() == "file":
+        path = Path(unquote(url.path) or "/")
+        return str(path), path
+    trimmed = url._replace(path=url.path.rstrip("/") if url.path not in ("", "/") else url.path)
+    return urlunsplit(trimmed), None
+
+
+def _validate(value: Any) -> Location:
+    if isinstance(value, Location | Path | str):
+        return Location.parse(value)
+    if isinstance(value, os.PathLike):
+        return Location(Path(value))
+    raise ValueError(f"a location is a path or a URL string, got {type(value).__name__}")
