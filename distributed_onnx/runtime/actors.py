@@ -21,7 +21,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
-from distributed_onnx.model.backend.policy import HostCapabilities
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
@@ -46,7 +45,10 @@ class PinnedWorker:
         )
         providers = None if config.providers is None else local_device_chain(config.providers)
         pinned = config.model_copy(update={"session_options": options, "providers": providers})
-        self.worker = InferenceWorker.from_config(pinned, HostCapabilities.detect(gpu_assigned=bool(gpu_ids)))
+        # ONNX Runtime loads here, in the actor that builds a session, not in the driver that imports this module.
+        from distributed_onnx.model.backend.onnx import detect_host
+
+        self.worker = InferenceWorker.from_config(pinned, detect_host(gpu_assigned=bool(gpu_ids)))
         warm_up_s = self.worker.warm_up(config.warm_up_rows) if config.warm_up_rows else None
         self._info = self.worker.info(
             intra_op_num_threads=threads,
