@@ -60,7 +60,9 @@ class _Strict(BaseModel):
 class SeriesHistory(_Strict):
     """One series' history, oldest first, on the checkpoint's grid."""
 
-    series_id: SeriesId = Field(description="Echoed back in the forecast.")
+    series_id: SeriesId = Field(
+        description=f"Echoed back in the forecast; at most {MAX_SERIES_ID_BYTES:,} bytes in UTF-8 (as a backtest's)."
+    )
     y: list[FiniteFloat | None] = Field(
         min_length=1,
         description="History, oldest first; null = missing. Longer than the context: the last context_length "
