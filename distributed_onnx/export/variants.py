@@ -19,6 +19,7 @@ import numpy as np
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import parity_windows, write_metadata
+from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.backend.providers import CpuProvider
@@ -93,15 +94,10 @@ def compare_to_parent(parent: Path, variant: Path, windows: np.ndarray, horizon:
         finally:
             worker.close()
     theirs, ours = forecasts
-    difference = np.abs(ours - theirs)
-    scale = float(np.max(np.abs(theirs))) or 1.0
     return {
         "parent": parent.stem,
         "variant": variant.stem,
         "windows": int(windows.shape[0]),
         "horizon": horizon,
-        "max_abs_diff": float(difference.max()),
-        "max_rel_diff": float(difference.max() / scale),
-        "median_abs_diff": float(np.median(difference)),
-        "max_abs_parent": scale,
+        **parity_statistics(ours, theirs, "parent"),
     }

@@ -11,7 +11,6 @@ backend, which is the one place that opens the graph.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from distributed_onnx.errors import (
     CheckpointNotFoundError,
     describe_validation,
 )
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,8 @@ class CheckpointMetadata(BaseModel):
                 "the unbounded ends of a distribution, which no model predicts; fix the checkpoint's metadata"
             )
             raise ValueError(msg)
-        if any(b <= a for a, b in itertools.pairwise(value)):
-            msg = f"native_quantiles must be strictly ascending, got {value}"
+        if not strictly_ascending(value):
+            msg = f"native_quantiles must be strictly ascending (no two within {LEVEL_TOLERANCE:g}), got {value}"
             raise ValueError(msg)
         return value
 

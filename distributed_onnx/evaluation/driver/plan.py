@@ -42,6 +42,7 @@ from distributed_onnx.evaluation.fans import fan_series
 from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
 from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part_messages import PartJob
+from distributed_onnx.evaluation.scoring.naive import default_season
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
@@ -160,7 +161,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     quantiles = settings.quantiles or list(metadata.native_quantiles)
     _check_clamping(checkpoints, quantiles, settings.clamp_quantiles)
-    seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
+    seasonality = settings.seasonality or default_season(metadata.resolution_minutes)
     n_windows = settings.n_windows
     if n_windows is None and settings.start is None and settings.end is None:
         n_windows = 1
