@@ -135,6 +135,27 @@ def test_another_graph_changes_the_identity_and_a_field_at_its_default_is_the_sa
     assert not older.differences(CheckpointIdentity.of(base, GRAPH_SHA))
 
 
+def test_the_parts_fingerprint_holds_the_identity_so_an_edited_checkpoints_parts_never_verify(
+    tmp_path: Path,
+) -> None:
+    """Whatever run.json says (a directory written before identities were recorded says nothing), a part
+    computed under another identity does not verify: the model's fingerprint it carries differs."""
+    from backtest_data import settings_for
+
+    from distributed_onnx.evaluation.driver.plan import prepare
+
+    checkpoint = write_tiny_chronos2(tmp_path / "checkpoint")
+    settings = settings_for(checkpoint.weights_path, write_dataset(tmp_path / "data.parquet"), tmp_path / "run")
+    before = prepare(settings)
+    metadata_path = tmp_path / "checkpoint" / "tiny.metadata.json"
+    document = json.loads(metadata_path.read_text())
+    metadata_path.write_text(json.dumps({**document, "native_quantiles": [0.05, *document["native_quantiles"][1:]]}))
+    after = prepare(settings)
+    assert after.run_fingerprint == before.run_fingerprint  # the same windows and settings...
+    assert after.model_fingerprints["tiny"] != before.model_fingerprints["tiny"]  # ...another model's parts
+    assert after.identities["tiny"].differences(before.identities["tiny"])[0].field == "native_quantiles"
+
+
 # --- through the command ---------------------------------------------------------------------------------------
 
 

@@ -272,3 +272,15 @@ def test_a_table_whose_columns_repeat_a_name_is_refused_naming_it(
         argv = ["score", "--forecasts", str(log), "--actuals", str(path)]
     line = _refused([*argv, "--output", str(tmp_path / "out")], capsys)
     assert f"{path.name}: the table has column(s) of the same name ('y' 2 times)" in line, line
+
+
+def test_the_streamed_scan_of_a_large_parquet_refuses_a_repeated_name_before_reading_it(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
+    from distributed_onnx.evaluation.data.windows import WindowSpec
+
+    table = pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False)).sort_by("series_id")
+    path = tmp_path / "doubled.parquet"
+    pq.write_table(pa.Table.from_arrays([*table.columns, table["y"]], names=[*table.column_names, "y"]), path)
+    spec = WindowSpec(context_length=8, horizon=3, n_windows=2, stride=2)
+    with pytest.raises(DataError, match=r"doubled.parquet: the table has column\(s\) of the same name \('y' 2 times\)"):
+        scan_sorted_parquet(path, 30, [], spec, chunk_rows=4)
