@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -46,6 +46,9 @@ OutputLayout = Literal["quantile_step", "step_quantile"]
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
 #: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
 OutputDistribution = Literal["student_t_mixture"]
+#: Marks a metadata field that changes no output: left out of the checkpoint's identity
+#: (:mod:`distributed_onnx.model.identity`, which says why each marked field is). Every other field counts.
+DESCRIPTIVE: dict[str, Any] = {"descriptive": True}
 
 
 class ParentCheckpoint(BaseModel):
@@ -55,6 +58,11 @@ class ParentCheckpoint(BaseModel):
 
     name: str = Field(description="The parent's name (its weights file's stem).")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the parent's weights (graph) file.")
+    identity: dict[str, Any] | None = Field(
+        default=None,
+        description="The parent's identity record (its graph's sha256 and every metadata field that changes an "
+        "output: distributed_onnx/model/identity.py); None in variants written before it was recorded.",
+    )
 
 
 class Quantization(BaseModel):
@@ -85,6 +93,7 @@ class CheckpointMetadata(BaseModel):
     schema_version: int = Field(
         default=METADATA_SCHEMA_VERSION,
         description="Version of the metadata layout; this package reads version 2.",
+        json_schema_extra=DESCRIPTIVE,
     )
     model_family: str = Field(description="Model family identifier, e.g. 'chronos2'; selects the adapter.")
     input_names: list[str] = Field(min_length=1, description="Ordered names of the model's input tensors.")
@@ -143,12 +152,19 @@ class CheckpointMetadata(BaseModel):
         default=None,
         pattern=r"^[0-9a-f]{64}$",
         description="Hex sha256 of the weights file, verified on resolve when present.",
+        json_schema_extra=DESCRIPTIVE,
     )
-    description: str | None = Field(default=None, description="Free text: what the model is, provenance.")
+    description: str | None = Field(
+        default=None, description="Free text: what the model is, provenance.", json_schema_extra=DESCRIPTIVE
+    )
     parent: ParentCheckpoint | None = Field(
-        default=None, description="The checkpoint this one was derived from (a quantized variant's fp32 parent)."
+        default=None,
+        description="The checkpoint this one was derived from (a quantized variant's fp32 parent).",
+        json_schema_extra=DESCRIPTIVE,
     )
-    quantization: Quantization | None = Field(default=None, description="How this variant was quantized.")
+    quantization: Quantization | None = Field(
+        default=None, description="How this variant was quantized.", json_schema_extra=DESCRIPTIVE
+    )
     training_data_end: datetime | None = Field(
         default=None,
         description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "

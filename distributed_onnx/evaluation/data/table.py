@@ -93,7 +93,7 @@ def read_schema(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Sc
     import pyarrow.parquet as pq
 
     try:
-        return names.rename_schema(pq.read_schema(storage.open_input_file(path)))
+        return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 
