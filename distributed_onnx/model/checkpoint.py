@@ -291,7 +291,7 @@ def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
                 f"the folder {path} holds no checkpoint (a MODEL.onnx with its MODEL{METADATA_SUFFIX} beside it)"
             )
         for weights in taken:
-            logger.info("--checkpoint %s: took %s", path, weights.name)
+            logger.info("checkpoint folder %s: took %s", path, weights.name)
         found += taken
     return found
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, Suggestion, WorkerStartError
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
@@ -252,10 +252,11 @@ def start_pool(
             free = {k: v for k, v in ray.available_resources().items() if k in {"CPU", "GPU"}}  # type: ignore[no-untyped-call]
             raise WorkerStartError(
                 f"{len(ready_now)} of {count} worker actors ({num_cpus} CPU, {num_gpus} GPU each) were ready after "
-                f"{timeout_s:g} s; the cluster has {free} free. Lower --actors or the per-actor resources, or "
-                "raise the timeout for slow starts.",
+                f"{timeout_s:g} s; the cluster has {free} free. Lower the per-actor resources, or raise the "
+                "timeout for slow starts.",
                 ready=len(ready_now),
                 requested=count,
+                suggestions=(Suggestion("Or lower {}.", (("actors", None),)),),
             ) from None
         # An actor died while starting (its process crashed, its node went away): not a bug of ours.
         if isinstance(exc, RayError) and not isinstance(exc, RayTaskError):
@@ -299,10 +300,11 @@ def check_feasible(num_cpus: float, num_gpus: float) -> None:
     )
     if not fits:
         shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
+        key = "gpus_per_actor" if num_gpus else "cpus_per_actor"
         raise ConfigError(
-            f"No node can host an actor with {num_cpus} CPU and {num_gpus} GPU; nodes have {shapes}. "
-            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
-            key="gpus_per_actor" if num_gpus else "cpus_per_actor",
+            f"No node can host an actor with {num_cpus} CPU and {num_gpus} GPU; nodes have {shapes}. Add nodes.",
+            key=key,
+            suggestions=(Suggestion("Or lower {}.", ((key, None),)),),
         )
 
 
