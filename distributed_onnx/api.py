@@ -100,6 +100,7 @@ def backtest(
     distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted ...
     """
     from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.driver.up_front import check_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.runtime.local_ray import alive_nodes
 
@@ -113,6 +114,7 @@ def backtest(
         data_location = _location(data) if table is None else Path("<in-memory table>")
         given |= {"output": run_dir, "data": data_location}
         run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
+        check_backtest(run_settings)  # what the whole run would be refused for, before Ray starts
         _connect(run_settings.address)  # kept up after the run: the next call reuses it
         if output is None and alive_nodes() > 1:
             raise ConfigError(
@@ -183,7 +185,7 @@ def _naming_the_table(exc: DataError, written: Location, data: Any) -> DataError
     what = {"DataFrame": f"the {type(data).__module__.split('.')[0]} DataFrame", "Table": "the pyarrow Table"}
     shown = f"{what.get(kind, f'the {kind}')} passed as data"
     fields = {key: (shown if value == str(written) else value) for key, value in exc.fields.items()}
-    return DataError(exc.message.replace(str(written), shown), **fields)
+    return DataError(exc.message.replace(str(written), shown), suggestions=exc.suggestions, **fields)
 
 
 def _location(value: str | os.PathLike[str]) -> Location:

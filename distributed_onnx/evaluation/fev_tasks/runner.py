@@ -35,6 +35,7 @@ import pyarrow.dataset as pads
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
+from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names, levels_problem
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
 from distributed_onnx.evaluation.fev_tasks.tasks import (
@@ -49,7 +50,7 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     task_reason,
     task_slug,
 )
-from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
+from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.identity import identity_of
@@ -123,7 +124,8 @@ def run_fev(
     summaries: dict[tuple[int, str], dict[str, Any]] = {}
     runs: dict[_RunKey, _Run] = {}
     for index, task in enumerate(tasks):
-        _plan_task(index, task, checkpoints, output, records, summaries, runs)
+        clamp = bool(settings.get("clamp_quantiles"))
+        _plan_task(index, task, checkpoints, output, records, summaries, runs, clamp=clamp)
     pools: dict[tuple[str, ...], Any] = {}  # one actor pool per set of checkpoints, kept across its runs
     try:
         for number, run in enumerate(runs.values()):
@@ -137,15 +139,25 @@ def run_fev(
     done = [summaries[pair] for pair in order if pair in summaries]
     pairs = [records[pair] for pair in order if pair in records]
     failed = [pair for pair in pairs if pair["status"] == "failed"]
+    refused = [pair for pair in pairs if pair["status"] == "refused"]
     _write_outputs(output, done, pairs, [each.name for each in checkpoints])
-    result = FevResult(done, pairs, output, failed)
+    result = FevResult(done, pairs, output, failed + refused)
+    where = f"the others' summaries are in {storage.redact(output)}/{SUMMARIES_JSONL}"
+    no_retry = ""
+    if refused:
+        first = refused[0]
+        no_retry = (
+            f"{len(refused)} task x checkpoint pair(s) refused by the backtest (e.g. {first['task']} x "
+            f"{first['model']}: {first['reason']}): fix the task's data or settings, a rerun refuses them again"
+        )
     if failed:
         first = failed[0]
         raise BatchError(
             f"{len(failed)} task x checkpoint pair(s) failed (e.g. {first['task']} x {first['model']}: "
-            f"{first['reason']}); the others' summaries are in {storage.redact(output)}/{SUMMARIES_JSONL}; "
-            "rerun to retry the failed ones"
+            f"{first['reason']}); {where}; rerun to retry the failed ones" + (f". And {no_retry}" if refused else "")
         )
+    if refused:
+        raise ConfigError(f"{no_retry}; {where}", key="benchmark")
     return result
 
 
@@ -162,12 +174,13 @@ def _record(
                 continue
             if "summary" in outcome:
                 summaries[(number, model)] = outcome["summary"]
-            status, why = ("done", None) if "summary" in outcome else ("failed", outcome["reason"])
+            status = "done" if "summary" in outcome else "refused" if outcome.get("refused") else "failed"
+            why = outcome.get("reason")
             base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
             records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
 
-def _plan_task(
+def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     index: int,
     task: Any,
     checkpoints: Sequence[ResolvedCheckpoint],
@@ -175,15 +188,17 @@ def _plan_task(
     records: dict[tuple[int, str], dict[str, Any]],
     summaries: dict[tuple[int, str], dict[str, Any]],
     runs: dict[_RunKey, _Run],
+    *,
+    clamp: bool = False,
 ) -> None:
     """Record what is skipped or resumed of one task; load its data (with fev) and add it to its runs if some
-    checkpoint still has to forecast it."""
+    checkpoint still has to forecast it. ``clamp``: levels outside a checkpoint's range are clamped, not skipped."""
     name, slug = str(task.task_name), task_slug(index, task)
     reason = task_reason(task)
     serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
         base = {"task": name, "task_dir": slug, "model": checkpoint.name}
-        why = reason or checkpoint_reason(task, checkpoint.metadata)
+        why = reason or checkpoint_reason(task, checkpoint.metadata) or _levels_reason(task, checkpoint, clamp)
         if why is not None:
             records[(index, checkpoint.name)] = {**base, "status": "skipped", "reason": why}
             continue
@@ -209,6 +224,15 @@ def _plan_task(
     for shape, members in by_shape.items():
         key = _RunKey(*shape, tuple(each.name for each in members))
         runs.setdefault(key, _Run(key, tuple(members))).tasks.append((index, task, slug, data))
+
+
+def _levels_reason(task: Any, checkpoint: ResolvedCheckpoint, clamp: bool) -> str | None:
+    """Why ``checkpoint`` cannot forecast ``task``'s quantile levels (some outside its native range), unless
+    clamping is asked for: the backtest's own rule (``evaluation/driver/up_front.py``)."""
+    problem = None if clamp else levels_problem(checkpoint.name, _levels(task), checkpoint.metadata)
+    if problem is None:
+        return None
+    return f"{problem}; with --clamp-quantiles each is forecast as the nearest native level"
 
 
 def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> _Shape:
@@ -255,7 +279,7 @@ def _run_merged(
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
-        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": storage.redact(run_dir)}
+        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": storage.redact(run_dir), "refused": True}
         return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
     return _score(run, output, run_dir, inference_s, batch_error)
 
@@ -422,7 +446,8 @@ def _write_outputs(
     lines = "".join(json.dumps(summary) + "\n" for summary in summaries)
     storage.write_bytes(storage.join(output, SUMMARIES_JSONL), lines.encode())
     storage.write_bytes(storage.join(output, SUMMARIES_JSON), json.dumps(summaries).encode())
-    counts = {status: sum(p["status"] == status for p in pairs) for status in ("done", "resumed", "skipped", "failed")}
+    statuses = ("done", "resumed", "skipped", "refused", "failed")
+    counts = {status: sum(p["status"] == status for p in pairs) for status in statuses}
     document: dict[str, Any] = {"fev_version": FEV_VERSION, "models": models, "pairs": pairs, "counts": counts}
     names = {summary["model_name"] for summary in summaries}
     if len(names) >= 2 and summaries:
@@ -465,19 +490,41 @@ def run_benchmark(
     ``connect`` (default: join ``settings['address']`` or start the embedded Ray) runs before the first
     backtest; Ray stays up across the tasks' runs."""
     from distributed_onnx.evaluation.fev_tasks.tasks import load_tasks
-    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.checkpoint import LocalCheckpoint, checkpoint_paths
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
     fixed = sorted(TASK_SETTINGS & set(settings))
     if fixed:
         raise ConfigError(f"settings {fixed} are decided by each fev task: drop them", key=fixed[0])
+    try:
+        paths = checkpoint_paths(list(checkpoints) or [REFERENCE_CHECKPOINT])  # as backtest --checkpoint takes them
+    except ValueError as exc:  # a folder that holds no checkpoint
+        raise ConfigError(str(exc), key="checkpoint") from exc
+    check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
+    check_output_folder(output)
     tasks = load_tasks(benchmark)
-    resolved = [LocalCheckpoint(path=path).resolve() for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])]
-    names = [each.name for each in resolved]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"checkpoints must have distinct file stems; got {names}", key="checkpoint")
+    check_tasks(tasks, output, settings)
+    resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
     address = settings.get("address")
     return run_fev(tasks, resolved, output, settings, connect=connect or (lambda: _join_ray(address)))
+
+
+def check_tasks(tasks: Sequence[Any], output: storage.Location, settings: dict[str, Any]) -> None:
+    """Refuse, before anything is loaded or started, a task whose own settings the backtest refuses whatever the
+    checkpoint (a seasonality of 0, a horizon beyond the bounds): validated by the backtest's settings model, as
+    each of its runs will be, so no pair of it becomes a failure that a rerun repeats. One line naming the task
+    and the rule (exit 2)."""
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    for index, task in enumerate(tasks):
+        own = {"horizon": int(task.horizon), "seasonality": task.seasonality, "quantiles": _levels(task)}
+        source = f"fev task {str(task.task_name)!r}, {index + 1} of {len(tasks)} in the benchmark"
+        BacktestSettings.from_sources({**settings, **own, "output": output}, source=source[:200])
+
+
+def _levels(task: Any) -> list[float]:
+    """The quantile levels a task's forecasts need: its own and 0.5 (fev's point forecast is the median)."""
+    return sorted({0.5, *(float(level) for level in task.quantile_levels)})
 
 
 def _join_ray(address: str | None) -> None:
