@@ -81,7 +81,7 @@ def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
         raise ConfigError(
             f"--from-pretrained {request.folder} cannot be exported as {family} ({type(exc).__name__}: "
             f"{seen}); give the folder of a {family} model as its package saves it.",
-            key="pretrained_dir",
+            key="from_pretrained",
         ) from exc
 
 
@@ -204,9 +204,9 @@ def export_context_model(
 def described(request: ExportRequest, metadata: CheckpointMetadata) -> CheckpointMetadata:
     """``metadata``, its description saying first that the weights are random when they are (``--random-weights``):
     whoever finds the checkpoint later (a report, ``inspect``) is told its forecasts mean nothing."""
-    if request.random_weights is None:
+    if request.random_size is None:
         return metadata
-    note = f"{MEANINGLESS} ({request.random_weights} architecture, seeded)"
+    note = f"{MEANINGLESS} ({request.random_size} architecture, seeded)"
     upstream = (metadata.description or "").replace(str(request.folder), "random weights")  # not a temp folder
     return metadata.model_copy(update={"description": f"{note}. {upstream}".strip()})
 
@@ -229,8 +229,8 @@ def resolution_of(request: ExportRequest) -> int:
 
     from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
 
-    source = storage.redact(request.data)
-    table = read_table(request.data)
+    source = str(request.data)  # redacted
+    table = read_table(request.data.reveal())
     check_columns(table.column_names, (), source)  # the backtest's own checks and messages, naming the file
     ids = table["series_id"].drop_null()
     if len(ids) == 0:
@@ -264,8 +264,8 @@ def parity_windows(request: ExportRequest, context_length: int, resolution_minut
     if request.data is not None:
         from distributed_onnx.evaluation.data.table import load_series
 
-        source = storage.redact(request.data)  # the parity report records it: a URL's secrets stay in the URL
-        table = load_series(request.data, resolution_minutes)
+        source = str(request.data)  # redacted: the parity report records it, a URL's secrets stay in the URL
+        table = load_series(request.data.reveal(), resolution_minutes)
         windows = np.full((min(count, len(table.series)), context_length), np.nan, dtype=np.float32)
         for row, series in enumerate(table.series[: windows.shape[0]]):
             tail = np.asarray(series.values[-context_length:], dtype=np.float32)
@@ -331,7 +331,7 @@ def finish(request: ExportRequest, metadata_path: Path, parity: dict[str, Any]) 
             f"by max_abs_diff {parity['max_abs_diff']} (max_rel_diff {parity['max_rel_diff']}, tolerance "
             f"{PARITY_TOLERANCE}); the checkpoint was removed, the report is {parity_path}. Check the pretrained "
             "folder's weights (non-finite values?).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     logger.info("Exported %s: parity max abs diff %.3g", request.output, parity["max_abs_diff"])
     return ExportResult(
