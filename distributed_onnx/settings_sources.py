@@ -56,6 +56,7 @@ from pydantic_settings import (
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
+from distributed_onnx.location import Location
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
 #: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
@@ -100,11 +101,13 @@ class CommandSettings(BaseSettings):
         environment: bool = False,
         source: str = "command line",
         tuned: tuple[str, Mapping[str, Any]] | None = None,
+        as_flags: bool = False,
     ) -> Self:
         """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > ``tuned`` > defaults.
 
         ``flags`` that are None count as not given; ``source`` names them in error messages; ``tuned`` is
-        ``(file, settings)`` of a tuned settings file (module docstring).
+        ``(file, settings)`` of a tuned settings file (module docstring); ``as_flags``: ``flags`` are a command
+        line's, and an error names each bad one as the user typed it (``--parity-windows``, ``CHECKPOINT``).
         """
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
@@ -120,7 +123,7 @@ class CommandSettings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             layers = [(source, given), *((label, layer()) for label, layer in requested)]
-            raise _config_error(cls, exc, layers, config_file) from exc
+            raise _config_error(cls, exc, layers, config_file, as_flags=as_flags) from exc
         finally:
             _REQUESTED_SOURCES.reset(token)
 
@@ -149,7 +152,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
     """One ``--flag`` per field of ``model`` (pydantic-settings' ``CliSettingsSource``): kebab-case names,
-    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description.
+    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description; a field
+    annotated ``CliPositionalArg[...]`` is a positional argument named by its first example (``CHECKPOINT.onnx``).
 
     Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value). Flags not given
     are absent from the namespace (see :func:`given_flags`); the others are stored under their field names, so a
@@ -157,11 +161,12 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
     """
 
     def add_argument(target: Any, *names: str, **options: Any) -> Any:
-        field = model.model_fields.get(options.get("dest", ""))
+        positional = bool(names) and not names[0].startswith("-")
+        field = model.model_fields.get(names[0] if positional else options.get("dest", ""))
         if field is not None:
             options["help"] = _help(field).replace("%", "%%")
-            if "metavar" in options:
-                options["metavar"] = _metavar(field, options["metavar"])
+            if "metavar" in options or positional:
+                options["metavar"] = flag_name(model, names[0]) if positional else _metavar(field, options["metavar"])
         return target.add_argument(*names, **options)
 
     source: CliSettingsSource[argparse.ArgumentParser] = CliSettingsSource(
@@ -173,6 +178,15 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
         add_argument_method=add_argument,
     )
     parser.set_defaults(**{_CLI_SOURCE: source})
+
+
+def settings_model(namespace: argparse.Namespace) -> type[CommandSettings]:
+    """The settings model whose flags :func:`add_flags` generated for the parsed command."""
+    source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
+    model = source.settings_cls
+    if not issubclass(model, CommandSettings):
+        raise TypeError(f"{model.__name__} is not a command's settings model")
+    return model
 
 
 def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
@@ -195,7 +209,7 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
             if isinstance(paths, list):
                 resolved[name] = [_relative_path(each, folder) for each in paths]
             continue
-        if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
+        if field is None or not _is_location(field) or not isinstance(value, str | Path):
             continue
         if storage.is_url(str(value)) or Path(value).is_absolute():
             continue
@@ -214,10 +228,13 @@ def _config_error(
     exc: ValidationError,
     layers: list[tuple[str, dict[str, Any]]],
     config_file: Path | None,
+    *,
+    as_flags: bool = False,
 ) -> ConfigError:
     """One line: each bad key with the source it came from, and for a missing one the three ways to give it.
 
-    ``layers`` are (name, values) of each source, highest precedence first: a key is blamed on the first that has it.
+    ``layers`` are (name, values) of each source, highest precedence first: a key is blamed on the first that has it;
+    with ``as_flags`` the first layer is a command line, and a key from it is named by its flag.
     """
     problems = []
     first_key: str | None = None
@@ -226,9 +243,12 @@ def _config_error(
         key = str(error["loc"][0]) if error.get("loc") else None
         first_key = first_key or key
         origin = next((label for label, values in layers if key in values), None)
-        text = describe_validation([error], root="settings")
+        shown = error
+        if as_flags and key is not None and key in layers[0][1] and key in model.model_fields:
+            shown = {**error, "loc": (flag_name(model, key), *error["loc"][1:])}
+        text = describe_validation([shown], root="settings")
         if error["type"] == "missing" and key is not None:
-            text += f" (give --{key.replace('_', '-')}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
+            text += f" (give {flag_name(model, key)}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
         elif error["type"] == "extra_forbidden" and key is not None:
             close = difflib.get_close_matches(key, list(model.model_fields), n=1)
             text += f"; did you mean {close[0]!r}?" if close else ""
@@ -239,6 +259,22 @@ def _config_error(
         problems.append(f"{text} [from {origin}]" if origin else text)
     message = f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
+
+
+def flag_name(model: type[BaseModel], key: str) -> str:
+    """How the command line names setting ``key``: ``--parity-windows``, or a positional argument's name
+    (``CHECKPOINT``, the one :func:`add_flags` shows)."""
+    field = model.model_fields[key]
+    if is_positional(field):
+        return str(field.examples[0]) if field.examples else key.upper()
+    return "--" + key.replace("_", "-")
+
+
+def is_positional(field: FieldInfo) -> bool:
+    """Whether the field is a positional argument on the command line (annotated ``CliPositionalArg``)."""
+    # pydantic-settings marks it with its (private) class in the annotation's metadata; matched by name, so that a
+    # rename there fails this package's own tests of positional arguments rather than an import.
+    return any(getattr(marker, "__name__", "") == "_CliPositionalArg" for marker in field.metadata)
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
@@ -257,7 +293,12 @@ def _metavar(field: FieldInfo, generated: str) -> str:
     kind = field.annotation
     if isinstance(kind, type) and issubclass(kind, Enum):
         return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return "PATH" if Path in _members(kind) else generated
+    return "PATH" if _is_location(field) else generated
+
+
+def _is_location(field: FieldInfo) -> bool:
+    """Whether the field takes one path (a :class:`~pathlib.Path` or a :class:`~distributed_onnx.location.Location`)."""
+    return bool({Path, Location} & set(_members(field.annotation)))
 
 
 def _help(field: FieldInfo) -> str:
@@ -274,9 +315,14 @@ def _help(field: FieldInfo) -> str:
 
 def comma_list(value: Any) -> Any:
     """A list field from ``a,b`` (a flag, an environment variable); anything else is left to the field's own
-    validation (a YAML list, repeated flags)."""
+    validation (a YAML list, repeated flags). A value given twice is refused: it is a slip (``--covariates
+    temp,temp``), and each entry names one thing."""
     if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        twice = sorted({str(each) for each in value if value.count(each) > 1})
+        if twice:
+            raise ValueError(f"{twice} given more than once: give each once")
     return value
 
 
@@ -287,7 +333,33 @@ def one_or_many_paths(value: Any) -> Any:
 
 
 def path_or_url(value: Any) -> Any:
-    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path."""
+    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path; an empty one is refused (as a
+    Path it is ``.``, the working directory, which nobody meant)."""
     if isinstance(value, str) and not storage.is_url(value):
-        return Path(value)
+        return Path(_not_empty(value))
     return value
+
+
+def location(value: Any) -> Any:
+    """A :class:`~distributed_onnx.location.Location` setting from what a user wrote; an empty text is refused
+    (as a path it would be ``.``, the working directory)."""
+    return Location.parse(_not_empty(value)) if isinstance(value, str) else value
+
+
+def local_path(value: Any) -> Any:
+    """A setting that takes a local path only (a file ONNX Runtime or torch opens, a folder of weights): a URL is
+    refused by name, rather than becoming a :class:`~pathlib.Path` that folds ``https://`` into ``https:/``;
+    ``file://`` URLs are local paths."""
+    if isinstance(value, str):
+        value = Location.parse(_not_empty(value))
+    if isinstance(value, Location):
+        if value.local_path is None:
+            raise ValueError(f"takes a local path (it is read or written as a local file), got the URL {value}")
+        return value.local_path
+    return value
+
+
+def _not_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("is empty; give a path or a URL")
+    return text

@@ -33,18 +33,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field, field_validator
+from pydantic_settings import CliPositionalArg
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
+from distributed_onnx.settings_sources import CommandSettings, local_path, location
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
 
@@ -64,22 +68,52 @@ _FORMAT_WITHOUT_IDENTITY = "distributed-onnx tune 1"
 TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization")
 
 
-class TuneRequest(BaseModel):
-    """What ``tune`` measures."""
+class TuneRequest(CommandSettings):
+    """Measure graph optimization level, rows per batch and actors x threads with real ONNX Runtime sessions on
+    windows of the data, and write the best to a file that backtest --tuned reads."""
 
-    checkpoint: Path
-    data: Path | str = REFERENCE_DATASET
-    output: Path = Path("tune.json")
-    budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
-    windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
-    cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+    label: ClassVar[str] = "tune settings"
+
+    checkpoint: CliPositionalArg[Path] = Field(
+        examples=["CHECKPOINT.onnx"],
+        description="The checkpoint to tune for: its .onnx file, its .metadata.json, or a folder holding just it.",
+    )
+    data: Location = Field(
+        default=Location(REFERENCE_DATASET),
+        description="Input table whose windows are run, a path or a URL (default: the bundled data).",
+    )
+    output: Location = Field(
+        default=Location("tune.json"), examples=["FILE.json"], description="The file to write (default: tune.json)."
+    )
+    budget_s: float = Field(
+        default=45.0, gt=0, le=MAX_SECONDS, description="Seconds of timed runs in all (sessions' builds apart)."
+    )
+    windows: int = Field(
+        default=256, gt=0, le=MAX_TUNE_WINDOWS, description="Windows of the data the runs forecast (default: 256)."
+    )
+    cpus: int | None = Field(
+        default=None, gt=0, le=MAX_CPUS, description="Cores to spread over actors (default: this machine's)."
+    )
+
+    _local = field_validator("checkpoint", mode="before")(local_path)
+    _locations = field_validator("data", "output", mode="before")(location)
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _one_checkpoint(cls, value: Path) -> Path:
+        """One checkpoint, resolved as backtest --checkpoint resolves it (a folder holding exactly one)."""
+        found = checkpoint_paths([value])
+        if len(found) != 1:
+            names = ", ".join(path.name for path in found)
+            raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
+        return found[0]
 
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
     """Measure (module docstring), write ``request.output`` and return its document."""
     started = time.perf_counter()
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
-    contexts = _windows(request.data, checkpoint, request.windows)
+    contexts = _windows(request.data.reveal(), checkpoint, request.windows)
     cpus = request.cpus or os.cpu_count() or 1
     layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
     window_s = _one_window_s(checkpoint, contexts)
@@ -103,7 +137,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
         "checkpoint_identity": identity_of(checkpoint).record(),
-        "data": storage.redact(request.data),
+        "data": str(request.data),  # redacted
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
         "settings": {key: settings[key] for key in TUNED_KEYS},
         "windows_per_s": best["windows_per_s"],
@@ -111,7 +145,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "trials": trials,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    storage.write_bytes(request.output, (json.dumps(document, indent=2) + "\n").encode())
+    storage.write_bytes(request.output.reveal(), (json.dumps(document, indent=2) + "\n").encode())
     return document
 
 

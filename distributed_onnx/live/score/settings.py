@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from distributed_onnx.bounds import MAX_STEPS
 from distributed_onnx.evaluation.data.columns import ColumnSettings
+from distributed_onnx.settings_sources import path_or_url
 
 
 class ScoreSettings(ColumnSettings):
@@ -47,3 +48,5 @@ class ScoreSettings(ColumnSettings):
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
         "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
     )
+
+    _path_or_url = field_validator("forecasts", "actuals", "output", "backtest", mode="before")(path_or_url)
