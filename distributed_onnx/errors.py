@@ -112,7 +112,8 @@ class Suggestion:
     """What a user can change to get past an error: a sentence naming settings by their field names.
 
     ``text`` holds one ``{}`` per entry of ``settings`` (field name, value to give; ``True`` for a switch; ``None``
-    for the setting itself, "lower {}"). The command line shows the flag of the running command
+    for the setting itself, "lower {}"), or one ``{}`` for all of them together. The command line shows the flag
+    of the running command
     (``--clamp-quantiles``, ``--id-col unique_id``, ``--actors``), and nothing when that command has no flag for one
     of them; Python shows keywords (``clamp_quantiles=True``, ``id_col='unique_id'``, ``actors``):
 
@@ -131,12 +132,18 @@ class Suggestion:
         """The sentence for a command with ``flags`` (setting -> flag), for Python with ``None``; None when the
         command lacks a flag it names."""
         if flags is None:
-            return self.text.format(*(name if value is None else f"{name}={value!r}" for name, value in self.settings))
-        if any(name not in flags for name, _ in self.settings):
+            shown = [name if value is None else f"{name}={value!r}" for name, value in self.settings]
+            separator = ", "
+        elif any(name not in flags for name, _ in self.settings):
             return None
-        return self.text.format(
-            *(flags[name] if value in (True, None) else f"{flags[name]} {value}" for name, value in self.settings)
-        )
+        else:
+            shown = [
+                flags[name] if value in (True, None) else f"{flags[name]} {value}" for name, value in self.settings
+            ]
+            separator = " "
+        if self.text.count("{}") == 1 and len(shown) > 1:  # one place for them all
+            shown = [separator.join(shown)]
+        return self.text.format(*shown)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -140,8 +140,7 @@ def suggestion_for(missing: Sequence[str], column_names: Sequence[str]) -> Sugge
     if not found:
         return None
     others = ", ".join(other for _, other in found)
-    placeholders = " ".join("{}" for _ in found)
-    return Suggestion(f"If {others} hold them (Nixtla's or fev's names), pass {placeholders}.", tuple(found))
+    return Suggestion(f"If {others} hold them (Nixtla's or fev's names), pass {{}}.", tuple(found))
 
 
 class ColumnSettings(CommandSettings):
