@@ -610,3 +610,15 @@ def test_a_suggestion_reaches_python_as_keywords_and_survives_pickling() -> None
     again = pickle.loads(pickle.dumps(error))
     assert str(again) == "missing. Pass id_col='unique_id'." and again.path == "x"
     assert again.render({"id_col": "--id-col"}) == "missing. Pass --id-col unique_id."
+
+
+def test_the_command_line_page_names_every_command_and_flag() -> None:
+    """docs/cli.md's overview is written by hand: each command and flag the parser has must be on it."""
+    page = (PACKAGE.parent / "docs" / "cli.md").read_text()
+    missing = []
+    for command in _commands():
+        if f"distributed-onnx {command}" not in page:
+            missing.append(command)
+        flags = cli.command_flags(cli._parser([command]), command).values()
+        missing += [f"{command} {flag}" for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", page)]
+    assert not missing, missing
