@@ -1,8 +1,9 @@
 """Where a command's settings come from: one pydantic-settings model, four sources, one precedence.
 
 Each command has one model (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`,
-:class:`~distributed_onnx.serve.settings.ServeSettings`); its fields are the single source of the names, types,
-defaults and help. From lowest to highest precedence a value comes from:
+:class:`~distributed_onnx.serve.settings.ServeSettings`, ``export``'s, ``tune``'s, ``fev``'s, ...: ``cli.COMMANDS``
+lists them); its fields are the single source of the names, types, bounds, defaults and help, and its positional
+arguments are fields too (``CliPositionalArg``). From lowest to highest precedence a value comes from:
 
 1. the field's default;
 1b. a tuned settings file (``backtest --tuned tune.json``, written by ``distributed-onnx tune``): its
@@ -23,8 +24,9 @@ do it:
 - :func:`read_yaml`, not ``YamlConfigSettingsSource``: that one passes over a missing file silently and lets a
   PyYAML error (several lines) or a top-level list escape as a traceback; here keys may use ``-``, and relative
   paths are resolved against the file's folder (:func:`_relative_to`);
-- :func:`_config_error`: one line naming each bad key, the source it came from (flag, variable or file) and for
-  an unknown key the likely one; pydantic's error knows the key, not the source;
+- :func:`_config_error`: one line naming each bad key (a command line's by its flag, as typed), the source it came
+  from (flag, variable or file) and for an unknown key the likely one; pydantic's error knows the key, not the
+  source;
 - the flags' help and metavar (:func:`add_flags`): the library lists an enum by its member names (``AUTO``)
   where users write the values (``auto``), and appends ``(default: null)`` to descriptions that already say
   what None means.
