@@ -181,7 +181,8 @@ class TunedFile:
         if self.identity is None:
             raise ConfigError(
                 f"{self.path} records no checkpoint identity, so nothing says it was tuned for "
-                f"{', '.join(identities)}: run distributed-onnx tune again, or leave --tuned out",
+                f"{', '.join(identities)}: run distributed-onnx tune again, or distributed-onnx backtest without "
+                "--tuned",
                 path=str(self.path),
             )
         if any(not self.identity.differences(each) for each in identities.values()):
@@ -192,8 +193,8 @@ class TunedFile:
         raise ConfigError(
             f"{self.path} was tuned for checkpoint {tuned_name} (identity {self.identity.digest}), not for this "
             f"run's {name} (identity {found.digest}): {differences}. The speed measured on one checkpoint says "
-            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or leave "
-            "--tuned out",
+            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or run "
+            "distributed-onnx backtest without --tuned",
             key="tuned",
             path=str(self.path),
         )

@@ -91,7 +91,6 @@ class ColumnNames:
 OWN_NAMES = ColumnNames()
 
 
-
 def check_roles(names: ColumnNames, covariates: Sequence[str] = ()) -> None:
     """Refuse a mapping that is not one-to-one: a column given two roles (``--id-col y`` beside the default
     ``--target-col y``), or a covariate naming a required column (the user's name or, once renamed, the
