@@ -86,13 +86,25 @@ class TuneRequest(CommandSettings):
         default=Location("tune.json"), examples=["FILE.json"], description="The file to write (default: tune.json)."
     )
     budget_s: float = Field(
-        default=45.0, gt=0, le=MAX_SECONDS, description="Seconds of timed runs in all (sessions' builds apart)."
+        default=45.0,
+        gt=0,
+        le=MAX_SECONDS,
+        examples=["S"],
+        description="Seconds of timed runs in all (sessions' builds apart).",
     )
     windows: int = Field(
-        default=256, gt=0, le=MAX_TUNE_WINDOWS, description="Windows of the data the runs forecast (default: 256)."
+        default=256,
+        gt=0,
+        le=MAX_TUNE_WINDOWS,
+        examples=["N"],
+        description="Windows of the data the runs forecast (default: 256).",
     )
     cpus: int | None = Field(
-        default=None, gt=0, le=MAX_CPUS, description="Cores to spread over actors (default: this machine's)."
+        default=None,
+        gt=0,
+        le=MAX_CPUS,
+        examples=["N"],
+        description="Cores to spread over actors (default: this machine's).",
     )
 
     _local = field_validator("checkpoint", mode="before")(local_path)

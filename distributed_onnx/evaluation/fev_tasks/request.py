@@ -25,10 +25,12 @@ from distributed_onnx.settings_sources import CommandSettings, location, one_or_
 __all__ = ["FevRequest"]
 
 
-def _backtest_field(name: str) -> Any:
-    """The backtest's own field ``name`` (its type is restated where it is used; its default, bounds and help are
-    the backtest's)."""
+def _backtest_field(name: str, description: str | None = None) -> Any:
+    """The backtest's own field ``name`` (its type is restated where it is used; its default and bounds are the
+    backtest's, and its help unless ``description`` says what it means here)."""
     field: FieldInfo = copy.copy(BacktestSettings.model_fields[name])
+    if description is not None:
+        field.description = description
     return field
 
 
@@ -44,12 +46,18 @@ class FevRequest(CommandSettings):
     )
     checkpoint: list[Path] = _backtest_field("checkpoint")
     output: Location = Field(
-        description="Output directory, a path or a URL: summaries.jsonl, fev_summary.json, runs/. Rerun it to resume."
+        examples=["DIR"],
+        description="Output directory, a path or a URL: summaries.jsonl, fev_summary.json, runs/. Rerun it to resume.",
     )
     actors: int | None = _backtest_field("actors")
     cpus_per_actor: float = _backtest_field("cpus_per_actor")
     address: str | None = _backtest_field("address")
-    clamp_quantiles: bool = _backtest_field("clamp_quantiles")
+    clamp_quantiles: bool = _backtest_field(
+        "clamp_quantiles",
+        "Forecast a task's quantile levels outside a checkpoint's native range as the nearest native level (its "
+        "interval is narrower than its name says; noted in the run's summary.json and report). Without it such a "
+        "task x checkpoint is skipped, with the reason.",
+    )
 
     _locations = field_validator("benchmark", "output", mode="before")(location)
     _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)

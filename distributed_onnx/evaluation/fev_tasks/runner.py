@@ -11,11 +11,16 @@ Ray is joined once, before the first run, and each set of checkpoints gets one a
 runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`).
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
-``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, skipped with its reason, or
-failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when there are two or more) and
-``pairs/TASK/MODEL.json`` (one summary each, the resume record: a pair whose record matches the task, the
+``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, resumed, skipped with its reason,
+refused or failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when there are two or
+more) and ``pairs/TASK/MODEL.json`` (one summary each, the resume record: a pair whose record matches the task, the
 checkpoint's weights and fev's version is not recomputed; a checkpoint added later that serves the same tasks
 joins their run directory and computes only its own forecasts).
+
+What no run could get past is refused before anything is loaded or Ray is joined (:func:`run_benchmark`): the
+checkpoints' names and the output, by the backtest's own checks (``evaluation/driver/up_front.py``), a benchmark
+without tasks, a task whose own settings the backtest's model refuses (:mod:`.checks`). A pair whose levels the
+checkpoint cannot forecast is skipped like one whose horizon it cannot (docs/fev.md).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import pyarrow.dataset as pads
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
-from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names, levels_problem
+from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names
+from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
 from distributed_onnx.evaluation.fev_tasks.tasks import (
@@ -69,9 +75,11 @@ class FevResult:
 
     #: fev's ``evaluation_summary`` of each task x checkpoint done (now or by an earlier run), in task order.
     summaries: list[dict[str, Any]]
-    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, failed), ``reason``.
+    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, refused, failed),
+    #: ``reason``.
     pairs: list[dict[str, Any]]
     output: storage.Location
+    #: The pairs refused (the backtest refused their data: a rerun refuses them again) or failed (a rerun retries).
     failed: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -118,7 +126,8 @@ def run_fev(
 ) -> FevResult:
     """Run every task against every checkpoint; ``settings`` are further backtest settings (``actors``,
     ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
-    with every pair done starts no Ray. Raises :class:`BatchError` after writing everything if a pair failed."""
+    with every pair done starts no Ray. After writing everything, raises :class:`BatchError` if a pair failed (a
+    rerun retries it), else :class:`ConfigError` if the backtest refused a pair's data (a rerun refuses it again)."""
     storage.make_dirs(output)
     records: dict[tuple[int, str], dict[str, Any]] = {}
     summaries: dict[tuple[int, str], dict[str, Any]] = {}
@@ -198,7 +207,7 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
         base = {"task": name, "task_dir": slug, "model": checkpoint.name}
-        why = reason or checkpoint_reason(task, checkpoint.metadata) or _levels_reason(task, checkpoint, clamp)
+        why = reason or checkpoint_reason(task, checkpoint.metadata) or levels_reason(task, checkpoint, clamp=clamp)
         if why is not None:
             records[(index, checkpoint.name)] = {**base, "status": "skipped", "reason": why}
             continue
@@ -224,15 +233,6 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     for shape, members in by_shape.items():
         key = _RunKey(*shape, tuple(each.name for each in members))
         runs.setdefault(key, _Run(key, tuple(members))).tasks.append((index, task, slug, data))
-
-
-def _levels_reason(task: Any, checkpoint: ResolvedCheckpoint, clamp: bool) -> str | None:
-    """Why ``checkpoint`` cannot forecast ``task``'s quantile levels (some outside its native range), unless
-    clamping is asked for: the backtest's own rule (``evaluation/driver/up_front.py``)."""
-    problem = None if clamp else levels_problem(checkpoint.name, _levels(task), checkpoint.metadata)
-    if problem is None:
-        return None
-    return f"{problem}; with --clamp-quantiles each is forecast as the nearest native level"
 
 
 def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> _Shape:
@@ -507,24 +507,6 @@ def run_benchmark(
     resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
     address = settings.get("address")
     return run_fev(tasks, resolved, output, settings, connect=connect or (lambda: _join_ray(address)))
-
-
-def check_tasks(tasks: Sequence[Any], output: storage.Location, settings: dict[str, Any]) -> None:
-    """Refuse, before anything is loaded or started, a task whose own settings the backtest refuses whatever the
-    checkpoint (a seasonality of 0, a horizon beyond the bounds): validated by the backtest's settings model, as
-    each of its runs will be, so no pair of it becomes a failure that a rerun repeats. One line naming the task
-    and the rule (exit 2)."""
-    from distributed_onnx.evaluation.settings import BacktestSettings
-
-    for index, task in enumerate(tasks):
-        own = {"horizon": int(task.horizon), "seasonality": task.seasonality, "quantiles": _levels(task)}
-        source = f"fev task {str(task.task_name)!r}, {index + 1} of {len(tasks)} in the benchmark"
-        BacktestSettings.from_sources({**settings, **own, "output": output}, source=source[:200])
-
-
-def _levels(task: Any) -> list[float]:
-    """The quantile levels a task's forecasts need: its own and 0.5 (fev's point forecast is the median)."""
-    return sorted({0.5, *(float(level) for level in task.quantile_levels)})
 
 
 def _join_ray(address: str | None) -> None:
