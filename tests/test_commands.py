@@ -453,6 +453,39 @@ def _suggestions() -> list[Suggestion]:
     return [*found, built]
 
 
+def _suggested_settings() -> dict[str, str]:
+    """Every setting a ``Suggestion(...)`` in the package names where it spells the setting out (a literal, or a
+    module constant of literals): setting -> where."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        constants = {
+            target.id: node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Suggestion" and len(node.args) > 1):
+                continue
+            settings = node.args[1]
+            settings = constants.get(settings.id, settings) if isinstance(settings, ast.Name) else settings
+            for pair in getattr(settings, "elts", []):
+                first = pair.elts[0] if isinstance(pair, ast.Tuple) else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found[first.value] = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+    return found
+
+
+def test_every_setting_a_suggestion_names_is_a_flag_of_some_command() -> None:
+    """A suggestion naming no command's setting (a typo, a field renamed) would never be shown anywhere."""
+    suggested = _suggested_settings()
+    assert {"clamp_quantiles", "context_length", "group_by", "covariate_data", "actors"} <= set(suggested)
+    every = set().union(*(cli.command_flags(cli._parser([c]), c) for c in _commands()))
+    assert not {name: where for name, where in suggested.items() if name not in every}
+
+
 def test_a_suggestion_is_shown_only_by_a_command_that_has_every_flag_it_names() -> None:
     for command in _commands():
         flags = cli.command_flags(cli._parser([command]), command)
