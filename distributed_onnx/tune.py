@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, local_checkpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
 
@@ -55,12 +56,17 @@ FORMAT = "distributed-onnx tune 1"
 class TuneRequest(BaseModel):
     """What ``tune`` measures."""
 
-    checkpoint: Path
-    data: Path | str = REFERENCE_DATASET
-    output: Path = Path("tune.json")
+    checkpoint: Path = Field(description="The .onnx file to tune for: a local file (a URL is refused in one line).")
+    data: Location = Field(default=Location(REFERENCE_DATASET), description="Input table, a path or a URL.")
+    output: Location = Field(default=Location("tune.json"), description="The file to write, a path or a URL.")
     budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
     windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
     cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
 
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
@@ -84,7 +90,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "format": FORMAT,
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
-        "data": storage.redact(request.data),
+        "data": str(request.data),  # redacted: a URL's secrets stay in the URL
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
         "settings": {
             "actors": best["actors"],
@@ -141,7 +147,7 @@ def _load() -> list[float] | None:
         return None
 
 
-def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
+def _windows(data: Location, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
     """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
     stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
     when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
@@ -169,7 +175,7 @@ def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np
             break
         step += 1
     if not taken:
-        raise ConfigError(f"{storage.redact(data)} has no values to tune on")
+        raise ConfigError(f"{data} has no values to tune on")
     return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
 
 

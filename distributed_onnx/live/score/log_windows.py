@@ -29,7 +29,7 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES
 from distributed_onnx.errors import DataError, StorageError
 from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
 
