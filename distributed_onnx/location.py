@@ -28,9 +28,9 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from distributed_onnx.redact import is_url, redact
+from distributed_onnx.redact import MASK, is_url, redact, redact_text
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -162,6 +162,30 @@ class Location:
 
     # Showing and opening ------------------------------------------------------------------------------------
 
+    def scrub(self, text: str) -> str:
+        """``text`` (a library's message about this location) with this location's secrets masked wherever they
+        appear, in any form: a client may quote the URL's path and query without its scheme, where no redaction
+        of URLs in text finds them (``... url: /x.yaml?sig=SECRET``).
+
+        >>> Location.parse("https://u:pw@h/x.yaml?sig=S1").scrub("GET /x.yaml?sig=S1 as u:pw failed")
+        'GET /x.yaml?sig=*** as ***:*** failed'
+        """
+        for secret in sorted(self._secrets(), key=len, reverse=True):
+            text = text.replace(secret, MASK)
+        return redact_text(text)
+
+    def _secrets(self) -> set[str]:
+        if self._path is not None:
+            return set()
+        url = urlsplit(self._text)
+        parts = [url.username or "", url.password or "", url.fragment]
+        parts += [option.split("=", 1)[1] for option in url.query.split("&") if "=" in option]
+        forms = set()
+        for part in filter(None, parts):
+            for each in (part, unquote(part)):
+                forms |= {each, quote(each, safe=""), quote(each, safe=_URI_SAFE)}
+        return {form for form in forms if len(form) >= _SHORTEST_SECRET}
+
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,
         fsspec, an HTTP client), never for a message, a log line or a file."""
@@ -220,6 +244,11 @@ class Location:
     def _from_url(url: Any) -> Location:
         return Location(urlunsplit(url))
 
+
+#: The characters an HTTP client leaves unquoted in a URL it shows (requests' ``requote_uri``).
+_URI_SAFE = "!#$%&'()*+,/:;=?@[]~"
+#: Shorter option values (``r``, ``eu``) are not masked in free text: they would mask every such letter in it.
+_SHORTEST_SECRET = 3
 
 #: What every function that takes a location accepts: a Location, a path, or the text a user wrote.
 LocationLike = Location | Path | str

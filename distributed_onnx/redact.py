@@ -54,6 +54,8 @@ def redact(location: object) -> str:
         url = urlsplit(text)
     except ValueError:  # an unparseable URL (a bad IPv6 host): show its scheme only
         return text.split("://", 1)[0] + "://" + MASK
+    if "@" not in url.netloc and not url.query and not url.fragment:
+        return text  # nothing to mask: shown as written (urlunsplit would turn ``s3://`` into ``s3:``)
     netloc = url.netloc
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]

@@ -73,8 +73,8 @@ def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
     or fsspec, and every message here is built from the Location itself, redacted.
     """
     place = Location.parse(location)
-    if place.local_path is not None:
-        return pafs.LocalFileSystem(), str(place.local_path)
+    if place.local_path is not None:  # absolute: pyarrow reads a relative ``user:pw@host/dir`` as a URI
+        return pafs.LocalFileSystem(), str(place.local_path.absolute())
     scheme = place.scheme
     try:
         return pafs.FileSystem.from_uri(place.reveal())
@@ -90,7 +90,7 @@ def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
             # pyarrow knows the scheme and refused the URL (an option it does not take, such as ?secret_key=):
             # fsspec would only answer "install s3fs", which does not help. Credentials go in the environment.
             raise ConfigError(
-                f"Cannot open {place}: {redact_text(str(arrow_error))}. pyarrow's {scheme}:// URLs take "
+                f"Cannot open {place}: {place.scrub(str(arrow_error))}. pyarrow's {scheme}:// URLs take "
                 "options such as region, endpoint_override and scheme; give credentials in the environment "
                 "(e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or the URL's user-info, not as options.",
                 location=str(place),
@@ -100,7 +100,7 @@ def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
         except ImportError:
             if scheme in _ARROW_SCHEMES:
                 raise MissingExtraError(
-                    f"pyarrow cannot open {place}: {redact_text(str(arrow_error))}. Install a pyarrow build "
+                    f"pyarrow cannot open {place}: {place.scrub(str(arrow_error))}. Install a pyarrow build "
                     "with that filesystem."
                 ) from None
             raise ConfigError(
@@ -112,11 +112,11 @@ def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
             spec_fs, path = fsspec.core.url_to_fs(place.reveal())
         except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
             raise MissingExtraError(
-                f"Cannot open {place}: {redact_text(str(exc))} (fsspec's implementation of {scheme}:// is not "
+                f"Cannot open {place}: {place.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
                 "installed)."
             ) from None
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
-            raise ConfigError(f"Cannot open {place}: {redact_text(str(exc))}.", location=str(place)) from None
+            raise ConfigError(f"Cannot open {place}: {place.scrub(str(exc))}.", location=str(place)) from None
         return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), str(path)
 
 
@@ -144,7 +144,23 @@ def make_dirs(location: LocationLike) -> None:
         path.mkdir(parents=True, exist_ok=True)
         return
     fs, inner = filesystem(location)
-    fs.create_dir(inner, recursive=True)
+    with _writable(location):
+        fs.create_dir(inner, recursive=True)
+
+
+@contextmanager
+def _writable(location: LocationLike) -> Iterator[None]:
+    """A filesystem that reads only (fsspec's ``https://``) refuses a write with a bare ``NotImplementedError``
+    (a traceback and exit 4): one :class:`ConfigError` naming the location instead."""
+    try:
+        yield
+    except NotImplementedError:
+        place = Location.parse(location)
+        raise ConfigError(
+            f"Cannot write to {place}: {place.scheme}:// is read-only here. Write to a local path or an object "
+            "store (s3://, gs://, abfs://...).",
+            location=str(place),
+        ) from None
 
 
 def list_files(directory: LocationLike, prefix: str, suffix: str) -> list[Location]:
@@ -261,7 +277,7 @@ def _upload_atomically(location: LocationLike, payload: bytes) -> None:
     directory, _, name = inner.rpartition("/")
     temporary = f"{directory}/.tmp-{name}.{uuid.uuid4().hex}" if directory else f".tmp-{name}.{uuid.uuid4().hex}"
     try:
-        with fs.open_output_stream(temporary) as stream:
+        with _writable(location), fs.open_output_stream(temporary) as stream:
             stream.write(payload)
         fs.copy_file(temporary, inner)
     finally:

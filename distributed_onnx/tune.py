@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.location import Location
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, local_checkpoint
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
@@ -116,24 +116,26 @@ def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: 
     return [size for size in BATCHES if size <= windows and size * window_s <= trial_s / 2] or [1]
 
 
-def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
-    """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`."""
+def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
+    """``(file, settings)`` of a file ``tune`` wrote (a path or a URL, as its ``--output``), for
+    :meth:`~.settings_sources.CommandSettings.from_sources`; the file is named redacted."""
+    place = Location.parse(path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(storage.read_bytes(place))
     except FileNotFoundError as exc:
-        msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
-        raise ConfigError(msg, path=str(path)) from exc
+        msg = f"Tuned settings file not found: {place}; write it with distributed-onnx tune"
+        raise ConfigError(msg, path=str(place)) from exc
     except (OSError, ValueError) as exc:
-        msg = f"Tuned settings file {path} is not JSON ({exc}); write it with distributed-onnx tune"
-        raise ConfigError(msg, path=str(path)) from exc
+        msg = f"Tuned settings file {place} is not JSON ({place.scrub(str(exc))}); write it with distributed-onnx tune"
+        raise ConfigError(msg, path=str(place)) from exc
     settings = document.get("settings") if isinstance(document, dict) else None
     if not isinstance(settings, dict) or document.get("format") != FORMAT:
         raise ConfigError(
-            f"{path} is not a tuned settings file (expected format {FORMAT!r} with a 'settings' mapping); "
+            f"{place} is not a tuned settings file (expected format {FORMAT!r} with a 'settings' mapping); "
             "write it with distributed-onnx tune",
-            path=str(path),
+            path=str(place),
         )
-    return str(path), settings
+    return str(place), settings
 
 
 def _speed(trial: dict[str, Any]) -> float:

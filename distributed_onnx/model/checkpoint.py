@@ -268,7 +268,7 @@ CHECKPOINT_URL_HINT = (
 )
 
 
-def local_checkpoint(value: LocationLike, what: str = "--checkpoint") -> Path:
+def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
     """The local path of a checkpoint the user gave (text, a path, a Location): a URL is refused with one line
     naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``)."""
     return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT)
@@ -282,7 +282,10 @@ def local_checkpoints(value: object) -> object:
     elif isinstance(value, Path | Location):
         value = [value]
     if isinstance(value, list | tuple):
-        return [local_checkpoint(each) if isinstance(each, str | Path | Location) else each for each in value]
+        return [
+            local_checkpoint(each, "--checkpoint") if isinstance(each, str | Path | Location) else each
+            for each in value
+        ]
     return value
 
 

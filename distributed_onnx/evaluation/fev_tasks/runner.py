@@ -480,7 +480,8 @@ def run_benchmark(
         raise ConfigError(f"settings {fixed} are decided by each fev task: drop them", key=fixed[0])
     tasks = load_tasks(benchmark)
     resolved = [
-        LocalCheckpoint(path=local_checkpoint(path)).resolve() for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])
+        LocalCheckpoint(path=local_checkpoint(path, "--checkpoint")).resolve()
+        for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])
     ]
     names = [each.name for each in resolved]
     if len(set(names)) != len(names):

@@ -231,7 +231,7 @@ def load_tasks(benchmark: Any) -> list[Any]:
             return list(fev.Benchmark.from_yaml(place.local_path or place.reveal()).tasks)
         except Exception as exc:  # fev says only "Failed to load the file", or a Task's own validation error
             detail = exc.__cause__ or exc.__context__ or exc  # the file's own error, where fev hid it
-            text = " ".join(str(detail).split())[:400]
+            text = place.scrub(" ".join(str(detail).split()))[:400]  # a client quotes the URL's query too
             raise ConfigError(
                 f"{place} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
                 f"{type(detail).__name__}: {text}",
