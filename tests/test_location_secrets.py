@@ -103,8 +103,8 @@ def test_every_command_has_its_location_flags_found() -> None:
 
 
 @pytest.fixture(scope="module")
-def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Harmless values for the location flags a run needs besides the one under test."""
+def places(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[str, str]:
+    """Harmless values for the location flags a run needs besides the one under test (and a busy port)."""
     from graphs import write_tiny_chronos2
 
     root = tmp_path_factory.mktemp("places")
@@ -121,6 +121,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "forecasts": str(root / "log"),
         "benchmark": str(benchmark),
         "from_pretrained": str(root / "pretrained"),
+        "busy_port": str(busy_port),
     }
 
 
@@ -191,7 +192,6 @@ def test_no_command_shows_a_locations_secret(
     flag: str,
     dest: str,
     places: dict[str, str],
-    busy_port: int,
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -204,7 +204,7 @@ def test_no_command_shows_a_locations_secret(
     for value in secret_locations(_file_name(dest)):
         words = _arguments(command, flag, dest, value, places, tmp_path)
         if command == "serve":
-            words += ["--port", str(busy_port)]
+            words += ["--port", places["busy_port"]]
         try:
             code = cli.main(words)
         except SystemExit as exc:  # argparse refused the line
