@@ -1,13 +1,19 @@
-"""The bounds of every numeric setting: what a flag, a YAML key or a variable may hold, checked where it is parsed.
+"""The bounds of every numeric setting, and of the inputs' values, each written once and read where it is checked.
 
 Settings without an upper bound were taken at their word and failed far from where they were given: a
 ``--max-replicas 3000`` asked the ingress for 6002 consecutive free ports (exit 3, "rerun"), a huge
 ``--covariate-latency`` wrapped around in int64 arithmetic and fed windows vintages issued after their cutoff.
 Each bound is far above any real use and low enough that the arithmetic done with the value cannot overflow;
 the typed settings (``Field(le=...)``) refuse a value beyond it in one line naming the setting (exit 2).
+
+The inputs' bounds (:data:`MAX_SERIES_ID_BYTES`, :data:`FLOAT32_MAX`) are read by every door a series comes in by:
+the backtest's and ``score``'s tables (``evaluation/data/table.py``), the served routes (``serve/wire/``) and the
+forecast log ``score`` reads (``live/``), so that a series one of them takes, the others take too.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 #: Steps of a horizon, a context, a stride or a season.
 MAX_STEPS = 10_000_000
@@ -37,3 +43,22 @@ MAX_REPLICAS = 512
 MAX_PARITY_WINDOWS = 100_000
 #: A checkpoint's sampling interval: one year.
 MAX_RESOLUTION_MINUTES = 366 * 24 * 60
+
+#: The longest series id, in bytes of its UTF-8 encoding: what Arrow and Parquet store and what a fixed-width id
+#: array is sized by, so the unit the cost is in (characters would let a 256-character id of 4-byte characters
+#: weigh four times a 256-character ASCII one). An id is data of every forecast row and every logged row, and an
+#: array of ids takes (rows x longest id) bytes: one unbounded id cost gigabytes. 1,024 bytes is far above any key
+#: in use; it admits every id the backtest took (its bound) and every id the routes took (256 characters are at most
+#: 1,024 bytes), so no id accepted before is refused.
+MAX_SERIES_ID_BYTES = 1_024
+#: The largest magnitude a value may have: the models read float32, where a larger one becomes infinite.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def id_bytes(series_id: str) -> int:
+    """The length :data:`MAX_SERIES_ID_BYTES` bounds: ``series_id``'s UTF-8 bytes.
+
+    >>> id_bytes("north"), id_bytes("Zürich"), id_bytes("東京")
+    (5, 7, 6)
+    """
+    return len(series_id.encode("utf-8"))

@@ -494,10 +494,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
     tuned = None
     if args.tuned is not None:
-        from distributed_onnx.tune import read_tuned
+        from distributed_onnx.tune import load_tuned
 
-        tuned = read_tuned(args.tuned)
-    settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True, tuned=tuned)
+        tuned = load_tuned(args.tuned)
+    source = tuned.source if tuned is not None else None
+    settings = BacktestSettings.from_sources(given_flags(args), args.config, environment=True, tuned=source)
+    if tuned is not None:
+        tuned.check_checkpoints(settings.checkpoint)  # measured on another checkpoint: refused, naming both
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
     from distributed_onnx.evaluation.driver.run import run_backtest

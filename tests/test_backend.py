@@ -34,6 +34,7 @@ from distributed_onnx.errors import (
     ProviderNotAllowedError,
     ProviderUnavailableError,
 )
+from distributed_onnx.model.backend.onnx import detect_host
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -200,7 +201,7 @@ def test_explicit_cuda_chain_is_strict_on_a_cpu_host(tiny_checkpoint: ResolvedCh
 
 
 def test_gpu_chain_refused_in_a_process_without_gpu(tiny_checkpoint: ResolvedCheckpoint) -> None:
-    no_gpu = HostCapabilities.detect(gpu_assigned=False)
+    no_gpu = detect_host(gpu_assigned=False)
     with pytest.raises(ProviderNotAllowedError):
         OnnxBackend.from_checkpoint(tiny_checkpoint, [CudaProvider()], host=no_gpu)
 

@@ -105,6 +105,18 @@ def test_schema_violations_name_the_key(tmp_path: Path, change: dict[str, object
     assert "m.metadata.json" in str(info.value)
 
 
+def test_native_levels_within_the_level_tolerance_are_one_level_twice(tmp_path: Path) -> None:
+    """Issue 53: the checkpoint took two native levels 1e-12 apart, which every consumer of levels treats as one
+    (model/quantiles.py's LEVEL_TOLERANCE); the metadata now refuses them by the same rule as requested levels."""
+    document = tiny_chronos2_metadata().model_dump(mode="json")
+    levels = list(document["native_quantiles"])
+    document["native_quantiles"] = sorted([*levels, levels[0] + 1e-12])
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    (tmp_path / "m.metadata.json").write_text(json.dumps(document))
+    with pytest.raises(CheckpointMetadataError, match=r"strictly ascending \(no two within 1e-09\)"):
+        LocalCheckpoint(path=tmp_path / "m.onnx").resolve()
+
+
 def test_missing_required_field_is_named(tmp_path: Path) -> None:
     document = tiny_chronos2_metadata().model_dump(mode="json")
     del document["output_name"]

@@ -302,7 +302,11 @@ def test_int8_variant_names_its_parent_and_stays_near_it(
     variant = output.with_name("chronos2-tiny-int8.onnx")
     parent_metadata = json.loads(output.with_suffix(".metadata.json").read_text())
     metadata = json.loads(variant.with_suffix(".metadata.json").read_text())
-    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"]}
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.identity import identity_of
+
+    identity = identity_of(LocalCheckpoint(path=output).resolve()).record()  # the parent's, its fields and graph
+    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"], "identity": identity}
     assert metadata["quantization"]["mode"] == mode and metadata["quantization"]["weight_type"] == "int8"
     assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
     comparison = json.loads(variant.with_suffix(".parity.json").read_text())

@@ -17,19 +17,38 @@ import pytest
 from conftest import start_test_ray
 
 #: The modules whose docstrings' examples are run: the public API (``backtest``, ``OnnxBackend``), the error
-#: tree, a family adapter, and the metric registry.
+#: tree, a family adapter, the metric registry, the rules each written once (bounds, quantile levels, the default
+#: season, a parity report's statistics: numpy only, unlike the rest of export/), and Ray's side of the backtest
+#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool).
 MODULES = (
     "distributed_onnx.api",
     "distributed_onnx.errors",
+    "distributed_onnx.bounds",
+    "distributed_onnx.model.quantiles",
     "distributed_onnx.model.adapters.context_quantiles",
     "distributed_onnx.model.backend.onnx",
     "distributed_onnx.evaluation.scoring.registry",
     "distributed_onnx.evaluation.scoring.conventions",
+    "distributed_onnx.evaluation.scoring.naive",
+    "distributed_onnx.export.parity",
+    "distributed_onnx.runtime.dispatch",
+    "distributed_onnx.runtime.actors",
 )
-#: Docstrings whose examples build an ONNX Runtime session or run a backtest (Ray): the integration tier.
-INTEGRATION = {"distributed_onnx.api.backtest", "distributed_onnx.model.backend.onnx.OnnxBackend"}
-#: The docstrings needing Ray get the session's shared local Ray (started before the example runs).
-NEEDS_RAY = {"distributed_onnx.api.backtest"}
+#: The docstrings needing Ray get the session's shared local Ray (started before the example runs): a backtest,
+#: the dispatcher's actors, worker actors and the cluster's resources.
+NEEDS_RAY = {
+    "distributed_onnx.api.backtest",
+    "distributed_onnx.runtime.dispatch.Dispatcher",
+    "distributed_onnx.runtime.dispatch.Dispatcher.run",
+    "distributed_onnx.runtime.actors.PinnedWorker",
+    "distributed_onnx.runtime.actors.WorkerActor",
+    "distributed_onnx.runtime.actors.start_pool",
+    "distributed_onnx.runtime.actors.has_room",
+    "distributed_onnx.runtime.actors.check_feasible",
+    "distributed_onnx.runtime.actors.default_actor_count",
+}
+#: Docstrings whose examples build an ONNX Runtime session or use Ray: the integration tier.
+INTEGRATION = NEEDS_RAY | {"distributed_onnx.model.backend.onnx.OnnxBackend"}
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -66,5 +85,7 @@ def test_the_public_api_has_examples() -> None:
         "distributed_onnx.errors.DistributedOnnxError",
         "distributed_onnx.model.adapters.context_quantiles.ContextQuantilesAdapter.build_inputs",
         "distributed_onnx.evaluation.scoring.registry",
+        "distributed_onnx.runtime.actors.local_device_chain",
+        "distributed_onnx.runtime.actors.worker_actor_options",
     }
     assert set(INTEGRATION) <= named  # every integration name is a real docstring (no stale entry)

@@ -7,6 +7,7 @@ folder, fake models), the v2 route's parameter checks and ``score`` on what was 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from test_live_score import REQUEST_TIME_US, STEP_MIN, _item, _ramp_actuals
 
-from distributed_onnx.errors import InputValidationError
-from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS, LoggedForecast, forecast_rows, log_files
+from distributed_onnx.bounds import MAX_SERIES_ID_BYTES
+from distributed_onnx.errors import DataError, InputValidationError
+from distributed_onnx.live.log.layout import LoggedForecast, forecast_rows, log_files
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.log_windows import read_log_windows
@@ -119,14 +121,46 @@ def test_a_window_logged_twice_or_for_different_series_is_counted_not_fatal(tmp_
 
 
 def test_series_ids_are_bounded_on_the_v2_route_as_on_v1() -> None:
-    """Defect 3: v2 ``series_ids`` had no length limit (v1 caps them at 256 characters)."""
-    assert _series_ids("a," + "b" * MAX_SERIES_ID_CHARS, 2) == ("a", "b" * MAX_SERIES_ID_CHARS)
-    with pytest.raises(InputValidationError, match="at most 256 characters"):
-        _series_ids("a," + "b" * (MAX_SERIES_ID_CHARS + 1), 2)
-    with pytest.raises(InputValidationError, match="at most 256 characters"):
+    """Defect 3: v2 ``series_ids`` had no length limit (v1 caps them at MAX_SERIES_ID_BYTES, issue 53: in bytes)."""
+    assert _series_ids("a," + "b" * MAX_SERIES_ID_BYTES, 2) == ("a", "b" * MAX_SERIES_ID_BYTES)
+    with pytest.raises(InputValidationError, match="at most 1,024 bytes"):
+        _series_ids("a," + "b" * (MAX_SERIES_ID_BYTES + 1), 2)
+    with pytest.raises(InputValidationError, match="at most 1,024 bytes"):
         _series_ids(["x" * 8_000_000], 1)
-    with pytest.raises(ValueError, match="256"):
-        ForecastRequest.model_validate({"series": [{"series_id": "x" * 257, "y": [1.0]}]})
+    with pytest.raises(ValueError, match="1,024"):
+        ForecastRequest.model_validate({"series": [{"series_id": "x" * (MAX_SERIES_ID_BYTES + 1), "y": [1.0]}]})
+
+
+def test_one_series_id_bound_in_bytes_for_the_backtest_both_routes_and_score(tmp_path: Path) -> None:
+    """Issue 53: the backtest took ids of up to 1,024 UTF-8 bytes, the routes up to 256 characters, so a series
+    the backtest scored could not be served under its own id (and a 256-character id of 4-byte characters was
+    served though it is 1,024 bytes). One bound now, in the bytes every reader stores: an id the backtest's table
+    takes, /v1 (as its HTTP body is parsed), v2 and the log ``score`` reads take too, and one byte more none does."""
+    from distributed_onnx.evaluation.data.table import series_from_table
+    from distributed_onnx.serve.wire.http import HttpError, parse_body
+
+    fits = "é" * (MAX_SERIES_ID_BYTES // 2)  # 512 characters, 1,024 bytes: the routes refused it before
+    over = fits + "a"  # 1,025 bytes, 513 characters
+    table = pa.table({"series_id": [fits, fits], "timestamp": pa.array([0, 60_000_000], pa.timestamp("us", "UTC")),
+                      "y": [1.0, 2.0]})  # fmt: skip
+    assert [series.series_id for series in series_from_table(table, 1).series] == [fits]
+    with pytest.raises(DataError, match="longer than 1,024 bytes"):
+        series_from_table(table.set_column(0, "series_id", pa.array([over, over])), 1)
+    body = {"series": [{"series_id": fits, "y": [1.0]}]}
+    assert parse_body(json.dumps(body).encode(), ForecastRequest).series[0].series_id == fits
+    assert _series_ids([fits], 1) == (fits,)
+    item = LoggedForecast(
+        "m", "0" * 64, "served", "r", REQUEST_TIME_US, STEP_MIN, [fits, over], [None, None], (0.5,),
+        np.ones((2, 48, 1), dtype=np.float32),
+    )  # fmt: skip
+    pq.write_table(forecast_rows(item), tmp_path / "part-x.parquet")
+    (windows,) = read_log_windows(tmp_path / "part-x.parquet")
+    assert windows.series_ids[0] == fits and windows.series_ids[1].startswith("<id of 1025 bytes, blake2b ")
+    with pytest.raises(HttpError, match="at most 1,024 bytes") as refused:
+        parse_body(json.dumps({"series": [{"series_id": over, "y": [1.0]}]}).encode(), ForecastRequest)
+    assert refused.value.status_code == 422
+    with pytest.raises(InputValidationError, match="an id of 1,025 bytes"):
+        _series_ids([over], 1)
 
 
 def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: Path) -> None:
@@ -139,7 +173,7 @@ def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: P
     path = tmp_path / "part-x.parquet"
     pq.write_table(forecast_rows(item), path)
     (windows,) = read_log_windows(path)
-    assert windows.series_ids[0] == "a" and len(windows.series_ids[1]) < 2 * MAX_SERIES_ID_CHARS
+    assert windows.series_ids[0] == "a" and windows.series_ids[1].startswith("<id of 1000000 bytes, blake2b ")
     assert windows.series_ids.nbytes < 10_000  # was 96 rows x 1e6 characters x 4 bytes
 
 

@@ -232,6 +232,10 @@ class BacktestSettings(ColumnSettings):
         """Every covariate column in the model's row order: past-only first, then known-future (as upstream)."""
         return [*self.past_covariates, *self.covariates]
 
+    def mapped_covariates(self) -> list[str]:
+        """The covariates, for the one-to-one check of the columns' roles (:func:`~.data.columns.check_roles`)."""
+        return self.covariate_columns
+
     @field_validator("start")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:

@@ -22,8 +22,8 @@ only to rows of its own group at unmasked time steps) becomes a branch in the gr
 backtest's default) each unmasked query has one key, itself, its softmax weight is exactly 1 and the block's
 group attention is ``h + o(v(LN(h)))``: the graph computes ``h + LN(h) (Wo Wv)^T`` with ``Wo Wv`` folded at
 export (a buffer, removed on exit), skipping the q and k projections and the attention. Per token and block,
-4 d_model^2 + 2 rows d_model multiply-adds become d_model^2: at the published shapes (horizon 64) ORT's
-profiled MatMuls per window go from 64.9 to 53.8 GMAC, 17% fewer, the parity report unchanged (1.2e-4 of 550).
+4 d_model^2 + 2 rows d_model multiply-adds become d_model^2 (what it saves at the published shapes, and the
+parity before and after: ``benchmarks/results/roofline.md``, ``benchmarks/results/docstring_figures.md``).
 Otherwise (covariates, ``--group-by``: shared group ids) it runs upstream's method unchanged. The predicate is
 computed in the graph from the group-time mask itself: no query has an unmasked key in another row.
 
@@ -39,9 +39,9 @@ query attends them. Evidence: ``tests/test_chronos2_pipeline.py::test_univariate
 The graph computes exactly the output patches upstream's pipeline computes for the horizon asked
 (:func:`output_patches`): ``Chronos2Pipeline.predict`` runs the model with ``ceil(prediction_length /
 output_patch_size)`` patches, and since the output patches attend to each other (and to the context), a graph
-of more patches cut to the horizon forecasts differently (5.4e-3 of the largest forecast at the published
-config, 64 patches against 4). Fewer patches are also less work: the published graph at 64 patches spends most
-of a call on the 60 patches a 64-step horizon does not need.
+of more patches cut to the horizon forecasts differently (at the published config:
+``benchmarks/results/export_parity_published.md``). Fewer patches are also less work: the published graph at 64
+patches spends most of a call on the 60 patches a 64-step horizon does not need.
 
 The parity report runs the upstream pipeline's own ``predict`` and this package's ONNX Runtime worker on the
 same windows (the user's ``--data`` or seeded sample windows with gaps) and records the largest difference.

@@ -14,9 +14,9 @@ the exporter's decomposition: a reshape of a transposed view); and the decoder's
 projecting every encoder token ``E`` through each head's key and value weights (``L * d_model * d_kv`` per head),
 the query goes through the key weights and the softmax-weighted sum of ``E`` through the value weights
 (``d_kv * d_model + d_model * L`` per head): ``q_h (E Wk_h^T)^T = (q_h Wk_h) E^T`` and ``softmax(...) (E Wv_h^T) =
-(softmax(...) E) Wv_h^T``: 0.40 G of bolt-small's 3.11 G multiply-adds per window fewer (13%). The decoder's
-cache is off while exporting (Bolt decodes one step and drops it). None changes a value beyond rounding; the
-parity report measures it.
+(softmax(...) E) Wv_h^T`` (the multiply-adds it saves per window at bolt-small's shapes:
+``benchmarks/results/roofline.md``). The decoder's cache is off while exporting (Bolt decodes one step and drops
+it). None changes a value beyond rounding; the parity report measures it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import numpy as np
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, DataError, DistributedOnnxError, MissingExtraError, ParityError
+from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, write_checkpoint
 
@@ -301,8 +302,6 @@ def parity_report(
     finally:
         worker.close()
     theirs = np.asarray(upstream(windows, horizon), dtype=np.float64)
-    difference = np.abs(ours - theirs)
-    scale = float(np.max(np.abs(theirs))) or 1.0
     return {
         "windows": int(windows.shape[0]),
         "source": source,
@@ -310,10 +309,7 @@ def parity_report(
         "missing_values": int(np.isnan(windows).sum()),
         "horizon": horizon,
         "calls": -(-horizon // worker.metadata.horizon_length),
-        "max_abs_diff": float(difference.max()),
-        "max_rel_diff": float(difference.max() / scale),
-        "median_abs_diff": float(np.median(difference)),
-        "max_abs_upstream": scale,
+        **parity_statistics(ours, theirs, "upstream"),
     }
 
 

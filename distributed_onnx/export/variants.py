@@ -1,11 +1,12 @@
 """``export --quantize int8``: the exported checkpoint's int8 variant, written as a checkpoint of its own.
 
 ``NAME.onnx`` -> ``NAME-int8.onnx`` (+ ``.data``) with its metadata: the parent's, with ``precision: int8``,
-``parent: {name, sha256}`` (the fp32 graph it came from) and ``quantization: {mode, weight_type, ...}``, so a
-backtest can put the two side by side and a report can say which is whose variant. Static quantization
-calibrates on the parity windows (from ``--data``: the user's own series). The variant's report
-(``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good enough
-is for a backtest on the user's data to say, not this file.
+``parent: {name, sha256, identity}`` (the fp32 checkpoint it came from and its identity:
+:mod:`distributed_onnx.model.identity`) and ``quantization: {mode, weight_type, ...}``, so a backtest can put the
+two side by side and a report can say which is whose variant (or that a checkpoint of the parent's name is not
+it). Static quantization calibrates on the parity windows (from ``--data``: the user's own series). The variant's
+report (``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good
+enough is for a backtest on the user's data to say, not this file.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import numpy as np
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import parity_windows, write_metadata
+from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.backend.providers import CpuProvider
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ParentCheckpoint, Quantization
+from distributed_onnx.model.identity import identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 #: Windows per calibration batch (the reader feeds the graph one batch at a time).
@@ -70,7 +73,7 @@ def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
         update={
             "precision": "int8",
             "sha256": None,
-            "parent": ParentCheckpoint(name=parent.name, sha256=metadata.sha256),
+            "parent": ParentCheckpoint(name=parent.name, sha256=metadata.sha256, identity=identity_of(parent).record()),
             "quantization": Quantization.model_validate(details),
             "description": f"int8 ({request.quantize_mode}) variant of {parent.name}. {metadata.description or ''}",
         }
@@ -93,15 +96,10 @@ def compare_to_parent(parent: Path, variant: Path, windows: np.ndarray, horizon:
         finally:
             worker.close()
     theirs, ours = forecasts
-    difference = np.abs(ours - theirs)
-    scale = float(np.max(np.abs(theirs))) or 1.0
     return {
         "parent": parent.stem,
         "variant": variant.stem,
         "windows": int(windows.shape[0]),
         "horizon": horizon,
-        "max_abs_diff": float(difference.max()),
-        "max_rel_diff": float(difference.max() / scale),
-        "median_abs_diff": float(np.median(difference)),
-        "max_abs_parent": scale,
+        **parity_statistics(ours, theirs, "parent"),
     }

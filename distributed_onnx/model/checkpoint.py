@@ -11,13 +11,12 @@ backend, which is the one place that opens the graph.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,6 +28,7 @@ from distributed_onnx.errors import (
     describe_validation,
 )
 from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,9 @@ OutputLayout = Literal["quantile_step", "step_quantile"]
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
 #: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
 OutputDistribution = Literal["student_t_mixture"]
+#: Marks a metadata field that changes no output: left out of the checkpoint's identity
+#: (:mod:`distributed_onnx.model.identity`, which says why each marked field is). Every other field counts.
+DESCRIPTIVE: dict[str, Any] = {"descriptive": True}
 
 
 class ParentCheckpoint(BaseModel):
@@ -56,6 +59,11 @@ class ParentCheckpoint(BaseModel):
 
     name: str = Field(description="The parent's name (its weights file's stem).")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the parent's weights (graph) file.")
+    identity: dict[str, Any] | None = Field(
+        default=None,
+        description="The parent's identity record (its graph's sha256 and every metadata field that changes an "
+        "output: distributed_onnx/model/identity.py); None in variants written before it was recorded.",
+    )
 
 
 class Quantization(BaseModel):
@@ -86,6 +94,7 @@ class CheckpointMetadata(BaseModel):
     schema_version: int = Field(
         default=METADATA_SCHEMA_VERSION,
         description="Version of the metadata layout; this package reads version 2.",
+        json_schema_extra=DESCRIPTIVE,
     )
     model_family: str = Field(description="Model family identifier, e.g. 'chronos2'; selects the adapter.")
     input_names: list[str] = Field(min_length=1, description="Ordered names of the model's input tensors.")
@@ -144,12 +153,19 @@ class CheckpointMetadata(BaseModel):
         default=None,
         pattern=r"^[0-9a-f]{64}$",
         description="Hex sha256 of the weights file, verified on resolve when present.",
+        json_schema_extra=DESCRIPTIVE,
     )
-    description: str | None = Field(default=None, description="Free text: what the model is, provenance.")
+    description: str | None = Field(
+        default=None, description="Free text: what the model is, provenance.", json_schema_extra=DESCRIPTIVE
+    )
     parent: ParentCheckpoint | None = Field(
-        default=None, description="The checkpoint this one was derived from (a quantized variant's fp32 parent)."
+        default=None,
+        description="The checkpoint this one was derived from (a quantized variant's fp32 parent).",
+        json_schema_extra=DESCRIPTIVE,
     )
-    quantization: Quantization | None = Field(default=None, description="How this variant was quantized.")
+    quantization: Quantization | None = Field(
+        default=None, description="How this variant was quantized.", json_schema_extra=DESCRIPTIVE
+    )
     training_data_end: datetime | None = Field(
         default=None,
         description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "
@@ -180,8 +196,8 @@ class CheckpointMetadata(BaseModel):
                 "the unbounded ends of a distribution, which no model predicts; fix the checkpoint's metadata"
             )
             raise ValueError(msg)
-        if any(b <= a for a, b in itertools.pairwise(value)):
-            msg = f"native_quantiles must be strictly ascending, got {value}"
+        if not strictly_ascending(value):
+            msg = f"native_quantiles must be strictly ascending (no two within {LEVEL_TOLERANCE:g}), got {value}"
             raise ValueError(msg)
         return value
 

@@ -39,6 +39,7 @@ __all__ = [
     "describe_clamped",
     "interpolate_quantiles",
     "quantile_column_name",
+    "strictly_ascending",
     "validate_quantiles",
 ]
 
@@ -57,6 +58,16 @@ def quantile_column_name(q: float) -> str:
     return "q" + (short if float(short) == level else repr(level))
 
 
+def strictly_ascending(levels: Sequence[float]) -> bool:
+    """Whether each level lies above the one before by more than :data:`LEVEL_TOLERANCE` (closer ones are one level
+    twice): the rule for requested levels (:func:`validate_quantiles`) and a checkpoint's native ones alike.
+
+    >>> strictly_ascending([0.1, 0.5, 0.9]), strictly_ascending([0.1, 0.1 + 1e-12, 0.9])
+    (True, False)
+    """
+    return all(b - a > LEVEL_TOLERANCE for a, b in itertools.pairwise(levels))
+
+
 def validate_quantiles(levels: Sequence[float], name: str = "quantiles") -> tuple[float, ...]:
     """Return ``levels`` as a tuple of floats after checking they are usable quantile levels.
 
@@ -69,7 +80,7 @@ def validate_quantiles(levels: Sequence[float], name: str = "quantiles") -> tupl
     bad = [q for q in values if not (0.0 < q < 1.0)]
     if bad:
         raise ConfigError(f"{name} must lie strictly between 0 and 1; got {bad} in {list(values)}.", key=name)
-    if any(b - a <= LEVEL_TOLERANCE for a, b in itertools.pairwise(values)):
+    if not strictly_ascending(values):
         raise ConfigError(
             f"{name} must be strictly increasing without duplicates; got {list(values)}. Sort them and remove repeats.",
             key=name,

@@ -21,7 +21,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
-from distributed_onnx.model.backend.policy import HostCapabilities
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 
@@ -32,7 +31,19 @@ READY_TIMEOUT_S = 600.0
 
 
 class PinnedWorker:
-    """The body of a worker actor (and of a Serve replica): builds and owns one pinned worker."""
+    """The body of a worker actor (and of a Serve replica): builds and owns one pinned worker.
+
+    Built where it runs, after Ray placed it: a process Ray gave no GPU gets no GPU provider, and ONNX Runtime
+    one thread per CPU of its share (here, in the process that runs the example, on a running local Ray):
+
+    >>> from distributed_onnx.model.worker import WorkerConfig
+    >>> from distributed_onnx.resources import REFERENCE_CHECKPOINT
+    >>> pinned = PinnedWorker(WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, warm_up_rows=2), num_cpus=1)
+    >>> info = pinned.ready()
+    >>> info.providers, info.intra_op_num_threads, info.gpu_ids
+    (['CPUExecutionProvider'], 1, [])
+    >>> pinned.worker.close()
+    """
 
     def __init__(self, config: WorkerConfig, num_cpus: float) -> None:
         gpu_ids = [str(gpu) for gpu in ray.get_gpu_ids()]
@@ -46,7 +57,10 @@ class PinnedWorker:
         )
         providers = None if config.providers is None else local_device_chain(config.providers)
         pinned = config.model_copy(update={"session_options": options, "providers": providers})
-        self.worker = InferenceWorker.from_config(pinned, HostCapabilities.detect(gpu_assigned=bool(gpu_ids)))
+        # ONNX Runtime loads here, in the actor that builds a session, not in the driver that imports this module.
+        from distributed_onnx.model.backend.onnx import detect_host
+
+        self.worker = InferenceWorker.from_config(pinned, detect_host(gpu_assigned=bool(gpu_ids)))
         warm_up_s = self.worker.warm_up(config.warm_up_rows) if config.warm_up_rows else None
         self._info = self.worker.info(
             intra_op_num_threads=threads,
@@ -79,6 +93,28 @@ class WorkerActor:
     An exception in an actor's ``__init__`` kills the actor and reaches the caller only as text inside
     ``ActorDiedError``; keeping it and raising it from ``ready()`` hands the driver the original, typed
     error (a corrupt checkpoint, a refused GPU chain) to report cleanly.
+
+    Its methods, on an actor of a pool started before its job was known (:func:`start_pool`; a running local Ray),
+    and a job that returns the shape of one forecast of ``item`` steps:
+
+    >>> import numpy as np
+    >>> import ray
+    >>> from distributed_onnx.model.worker import WorkerConfig
+    >>> from distributed_onnx.resources import REFERENCE_CHECKPOINT
+    >>> class ForecastShape:
+    ...     def __init__(self, workers, job_input, info):
+    ...         self.worker, self.levels = workers[0], job_input
+    ...     def run(self, item):
+    ...         window = np.ones((1, self.worker.metadata.context_length), np.float32)
+    ...         return self.worker.forecast(window, item, self.levels).shape
+    >>> actors, infos = start_pool(WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, warm_up_rows=2), 1, 0.5, 0)
+    >>> (actor,) = actors
+    >>> ray.get(actor.ready.remote(), timeout=60).providers
+    ['CPUExecutionProvider']
+    >>> ray.get(actor.take_job.remote(ForecastShape, [0.1, 0.5, 0.9]), timeout=60)
+    >>> ray.get(actor.run.remote(24), timeout=60)
+    (1, 24, 3)
+    >>> ray.kill(actor)
     """
 
     def __init__(
@@ -105,15 +141,17 @@ class WorkerActor:
             self._error = exc
 
     def ready(self) -> WorkerInfo:
+        """What the worker realized, once it is warm; raises its start-up error, typed (example: the class's)."""
         return self._started().ready()
 
     def take_job(self, job_factory: JobFactory, job_input: Any) -> None:
-        """Build the job of an actor started without one (a pool started while the driver was still planning)."""
+        """Build the job of an actor started without one (a pool started while the driver was still planning;
+        example: the class's)."""
         pinned = self._started()
         self._job = job_factory(self._workers, job_input, pinned.ready())
 
     def run(self, item: Any) -> Any:
-        """One unit of the job (a backtest part); errors travel back typed."""
+        """One unit of the job (a backtest part); errors travel back typed (example: the class's)."""
         self._started()
         if self._job is None:
             raise DistributedOnnxError("this worker actor was started without a job")
@@ -126,7 +164,13 @@ class WorkerActor:
 
 
 def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
-    """GPU providers address device 0: after Ray sets CUDA_VISIBLE_DEVICES, the actor's GPU is local index 0."""
+    """GPU providers address device 0: after Ray sets CUDA_VISIBLE_DEVICES, the actor's GPU is local index 0.
+
+    >>> from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider
+    >>> chain = local_device_chain([CudaProvider(device_id=3), CpuProvider()])
+    >>> [getattr(provider, "device_id", None) for provider in chain]
+    [0, None]
+    """
     return [
         provider.model_copy(update={"device_id": 0})
         if isinstance(provider, CudaProvider | TensorRTProvider)
@@ -136,7 +180,15 @@ def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProv
 
 
 def worker_actor_options(num_cpus: float, num_gpus: float, max_restarts: int = 0) -> dict[str, Any]:
-    """``ray.remote`` options of a worker actor; ``num_gpus`` may be fractional (several actors per GPU)."""
+    """``ray.remote`` options of a worker actor; ``num_gpus`` may be fractional (several actors per GPU).
+
+    >>> worker_actor_options(num_cpus=2, num_gpus=0.5)
+    {'num_cpus': 2, 'num_gpus': 0.5, 'max_restarts': 0, 'max_concurrency': 1}
+    >>> worker_actor_options(num_cpus=0, num_gpus=0)
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.ConfigError: cpus_per_actor must be > 0, got 0
+    """
     if num_cpus <= 0:
         raise ConfigError(f"cpus_per_actor must be > 0, got {num_cpus}", key="cpus_per_actor")
     if num_gpus < 0:
@@ -153,7 +205,8 @@ def start_worker_actor(
 ) -> Any:
     """Start one worker actor (not yet ready: wait on ``handle.ready.remote()``).
 
-    ``job_input`` may be an ObjectRef: Ray resolves it in the actor (numpy buffers map zero-copy).
+    ``job_input`` may be an ObjectRef: Ray resolves it in the actor (numpy buffers map zero-copy). Example:
+    :class:`WorkerActor`'s (through :func:`start_pool`, which starts each actor here).
     """
     actor_class = ray.remote(**worker_actor_options(num_cpus, num_gpus))(WorkerActor)
     return actor_class.remote(config, num_cpus, job_factory, job_input)
@@ -174,6 +227,14 @@ def start_pool(
     A start-up error (a corrupt checkpoint, a refused GPU chain) stops every actor of the pool and is raised
     as the original, typed error; an actor shape no node can host is refused before anything starts; actors
     not ready within ``timeout_s`` are a :class:`WorkerStartError` naming how many were and what was asked.
+
+    A pool in use: :class:`WorkerActor`'s example. One whose checkpoint is missing (on a running local Ray):
+
+    >>> from distributed_onnx.model.worker import WorkerConfig
+    >>> start_pool(WorkerConfig(checkpoint="no/such/model.onnx"), 1, 0.5, 0)
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.CheckpointNotFoundError: ...no/such/model.onnx...
     """
     check_feasible(num_cpus, num_gpus)
     count = count or default_actor_count(num_cpus, num_gpus)
@@ -214,13 +275,24 @@ def start_pool(
 
 
 def has_room(num_cpus: float, num_gpus: float) -> bool:
-    """Whether the cluster has the free CPUs/GPUs for one more actor right now (never blocks)."""
+    """Whether the cluster has the free CPUs/GPUs for one more actor right now (never blocks).
+
+    >>> has_room(num_cpus=0, num_gpus=0), has_room(num_cpus=1_000_000, num_gpus=0)
+    (True, False)
+    """
     free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
     return free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus
 
 
 def check_feasible(num_cpus: float, num_gpus: float) -> None:
-    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes."""
+    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes.
+
+    >>> check_feasible(num_cpus=1, num_gpus=0)  # a node can host it: nothing to say
+    >>> check_feasible(num_cpus=1, num_gpus=1_000)
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.ConfigError: No node can host an actor with 1 CPU and 1000 GPU; nodes have [...]...
+    """
     nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
     fits = any(
         node["Resources"].get("CPU", 0) >= num_cpus and node["Resources"].get("GPU", 0) >= num_gpus for node in nodes
@@ -235,7 +307,15 @@ def check_feasible(num_cpus: float, num_gpus: float) -> None:
 
 
 def default_actor_count(num_cpus: float, num_gpus: float) -> int:
-    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share."""
+    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share.
+
+    >>> import ray
+    >>> resources = ray.cluster_resources()
+    >>> default_actor_count(num_cpus=0.5, num_gpus=0) == int(resources["CPU"] / 0.5)
+    True
+    >>> default_actor_count(num_cpus=1, num_gpus=0.5) == max(1, int(resources.get("GPU", 0) / 0.5))
+    True
+    """
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     if num_gpus > 0:
         return max(1, int(resources.get("GPU", 0) / num_gpus))

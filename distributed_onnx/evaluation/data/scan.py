@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import table as table_module
+from distributed_onnx.evaluation.data.columns import check_unique
 from distributed_onnx.evaluation.data.layout import SeriesArrays, SeriesTable
 from distributed_onnx.evaluation.data.log_filters import once_per_message
 from distributed_onnx.evaluation.data.rows import SeriesRows
@@ -105,6 +106,7 @@ def scan_sorted_parquet(
         if metadata.num_rows <= chunk_rows:
             return None
         names = parquet.schema_arrow.names
+        check_unique(names, name)  # a repeated name is refused here, before a chunk is read
         if any(column not in names for column in (*REQUIRED_COLUMNS, *covariates)):
             return None  # the whole-table reader names what is missing
         check_columns(names, covariates, name)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import FLOAT32_MAX, MAX_SERIES_ID_BYTES
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, hint_for
@@ -57,17 +58,12 @@ REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
 GRID_POINTS_PER_ROW = 10
 #: ... plus this many, so that short series with a few gaps are never refused.
 GRID_SLACK_POINTS = 1_000
-#: The longest series id accepted, in UTF-8 bytes: ids are repeated in every forecast row, and a fixed-width
-#: numpy string array of ids takes (longest id x rows) bytes, so one 1 MB id would cost gigabytes.
-MAX_SERIES_ID_BYTES = 1_024
 #: Every dense series together may hold this many grid points beyond :data:`GRID_POINTS_PER_ROW` per row: the
 #: per-series bound alone lets a million two-row series each span 1,010 steps (8 GB of float64, per column).
 TOTAL_GRID_SLACK_POINTS = 10_000_000
 #: Timestamps must lie in years 1-9999 (0001-01-01T00:00:00 .. 9999-12-31T23:59:59.999999, UTC microseconds).
 MIN_TIMESTAMP_US = -62_135_596_800_000_000
 MAX_TIMESTAMP_US = 253_402_300_799_999_999
-#: The largest magnitude a value may have: the models read float32, where a larger one becomes infinite.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 _US_PER_MINUTE = 60_000_000
 _MAX_ROWS_IN_MESSAGE = 5
 #: Microseconds per unit of an Arrow timestamp type (``ns`` is handled apart: it may not divide evenly).
@@ -98,7 +94,7 @@ def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     import pyarrow.parquet as pq
 
     try:
-        return names.rename_schema(pq.read_schema(storage.open_input_file(path)))
+        return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 

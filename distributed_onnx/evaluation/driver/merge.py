@@ -18,7 +18,7 @@ from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.evaluation.scoring.registry import median_index, primary
+from distributed_onnx.evaluation.scoring.registry import has_median, primary
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums
 from distributed_onnx.location import Location
@@ -139,7 +139,7 @@ class RunSums:
 
 def fan_windows(sums: RunSums, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
-    metric = primary(median_index(plan.quantiles) is not None)
+    metric = primary(has_median(plan.quantiles))
     picker = sums.fans()
     # Only the candidates' series need a score (the typical window is the one closest to its series' score).
     candidates = {int(index): plan.table.series[int(index)].series_id for index in picker.series_indices()}

@@ -42,11 +42,13 @@ from distributed_onnx.evaluation.fans import fan_series
 from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
 from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part_messages import PartJob
+from distributed_onnx.evaluation.scoring.naive import default_season
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.adapters.grouping import supports_groups
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.identity import CheckpointIdentity, identity_of
 from distributed_onnx.model.quantiles import ClampedLevel, clamped_levels, describe_clamped
 from distributed_onnx.model.worker import check_run_fits_model
 
@@ -63,7 +65,7 @@ class RunPlan:
 
     ``checkpoint`` is the first of ``checkpoints`` (its fans are drawn); ``model_fingerprints`` maps each
     checkpoint's name to what its forecast parts must carry to count as done (the run's fingerprint, its name
-    and its weights' digest), so a checkpoint added to a finished run computes only its own forecasts.
+    and its identity's digest), so a checkpoint added to a finished run computes only its own forecasts.
     """
 
     settings: BacktestSettings
@@ -93,6 +95,9 @@ class RunPlan:
     in_sample_end_us: int | None = None
     #: Windows per model call: as set, else the plan's default (:func:`~.part_count.default_rows_per_batch`).
     rows_per_batch: int = LEGACY_ROWS_PER_BATCH
+    #: Each checkpoint's identity (:mod:`distributed_onnx.model.identity`), by name: recorded in ``run.json``
+    #: and compared on resume (:mod:`.identities`).
+    identities: dict[str, CheckpointIdentity] = field(default_factory=dict)
 
     @property
     def realized_models(self) -> list[str]:
@@ -160,7 +165,7 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         )
     quantiles = settings.quantiles or list(metadata.native_quantiles)
     _check_clamping(checkpoints, quantiles, settings.clamp_quantiles)
-    seasonality = settings.seasonality or max(1, 1440 // metadata.resolution_minutes)
+    seasonality = settings.seasonality or default_season(metadata.resolution_minutes)
     n_windows = settings.n_windows
     if n_windows is None and settings.start is None and settings.end is None:
         n_windows = 1
@@ -228,20 +233,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     windows_per_part, ramp_width, rows_per_batch, run_fingerprint = _part_size(
         settings, windows.planned, run_config, cap
     )
-    model_fingerprints = {
-        each.name: _digest(
-            {
-                "run": run_fingerprint,
-                "model": each.name,
-                "sha256": each.metadata.sha256 or storage.sha256(each.weights_path),
-            }
-        )
-        for each in checkpoints
-    }
-    if settings.compare_realized:  # each checkpoint's twin on the realized covariates
-        model_fingerprints |= {
-            f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in model_fingerprints.items()
-        }
+    identities = {each.name: identity_of(each) for each in checkpoints}
+    model_fingerprints = _model_fingerprints(run_fingerprint, identities, settings.compare_realized)
     return RunPlan(
         settings,
         checkpoint,
@@ -263,7 +256,24 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         vintaged,
         in_sample_end(checkpoints),
         rows_per_batch,
+        identities,
     )
+
+
+def _model_fingerprints(
+    run_fingerprint: str, identities: dict[str, CheckpointIdentity], compare_realized: bool
+) -> dict[str, str]:
+    """What each model's parts must carry to count as done: the run's fingerprint, the model's name and its
+    identity's digest (the graph and every metadata field that changes an output:
+    :mod:`distributed_onnx.model.identity`), never the graph alone; with ``compare_realized``, each model's twin
+    on the realized covariates too."""
+    fingerprints = {
+        name: _digest({"run": run_fingerprint, "model": name, "identity": identity.digest})
+        for name, identity in identities.items()
+    }
+    if compare_realized:
+        fingerprints |= {f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in fingerprints.items()}
+    return fingerprints
 
 
 def _graph_bytes(checkpoint: ResolvedCheckpoint) -> int:

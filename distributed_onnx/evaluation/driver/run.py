@@ -41,6 +41,7 @@ from distributed_onnx.evaluation.driver.failures import (
     failure_error,
     nonfinite_error,
 )
+from distributed_onnx.evaluation.driver.identities import check_identities, identity_records
 from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.driver.outcome import PartFailure, RunOutcome
 from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY, dispatch_order
@@ -213,8 +214,10 @@ class _BacktestRun:
         manifest = {
             **settings_record,
             **{MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width, ROWS_KEY: plan.rows_per_batch},
+            **identity_records(plan.identities),
         }
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
+        check_identities(output, plan.identities)  # never a resume that mixes two meanings of a checkpoint
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
@@ -307,14 +310,16 @@ class _BacktestRun:
         summary["covariates"] = covariates_record(plan, stats)
 
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
-        """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
-        returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the end."""
+        """The models' part of summary.json (fingerprints, identities, pairs scored and left out, parts computed per
+        model); returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the
+        end."""
         plan = self.plan
         summary["models"] = {
             checkpoint.name: {
                 "checkpoint": str(checkpoint.weights_path),
                 "sha256": checkpoint.metadata.sha256,
                 "fingerprint": plan.model_fingerprints[checkpoint.name],
+                "identity": plan.identities[checkpoint.name].record(),
                 **_variant_of(checkpoint),
             }
             for checkpoint in plan.checkpoints

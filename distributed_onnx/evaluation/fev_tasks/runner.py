@@ -54,6 +54,7 @@ from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.identity import identity_of
 from distributed_onnx.redact import redact_text, redacted
 
 logger = logging.getLogger(__name__)
@@ -374,14 +375,11 @@ def _model_forecasts(run_dir: Location, model: str, origin_us: int) -> pa.Table:
 
 
 def _pair_key(task: Any, checkpoint: ResolvedCheckpoint) -> str:
-    """What a pair's summary depends on: the task's definition, the checkpoint's weights, fev's version. Not the
+    """What a pair's summary depends on: the task's definition, the checkpoint's identity (its graph and every
+    metadata field that changes an output: :mod:`distributed_onnx.model.identity`), fev's version. Not the
     data's fingerprint: knowing it takes loading the data, which a resumed pair must not need (a hub dataset
     needs the network); a dataset rewritten in place needs a new output directory."""
-    document = [
-        task.to_dict(),
-        checkpoint.metadata.sha256 or storage.sha256(checkpoint.weights_path),
-        FEV_VERSION,
-    ]
+    document = [task.to_dict(), identity_of(checkpoint).digest, FEV_VERSION]
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

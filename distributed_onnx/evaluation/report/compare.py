@@ -19,11 +19,11 @@ from matplotlib import colormaps, rc_context
 
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
-from distributed_onnx.evaluation.report.tables import Scores, escape, number
+from distributed_onnx.evaluation.report.tables import Scores, escape, levels_of, number
 from distributed_onnx.evaluation.scoring import registry
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
-from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported
+from distributed_onnx.evaluation.scoring.registry import has_median, primary, ranking, reported
 from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty
 from distributed_onnx.model.quantiles import central_intervals
 
@@ -101,10 +101,13 @@ def leaderboard_section(
     skill_rows = {
         (row["model"], row["metric"]): row for row in _rows(board, "skill") if row["versus"] == SEASONAL_NAIVE
     }
+    # Against seasonal quantiles: the skill of the metric that ranks probabilistic forecasts (the primary without
+    # the median: SQL), the leaderboard's other skills being against seasonal naive.
+    probabilistic_metric = primary(has_median=False)
     probabilistic = {
         row["model"]: row
         for row in _rows(board, "skill")
-        if row["versus"] == SEASONAL_QUANTILES and row["metric"] == "sql"
+        if row["versus"] == SEASONAL_QUANTILES and row["metric"] == probabilistic_metric
     }
     # Filtered in Arrow first: the table holds a few rows per series (millions at 100,000 series), and converting
     # every row to Python took most of the report's time there (benchmarks/results/time_to_results.md).
@@ -114,7 +117,8 @@ def leaderboard_section(
         for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
     }
     shown = [metric for metric in reported() if any(key[1] == metric for key in metric_rows)]
-    rank_metric = primary(any(key[1] in needs_median() for key in metric_rows))
+    rank_metric = primary(has_median(levels_of(metrics)))
+    skills = [metric.name for metric in ranking()]  # each metric that can rank: the run's primary among them
     ranked = sorted(models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
     origin_blocks = uncertainty is not None and uncertainty.resampling == "origin_blocks"
     no_interval = uncertainty is not None and uncertainty.resampling == "none"
@@ -130,14 +134,16 @@ def leaderboard_section(
         return uncertainty.skill_intervals.get((model, metric)) if origin_blocks and uncertainty else None
 
     head = "".join(
-        f"<th>{m.upper()} skill<br><span class='hint'>fev skill vs seasonal naive</span></th>" for m in ("mase", "sql")
+        f"<th>{m.upper()} skill<br><span class='hint'>fev skill vs seasonal naive</span></th>" for m in skills
     )
-    head += "<th>SQL skill<br><span class='hint'>fev skill vs seasonal quantiles</span></th>"
+    head += (
+        f"<th>{probabilistic_metric.upper()} skill<br><span class='hint'>fev skill vs seasonal quantiles</span></th>"
+    )
     head += "".join(f"<th>{m.upper()}<br><span class='hint'>pooled [95%]; fev</span></th>" for m in shown)
     body = ""
     for model in ranked:
         cells = "".join(
-            f"<td>{_interval(skill_rows.get((model, m)), 3, skill_interval(model, m))}</td>" for m in ("mase", "sql")
+            f"<td>{_interval(skill_rows.get((model, m)), 3, skill_interval(model, m))}</td>" for m in skills
         )
         cells += f"<td>{_interval(probabilistic.get(model), 3, skill_interval(model, 'probabilistic'))}</td>"
         cells += "".join(

@@ -3,7 +3,8 @@
 From top to bottom: the leaderboard of every model of the run (:mod:`.compare`: skill, intervals, pairwise tests,
 pairs left out, skill by lead and calibration of each model), then for the first checkpoint its headline scores
 against the seasonal-naive baseline, forecast fans of the windows the run picked (history, actuals, median, central
-intervals), skill by lead, calibration of the intervals, a per-series table ranked by MASE, each other checkpoint's
+intervals), skill by lead, calibration of the intervals, a per-series table ranked by the primary metric (MASE, or
+SQL without a median: the metric registry's choice, as every metric shown), each other checkpoint's
 own scores, skill, calibration and series (folded), throughput, and provenance (every checkpoint's sha256 and path,
 providers, versions, settings). Figures come from :mod:`distributed_onnx.evaluation.report.plots` (matplotlib,
 inline SVG); the page has no external resource. The report reads no forecast part itself: the run hands it the few
@@ -30,6 +31,7 @@ from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.registry import has_median, per_checkpoint, primary
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
@@ -99,7 +101,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         _skill(scores, model, step_us),
         "<h2>Calibration of the central intervals</h2>",
         _calibration(scores, model, quantiles, clamped, lead_label(step_us)),
-        "<h2>Series, ranked by MASE</h2>",
+        f"<h2>Series, ranked by {scores.primary.upper()}</h2>",
         report_tables.series_table(scores, model),
         *_other_checkpoints(scores, checkpoints[1:] if model in checkpoints else [], quantiles, clamped, step_us),
         "<h2>Throughput</h2>",
@@ -130,7 +132,7 @@ def _other_checkpoints(
             + _skill(scores, name, step_us)
             + "<h3>Calibration of the central intervals</h3>"
             + _calibration(scores, name, quantiles, clamped, lead_label(step_us))
-            + "<h3>Series, ranked by MASE</h3>"
+            + f"<h3>Series, ranked by {scores.primary.upper()}</h3>"
             + report_tables.series_table(scores, name, search=False)
             + "</details>"
         )
@@ -173,6 +175,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
     canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
+    scored_by = primary(has_median(quantiles)).upper()  # the window's score is the primary metric's (merge.py)
     figures = []
     for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
         by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
@@ -188,9 +191,9 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
             if round(low, 9) in by_level and round(high, 9) in by_level
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        mase = "" if window.mase is None else f", MASE {window.mase:.3g}"
+        score = "" if window.mase is None else f", {scored_by} {window.mase:.3g}"
         fan = report_plots.Fan(
-            f"{window.series_id} · {window.label} · origin {origin}{mase}",
+            f"{window.series_id} · {window.label} · origin {origin}{score}",
             window.origin_us,
             window.step_us,
             np.asarray(window.history, float),
@@ -221,16 +224,22 @@ def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
 
 
 def _skill(scores: Scores, model: str, step_us: int | None) -> str:
+    """The checkpoint's primary metric by lead against seasonal naive, and the skill of each skill metric among
+    :func:`~..scoring.registry.per_checkpoint`'s."""
+    shown = per_checkpoint(scores.has_median)
     curves: dict[str, dict[str, np.ndarray]] = {model: {}, SEASONAL_NAIVE: {}}
     leads = None
     for name, curve in curves.items():
-        for metric in ("mase", "wql"):
-            found = scores.by_lead(name, metric)
+        for metric in shown:
+            found = scores.by_lead(name, metric.name)
             if found is not None:
-                leads, curve[metric] = found
+                leads, curve[metric.name] = found
     if leads is None:
         return "<p>(no metrics by lead)</p>"
-    return report_plots.skill_by_lead(leads, curves[model], curves[SEASONAL_NAIVE], model, lead_label(step_us))
+    skills = [metric.name for metric in shown if metric.skill]
+    return report_plots.skill_by_lead(
+        leads, curves[model], curves[SEASONAL_NAIVE], model, lead_label(step_us), scored=shown[0].name, skills=skills
+    )
 
 
 def lead_label(step_us: int | None) -> str:

@@ -9,6 +9,7 @@ deterministically, so the same run draws the same bytes.
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,6 +36,8 @@ ORIGIN_COLOR = "#666666"
 #: width; one gives it half.
 HISTORY_HORIZONS = 1
 HISTORY_COLOR = "#8a8a8a"
+#: The line styles of the skill curves by lead, one per metric in turn (the first solid, as the primary's).
+SKILL_STYLES = ("-", "--", ":", "-.")
 _RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",
     "svg.hashsalt": "distributed-onnx-report",
@@ -320,22 +323,26 @@ def skill_by_lead(
     naive: Mapping[str, np.ndarray],
     model_name: str,
     lead_label: str,
+    *,
+    scored: str,
+    skills: Sequence[str],
 ) -> str:
-    """Left: MASE by lead, model against seasonal naive. Right: skill 1 - model/naive by lead (MASE, WQL)."""
+    """Left: ``scored`` by lead, model against seasonal naive. Right: skill 1 - model/naive by lead of each of
+    ``skills`` (the report passes the registry's choice: the primary metric, then the headline skill metrics)."""
+    label = scored.upper()
     with rc_context(_RC):
         figure, (scores, skill) = _figure(10.5, 3.7, columns=2, bottom_in=1.0)
-        if "mase" in model:
-            scores.plot(leads, model["mase"], color=MODEL_COLOR, lw=1.6, label=model_name)
-        if "mase" in naive:
-            scores.plot(leads, naive["mase"], color=NAIVE_COLOR, lw=1.6, label="seasonal naive")
+        if scored in model:
+            scores.plot(leads, model[scored], color=MODEL_COLOR, lw=1.6, label=model_name)
+        if scored in naive:
+            scores.plot(leads, naive[scored], color=NAIVE_COLOR, lw=1.6, label="seasonal naive")
         scores.set_ylim(bottom=0)
         scores.set_xlabel(lead_label)
-        scores.set_ylabel("MASE (lower is better)")
-        scores.set_title("MASE by lead", loc="left")
+        scores.set_ylabel(f"{label} (lower is better)")
+        scores.set_title(f"{label} by lead", loc="left")
         below = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "ncols": 3, "frameon": False}
         scores.legend(**below)  # below the axes: a legend inside them sat on a curve
-        styles = {"mase": "-", "wql": "--"}
-        for metric, style in styles.items():
+        for metric, style in zip(skills, itertools.cycle(SKILL_STYLES)):
             if metric in model and metric in naive:
                 ratio = registry.skill(model[metric], naive[metric])
                 skill.plot(leads, ratio, color=MODEL_COLOR, ls=style, lw=1.6, label=f"{metric.upper()} skill")

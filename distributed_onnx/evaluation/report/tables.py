@@ -1,5 +1,9 @@
 """The report's tables and page furniture: scores indexed from the metrics table, headline, per-series ranking,
-throughput, provenance and settings, the CSS and the sorting script (see :mod:`.page`)."""
+throughput, provenance and settings, the CSS and the sorting script (see :mod:`.page`).
+
+Which metrics a table shows, and which one ranks, is the registry's answer (:mod:`..scoring.registry`: the primary
+metric, the headline and skill ones, the report's order), never a name written here: a metric registered at run
+time is ranked by and shown like a built-in one."""
 
 from __future__ import annotations
 
@@ -15,14 +19,23 @@ import pyarrow.compute as pc
 
 from distributed_onnx.evaluation.data.table import numpy_view
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import needs_median, primary, reported, skill
+from distributed_onnx.evaluation.scoring.registry import (
+    METRICS,
+    Metric,
+    has_median,
+    per_checkpoint,
+    primary,
+    reported,
+    series_listing,
+    skill,
+)
 
 #: Series beyond this many are shown as the best and worst halves of it (all of them are in metrics.parquet).
 MAX_TABLE_SERIES = 200
 
 
 class SeriesValues(Protocol):
-    """Per-series values of each model, aligned with :attr:`series_ids` (the series that have an MAE)."""
+    """Per-series values of each model, aligned with :attr:`series_ids` (the series a model scored)."""
 
     @property
     def series_ids(self) -> Sequence[str]: ...
@@ -32,7 +45,7 @@ class SeriesValues(Protocol):
         ...
 
     def counts(self, model: str) -> np.ndarray:
-        """Every series' scored pairs (the ``n`` of its MAE), -1 where it has none."""
+        """Every series' scored pairs, -1 where it has none."""
         ...
 
 
@@ -68,12 +81,19 @@ class Scores:
             series = TableSeries(metrics.select(columns).filter(series_rows))
         self._series = series
         self._series_row: dict[str, int] | None = None
+        #: The quantile levels the table was scored at (:func:`levels_of`).
+        self.quantiles = levels_of(metrics)
+
+    @property
+    def has_median(self) -> bool:
+        """Whether the run forecast the median (:func:`~..scoring.registry.has_median` of its levels)."""
+        return has_median(self.quantiles)
 
     @property
     def primary(self) -> str:
-        """The metric that ranks the models (:func:`~..scoring.registry.primary`: MASE where the median's metrics
-        were scored)."""
-        return primary(any(key[1] in needs_median() for key in self.cells))
+        """The metric that ranks the models (:func:`~..scoring.registry.primary`: MASE where the median was
+        forecast)."""
+        return primary(self.has_median)
 
     @property
     def series_ids(self) -> Sequence[str]:
@@ -110,10 +130,24 @@ class Scores:
         return np.arange(1, self.max_lead + 1, dtype=float), values
 
 
+def levels_of(metrics: pa.Table) -> list[float]:
+    """The quantile levels ``metrics`` was scored at, ascending: those of its run-wide rows of a metric with one
+    value per level (pinball), which every scored model has at every level."""
+    per_level = [metric.name for metric in METRICS if metric.per == "quantile"]
+    rows = metrics.filter(
+        pc.and_(
+            pc.is_in(metrics.column("metric"), pa.array(per_level, pa.string())), pc.equal(metrics["scope"], "global")
+        )
+    )
+    return sorted(
+        {round(float(level), 9) for level in pc.unique(rows.column("quantile")).to_pylist() if level is not None}
+    )
+
+
 class TableSeries:
     """The series-scope rows of a metrics table as one value array per (model, metric, quantile), built in vector
-    passes (live scoring's tables, tests); :attr:`series_ids` are the series with an MAE, in the order they
-    first appear among the MAE rows, as the per-series table has always listed them."""
+    passes (live scoring's tables, tests); :attr:`series_ids` are the series a model scored (those with a row of
+    :func:`~..scoring.registry.series_listing`), in the order they first appear among its rows."""
 
     def __init__(self, rows: pa.Table) -> None:
         self._values: dict[tuple[str, str, float | None], np.ndarray] = {}
@@ -126,9 +160,10 @@ class TableSeries:
         metrics, metric_names = _encoded(rows.column("metric"))
         quantile = _floats(rows.column("quantile"))
         levels, level_codes = np.unique(np.round(np.nan_to_num(quantile, nan=-1.0), 9), return_inverse=True)
-        with_mae = series[metrics == metric_names.index("mae")] if "mae" in metric_names else series[:0]
-        _, first = np.unique(with_mae, return_index=True)
-        listed = with_mae[np.sort(first)]
+        listing = series_listing().name
+        with_listing = series[metrics == metric_names.index(listing)] if listing in metric_names else series[:0]
+        _, first = np.unique(with_listing, return_index=True)
+        listed = with_listing[np.sort(first)]
         position = np.full(len(names), -1, dtype=np.int64)
         position[listed] = np.arange(listed.size)
         self.series_ids = [str(names[code]) for code in listed.tolist()]
@@ -148,7 +183,7 @@ class TableSeries:
             values = np.full(len(self.series_ids), np.nan)
             values[row[group]] = value[group]
             self._values[(model, metric, level)] = values
-            if metric == "mae":
+            if metric == listing:
                 counts = np.full(len(self.series_ids), -1, dtype=np.int64)
                 counts[row[group]] = count[group]
                 self._counts[model] = counts
@@ -220,45 +255,36 @@ def headline(scores: Scores, model: str) -> str:
 def series_table(scores: Scores, model: str, *, search: bool = True) -> str:
     """The per-series section: the distribution over series, then the best and worst (bounded, searchable).
 
-    Bounded whatever the number of series (:data:`MAX_TABLE_SERIES` rows at most): every series' scores are
-    in ``metrics.parquet``, and the hint below the table says how to look one up. ``search``: the filter box, on
-    the page once (it filters every checkpoint's series table).
+    Its metrics are :func:`~..scoring.registry.per_checkpoint`'s: ranked by the first (the primary), a column of
+    each, and seasonal naive's value and the skill beside each skill metric. Bounded whatever the number of series
+    (:data:`MAX_TABLE_SERIES` rows at most): every series' scores are in ``metrics.parquet``, and the hint below the
+    table says how to look one up. ``search``: the filter box, on the page once (it filters every checkpoint's
+    series table).
     """
     n_series = len(scores.series_ids)
-    mase, naive_mase = scores.series_values(model, "mase"), scores.series_values(SEASONAL_NAIVE, "mase")
-    wql, naive_wql = scores.series_values(model, "wql"), scores.series_values(SEASONAL_NAIVE, "wql")
-    mae, counts = scores.series_values(model, "mae"), scores.series_counts(model)
-    mase_skill, wql_skill = skill(mase, naive_mase), skill(wql, naive_wql)
-    # Ranked by MASE, series without one last (stable: ties keep the metrics' order).
-    ranked = np.lexsort((np.where(np.isnan(mase), 0.0, mase), np.isnan(mase)))
+    shown = per_checkpoint(scores.has_median)
+    columns, skills = _series_columns(scores, model, shown)
+    rank_label, by = columns[0]
+    # Ranked by the primary metric, series without one last (stable: ties keep the metrics' order).
+    ranked = np.lexsort((np.where(np.isnan(by), 0.0, by), np.isnan(by)))
     note = ""
-    shown = ranked
+    listed = ranked
     if n_series > MAX_TABLE_SERIES:
         half = MAX_TABLE_SERIES // 2
         note = (
-            f"<p class='hint'>{n_series} series: the {half} best and {half} worst by MASE (all: metrics.parquet).</p>"
+            f"<p class='hint'>{n_series} series: the {half} best and {half} worst by {rank_label} "
+            "(all: metrics.parquet).</p>"
         )
-        shown = np.concatenate([ranked[:half], ranked[-half:]])
+        listed = np.concatenate([ranked[:half], ranked[-half:]])
     rank_of = np.empty(n_series, dtype=np.int64)
     rank_of[ranked] = np.arange(1, n_series + 1)
-    header = [
-        "rank",
-        "series",
-        "MASE",
-        "MASE naive",
-        "MASE skill",
-        "WQL",
-        "WQL naive",
-        "WQL skill",
-        "MAE",
-        "scored pairs",
-    ]
-    columns = (mase, naive_mase, mase_skill, wql, naive_wql, wql_skill, mae)
+    counts = scores.series_counts(model)
+    header = ["rank", "series", *(label for label, _ in columns), "scored pairs"]
     body = "".join(
         f"<tr><td>{rank_of[i]}</td><th>{escape(scores.series_ids[i])}</th>"
-        + "".join(f"<td>{number(_finite(column[i]))}</td>" for column in columns)
+        + "".join(f"<td>{number(_finite(values[i]))}</td>" for _, values in columns)
         + f"<td>{counts[i] if counts[i] >= 0 else '-'}</td></tr>"
-        for i in shown.tolist()
+        for i in listed.tolist()
     )
     head = "".join(f"<th>{name}</th>" for name in header)
     search_box = (
@@ -268,7 +294,7 @@ def series_table(scores: Scores, model: str, *, search: bool = True) -> str:
         else ""
     )
     return (
-        _distribution(mase, mase_skill, wql_skill)
+        _distribution([(rank_label, by), *skills])
         + note
         + search_box
         + f"<div class='series-table'><table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
@@ -276,6 +302,25 @@ def series_table(scores: Scores, model: str, *, search: bool = True) -> str:
         + "<p class='hint'>Click a column to sort. Skill = 1 - model/naive. Any series, from Python: "
         "<code>pyarrow.parquet.read_table('metrics.parquet', filters=[('series_id', '=', 'ID')])</code>.</p>"
     )
+
+
+def _series_columns(
+    scores: Scores, model: str, metrics: Sequence[Metric]
+) -> tuple[list[tuple[str, np.ndarray]], list[tuple[str, np.ndarray]]]:
+    """The per-series table's value columns (label, a value per series), the first the ranking metric's; and the
+    skill columns among them."""
+    columns: list[tuple[str, np.ndarray]] = []
+    skills: list[tuple[str, np.ndarray]] = []
+    for metric in metrics:
+        label = metric.name.upper()
+        ours = scores.series_values(model, metric.name)
+        columns.append((label, ours))
+        if metric.skill:
+            naive = scores.series_values(SEASONAL_NAIVE, metric.name)
+            versus_naive = skill(ours, naive)
+            columns += [(f"{label} naive", naive), (f"{label} skill", versus_naive)]
+            skills.append((f"{label} skill", versus_naive))
+    return columns, skills
 
 
 def _finite(value: float) -> float | None:
@@ -286,15 +331,16 @@ def _finite(value: float) -> float | None:
 _PERCENTILES = (0, 10, 25, 50, 75, 90, 100)
 
 
-def _distribution(mase: np.ndarray, mase_skill: np.ndarray, wql_skill: np.ndarray) -> str:
-    """Percentiles over series of MASE and of skill against naive, and the share of series beating it."""
+def _distribution(rows_of: Sequence[tuple[str, np.ndarray]]) -> str:
+    """Percentiles over series of the ranking metric and of each skill against naive, and the share of series
+    beating it (``rows_of``: the ranking metric first, then the skills)."""
     rows = []
-    for label, values in (("MASE", mase), ("MASE skill", mase_skill), ("WQL skill", wql_skill)):
+    for index, (label, values) in enumerate(rows_of):
         finite = values[np.isfinite(values)]
         if finite.size < 2:
             continue
         points = np.percentile(finite, _PERCENTILES)
-        share = f"{np.mean(finite > 0):.1%}" if "skill" in label else "-"
+        share = f"{np.mean(finite > 0):.1%}" if index else "-"
         rows.append(
             f"<tr><th>{label}</th><td>{finite.size}</td>"
             + "".join(f"<td>{number(float(p))}</td>" for p in points)

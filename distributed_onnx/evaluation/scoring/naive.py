@@ -25,6 +25,7 @@ __all__ = [
     "broadcast_quantiles",
     "cell_naive",
     "cell_quantiles",
+    "default_season",
     "season_cells",
     "season_count",
     "series_season_cells",
@@ -94,6 +95,20 @@ def broadcast_quantiles(point: npt.NDArray[Any], n_quantiles: int, copy: bool = 
     if not copy:
         return np.broadcast_to(values[..., None], (*values.shape, n_quantiles))
     return np.repeat(values[..., None], n_quantiles, axis=-1)
+
+
+#: Minutes in the default season: a day, the strongest cycle of most operational series (load, traffic, sales).
+MINUTES_PER_DAY = 1440
+
+
+def default_season(resolution_minutes: int) -> int:
+    """The season, in steps, when none is given: one day at ``resolution_minutes`` (at least one step), for the
+    backtest's plan and for ``score`` alike.
+
+    >>> default_season(30), default_season(60), default_season(1440 * 7)
+    (48, 24, 1)
+    """
+    return max(1, MINUTES_PER_DAY // resolution_minutes)
 
 
 def season_count(context_length: int, m: int) -> int:

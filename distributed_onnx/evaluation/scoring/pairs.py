@@ -37,7 +37,7 @@ from distributed_onnx.evaluation.scoring.naive import (
     cell_quantiles,
     season_cells,
 )
-from distributed_onnx.evaluation.scoring.registry import median_index, primary
+from distributed_onnx.evaluation.scoring.registry import has_median, median_index, primary
 
 __all__ = [
     "BASELINES",
@@ -232,7 +232,7 @@ class PairScores:
     @property
     def has_median(self) -> bool:
         """Whether the median is forecast: which metrics exist, and which is :func:`.registry.primary`."""
-        return self.median is not None
+        return has_median(self.quantiles)
 
     @property
     def primary(self) -> str:

@@ -11,6 +11,8 @@ it needs must be among the accumulator's (:data:`SUMS`).
 ('mase', 'sql')
 >>> sorted(headline())
 ['mae', 'mase', 'wql']
+>>> [metric.name for metric in per_checkpoint(has_median=True)], [m.name for m in per_checkpoint(has_median=False)]
+(['mase', 'wql', 'mae'], ['sql', 'wql'])
 >>> [metric.name for metric in of_convention(FEV, has_median=False)]
 ['sql', 'wql', 'mql']
 
@@ -48,13 +50,17 @@ __all__ = [
     "Sums",
     "added",
     "by_name",
+    "has_median",
     "headline",
     "median_index",
     "needs_median",
     "of_convention",
+    "per_checkpoint",
     "primary",
+    "ranking",
     "register",
     "reported",
+    "series_listing",
     "skill",
     "skill_metrics",
     "unregister",
@@ -108,10 +114,14 @@ class Metric:
     per: ClassVar[Literal["unit", "quantile", "interval"]] = "unit"
     conventions: ClassVar[tuple[str, ...]] = (POOLED, FEV)
     scopes: ClassVar[tuple[Scope, ...]] = ("global", "series", "lead")  # of the pooled convention (fev: global)
-    skill: ClassVar[bool] = False  # skill against the baselines in the leaderboard (per series, gmean)
-    headline: ClassVar[bool] = False  # printed by ``distributed-onnx backtest`` and ``score``
+    #: Skill against the baselines: in the leaderboard (per series, gmean) and in the report's per-checkpoint
+    #: sections (per series, by lead).
+    skill: ClassVar[bool] = False
+    #: Printed by ``distributed-onnx backtest`` and ``score``, and shown for each checkpoint in the report (its
+    #: per-series table and skill by lead: :func:`per_checkpoint`).
+    headline: ClassVar[bool] = False
     #: Which metric ranks models, picks the verdict and is the Diebold-Mariano loss: the lowest rank of those a run
-    #: has (None: never primary).
+    #: has (None: never primary). The report's leaderboard shows the skill of each metric that has one.
     primary_rank: ClassVar[int | None] = None
     report_rank: ClassVar[int | None] = None  # its place in the report's tables of global metrics (None: not shown)
 
@@ -279,6 +289,18 @@ def median_index(quantiles: Sequence[float]) -> int | None:
     return next((i for i, q in enumerate(quantiles) if abs(q - 0.5) <= LEVEL_TOLERANCE), None)
 
 
+def has_median(quantiles: Sequence[float]) -> bool:
+    """Whether a run that forecasts ``quantiles`` has the median: which metrics it has and which is :func:`primary`.
+
+    The one answer to that question: the driver (its levels), the scores (theirs) and the report (the levels of its
+    metrics table) all ask it here.
+
+    >>> has_median([0.1, 0.5 + 1e-12, 0.9]), has_median([0.1, 0.9])
+    (True, False)
+    """
+    return median_index(quantiles) is not None
+
+
 def of_convention(convention: str, has_median: bool = True) -> list[Metric]:
     """The metrics of a convention in table order (those that need the median only when it is forecast)."""
     return [m for m in METRICS if convention in m.conventions and (has_median or not m.needs_median)]
@@ -317,6 +339,44 @@ def primary(has_median: bool) -> str:
     has, the lowest :attr:`Metric.primary_rank` (MASE, or SQL without a median)."""
     ranked = [m for m in of_convention(POOLED, has_median) if m.primary_rank is not None and m.per == "unit"]
     return min(ranked, key=lambda metric: metric.primary_rank or 0).name
+
+
+def ranking() -> list[Metric]:
+    """Every metric that can rank models (a :attr:`Metric.primary_rank`), the first to rank first: the leaderboard
+    shows each one's skill, whichever a run's :func:`primary` is (MASE, then SQL)."""
+    ranked = [m for m in METRICS if m.primary_rank is not None and m.per == "unit" and POOLED in m.conventions]
+    return sorted(ranked, key=lambda metric: metric.primary_rank or 0)
+
+
+def per_checkpoint(has_median: bool) -> list[Metric]:
+    """What the report shows of each checkpoint on its own, in order: the :func:`primary` metric, then the
+    :func:`headline` metrics in the report's order, those the run has. The per-series table ranks the series by the
+    first and has a column of each (with seasonal naive's and the skill for a :attr:`Metric.skill` one); skill by
+    lead draws the first, and the skill of each skill metric."""
+    first = by_name(primary(has_median))
+    rest = sorted(
+        (m for m in METRICS if m.headline and m is not first), key=lambda m: (m.report_rank is None, m.report_rank or 0)
+    )
+    return [m for m in (first, *rest) if m.per == "unit" and (has_median or not m.needs_median)]
+
+
+def series_listing() -> Metric:
+    """The metric whose per-series rows list the series a model scored, with or without the median: defined
+    wherever a pair was scored, its ``n`` the scored pairs (WQL). The per-series table lists those series and
+    shows that ``n``.
+
+    >>> series_listing().name
+    'wql'
+    """
+    return next(
+        m
+        for m in METRICS
+        if m.per == "unit"
+        and not m.needs_median
+        and m.count == m.defined_by == "pairs"
+        and POOLED in m.conventions
+        and "series" in m.scopes
+    )
 
 
 def skill(model: npt.ArrayLike, reference: npt.ArrayLike) -> F64:

@@ -1,11 +1,12 @@
 """Each model's per-series metrics straight from a run's merged sums, one metric at a time, no long table.
 
-The report needs a few per-series metrics (MASE, WQL, MAE and coverage of one checkpoint and of seasonal naive)
-and the fan picker a score for a handful of series. Built from the long ``metrics`` table, their index held the
-table (a few rows per series, model, metric and quantile: 5.4 M rows at 100,000 series) plus its encoded columns:
-1.3 GB of the driver's peak there (benchmarks/results/time_to_results.md). Here each metric is computed from the
-sums with the table's own arithmetic (:func:`.metrics_table.unit_column`), a bounded block of series at a time,
-so the values are those of ``metrics.parquet`` and nothing larger than one array per metric is held.
+The report needs a few per-series metrics (those :func:`.registry.per_checkpoint` names and coverage, of one
+checkpoint and of seasonal naive) and the fan picker a score for a handful of series. Built from the long
+``metrics`` table, their index held the table (a few rows per series, model, metric and quantile) plus its encoded
+columns: most of the driver's peak at 100,000 series (benchmarks/results/time_to_results.md). Here each metric is
+computed from the sums with the table's own arithmetic (:func:`.metrics_table.unit_column`), a bounded block of
+series at a time, so the values are those of ``metrics.parquet`` and nothing larger than one array per metric is
+held.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy.typing as npt
 from distributed_onnx.evaluation.scoring.metrics import SERIES_PER_TABLE, MetricsAccumulator
 from distributed_onnx.evaluation.scoring.metrics_table import SortedSeries
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.registry import series_listing
 
 __all__ = ["SeriesScores"]
 
@@ -27,18 +29,19 @@ F64 = npt.NDArray[np.float64]
 class SeriesScores:
     """Per-series values of every model of a :class:`~.pairs.PairScores`, aligned with :attr:`series_ids`.
 
-    :attr:`series_ids` lists the series that have an MAE row (a scored pair and a median forecast) in the order
-    they first appear among the table's MAE rows: model after model, each model's series sorted by id.
+    :attr:`series_ids` lists the series that have a row of :func:`.registry.series_listing` (a scored pair) in the
+    order they first appear among the table's rows of it: model after model, each model's series sorted by id.
     """
 
     def __init__(self, scores: PairScores) -> None:
         self._scores = scores
         self._sorted: dict[str, SortedSeries] = {}
+        self._listing = series_listing().name
         listed: list[str] = []
         seen: set[str] = set()
         for model in scores.models:
             ids = self._order(model).ids
-            _, _, kept = self._column(model, "mae", None)
+            _, _, kept = self._column(model, self._listing, None)
             for position in np.flatnonzero(kept).tolist():
                 series_id = ids[position]
                 if series_id not in seen:
@@ -55,10 +58,11 @@ class SeriesScores:
         return self._align(model, np.where(kept, value, np.nan), np.nan)
 
     def counts(self, model: str) -> npt.NDArray[np.int64]:
-        """Every listed series' scored pairs (the ``n`` of its MAE row; -1 where it has none)."""
+        """Every listed series' scored pairs (the ``n`` of its :func:`.registry.series_listing` row; -1 where it has
+        none)."""
         if model not in self._scores.pooled:
             return np.full(len(self.series_ids), -1, dtype=np.int64)
-        _, count, kept = self._column(model, "mae", None)
+        _, count, kept = self._column(model, self._listing, None)
         return self._align(model, np.where(kept, count, -1), -1).astype(np.int64)
 
     def values_of(self, model: str, metric: str, series_ids: Sequence[str]) -> dict[str, float]:

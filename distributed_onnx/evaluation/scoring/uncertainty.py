@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from distributed_onnx.evaluation.scoring.leaderboard import clipped_skill_interval, series_resamples
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
+from distributed_onnx.evaluation.scoring.registry import primary, ranking
 from distributed_onnx.evaluation.scoring.resampling import (
     MIN_SERIES,
     N_RESAMPLES,
@@ -113,8 +114,10 @@ def uncertainty(
         for name in by_metric:
             result.intervals[(model, name)] = blocks.interval(model, name)
     if resampled and n_series == 1:  # one series: fev's skill is 1 - the clipped ratio of the series' metrics
-        references = [(SEASONAL_NAIVE, "mase", "mase"), (SEASONAL_NAIVE, "sql", "sql")]
-        references.append((SEASONAL_QUANTILES, "sql", "probabilistic"))
+        # The report's skill columns: each ranking metric against seasonal naive, the probabilistic one against
+        # seasonal quantiles (report/compare.py's leaderboard).
+        references = [(SEASONAL_NAIVE, metric.name, metric.name) for metric in ranking()]
+        references.append((SEASONAL_QUANTILES, primary(has_median=False), "probabilistic"))
         for model in models:
             for reference, name, key in references:
                 if name in resampled[model] and reference in resampled:

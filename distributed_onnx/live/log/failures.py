@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -45,9 +45,6 @@ from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, lo
 from distributed_onnx.live.log.throttled import ThrottledWarning
 from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
-
-if TYPE_CHECKING:  # the writer imports this module (the table's rows and partitions)
-    from distributed_onnx.live.log.writer import ForecastLog
 
 T = TypeVar("T")
 
@@ -174,6 +171,18 @@ class FailureCause:
     grpc_status: str | None = None
 
 
+class FailureSink(Protocol):
+    """Where the recorder hands a failure's row: the forecast log (:meth:`.writer.ForecastLog.submit_failure`).
+
+    All the recorder needs of the log, named here so that this module does not import the writer, which imports
+    this module for the table's rows and partitions.
+    """
+
+    def submit_failure(self, item: LoggedFailure) -> bool:
+        """Queue ``item``'s row; False when it was dropped (the recorder survives one that raises)."""
+        ...
+
+
 class FailureLog:
     """A replica's recorder of failed requests (nothing is recorded without a forecast log).
 
@@ -183,7 +192,7 @@ class FailureLog:
 
     def __init__(
         self,
-        log: ForecastLog | None,
+        log: FailureSink | None,
         describe: Callable[[BaseException, str], FailureCause],
         warn_period_s: float = 60.0,
     ) -> None:

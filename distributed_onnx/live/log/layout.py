@@ -61,11 +61,9 @@ _FILE = re.compile(r"part-.*\.parquet$")
 
 Role = Literal["served", "shadow"]
 
-#: The longest client request id the log keeps (longer ones are cut); series ids are bounded at the routes.
+#: The longest client request id the log keeps (longer ones are cut); series ids are bounded at the routes
+#: (:data:`distributed_onnx.bounds.MAX_SERIES_ID_BYTES`, the backtest's bound too).
 MAX_REQUEST_ID_CHARS = 128
-#: The longest series id a route accepts (``/v1/forecast``'s ``series_id``, v2 ``series_ids``) and ``score`` reads
-#: as it is: an id is data of every row of its window, and unbounded ones overflowed an Arrow batch of the log.
-MAX_SERIES_ID_CHARS = 256
 
 #: What the log adds after the quantile columns.
 EXTRA_FIELDS = [

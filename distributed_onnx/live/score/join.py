@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
-from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, season_count
+from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, default_season, season_count
 from distributed_onnx.live.score.log_windows import LogWindows
 from distributed_onnx.location import Location
 
@@ -104,7 +104,7 @@ class Actuals:
         self.unusable: dict[int, str] = {}
 
     def season(self, resolution_minutes: int) -> int:
-        return self._seasonality or max(1, 1440 // resolution_minutes)
+        return self._seasonality or default_season(resolution_minutes)
 
     def seasons(self, resolution_minutes: int) -> int:
         """Seasons the seasonal-quantile baseline looks back over: those within the checkpoints' context, as in

@@ -9,7 +9,7 @@ other horizons or levels, and only windows of one shape stack into one array.
 A file that cannot be read as a log file (0 bytes, not Parquet, a column missing or of another type) is a
 :class:`~distributed_onnx.errors.DataError` naming it, which ``score`` reports and leaves out of that run (the
 file is looked at again on the next run). Ids are taken once per window, not per row, and a series id longer
-than :data:`~distributed_onnx.live.log.layout.MAX_SERIES_ID_CHARS` (only in logs written before the routes
+than :data:`~distributed_onnx.bounds.MAX_SERIES_ID_BYTES` (only in logs written before the routes
 bounded them) is replaced by a digest of it, which no actual's series matches: fixed-width arrays of ids cost
 windows x longest id x 4 bytes.
 """
@@ -26,9 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx import storage
-from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES
+from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES, MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import DataError, StorageError
-from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.location import Location
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
@@ -140,11 +139,11 @@ def _read(path: Location) -> list[LogWindows]:
 def _bounded_ids(column: pa.ChunkedArray, starts: npt.NDArray[np.intp]) -> npt.NDArray[np.str_]:
     """The ids of each window's first row (``starts``), over-long ones replaced by a digest (module docstring)."""
     ids = column.take(pa.array(starts))
-    long = np.asarray(pc.greater(pc.utf8_length(ids), MAX_SERIES_ID_CHARS).fill_null(False).to_numpy(), dtype=bool)
+    long = np.asarray(pc.greater(pc.binary_length(ids), MAX_SERIES_ID_BYTES).fill_null(False).to_numpy(), dtype=bool)
     values = ids.to_pylist()
     for index in np.flatnonzero(long):
         digest = hashlib.blake2b(str(values[index]).encode(), digest_size=16).hexdigest()
-        values[index] = f"<id of {len(values[index])} characters, blake2b {digest}>"
+        values[index] = f"<id of {id_bytes(values[index])} bytes, blake2b {digest}>"
     return np.asarray(["" if value is None else value for value in values], dtype=np.str_)
 
 

@@ -4,8 +4,9 @@
 ``leaderboard.parquet``) and, for each logged model the backtest also scored, writes ``live_vs_backtest.parquet``:
 one row per (model, metric) over all leads and one per (model, metric, lead), with the live and backtest values,
 their skill against seasonal naive (``1 - model / seasonal naive``, each on its own pairs), the pairs behind each,
-and the backtest's bootstrap interval. The metrics are the backtest report's: MASE (SQL when the median is not
-forecast) and WQL, ``pooled`` convention, the same definitions and code (:class:`~.scoring.pairs.PairScores`).
+and the backtest's bootstrap interval. The metrics are the backtest report's skill by lead (the skill metrics of
+:func:`~.scoring.registry.per_checkpoint`: MASE, or SQL when the median is not forecast, and WQL), ``pooled``
+convention, the same definitions and code (:class:`~.scoring.pairs.PairScores`).
 
 A model's live numbers here are all its scored live windows of the backtest's horizon and quantile levels,
 whatever checkpoints they were scored with: the groups of :mod:`.join` hold the same model's windows on
@@ -45,7 +46,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import NotABacktestError
 from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
-from distributed_onnx.evaluation.scoring.registry import POOLED, skill
+from distributed_onnx.evaluation.scoring.registry import POOLED, per_checkpoint, skill
 from distributed_onnx.live.score.join import GroupKey
 from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
@@ -275,7 +276,7 @@ def _model_rows(model: str, live: PairScores, backtest: BacktestRun) -> list[dic
         ).to_pylist()
     }
     rows = []
-    for metric in (live.primary, "wql"):
+    for metric in [metric.name for metric in per_checkpoint(live.has_median) if metric.skill]:
         live_values, backtest_values = _pooled(live_metrics, model, metric), _pooled(backtest.metrics, model, metric)
         live_naive = _pooled(live_metrics, SEASONAL_NAIVE, metric)
         backtest_naive = _pooled(backtest.metrics, SEASONAL_NAIVE, metric)

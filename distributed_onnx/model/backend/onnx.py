@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import shutil
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -93,6 +94,19 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+def detect_host(*, gpu_assigned: bool = True) -> HostCapabilities:
+    """This process's platform and ONNX Runtime's available providers: the one impure call of provider selection.
+
+    Here rather than on :class:`HostCapabilities`, whose policy module must load without ONNX Runtime.
+    ``gpu_assigned``: whether this process was given a GPU (a Ray actor without ``num_gpus`` was not).
+    """
+    return HostCapabilities(
+        platform=platform.system().lower(),
+        available_providers=frozenset(available_providers()),
+        gpu_assigned=gpu_assigned,
+    )
+
+
 def runtime_version() -> str:
     """The installed ONNX Runtime version."""
     return str(ort.__version__)
@@ -165,7 +179,7 @@ class OnnxBackend:
             ProviderNotAllowedError, ProviderUnavailableError, GraphCaptureError, CheckpointCorruptError,
             CheckpointGraphMismatchError.
         """
-        host = host or HostCapabilities.detect()
+        host = host or detect_host()
         strict = providers is not None
         chain = (
             list(providers)

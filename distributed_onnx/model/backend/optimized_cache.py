@@ -1,9 +1,9 @@
 """Where a checkpoint's ONNX Runtime-optimized graph is kept, so that only the first session pays for optimizing.
 
-Building a session of a large graph is mostly ORT's graph optimization (11.7 s of a Chronos-2-sized graph's
-~14 s start-up, paid by every actor). The first CPU session of a checkpoint saves the graph it optimized
-(``SessionOptions.optimized_model_filepath``, weights as external data beside it); every later one, in any
-process on this machine, loads that file with optimization disabled.
+Building a session of a large graph is mostly ORT's graph optimization, paid by every actor (a Chronos-2-sized
+graph: ``benchmarks/results/docstring_figures.md``). The first CPU session of a checkpoint saves the graph it
+optimized (``SessionOptions.optimized_model_filepath``, weights as external data beside it); every later one, in
+any process on this machine, loads that file with optimization disabled.
 
 What is saved must stay valid wherever the key matches: only CPU-provider sessions are cached, at most at
 ``ENABLE_EXTENDED`` (``ENABLE_ALL`` adds layout rewrites chosen for this CPU; ORT warns such a file is not

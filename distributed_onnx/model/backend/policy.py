@@ -1,7 +1,8 @@
 """Choosing an execution-provider chain: a pure function of the checkpoint and frozen host facts.
 
-:meth:`HostCapabilities.detect` is the one impure call; :class:`DefaultProviderPolicy` only reads the facts it
-is given, so every rule is tested with fake hosts, no GPU needed.
+:func:`~distributed_onnx.model.backend.onnx.detect_host` is the one impure call (it asks ONNX Runtime, so it lives
+in the one module that imports it); :class:`DefaultProviderPolicy` only reads the facts it is given, so every rule
+is tested with fake hosts, no GPU needed, and this module loads without ONNX Runtime.
 
 Two contracts meet here (see :func:`check_realized`): a chain the caller passed explicitly is *strict* (an
 accelerator ONNX Runtime did not realize raises), a chain the policy chose is *graceful* (a warning only when
@@ -13,7 +14,6 @@ silently share one with the actors that were given it.
 from __future__ import annotations
 
 import logging
-import platform
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 class HostCapabilities(BaseModel):
-    """What the current process may run on, captured once as data."""
+    """What the current process may run on, captured once as data (:func:`.onnx.detect_host` reads this host's)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -44,17 +44,6 @@ class HostCapabilities(BaseModel):
         description="Whether this process was given a GPU. Outside Ray every visible GPU is ours; a Ray "
         "actor without num_gpus must set this False so no GPU provider is built.",
     )
-
-    @classmethod
-    def detect(cls, *, gpu_assigned: bool = True) -> HostCapabilities:
-        """Read the platform and ONNX Runtime's available providers (the only impure call of selection)."""
-        from distributed_onnx.model.backend.onnx import available_providers
-
-        return cls(
-            platform=platform.system().lower(),
-            available_providers=frozenset(available_providers()),
-            gpu_assigned=gpu_assigned,
-        )
 
 
 class ProviderPolicy(Protocol):

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
 from distributed_onnx.model.adapters import ModelAdapter
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.serve.wire.schemas import ForecastRequest, SeriesHistory
@@ -129,11 +129,11 @@ def _series_ids(value: Any, count: int) -> tuple[str, ...]:
             f"parameters.{SERIES_IDS}: expected non-empty series ids, comma-separated, got {value!r}.",
             field=f"parameters.{SERIES_IDS}",
         )
-    longest = max((len(item) for item in ids), default=0)
-    if longest > MAX_SERIES_ID_CHARS:
+    longest = max((id_bytes(item) for item in ids), default=0)
+    if longest > MAX_SERIES_ID_BYTES:
         raise InputValidationError(
-            f"parameters.{SERIES_IDS}: an id of {longest} characters; ids are at most {MAX_SERIES_ID_CHARS} "
-            "characters (as /v1/forecast's series_id).",
+            f"parameters.{SERIES_IDS}: an id of {longest:,} bytes in UTF-8; ids are at most {MAX_SERIES_ID_BYTES:,} "
+            "bytes (as /v1/forecast's series_id and a backtest's table).",
             field=f"parameters.{SERIES_IDS}",
         )
     if len(ids) != count:

@@ -16,13 +16,11 @@ from typing import Protocol
 import numpy as np
 import pydantic_core
 
+from distributed_onnx.bounds import FLOAT32_MAX
 from distributed_onnx.errors import InferenceError, InputValidationError
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.quantiles import ClampedLevel
 from distributed_onnx.serve.wire.schemas import ForecastRequest, SeriesHistory
-
-#: The largest finite float32: the model computes in float32, so a larger value would reach it as inf.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)

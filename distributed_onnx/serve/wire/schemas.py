@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from distributed_onnx.live.log.layout import MAX_SERIES_ID_CHARS
+from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.model.quantiles import QuantileLevels
 
 #: Datatypes of the Open Inference Protocol. BYTES and BF16 parse, so that refusing them (in
@@ -38,6 +38,18 @@ Datatype = Literal[
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
+def _bounded_id(series_id: str) -> str:
+    """A series id within :data:`~distributed_onnx.bounds.MAX_SERIES_ID_BYTES` (UTF-8 bytes, as every reader counts)."""
+    if id_bytes(series_id) > MAX_SERIES_ID_BYTES:
+        msg = f"is {id_bytes(series_id):,} bytes in UTF-8; a series id is at most {MAX_SERIES_ID_BYTES:,} bytes"
+        raise ValueError(msg)
+    return series_id
+
+
+#: A series id as the routes take it: not empty, at most :data:`~distributed_onnx.bounds.MAX_SERIES_ID_BYTES`.
+SeriesId = Annotated[str, Field(min_length=1), AfterValidator(_bounded_id)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,7 +60,9 @@ class _Strict(BaseModel):
 class SeriesHistory(_Strict):
     """One series' history, oldest first, on the checkpoint's grid."""
 
-    series_id: str = Field(min_length=1, max_length=MAX_SERIES_ID_CHARS, description="Echoed back in the forecast.")
+    series_id: SeriesId = Field(
+        description=f"Echoed back in the forecast; at most {MAX_SERIES_ID_BYTES:,} bytes in UTF-8 (as a backtest's)."
+    )
     y: list[FiniteFloat | None] = Field(
         min_length=1,
         description="History, oldest first; null = missing. Longer than the context: the last context_length "
