@@ -23,11 +23,11 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any, NoReturn
 
 from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
 from distributed_onnx.version import __version__
 
@@ -193,7 +193,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "checkpoint",
-        type=Path,
+        type=Location.parse,
         metavar="CHECKPOINT.onnx",
         help="the .onnx file; its metadata (STEM.metadata.json) must lie beside it",
     )
@@ -208,7 +208,9 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     export.add_argument("family", help=_family_help() if given == "export" else "the model family")
     source = export.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-pretrained", type=Path, metavar="DIR", help="local folder of the pretrained model")
+    source.add_argument(
+        "--from-pretrained", type=Location.parse, metavar="DIR", help="local folder of the pretrained model"
+    )
     source.add_argument(
         "--random-weights",
         action="store_true",
@@ -221,8 +223,15 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="with --random-weights: tiny (the tests' small configs, seconds; default) or published (the "
         "published architecture)",
     )
-    export.add_argument("--output", type=Path, required=True, metavar="MODEL.onnx", help="the ONNX file to write")
-    export.add_argument("--data", metavar="PATH", help="input table whose windows the parity uses (a path or a URL)")
+    export.add_argument(
+        "--output", type=Location.parse, required=True, metavar="MODEL.onnx", help="the ONNX file to write"
+    )
+    export.add_argument(
+        "--data",
+        type=Location.parse,
+        metavar="PATH",
+        help="input table whose windows the parity uses (a path or a URL)",
+    )
     export.add_argument("--parity-windows", type=int, default=32, metavar="N", help="windows the parity compares")
     export.add_argument(
         "--horizon",
@@ -258,9 +267,14 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Measure graph optimization level, rows per batch and actors x threads with real ONNX Runtime "
         "sessions on windows of the data, and write the best to a file that backtest --tuned reads.",
     )
-    tune.add_argument("checkpoint", type=Path, metavar="CHECKPOINT.onnx", help="the .onnx file to tune for")
-    tune.add_argument("--data", metavar="PATH", help="input table whose windows are run (default: the bundled data)")
-    tune.add_argument("--output", type=Path, default=Path("tune.json"), metavar="FILE.json", help="file to write")
+    tune.add_argument("checkpoint", type=Location.parse, metavar="CHECKPOINT.onnx", help="the .onnx file to tune for")
+    tune.add_argument(
+        "--data",
+        type=Location.parse,
+        metavar="PATH",
+        help="input table whose windows are run (default: the bundled data)",
+    )
+    tune.add_argument("--output", type=Location.parse, default="tune.json", metavar="FILE.json", help="file to write")
     tune.add_argument("--budget-s", type=float, default=45.0, metavar="S", help="seconds of timed runs in all")
     tune.add_argument("--cpus", type=int, metavar="N", help="cores to spread over actors (default: this machine's)")
     tune.set_defaults(handler=_tune)
@@ -278,11 +292,23 @@ def _fev_command(commands: Any) -> None:
         "them with fev's own Task.evaluation_summary and write OUTPUT/summaries.jsonl (docs/fev.md). Rerun to "
         "resume or to add a checkpoint.",
     )
-    fev.add_argument("benchmark", metavar="BENCHMARK.yaml", help="fev benchmark YAML (a 'tasks' list), path or URL")
     fev.add_argument(
-        "--checkpoint", action="append", type=Path, default=[], metavar="MODEL.onnx", help="repeat for several"
+        "benchmark",
+        type=Location.parse,
+        metavar="BENCHMARK.yaml",
+        help="fev benchmark YAML (a 'tasks' list), path or URL",
     )
-    fev.add_argument("--output", required=True, metavar="DIR", help="output directory (a path or a URL)")
+    fev.add_argument(
+        "--checkpoint",
+        action="append",
+        type=Location.parse,
+        default=[],
+        metavar="MODEL.onnx",
+        help="repeat for several",
+    )
+    fev.add_argument(
+        "--output", type=Location.parse, required=True, metavar="DIR", help="output directory (a path or a URL)"
+    )
     fev.add_argument("--actors", type=int, metavar="N", help="worker actors (default: as many as the cluster fits)")
     fev.add_argument("--cpus-per-actor", type=float, metavar="N", help="CPUs per actor (default 1)")
     fev.add_argument("--address", metavar="ADDRESS", help="Ray address (default: an embedded local Ray)")
@@ -291,15 +317,14 @@ def _fev_command(commands: Any) -> None:
 
 def _fev(args: argparse.Namespace) -> int:
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
-    from distributed_onnx.storage import is_url, redact
 
     given = {"actors": args.actors, "cpus_per_actor": args.cpus_per_actor, "address": args.address}
     settings = {key: value for key, value in given.items() if value is not None}
-    output = args.output if is_url(args.output) else Path(args.output)
+    output = args.output
     result = run_benchmark(args.benchmark, args.checkpoint, output, settings)
     counts = {status: sum(p["status"] == status for p in result.pairs) for status in ("done", "resumed", "skipped")}
     print(json.dumps({"pairs": counts, "skipped": [p for p in result.pairs if p["status"] == "skipped"]}, indent=2))
-    print(f"wrote {redact(output)}/ (summaries.jsonl, fev_summary.json, runs/)")
+    print(f"wrote {output}/ (summaries.jsonl, fev_summary.json, runs/)")
     return 0
 
 
@@ -361,14 +386,14 @@ def _settings_command(
     )
     command.add_argument(
         "--config",
-        type=Path,
+        type=Location.parse,
         metavar="FILE.yaml",
         help="YAML file of these settings (keys: the names with underscores)",
     )
     if name == "backtest":
         command.add_argument(
             "--tuned",
-            type=Path,
+            type=Location.parse,
             metavar="FILE.json",
             help="settings measured by distributed-onnx tune (below --config, the environment and flags)",
         )
@@ -480,14 +505,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
-    from distributed_onnx.storage import redact
 
     quiet_ray_logging(quiet=not args.verbose)  # no-op where the early start set it; a rerun's Ray starts later
     result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early)
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))
-    print(f"wrote {redact(settings.output)}/ (forecasts/, metrics.parquet, summary.json, report.html)")
+    print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
 
@@ -533,7 +557,6 @@ def _score(args: argparse.Namespace) -> int:
     from distributed_onnx.live.score.join import why_not_scored
     from distributed_onnx.live.score.settings import ScoreSettings
     from distributed_onnx.settings_sources import given_flags
-    from distributed_onnx.storage import redact
 
     settings = ScoreSettings.from_sources(given_flags(args), args.config, environment=True)
     settings, borrowed = prepare_score(settings)  # the folders checked, --backtest's settings lent (exit 2)
@@ -553,7 +576,7 @@ def _score(args: argparse.Namespace) -> int:
     not_scored = why_not_scored(result.summary["windows"])
     if not_scored is not None:  # summary.json has the counts; this says what they mean
         print(f"note: {not_scored}", file=sys.stderr)
-    print(f"wrote {redact(settings.output)}/ ({', '.join(written)})")
+    print(f"wrote {settings.output}/ ({', '.join(written)})")
     return 0
 
 

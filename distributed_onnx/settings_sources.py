@@ -54,8 +54,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
+from distributed_onnx.location import Location, LocationLike
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
 #: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
@@ -95,7 +95,7 @@ class CommandSettings(BaseSettings):
     def from_sources(
         cls,
         flags: Mapping[str, Any] | None = None,
-        config_file: Path | None = None,
+        config_file: LocationLike | None = None,
         *,
         environment: bool = False,
         source: str = "command line",
@@ -104,15 +104,19 @@ class CommandSettings(BaseSettings):
         """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > ``tuned`` > defaults.
 
         ``flags`` that are None count as not given; ``source`` names them in error messages; ``tuned`` is
-        ``(file, settings)`` of a tuned settings file (module docstring).
+        ``(file, settings)`` of a tuned settings file (module docstring). ``config_file`` is a local file (a URL is
+        refused in one line naming it redacted).
         """
+        config_path = None
+        if config_file is not None:
+            config_path = Location.parse(config_file).require_local("--config", "give the YAML file's local path")
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
         if environment:
             requested.append(("environment", EnvSettingsSource(cls)))
-        if config_file is not None:
-            values = _relative_to(read_yaml(config_file), config_file.parent, cls)
-            requested.append((str(config_file), InitSettingsSource(cls, values)))
+        if config_path is not None:
+            values = _relative_to(read_yaml(config_path), config_path.parent, cls)
+            requested.append((str(config_path), InitSettingsSource(cls, values)))
         if tuned is not None:
             requested.append((tuned[0], InitSettingsSource(cls, dict(tuned[1]))))
         token = _REQUESTED_SOURCES.set(tuple(layer for _, layer in requested))
@@ -120,7 +124,7 @@ class CommandSettings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             layers = [(source, given), *((label, layer()) for label, layer in requested)]
-            raise _config_error(cls, exc, layers, config_file) from exc
+            raise _config_error(cls, exc, layers, config_path) from exc
         finally:
             _REQUESTED_SOURCES.reset(token)
 
@@ -184,7 +188,8 @@ def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
 
 
 def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -> dict[str, Any]:
-    """Relative local paths of the file's path-typed fields, read from ``folder`` (URLs stay as they are)."""
+    """Relative local paths of the file's path- and location-typed fields, read from ``folder`` (URLs stay as
+    they are)."""
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
@@ -195,18 +200,26 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
             if isinstance(paths, list):
                 resolved[name] = [_relative_path(each, folder) for each in paths]
             continue
-        if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
-            continue
-        if storage.is_url(str(value)) or Path(value).is_absolute():
-            continue
-        resolved[name] = folder / Path(value)
+        if field is not None and is_location_field(field):
+            resolved[name] = _relative_path(value, folder)
     return resolved
 
 
 def _relative_path(value: Any, folder: Path) -> Any:
-    if not isinstance(value, str | Path) or storage.is_url(str(value)) or Path(value).is_absolute():
+    """``value`` read from ``folder`` when it is a relative local path; a URL or anything else as it is."""
+    if not isinstance(value, str | Path | Location):
         return value
-    return folder / Path(value)
+    local = Location.parse(value).local_path
+    if local is None or local.is_absolute():
+        return value
+    return Location(folder / local)
+
+
+def is_location_field(field: FieldInfo) -> bool:
+    """Whether a settings field names a place to read or write: typed :class:`Location` or :class:`Path` (or a
+    list of either). Its flag takes a path or a URL, and what it holds is shown redacted."""
+    members = _members(field.annotation)
+    return any(kind in members for kind in (Location, Path, list[Location], list[Path]))
 
 
 def _config_error(
@@ -257,7 +270,7 @@ def _metavar(field: FieldInfo, generated: str) -> str:
     kind = field.annotation
     if isinstance(kind, type) and issubclass(kind, Enum):
         return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return "PATH" if Path in _members(kind) else generated
+    return "PATH" if is_location_field(field) else generated
 
 
 def _help(field: FieldInfo) -> str:
@@ -266,7 +279,7 @@ def _help(field: FieldInfo) -> str:
     if field.is_required():
         return f"{text} (required)"
     default = None if field.default_factory is not None else field.default
-    if default is None or "default" in text.lower() or isinstance(default, Path) or default == []:
+    if default is None or "default" in text.lower() or isinstance(default, Path | Location) or default == []:
         return text
     shown = default.value if isinstance(default, Enum) else default
     return f"{text} (default: {shown})"
@@ -277,17 +290,4 @@ def comma_list(value: Any) -> Any:
     validation (a YAML list, repeated flags)."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
-    return value
-
-
-def one_or_many_paths(value: Any) -> Any:
-    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
-    ``a.onnx,b.onnx``)."""
-    return [value] if isinstance(value, Path) else comma_list(value)
-
-
-def path_or_url(value: Any) -> Any:
-    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path."""
-    if isinstance(value, str) and not storage.is_url(value):
-        return Path(value)
     return value

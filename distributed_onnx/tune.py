@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, local_checkpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
@@ -67,12 +68,17 @@ TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization"
 class TuneRequest(BaseModel):
     """What ``tune`` measures."""
 
-    checkpoint: Path
-    data: Path | str = REFERENCE_DATASET
-    output: Path = Path("tune.json")
+    checkpoint: Path = Field(description="The .onnx file to tune for: a local file (a URL is refused in one line).")
+    data: Location = Field(default=Location(REFERENCE_DATASET), description="Input table, a path or a URL.")
+    output: Location = Field(default=Location("tune.json"), description="The file to write, a path or a URL.")
     budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
     windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
     cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
 
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
@@ -103,7 +109,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
         "checkpoint_identity": identity_of(checkpoint).record(),
-        "data": storage.redact(request.data),
+        "data": str(request.data),  # redacted: a URL's secrets stay in the URL
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
         "settings": {key: settings[key] for key in TUNED_KEYS},
         "windows_per_s": best["windows_per_s"],
@@ -129,7 +135,7 @@ class TunedFile:
     """A file ``tune`` wrote, read and checked: its ``settings`` (only :data:`TUNED_KEYS`) and the identity of the
     checkpoint they were measured on."""
 
-    path: Path
+    path: Location
     settings: dict[str, Any]
     checkpoint: str
     identity: CheckpointIdentity | None
@@ -165,16 +171,18 @@ class TunedFile:
         )
 
 
-def load_tuned(path: Path) -> TunedFile:
-    """Read a file ``tune`` wrote: its format, only the keys tune writes under ``settings``, the checkpoint's
-    identity (compared with the run's by :meth:`TunedFile.check_checkpoints`)."""
+def load_tuned(given: LocationLike) -> TunedFile:
+    """Read a file ``tune`` wrote (a path or a URL, as its ``--output``; named redacted): its format, only the keys
+    tune writes under ``settings``, the checkpoint's identity (compared with the run's by
+    :meth:`TunedFile.check_checkpoints`)."""
+    path = Location.parse(given)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(storage.read_bytes(path))
     except FileNotFoundError as exc:
         msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     except (OSError, ValueError) as exc:
-        msg = f"Tuned settings file {path} is not JSON ({exc}); write it with distributed-onnx tune"
+        msg = f"Tuned settings file {path} is not JSON ({path.scrub(str(exc))}); write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     settings = document.get("settings") if isinstance(document, dict) else None
     if isinstance(settings, dict) and document.get("format") == _FORMAT_WITHOUT_IDENTITY:
@@ -202,7 +210,7 @@ def load_tuned(path: Path) -> TunedFile:
     return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity)
 
 
-def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
+def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
     """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`
     (:func:`load_tuned`, less the checkpoint's identity)."""
     return load_tuned(path).source
@@ -219,7 +227,7 @@ def _load() -> list[float] | None:
         return None
 
 
-def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
+def _windows(data: Location, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
     """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
     stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
     when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
@@ -247,7 +255,7 @@ def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np
             break
         step += 1
     if not taken:
-        raise ConfigError(f"{storage.redact(data)} has no values to tune on")
+        raise ConfigError(f"{data} has no values to tune on")
     return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
 
 

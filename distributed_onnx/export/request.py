@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location
 from distributed_onnx.model import families
 from distributed_onnx.model.families import Family
-from distributed_onnx.settings_sources import path_or_url
 
 
 class ExportRequest(BaseModel):
@@ -32,16 +32,36 @@ class ExportRequest(BaseModel):
         "(for trying the pipeline and benchmarks), and the metadata's description says so.",
     )
     output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
-    data: Path | str | None = Field(
+    data: Location | None = Field(
         default=None, description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses."
     )
 
     @field_validator("data", mode="before")
     @classmethod
-    def _path_or_url(cls, value: Any) -> Any:
-        # A URL stays a string: as a Path, ``https://user:pw@host`` became ``https:/user:pw@host``, which is no
-        # URL any more (not read, and not redacted in the error that named it).
-        return path_or_url(value) if value else None
+    def _none_when_empty(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("pretrained_dir", mode="before")
+    @classmethod
+    def _local_folder(cls, value: Any) -> Any:
+        # Parsed as a location, so that a URL is refused naming it redacted; as a Path, ``https://user:pw@host``
+        # became ``https:/user:pw@host``, a local folder that does not exist, and the error showed the password.
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--from-pretrained",
+            "download the published model once (hf download REPOSITORY --local-dir DIR, docs/export.md) and give "
+            "that folder",
+        )
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _local_output(cls, value: Any) -> Any:
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--output", "export writes the checkpoint to a local file; give a local path and copy the files after"
+        )
 
     parity_windows: int = Field(
         default=32, ge=1, le=MAX_PARITY_WINDOWS, description="How many windows the parity report compares."

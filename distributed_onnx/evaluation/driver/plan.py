@@ -389,7 +389,7 @@ def _vintaged_names(settings: BacktestSettings) -> tuple[str, ...]:
     names = tuple(name for name in settings.covariate_columns if name in held)
     if not names:
         raise ConfigError(
-            f"{storage.redact(settings.covariate_data)} holds none of the declared covariates "
+            f"{settings.covariate_data} holds none of the declared covariates "
             f"{settings.covariate_columns}: declare them with --covariates or --past-covariates",
             key="covariate_data",
         )
