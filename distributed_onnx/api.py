@@ -22,7 +22,7 @@ from distributed_onnx.errors import ConfigError, DataError, DistributedOnnxError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from distributed_onnx.storage import Location
+    from distributed_onnx.location import Location
 
 #: Where in-memory data is written inside the run directory (the run's fingerprint hashes the data file).
 INPUTS_DIR = "inputs"
@@ -41,8 +41,9 @@ class Backtest:
     metrics: pa.Table
     #: What ``summary.json`` holds: settings, checkpoint, windows, actors, timing.
     summary: dict[str, Any]
-    #: The run directory (report.html is there), or None when it was a temporary one, now deleted.
-    output: Location | None
+    #: The run directory (report.html is there): a Path, or the Location of a URL (shown redacted); None when it
+    #: was a temporary one, now deleted.
+    output: Path | Location | None
 
 
 def backtest(
@@ -110,8 +111,8 @@ def backtest(
     given: dict[str, Any] = {"checkpoint": checkpoint, "horizon": horizon, "n_windows": n_windows, "stride": stride}
     given |= {"quantiles": list(quantiles) if quantiles is not None else None, **settings}
     with tempfile.TemporaryDirectory(prefix="distributed-onnx-") as scratch:
-        run_dir: Location = Path(scratch) / "run" if output is None else _location(output)
-        data_location = _location(data) if table is None else Path("<in-memory table>")
+        run_dir = _location(Path(scratch) / "run" if output is None else output)
+        data_location = _location(data if table is None else "<in-memory table>")
         given |= {"output": run_dir, "data": data_location}
         run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
         check_backtest(run_settings)  # what the whole run would be refused for, before Ray starts
@@ -133,7 +134,8 @@ def backtest(
             result = run_backtest(run_settings)
         forecasts = read_forecasts(run_settings.output)
         metrics = result.read_metrics()  # the whole table, read before a temporary directory goes
-    return Backtest(forecasts, metrics, result.summary, None if output is None else run_settings.output)
+    kept = None if output is None else run_settings.output.local_path or run_settings.output
+    return Backtest(forecasts, metrics, result.summary, kept)
 
 
 def _connect(address: str | None) -> None:
@@ -158,7 +160,7 @@ def _connect(address: str | None) -> None:
         ) from exc
 
 
-def read_forecasts(output: Location) -> pa.Table:
+def read_forecasts(output: Location | Path | str) -> pa.Table:
     """Every model's forecasts of a run directory as one table (``forecasts/`` is a Hive dataset, ``model`` a
     column), ordered by model, series, origin and lead."""
     import pyarrow as pa
@@ -189,10 +191,10 @@ def _naming_the_table(exc: DataError, written: Location, data: Any) -> DataError
 
 
 def _location(value: str | os.PathLike[str]) -> Location:
-    from distributed_onnx import storage
+    """What the caller passed, parsed once (a URL stays a URL: ``os.fspath`` of a Path never made one)."""
+    from distributed_onnx.location import Location
 
-    text = os.fspath(value)
-    return text if storage.is_url(text) else Path(text)
+    return Location.parse(value if isinstance(value, str | Path) else os.fspath(value))
 
 
 def write_input(table: pa.Table, run_dir: Location) -> Location:

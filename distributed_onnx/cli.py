@@ -27,11 +27,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
 from distributed_onnx.version import __version__
 
@@ -233,7 +233,7 @@ def _settings_command(commands: Any, command: Command) -> None:
     )
     parser.add_argument(
         "--config",
-        type=_file_argument,
+        type=Location.parse,
         metavar="FILE.yaml",
         help="YAML file of these settings (keys: the names with underscores)",
     )
@@ -287,17 +287,10 @@ def _command_given(argv: Sequence[str]) -> str | None:
 def _tuned_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tuned",
-        type=_file_argument,
+        type=Location.parse,
         metavar="FILE.json",
         help="settings measured by distributed-onnx tune (below --config, the environment and flags)",
     )
-
-
-def _file_argument(text: str) -> Path:
-    """A command's own file argument (``--config``, ``--tuned``): an empty one is refused (as a path, ``.``)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a file")
-    return Path(text)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -347,8 +340,7 @@ def _fev(args: argparse.Namespace) -> int:
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
 
     request = _settings(args)
-    output = request.output.reveal()
-    result = run_benchmark(request.benchmark.reveal(), request.checkpoint, output, request.backtest_settings())
+    result = run_benchmark(request.benchmark, request.checkpoint, request.output, request.backtest_settings())
     counts = {status: sum(p["status"] == status for p in result.pairs) for status in ("done", "resumed", "skipped")}
     print(json.dumps({"pairs": counts, "skipped": [p for p in result.pairs if p["status"] == "skipped"]}, indent=2))
     print(f"wrote {request.output}/ (summaries.jsonl, fev_summary.json, runs/)")
@@ -375,14 +367,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.runtime.local_ray import quiet_ray_logging
-    from distributed_onnx.storage import redact
 
     quiet_ray_logging(quiet=not args.verbose)  # no-op where the early start set it; a rerun's Ray starts later
     result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early)
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))
-    print(f"wrote {redact(settings.output)}/ (forecasts/, metrics.parquet, summary.json, report.html)")
+    print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
 
@@ -424,7 +415,6 @@ def _score(args: argparse.Namespace) -> int:
     from distributed_onnx.live.score import score_log
     from distributed_onnx.live.score.folders import prepare_score
     from distributed_onnx.live.score.join import why_not_scored
-    from distributed_onnx.storage import redact
 
     settings = _settings(args)
     settings, borrowed = prepare_score(settings)  # the folders checked, --backtest's settings lent (exit 2)
@@ -444,7 +434,7 @@ def _score(args: argparse.Namespace) -> int:
     not_scored = why_not_scored(result.summary["windows"])
     if not_scored is not None:  # summary.json has the counts; this says what they mean
         print(f"note: {not_scored}", file=sys.stderr)
-    print(f"wrote {redact(settings.output)}/ ({', '.join(written)})")
+    print(f"wrote {settings.output}/ ({', '.join(written)})")
     return 0
 
 

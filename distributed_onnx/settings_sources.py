@@ -56,9 +56,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
-from distributed_onnx.location import Location
+from distributed_onnx.location import Location, LocationLike
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
 #: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
@@ -98,7 +97,7 @@ class CommandSettings(BaseSettings):
     def from_sources(
         cls,
         flags: Mapping[str, Any] | None = None,
-        config_file: Path | None = None,
+        config_file: LocationLike | None = None,
         *,
         environment: bool = False,
         source: str = "command line",
@@ -108,16 +107,20 @@ class CommandSettings(BaseSettings):
         """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > ``tuned`` > defaults.
 
         ``flags`` that are None count as not given; ``source`` names them in error messages; ``tuned`` is
-        ``(file, settings)`` of a tuned settings file (module docstring); ``as_flags``: ``flags`` are a command
-        line's, and an error names each bad one as the user typed it (``--parity-windows``, ``CHECKPOINT``).
+        ``(file, settings)`` of a tuned settings file (module docstring). ``config_file`` is a local file (a URL is
+        refused in one line naming it redacted). ``as_flags``: ``flags`` are a command line's, and an error names
+        each bad one as the user typed it (``--parity-windows``, ``CHECKPOINT``).
         """
+        config_path = None
+        if config_file is not None:
+            config_path = Location.parse(config_file).require_local("--config", "give the YAML file's local path")
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
         if environment:
             requested.append(("environment", EnvSettingsSource(cls)))
-        if config_file is not None:
-            values = _relative_to(read_yaml(config_file), config_file.parent, cls)
-            requested.append((str(config_file), InitSettingsSource(cls, values)))
+        if config_path is not None:
+            values = _relative_to(read_yaml(config_path), config_path.parent, cls)
+            requested.append((str(config_path), InitSettingsSource(cls, values)))
         if tuned is not None:
             requested.append((tuned[0], InitSettingsSource(cls, dict(tuned[1]))))
         token = _REQUESTED_SOURCES.set(tuple(layer for _, layer in requested))
@@ -125,7 +128,7 @@ class CommandSettings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             layers = [(source, given), *((label, layer()) for label, layer in requested)]
-            raise _config_error(cls, exc, layers, config_file, as_flags=as_flags) from exc
+            raise _config_error(cls, exc, layers, config_path, as_flags=as_flags) from exc
         finally:
             _REQUESTED_SOURCES.reset(token)
 
@@ -200,7 +203,8 @@ def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
 
 
 def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -> dict[str, Any]:
-    """Relative local paths of the file's path-typed fields, read from ``folder`` (URLs stay as they are)."""
+    """Relative local paths of the file's path- and location-typed fields, read from ``folder`` (URLs stay as
+    they are)."""
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
@@ -211,18 +215,26 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
             if isinstance(paths, list):
                 resolved[name] = [_relative_path(each, folder) for each in paths]
             continue
-        if field is None or not _is_location(field) or not isinstance(value, str | Path):
-            continue
-        if storage.is_url(str(value)) or Path(value).is_absolute():
-            continue
-        resolved[name] = folder / Path(value)
+        if field is not None and is_location_field(field):
+            resolved[name] = _relative_path(value, folder)
     return resolved
 
 
 def _relative_path(value: Any, folder: Path) -> Any:
-    if not isinstance(value, str | Path) or storage.is_url(str(value)) or Path(value).is_absolute():
+    """``value`` read from ``folder`` when it is a relative local path; a URL or anything else as it is."""
+    if not isinstance(value, str | Path | Location):
         return value
-    return folder / Path(value)
+    local = Location.parse(value).local_path
+    if local is None or local.is_absolute():
+        return value
+    return Location(folder / local)
+
+
+def is_location_field(field: FieldInfo) -> bool:
+    """Whether a settings field names a place to read or write: typed :class:`Location` or :class:`Path` (or a
+    list of either). Its flag takes a path or a URL, and what it holds is shown redacted."""
+    members = _members(field.annotation)
+    return any(kind in members for kind in (Location, Path, list[Location], list[Path]))
 
 
 def _config_error(
@@ -269,6 +281,12 @@ def flag_name(model: type[BaseModel], key: str) -> str:
     field = model.model_fields[key]
     if is_positional(field):
         return str(field.examples[0]) if field.examples else key.upper()
+    return flag_of(key)
+
+
+def flag_of(key: str) -> str:
+    """The flag :func:`add_flags` makes of a settings field ``key`` (kebab case): what a message about that field's
+    value names, in code that every command with the field reaches (``--checkpoint`` from ``checkpoint``)."""
     return "--" + key.replace("_", "-")
 
 
@@ -295,12 +313,7 @@ def _metavar(field: FieldInfo, generated: str) -> str:
     kind = field.annotation
     if isinstance(kind, type) and issubclass(kind, Enum):
         return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return "PATH" if _is_location(field) else generated
-
-
-def _is_location(field: FieldInfo) -> bool:
-    """Whether the field takes one path (a :class:`~pathlib.Path` or a :class:`~distributed_onnx.location.Location`)."""
-    return bool({Path, Location} & set(_members(field.annotation)))
+    return "PATH" if is_location_field(field) else generated
 
 
 def _help(field: FieldInfo) -> str:
@@ -309,7 +322,7 @@ def _help(field: FieldInfo) -> str:
     if field.is_required():
         return f"{text} (required)"
     default = None if field.default_factory is not None else field.default
-    if default is None or "default" in text.lower() or isinstance(default, Path) or default == []:
+    if default is None or "default" in text.lower() or isinstance(default, Path | Location) or default == []:
         return text
     shown = default.value if isinstance(default, Enum) else default
     return f"{text} (default: {shown})"
@@ -326,42 +339,3 @@ def comma_list(value: Any) -> Any:
         if twice:
             raise ValueError(f"{twice} given more than once: give each once")
     return value
-
-
-def one_or_many_paths(value: Any) -> Any:
-    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
-    ``a.onnx,b.onnx``)."""
-    return [value] if isinstance(value, Path) else comma_list(value)
-
-
-def path_or_url(value: Any) -> Any:
-    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path; an empty one is refused (as a
-    Path it is ``.``, the working directory, which nobody meant)."""
-    if isinstance(value, str) and not storage.is_url(value):
-        return Path(_not_empty(value))
-    return value
-
-
-def location(value: Any) -> Any:
-    """A :class:`~distributed_onnx.location.Location` setting from what a user wrote; an empty text is refused
-    (as a path it would be ``.``, the working directory)."""
-    return Location.parse(_not_empty(value)) if isinstance(value, str) else value
-
-
-def local_path(value: Any) -> Any:
-    """A setting that takes a local path only (a file ONNX Runtime or torch opens, a folder of weights): a URL is
-    refused by name, rather than becoming a :class:`~pathlib.Path` that folds ``https://`` into ``https:/``;
-    ``file://`` URLs are local paths."""
-    if isinstance(value, str):
-        value = Location.parse(_not_empty(value))
-    if isinstance(value, Location):
-        if value.local_path is None:
-            raise ValueError(f"takes a local path (it is read or written as a local file), got the URL {value}")
-        return value.local_path
-    return value
-
-
-def _not_empty(text: str) -> str:
-    if not text.strip():
-        raise ValueError("is empty; give a path or a URL")
-    return text

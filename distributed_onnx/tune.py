@@ -42,13 +42,13 @@ from pydantic_settings import CliPositionalArg
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.location import Location
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, local_path, location
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
 
@@ -107,9 +107,6 @@ class TuneRequest(CommandSettings):
         description="Cores to spread over actors (default: this machine's).",
     )
 
-    _local = field_validator("checkpoint", mode="before")(local_path)
-    _locations = field_validator("data", "output", mode="before")(location)
-
     @field_validator("checkpoint")
     @classmethod
     def _one_checkpoint(cls, value: Path) -> Path:
@@ -120,12 +117,19 @@ class TuneRequest(CommandSettings):
             raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
         return found[0]
 
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give the checkpoint's path")
+        return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
+
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
     """Measure (module docstring), write ``request.output`` and return its document."""
     started = time.perf_counter()
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
-    contexts = _windows(request.data.reveal(), checkpoint, request.windows)
+    contexts = _windows(request.data, checkpoint, request.windows)
     cpus = request.cpus or os.cpu_count() or 1
     layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
     window_s = _one_window_s(checkpoint, contexts)
@@ -149,7 +153,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
         "checkpoint_identity": identity_of(checkpoint).record(),
-        "data": str(request.data),  # redacted
+        "data": str(request.data),  # redacted: a URL's secrets stay in the URL
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
         "settings": {key: settings[key] for key in TUNED_KEYS},
         "windows_per_s": best["windows_per_s"],
@@ -157,7 +161,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "trials": trials,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    storage.write_bytes(request.output.reveal(), (json.dumps(document, indent=2) + "\n").encode())
+    storage.write_bytes(request.output, (json.dumps(document, indent=2) + "\n").encode())
     return document
 
 
@@ -175,7 +179,7 @@ class TunedFile:
     """A file ``tune`` wrote, read and checked: its ``settings`` (only :data:`TUNED_KEYS`) and the identity of the
     checkpoint they were measured on."""
 
-    path: Path
+    path: Location
     settings: dict[str, Any]
     checkpoint: str
     identity: CheckpointIdentity | None
@@ -212,16 +216,18 @@ class TunedFile:
         )
 
 
-def load_tuned(path: Path) -> TunedFile:
-    """Read a file ``tune`` wrote: its format, only the keys tune writes under ``settings``, the checkpoint's
-    identity (compared with the run's by :meth:`TunedFile.check_checkpoints`)."""
+def load_tuned(given: LocationLike) -> TunedFile:
+    """Read a file ``tune`` wrote (a path or a URL, as its ``--output``; named redacted): its format, only the keys
+    tune writes under ``settings``, the checkpoint's identity (compared with the run's by
+    :meth:`TunedFile.check_checkpoints`)."""
+    path = Location.parse(given)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(storage.read_bytes(path))
     except FileNotFoundError as exc:
         msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     except (OSError, ValueError) as exc:
-        msg = f"Tuned settings file {path} is not JSON ({exc}); write it with distributed-onnx tune"
+        msg = f"Tuned settings file {path} is not JSON ({path.scrub(str(exc))}); write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     settings = document.get("settings") if isinstance(document, dict) else None
     if isinstance(settings, dict) and document.get("format") == _FORMAT_WITHOUT_IDENTITY:
@@ -249,7 +255,7 @@ def load_tuned(path: Path) -> TunedFile:
     return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity)
 
 
-def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
+def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
     """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`
     (:func:`load_tuned`, less the checkpoint's identity)."""
     return load_tuned(path).source
@@ -266,7 +272,7 @@ def _load() -> list[float] | None:
         return None
 
 
-def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
+def _windows(data: Location, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
     """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
     stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
     when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
@@ -294,7 +300,7 @@ def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np
             break
         step += 1
     if not taken:
-        raise ConfigError(f"{storage.redact(data)} has no values to tune on")
+        raise ConfigError(f"{data} has no values to tune on")
     return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
 
 

@@ -198,9 +198,10 @@ def _bad_values(action: Any, field: Any) -> list[str]:
 
 
 def _named(line: str, action: Any) -> bool:
-    """Whether the error line names the argument: a flag as typed, a positional argument's name, or its setting."""
-    words = [*action.option_strings, action.metavar or "", action.dest]
-    return any(word and word in line for word in words)
+    """Whether the error line names the argument: a flag as typed, a positional argument's name, or its setting
+    (``Config file ...`` for ``--config``)."""
+    words = [*action.option_strings, action.metavar or ""]
+    return any(word and word in line for word in words) or action.dest.replace("_", " ") in line.lower()
 
 
 def _walk_cases() -> list[tuple[str, str, str]]:

@@ -31,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PartSpec, PlannedBatch, WindowSpec, plan_origins
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
 from distributed_onnx.settings_sources import flag_name
 
 #: The setting whose column these messages are about: only a run given it reaches them (its flag, from its field).
@@ -65,9 +65,7 @@ class GroupedWindows:
         return grouped_parts(self.starts, windows_per_part)
 
 
-def series_groups(
-    data: storage.Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES
-) -> list[str]:
+def series_groups(data: Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES) -> list[str]:
     """Each series' value of the per-series ``column`` (as text), in the run's series order.
 
     A series with two values, or none (null or NaN), is refused with one line naming it (or the rows).

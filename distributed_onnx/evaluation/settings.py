@@ -26,11 +26,12 @@ from distributed_onnx.bounds import (
 )
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import checkpoint_paths
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import comma_list, one_or_many_paths, path_or_url, read_yaml
+from distributed_onnx.settings_sources import comma_list, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
@@ -46,12 +47,11 @@ class BacktestSettings(ColumnSettings):
         "each is named by its file stem (default: the bundled reference one). A folder is every .onnx in it with "
         "its .metadata.json; a .metadata.json is its checkpoint.",
     )
-    # Strings, not only Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
-    data: Path | str = Field(
-        default=REFERENCE_DATASET,
+    data: Location = Field(
+        default=Location(REFERENCE_DATASET),
         description="Input table (.parquet or .csv, long format), a path or a URL (default: the bundled Taylor data).",
     )
-    output: Path | str = Field(
+    output: Location = Field(
         description="Run directory, a path or a URL such as s3://...: forecasts/, metrics.parquet, summary.json, "
         "report.html. Rerun it to resume."
     )
@@ -100,7 +100,7 @@ class BacktestSettings(ColumnSettings):
         description="Past-only covariate columns: values known only up to each cutoff, their future unknown "
         "(text or bool columns are categorical). Chronos-2 checkpoints.",
     )
-    covariate_data: Path | str | None = Field(
+    covariate_data: Location | None = Field(
         default=None,
         description="A table of covariate vintages (.parquet or .csv): timestamp, available_at, covariate columns, "
         "optionally series_id. The declared covariates it holds are read from it as known at each cutoff "
@@ -197,8 +197,6 @@ class BacktestSettings(ColumnSettings):
     )
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 
-    _path_or_url = field_validator("data", "output", "covariate_data", mode="before")(path_or_url)
-
     @field_validator("compare_realized")
     @classmethod
     def _realized_needs_vintages(cls, value: bool, info: ValidationInfo) -> bool:
@@ -206,7 +204,8 @@ class BacktestSettings(ColumnSettings):
             raise ValueError("compare_realized needs covariate_data (a table of covariate vintages)")
         return value
 
-    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)
 
     @field_validator("checkpoint")
     @classmethod

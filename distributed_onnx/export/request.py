@@ -22,7 +22,7 @@ from distributed_onnx.errors import ConfigError
 from distributed_onnx.location import Location
 from distributed_onnx.model import families
 from distributed_onnx.model.families import Family
-from distributed_onnx.settings_sources import CommandSettings, local_path, location
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["ExportRequest", "ExportResult", "exportable_family"]
 
@@ -68,6 +68,29 @@ class ExportRequest(CommandSettings):
         default=None,
         description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses.",
     )
+
+    @field_validator("from_pretrained", mode="before")
+    @classmethod
+    def _local_folder(cls, value: Any) -> Any:
+        # Parsed as a location, so that a URL is refused naming it redacted; as a Path, ``https://user:pw@host``
+        # became ``https:/user:pw@host``, a local folder that does not exist, and the error showed the password.
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--from-pretrained",
+            "download the published model once (hf download REPOSITORY --local-dir DIR, docs/export.md) and give "
+            "that folder",
+        )
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _local_output(cls, value: Any) -> Any:
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--output", "export writes the checkpoint to a local file; give a local path and copy the files after"
+        )
+
     parity_windows: int = Field(
         default=32, ge=1, le=MAX_PARITY_WINDOWS, examples=["N"], description="How many windows the parity compares."
     )
@@ -100,9 +123,6 @@ class ExportRequest(CommandSettings):
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
         "(default: the step of --data; required without it).",
     )
-
-    _local = field_validator("from_pretrained", "output", mode="before")(local_path)
-    _location = field_validator("data", mode="before")(location)
 
     @field_validator("family")
     @classmethod

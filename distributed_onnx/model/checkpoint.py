@@ -27,7 +27,9 @@ from distributed_onnx.errors import (
     CheckpointNotFoundError,
     describe_validation,
 )
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
+from distributed_onnx.settings_sources import flag_of
 
 logger = logging.getLogger(__name__)
 
@@ -274,6 +276,37 @@ def weights_path_of(path: Path) -> Path:
     return path
 
 
+#: What to do with a checkpoint given as a URL: checkpoints are read from local files. Reading them from a store
+#: would mean a download (and its cache, its credentials on every node) in every command; ``serve`` has one, for
+#: a store of many checkpoints (``--model-repository``).
+CHECKPOINT_URL_HINT = (
+    "copy the .onnx file and its .metadata.json beside it to a local folder (on a cluster, one every node mounts) "
+    "and give that path; distributed-onnx serve reads checkpoints from a store with --model-repository"
+)
+
+
+def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
+    """The local path of a checkpoint the user gave (text, a path, a Location): a URL is refused with one line
+    naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``)."""
+    return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT)
+
+
+def local_checkpoints(value: object) -> object:
+    """A settings field's checkpoints (one, several comma-separated, a list) as local paths (:func:`local_checkpoint`);
+    anything else is left to the field's own validation. The field is a command's ``checkpoint``: a refusal names
+    its flag (every command with such a field has ``--checkpoint``)."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, Path | Location):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return [
+            local_checkpoint(each, flag_of("checkpoint")) if isinstance(each, str | Path | Location) else each
+            for each in value
+        ]
+    return value
+
+
 def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
     """The checkpoints ``--checkpoint`` names: a folder is every ``*.onnx`` in it that has its metadata beside
     it (in name order, each logged: one line per checkpoint taken), a metadata file its weights, a file itself.
@@ -307,10 +340,10 @@ class LocalCheckpoint(BaseModel):
         default=None, description="Path of the metadata JSON; defaults to '<stem>.metadata.json' beside it."
     )
 
-    @field_validator("path")
+    @field_validator("path", mode="before")
     @classmethod
-    def _weights(cls, value: Path) -> Path:
-        return weights_path_of(value)
+    def _weights(cls, value: object) -> object:
+        return weights_path_of(local_checkpoint(value)) if isinstance(value, str | Path | Location) else value
 
     def resolve(self) -> ResolvedCheckpoint:
         """Read and validate the metadata, and verify the weights' sha256 when the metadata has one.

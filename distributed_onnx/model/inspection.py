@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths
-from distributed_onnx.settings_sources import CommandSettings, local_path
+from distributed_onnx.location import Location
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["InspectRequest", "inspect_checkpoints"]
 
@@ -31,7 +32,14 @@ class InspectRequest(CommandSettings):
         "every checkpoint in it, as backtest --checkpoint takes them.",
     )
 
-    _local = field_validator("checkpoint", mode="before")(local_path)
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        """A local path, as every command's checkpoint (a URL refused in one line); an empty one refused too."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give the checkpoint's path")
+        return local_checkpoint(value) if isinstance(value, str | Path | Location) else value
+
     _paths: list[Path] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")

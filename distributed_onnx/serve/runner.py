@@ -31,6 +31,7 @@ import ray
 from ray import serve
 
 from distributed_onnx.errors import ConfigError, RayLostError
+from distributed_onnx.live.log.health import check_writable
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
@@ -98,9 +99,13 @@ def preflight(settings: ServeSettings) -> None:
     """Fail fast, before Ray starts, on what would otherwise fail inside it (embedded Ray only).
 
     On a cluster (``address``) the checkpoint path and the ports are the cluster nodes' business, not this
-    machine's, so nothing is checked here.
+    machine's, so they are not checked here; a forecast log at a URL is checked either way (it is the same store
+    from every node): a log that cannot be written stops the command (:func:`~.health.check_writable`).
     """
-    if settings.address or os.environ.get("RAY_ADDRESS"):
+    embedded = not (settings.address or os.environ.get("RAY_ADDRESS"))
+    if settings.forecast_log is not None and (embedded or settings.forecast_log.is_url):
+        check_writable(settings.forecast_log)  # StorageError naming the log: no ready line for a log that drops all
+    if not embedded:
         return
     for checkpoint in settings.checkpoint:
         # CheckpointError naming the missing or corrupt file; PluginError naming a family's plugin that does not

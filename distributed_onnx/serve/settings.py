@@ -23,13 +23,14 @@ from distributed_onnx.bounds import (
     MAX_SECONDS,
     MAX_WORKERS,
 )
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ProviderChain
-from distributed_onnx.model.checkpoint import checkpoint_paths
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
-from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url
+from distributed_onnx.settings_sources import CommandSettings, comma_list
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -49,7 +50,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         "application, each named by its file stem; the first that is not a shadow answers /v1/forecast requests "
         "that name no model (default: the bundled reference one).",
     )
-    model_repository: Path | str | None = Field(
+    model_repository: Location | None = Field(
         default=None,
         examples=["s3://bucket/checkpoints"],
         description="Folder or URL (s3://...) of a checkpoint repository: every <name>.onnx there with its "
@@ -79,7 +80,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         "request is drawn the same way): on CPUs a shadow as costly as its primary halves the replica's req/s at "
         "saturation, 0.1 costs a tenth of that. score compares models on the windows both forecast.",
     )
-    forecast_log: Path | str | None = Field(
+    forecast_log: Location | None = Field(
         default=None,
         description="Folder or URL (s3://...) of the forecast log: every forecast answered and every shadow "
         "forecast, in the backtest's forecast schema, partitioned by day and model; scored by "
@@ -204,13 +205,14 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
         return self
 
-    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)
     #: Folders and metadata files as the checkpoints they mean (model/checkpoint.py).
     _folders = field_validator("checkpoint")(checkpoint_paths)
     _comma_list = field_validator("shadow", mode="before")(comma_list)
 
-    #: A path or a URL; an empty text is refused, as every path setting refuses it (none: leave the setting out).
-    _path_or_url = field_validator("forecast_log", "model_repository", mode="before")(path_or_url)
+    # forecast_log and model_repository are Locations: an empty text is refused, as every path setting refuses it
+    # (for none, leave the setting out).
 
     @model_validator(mode="before")
     @classmethod

@@ -39,6 +39,7 @@ from distributed_onnx.evaluation.data.table import (
     validate_table,
 )
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec, plan_windows
+from distributed_onnx.location import Location
 
 #: Rows checked at once by the driver's streamed scan (bounds its memory; inputs up to this size are read whole).
 STREAM_CHUNK_ROWS = 1 << 19
@@ -78,7 +79,7 @@ class _Summaries:
 
 
 def scan_sorted_parquet(
-    location: storage.Location,
+    location: Location,
     resolution_minutes: int,
     covariates: Sequence[str],
     spec: WindowSpec,
@@ -91,7 +92,7 @@ def scan_sorted_parquet(
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
-    if storage.suffix(location) in {".csv", ".txt"}:
+    if Location.parse(location).suffix in {".csv", ".txt"}:
         return None
     try:
         if not storage.is_file(location):
@@ -210,7 +211,7 @@ def _add_chunk(
 
 
 def _scanned(
-    location: storage.Location,
+    location: Location,
     summaries: _Summaries,
     group_rows: list[int],
     resolution_minutes: int,

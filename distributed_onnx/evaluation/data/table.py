@@ -31,6 +31,7 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, suggestion_for
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
+from distributed_onnx.location import Location
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -69,13 +70,13 @@ _MAX_ROWS_IN_MESSAGE = 5
 _US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def read_table(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
+def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
     """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file; the columns
     ``names`` gives (``--id-col``...) come back under the project's names (the one place they are mapped)."""
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
-        if storage.suffix(path) in {".csv", ".txt"}:
+        if Location.parse(path).suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
             table = pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
@@ -86,9 +87,9 @@ def read_table(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Tab
     return names.rename(table, str(path))
 
 
-def read_schema(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
+def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names."""
-    if storage.suffix(path) in {".csv", ".txt"}:
+    if Location.parse(path).suffix in {".csv", ".txt"}:
         return read_table(path, names).schema
     import pyarrow.parquet as pq
 
@@ -99,7 +100,7 @@ def read_schema(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Sc
 
 
 def load_series(
-    path: storage.Location,
+    path: Location,
     resolution_minutes: int,
     covariates: Sequence[str] = (),
     also_read: Sequence[str] = (),

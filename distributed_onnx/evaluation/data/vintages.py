@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_LATENCY_MINUTES
 from distributed_onnx.errors import DataError, Suggestion
 from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
+from distributed_onnx.location import Location
 
 TIMESTAMP = "timestamp"
 AVAILABLE_AT = "available_at"
@@ -144,7 +144,7 @@ def _minus(instants_us: np.ndarray, latency_us: int) -> np.ndarray:
 
 
 def read_vintages(
-    path: storage.Location,
+    path: Location,
     names: Sequence[str],
     step_us: int,
     series_ids: Sequence[str],
@@ -157,7 +157,7 @@ def read_vintages(
     off-grid timestamps, non-numeric, infinite or beyond-float32 values, two values for one (series, timestamp,
     available_at), series ids none of which is a series of the run.
     """
-    source = storage.redact(path)
+    source = str(Location.parse(path))
     table = read_table(path)
     return index_vintages(table, names, step_us, series_ids, latency_us, source, series_start_us=series_start_us)
 

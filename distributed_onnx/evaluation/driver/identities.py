@@ -22,6 +22,7 @@ from typing import Any
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation import outputs
+from distributed_onnx.location import Location
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences
 
 __all__ = ["CHECKPOINTS_KEY", "check_identities", "identity_records"]
@@ -37,7 +38,7 @@ def identity_records(identities: Mapping[str, CheckpointIdentity]) -> dict[str, 
     return {CHECKPOINTS_KEY: {name: identity.record() for name, identity in identities.items()}}
 
 
-def check_identities(output: storage.Location, identities: Mapping[str, CheckpointIdentity]) -> None:
+def check_identities(output: Location, identities: Mapping[str, CheckpointIdentity]) -> None:
     """Refuse a checkpoint whose identity differs from the one recorded while its forecasts are here; record
     the identities of checkpoints new to the directory (or whose forecasts were moved out of it).
 
@@ -52,7 +53,7 @@ def check_identities(output: storage.Location, identities: Mapping[str, Checkpoi
         if outputs.has_scored_parts(output):
             logger.warning(
                 "%s was written before checkpoint identities were recorded: its parts are computed again, once",
-                storage.redact(output),
+                output,
             )
         recorded = {}
     changed = False
@@ -71,15 +72,15 @@ def check_identities(output: storage.Location, identities: Mapping[str, Checkpoi
         storage.write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
-def _has_forecasts(output: storage.Location, name: str) -> bool:
+def _has_forecasts(output: Location, name: str) -> bool:
     return bool(storage.list_files(outputs.model_dir(output, name), "part-", ".parquet"))
 
 
-def _refusal(output: storage.Location, name: str, before: CheckpointIdentity, now: CheckpointIdentity) -> ConfigError:
-    folder = storage.redact(outputs.model_dir(output, name))
+def _refusal(output: Location, name: str, before: CheckpointIdentity, now: CheckpointIdentity) -> ConfigError:
+    folder = str(outputs.model_dir(output, name))
     differences = describe_differences(before.differences(now), "recorded", "now")
     return ConfigError(
-        f"{storage.redact(output)} holds forecasts of checkpoint {name!r} computed under another identity "
+        f"{output} holds forecasts of checkpoint {name!r} computed under another identity "
         f"(identity {before.digest} recorded, {now.digest} now): {differences}. Resuming would mix forecasts of "
         f"two meanings of {name!r}. Use another --output, or move {folder} out of the run directory to compute "
         "its forecasts again (the other checkpoints' are kept).",

@@ -369,8 +369,7 @@ def _vintaged_names(settings: BacktestSettings) -> tuple[str, ...]:
     names = tuple(name for name in settings.covariate_columns if name in held)
     if not names:
         raise ConfigError(
-            f"{storage.redact(settings.covariate_data)} holds none of the declared covariates "
-            f"{settings.covariate_columns}.",
+            f"{settings.covariate_data} holds none of the declared covariates {settings.covariate_columns}.",
             key="covariate_data",
             suggestions=(Suggestion("Declare its columns with {} or {}.", DECLARE_COVARIATES),),
         )

@@ -66,6 +66,7 @@ from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 from distributed_onnx.runtime import cluster
@@ -88,7 +89,7 @@ class BacktestResult:
     #: The rows of ``metrics.parquet`` that are not per series: scopes ``global`` (every convention) and ``lead``.
     run_wide_metrics: pa.Table
     #: Where the whole table is: ``metrics.parquet`` in the run directory.
-    metrics_path: storage.Location
+    metrics_path: Location
     failed_parts: list[dict[str, Any]] = field(default_factory=list)
 
     def read_metrics(self) -> pa.Table:
@@ -140,7 +141,7 @@ def _pickled_bytes(value: Any) -> int:
 
 
 def render_report(  # noqa: PLR0913 - what write_report draws, passed through
-    output: storage.Location,
+    output: Location,
     summary: dict[str, Any],
     metrics: pa.Table,
     quantiles: list[float],

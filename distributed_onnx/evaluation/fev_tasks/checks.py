@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distributed_onnx import storage
 from distributed_onnx.evaluation.driver.up_front import levels_problem
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import LocationLike
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 __all__ = ["check_tasks", "levels_reason", "task_levels"]
 
 
-def check_tasks(tasks: Sequence[Any], output: storage.Location, settings: dict[str, Any]) -> None:
+def check_tasks(tasks: Sequence[Any], output: LocationLike, settings: dict[str, Any]) -> None:
     """Refuse, before anything is loaded or started, a task whose own settings the backtest refuses whatever the
     checkpoint (a seasonality of 0, a horizon beyond the bounds): validated by the backtest's settings model, as
     each of its runs will be, so no pair of it becomes a failure that a rerun repeats. One line naming the task

@@ -19,8 +19,8 @@ from pydantic_settings import CliPositionalArg
 
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
-from distributed_onnx.model.checkpoint import checkpoint_paths
-from distributed_onnx.settings_sources import CommandSettings, location, one_or_many_paths
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["FevRequest"]
 
@@ -59,8 +59,7 @@ class FevRequest(CommandSettings):
         "task x checkpoint is skipped, with the reason.",
     )
 
-    _locations = field_validator("benchmark", "output", mode="before")(location)
-    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)  # as the backtest's: local files
 
     @field_validator("checkpoint")
     @classmethod

@@ -53,13 +53,16 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     takes_covariates,
     task_data,
     task_id_prefix,
+    task_name,
     task_reason,
     task_slug,
 )
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.identity import identity_of
+from distributed_onnx.redact import redact_text, redacted
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ class FevResult:
     #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, refused, failed),
     #: ``reason``.
     pairs: list[dict[str, Any]]
-    output: storage.Location
+    output: Location
     #: The pairs refused (the backtest refused their data: a rerun refuses them again) or failed (a rerun retries).
     failed: list[dict[str, Any]] = field(default_factory=list)
 
@@ -120,7 +123,7 @@ class _Run:
 def run_fev(
     tasks: Sequence[Any],
     checkpoints: Sequence[ResolvedCheckpoint],
-    output: storage.Location,
+    output: Location,
     settings: dict[str, Any],
     connect: Callable[[], object] = lambda: None,
 ) -> FevResult:
@@ -151,7 +154,7 @@ def run_fev(
     refused = [pair for pair in pairs if pair["status"] == "refused"]
     _write_outputs(output, done, pairs, [each.name for each in checkpoints])
     result = FevResult(done, pairs, output, failed + refused)
-    where = f"the others' summaries are in {storage.redact(output)}/{SUMMARIES_JSONL}"
+    where = f"the others' summaries are in {output / SUMMARIES_JSONL}"
     no_retry = ""
     if refused:
         first = refused[0]
@@ -184,8 +187,8 @@ def _record(
             if "summary" in outcome:
                 summaries[(number, model)] = outcome["summary"]
             status = "done" if "summary" in outcome else "refused" if outcome.get("refused") else "failed"
-            why = outcome.get("reason")
-            base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
+            why = None if "summary" in outcome else redact_text(outcome["reason"])
+            base = {"task": task_name(task), "task_dir": slug, "model": model, "status": status}
             records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
 
@@ -193,7 +196,7 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     index: int,
     task: Any,
     checkpoints: Sequence[ResolvedCheckpoint],
-    output: storage.Location,
+    output: Location,
     records: dict[tuple[int, str], dict[str, Any]],
     summaries: dict[tuple[int, str], dict[str, Any]],
     runs: dict[_RunKey, _Run],
@@ -202,7 +205,7 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
 ) -> None:
     """Record what is skipped or resumed of one task; load its data (with fev) and add it to its runs if some
     checkpoint still has to forecast it. ``clamp``: levels outside a checkpoint's range are clamped, not skipped."""
-    name, slug = str(task.task_name), task_slug(index, task)
+    name, slug = task_name(task), task_slug(index, task)
     reason = task_reason(task)
     serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
@@ -221,7 +224,8 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     try:
         data = task_data(task)
     except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
-        problem = f"fev could not load the task's data: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        detail = redact_text(" ".join(str(exc).split()))[:300]  # fev's message names the dataset's path
+        problem = f"fev could not load the task's data: {type(exc).__name__}: {detail}"
         for each in serving:
             base = {"task": name, "task_dir": slug, "model": each.name}
             records.setdefault((index, each.name), {**base, "status": "failed", "reason": problem})
@@ -246,7 +250,7 @@ def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> 
 
 
 def _execute(
-    run: _Run, output: storage.Location, settings: dict[str, Any], pools: dict[tuple[str, ...], Any]
+    run: _Run, output: Location, settings: dict[str, Any], pools: dict[tuple[str, ...], Any]
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """The run's outcomes, task by task and model by model (``summary``, or the ``reason`` it failed; its
     ``run_dir``). A merged run the backtest refuses (its data or settings, exit 2) is retried as one run per
@@ -267,7 +271,7 @@ def _execute(
 
 def _run_merged(
     run: _Run,
-    output: storage.Location,
+    output: Location,
     settings: dict[str, Any],
     pools: dict[tuple[str, ...], Any],
     refused_fails: bool = True,
@@ -279,15 +283,15 @@ def _run_merged(
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
-        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": storage.redact(run_dir), "refused": True}
+        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir), "refused": True}
         return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
     return _score(run, output, run_dir, inference_s, batch_error)
 
 
 def _backtest(
     run: _Run,
-    output: storage.Location,
-    run_dir: storage.Location,
+    output: Location,
+    run_dir: Location,
     settings: dict[str, Any],
     pools: dict[tuple[str, ...], Any],
 ) -> tuple[float, BatchError | None]:
@@ -320,7 +324,7 @@ def _backtest(
         "data": data_path,
         "output": run_dir,
     }
-    names = ", ".join(str(task.task_name) for task in run_tasks)
+    names = ", ".join(task_name(task) for task in run_tasks)
     run_settings = BacktestSettings.from_sources(given, source=f"fev tasks {names}"[:200])
     if key.models not in pools:  # started once, its actors kept for every run of these checkpoints
         pools[key.models] = kept_pool(run_settings)
@@ -336,10 +340,10 @@ def _backtest(
 
 
 def _score(
-    run: _Run, output: storage.Location, run_dir: storage.Location, inference_s: float, batch_error: BatchError | None
+    run: _Run, output: Location, run_dir: Location, inference_s: float, batch_error: BatchError | None
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """fev's summary of each pair of the run not resumed, from the run's forecasts."""
-    key, shown = run.key, storage.redact(run_dir)
+    key, shown = run.key, str(run_dir)
     covariates = bool(key.known or key.past)
     origin = merged_origin(key.step_minutes, key.context_length)
     origin_us = int(origin.timestamp()) * 1_000_000
@@ -380,13 +384,13 @@ def _score(
             summary = task.evaluation_summary(
                 predictions, model_name=each.name, inference_time_s=inference_s * share, extra_info=extra
             )
-            summary = _plain(summary)
+            summary = redacted(_plain(summary))  # fev's summary echoes the task's dataset path and name
             _write_pair(output, slug, each.name, pair_keys[(number, each.name)], summary)
             outcome[each.name] = {"summary": summary, "run_dir": shown}
     return outcomes
 
 
-def _model_forecasts(run_dir: storage.Location, model: str, origin_us: int) -> pa.Table:
+def _model_forecasts(run_dir: Location, model: str, origin_us: int) -> pa.Table:
     """One model's forecasts at the merged run's origin (the only one it plans)."""
     fs, inner = storage.filesystem(storage.join(run_dir, FORECASTS_DIR, f"{MODEL_KEY}={model}"))
     dataset = pads.dataset(inner, filesystem=fs, format="parquet")
@@ -403,11 +407,11 @@ def _pair_key(task: Any, checkpoint: ResolvedCheckpoint) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _pair_path(output: storage.Location, slug: str, model: str) -> storage.Location:
+def _pair_path(output: Location, slug: str, model: str) -> Location:
     return storage.join(output, "pairs", slug, f"{model}.json")
 
 
-def _read_pair(output: storage.Location, slug: str, model: str, key: str) -> dict[str, Any] | None:
+def _read_pair(output: Location, slug: str, model: str, key: str) -> dict[str, Any] | None:
     """The summary an earlier run wrote for this pair, if its key matches."""
     path = _pair_path(output, slug, model)
     if not storage.is_file(path):
@@ -422,7 +426,7 @@ def _read_pair(output: storage.Location, slug: str, model: str, key: str) -> dic
     return summary if isinstance(summary, dict) else None
 
 
-def _write_pair(output: storage.Location, slug: str, model: str, key: str, summary: dict[str, Any]) -> None:
+def _write_pair(output: Location, slug: str, model: str, key: str, summary: dict[str, Any]) -> None:
     storage.make_dirs(storage.join(output, "pairs", slug))
     storage.write_bytes(_pair_path(output, slug, model), json.dumps({"key": key, "summary": summary}).encode())
 
@@ -441,8 +445,9 @@ def _plain(value: Any) -> Any:
 
 
 def _write_outputs(
-    output: storage.Location, summaries: list[dict[str, Any]], pairs: list[dict[str, Any]], models: list[str]
+    output: Location, summaries: list[dict[str, Any]], pairs: list[dict[str, Any]], models: list[str]
 ) -> None:
+    summaries, pairs = redacted(summaries), redacted(pairs)  # summaries an earlier version wrote, too
     lines = "".join(json.dumps(summary) + "\n" for summary in summaries)
     storage.write_bytes(storage.join(output, SUMMARIES_JSONL), lines.encode())
     storage.write_bytes(storage.join(output, SUMMARIES_JSON), json.dumps(summaries).encode())
@@ -456,7 +461,7 @@ def _write_outputs(
             baseline = max(models, key=served.count)  # fev needs the baseline on every task; the first of the most
             board = _leaderboard(summaries, baseline=baseline)
         except (DistributedOnnxError, ValueError, KeyError) as exc:
-            document["leaderboard_error"] = f"{type(exc).__name__}: {exc}"
+            document["leaderboard_error"] = redact_text(f"{type(exc).__name__}: {exc}")
         else:
             storage.write_bytes(storage.join(output, LEADERBOARD), board.encode())
     storage.write_bytes(storage.join(output, RUN_SUMMARY), json.dumps(document, indent=2).encode())
@@ -481,7 +486,7 @@ TASK_SETTINGS = frozenset(
 def run_benchmark(
     benchmark: Any,
     checkpoints: Sequence[Any],
-    output: storage.Location,
+    output: LocationLike,
     settings: dict[str, Any],
     connect: Callable[[], object] | None = None,
 ) -> FevResult:
@@ -490,23 +495,24 @@ def run_benchmark(
     ``connect`` (default: join ``settings['address']`` or start the embedded Ray) runs before the first
     backtest; Ray stays up across the tasks' runs."""
     from distributed_onnx.evaluation.fev_tasks.tasks import load_tasks
-    from distributed_onnx.model.checkpoint import LocalCheckpoint, checkpoint_paths
+    from distributed_onnx.model.checkpoint import LocalCheckpoint, checkpoint_paths, local_checkpoint
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
     fixed = sorted(TASK_SETTINGS & set(settings))
     if fixed:
         raise ConfigError(f"settings {fixed} are decided by each fev task: drop them", key=fixed[0])
+    given = [local_checkpoint(path, "--checkpoint") for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])]
     try:
-        paths = checkpoint_paths(list(checkpoints) or [REFERENCE_CHECKPOINT])  # as backtest --checkpoint takes them
+        paths = checkpoint_paths(given)  # as backtest --checkpoint takes them: a folder is every checkpoint in it
     except ValueError as exc:  # a folder that holds no checkpoint
         raise ConfigError(str(exc), key="checkpoint") from exc
     check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
-    check_output_folder(output)
+    check_output_folder(Location.parse(output))
     tasks = load_tasks(benchmark)
     check_tasks(tasks, output, settings)
     resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
     address = settings.get("address")
-    return run_fev(tasks, resolved, output, settings, connect=connect or (lambda: _join_ray(address)))
+    return run_fev(tasks, resolved, Location.parse(output), settings, connect=connect or (lambda: _join_ray(address)))
 
 
 def _join_ray(address: str | None) -> None:
