@@ -20,11 +20,12 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 
 from ray_actors import kill_and_wait  # noqa: E402
 
-from distributed_onnx.errors import ProviderNotAllowedError, WorkerStartError  # noqa: E402
+from distributed_onnx.errors import ConfigError, ProviderNotAllowedError, WorkerStartError  # noqa: E402
 from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, SessionOptionsConfig  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo  # noqa: E402
 from distributed_onnx.runtime.actors import start_pool, start_worker_actor  # noqa: E402
+from distributed_onnx.runtime.early_start import PoolRequest  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
@@ -106,16 +107,42 @@ def test_explicit_thread_count_wins_over_the_cpu_share(actors: ActorRegistry) ->
 # --- pool start-up ------------------------------------------------------------------------------------------
 
 
-def test_a_pool_that_cannot_all_start_in_time_is_a_typed_error(tiny_checkpoint: ResolvedCheckpoint) -> None:
-    """Three 1-CPU actors on a 2-CPU Ray: the third is never placed, and the pool says so instead of hanging."""
+def _pool(config: WorkerConfig, count: int, placement_timeout_s: float = 120, ready_timeout_s: float = 120) -> Any:
+    return PoolRequest(config, count, 1, 0, placement_timeout_s=placement_timeout_s, ready_timeout_s=ready_timeout_s)
+
+
+def test_a_pool_larger_than_the_cluster_is_refused_at_once_and_one_without_room_within_its_deadline(
+    tiny_checkpoint: ResolvedCheckpoint,
+) -> None:
+    """Three 1-CPU actors on a 2-CPU Ray can never be placed: refused before any starts. Two, while another actor
+    holds a CPU, cannot be placed now: the pool says so within its placement deadline instead of waiting."""
     config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
-    with pytest.raises(WorkerStartError, match=r"2 of 3 worker actors \(1 CPU, 0 GPU each\) were ready after 5 s"):
-        start_pool(config, 3, num_cpus=1, num_gpus=0, timeout_s=5)
+    with pytest.raises(ConfigError, match=r"3 worker actors of 1 CPU, 0 GPU each can never be placed: .* at most 2"):
+        start_pool(_pool(config, 3))
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Holder is defined here
+    holder = ray.remote(num_cpus=1)(_Holder).remote()
+    ray.get(holder.ping.remote(), timeout=60)
+    try:
+        expected = r"1 of 2 worker actors \(1 CPU, 0 GPU each\) were placed within 3 s; the cluster has 0 CPU, 2 GPU"
+        with pytest.raises(WorkerStartError, match=expected):
+            start_pool(_pool(config, 2, placement_timeout_s=3))
+    finally:
+        kill_and_wait(holder)
     # Every actor of the failed pool was stopped: the CPUs are free again.
-    actors, infos = start_pool(config, 2, num_cpus=1, num_gpus=0, timeout_s=120)
+    actors, infos = start_pool(_pool(config, 2))
     assert len(infos) == 2
     for actor in actors:
         kill_and_wait(actor)
+
+
+class _Holder:
+    """An actor that holds its CPU and answers pings (``kill_and_wait`` calls ``ready``)."""
+
+    def ping(self) -> None:
+        return None
+
+    def ready(self) -> None:
+        return None
 
 
 def _die_while_starting(worker: Any, job_input: Any, info: WorkerInfo) -> Any:
@@ -129,4 +156,4 @@ def test_an_actor_that_dies_while_the_pool_starts_is_one_typed_error(tiny_checkp
     config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
     expected = r"A worker actor died while the pool of 1 started: ActorDiedError: The actor died"
     with pytest.raises(WorkerStartError, match=expected):
-        start_pool(config, 1, num_cpus=1, num_gpus=0, timeout_s=120, job_factory=_die_while_starting)
+        start_pool(_pool(config, 1), job_factory=_die_while_starting)

@@ -44,7 +44,6 @@ NEEDS_RAY = {
     "distributed_onnx.runtime.actors.WorkerActor",
     "distributed_onnx.runtime.actors.start_pool",
     "distributed_onnx.runtime.actors.has_room",
-    "distributed_onnx.runtime.actors.check_feasible",
     "distributed_onnx.runtime.actors.default_actor_count",
 }
 #: Docstrings whose examples build an ONNX Runtime session or use Ray: the integration tier.

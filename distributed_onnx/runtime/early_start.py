@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.errors import DistributedOnnxError, WorkerStartError
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
 
 if TYPE_CHECKING:
@@ -45,15 +45,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PoolRequest:
-    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet.
+    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet, and how long
+    its start may take: ``placement_timeout_s`` for room in the cluster, ``ready_timeout_s`` more for loading
+    the checkpoints (and, later, each actor's job: :meth:`EarlyStart.hand_job`).
 
     ``config`` holds one worker config per checkpoint of the run: each actor loads every model.
     """
 
-    config: list[WorkerConfig]
+    config: WorkerConfig | list[WorkerConfig]
     count: int | None
     num_cpus: float
     num_gpus: float
+    placement_timeout_s: float
+    ready_timeout_s: float
 
 
 @dataclass
@@ -98,8 +102,7 @@ class EarlyStart:
             if self._left_to_exit:
                 return
             if self.pool is not None and not self._stop.is_set():
-                request = self.pool
-                self.actors, self.infos = start_pool(request.config, request.count, request.num_cpus, request.num_gpus)
+                self.actors, self.infos = start_pool(self.pool)
         except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
             self._error = exc
         finally:
@@ -130,16 +133,27 @@ class EarlyStart:
             raise self._error
 
     def hand_job(self, job_factory: JobFactory, job_input: Any) -> None:
-        """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor)."""
+        """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor), within
+        the pool's ``ready_timeout_s``: building a job reads the run's input into each actor, loading of a kind."""
         import ray
-        from ray.exceptions import RayTaskError
+        from ray.exceptions import GetTimeoutError, RayTaskError
 
+        timeout_s = self.pool.ready_timeout_s if self.pool is not None else None
+        refs = [actor.take_job.remote(job_factory, job_input) for actor in self.actors]
         try:
-            ray.get([actor.take_job.remote(job_factory, job_input) for actor in self.actors])
+            ray.get(refs, timeout=timeout_s)
         except RayTaskError as exc:
             if isinstance(exc.cause, DistributedOnnxError):
                 raise exc.cause from None
             raise
+        except GetTimeoutError:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            raise WorkerStartError(
+                f"{len(done)} of {len(refs)} worker actors had built their job (read the run's input) after "
+                f"{timeout_s:g} s. Raise --ready-timeout-s for a large input or slow storage.",
+                ready=len(done),
+                requested=len(refs),
+            ) from None
 
     def stop(self) -> None:
         """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
