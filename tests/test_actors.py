@@ -117,7 +117,7 @@ def test_a_pool_larger_than_the_cluster_is_refused_at_once_and_one_without_room_
     """Three 1-CPU actors on a 2-CPU Ray can never be placed: refused before any starts. Two, while another actor
     holds a CPU, cannot be placed now: the pool says so within its placement deadline instead of waiting."""
     config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
-    with pytest.raises(ConfigError, match=r"3 worker actors of 1 CPU, 0 GPU each can never be placed: .* at most 2"):
+    with pytest.raises(ConfigError, match=r"3 worker actors \(1 CPU, 0 GPU each\) can never be placed: .* at most 2"):
         start_pool(_pool(config, 3))
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Holder is defined here
     holder = ray.remote(num_cpus=1)(_Holder).remote()

@@ -31,7 +31,7 @@ from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerSta
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime.early_start import PoolRequest
-from distributed_onnx.runtime.pool_room import ActorShape, check_fits, room_words
+from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
 
 logger = logging.getLogger(__name__)
 
@@ -261,11 +261,11 @@ def start_pool(
     """
     config, num_cpus, num_gpus = request.config, request.num_cpus, request.num_gpus
     placement_timeout_s, ready_timeout_s = request.placement_timeout_s, request.ready_timeout_s
-    shape = ActorShape(num_cpus, num_gpus)
     count = request.count or default_actor_count(num_cpus, num_gpus)
-    check_fits(count, shape)
+    pool = Asked(count, ActorShape(num_cpus, num_gpus))
+    check_fits(pool)
     actors = [start_worker_actor(config, num_cpus, num_gpus, job_factory, job_input) for _ in range(count)]
-    asked = f"{count} worker actors ({shape.words()} each)"
+    asked = pool.words()
     try:
         placed, _ = ray.wait(
             [actor.placed.remote() for actor in actors], num_returns=count, timeout=placement_timeout_s
@@ -274,8 +274,8 @@ def start_pool(
             room = room_words()  # read while the placed ones still hold theirs: what the others had to share
             raise WorkerStartError(
                 f"{len(placed)} of {asked} were placed within {placement_timeout_s:g} s; the cluster has {room}: "
-                "other work holds the rest. Rerun when the cluster is free, lower --actors or the per-actor "
-                "resources, or raise --placement-timeout-s.",
+                f"other work holds the rest. Rerun when the cluster is free, lower {pool.flags()}, or raise "
+                "--placement-timeout-s.",
                 ready=0,
                 requested=count,
             )

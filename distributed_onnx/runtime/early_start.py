@@ -85,7 +85,7 @@ class EarlyStart:
 
     def __post_init__(self) -> None:
         if not ray_connected():  # a process that holds Ray already keeps its own signal handling
-            _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
+            exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
         self._thread = threading.Thread(target=self._own_ray, name="ray-owner", daemon=True)
         self._thread.start()
 
@@ -191,7 +191,7 @@ def ray_connected() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does.
 
     ``ray.init`` sets that handler only on the main thread (and warns, on Ray's logger, that it did not).

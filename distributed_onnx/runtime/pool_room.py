@@ -80,28 +80,48 @@ def _alive_nodes() -> list[Mapping[str, float]]:
     return [node["Resources"] for node in nodes if node.get("Alive")]
 
 
-def check_fits(count: int, shape: ActorShape) -> None:
+@dataclass(frozen=True)
+class Asked:
+    """What a pool asks Ray for, ``count`` actors of ``shape``, in the words and settings of the command asking:
+    the backtest's worker actors (the default) or ``serve``'s replicas."""
+
+    count: int
+    shape: ActorShape
+    noun: str = "worker actors"
+    count_key: str = "actors"
+    cpus_key: str = "cpus_per_actor"
+    gpus_key: str = "gpus_per_actor"
+
+    def words(self) -> str:
+        """``2 worker actors (1 CPU, 0 GPU each)``."""
+        return f"{self.count} {self.noun} ({self.shape.words()} each)"
+
+    def flags(self) -> str:
+        """The settings that size the pool, as flags: what the user can lower."""
+        return ", ".join(f"--{key.replace('_', '-')}" for key in (self.count_key, self.cpus_key, self.gpus_key))
+
+
+def check_fits(asked: Asked) -> None:
     """Refuse a pool the cluster can never hold, whatever else runs on it (a :class:`ConfigError`, exit 2).
 
     The nodes are the cluster's now: on an autoscaling cluster, nodes it would add are not counted (start them
-    first, or leave ``--actors`` to its default, which fills the nodes there are).
+    first, or leave the count to its default where there is one, which fills the nodes there are).
     """
     nodes = _alive_nodes()
-    most = actors_fitting(nodes, shape)
-    if count <= most:
+    most = actors_fitting(nodes, asked.shape)
+    if asked.count <= most:
         return
     each = "; ".join(resources_words(node) for node in nodes) or "none alive"
     if most == 0:
         raise ConfigError(
-            f"No node can host a worker actor of {shape.words()}; the nodes have {each}. Lower "
-            "--cpus-per-actor/--gpus-per-actor or add nodes.",
-            key="gpus_per_actor" if shape.num_gpus else "cpus_per_actor",
+            f"No node can host one of the {asked.noun} ({asked.shape.words()} each); the nodes have {each}. Lower "
+            f"--{asked.cpus_key.replace('_', '-')}/--{asked.gpus_key.replace('_', '-')} or add nodes.",
+            key=asked.gpus_key if asked.shape.num_gpus else asked.cpus_key,
         )
     raise ConfigError(
-        f"{count} worker actors of {shape.words()} each can never be placed: the cluster's nodes ({each}) hold "
-        f"at most {most}. Lower --actors (or leave it out: as many as the cluster fits) or the per-actor "
-        "resources, or add nodes.",
-        key="actors",
+        f"{asked.words()} can never be placed: the cluster's nodes ({each}) hold at most {most}. Lower "
+        f"{asked.flags()}, or add nodes.",
+        key=asked.count_key,
     )
 
 
