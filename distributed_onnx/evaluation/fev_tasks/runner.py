@@ -534,6 +534,20 @@ def run_benchmark(
 
 
 def _join_ray(address: str | None) -> None:
-    from distributed_onnx.runtime.local_ray import connect  # imports Ray: only once a backtest is to run
+    """Ray for the benchmark, with SIGTERM left to this process: it exits through the interpreter (its exit
+    handlers stop the actors and Ray), as a backtest does, instead of printing Ray's C++ stack dump (a killed
+    ``fev`` did). Ray's start keeps its hands off the handler, and the one set before it is set again after:
+    the driver's core worker installs its failure-signal handler for SIGTERM underneath Python's."""
+    import signal
+    import threading
 
-    connect(address)
+    from distributed_onnx.runtime import ray_private  # imports Ray: only once a backtest is to run
+    from distributed_onnx.runtime.early_start import exit_on_sigterm
+    from distributed_onnx.runtime.local_ray import connect
+
+    exit_on_sigterm()
+    handler = signal.getsignal(signal.SIGTERM)
+    with ray_private.keep_signal_handlers():
+        connect(address)
+    if threading.current_thread() is threading.main_thread() and callable(handler):
+        signal.signal(signal.SIGTERM, handler)
