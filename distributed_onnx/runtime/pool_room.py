@@ -105,7 +105,14 @@ def check_fits(asked: Asked) -> None:
     """Refuse a pool the cluster can never hold, whatever else runs on it (a :class:`ConfigError`, exit 2).
 
     The nodes are the cluster's now: on an autoscaling cluster, nodes it would add are not counted (start them
-    first, or leave the count to its default where there is one, which fills the nodes there are).
+    first, or leave the count to its default where there is one, which fills the nodes there are). On a running
+    local Ray:
+
+    >>> check_fits(Asked(1, ActorShape(1, 0)))  # one actor of 1 CPU: the cluster holds it, nothing to say
+    >>> check_fits(Asked(1, ActorShape(1, 1_000)))
+    Traceback (most recent call last):
+    ...
+    distributed_onnx.errors.ConfigError: No node can host one of the worker actors (1 CPU, 1000 GPU each); ...
     """
     nodes = _alive_nodes()
     most = actors_fitting(nodes, asked.shape)
