@@ -25,7 +25,7 @@ from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo  # noqa: E402
 from distributed_onnx.runtime.actors import start_pool, start_worker_actor  # noqa: E402
-from distributed_onnx.runtime.early_start import PoolRequest  # noqa: E402
+from distributed_onnx.runtime.pool_request import PoolRequest  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 

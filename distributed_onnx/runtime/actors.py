@@ -30,7 +30,7 @@ from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
-from distributed_onnx.runtime.early_start import PoolRequest
+from distributed_onnx.runtime.pool_request import PoolRequest
 from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class WorkerActor:
     >>> import ray
     >>> from distributed_onnx.model.worker import WorkerConfig
     >>> from distributed_onnx.resources import REFERENCE_CHECKPOINT
-    >>> from distributed_onnx.runtime.early_start import PoolRequest
+    >>> from distributed_onnx.runtime.pool_request import PoolRequest
     >>> class ForecastShape:
     ...     def __init__(self, workers, job_input, info):
     ...         self.worker, self.levels = workers[0], job_input
@@ -252,7 +252,7 @@ def start_pool(
     A pool in use: :class:`WorkerActor`'s example. One whose checkpoint is missing (on a running local Ray):
 
     >>> from distributed_onnx.model.worker import WorkerConfig
-    >>> from distributed_onnx.runtime.early_start import PoolRequest
+    >>> from distributed_onnx.runtime.pool_request import PoolRequest
     >>> missing = WorkerConfig(checkpoint="no/such/model.onnx")
     >>> start_pool(PoolRequest(missing, 1, 0.5, 0, placement_timeout_s=60, ready_timeout_s=120))
     Traceback (most recent call last):

@@ -35,29 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.errors import DistributedOnnxError, WorkerStartError
-from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
+from distributed_onnx.model.worker import WorkerInfo
+from distributed_onnx.runtime.pool_request import PoolRequest
 
 if TYPE_CHECKING:
     from distributed_onnx.runtime.actors import JobFactory
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PoolRequest:
-    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet, and how long
-    its start may take: ``placement_timeout_s`` for room in the cluster, ``ready_timeout_s`` more for loading
-    the checkpoints (and, later, each actor's job: :meth:`EarlyStart.hand_job`).
-
-    ``config`` holds one worker config per checkpoint of the run: each actor loads every model.
-    """
-
-    config: WorkerConfig | list[WorkerConfig]
-    count: int | None
-    num_cpus: float
-    num_gpus: float
-    placement_timeout_s: float
-    ready_timeout_s: float
 
 
 @dataclass

@@ -17,7 +17,8 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import WorkerConfig
-from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest, ray_connected
+from distributed_onnx.runtime.early_start import EarlyStart, ray_connected
+from distributed_onnx.runtime.pool_request import PoolRequest
 
 
 class StartHere:
