@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,21 +146,30 @@ def run_export(request: ExportRequest) -> ExportResult:
             "forecasts).",
             key="pretrained_dir",
         )
+    from distributed_onnx.export.common import sigterm_interrupts
+
+    with sigterm_interrupts():  # a killed export removes its temporary folders (common.sigterm_interrupts)
+        return _exported(request, declared, declared.exporter)
+
+
+def _exported(request: ExportRequest, declared: Family, exporter: str) -> ExportResult:
+    """The export itself: the family's exporter module's ``export(request)``, on a built model for
+    ``--random-weights``, then the int8 variant if asked for."""
     from distributed_onnx.export import variants
-    from distributed_onnx.export.common import phase, resolution_of, start_progress
+    from distributed_onnx.export.common import phase, resolution_of, scratch_folder, start_progress
 
     variants.check_request(request)
     start_progress()
-    module: Any = importlib.import_module(declared.exporter)
+    module: Any = importlib.import_module(exporter)
     if request.random_weights is None:
         result: ExportResult = module.export(request)
     else:
         from distributed_onnx.export.random_weights import write_random_pretrained
 
         resolution_of(request)  # refused before minutes of building a published model
-        with tempfile.TemporaryDirectory(prefix="distributed-onnx-random-") as scratch:
+        with scratch_folder("random") as scratch:
             phase(f"building {request.family} ({request.random_weights}) with random weights")
-            folder = Path(scratch) / f"{request.family}-{request.random_weights}-random-weights"
+            folder = scratch / f"{request.family}-{request.random_weights}-random-weights"
             write_random_pretrained(declared, request.random_weights, folder)
             result = module.export(request.model_copy(update={"pretrained_dir": folder}))
     if request.quantize is None:
