@@ -127,6 +127,11 @@ class Suggestion:
 
     text: str
     settings: tuple[tuple[str, object], ...]
+    #: Show the settings the command has and leave out the others ("lower --actors, --cpus-per-actor" where there
+    #: is no --gpus-per-actor), rather than leaving the whole suggestion out; with one ``{}`` for them all.
+    partial: bool = False
+    #: What joins the flags in one ``{}`` (keywords are joined by commas).
+    separator: str = " "
 
     def render(self, flags: Mapping[str, str] | None) -> str | None:
         """The sentence for a command with ``flags`` (setting -> flag), for Python with ``None``; None when the
@@ -134,13 +139,12 @@ class Suggestion:
         if flags is None:
             shown = [name if value is None else f"{name}={value!r}" for name, value in self.settings]
             separator = ", "
-        elif any(name not in flags for name, _ in self.settings):
-            return None
         else:
-            shown = [
-                flags[name] if value in (True, None) else f"{flags[name]} {value}" for name, value in self.settings
-            ]
-            separator = " "
+            settings = [(name, value) for name, value in self.settings if name in flags or not self.partial]
+            if not settings or any(name not in flags for name, _ in settings):
+                return None
+            shown = [flags[name] if value in (True, None) else f"{flags[name]} {value}" for name, value in settings]
+            separator = self.separator
         if self.text.count("{}") == 1 and len(shown) > 1:  # one place for them all
             shown = [separator.join(shown)]
         return self.text.format(*shown)

@@ -153,6 +153,24 @@ class BacktestSettings(ColumnSettings):
         default=1.0, gt=0, le=MAX_CPUS, description="CPUs per actor; sets ONNX Runtime's threads."
     )
     gpus_per_actor: float = Field(default=0.0, ge=0, le=MAX_GPUS, description="GPUs per actor; fractions share a GPU.")
+    # Twice Ray's own deadline for a new worker process to register (worker_register_timeout_seconds, 60 s): an
+    # actor that has room on a node runs by then, so one that does not is waiting for room.
+    placement_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long the actor pool waits for Ray to place its actors (room in the cluster) before it fails, "
+        "naming what it asked and what the cluster had free. A pool larger than the whole cluster is refused at "
+        "once.",
+    )
+    # A published model read from remote storage onto a cold node takes minutes; a hung start must still end.
+    ready_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long placed actors may take to load their checkpoints, warm up and read the run's input "
+        "before the run fails (a replacement actor gets the placement and this deadline together).",
+    )
     providers: ProviderChain = Field(
         default=None,
         examples=["cuda,cpu"],

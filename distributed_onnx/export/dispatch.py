@@ -8,12 +8,11 @@ circle through each of them.
 from __future__ import annotations
 
 import importlib
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.request import ExportRequest, ExportResult, exportable_family
+from distributed_onnx.model.families import Family
 
 __all__ = ["run_export"]
 
@@ -32,20 +31,29 @@ def run_export(request: ExportRequest) -> ExportResult:
             "forecasts).",
             key="from_pretrained",
         )
+    from distributed_onnx.export.common import sigterm_interrupts
+
+    with sigterm_interrupts():  # a killed export removes its temporary folders (common.sigterm_interrupts)
+        return _exported(request, declared, declared.exporter)
+
+
+def _exported(request: ExportRequest, declared: Family, exporter: str) -> ExportResult:
+    """The export itself: the family's exporter module's ``export(request)``, on a built model for
+    ``--random-weights``, then the int8 variant if asked for."""
     from distributed_onnx.export import variants
-    from distributed_onnx.export.common import phase, resolution_of, start_progress
+    from distributed_onnx.export.common import phase, resolution_of, scratch_folder, start_progress
 
     start_progress()
-    module: Any = importlib.import_module(declared.exporter)
+    module: Any = importlib.import_module(exporter)
     if request.random_size is None:
         result: ExportResult = module.export(request)
     else:
         from distributed_onnx.export.random_weights import write_random_pretrained
 
         resolution_of(request)  # refused before minutes of building a published model
-        with tempfile.TemporaryDirectory(prefix="distributed-onnx-random-") as scratch:
+        with scratch_folder("random") as scratch:
             phase(f"building {request.family} ({request.random_size}) with random weights")
-            folder = Path(scratch) / f"{request.family}-{request.random_size}-random-weights"
+            folder = scratch / f"{request.family}-{request.random_size}-random-weights"
             write_random_pretrained(declared, request.random_size, folder)
             result = module.export(request.model_copy(update={"from_pretrained": folder}))
     if request.quantize is None:

@@ -98,7 +98,7 @@ MOIRAI2: dict[str, dict[str, Any]] = {
         "d_ff": 128,
         "num_layers": 1,
         "patch_size": 8,
-        "max_seq_len": 8,
+        "max_seq_len": 16,  # half the context (64 steps), half the horizon: up to 8 patches
         "attn_dropout_p": 0.0,
         "dropout_p": 0.0,
         "scaling": True,

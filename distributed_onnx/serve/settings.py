@@ -182,6 +182,16 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     warm_up_rows: int = Field(
         default=8, ge=0, le=MAX_ROWS_PER_BATCH, description="Rows of the warm-up run at replica start (0 skips)."
     )
+    # As the backtest's ready_timeout_s: a published model read onto a cold node takes minutes; a start that
+    # cannot finish (replicas Ray has no room for) must still end, in one line.
+    ready_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long serve waits for its replicas to be placed, load their checkpoints and answer readiness "
+        "before it stops, naming what they asked and what the cluster had free. Replicas larger than the whole "
+        "cluster are refused at once.",
+    )
     max_consecutive_model_failures: int = Field(
         default=3,
         gt=0,
