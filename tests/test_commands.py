@@ -446,7 +446,6 @@ def _suggestions() -> list[Suggestion]:
     """Every suggestion an error can carry: the module-level ones and those the data layer builds."""
     from distributed_onnx.evaluation.data.columns import _OTHER_NAMES, suggestion_for
     from distributed_onnx.evaluation.driver import up_front
-
     from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT, ActorShape, Asked
 
     found = [value for value in vars(up_front).values() if isinstance(value, Suggestion)]
