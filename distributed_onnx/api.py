@@ -101,6 +101,7 @@ def backtest(
     distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted ...
     """
     from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.driver.up_front import check_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.runtime.local_ray import alive_nodes
 
@@ -114,6 +115,7 @@ def backtest(
         data_location = _location(data if table is None else "<in-memory table>")
         given |= {"output": run_dir, "data": data_location}
         run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
+        check_backtest(run_settings)  # what the whole run would be refused for, before Ray starts
         _connect(run_settings.address)  # kept up after the run: the next call reuses it
         if output is None and alive_nodes() > 1:
             raise ConfigError(
@@ -185,7 +187,7 @@ def _naming_the_table(exc: DataError, written: Location, data: Any) -> DataError
     what = {"DataFrame": f"the {type(data).__module__.split('.')[0]} DataFrame", "Table": "the pyarrow Table"}
     shown = f"{what.get(kind, f'the {kind}')} passed as data"
     fields = {key: (shown if value == str(written) else value) for key, value in exc.fields.items()}
-    return DataError(exc.message.replace(str(written), shown), **fields)
+    return DataError(exc.message.replace(str(written), shown), suggestions=exc.suggestions, **fields)
 
 
 def _location(value: str | os.PathLike[str]) -> Location:
@@ -243,11 +245,14 @@ def fev_benchmark(
 
     Returns :class:`~distributed_onnx.evaluation.fev_tasks.runner.FevResult`: ``.summaries`` are fev's own
     ``Task.evaluation_summary`` dicts (``fev.leaderboard(result.summaries, baseline_model=...)`` reads them),
-    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason) or failed. ``output``
+    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason), refused or failed. ``output``
     holds ``summaries.jsonl`` and the run directories of the tasks planned together (docs/fev.md); rerunning
     resumes. ``settings`` are
-    the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``). Needs the ``fev``
-    extra; raises :class:`~distributed_onnx.errors.BatchError` after writing everything if a pair failed.
+    the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``,
+    ``clamp_quantiles=True``). Needs the ``fev`` extra. Raises :class:`~distributed_onnx.errors.ConfigError` before
+    anything runs for what no run could get past (a checkpoint's name, an output that is a file, no task, a task's
+    own settings: docs/fev.md), and after writing everything :class:`~distributed_onnx.errors.BatchError` if a
+    pair failed (a rerun retries it), else ``ConfigError`` if the backtest refused a pair's data.
     """
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
 

@@ -267,6 +267,8 @@ def _parse_text(text: str) -> tuple[str, Path | None]:
 
 
 def _validate(value: Any) -> Location:
+    if isinstance(value, str) and not value.strip():  # as a path, ``.``: the working directory, which nobody meant
+        raise ValueError("is empty; give a path or a URL (for none, leave the setting out)")
     if isinstance(value, Location | Path | str):
         return Location.parse(value)
     if isinstance(value, os.PathLike):

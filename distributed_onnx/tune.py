@@ -33,19 +33,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
+from pydantic_settings import CliPositionalArg
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, local_checkpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
 
@@ -65,19 +68,60 @@ _FORMAT_WITHOUT_IDENTITY = "distributed-onnx tune 1"
 TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization")
 
 
-class TuneRequest(BaseModel):
-    """What ``tune`` measures."""
+class TuneRequest(CommandSettings):
+    """Measure graph optimization level, rows per batch and actors x threads with real ONNX Runtime sessions on
+    windows of the data, and write the best to a file that backtest --tuned reads."""
 
-    checkpoint: Path = Field(description="The .onnx file to tune for: a local file (a URL is refused in one line).")
-    data: Location = Field(default=Location(REFERENCE_DATASET), description="Input table, a path or a URL.")
-    output: Location = Field(default=Location("tune.json"), description="The file to write, a path or a URL.")
-    budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
-    windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
-    cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+    label: ClassVar[str] = "tune settings"
+
+    checkpoint: CliPositionalArg[Path] = Field(
+        examples=["CHECKPOINT.onnx"],
+        description="The checkpoint to tune for: its .onnx file, its .metadata.json, or a folder holding just it.",
+    )
+    data: Location = Field(
+        default=Location(REFERENCE_DATASET),
+        description="Input table whose windows are run, a path or a URL (default: the bundled data).",
+    )
+    output: Location = Field(
+        default=Location("tune.json"), examples=["FILE.json"], description="The file to write (default: tune.json)."
+    )
+    budget_s: float = Field(
+        default=45.0,
+        gt=0,
+        le=MAX_SECONDS,
+        examples=["S"],
+        description="Seconds of timed runs in all (sessions' builds apart).",
+    )
+    windows: int = Field(
+        default=256,
+        gt=0,
+        le=MAX_TUNE_WINDOWS,
+        examples=["N"],
+        description="Windows of the data the runs forecast (default: 256).",
+    )
+    cpus: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CPUS,
+        examples=["N"],
+        description="Cores to spread over actors (default: this machine's).",
+    )
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _one_checkpoint(cls, value: Path) -> Path:
+        """One checkpoint, resolved as backtest --checkpoint resolves it (a folder holding exactly one)."""
+        found = checkpoint_paths([value])
+        if len(found) != 1:
+            names = ", ".join(path.name for path in found)
+            raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
+        return found[0]
 
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _local(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give the checkpoint's path")
         return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
 
 
@@ -153,7 +197,8 @@ class TunedFile:
         if self.identity is None:
             raise ConfigError(
                 f"{self.path} records no checkpoint identity, so nothing says it was tuned for "
-                f"{', '.join(identities)}: run distributed-onnx tune again, or leave --tuned out",
+                f"{', '.join(identities)}: run distributed-onnx tune again, or distributed-onnx backtest without "
+                "--tuned",
                 path=str(self.path),
             )
         if any(not self.identity.differences(each) for each in identities.values()):
@@ -164,8 +209,8 @@ class TunedFile:
         raise ConfigError(
             f"{self.path} was tuned for checkpoint {tuned_name} (identity {self.identity.digest}), not for this "
             f"run's {name} (identity {found.digest}): {differences}. The speed measured on one checkpoint says "
-            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or leave "
-            "--tuned out",
+            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or run "
+            "distributed-onnx backtest without --tuned",
             key="tuned",
             path=str(self.path),
         )

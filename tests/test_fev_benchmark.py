@@ -533,7 +533,8 @@ def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context
 @pytest.mark.integration
 def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: None, tmp_path: Path) -> None:
     """One task's data the backtest refuses (an infinite covariate) fails that task alone, not the tasks planned
-    with it: the merged run is retried one run per task."""
+    with it: the merged run is retried one run per task. The pair is recorded ``refused`` and the benchmark ends
+    with a line saying a rerun refuses it again (issue 51: it said "failed ... rerun to retry")."""
     from distributed_onnx import errors, fev_benchmark
 
     def task(name: str, bad: bool) -> Any:
@@ -560,10 +561,11 @@ def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: No
             [task("good", False), task("bad", True)], checkpoint=tiny.weights_path, output=tmp_path / "out", actors=1
         )
 
-    assert "1 task x checkpoint pair(s) failed (e.g. bad x tiny: DataError: " in str(raised.value)
+    assert "1 task x checkpoint pair(s) refused by the backtest (e.g. bad x tiny: DataError: " in str(raised.value)
     assert "column 'x' has infinite values" in str(raised.value)
+    assert "a rerun refuses them again" in str(raised.value) and "rerun to retry" not in str(raised.value)
     document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
-    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "failed"}
+    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "refused"}
     summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
     assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
     assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's

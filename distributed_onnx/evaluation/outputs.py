@@ -80,10 +80,16 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
     storage.write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
-def _make_run_directory(output: Location) -> None:
-    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+def check_output_folder(output: Location) -> None:
+    """Refuse an output that is an existing file (exit 2): a run's output is a folder, new or one it wrote. Asked
+    before Ray starts (``evaluation/driver/up_front.py``) and again when the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+
+
+def _make_run_directory(output: Location) -> None:
+    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+    check_output_folder(output)
     try:
         storage.make_dirs(storage.join(output, FORECASTS_DIR))
         storage.make_dirs(storage.join(output, SCORES_DIR))

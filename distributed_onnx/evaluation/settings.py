@@ -125,6 +125,7 @@ class BacktestSettings(ColumnSettings):
     )
     group_by: str | None = Field(
         default=None,
+        min_length=1,
         examples=["region"],
         description="A per-series column: series sharing its value are forecast jointly at each origin "
         "(cross-learning, one group per value and origin). Chronos-2 checkpoints.",
@@ -209,7 +210,9 @@ class BacktestSettings(ColumnSettings):
         "series' rows of the Parquet input), or auto (the object store while the series fit a quarter of it).",
     )
     max_in_flight_per_actor: int = Field(default=2, gt=0, le=MAX_IN_FLIGHT, description="Parts queued on each actor.")
-    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
+    address: str | None = Field(
+        default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
+    )
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 
     @field_validator("compare_realized")

@@ -54,7 +54,7 @@ def load_pipeline(request: ExportRequest) -> Any:
         raise ConfigError(
             f"--from-pretrained {request.folder} has no config.json: give the folder "
             "ChronosBoltPipeline.save_pretrained wrote (or the model hub's files, downloaded).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     torch = require_torch()
     pipeline = ChronosBoltPipeline.from_pretrained(

@@ -116,7 +116,7 @@ def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
         raise ConfigError(
             f"--from-pretrained {request.folder} cannot be exported as {family} ({type(exc).__name__}: "
             f"{seen}); give the folder of a {family} model as its package saves it.",
-            key="pretrained_dir",
+            key="from_pretrained",
         ) from exc
 
 
@@ -239,9 +239,9 @@ def export_context_model(
 def described(request: ExportRequest, metadata: CheckpointMetadata) -> CheckpointMetadata:
     """``metadata``, its description saying first that the weights are random when they are (``--random-weights``):
     whoever finds the checkpoint later (a report, ``inspect``) is told its forecasts mean nothing."""
-    if request.random_weights is None:
+    if request.random_size is None:
         return metadata
-    note = f"{MEANINGLESS} ({request.random_weights} architecture, seeded)"
+    note = f"{MEANINGLESS} ({request.random_size} architecture, seeded)"
     upstream = (metadata.description or "").replace(str(request.folder), "random weights")  # not a temp folder
     return metadata.model_copy(update={"description": f"{note}. {upstream}".strip()})
 
@@ -366,7 +366,7 @@ def finish(request: ExportRequest, metadata_path: Path, parity: dict[str, Any]) 
             f"by max_abs_diff {parity['max_abs_diff']} (max_rel_diff {parity['max_rel_diff']}, tolerance "
             f"{PARITY_TOLERANCE}); the checkpoint was removed, the report is {parity_path}. Check the pretrained "
             "folder's weights (non-finite values?).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     logger.info("Exported %s: parity max abs diff %.3g", request.output, parity["max_abs_diff"])
     return ExportResult(

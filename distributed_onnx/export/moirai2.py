@@ -91,7 +91,7 @@ def load_module(folder: Path) -> Any:
             f"--from-pretrained {folder} holds no {CONFIG_FILE}: give the folder of a Moirai 2 model as "
             "Moirai2Module.save_pretrained writes it (config.json + model.safetensors, as on the model hub: "
             "Salesforce/moirai-2.0-R-small).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))  # not JSON: the folder's error, named
     return Moirai2Module.from_pretrained(str(folder)).eval()

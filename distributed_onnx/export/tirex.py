@@ -52,7 +52,7 @@ def checkpoint_file(pretrained: Path) -> Path:
         raise ConfigError(
             f"--from-pretrained {pretrained} holds no {CHECKPOINT_FILE}: give the folder with TiRex's "
             f"{CHECKPOINT_FILE} as downloaded from the model hub (NX-AI/TiRex).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     return path
 

@@ -76,7 +76,7 @@ def load_model(folder: Path) -> Any:
         raise ConfigError(
             f"--from-pretrained {folder} holds no config.json and model.safetensors: give the folder of Toto as "
             "downloaded from the model hub (Datadog/Toto-Open-Base-1.0).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     return Toto.load_from_checkpoint(str(folder), map_location="cpu").eval()
 

@@ -18,7 +18,6 @@ from typing import Any, Literal
 import numpy as np
 
 from distributed_onnx import storage
-from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import parity_windows, write_metadata
 from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
@@ -35,16 +34,6 @@ CALIBRATION_BATCH = 16
 def variant_path(parent: Path, kind: Literal["int8"]) -> Path:
     """``NAME.onnx`` -> ``NAME-int8.onnx`` beside it."""
     return parent.with_name(f"{parent.stem}-{kind}{parent.suffix}")
-
-
-def check_request(request: ExportRequest) -> None:
-    """Refuse, before anything is exported, a quantization the request cannot give (exit 2)."""
-    if request.quantize_mode == "static" and request.quantize is not None and request.data is None:
-        raise ConfigError(
-            "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
-            "--quantize-mode dynamic, which needs none)",
-            key="data",
-        )
 
 
 def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:

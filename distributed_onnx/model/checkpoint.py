@@ -29,6 +29,7 @@ from distributed_onnx.errors import (
 )
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
+from distributed_onnx.settings_sources import flag_of
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +281,7 @@ def weights_path_of(path: Path) -> Path:
 #: a store of many checkpoints (``--model-repository``).
 CHECKPOINT_URL_HINT = (
     "copy the .onnx file and its .metadata.json beside it to a local folder (on a cluster, one every node mounts) "
-    "and give that path; serve reads checkpoints from a store with --model-repository"
+    "and give that path; distributed-onnx serve reads checkpoints from a store with --model-repository"
 )
 
 
@@ -292,14 +293,15 @@ def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
 
 def local_checkpoints(value: object) -> object:
     """A settings field's checkpoints (one, several comma-separated, a list) as local paths (:func:`local_checkpoint`);
-    anything else is left to the field's own validation."""
+    anything else is left to the field's own validation. The field is a command's ``checkpoint``: a refusal names
+    its flag (every command with such a field has ``--checkpoint``)."""
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, Path | Location):
         value = [value]
     if isinstance(value, list | tuple):
         return [
-            local_checkpoint(each, "--checkpoint") if isinstance(each, str | Path | Location) else each
+            local_checkpoint(each, flag_of("checkpoint")) if isinstance(each, str | Path | Location) else each
             for each in value
         ]
     return value
@@ -322,7 +324,7 @@ def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
                 f"the folder {path} holds no checkpoint (a MODEL.onnx with its MODEL{METADATA_SUFFIX} beside it)"
             )
         for weights in taken:
-            logger.info("--checkpoint %s: took %s", path, weights.name)
+            logger.info("checkpoint folder %s: took %s", path, weights.name)
         found += taken
     return found
 

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, Suggestion, WorkerStartError
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
 from distributed_onnx.runtime.pool_request import PoolRequest
-from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
+from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT, ActorShape, Asked, check_fits, room_words
 
 logger = logging.getLogger(__name__)
 
@@ -274,10 +274,10 @@ def start_pool(
             room = room_words()  # read while the placed ones still hold theirs: what the others had to share
             raise WorkerStartError(
                 f"{len(placed)} of {asked} were placed within {placement_timeout_s:g} s; the cluster has {room}: "
-                f"other work holds the rest. Rerun when the cluster is free, lower {pool.flags()}, or raise "
-                "--placement-timeout-s.",
+                "other work holds the rest. Rerun when the cluster is free.",
                 ready=0,
                 requested=count,
+                suggestions=(pool.lower(), Suggestion("Or raise {}.", (("placement_timeout_s", None),))),
             )
         readiness = [actor.ready.remote() for actor in actors]
         try:
@@ -286,9 +286,10 @@ def start_pool(
             warm, _ = ray.wait(readiness, num_returns=count, timeout=0)
             raise WorkerStartError(
                 f"{len(warm)} of {asked}, all placed, had loaded their checkpoints and warmed up after "
-                f"{ready_timeout_s:g} s. Raise --ready-timeout-s for a large model or slow storage.",
+                f"{ready_timeout_s:g} s.",
                 ready=len(warm),
                 requested=count,
+                suggestions=(RAISE_READY_TIMEOUT,),
             ) from None
     except BaseException as exc:
         for actor in actors:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from distributed_onnx.errors import DistributedOnnxError, WorkerStartError
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.pool_request import PoolRequest
+from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT
 
 if TYPE_CHECKING:
     from distributed_onnx.runtime.actors import JobFactory
@@ -134,9 +135,10 @@ class EarlyStart:
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             raise WorkerStartError(
                 f"{len(done)} of {len(refs)} worker actors had built their job (read the run's input) after "
-                f"{timeout_s:g} s. Raise --ready-timeout-s for a large input or slow storage.",
+                f"{timeout_s:g} s.",
                 ready=len(done),
                 requested=len(refs),
+                suggestions=(RAISE_READY_TIMEOUT,),
             ) from None
 
     def stop(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, Suggestion
 
 #: Ray keeps resource amounts in fixed point (1e-4): three actors of 1/3 GPU fit a GPU, as Ray places them.
 _RESOLUTION = 1e-4
@@ -80,6 +80,10 @@ def _alive_nodes() -> list[Mapping[str, float]]:
     return [node["Resources"] for node in nodes if node.get("Alive")]
 
 
+#: What to do when started actors did not load, warm up or build their job in time.
+RAISE_READY_TIMEOUT = Suggestion("Raise {} for a large model or input, or slow storage.", (("ready_timeout_s", None),))
+
+
 @dataclass(frozen=True)
 class Asked:
     """What a pool asks Ray for, ``count`` actors of ``shape``, in the words and settings of the command asking:
@@ -96,9 +100,12 @@ class Asked:
         """``2 worker actors (1 CPU, 0 GPU each)``."""
         return f"{self.count} {self.noun} ({self.shape.words()} each)"
 
-    def flags(self) -> str:
-        """The settings that size the pool, as flags: what the user can lower."""
-        return ", ".join(f"--{key.replace('_', '-')}" for key in (self.count_key, self.cpus_key, self.gpus_key))
+    def lower(self, text: str = "Or lower {}.", keys: tuple[str, ...] = (), separator: str = ", ") -> Suggestion:
+        """Lowering the settings that size the pool (``keys``, by default all three), in ``text``'s one ``{}``:
+        shown with the flags the running command has (``fev`` has no ``--gpus-per-actor``), in Python as
+        keywords."""
+        chosen = keys or (self.count_key, self.cpus_key, self.gpus_key)
+        return Suggestion(text, tuple((key, None) for key in chosen), partial=True, separator=separator)
 
 
 def check_fits(asked: Asked) -> None:
@@ -121,14 +128,14 @@ def check_fits(asked: Asked) -> None:
     each = "; ".join(resources_words(node) for node in nodes) or "none alive"
     if most == 0:
         raise ConfigError(
-            f"No node can host one of the {asked.noun} ({asked.shape.words()} each); the nodes have {each}. Lower "
-            f"--{asked.cpus_key.replace('_', '-')}/--{asked.gpus_key.replace('_', '-')} or add nodes.",
+            f"No node can host one of the {asked.noun} ({asked.shape.words()} each); the nodes have {each}.",
             key=asked.gpus_key if asked.shape.num_gpus else asked.cpus_key,
+            suggestions=(asked.lower("Lower {} or add nodes.", (asked.cpus_key, asked.gpus_key), "/"),),
         )
     raise ConfigError(
-        f"{asked.words()} can never be placed: the cluster's nodes ({each}) hold at most {most}. Lower "
-        f"{asked.flags()}, or add nodes.",
+        f"{asked.words()} can never be placed: the cluster's nodes ({each}) hold at most {most}.",
         key=asked.count_key,
+        suggestions=(asked.lower("Lower {}, or add nodes."),),
     )
 
 

@@ -76,12 +76,13 @@ class CheckpointRepository:
             if (refresh and time.monotonic() - self._listed_at >= RELIST_INTERVAL_S) or self._listed_at < 0:
                 found = storage.list_files(self.location, "", WEIGHTS_SUFFIX)
                 stems = [self._stem(path) for path in found]
-                # An object ``...onnx`` is the stem ``..``: a name that is not a path component is no model.
+                # An object ``...onnx`` is the stem ``..``: a name the names rule refuses is no model.
                 self._names = sorted(stem for stem in stems if path_names.is_safe(stem))
                 if len(self._names) < len(stems):
                     logger.warning(
-                        "model repository: %d checkpoint file(s) skipped, their names cannot be file names",
+                        "model repository: %d checkpoint file(s) skipped, the names rule refuses their names (%s)",
                         len(stems) - len(self._names),
+                        path_names.RULE,
                     )
                 self._listed_at = time.monotonic()
             return list(self._names)

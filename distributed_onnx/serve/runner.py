@@ -30,7 +30,7 @@ from typing import Any
 import ray
 from ray import serve
 
-from distributed_onnx.errors import ConfigError, RayLostError, WorkerStartError
+from distributed_onnx.errors import ConfigError, RayLostError, Suggestion, WorkerStartError
 from distributed_onnx.live.log.health import check_writable
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
@@ -220,10 +220,10 @@ def wait_ready(settings: ServeSettings) -> None:
     said = (deployment_message() or "nothing").rstrip(".")
     raise WorkerStartError(
         f"the deployment of {asked.words()} was not ready within {timeout_s:g} s ({url}); the cluster has "
-        f"{room_words()}; Serve says: {said}. Rerun when the cluster is free, lower "
-        f"{asked.flags()}, or raise --ready-timeout-s for a large model.",
+        f"{room_words()}; Serve says: {said}. Rerun when the cluster is free.",
         ready=0,
         requested=asked.count,
+        suggestions=(asked.lower(), Suggestion("Or raise {} for a large model.", (("ready_timeout_s", None),))),
     )
 
 

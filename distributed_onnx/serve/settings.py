@@ -99,7 +99,9 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         le=MAX_SECONDS,
         description="How long the log gathers forecasts before it writes a file of them.",
     )
-    host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
+    host: str = Field(
+        default=LOOPBACK, min_length=1, description="Address the HTTP proxy listens on (loopback by default)."
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
     grpc_port: int = Field(
         default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
@@ -109,7 +111,9 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         description="How traffic reaches the replicas: auto (direct for one replica, haproxy for several), direct, "
         "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
     )
-    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
+    address: str | None = Field(
+        default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
+    )
     cpus_per_replica: float = Field(default=1.0, gt=0, le=MAX_CPUS, description="CPUs per replica; sets ORT's threads.")
     gpus_per_replica: float = Field(
         default=0.0, ge=0, le=MAX_GPUS, description="GPUs per replica; fractions share a GPU."
@@ -217,10 +221,8 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     _folders = field_validator("checkpoint")(checkpoint_paths)
     _comma_list = field_validator("shadow", mode="before")(comma_list)
 
-    @field_validator("forecast_log", "model_repository", mode="before")
-    @classmethod
-    def _none_when_empty(cls, value: Any) -> Any:
-        return value or None  # empty (an unset variable, a blank key): none
+    # forecast_log and model_repository are Locations: an empty text is refused, as every path setting refuses it
+    # (for none, leave the setting out).
 
     @model_validator(mode="before")
     @classmethod
@@ -259,11 +261,12 @@ class ServeSettings(CommandSettings, ReplicaSettings):
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> ServeSettings:
-        """A model's name becomes a folder of the forecast log and a URL segment: it must be one file name."""
+        """A model's name becomes a folder of the forecast log and a URL segment: the names rule
+        (:mod:`distributed_onnx.names`), the same as every other command's."""
         for name in self.model_names:
-            problem = path_names.component_problem(name)
+            problem = path_names.name_problem(name)
             if problem is not None:
-                raise ValueError(f"checkpoint name {name!r} (its file stem) cannot be a model name: {problem}")
+                raise ValueError(f"checkpoint name {name!r} (its file stem) is refused: {problem}")
         return self
 
     @model_validator(mode="after")

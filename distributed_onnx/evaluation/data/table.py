@@ -29,7 +29,7 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import FLOAT32_MAX, MAX_SERIES_ID_BYTES
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
-from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, hint_for
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, suggestion_for
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
 from distributed_onnx.location import Location
 
@@ -142,9 +142,11 @@ def check_columns(
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        flags = hint_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
+        suggestion = suggestion_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
         raise DataError(
-            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.{flags}", path=source
+            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.",
+            path=source,
+            suggestions=() if suggestion is None else (suggestion,),
         )
     extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
     if extra:

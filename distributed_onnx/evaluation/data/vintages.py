@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.bounds import MAX_LATENCY_MINUTES
-from distributed_onnx.errors import DataError
+from distributed_onnx.errors import DataError, Suggestion
 from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
 from distributed_onnx.location import Location
 
@@ -195,8 +195,9 @@ def index_vintages(
         )
     if table.num_rows == 0:
         raise DataError(
-            f"{source}: the covariate data has no rows; give at least one vintage or drop --covariate-data",
+            f"{source}: the covariate data has no rows; give at least one vintage.",
             path=source,
+            suggestions=(Suggestion("Or drop {}.", (("covariate_data", None),)),),
         )
     stamps = timestamps_us(table[TIMESTAMP], source)
     issued = timestamps_us(table[AVAILABLE_AT], source)
@@ -253,9 +254,9 @@ def check_latency_us(latency_us: int, source: str = "covariate data") -> None:
     """Refuse a latency the as-of arithmetic cannot hold (the settings bound it first, in minutes)."""
     if not 0 <= latency_us <= MAX_LATENCY_MINUTES * 60_000_000:
         raise DataError(
-            f"{source}: covariate latency {latency_us} us is outside 0..{MAX_LATENCY_MINUTES} minutes "
-            "(100 years); give a smaller --covariate-latency",
+            f"{source}: covariate latency {latency_us} us is outside 0..{MAX_LATENCY_MINUTES} minutes (100 years).",
             path=source,
+            suggestions=(Suggestion("Give a smaller {}.", (("covariate_latency", None),)),),
         )
 
 

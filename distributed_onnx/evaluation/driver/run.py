@@ -51,6 +51,7 @@ from distributed_onnx.evaluation.driver.progress import Progress
 from distributed_onnx.evaluation.driver.report_process import ReportProcess
 from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
 from distributed_onnx.evaluation.driver.transport import series_source_for
+from distributed_onnx.evaluation.driver.up_front import check_backtest
 from distributed_onnx.evaluation.driver.vintage_summary import (
     covariates_record,
     merged_stats,
@@ -120,6 +121,7 @@ def run_backtest(
     if started_wall_s is not None:
         clock.mark("python_start")
     if isinstance(early, StartHere):
+        check_backtest(settings)  # before Ray starts (the command and fev check before they start it themselves)
         early = start_early(settings)
     try:
         plan = prepare(settings)
@@ -296,7 +298,7 @@ class _BacktestRun:
             summary["notes"].append(
                 f"{windows} in-sample window(s) (origin at or before the training data's end "
                 f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
-                "the leaderboard; --include-in-sample keeps them in"
+                "the leaderboard; the setting include_in_sample keeps them in"
             )
 
     def _covariates(self, summary: dict[str, Any]) -> None:

@@ -16,11 +16,17 @@ the backtest refuses is rerun task by task, and fev's own refusal of a task's wi
 scores it (:func:`_scored`, the one boundary around fev's scoring), rejects that task's pairs with fev's reason.
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
-``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, skipped or rejected with its
-reason, or failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when there are two or
-more) and ``pairs/TASK/MODEL.json`` (the resume record, :mod:`.pair_records`: a pair whose record matches the
-task, the checkpoint's identity and fev's version is not recomputed, nor rejected again by recomputing it; a
-checkpoint added later that serves the same tasks joins their run directory and computes only its own forecasts).
+``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, resumed, skipped, rejected or
+refused with its reason, or failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when
+there are two or more) and ``pairs/TASK/MODEL.json`` (the resume record, :mod:`.pair_records`: a pair whose record
+matches the task, the checkpoint's identity and fev's version is not recomputed, nor rejected again by recomputing
+it; a checkpoint added later that serves the same tasks joins their run directory and computes only its own
+forecasts).
+
+What no run could get past is refused before anything is loaded or Ray is joined (:func:`run_benchmark`): the
+checkpoints' names and the output, by the backtest's own checks (``evaluation/driver/up_front.py``), a benchmark
+without tasks, a task whose own settings the backtest's model refuses (:mod:`.checks`). A pair whose levels the
+checkpoint cannot forecast is skipped like one whose horizon it cannot (docs/fev.md).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import pyarrow.dataset as pads
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
+from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names
+from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION, raised_by_fev
 from distributed_onnx.evaluation.fev_tasks.pair_records import REJECTED, SUMMARY, pair_key, plain, read_pair, write_pair
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
@@ -55,7 +63,7 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     task_reason,
     task_slug,
 )
-from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
+from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -75,12 +83,15 @@ class FevResult:
 
     #: fev's ``evaluation_summary`` of each task x checkpoint done (now or by an earlier run), in task order.
     summaries: list[dict[str, Any]]
-    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, rejected, failed),
+    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, rejected, refused,
+    #: failed),
     #: ``reason``.
     pairs: list[dict[str, Any]]
     output: Location
+    #: The pairs that failed (fev could not load the task, parts failed): a rerun retries them.
     failed: list[dict[str, Any]] = field(default_factory=list)
-    #: The pairs of tasks fev rejected (its windows or data): a rerun rejects them again; fix or drop the task.
+    #: The pairs of tasks fev rejected (its windows or data) or the backtest refused (the task's data): a rerun
+    #: rejects or refuses them again; fix or drop the task.
     rejected: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -127,13 +138,16 @@ def run_fev(
 ) -> FevResult:
     """Run every task against every checkpoint; ``settings`` are further backtest settings (``actors``,
     ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
-    with every pair done starts no Ray. Raises :class:`BatchError` after writing everything if a pair failed."""
+    with every pair done starts no Ray. After writing everything, raises :class:`BatchError` if a pair failed (a
+    rerun retries it), or fev rejected or the backtest refused a pair (its line says a rerun does so again)."""
     storage.make_dirs(output)
     records: dict[tuple[int, str], dict[str, Any]] = {}
     summaries: dict[tuple[int, str], dict[str, Any]] = {}
     runs: dict[_RunKey, _Run] = {}
     for index, task in enumerate(tasks):
-        _plan_task(index, task, checkpoints, output, records, summaries, runs)
+        _plan_task(
+            index, task, checkpoints, output, records, summaries, runs, clamp=bool(settings.get("clamp_quantiles"))
+        )
     pools = _SetPools()
     try:
         for number, run in enumerate(_set_by_set(runs.values())):
@@ -147,19 +161,24 @@ def run_fev(
     pairs = [records[pair] for pair in order if pair in records]
     failed = [pair for pair in pairs if pair["status"] == "failed"]
     rejected = [pair for pair in pairs if pair["status"] == "rejected"]
+    refused = [pair for pair in pairs if pair["status"] == "refused"]
     _write_outputs(output, done, pairs, [each.name for each in checkpoints])
-    result = FevResult(done, pairs, output, failed, rejected)
-    if failed or rejected:
-        raise BatchError(_unfinished(failed, rejected, output))
+    result = FevResult(done, pairs, output, failed, rejected + refused)
+    if failed or rejected or refused:
+        raise BatchError(_unfinished(failed, rejected, refused, output))
     return result
 
 
-def _unfinished(failed: list[dict[str, Any]], rejected: list[dict[str, Any]], output: Location) -> str:
-    """The one line of a benchmark with failed or rejected pairs: how many, the first of each, what to do."""
+def _unfinished(
+    failed: list[dict[str, Any]], rejected: list[dict[str, Any]], refused: list[dict[str, Any]], output: Location
+) -> str:
+    """The one line of a benchmark with failed, rejected or refused pairs: how many, the first of each, what to do
+    (only a failed pair is worth a rerun: fev and the backtest reject or refuse the others again)."""
     said, todo = [], []
     for pairs, what, action in (
         (failed, "failed", "rerun to retry the failed ones"),
         (rejected, "rejected by fev", "fix or drop the rejected tasks (a rerun rejects them again)"),
+        (refused, "refused by the backtest", "fix the refused tasks' data (a rerun refuses them again)"),
     ):
         if pairs:
             first = pairs[0]
@@ -227,12 +246,13 @@ def _record(
             elif REJECTED in outcome:
                 status, why = "rejected", redact_text(outcome[REJECTED])
             else:
-                status, why = "failed", redact_text(outcome["reason"])
+                status = "refused" if outcome.get("refused") else "failed"
+                why = redact_text(outcome["reason"])
             base = {"task": task_name(task), "task_dir": slug, "model": model, "status": status}
             records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
 
-def _plan_task(
+def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     index: int,
     task: Any,
     checkpoints: Sequence[ResolvedCheckpoint],
@@ -240,15 +260,17 @@ def _plan_task(
     records: dict[tuple[int, str], dict[str, Any]],
     summaries: dict[tuple[int, str], dict[str, Any]],
     runs: dict[_RunKey, _Run],
+    *,
+    clamp: bool = False,
 ) -> None:
     """Record what is skipped or resumed of one task; load its data (with fev) and add it to its runs if some
-    checkpoint still has to forecast it."""
+    checkpoint still has to forecast it. ``clamp``: levels outside a checkpoint's range are clamped, not skipped."""
     name, slug = task_name(task), task_slug(index, task)
     reason = task_reason(task)
     serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
         base = {"task": name, "task_dir": slug, "model": checkpoint.name}
-        why = reason or checkpoint_reason(task, checkpoint.metadata)
+        why = reason or checkpoint_reason(task, checkpoint.metadata) or levels_reason(task, checkpoint, clamp=clamp)
         if why is not None:
             records[(index, checkpoint.name)] = {**base, "status": "skipped", "reason": why}
             continue
@@ -329,7 +351,7 @@ def _run_merged(
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
-        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)}
+        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir), "refused": True}
         return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
     return _score(run, output, run_dir, inference_s, batch_error)
 
@@ -471,7 +493,7 @@ def _write_outputs(
     lines = "".join(json.dumps(summary) + "\n" for summary in summaries)
     storage.write_bytes(storage.join(output, SUMMARIES_JSONL), lines.encode())
     storage.write_bytes(storage.join(output, SUMMARIES_JSON), json.dumps(summaries).encode())
-    statuses = ("done", "resumed", "skipped", "rejected", "failed")
+    statuses = ("done", "resumed", "skipped", "rejected", "refused", "failed")
     counts = {status: sum(p["status"] == status for p in pairs) for status in statuses}
     document: dict[str, Any] = {"fev_version": FEV_VERSION, "models": models, "pairs": pairs, "counts": counts}
     names = {summary["model_name"] for summary in summaries}
@@ -515,20 +537,22 @@ def run_benchmark(
     ``connect`` (default: join ``settings['address']`` or start the embedded Ray) runs before the first
     backtest; Ray stays up across the tasks' runs."""
     from distributed_onnx.evaluation.fev_tasks.tasks import load_tasks
-    from distributed_onnx.model.checkpoint import LocalCheckpoint, local_checkpoint
+    from distributed_onnx.model.checkpoint import LocalCheckpoint, checkpoint_paths, local_checkpoint
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
     fixed = sorted(TASK_SETTINGS & set(settings))
     if fixed:
         raise ConfigError(f"settings {fixed} are decided by each fev task: drop them", key=fixed[0])
+    given = [local_checkpoint(path, "--checkpoint") for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])]
+    try:
+        paths = checkpoint_paths(given)  # as backtest --checkpoint takes them: a folder is every checkpoint in it
+    except ValueError as exc:  # a folder that holds no checkpoint
+        raise ConfigError(str(exc), key="checkpoint") from exc
+    check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
+    check_output_folder(Location.parse(output))
     tasks = load_tasks(benchmark)
-    resolved = [
-        LocalCheckpoint(path=local_checkpoint(path, "--checkpoint")).resolve()
-        for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])
-    ]
-    names = [each.name for each in resolved]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"checkpoints must have distinct file stems; got {names}", key="checkpoint")
+    check_tasks(tasks, output, settings)
+    resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
     address = settings.get("address")
     return run_fev(tasks, resolved, Location.parse(output), settings, connect=connect or (lambda: _join_ray(address)))
 

@@ -213,7 +213,19 @@ def _micros(values: pa.Array) -> np.ndarray:
 
 
 def load_tasks(benchmark: Any) -> list[Any]:
-    """The tasks of a ``fev.Benchmark``, a list of ``fev.Task``, or a benchmark YAML file's path or URL."""
+    """The tasks of a ``fev.Benchmark``, a list of ``fev.Task``, or a benchmark YAML file's path or URL; at least one
+    (a benchmark without tasks is refused, from a file as from Python, rather than run into empty summaries)."""
+    tasks = _tasks_of(benchmark)
+    if not tasks:
+        where = "" if isinstance(benchmark, list | tuple) else f" {benchmark}"
+        raise ConfigError(
+            f"the benchmark{where} holds no task (its 'tasks' list is empty): give at least one fev task",
+            key="benchmark",
+        )
+    return tasks
+
+
+def _tasks_of(benchmark: Any) -> list[Any]:
     from distributed_onnx.evaluation.fev_tasks.fev_import import load_fev
 
     fev = load_fev()
@@ -222,8 +234,6 @@ def load_tasks(benchmark: Any) -> list[Any]:
     if isinstance(benchmark, fev.Task):
         return [benchmark]
     if isinstance(benchmark, list | tuple) and all(isinstance(task, fev.Task) for task in benchmark):
-        if not benchmark:
-            raise ConfigError("the benchmark holds no task: give at least one fev.Task", key="benchmark")
         return list(benchmark)
     if isinstance(benchmark, str | Location) or hasattr(benchmark, "__fspath__"):
         place = Location.parse(benchmark if isinstance(benchmark, str | Location) else Path(benchmark))

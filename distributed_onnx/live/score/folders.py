@@ -66,8 +66,8 @@ def check_forecast_log(root: Location) -> None:
     found = _some_entries(root)
     if not found:
         raise ConfigError(
-            f"--forecasts {root} is empty: no forecast has been logged there ({_EXPECTED}). Is serve running with "
-            "--forecast-log pointing there, and has it answered a request?",
+            f"--forecasts {root} is empty: no forecast has been logged there ({_EXPECTED}). Is `distributed-onnx "
+            "serve --forecast-log` pointing there, and has it answered a request?",
             key="forecasts",
         )
     if found == ["_log_state"]:

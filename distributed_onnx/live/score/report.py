@@ -208,7 +208,7 @@ def _series_caveat(series: int | None, resampling: str | None = None) -> str:
     if resampling == "none":
         return (
             " The backtest has no interval (too few series and too few window origins to resample): nothing can "
-            "be flagged; a backtest with more windows (--n-windows) would give one."
+            "be flagged; a backtest with more windows (distributed-onnx backtest --n-windows) would give one."
         )
     if series is None:
         return ""
