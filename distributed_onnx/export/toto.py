@@ -81,16 +81,21 @@ INSTALL = (
 _TIME_MASK: contextvars.ContextVar[Any] = contextvars.ContextVar("toto_time_mask", default=None)
 
 
+def missing_toto(cause: ImportError) -> MissingExtraError:
+    """toto-ts, or a module its model or forecaster imports, failed to import with ``cause``: how to install it."""
+    return MissingExtraError(
+        f"toto-ts is not importable ({cause}); its pins conflict with this package's, so it has no extra: "
+        f"install it with: {INSTALL} (docs/export.md, Installing an exporter)",
+        package="toto-ts",
+    )
+
+
 def load_model(folder: Path) -> Any:
     """``Toto`` from the local folder's ``config.json`` + ``model.safetensors``, CPU, in eval mode."""
     try:
         from toto.model.toto import Toto
     except ImportError as exc:
-        raise MissingExtraError(
-            f"toto-ts is not importable ({exc}); its pins conflict with this package's, so it has no extra: "
-            f"install it with: {INSTALL} (docs/export.md)",
-            package="toto-ts",
-        ) from exc
+        raise missing_toto(exc) from exc
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
         raise ConfigError(
             f"--from-pretrained {folder} holds no config.json and model.safetensors: give the folder of Toto as "
@@ -199,8 +204,11 @@ def upstream_quantiles(
     """``[W, horizon, len(levels)]``: the quantiles of the distribution ``TotoForecaster.forecast`` builds at its
     first step on ``context`` (NaN = missing: 0.0 with ``padding_mask`` False), inverted through its own ``cdf``."""
     torch = require_torch()
-    from toto.data.util.dataset import MaskedTimeseries
-    from toto.inference.forecaster import TotoForecaster
+    try:  # the forecaster imports gluonts (pandas, toolz): a module the model alone does not need
+        from toto.data.util.dataset import MaskedTimeseries
+        from toto.inference.forecaster import TotoForecaster
+    except ImportError as exc:
+        raise missing_toto(exc) from exc
 
     made: list[Any] = []
     original = TotoForecaster.create_affine_transformed
