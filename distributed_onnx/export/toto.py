@@ -18,8 +18,8 @@ package's README example); a shorter history comes left-padded with NaN.
 whole patches only (``pad_array``: ``ceil(L / patch)`` patches, the padding masked), and its time-wise attention
 has no padding mask: whatever patches precede the history are attended. The graph's context is always
 ``CONTEXT_PATCHES`` patches, so the patches before a short history's first would be attended too, and the
-forecasts differed from upstream's on the history itself (by up to 1.7e-2 of the largest value, tiny test
-model). So the graph's time-wise attention (:func:`_exportable`) takes a mask: a patch with no observed value
+forecasts differed from upstream's on the history itself (measured: docs/export.md, Toto, Short histories).
+So the graph's time-wise attention (:func:`_exportable`) takes a mask: a patch with no observed value
 before any patch with one (the padding before a history's start) is no key for any other token (a query there
 attends only itself, whose output reaches nothing), which is the causal attention over the patches upstream
 computes: rotary positions are relative, and the causal scaler counts only observed values, so every later
