@@ -177,9 +177,16 @@ class MissingExtraError(DistributedOnnxError):
     """An optional dependency is missing; the message says which extra installs it."""
 
     @classmethod
-    def for_package(cls, package: str, extra: str) -> MissingExtraError:
+    def for_package(cls, package: str, extra: str, cause: ImportError | None = None) -> MissingExtraError:
+        """``package`` (its import name) failed to import with ``cause``: not installed, or installed but missing a
+        module it imports (an extra that lacks one of its dependencies), said as such rather than "not installed"."""
+        missing = getattr(cause, "name", None) or ""
+        if cause is None or missing.partition(".")[0] == package.partition(".")[0]:
+            what = f"{package} is not installed"
+        else:
+            what = f"{package} is installed but cannot be imported ({cause})"
         return cls(
-            f"{package} is not installed. Install it with: pip install 'distributed-onnx[{extra}]'",
+            f"{what}. Install it with: pip install 'distributed-onnx[{extra}]'",
             package=package,
             extra=extra,
         )

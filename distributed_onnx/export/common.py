@@ -125,7 +125,7 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise MissingExtraError.for_package("torch", "export") from exc
+        raise MissingExtraError.for_package("torch", "export", exc) from exc
     return torch
 
 

@@ -69,12 +69,13 @@ CONFIG_FILE = "config.json"
 CONTEXT_LENGTH = 1680
 
 
-def missing_uni2ts() -> MissingExtraError:
-    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26 (gluonts 0.16.2 numpy<2.2): installed without their pins."""
+def missing_uni2ts(cause: ImportError) -> MissingExtraError:
+    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26 (gluonts 0.16.2 numpy<2.2): installed without their pins. The
+    message says what failed to import (uni2ts itself, or a module it imports that the install lacks)."""
     return MissingExtraError(
-        "uni2ts is not installed. Install it with: pip install 'distributed-onnx[moirai2]' && pip install "
-        "--no-deps uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29 (their own pins would replace torch, numpy "
-        "and pandas; see docs/export.md, Moirai 2)",
+        f"uni2ts cannot be imported ({cause}). Install it with: pip install -e '.[cpu,export,moirai2]' && pip "
+        "install --no-deps uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29 (their own pins would replace torch, "
+        "numpy and pandas; see docs/export.md, Installing an exporter)",
         package="uni2ts",
         extra="moirai2",
     )
@@ -85,7 +86,7 @@ def load_module(folder: Path) -> Any:
     try:
         from uni2ts.model.moirai2 import Moirai2Module
     except ImportError as exc:
-        raise missing_uni2ts() from exc
+        raise missing_uni2ts(exc) from exc
     if not (folder / CONFIG_FILE).is_file():
         raise ConfigError(
             f"--from-pretrained {folder} holds no {CONFIG_FILE}: give the folder of a Moirai 2 model as "

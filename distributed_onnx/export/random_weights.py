@@ -259,7 +259,7 @@ def write_moirai2(directory: Path, size: Size, seed: int = SEED) -> Path:
     except ImportError as exc:
         from distributed_onnx.export.moirai2 import missing_uni2ts
 
-        raise missing_uni2ts() from exc
+        raise missing_uni2ts(exc) from exc
 
     torch.manual_seed(seed)
     Moirai2Module(**MOIRAI2[size]).eval().save_pretrained(directory)
@@ -271,8 +271,13 @@ def write_toto(directory: Path, size: Size, seed: int = SEED) -> Path:
     import json
 
     torch = require_torch()
-    from safetensors.torch import save_file
-    from toto.model.toto import Toto
+    try:
+        from safetensors.torch import save_file
+        from toto.model.toto import Toto
+    except ImportError as exc:
+        from distributed_onnx.export.toto import missing_toto
+
+        raise missing_toto(exc) from exc
 
     config = dict(TOTO[size])
     torch.manual_seed(seed)

@@ -75,7 +75,7 @@ def upstream_classes() -> Any:
     try:
         from timesfm.timesfm_2p5 import timesfm_2p5_torch
     except ImportError as exc:
-        raise MissingExtraError.for_package("timesfm", "timesfm") from exc
+        raise MissingExtraError.for_package("timesfm", "timesfm", exc) from exc
     return timesfm_2p5_torch
 
 

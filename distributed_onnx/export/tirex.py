@@ -62,7 +62,7 @@ def load_model(request: ExportRequest) -> Any:
     try:
         from tirex.models.tirex import TiRexZero
     except ImportError as exc:
-        raise MissingExtraError.for_package("tirex", "tirex") from exc
+        raise MissingExtraError.for_package("tirex", "tirex", exc) from exc
     model = TiRexZero.from_pretrained(str(checkpoint_file(request.folder)), backend="torch", device="cpu")
     return model.eval()
 

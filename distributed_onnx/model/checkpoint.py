@@ -46,6 +46,8 @@ MissingValue = Literal["nan", "zero"]
 OutputLayout = Literal["quantile_step", "step_quantile"]
 #: How a horizon longer than one call is reached (``distributed_onnx/model/unroll.py``).
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
+#: How a horizon shorter than one call is reached (``distributed_onnx/model/horizons.py``).
+ShortHorizon = Literal["first_steps", "output_patches", "refuse"]
 #: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
 OutputDistribution = Literal["student_t_mixture"]
 #: Marks a metadata field that changes no output: left out of the checkpoint's identity
@@ -137,6 +139,16 @@ class CheckpointMetadata(BaseModel):
         "'append_missing' (append the steps just forecast as missing values and call again: TiRex); "
         "'quantile_paths' (append each native quantile as its own context path, call again and reduce the "
         "quantiles x quantiles paths to the native levels by empirical quantiles: Chronos-Bolt's pipeline).",
+    )
+    short_horizon: ShortHorizon | None = Field(
+        default=None,
+        description="How a horizon shorter than one call is reached: 'first_steps' (the call's first steps: each "
+        "step is the same whatever horizon is asked, as in TiRex, Chronos-Bolt, Moirai 2, TimesFM, Toto); "
+        "'output_patches' (the graph computes as many output patches as the future it is sent is long, and is sent "
+        "ceil(horizon / output_patch_size) of them: Chronos-2 as exported here); 'refuse' (the graph always computes "
+        "horizon_patches patches, which attend to each other, so its first ones are not the forecast for fewer: a "
+        "horizon of fewer patches is refused). None: the family's default (its rules in the family registry, "
+        "distributed_onnx/model/families.py).",
     )
     output_distribution: OutputDistribution | None = Field(
         default=None,
