@@ -99,10 +99,10 @@ class ExportRequest(CommandSettings):
         gt=0,
         le=MAX_STEPS,
         examples=["STEPS"],
-        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the graph computes "
-        "exactly the output patches upstream's pipeline computes for it (ceil(horizon / output_patch_size); the "
-        "output patches attend to each other, so more patches change the forecasts); default: the model's own "
-        "default prediction length. Chronos-Bolt and TiRex: their graph is the same at every horizon; the horizon "
+        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the most output "
+        "patches a run may ask; the graph computes the patches each run's horizon spans, as upstream's pipeline "
+        "does for that prediction length (default: the model's own maximum). Chronos-Bolt and TiRex: their graph is "
+        "the same at every horizon; the horizon "
         "the parity report compares (default: two calls). TimesFM: the graph decodes ceil(horizon / its output "
         "patch) patches (default: one) and refuses a longer horizon.",
     )
