@@ -260,7 +260,12 @@ def _config_error(
         shown = error
         if as_flags and key is not None and key in layers[0][1] and key in model.model_fields:
             shown = {**error, "loc": (flag_name(model, key), *error["loc"][1:])}
-        text = describe_validation([shown], root="settings")
+        # A rule across settings (a model validator: no key) names its flags itself; a key's error is named by it.
+        text = (
+            describe_validation([shown], root="settings")
+            if key is not None
+            else str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        )
         if error["type"] == "missing" and key is not None:
             text += f" (give {flag_name(model, key)}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
         elif error["type"] == "extra_forbidden" and key is not None:
@@ -271,7 +276,7 @@ def _config_error(
         elif config_file is not None and origin == str(config_file):
             config_path = config_path or origin
         problems.append(f"{text} [from {origin}]" if origin else text)
-    message = f"Invalid {model.label}: {'; '.join(problems)}"
+    message = "; ".join(problems) if first_key is None else f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
 
 

@@ -7,6 +7,7 @@ Two tiers: tests marked ``integration`` (or ``gpu``) may start Ray, ONNX Runtime
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import socket
@@ -31,6 +32,14 @@ if "DISTRIBUTED_ONNX_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["DISTRIBUTED_ONNX_CACHE"], True)
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# torch gives its loggers (torch.onnx, torch._dynamo, ...) handlers bound to sys.stderr as it is when torch is first
+# imported. Imported inside a test that captures output (capsys, capfd), they keep that test's stream, closed when
+# it ends, and every later torch warning printed "--- Logging error ---" and a traceback into another test's stderr
+# (a test that asserts one clean error line then failed, depending on which tests ran first). Imported here, they
+# get the session's own capture, which lives as long as the session.
+if importlib.util.find_spec("torch") is not None:
+    import torch  # noqa: F401
 
 from graphs import write_tiny_chronos2
 
