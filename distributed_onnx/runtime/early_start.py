@@ -94,7 +94,7 @@ class EarlyStart:
 
             if self.quiet_ray is not None:
                 quiet_ray_logging(quiet=self.quiet_ray)
-            self.started_ray = connect(self.address)
+            self.started_ray = connect(self.address, stand_in_agents=True)  # Ray for this run only
             if self._left_to_exit:
                 return
             if self.pool is not None and not self._stop.is_set():
