@@ -89,16 +89,17 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
     (:mod:`.agent_stand_in`), so no ``runtime_env`` can be built on it. For Ray's dashboard, start Ray yourself
     (``ray start --head``) and pass its address.
 
-    ``auto`` (here or in ``RAY_ADDRESS``) joins the Ray that ``ray start`` left running on this machine when it
-    listens on loopback only, else starts the embedded one (:mod:`.running_ray`, which says why in the log).
+    ``auto`` joins the Ray that ``ray start`` left running on this machine when it listens on loopback only, else
+    starts the embedded one (:mod:`.running_ray`, which says why in the log); ``RAY_ADDRESS`` is Ray's own and
+    keeps Ray's meaning.
     """
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS")
     if address == AUTO:
         found = find_local_ray()
         logger.log(logging.WARNING if found.refused else logging.INFO, "--address %s: %s", AUTO, found.reason)
         address = found.address
+    address = address or os.environ.get("RAY_ADDRESS")  # Ray's own variable keeps Ray's meaning, "auto" included
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
         if listens_on_loopback_only(address):
             use_loopback_only()  # else Ray rewrites 127.0.0.1 into an address that Ray does not listen on
