@@ -47,5 +47,5 @@ def started_head() -> Iterator[dict[str, str]]:
     ``RAY_TMPDIR`` where its address file is). Stopped afterwards by its own processes, never ``ray stop``."""
     from ray_head import ray_head  # tests/ray_head.py: own temp dir, token, free ports, stopped by pid
 
-    with ray_head(loopback_only=True) as head:
-        yield head.client_env(RAY_TMPDIR=str(head.ray_tmpdir))
+    with ray_head(loopback_only=True) as head:  # the user's HOME: matplotlib's font cache is there
+        yield head.client_env(RAY_TMPDIR=str(head.ray_tmpdir), HOME=os.environ.get("HOME", str(Path.home())))

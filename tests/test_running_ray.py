@@ -9,6 +9,7 @@ of what /proc would show (the tests never bind beyond 127.0.0.1).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,14 +54,17 @@ def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
     tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
 ) -> None:
     """``--address auto`` joins the Ray ``ray start`` recorded; its address given explicitly joins it too (before,
-    Ray turned 127.0.0.1 into the machine's address, where this Ray does not listen, and the command hung); each
-    run's actors are gone afterwards and the Ray still runs; a rerun of a finished run imports no Ray at all."""
+    Ray turned 127.0.0.1 into the machine's address, where this Ray does not listen, and the command hung); no
+    address starts the command's own Ray beside it (before, Ray joined the recorded one and the command failed);
+    each run's actors are gone afterwards and the Ray still runs; a rerun of a finished run imports no Ray."""
     sys.path.insert(0, str(Path(__file__).parent))
     from backtest_data import write_dataset
 
     data = write_dataset(tmp_path / "data.parquet", covariate=False)
     with ray_head(loopback_only=True) as head:
-        env = head.client_env(RAY_TMPDIR=str(head.ray_tmpdir))
+        # The user's HOME (matplotlib's font cache there: the report process does not rebuild it); the token
+        # comes from RAY_AUTH_TOKEN_PATH.
+        env = head.client_env(RAY_TMPDIR=str(head.ray_tmpdir), HOME=os.environ["HOME"])
         joined = subprocess.run(
             _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
             env=env,
@@ -75,7 +79,7 @@ def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
 
         named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
             _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
-            env=head.client_env(),
+            env=head.client_env(HOME=os.environ["HOME"]),
             capture_output=True,
             text=True,
             timeout=240,
@@ -83,6 +87,17 @@ def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
         )
         assert named.returncode == 0, named.stderr
         assert "Started an embedded local Ray" not in named.stderr
+
+        own = subprocess.run(  # no address: the command's own Ray, though Ray's default temp dir records this one
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert own.returncode == 0, own.stderr  # before: exit 4, Ray joined this head and refused num_cpus for it
+        assert "Started an embedded local Ray" in own.stderr
 
         assert _alive_worker_actors(head) == []
         port = int(head.gcs_address.rsplit(":", 1)[1])

@@ -108,6 +108,9 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
     use_loopback_only()
     with ray_private.single_node_head(stand_in_agents=stand_in_agents):
         ray.init(
+            # "local": a new instance even where `ray start` recorded one (Ray would join that one, and refuse
+            # num_cpus for it: every command failed while a user's `ray start` ran)
+            address="local",
             num_cpus=num_cpus or os.cpu_count() or 1,
             _node_ip_address=LOOPBACK,
             include_dashboard=False,
