@@ -10,6 +10,9 @@
 #   indexes, or TORCH_SPEC to pick another build.
 # - `make check-install` resolves the main job's install against PyPI (pip --dry-run --report) and fails on
 #   any CUDA package: the evidence that a fresh clone installs none.
+# - `make check-export-installs` runs each exporter install docs/export.md documents ("Installing an exporter") in a
+#   fresh venv holding only what it installs, imports what the family's exporter imports and exports a tiny
+#   random-weight model (scripts/check_export_installs.py; needs PyPI; no .venv).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -30,7 +33,7 @@ endif
 # Checked with pip --dry-run: none of them changes torch, numpy, pandas or transformers.
 UPSTREAM_NO_DEPS ?= uni2ts==2.0.0 toto-ts==0.2.0 gluonts==0.16.2 jaxtyping==0.2.29 rotary-embedding-torch==0.8.6
 
-.PHONY: install live-demo backtest test test-unit lint lint-imports typecheck docs check check-install bench-backtest bench-serve bench-gpu clean
+.PHONY: install live-demo backtest test test-unit lint lint-imports typecheck docs check check-install check-export-installs bench-backtest bench-serve bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +89,10 @@ check: lint lint-imports typecheck docs test
 
 check-install: $(BIN)/.installed-run
 	$(BIN)/python scripts/check_install.py
+
+# Each documented exporter install, as the page writes it, in its own fresh venv (stdlib script: any Python 3.11).
+check-export-installs:
+	$(PYTHON) scripts/check_export_installs.py
 
 $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[cpu,dev,export,chronos,tirex,timesfm,moirai2,toto,bench]"

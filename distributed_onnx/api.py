@@ -22,7 +22,7 @@ from distributed_onnx.errors import ConfigError, DataError, DistributedOnnxError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from distributed_onnx.storage import Location
+    from distributed_onnx.location import Location
 
 #: Where in-memory data is written inside the run directory (the run's fingerprint hashes the data file).
 INPUTS_DIR = "inputs"
@@ -41,8 +41,9 @@ class Backtest:
     metrics: pa.Table
     #: What ``summary.json`` holds: settings, checkpoint, windows, actors, timing.
     summary: dict[str, Any]
-    #: The run directory (report.html is there), or None when it was a temporary one, now deleted.
-    output: Location | None
+    #: The run directory (report.html is there): a Path, or the Location of a URL (shown redacted); None when it
+    #: was a temporary one, now deleted.
+    output: Path | Location | None
 
 
 def backtest(
@@ -100,6 +101,7 @@ def backtest(
     distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted ...
     """
     from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.driver.up_front import check_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.runtime.local_ray import alive_nodes
 
@@ -109,10 +111,11 @@ def backtest(
     given: dict[str, Any] = {"checkpoint": checkpoint, "horizon": horizon, "n_windows": n_windows, "stride": stride}
     given |= {"quantiles": list(quantiles) if quantiles is not None else None, **settings}
     with tempfile.TemporaryDirectory(prefix="distributed-onnx-") as scratch:
-        run_dir: Location = Path(scratch) / "run" if output is None else _location(output)
-        data_location = _location(data) if table is None else Path("<in-memory table>")
+        run_dir = _location(Path(scratch) / "run" if output is None else output)
+        data_location = _location(data if table is None else "<in-memory table>")
         given |= {"output": run_dir, "data": data_location}
         run_settings = BacktestSettings.from_sources(given, source="backtest() arguments")
+        check_backtest(run_settings)  # what the whole run would be refused for, before Ray starts
         _connect(run_settings.address)  # kept up after the run: the next call reuses it
         if output is None and alive_nodes() > 1:
             raise ConfigError(
@@ -131,7 +134,8 @@ def backtest(
             result = run_backtest(run_settings)
         forecasts = read_forecasts(run_settings.output)
         metrics = result.read_metrics()  # the whole table, read before a temporary directory goes
-    return Backtest(forecasts, metrics, result.summary, None if output is None else run_settings.output)
+    kept = None if output is None else run_settings.output.local_path or run_settings.output
+    return Backtest(forecasts, metrics, result.summary, kept)
 
 
 def _connect(address: str | None) -> None:
@@ -156,7 +160,7 @@ def _connect(address: str | None) -> None:
         ) from exc
 
 
-def read_forecasts(output: Location) -> pa.Table:
+def read_forecasts(output: Location | Path | str) -> pa.Table:
     """Every model's forecasts of a run directory as one table (``forecasts/`` is a Hive dataset, ``model`` a
     column), ordered by model, series, origin and lead."""
     import pyarrow as pa
@@ -183,14 +187,14 @@ def _naming_the_table(exc: DataError, written: Location, data: Any) -> DataError
     what = {"DataFrame": f"the {type(data).__module__.split('.')[0]} DataFrame", "Table": "the pyarrow Table"}
     shown = f"{what.get(kind, f'the {kind}')} passed as data"
     fields = {key: (shown if value == str(written) else value) for key, value in exc.fields.items()}
-    return DataError(exc.message.replace(str(written), shown), **fields)
+    return DataError(exc.message.replace(str(written), shown), suggestions=exc.suggestions, **fields)
 
 
 def _location(value: str | os.PathLike[str]) -> Location:
-    from distributed_onnx import storage
+    """What the caller passed, parsed once (a URL stays a URL: ``os.fspath`` of a Path never made one)."""
+    from distributed_onnx.location import Location
 
-    text = os.fspath(value)
-    return text if storage.is_url(text) else Path(text)
+    return Location.parse(value if isinstance(value, str | Path) else os.fspath(value))
 
 
 def write_input(table: pa.Table, run_dir: Location) -> Location:
@@ -241,11 +245,14 @@ def fev_benchmark(
 
     Returns :class:`~distributed_onnx.evaluation.fev_tasks.runner.FevResult`: ``.summaries`` are fev's own
     ``Task.evaluation_summary`` dicts (``fev.leaderboard(result.summaries, baseline_model=...)`` reads them),
-    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason) or failed. ``output``
+    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason), refused or failed. ``output``
     holds ``summaries.jsonl`` and the run directories of the tasks planned together (docs/fev.md); rerunning
     resumes. ``settings`` are
-    the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``). Needs the ``fev``
-    extra; raises :class:`~distributed_onnx.errors.BatchError` after writing everything if a pair failed.
+    the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``,
+    ``clamp_quantiles=True``). Needs the ``fev`` extra. Raises :class:`~distributed_onnx.errors.ConfigError` before
+    anything runs for what no run could get past (a checkpoint's name, an output that is a file, no task, a task's
+    own settings: docs/fev.md), and after writing everything :class:`~distributed_onnx.errors.BatchError` if a
+    pair failed (a rerun retries it), else ``ConfigError`` if the backtest refused a pair's data.
     """
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
 

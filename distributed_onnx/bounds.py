@@ -43,6 +43,8 @@ MAX_REPLICAS = 512
 MAX_PARITY_WINDOWS = 100_000
 #: A checkpoint's sampling interval: one year.
 MAX_RESOLUTION_MINUTES = 366 * 24 * 60
+#: Windows ``tune`` forecasts: its largest batch is 256 windows, and every window is held in memory at once.
+MAX_TUNE_WINDOWS = 65_536
 
 #: The longest series id, in bytes of its UTF-8 encoding: what Arrow and Parquet store and what a fixed-width id
 #: array is sized by, so the unit the cost is in (characters would let a 256-character id of 4-byte characters

@@ -42,11 +42,17 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
 
 Errors cross process boundaries (Ray pickles them), so every class keeps all its constructor arguments
 in ``args``: ``__reduce__`` rebuilds it from the message and the keyword fields.
+
+What to do about an error, where it is a setting to change, is a :class:`Suggestion` beside the message, not
+words in it: the same error reaches commands with different flags (the data layer's missing column reaches
+``backtest``, which has ``--id-col``, and ``tune``, which has not) and the Python API, which has keywords. Whoever
+shows the error renders its suggestions in the user's words (:meth:`DistributedOnnxError.render`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distributed_onnx.redact import redact_text
@@ -77,20 +83,76 @@ class DistributedOnnxError(Exception):
     #: The command's exit code when this error ends it (the module docstring's tree).
     exit_code: ClassVar[int] = 2
 
-    def __init__(self, message: str, **fields: Any) -> None:
+    def __init__(self, message: str, *, suggestions: Iterable[Suggestion] = (), **fields: Any) -> None:
         message = redact_text(message)  # a URL's secrets never reach a message, wherever it is shown (redact.py)
         super().__init__(message)
         self.message = message
+        self.suggestions = tuple(suggestions)
         self.fields = fields
         for key, value in fields.items():
             setattr(self, key, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Ray unpickles exceptions by calling the class again: keep the keyword fields too.
-        return (_rebuild, (type(self), self.message, self.fields))
+        # Ray unpickles exceptions by calling the class again: keep the keyword fields and suggestions too.
+        return (_rebuild, (type(self), self.message, {**self.fields, "suggestions": self.suggestions}))
 
     def __str__(self) -> str:
-        return self.message
+        return self.render(None)
+
+    def render(self, flags: Mapping[str, str] | None) -> str:
+        """The message and its suggestions, for a command whose flags are ``flags`` (setting name -> flag), or
+        for Python (``None``: settings as keywords). A suggestion naming a setting the command has no flag for
+        is left out: it would tell the user to type what the command refuses."""
+        shown = (suggestion.render(flags) for suggestion in self.suggestions)
+        return " ".join([self.message, *(text for text in shown if text is not None)])
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What a user can change to get past an error: a sentence naming settings by their field names.
+
+    ``text`` holds one ``{}`` per entry of ``settings`` (field name, value to give; ``True`` for a switch; ``None``
+    for the setting itself, "lower {}"), or one ``{}`` for all of them together. The command line shows the flag
+    of the running command
+    (``--clamp-quantiles``, ``--id-col unique_id``, ``--actors``), and nothing when that command has no flag for one
+    of them; Python shows keywords (``clamp_quantiles=True``, ``id_col='unique_id'``, ``actors``):
+
+    >>> from distributed_onnx.errors import Suggestion
+    >>> hint = Suggestion("Pass {} if that column holds the ids.", (("id_col", "unique_id"),))
+    >>> hint.render(None)
+    "Pass id_col='unique_id' if that column holds the ids."
+    >>> hint.render({"id_col": "--id-col"}), hint.render({"output": "--output"})
+    ('Pass --id-col unique_id if that column holds the ids.', None)
+    """
+
+    text: str
+    settings: tuple[tuple[str, object], ...]
+    #: Show the settings the command has and leave out the others ("lower --actors, --cpus-per-actor" where there
+    #: is no --gpus-per-actor), rather than leaving the whole suggestion out; with one ``{}`` for them all.
+    partial: bool = False
+    #: What joins the flags in one ``{}`` (keywords are joined by commas).
+    separator: str = " "
+
+    def render(self, flags: Mapping[str, str] | None) -> str | None:
+        """The sentence for a command with ``flags`` (setting -> flag), for Python with ``None``; None when the
+        command lacks a flag it names."""
+        if flags is None:
+            shown = [name if value is None else f"{name}={value!r}" for name, value in self.settings]
+            separator = ", "
+        else:
+            settings = [(name, value) for name, value in self.settings if name in flags or not self.partial]
+            if not settings or any(name not in flags for name, _ in settings):
+                return None
+            shown = [flags[name] if value in (True, None) else f"{flags[name]} {value}" for name, value in settings]
+            separator = self.separator
+        if self.text.count("{}") == 1 and len(shown) > 1:  # one place for them all
+            shown = [separator.join(shown)]
+        return self.text.format(*shown)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The settings it names."""
+        return tuple(name for name, _ in self.settings)
 
 
 def describe_validation(errors: Iterable[Mapping[str, Any]], *, root: str = "<root>", limit: int = 10) -> str:
@@ -102,7 +164,8 @@ def describe_validation(errors: Iterable[Mapping[str, Any]], *, root: str = "<ro
     parts = []
     for error in list(errors)[:limit]:
         location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-        parts.append(f"{location or root}: {error.get('msg', 'invalid')}")
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")  # pydantic's prefix says nothing
+        parts.append(f"{location or root}: {message}")
     return "; ".join(parts)
 
 
@@ -114,9 +177,16 @@ class MissingExtraError(DistributedOnnxError):
     """An optional dependency is missing; the message says which extra installs it."""
 
     @classmethod
-    def for_package(cls, package: str, extra: str) -> MissingExtraError:
+    def for_package(cls, package: str, extra: str, cause: ImportError | None = None) -> MissingExtraError:
+        """``package`` (its import name) failed to import with ``cause``: not installed, or installed but missing a
+        module it imports (an extra that lacks one of its dependencies), said as such rather than "not installed"."""
+        missing = getattr(cause, "name", None) or ""
+        if cause is None or missing.partition(".")[0] == package.partition(".")[0]:
+            what = f"{package} is not installed"
+        else:
+            what = f"{package} is installed but cannot be imported ({cause})"
         return cls(
-            f"{package} is not installed. Install it with: pip install 'distributed-onnx[{extra}]'",
+            f"{what}. Install it with: pip install 'distributed-onnx[{extra}]'",
             package=package,
             extra=extra,
         )

@@ -26,14 +26,15 @@ PosixPath('runs/a')
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
-from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from pathlib import Path, PurePath, PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from distributed_onnx.redact import MASK, is_url, redact, redact_text
 
-from distributed_onnx.redact import is_url, redact
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import core_schema
 
 __all__ = ["Location", "LocationLike"]
 
@@ -115,6 +116,16 @@ class Location:
         url = urlsplit(self._text)
         return Location._from_url(url._replace(path="/".join([url.path.rstrip("/"), *parts])))
 
+    def relative_to(self, base: Location) -> str:
+        """This location's path below ``base`` (``day=x/model=y/part.parquet``), ``/``-separated."""
+        if self._path is not None and base._path is not None:
+            return self._path.relative_to(base._path).as_posix()
+        if self._path is None and base._path is None:
+            path, prefix = urlsplit(self._text).path, urlsplit(base._text).path.rstrip("/") + "/"
+            if path.startswith(prefix):
+                return path[len(prefix) :]
+        raise ValueError(f"{self} is not below {base}")
+
     def __truediv__(self, part: str) -> Location:
         return self.join(part)
 
@@ -131,7 +142,49 @@ class Location:
         """The same folder, another last component."""
         return self.parent.join(name)
 
+    def require_local(self, what: str, instead: str) -> Path:
+        """The local path, or :class:`~distributed_onnx.errors.ConfigError` (exit 2) naming ``what`` (``--checkpoint``)
+        and this URL redacted, and saying what to do (``instead``), for what is read from local files only.
+
+        >>> Location.parse("https://user:PASSWORD@host/m.onnx").require_local("--checkpoint", "copy it here")
+        Traceback (most recent call last):
+        ...
+        distributed_onnx.errors.ConfigError: --checkpoint https://***@host/m.onnx is a URL, but it is read from a ...
+        """
+        if self._path is not None:
+            return self._path
+        from distributed_onnx.errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {self} is a URL, but it is read from a local file (or a folder every node mounts): {instead}.",
+            key=what.lstrip("-").replace("-", "_"),
+        )
+
     # Showing and opening ------------------------------------------------------------------------------------
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a library's message about this location) with this location's secrets masked wherever they
+        appear, in any form: a client may quote the URL's path and query without its scheme, where no redaction
+        of URLs in text finds them (``... url: /x.yaml?sig=SECRET``).
+
+        >>> Location.parse("https://u:pw@h/x.yaml?sig=S1").scrub("GET /x.yaml?sig=S1 as u:pw failed")
+        'GET /x.yaml?sig=*** as ***:*** failed'
+        """
+        for secret in sorted(self._secrets(), key=len, reverse=True):
+            text = text.replace(secret, MASK)
+        return redact_text(text)
+
+    def _secrets(self) -> set[str]:
+        if self._path is not None:
+            return set()
+        url = urlsplit(self._text)
+        parts = [url.username or "", url.password or "", url.fragment]
+        parts += [option.split("=", 1)[1] for option in url.query.split("&") if "=" in option]
+        forms = set()
+        for part in filter(None, parts):
+            for each in (part, unquote(part)):
+                forms |= {each, quote(each, safe=""), quote(each, safe=_URI_SAFE)}
+        return {form for form in forms if len(form) >= _SHORTEST_SECRET}
 
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,
@@ -157,15 +210,18 @@ class Location:
     # Identity -----------------------------------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
+        """Local locations are equal when their paths are (a :class:`~pathlib.PurePath` too: a local location is
+        that path), URLs when their whole texts are."""
+        if isinstance(other, PurePath):
+            return self._path == other
         if not isinstance(other, Location):
             return NotImplemented
-        return (self._path, self._text if self._path is None else "") == (
-            other._path,
-            other._text if other._path is None else "",
-        )
+        if self._path is not None or other._path is not None:
+            return self._path == other._path
+        return self._text == other._text
 
     def __hash__(self) -> int:
-        return hash((self._path, self._text if self._path is None else ""))
+        return hash(self._path) if self._path is not None else hash(self._text)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Location is frozen")
@@ -176,6 +232,8 @@ class Location:
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         """Settings fields typed ``Location`` take a string or a path; JSON dumps show the redacted text."""
+        from pydantic_core import core_schema  # here: importing a Location (the CLI does) needs no pydantic
+
         return core_schema.no_info_plain_validator_function(
             _validate,
             json_schema_input_schema=core_schema.str_schema(),
@@ -187,6 +245,11 @@ class Location:
         return Location(urlunsplit(url))
 
 
+#: The characters an HTTP client leaves unquoted in a URL it shows (requests' ``requote_uri``).
+_URI_SAFE = "!#$%&'()*+,/:;=?@[]~"
+#: Shorter option values (``r``, ``eu``) are not masked in free text: they would mask every such letter in it.
+_SHORTEST_SECRET = 3
+
 #: What every function that takes a location accepts: a Location, a path, or the text a user wrote.
 LocationLike = Location | Path | str
 
@@ -197,14 +260,15 @@ def _parse_text(text: str) -> tuple[str, Path | None]:
         path = Path(text)
         return str(path), path
     url = urlsplit(text)
-    if url.scheme.lower() == "file":
-        path = Path(unquote(url.path) or "/")
-        return str(path), path
+    if url.scheme.lower() == "file":  # a local path; its text kept as written, shown redacted (options and all)
+        return text, Path(unquote(url.path) or "/")
     trimmed = url._replace(path=url.path.rstrip("/") if url.path not in ("", "/") else url.path)
     return urlunsplit(trimmed), None
 
 
 def _validate(value: Any) -> Location:
+    if isinstance(value, str) and not value.strip():  # as a path, ``.``: the working directory, which nobody meant
+        raise ValueError("is empty; give a path or a URL (for none, leave the setting out)")
     if isinstance(value, Location | Path | str):
         return Location.parse(value)
     if isinstance(value, os.PathLike):

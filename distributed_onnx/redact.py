@@ -24,9 +24,16 @@ T = TypeVar("T")
 #: What a secret becomes.
 MASK = "***"
 
-#: A URL inside text: a scheme, ``://``, then anything up to white space, a quote or a bracket that ends it (a
-#: sentence's last full stop or comma is not part of it).
-_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`()\[\]{}]*[^\s'\"<>`()\[\]{}.,;:!?]")
+#: A URL inside text, at its longest: a scheme, ``://``, then anything up to white space, ``<``, ``>`` or a backtick.
+#: Parentheses, brackets, quotes and punctuation may belong to it (``sales(2024).parquet``, ``pa(ss)word``,
+#: ``?sig=a'b``): :func:`_url_end` gives back the ones that close the text around it.
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s<>`]*")
+#: User-info without a scheme (``user:secret@host/dir``, as fev names a task after its dataset's path): a name, a
+#: colon, a password without white space, ``/`` or ``@``, then ``@`` and a host.
+_BARE_USER_INFO = re.compile(r"(?<![\w.~%+-])[\w.~%+-]+:[^\s/@<>`]+@(?=[\w\[])")
+#: What ends a sentence rather than a URL, when it is the URL's last character.
+_TRAILING = ".,;:!?"
+_CLOSING = {")": "(", "]": "[", "}": "{"}
 
 
 def is_url(location: object) -> bool:
@@ -34,19 +41,21 @@ def is_url(location: object) -> bool:
     return isinstance(location, str) and "://" in location and len(urlsplit(location).scheme) > 1
 
 
-def redact(location: Path | str) -> str:
+def redact(location: object) -> str:
     """``location`` as it may be shown or recorded: a URL's user-info and option values replaced by ``***``.
 
     ``s3://KEY:SECRET@bucket/run?access_key=K&secret_key=S&region=eu`` becomes
     ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``; a local path is returned as it is.
     """
     if not is_url(location):
-        return str(location)
+        return _BARE_USER_INFO.sub(MASK + "@", str(location))
     text = str(location)
     try:
         url = urlsplit(text)
     except ValueError:  # an unparseable URL (a bad IPv6 host): show its scheme only
         return text.split("://", 1)[0] + "://" + MASK
+    if "@" not in url.netloc and not url.query and not url.fragment:
+        return text  # nothing to mask: shown as written (urlunsplit would turn ``s3://`` into ``s3:``)
     netloc = url.netloc
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
@@ -58,10 +67,40 @@ def redact(location: Path | str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every URL in it :func:`redact`-ed (an error message, a log line, a traceback)."""
-    if "://" not in text:
-        return text
-    return _URL_IN_TEXT.sub(lambda match: redact(match.group(0)), text)
+    """``text`` with every URL in it :func:`redact`-ed (an error message, a log line, a traceback), and every
+    user-info without a scheme (``user:secret@host``) masked.
+
+    A URL may hold parentheses and quotes (``https://h/sales(2024).parquet?sig=S``, ``s3://K:pa(ss)word@b/x``):
+    it runs to white space, and only the characters that close the text around it are given back (a quote it
+    was opened in, a bracket it does not open itself, a sentence's last full stop). When in doubt a character is
+    taken as the URL's, so that a secret is masked whole.
+    """
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda match: _redact_match(match.string, match.start(), match.group(0)), text)
+    return _BARE_USER_INFO.sub(MASK + "@", text) if "@" in text else text
+
+
+def _redact_match(text: str, start: int, found: str) -> str:
+    end = _url_end(found, text[start - 1] if start else "")
+    return redact(found[:end]) + found[end:]
+
+
+def _url_end(found: str, before: str) -> int:
+    """How much of ``found`` (a URL and what follows it up to white space) is the URL; ``before`` is the character
+    before it (a quote the URL was opened in closes it)."""
+    end = len(found)
+    while end > 0:
+        last = found[end - 1]
+        url = found[:end]
+        if last in _TRAILING:
+            end -= 1
+        elif last in _CLOSING and url.count(last) > url.count(_CLOSING[last]):
+            end -= 1  # a bracket the URL does not open: the text's
+        elif last in "'\"" and before == last:
+            end -= 1  # the quote the URL was opened in
+        else:
+            break
+    return end
 
 
 def redacted(document: T) -> T:
@@ -71,6 +110,8 @@ def redacted(document: T) -> T:
         return redact_text(document)  # type: ignore[return-value]
     if isinstance(document, Path):
         return document
+    if hasattr(document, "reveal"):  # a Location: its own text is redacted
+        return str(document)  # type: ignore[return-value]
     if isinstance(document, dict):
         return {key: redacted(value) for key, value in document.items()}  # type: ignore[return-value]
     if isinstance(document, list | tuple):

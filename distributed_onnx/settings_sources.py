@@ -1,8 +1,9 @@
 """Where a command's settings come from: one pydantic-settings model, four sources, one precedence.
 
 Each command has one model (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`,
-:class:`~distributed_onnx.serve.settings.ServeSettings`); its fields are the single source of the names, types,
-defaults and help. From lowest to highest precedence a value comes from:
+:class:`~distributed_onnx.serve.settings.ServeSettings`, ``export``'s, ``tune``'s, ``fev``'s, ...: ``cli.COMMANDS``
+lists them); its fields are the single source of the names, types, bounds, defaults and help, and its positional
+arguments are fields too (``CliPositionalArg``). From lowest to highest precedence a value comes from:
 
 1. the field's default;
 1b. a tuned settings file (``backtest --tuned tune.json``, written by ``distributed-onnx tune``): its
@@ -23,8 +24,9 @@ do it:
 - :func:`read_yaml`, not ``YamlConfigSettingsSource``: that one passes over a missing file silently and lets a
   PyYAML error (several lines) or a top-level list escape as a traceback; here keys may use ``-``, and relative
   paths are resolved against the file's folder (:func:`_relative_to`);
-- :func:`_config_error`: one line naming each bad key, the source it came from (flag, variable or file) and for
-  an unknown key the likely one; pydantic's error knows the key, not the source;
+- :func:`_config_error`: one line naming each bad key (a command line's by its flag, as typed), the source it came
+  from (flag, variable or file) and for an unknown key the likely one; pydantic's error knows the key, not the
+  source;
 - the flags' help and metavar (:func:`add_flags`): the library lists an enum by its member names (``AUTO``)
   where users write the values (``auto``), and appends ``(default: null)`` to descriptions that already say
   what None means.
@@ -54,8 +56,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, describe_validation
+from distributed_onnx.location import Location, LocationLike
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
 #: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
@@ -95,24 +97,30 @@ class CommandSettings(BaseSettings):
     def from_sources(
         cls,
         flags: Mapping[str, Any] | None = None,
-        config_file: Path | None = None,
+        config_file: LocationLike | None = None,
         *,
         environment: bool = False,
         source: str = "command line",
         tuned: tuple[str, Mapping[str, Any]] | None = None,
+        as_flags: bool = False,
     ) -> Self:
         """Flags > ``DISTRIBUTED_ONNX_*`` (when ``environment``) > ``config_file`` > ``tuned`` > defaults.
 
         ``flags`` that are None count as not given; ``source`` names them in error messages; ``tuned`` is
-        ``(file, settings)`` of a tuned settings file (module docstring).
+        ``(file, settings)`` of a tuned settings file (module docstring). ``config_file`` is a local file (a URL is
+        refused in one line naming it redacted). ``as_flags``: ``flags`` are a command line's, and an error names
+        each bad one as the user typed it (``--parity-windows``, ``CHECKPOINT``).
         """
+        config_path = None
+        if config_file is not None:
+            config_path = Location.parse(config_file).require_local("--config", "give the YAML file's local path")
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
         if environment:
             requested.append(("environment", EnvSettingsSource(cls)))
-        if config_file is not None:
-            values = _relative_to(read_yaml(config_file), config_file.parent, cls)
-            requested.append((str(config_file), InitSettingsSource(cls, values)))
+        if config_path is not None:
+            values = _relative_to(read_yaml(config_path), config_path.parent, cls)
+            requested.append((str(config_path), InitSettingsSource(cls, values)))
         if tuned is not None:
             requested.append((tuned[0], InitSettingsSource(cls, dict(tuned[1]))))
         token = _REQUESTED_SOURCES.set(tuple(layer for _, layer in requested))
@@ -120,7 +128,7 @@ class CommandSettings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             layers = [(source, given), *((label, layer()) for label, layer in requested)]
-            raise _config_error(cls, exc, layers, config_file) from exc
+            raise _config_error(cls, exc, layers, config_path, as_flags=as_flags) from exc
         finally:
             _REQUESTED_SOURCES.reset(token)
 
@@ -149,7 +157,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
     """One ``--flag`` per field of ``model`` (pydantic-settings' ``CliSettingsSource``): kebab-case names,
-    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description.
+    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description; a field
+    annotated ``CliPositionalArg[...]`` is a positional argument named by its first example (``CHECKPOINT.onnx``).
 
     Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value). Flags not given
     are absent from the namespace (see :func:`given_flags`); the others are stored under their field names, so a
@@ -157,11 +166,12 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
     """
 
     def add_argument(target: Any, *names: str, **options: Any) -> Any:
-        field = model.model_fields.get(options.get("dest", ""))
+        positional = bool(names) and not names[0].startswith("-")
+        field = model.model_fields.get(names[0] if positional else options.get("dest", ""))
         if field is not None:
             options["help"] = _help(field).replace("%", "%%")
-            if "metavar" in options:
-                options["metavar"] = _metavar(field, options["metavar"])
+            if "metavar" in options or positional:
+                options["metavar"] = flag_name(model, names[0]) if positional else _metavar(field, options["metavar"])
         return target.add_argument(*names, **options)
 
     source: CliSettingsSource[argparse.ArgumentParser] = CliSettingsSource(
@@ -175,6 +185,15 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
     parser.set_defaults(**{_CLI_SOURCE: source})
 
 
+def settings_model(namespace: argparse.Namespace) -> type[CommandSettings]:
+    """The settings model whose flags :func:`add_flags` generated for the parsed command."""
+    source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
+    model = source.settings_cls
+    if not issubclass(model, CommandSettings):
+        raise TypeError(f"{model.__name__} is not a command's settings model")
+    return model
+
+
 def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
     """The settings flags :func:`add_flags` parsed, by field name."""
     source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
@@ -184,7 +203,8 @@ def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
 
 
 def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -> dict[str, Any]:
-    """Relative local paths of the file's path-typed fields, read from ``folder`` (URLs stay as they are)."""
+    """Relative local paths of the file's path- and location-typed fields, read from ``folder`` (URLs stay as
+    they are)."""
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
@@ -195,18 +215,26 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
             if isinstance(paths, list):
                 resolved[name] = [_relative_path(each, folder) for each in paths]
             continue
-        if field is None or Path not in _members(field.annotation) or not isinstance(value, str | Path):
-            continue
-        if storage.is_url(str(value)) or Path(value).is_absolute():
-            continue
-        resolved[name] = folder / Path(value)
+        if field is not None and is_location_field(field):
+            resolved[name] = _relative_path(value, folder)
     return resolved
 
 
 def _relative_path(value: Any, folder: Path) -> Any:
-    if not isinstance(value, str | Path) or storage.is_url(str(value)) or Path(value).is_absolute():
+    """``value`` read from ``folder`` when it is a relative local path; a URL or anything else as it is."""
+    if not isinstance(value, str | Path | Location):
         return value
-    return folder / Path(value)
+    local = Location.parse(value).local_path
+    if local is None or local.is_absolute():
+        return value
+    return Location(folder / local)
+
+
+def is_location_field(field: FieldInfo) -> bool:
+    """Whether a settings field names a place to read or write: typed :class:`Location` or :class:`Path` (or a
+    list of either). Its flag takes a path or a URL, and what it holds is shown redacted."""
+    members = _members(field.annotation)
+    return any(kind in members for kind in (Location, Path, list[Location], list[Path]))
 
 
 def _config_error(
@@ -214,10 +242,13 @@ def _config_error(
     exc: ValidationError,
     layers: list[tuple[str, dict[str, Any]]],
     config_file: Path | None,
+    *,
+    as_flags: bool = False,
 ) -> ConfigError:
     """One line: each bad key with the source it came from, and for a missing one the three ways to give it.
 
-    ``layers`` are (name, values) of each source, highest precedence first: a key is blamed on the first that has it.
+    ``layers`` are (name, values) of each source, highest precedence first: a key is blamed on the first that has it;
+    with ``as_flags`` the first layer is a command line, and a key from it is named by its flag.
     """
     problems = []
     first_key: str | None = None
@@ -226,9 +257,12 @@ def _config_error(
         key = str(error["loc"][0]) if error.get("loc") else None
         first_key = first_key or key
         origin = next((label for label, values in layers if key in values), None)
-        text = describe_validation([error], root="settings")
+        shown = error
+        if as_flags and key is not None and key in layers[0][1] and key in model.model_fields:
+            shown = {**error, "loc": (flag_name(model, key), *error["loc"][1:])}
+        text = describe_validation([shown], root="settings")
         if error["type"] == "missing" and key is not None:
-            text += f" (give --{key.replace('_', '-')}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
+            text += f" (give {flag_name(model, key)}, {ENV_PREFIX}{key.upper()} or '{key}:' in --config)"
         elif error["type"] == "extra_forbidden" and key is not None:
             close = difflib.get_close_matches(key, list(model.model_fields), n=1)
             text += f"; did you mean {close[0]!r}?" if close else ""
@@ -239,6 +273,28 @@ def _config_error(
         problems.append(f"{text} [from {origin}]" if origin else text)
     message = f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
+
+
+def flag_name(model: type[BaseModel], key: str) -> str:
+    """How the command line names setting ``key``: ``--parity-windows``, or a positional argument's name
+    (``CHECKPOINT``, the one :func:`add_flags` shows)."""
+    field = model.model_fields[key]
+    if is_positional(field):
+        return str(field.examples[0]) if field.examples else key.upper()
+    return flag_of(key)
+
+
+def flag_of(key: str) -> str:
+    """The flag :func:`add_flags` makes of a settings field ``key`` (kebab case): what a message about that field's
+    value names, in code that every command with the field reaches (``--checkpoint`` from ``checkpoint``)."""
+    return "--" + key.replace("_", "-")
+
+
+def is_positional(field: FieldInfo) -> bool:
+    """Whether the field is a positional argument on the command line (annotated ``CliPositionalArg``)."""
+    # pydantic-settings marks it with its (private) class in the annotation's metadata; matched by name, so that a
+    # rename there fails this package's own tests of positional arguments rather than an import.
+    return any(getattr(marker, "__name__", "") == "_CliPositionalArg" for marker in field.metadata)
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
@@ -257,7 +313,7 @@ def _metavar(field: FieldInfo, generated: str) -> str:
     kind = field.annotation
     if isinstance(kind, type) and issubclass(kind, Enum):
         return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return "PATH" if Path in _members(kind) else generated
+    return "PATH" if is_location_field(field) else generated
 
 
 def _help(field: FieldInfo) -> str:
@@ -266,7 +322,7 @@ def _help(field: FieldInfo) -> str:
     if field.is_required():
         return f"{text} (required)"
     default = None if field.default_factory is not None else field.default
-    if default is None or "default" in text.lower() or isinstance(default, Path) or default == []:
+    if default is None or "default" in text.lower() or isinstance(default, Path | Location) or default == []:
         return text
     shown = default.value if isinstance(default, Enum) else default
     return f"{text} (default: {shown})"
@@ -274,20 +330,12 @@ def _help(field: FieldInfo) -> str:
 
 def comma_list(value: Any) -> Any:
     """A list field from ``a,b`` (a flag, an environment variable); anything else is left to the field's own
-    validation (a YAML list, repeated flags)."""
+    validation (a YAML list, repeated flags). A value given twice is refused: it is a slip (``--covariates
+    temp,temp``), and each entry names one thing."""
     if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
-
-
-def one_or_many_paths(value: Any) -> Any:
-    """A list-of-paths field from one path (a flag, an older config) or several (repeated flags, a YAML list,
-    ``a.onnx,b.onnx``)."""
-    return [value] if isinstance(value, Path) else comma_list(value)
-
-
-def path_or_url(value: Any) -> Any:
-    """URLs (``s3://``, ``file://``) stay strings; any other string is a local Path."""
-    if isinstance(value, str) and not storage.is_url(value):
-        return Path(value)
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        twice = sorted({str(each) for each in value if value.count(each) > 1})
+        if twice:
+            raise ValueError(f"{twice} given more than once: give each once")
     return value

@@ -14,6 +14,12 @@ It writes the best of each to a JSON file whose ``settings`` a backtest reads wi
 defaults and below everything a user writes: flags > environment > ``--config`` > ``--tuned`` > defaults
 (:mod:`.settings_sources`). Its ``trials`` keep every measurement (windows per second) beside it. The figures
 are this machine's, under whatever load it had: tune on the machine that runs the backtest, and quiet.
+
+What a backtest takes from the file is what tune measured, nothing else: only the keys of :data:`TUNED_KEYS` are
+accepted under ``settings`` (a file edited to carry ``checkpoint``, ``data`` or ``horizon`` is refused naming
+the key: those say what a run computes, and come from what a user writes). The file records the identity of the
+checkpoint it was measured on (:mod:`distributed_onnx.model.identity`), and a run none of whose checkpoints has
+that identity is refused naming both: the speed of one graph says little about another's.
 """
 
 from __future__ import annotations
@@ -25,20 +31,26 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field, field_validator
+from pydantic_settings import CliPositionalArg
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
+from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
+from distributed_onnx.settings_sources import CommandSettings
 
-__all__ = ["LEVELS", "TuneRequest", "read_tuned", "run_tune"]
+__all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
 
 #: The graph optimization levels measured, as the backtest's ``graph_optimization`` names them.
 LEVELS: dict[str, Literal["ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL"]] = {
@@ -48,19 +60,69 @@ LEVELS: dict[str, Literal["ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL"]] = {
 }
 #: The batch sizes tried (those above the windows held are left out).
 BATCHES = (1, 4, 16, 64, 256)
-#: The file's format, for a reader to refuse another.
-FORMAT = "distributed-onnx tune 1"
+#: The file's format, for a reader to refuse another (2: the checkpoint's identity is recorded).
+FORMAT = "distributed-onnx tune 2"
+#: Format 1 recorded the graph's sha256 only: refused with a word on why (tune again).
+_FORMAT_WITHOUT_IDENTITY = "distributed-onnx tune 1"
+#: The settings tune measures and writes: the only keys ``--tuned`` accepts.
+TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization")
 
 
-class TuneRequest(BaseModel):
-    """What ``tune`` measures."""
+class TuneRequest(CommandSettings):
+    """Measure graph optimization level, rows per batch and actors x threads with real ONNX Runtime sessions on
+    windows of the data, and write the best to a file that backtest --tuned reads."""
 
-    checkpoint: Path
-    data: Path | str = REFERENCE_DATASET
-    output: Path = Path("tune.json")
-    budget_s: float = Field(default=45.0, gt=0, description="Seconds of timed runs in all (sessions' builds apart).")
-    windows: int = Field(default=256, gt=0, description="Windows of the data the runs forecast.")
-    cpus: int | None = Field(default=None, gt=0, description="Cores to spread (default: this machine's).")
+    label: ClassVar[str] = "tune settings"
+
+    checkpoint: CliPositionalArg[Path] = Field(
+        examples=["CHECKPOINT.onnx"],
+        description="The checkpoint to tune for: its .onnx file, its .metadata.json, or a folder holding just it.",
+    )
+    data: Location = Field(
+        default=Location(REFERENCE_DATASET),
+        description="Input table whose windows are run, a path or a URL (default: the bundled data).",
+    )
+    output: Location = Field(
+        default=Location("tune.json"), examples=["FILE.json"], description="The file to write (default: tune.json)."
+    )
+    budget_s: float = Field(
+        default=45.0,
+        gt=0,
+        le=MAX_SECONDS,
+        examples=["S"],
+        description="Seconds of timed runs in all (sessions' builds apart).",
+    )
+    windows: int = Field(
+        default=256,
+        gt=0,
+        le=MAX_TUNE_WINDOWS,
+        examples=["N"],
+        description="Windows of the data the runs forecast (default: 256).",
+    )
+    cpus: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CPUS,
+        examples=["N"],
+        description="Cores to spread over actors (default: this machine's).",
+    )
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _one_checkpoint(cls, value: Path) -> Path:
+        """One checkpoint, resolved as backtest --checkpoint resolves it (a folder holding exactly one)."""
+        found = checkpoint_paths([value])
+        if len(found) != 1:
+            names = ", ".join(path.name for path in found)
+            raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
+        return found[0]
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give the checkpoint's path")
+        return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
 
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
@@ -80,18 +142,20 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     rows = max((t for t in trials if t["stage"] == "batch"), key=_speed)["rows_per_batch"]
     trials += [measure(level, rows, actors, threads, stage="layout") for actors, threads in layouts]
     best = max((t for t in trials if t["stage"] == "layout"), key=_speed)
+    settings = {
+        "actors": best["actors"],
+        "cpus_per_actor": float(best["threads"]),
+        "rows_per_batch": best["rows_per_batch"],
+        "graph_optimization": best["graph_optimization"],
+    }
     document = {
         "format": FORMAT,
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
-        "data": storage.redact(request.data),
+        "checkpoint_identity": identity_of(checkpoint).record(),
+        "data": str(request.data),  # redacted: a URL's secrets stay in the URL
         "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
-        "settings": {
-            "actors": best["actors"],
-            "cpus_per_actor": float(best["threads"]),
-            "rows_per_batch": best["rows_per_batch"],
-            "graph_optimization": best["graph_optimization"],
-        },
+        "settings": {key: settings[key] for key in TUNED_KEYS},
         "windows_per_s": best["windows_per_s"],
         "one_window_s": round(window_s, 4),
         "trials": trials,
@@ -110,24 +174,91 @@ def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: 
     return [size for size in BATCHES if size <= windows and size * window_s <= trial_s / 2] or [1]
 
 
-def read_tuned(path: Path) -> tuple[str, dict[str, Any]]:
-    """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`."""
+@dataclass(frozen=True)
+class TunedFile:
+    """A file ``tune`` wrote, read and checked: its ``settings`` (only :data:`TUNED_KEYS`) and the identity of the
+    checkpoint they were measured on."""
+
+    path: Location
+    settings: dict[str, Any]
+    checkpoint: str
+    identity: CheckpointIdentity | None
+
+    @property
+    def source(self) -> tuple[str, dict[str, Any]]:
+        """``(file, settings)`` for :meth:`~.settings_sources.CommandSettings.from_sources`."""
+        return str(self.path), self.settings
+
+    def check_checkpoints(self, checkpoints: Sequence[Path]) -> None:
+        """Refuse a run none of whose ``checkpoints`` has the identity the file was tuned on, naming both."""
+        resolved = [LocalCheckpoint(path=path).resolve() for path in checkpoints]
+        identities = {each.name: identity_of(each) for each in resolved}
+        tuned_name = Path(self.checkpoint).stem
+        if self.identity is None:
+            raise ConfigError(
+                f"{self.path} records no checkpoint identity, so nothing says it was tuned for "
+                f"{', '.join(identities)}: run distributed-onnx tune again, or distributed-onnx backtest without "
+                "--tuned",
+                path=str(self.path),
+            )
+        if any(not self.identity.differences(each) for each in identities.values()):
+            return
+        name = tuned_name if tuned_name in identities else next(iter(identities))
+        found = identities[name]
+        differences = describe_differences(self.identity.differences(found), "tuned", f"this run's {name}")
+        raise ConfigError(
+            f"{self.path} was tuned for checkpoint {tuned_name} (identity {self.identity.digest}), not for this "
+            f"run's {name} (identity {found.digest}): {differences}. The speed measured on one checkpoint says "
+            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or run "
+            "distributed-onnx backtest without --tuned",
+            key="tuned",
+            path=str(self.path),
+        )
+
+
+def load_tuned(given: LocationLike) -> TunedFile:
+    """Read a file ``tune`` wrote (a path or a URL, as its ``--output``; named redacted): its format, only the keys
+    tune writes under ``settings``, the checkpoint's identity (compared with the run's by
+    :meth:`TunedFile.check_checkpoints`)."""
+    path = Location.parse(given)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(storage.read_bytes(path))
     except FileNotFoundError as exc:
         msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     except (OSError, ValueError) as exc:
-        msg = f"Tuned settings file {path} is not JSON ({exc}); write it with distributed-onnx tune"
+        msg = f"Tuned settings file {path} is not JSON ({path.scrub(str(exc))}); write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     settings = document.get("settings") if isinstance(document, dict) else None
+    if isinstance(settings, dict) and document.get("format") == _FORMAT_WITHOUT_IDENTITY:
+        raise ConfigError(
+            f"{path} was written by an older distributed-onnx tune ({_FORMAT_WITHOUT_IDENTITY!r}), which did not "
+            f"record the identity of the checkpoint it measured: run distributed-onnx tune again",
+            path=str(path),
+        )
     if not isinstance(settings, dict) or document.get("format") != FORMAT:
         raise ConfigError(
             f"{path} is not a tuned settings file (expected format {FORMAT!r} with a 'settings' mapping); "
             "write it with distributed-onnx tune",
             path=str(path),
         )
-    return str(path), settings
+    foreign = [key for key in settings if key not in TUNED_KEYS]
+    if foreign:
+        raise ConfigError(
+            f"Invalid tuned settings: settings.{foreign[0]} [from {path}] is not a key distributed-onnx tune "
+            f"writes; a tuned file holds only {', '.join(TUNED_KEYS)}. Give {foreign[0]} as a flag or in --config, "
+            "and remove it from the file",
+            key=foreign[0],
+            path=str(path),
+        )
+    identity = CheckpointIdentity.from_record(document.get("checkpoint_identity"))
+    return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity)
+
+
+def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
+    """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`
+    (:func:`load_tuned`, less the checkpoint's identity)."""
+    return load_tuned(path).source
 
 
 def _speed(trial: dict[str, Any]) -> float:
@@ -141,7 +272,7 @@ def _load() -> list[float] | None:
         return None
 
 
-def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
+def _windows(data: Location, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
     """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
     stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
     when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
@@ -169,7 +300,7 @@ def _windows(data: Path | str, checkpoint: ResolvedCheckpoint, count: int) -> np
             break
         step += 1
     if not taken:
-        raise ConfigError(f"{storage.redact(data)} has no values to tune on")
+        raise ConfigError(f"{data} has no values to tune on")
     return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
 
 

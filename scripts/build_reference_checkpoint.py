@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         context_length=config.context_length,
         output_patch_size=config.output_patch_size,
         horizon_patches=config.horizon_patches,
+        # Its head emits the whole horizon at once, trained on all of it: a shorter horizon is its first steps.
+        short_horizon="first_steps",
         resolution_minutes=30,
         precision="fp32",
         static_shapes=False,

@@ -23,6 +23,7 @@ from distributed_onnx.evaluation.driver.merge import RunSums
 from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import read_done_part
+from distributed_onnx.location import Location
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 STEP_US = 30 * 60 * 1_000_000
@@ -143,7 +144,7 @@ def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | Non
     return plan
 
 
-def part_files(output: Path | str, model: str) -> list[storage.Location]:
+def part_files(output: Path | str, model: str) -> list[Location]:
     """One model's forecast part files on disk, in part order (done or not)."""
     return storage.list_files(outputs.model_dir(output, model), "part-", ".parquet")
 

@@ -93,6 +93,9 @@ def tiny_chronos2_metadata(
         "output_patch_size": output_patch_size,
         "horizon_patches": horizon_patches,
         "resolution_minutes": 30,
+        # A toy graph whose steps do not depend on how many are asked: a shorter horizon is its first steps (the
+        # chronos2 family's default refuses one, as a real Chronos-2 graph's patches attend to each other).
+        "short_horizon": "first_steps",
     }
     fields.update(overrides)
     return CheckpointMetadata.model_validate(fields)
@@ -237,13 +240,10 @@ def tiny_upstream_chronos2_model(
 def tiny_upstream_chronos2_metadata(
     context_length: int = 16, output_patch_size: int = 4, horizon_patches: int = 2, **overrides: object
 ) -> CheckpointMetadata:
-    """The metadata a user writes beside an upstream export: the four input names and the 21 levels."""
-    return tiny_chronos2_metadata(
-        context_length,
-        output_patch_size,
-        horizon_patches,
-        **({"input_names": UPSTREAM_INPUTS, "native_quantiles": UPSTREAM_QUANTILES} | overrides),
-    )
+    """The metadata a user writes beside an upstream export: the four input names and the 21 levels, and no
+    ``short_horizon`` (the family's default: a horizon of fewer output patches than the graph's is refused)."""
+    upstream = {"input_names": UPSTREAM_INPUTS, "native_quantiles": UPSTREAM_QUANTILES, "short_horizon": None}
+    return tiny_chronos2_metadata(context_length, output_patch_size, horizon_patches, **(upstream | overrides))
 
 
 def write_tiny_upstream_chronos2(

@@ -25,6 +25,7 @@ from distributed_onnx.model.backend.providers import CpuProvider, CudaProvider, 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import WorkerConfig, WorkerInfo  # noqa: E402
 from distributed_onnx.runtime.actors import start_pool, start_worker_actor  # noqa: E402
+from distributed_onnx.runtime.pool_request import PoolRequest  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
@@ -106,16 +107,65 @@ def test_explicit_thread_count_wins_over_the_cpu_share(actors: ActorRegistry) ->
 # --- pool start-up ------------------------------------------------------------------------------------------
 
 
-def test_a_pool_that_cannot_all_start_in_time_is_a_typed_error(tiny_checkpoint: ResolvedCheckpoint) -> None:
-    """Three 1-CPU actors on a 2-CPU Ray: the third is never placed, and the pool says so instead of hanging."""
-    config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
-    with pytest.raises(WorkerStartError, match=r"2 of 3 worker actors \(1 CPU, 0 GPU each\) were ready after 5 s"):
-        start_pool(config, 3, num_cpus=1, num_gpus=0, timeout_s=5)
+def _pool(config: WorkerConfig, count: int) -> PoolRequest:
+    """``count`` 1-CPU actors of ``config``, with deadlines no start here comes near."""
+    return PoolRequest(config, count, 1, 0, placement_timeout_s=120, ready_timeout_s=120)
+
+
+def test_a_pool_larger_than_the_cluster_is_refused_at_once_and_one_without_room_within_its_deadline(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the command, on the tests' 2-CPU Ray: three 1-CPU actors can never be placed, refused before any
+    starts (exit 2). Two, while another actor holds a CPU, cannot be placed now: the run fails within its
+    placement deadline (exit 3), naming what it asked and what the cluster had free, where it waited 600 s (and
+    a pool kept by another set of fev runs, without end)."""
+    import re
+    import time
+
+    from backtest_data import write_dataset
+
+    from distributed_onnx import cli
+
+    data = write_dataset(tmp_path / "load.parquet")
+    command = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), "--no-progress"]
+    assert cli.main([*command, "--output", str(tmp_path / "three"), "--actors", "3"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"error: 3 worker actors \(1 CPU, 0 GPU each\) can never be placed: the cluster's nodes \(2 CPU, 2 GPU, "
+        r"[\d.]+ GiB memory\) hold at most 2\. Lower --actors, --cpus-per-actor, --gpus-per-actor, or add nodes\.",
+        line,
+    ), line
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Holder is defined here
+    holder = ray.remote(num_cpus=1)(_Holder).remote()
+    ray.get(holder.ping.remote(), timeout=60)
+    started = time.monotonic()
+    try:
+        code = cli.main([*command, "--output", str(tmp_path / "two"), "--actors", "2", "--placement-timeout-s", "3"])
+    finally:
+        kill_and_wait(holder)
+    assert code == 3
+    assert time.monotonic() - started < 60  # the plan, three seconds of waiting, the pool stopped
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: 1 of 2 worker actors (1 CPU, 0 GPU each) were placed within 3 s; the cluster has 0 CPU, 2 GPU, "
+    ), line
+    assert re.search(r"free of 2 CPU, 2 GPU, [\d.]+ GiB memory: other work holds the rest\.", line), line
     # Every actor of the failed pool was stopped: the CPUs are free again.
-    actors, infos = start_pool(config, 2, num_cpus=1, num_gpus=0, timeout_s=120)
+    config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
+    actors, infos = start_pool(_pool(config, 2))
     assert len(infos) == 2
     for actor in actors:
         kill_and_wait(actor)
+
+
+class _Holder:
+    """An actor that holds its CPU and answers pings (``kill_and_wait`` calls ``ready``)."""
+
+    def ping(self) -> None:
+        return None
+
+    def ready(self) -> None:
+        return None
 
 
 def _die_while_starting(worker: Any, job_input: Any, info: WorkerInfo) -> Any:
@@ -129,4 +179,4 @@ def test_an_actor_that_dies_while_the_pool_starts_is_one_typed_error(tiny_checkp
     config = WorkerConfig(checkpoint=tiny_checkpoint.weights_path)
     expected = r"A worker actor died while the pool of 1 started: ActorDiedError: The actor died"
     with pytest.raises(WorkerStartError, match=expected):
-        start_pool(config, 1, num_cpus=1, num_gpus=0, timeout_s=120, job_factory=_die_while_starting)
+        start_pool(_pool(config, 1), job_factory=_die_while_starting)

@@ -379,6 +379,7 @@ def test_the_families_are_one_module_of_records_that_the_adapters_and_exporters_
         "missing_value": "nan",
         "output_layout": "step_quantile",
         "long_horizon": "append_missing",
+        "short_horizon": "first_steps",
     }
     assert adapter_for(_metadata("tirex")).missing_value == "nan"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"'tirex' takes missing values as \['nan'\].*missing_value 'zero'"):

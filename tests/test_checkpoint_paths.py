@@ -44,8 +44,8 @@ def test_a_folder_is_every_checkpoint_in_it_and_a_metadata_file_its_weights(
     assert cli.main([*argv, "--actors", "1"]) == 0
 
     # Logged at INFO: the command's stderr ("... INFO distributed_onnx.model.checkpoint: --checkpoint ...").
-    took = [message for message in caplog.messages if message.startswith("--checkpoint")]
-    assert took == [f"--checkpoint {models}: took alpha.onnx", f"--checkpoint {models}: took beta.onnx"]
+    took = [message for message in caplog.messages if message.startswith("checkpoint folder")]
+    assert took == [f"checkpoint folder {models}: took alpha.onnx", f"checkpoint folder {models}: took beta.onnx"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     metrics = pq.read_table(tmp_path / "run" / "metrics.parquet")
     assert {"alpha", "beta", "gamma"} <= set(metrics["model"].to_pylist()), summary

@@ -214,20 +214,51 @@ def test_backtest_equals_predict_df(
     assert_equal_to_upstream(got, want)
 
 
-@pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("patches", [1, 4, MAX_PATCHES])
-def test_export_sized_to_the_horizon_equals_predict_df(
-    patches: int, pipeline: Any, data: Path, frame: Any, workdir: Path
-) -> None:
-    """A graph exported for a horizon computes the output patches upstream computes for it (the default: the
-    model's default prediction length) and forecasts what ``predict_df`` does at that horizon."""
+@pytest.fixture(scope="module")
+def default_export(pipeline: Any, workdir: Path, data: Path) -> Path:
+    """Exported as a user first does, without ``--horizon``: up to the model's default prediction length."""
     import json
 
+    output = workdir / "default" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    assert cli.main([*argv, "--data", str(data), "--parity-windows", "2"]) == 0
+    metadata = json.loads(output.with_suffix(".metadata.json").read_text())
+    assert (metadata["horizon_patches"], metadata["short_horizon"]) == (MAX_PATCHES, "output_patches")
+    return output
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("horizon", [PATCH, 2 * PATCH + 5, MAX_PATCHES * PATCH])
+def test_one_export_forecasts_every_horizon_as_predict_df_does(
+    horizon: int, default_export: Path, pipeline: Any, data: Path, frame: Any, workdir: Path
+) -> None:
+    """``predict_df(prediction_length=H)`` runs the model with ``ceil(H / 16)`` output patches, which attend to
+    each other, so its forecast is not the first H steps of a longer one. The graph takes the patch count from
+    ``future_covariates``' width and the runner sends the patches H spans: a backtest at each horizon, of the
+    one checkpoint exported at the defaults, equals ``predict_df`` at that horizon (1 patch, 3 cut within the
+    last, all 5)."""
+    got = forecasts_by_window(
+        backtest(default_export, data, workdir / f"run-default-{horizon}", "--horizon", str(horizon))
+    )
+    want = upstream_forecasts(pipeline, frame, sorted(got), known=[], past=[], horizon=horizon)
+
+    assert_equal_to_upstream(got, want)
+    if horizon < MAX_PATCHES * PATCH:  # what a cut of the longest forecast gives instead: far from upstream's
+        longest = upstream_forecasts(pipeline, frame, sorted(got), known=[], past=[], horizon=MAX_PATCHES * PATCH)
+        assert max(float(np.abs(longest[w][:horizon] - want[w]).max()) for w in want) > 1e-3
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_export_sized_to_the_horizon_equals_predict_df(pipeline: Any, data: Path, frame: Any, workdir: Path) -> None:
+    """A graph exported for a horizon (``--horizon``) says so (``horizon_patches``, the longest a run may ask)
+    and forecasts what ``predict_df`` does at that horizon."""
+    import json
+
+    patches = 4
     horizon = patches * PATCH
     output = workdir / f"sized-{patches}" / "chronos2-tiny.onnx"
     argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    argv += ["--data", str(data), "--parity-windows", "2"]
-    assert cli.main(argv if patches == MAX_PATCHES else [*argv, "--horizon", str(horizon)]) == 0
+    assert cli.main([*argv, "--data", str(data), "--parity-windows", "2", "--horizon", str(horizon)]) == 0
     assert json.loads(output.with_suffix(".metadata.json").read_text())["horizon_patches"] == patches
 
     got = forecasts_by_window(backtest(output, data, workdir / f"run-sized-{patches}", "--horizon", str(horizon)))
@@ -302,7 +333,11 @@ def test_int8_variant_names_its_parent_and_stays_near_it(
     variant = output.with_name("chronos2-tiny-int8.onnx")
     parent_metadata = json.loads(output.with_suffix(".metadata.json").read_text())
     metadata = json.loads(variant.with_suffix(".metadata.json").read_text())
-    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"]}
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.identity import identity_of
+
+    identity = identity_of(LocalCheckpoint(path=output).resolve()).record()  # the parent's, its fields and graph
+    assert metadata["parent"] == {"name": "chronos2-tiny", "sha256": parent_metadata["sha256"], "identity": identity}
     assert metadata["quantization"]["mode"] == mode and metadata["quantization"]["weight_type"] == "int8"
     assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
     comparison = json.loads(variant.with_suffix(".parity.json").read_text())

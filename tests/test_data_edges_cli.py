@@ -93,7 +93,7 @@ def test_a_latency_beyond_100_years_is_refused_where_it_is_parsed(
             tmp_path, tiny_checkpoint, data, "--covariates", "wind", "--covariate-data", str(vintages),
             "--covariate-latency", latency,
         )  # fmt: skip
-        assert "covariate_latency" in _refused(tmp_path, argv, capsys)
+        assert "--covariate-latency:" in _refused(tmp_path, argv, capsys)  # the flag as typed (issue 51)
 
 
 def test_the_as_of_limit_saturates_instead_of_wrapping() -> None:

@@ -19,8 +19,8 @@ from conftest import start_test_ray
 #: The modules whose docstrings' examples are run: the public API (``backtest``, ``OnnxBackend``), the error
 #: tree, a family adapter, the metric registry, the rules each written once (bounds, quantile levels, the default
 #: season, a parity report's statistics: numpy only, unlike the rest of export/), and Ray's side of the backtest
-#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool; the raylet's command line
-#: with stand-in agents).
+#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool, what a pool asks of the
+#: cluster, and the raylet's command line with stand-in agents).
 MODULES = (
     "distributed_onnx.api",
     "distributed_onnx.errors",
@@ -34,6 +34,7 @@ MODULES = (
     "distributed_onnx.export.parity",
     "distributed_onnx.runtime.dispatch",
     "distributed_onnx.runtime.actors",
+    "distributed_onnx.runtime.pool_room",
     "distributed_onnx.runtime.ray_private",
     "distributed_onnx.runtime.agent_stand_in",
 )
@@ -47,8 +48,8 @@ NEEDS_RAY = {
     "distributed_onnx.runtime.actors.WorkerActor",
     "distributed_onnx.runtime.actors.start_pool",
     "distributed_onnx.runtime.actors.has_room",
-    "distributed_onnx.runtime.actors.check_feasible",
     "distributed_onnx.runtime.actors.default_actor_count",
+    "distributed_onnx.runtime.pool_room.check_fits",
 }
 #: Docstrings whose examples build an ONNX Runtime session or use Ray: the integration tier.
 INTEGRATION = NEEDS_RAY | {"distributed_onnx.model.backend.onnx.OnnxBackend"}

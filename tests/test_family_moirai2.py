@@ -42,10 +42,11 @@ from distributed_onnx.export.random_weights import MOIRAI2, write_moirai2  # noq
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
-CONTEXT = 64  # the tiny model's patches x max_seq_len (distributed_onnx/export/moirai2.py, context_length_of)
+CONTEXT = 64  # the tiny model's patches x half its max_seq_len (distributed_onnx/export/moirai2.py, context_length_of)
 PATCH, PER_CALL = 8, 2
 assert (MOIRAI2["tiny"]["patch_size"], MOIRAI2["tiny"]["num_predict_token"]) == (PATCH, PER_CALL)
-assert PATCH * MOIRAI2["tiny"]["max_seq_len"] == CONTEXT
+assert PATCH * (MOIRAI2["tiny"]["max_seq_len"] // 2) == CONTEXT
+LONGEST = PATCH * (MOIRAI2["tiny"]["max_seq_len"] - CONTEXT // PATCH)  # the patches beside the context's
 HORIZON = 5 * PATCH  # three model calls (2 + 2 + 1 patches), all inside the graph
 
 
@@ -164,3 +165,53 @@ def test_random_weights_without_horizon_export_one_call_and_pass_their_parity(
     assert metadata["description"].startswith("random weights: forecasts are meaningless")
     parity = json.loads(output.with_suffix(".parity.json").read_text())
     assert (parity["horizon"], parity["passed"]) == (PER_CALL * PATCH, True), parity
+
+
+def test_a_horizon_beyond_the_model_s_sequence_is_refused_in_seconds_naming_the_longest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--horizon 100000`` (within the settings' bound) sat in tracing for minutes, memory growing, and a kill
+    left its temporary folder; now it is refused before anything is traced, naming the longest horizon and why."""
+    import time
+
+    output = tmp_path / "moirai2.onnx"
+    argv = ["export", "moirai2", "--random-weights", "--size", "tiny", "--output", str(output)]
+    started = time.monotonic()
+    assert cli.main([*argv, "--horizon", "100000", "--resolution-minutes", "60"]) == 2
+    assert time.monotonic() - started < 30  # building the tiny model and refusing: no tracing
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "--horizon 100000 needs 12500 patches of 8 steps" in error, error
+    assert f"max_seq_len 16 tokens (its config's longest input sequence), 8 of them the context's {CONTEXT}" in error
+    assert f"export with --horizon {LONGEST} or less" in error, error
+    assert not output.exists()
+
+
+def test_an_export_killed_by_sigterm_removes_its_temporary_folder(tmp_path: Path) -> None:
+    """SIGTERM while an export traces: before, the process died where it was and left its temporary folder (the
+    built model's weights) behind; now the folder is removed and the command ends with exit 130, one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(root)}
+    argv = ["export", "moirai2", "--random-weights", "--size", "tiny", "--horizon", str(LONGEST)]
+    argv += ["--resolution-minutes", "60", "--output", str(tmp_path / "moirai2.onnx")]
+    command = [sys.executable, "-m", "distributed_onnx", *argv]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if "export: tracing and exporting the graph" in line:
+            assert list(scratch.glob("distributed-onnx-random-*")), "the model was built in its temporary folder"
+            process.send_signal(signal.SIGTERM)
+            break
+    rest = process.communicate(timeout=120)[1]
+    errors = [line for line in [*lines, *rest.splitlines()] if line.startswith("error:")]
+    assert process.returncode == 130, (process.returncode, "".join(lines) + rest)
+    assert errors == ["error: interrupted by SIGTERM; the export's temporary files were removed"], errors
+    assert not list(scratch.iterdir())

@@ -99,7 +99,7 @@ def test_export_writes_the_contract_and_a_passing_parity(exported: tuple[Path, A
 
 
 def test_backtest_equals_upstream_forecast_on_gappy_windows(
-    exported: tuple[Path, Any], data: Path, series: dict[str, np.ndarray], tmp_path: Path
+    exported: tuple[Path, Any], pretrained: Path, data: Path, series: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
     weights, model = exported
     assert _backtest(weights, data, tmp_path / "run", "--horizon", str(HORIZON)) == 0
@@ -114,6 +114,15 @@ def test_backtest_equals_upstream_forecast_on_gappy_windows(
     ours = forecast_block(forecasts, windows["window_ids"], HORIZON, LEVELS)
     # Measured: max abs diff 3.05e-5 on values up to 178.5 (two float32 ulps: sums in another order).
     assert float(np.abs(ours - theirs).max()) < 1e-4
+
+    # A shorter horizon is the graph's first steps (the family's short_horizon 'first_steps'): upstream compiled
+    # for one output patch only, as for a run of half a patch, forecasts those steps (its decode is causal).
+    from distributed_onnx.export.timesfm import load_model
+
+    shorter = load_model(pretrained)
+    shorter.compile(timesfm.ForecastConfig(**(FORECAST | {"max_horizon": PATCH}), per_core_batch_size=4))
+    _, first = shorter.forecast(horizon=PATCH // 2, inputs=list(context))
+    assert float(np.abs(ours[:, : PATCH // 2] - np.asarray(first)[..., 1:]).max()) < 1e-4
 
 
 def test_a_horizon_beyond_the_export_is_refused_in_one_line(

@@ -533,7 +533,8 @@ def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context
 @pytest.mark.integration
 def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: None, tmp_path: Path) -> None:
     """One task's data the backtest refuses (an infinite covariate) fails that task alone, not the tasks planned
-    with it: the merged run is retried one run per task."""
+    with it: the merged run is retried one run per task. The pair is recorded ``refused`` and the benchmark ends
+    with a line saying a rerun refuses it again (issue 51: it said "failed ... rerun to retry")."""
     from distributed_onnx import errors, fev_benchmark
 
     def task(name: str, bad: bool) -> Any:
@@ -560,10 +561,91 @@ def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: No
             [task("good", False), task("bad", True)], checkpoint=tiny.weights_path, output=tmp_path / "out", actors=1
         )
 
-    assert "1 task x checkpoint pair(s) failed (e.g. bad x tiny: DataError: " in str(raised.value)
+    assert "1 task x checkpoint pair(s) refused by the backtest (e.g. bad x tiny: DataError: " in str(raised.value)
     assert "column 'x' has infinite values" in str(raised.value)
+    assert "a rerun refuses them again" in str(raised.value) and "rerun to retry" not in str(raised.value)
     document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
-    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "failed"}
+    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "refused"}
     summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
     assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
     assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's
+
+
+@pytest.mark.integration
+def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails_alone(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three checkpoints, one too short for a task, make two sets of checkpoints. On the test's 2-CPU Ray the
+    first set's pool (filling the cluster) kept both CPUs and the second set's waited for room it never got:
+    no progress, no error. And a task whose windows or data fev refuses as it scores them (an initial cutoff past
+    the data, more windows than the data holds, a target of numbers written as text) ended the whole run with
+    exit 4 from inside scoring, the healthy tasks' summaries never written; a rerun crashed the same way.
+
+    Now each set's pool is released before the next set's starts, the rejected tasks' pairs are recorded with
+    fev's reason, everything else is written, the command exits 1 naming them, and a rerun says the same from
+    the records without forecasting anything again."""
+    import yaml
+
+    from distributed_onnx import cli
+
+    hourly = _tasks(tmp_path / "datasets")[0].dataset_path
+    as_text = [{"id": "t", "timestamp": _stamps("2021-03-01", 120, "h"), "target": [str(x % 24) for x in range(120)]}]
+    text_path = _write_fev_dataset(tmp_path / "datasets" / "text" / "data.parquet", as_text)
+    base = {"dataset_path": hourly, "horizon": 8, "num_windows": 2, "window_step_size": 12, "seasonality": 24}
+    tasks = [
+        {**base, "task_name": "short"},  # every checkpoint serves it
+        {**base, "task_name": "long", "horizon": 20},  # short3's 8 steps do not: a second set of checkpoints
+        {**base, "task_name": "late", "initial_cutoff": "2030-01-01"},
+        {**base, "task_name": "many", "num_windows": 30},
+        {**base, "task_name": "text", "dataset_path": text_path},
+    ]
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"tasks": tasks}))
+    sizes = {"long1": 3, "long2": 3, "short3": 1}  # output patches of 8 steps
+    paths = [
+        write_tiny_chronos2(tmp_path / "ckpt", name=name, context_length=64, output_patch_size=8, horizon_patches=n)
+        for name, n in sizes.items()
+    ]
+    output = tmp_path / "out"
+    argv = ["fev", str(bench), "--output", str(output)]
+    for each in paths:
+        argv += ["--checkpoint", str(each.weights_path)]
+
+    assert cli.main(argv) == 1
+    first = capsys.readouterr().err.strip().splitlines()[-1]
+    assert first.startswith(
+        "error: 9 task x checkpoint pair(s) rejected by fev (e.g. late x long1: fev rejects the task: ValueError: "
+        "All time series in the dataset are too short for the chosen cutoff"
+    ), first
+    assert first.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), first
+    document = json.loads((output / "fev_summary.json").read_text())
+    status = {(p["task"], p["model"]): p["status"] for p in document["pairs"]}
+    assert status == {
+        **{("short", model): "done" for model in sizes},
+        ("long", "long1"): "done",
+        ("long", "long2"): "done",
+        ("long", "short3"): "skipped",
+        **{(task, model): "rejected" for task in ("late", "many", "text") for model in sizes},
+    }
+    reasons = {p["task"]: p["reason"] for p in document["pairs"] if p["status"] == "rejected"}
+    assert all(reason.startswith("fev rejects the task: ") for reason in reasons.values()), reasons
+    summaries = [json.loads(line) for line in (output / "summaries.jsonl").read_text().splitlines()]
+    assert sorted((s["task_name"], s["model_name"]) for s in summaries) == sorted(
+        [("short", model) for model in sizes] + [("long", "long1"), ("long", "long2")]
+    )
+    # One pool per set, one set at a time: the second set ran on new actors, the first's released before.
+    run_of = {(p["task"], p["model"]): p["run_dir"] for p in document["pairs"] if p["status"] == "done"}
+    pids = {
+        task: {a["pid"] for a in json.loads((Path(run_of[(task, "long1")]) / "summary.json").read_text())["actors"]}
+        for task in ("short", "long")
+    }
+    assert len(pids["short"]) == len(pids["long"]) == 2 and not pids["short"] & pids["long"]
+
+    stamps = {path: path.stat().st_mtime_ns for path in output.glob("runs/*/forecasts/*/*.parquet")}
+    assert cli.main(argv) == 1  # the rerun: the same line, from the records
+    assert capsys.readouterr().err.strip().splitlines()[-1] == first
+    again = json.loads((output / "fev_summary.json").read_text())
+    assert {(p["task"], p["model"]): p["status"] for p in again["pairs"]} == {
+        pair: "resumed" if done == "done" else done for pair, done in status.items()
+    }
+    assert {path: path.stat().st_mtime_ns for path in output.glob("runs/*/forecasts/*/*.parquet")} == stamps

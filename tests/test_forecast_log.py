@@ -34,7 +34,7 @@ from distributed_onnx.live.log.writer import (
     StorageSink,
     ThrottledWarning,
 )
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 START_US = 1_796_083_200_000_000  # 2026-12-01T00:00Z
 STEP_MIN = 30

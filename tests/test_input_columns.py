@@ -146,3 +146,141 @@ def test_the_input_file_reader_maps_the_columns_as_the_driver_did(tmp_path: Path
         found = reader.series(index)
         assert found.series_id == expected.series_id and found.n_points == expected.n_points
         assert found.values.tobytes() == expected.values.tobytes()
+
+
+# --- issue 51 (4): the mapping is one-to-one, and a table's columns have distinct names ------------------------
+
+
+def _score_inputs(directory: Path) -> tuple[Path, Path]:
+    """A forecast log of one placeable window and actuals under the project's own names."""
+    import numpy as np
+
+    from distributed_onnx.live.log.layout import LoggedForecast
+    from distributed_onnx.live.log.writer import ForecastLog
+
+    step_us, start_us = 30 * 60_000_000, 1_796_083_200_000_000
+    actuals = directory / "actuals.parquet"
+    timestamps = pa.array([start_us + i * step_us for i in range(100)], pa.timestamp("us", tz="UTC"))
+    pq.write_table(pa.table({"series_id": ["a"] * 100, "timestamp": timestamps, "y": np.arange(100.0)}), actuals)
+    log = ForecastLog(directory / "log", flush_interval_s=60.0)
+    log.submit(
+        LoggedForecast(
+            model="m",
+            checkpoint_sha256="0" * 64,
+            role="served",
+            request_id="r",
+            request_time_us=start_us,
+            resolution_minutes=30,
+            series_ids=["a"],
+            origins_us=[start_us + 60 * step_us],
+            quantiles=(0.5,),
+            forecasts=np.ones((1, 3, 1), dtype=np.float32),
+        )
+    )
+    log.close()
+    return directory / "log", actuals
+
+
+@pytest.mark.parametrize("command", ["backtest", "score"])
+@pytest.mark.parametrize(
+    ("flags", "column", "roles"),
+    [
+        (["--id-col", "y"], "y", "--id-col y and --target-col y"),
+        (["--id-col", "timestamp"], "timestamp", "--id-col timestamp and --time-col timestamp"),
+        (["--time-col", "y"], "y", "--time-col y and --target-col y"),
+    ],
+)
+def test_a_column_given_two_roles_is_refused_not_dropped(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    flags: list[str],
+    column: str,
+    roles: str,
+) -> None:
+    """``--id-col y`` on a table with the project's names: the renaming kept ``y`` as the target and dropped the
+    flag, while summary.json recorded it. Each role takes one column and each column one role: refused."""
+    output = tmp_path / "out"
+    if command == "backtest":
+        data = write_dataset(tmp_path / "data.parquet", covariate=False)
+        argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data)]
+        argv += ["--n-windows", "2", "--no-progress"]
+    else:
+        log, actuals = _score_inputs(tmp_path)
+        argv = ["score", "--forecasts", str(log), "--actuals", str(actuals)]
+    line = _refused([*argv, "--output", str(output), *flags], capsys)
+    assert f"the column {column!r} is given two roles: {roles}" in line, line
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "role"),
+    [
+        (["--covariates", "y"], "--target-col y"),  # the target as a known-future covariate: a leak
+        (["--past-covariates", "timestamp"], "--time-col timestamp"),
+        (["--id-col", "unique_id", "--covariates", "series_id"], "the series_id column"),  # the renamed ids
+    ],
+)
+def test_a_required_column_named_as_a_covariate_is_refused(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    role: str,
+) -> None:
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), *flags]
+    line = _refused([*argv, "--output", str(tmp_path / "out"), "--no-progress"], capsys)
+    assert f"covariate {flags[-1]!r} is also {role}: a required column cannot be a covariate" in line, line
+
+
+def test_swapped_roles_are_one_to_one_and_accepted() -> None:
+    settings = BacktestSettings(output="out", id_col="y", target_col="series_id")
+    assert settings.column_names.renames() == {"y": "series_id", "series_id": "y"}
+
+
+@pytest.mark.parametrize("command", ["backtest", "score"])
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_table_whose_columns_repeat_a_name_is_refused_naming_it(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    suffix: str,
+) -> None:
+    """A required column twice (Parquet with two ``y``; CSV header ``series_id,timestamp,y,y``) was an internal
+    error (KeyError, exit 4): one line naming the column, exit 2, for backtest's data and score's actuals."""
+    import pyarrow.csv as pa_csv
+
+    if command == "backtest":
+        table = pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False))
+    else:
+        log, actuals = _score_inputs(tmp_path)
+        table = pq.read_table(actuals)
+    doubled = pa.Table.from_arrays([*table.columns, table["y"]], names=[*table.column_names, "y"])
+    path = tmp_path / f"doubled{suffix}"
+    if suffix == ".csv":
+        pa_csv.write_csv(doubled, path)
+        assert path.read_text().splitlines()[0] == '"series_id","timestamp","y","y"'
+    else:
+        pq.write_table(doubled, path)
+    if command == "backtest":
+        argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(path)]
+        argv += ["--n-windows", "2", "--no-progress"]
+    else:
+        argv = ["score", "--forecasts", str(log), "--actuals", str(path)]
+    line = _refused([*argv, "--output", str(tmp_path / "out")], capsys)
+    assert f"{path.name}: the table has column(s) of the same name ('y' 2 times)" in line, line
+
+
+def test_the_streamed_scan_of_a_large_parquet_refuses_a_repeated_name_before_reading_it(tmp_path: Path) -> None:
+    from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
+    from distributed_onnx.evaluation.data.windows import WindowSpec
+
+    table = pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False)).sort_by("series_id")
+    path = tmp_path / "doubled.parquet"
+    pq.write_table(pa.Table.from_arrays([*table.columns, table["y"]], names=[*table.column_names, "y"]), path)
+    spec = WindowSpec(context_length=8, horizon=3, n_windows=2, stride=2)
+    with pytest.raises(DataError, match=r"doubled.parquet: the table has column\(s\) of the same name \('y' 2 times\)"):
+        scan_sorted_parquet(path, 30, [], spec, chunk_rows=4)

@@ -1,7 +1,9 @@
 """What each entry point installs: the main job no torch and no CUDA, the tests torch's CPU build only.
 
-Unit tier for the Makefile (``make -n -B`` prints every command a fresh clone would run) and the CUDA
-classifier. The resolution against PyPI itself (network, ~20 s) is ``make check-install``, which ``.ci/run`` runs.
+Unit tier for the Makefile (``make -n -B`` prints every command a fresh clone would run), the CUDA classifier and
+the exporter installs docs/export.md documents. The resolution against PyPI itself (network, ~20 s) is ``make
+check-install``, and each documented exporter install in a fresh venv (network, minutes) ``make
+check-export-installs``; ``.ci/run`` runs both.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
+from check_export_installs import read_blocks, shared_part  # noqa: E402
 from check_install import cuda_packages  # noqa: E402
+
+from distributed_onnx.errors import MissingExtraError  # noqa: E402
+from distributed_onnx.model import families  # noqa: E402
 
 
 def _install_commands(target: str) -> list[str]:
@@ -100,3 +106,42 @@ def test_torch_counts_unless_allowed_and_a_cuda_build_always() -> None:
     assert cuda_packages([_install("torch", "2.13.0+cpu")]) == ["torch==2.13.0+cpu"]
     assert cuda_packages([_install("torch", "2.13.0+cpu")], allow_torch=True) == []
     assert cuda_packages([_install("torch", "2.13.0+cu128")], allow_torch=True) == ["torch==2.13.0+cu128"]
+
+
+def _makefile_variable(name: str) -> str:
+    (value,) = re.findall(rf"^{name} \?= (.*)$", (REPO / "Makefile").read_text(), flags=re.MULTILINE)
+    return value.strip()
+
+
+def test_every_exporter_has_a_documented_install_that_ci_checks() -> None:
+    """docs/export.md's install blocks (what ``make check-export-installs`` installs and exports, one venv each)
+    cover every family with an exporter, install ONNX Runtime and torch with the family's extra, pin the Makefile's
+    torch and its --no-deps versions, and ``.ci/run`` runs the check."""
+    blocks = read_blocks((REPO / "docs" / "export.md").read_text())
+    exportable = {record.name for record in families.BUILT_IN if record.exporter is not None}
+    assert sorted(family for block in blocks for family in block.families) == sorted(exportable)
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    no_deps = set(_makefile_variable("UPSTREAM_NO_DEPS").split())
+    for block in blocks:
+        assert {"cpu", "export"} < block.extras <= declared, (block.families, block.extras)
+        assert block.commands[0][-1] == f"torch=={_makefile_variable('TORCH_VERSION')}+cpu", block.commands[0]
+        for command in block.commands:
+            if "--no-deps" in command:
+                assert set(command) - {"--no-deps"} <= no_deps, (command, no_deps)
+    # Installed once and shared (what every block installs anyway): torch's line and the package's common extras.
+    assert shared_part(blocks) == (blocks[0].commands[0], ("-e", ".[cpu,export]"))
+    assert "make check-export-installs" in (REPO / ".ci" / "run").read_text()
+    assert "scripts/check_export_installs.py" in (REPO / "Makefile").read_text()
+
+
+def test_a_package_missing_one_of_its_own_imports_is_not_called_not_installed() -> None:
+    """uni2ts installed without toolz once read "uni2ts is not installed" (it was): the message says which module
+    failed, and "not installed" only when the package itself is absent."""
+    lacking = MissingExtraError.for_package(
+        "chronos", "chronos", ModuleNotFoundError("No module named 'toolz'", name="toolz")
+    )
+    assert str(lacking).startswith("chronos is installed but cannot be imported (No module named 'toolz')"), lacking
+    absent = MissingExtraError.for_package(
+        "chronos", "chronos", ModuleNotFoundError("No module named 'chronos'", name="chronos")
+    )
+    assert str(absent).startswith("chronos is not installed."), absent

@@ -117,7 +117,7 @@ def test_write_part_is_atomic_and_records_itself_in_the_footer(tmp_path: Path) -
     prepare_output(tmp_path, "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     size = write_part(tmp_path, "m", 7, table, RECORD)
-    path = part_path(tmp_path, "m", 7)
+    path = Path(part_path(tmp_path, "m", 7))  # a local Location is its path
     assert path == tmp_path / FORECASTS_DIR / "model=m" / "part-000007.parquet"
     assert size == path.stat().st_size
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000007.parquet"]
@@ -152,7 +152,7 @@ def test_part_record_of_absent_torn_and_foreign_files(tmp_path: Path) -> None:
     assert part_record(tmp_path, "m", 1) is None
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     write_part(tmp_path, "m", 1, table, RECORD)
-    path = part_path(tmp_path, "m", 1)
+    path = Path(part_path(tmp_path, "m", 1))
     path.write_bytes(path.read_bytes()[:-20])  # torn: the footer is gone
     assert part_record(tmp_path, "m", 1) is None
     pq.write_table(table, path)  # foreign: a Parquet file no actor of ours wrote

@@ -36,7 +36,8 @@ def test_a_repository_alone_holds_no_model_in_every_replica(tmp_path: Path) -> N
     assert settings.checkpoint == [] and settings.model_name is None
     assert settings.model_repository == tmp_path
     both = ServeSettings(model_repository="s3://bucket/models", checkpoint=tmp_path / "champion.onnx")
-    assert both.model_names == ["champion"] and both.model_repository == "s3://bucket/models"
+    assert both.model_names == ["champion"] and both.model_repository is not None
+    assert both.model_repository.reveal() == "s3://bucket/models"
 
 
 def test_repository_settings_refuse_what_cannot_work(tmp_path: Path) -> None:

@@ -201,3 +201,19 @@ def test_every_error_of_the_package_carries_no_url_secret() -> None:
         for error in (StorageError(f"Cannot write {url}: refused", path="p"), DataError(f"{url}: no rows")):
             shown = [str(error), repr(error), str(pickle.loads(pickle.dumps(error)))]
             assert not [secret for secret in secrets for text in shown if secret in text], shown
+
+
+def test_redaction_takes_urls_with_parentheses_and_quotes_whole_and_bare_user_info() -> None:
+    """Issue 51: the redaction stopped at ``(``, ``)`` and ``'``, which URLs may hold, and knew no user-info
+    without a scheme (fev's default task name ``user:secret@host/dir``)."""
+    cases = {
+        "https://h/sales(2024).parquet?sig=SECRET1": "https://h/sales(2024).parquet?sig=***",
+        "s3://KEY:pa(SECRET2)word@bucket/x": "s3://***@bucket/x",
+        "error: 's3://KEY:pa'SECRET3\"@bucket/x': refused": "error: 's3://***@bucket/x': refused",
+        "(see https://h/a(1).csv?sig=SECRET4).": "(see https://h/a(1).csv?sig=***).",
+        "task user:SECRET5@host/dir failed": "task ***@host/dir failed",
+        "(s3://, gs://, abfs://...)": "(s3://, gs://, abfs://...)",  # nothing to mask: as written
+    }
+    for text, shown in cases.items():
+        assert storage.redact_text(text) == shown
+    assert storage.redact("user:SECRET6@host/dir") == "***@host/dir"

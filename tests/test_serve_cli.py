@@ -59,6 +59,23 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_checkpoint: ResolvedCheckpoin
     assert lines == [f"error: 127.0.0.1:{port} is already in use; stop what listens there or choose another --port."]
 
 
+def test_replicas_no_node_can_host_are_one_line_and_exit_2_not_a_wait_without_end(
+    tiny_checkpoint: ResolvedCheckpoint,
+) -> None:
+    """``serve.run`` waited for the application without a deadline: a replica asking more CPUs than any node
+    has hung the command with no error. Now it is refused as soon as Ray is up (and any start is bounded by
+    ``--ready-timeout-s``)."""
+    cpus = (os.cpu_count() or 1) + 1
+    arguments = ["--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(free_port())]
+    result = run_to_exit([*arguments, "--grpc-port", str(free_port()), "--cpus-per-replica", str(cpus)])
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: No node can host one of the Serve replicas ({cpus} CPU, 0 GPU each); the nodes "), (
+        last
+    )
+    assert last.endswith("Lower --cpus-per-replica/--gpus-per-replica or add nodes."), last
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 def test_serve_command_runs_in_the_foreground_and_stops_cleanly(
     tiny_checkpoint: ResolvedCheckpoint, stop_signal: signal.Signals
@@ -129,3 +146,40 @@ def test_a_checkpoint_onnx_runtime_cannot_load_is_one_line_naming_it_and_exit_2(
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and str(shadow) in last and "internal error" not in last
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_replicas_without_room_stop_serve_within_its_deadline_naming_what_they_asked(
+    tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replica that fits the cluster but finds no room (another actor holds the CPUs) kept ``serve`` waiting
+    without end; now it stops within ``--ready-timeout-s``, naming the replicas, what was free and Serve's word.
+    On the tests' shared Ray, in this process (``serve`` joins a Ray it finds; only its application is deleted)."""
+    import time
+
+    import ray
+
+    from distributed_onnx import cli
+
+    @ray.remote(num_cpus=2)
+    class Holder:
+        def ping(self) -> int:
+            return 1
+
+    holder = Holder.remote()  # type: ignore[attr-defined]
+    ray.get(holder.ping.remote(), timeout=60)
+    arguments = ["serve", "--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(free_port())]
+    arguments += ["--grpc-port", str(free_port()), "--ready-timeout-s", "8"]
+    started = time.monotonic()
+    try:
+        code = cli.main(arguments)
+    finally:
+        ray.kill(holder)
+    assert code == 3
+    assert time.monotonic() - started < 90
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: the deployment of 1 Serve replicas (1 CPU, 0 GPU each) was not ready within 8 s (http://127.0.0.1:"
+    ), last
+    assert "; the cluster has 0 CPU, 2 GPU" in last and "free of 2 CPU, 2 GPU" in last, last
+    assert "raise --ready-timeout-s for a large model." in last, last

@@ -9,6 +9,12 @@ the ``Inference-Header-Content-Length`` header (``²``, ``-1``, ``1e3``, past th
 bytes flipped in the JSON. Every answer must be a 200 or a 4xx (gRPC: OK or a client status), and the replica
 ready at the end. Seeded, so a failure names a case that can be replayed; bounded by a case count and a time
 budget, whichever comes first.
+
+The fields are not only the ones listed here: every JSON body field the server's own ``/openapi.json`` declares,
+on every route that takes one (``/v2/models/{name}/infer``, ``/v1/forecast``, any route added later), is
+attacked once with values of every wrong kind for its declared type, starting from a valid body (the route's
+documented example, or valid tensors), and again at random in the budgeted loop (issue 51): a new field is
+attacked without editing this file.
 """
 
 from __future__ import annotations
@@ -55,6 +61,124 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     finally:
         output = running.stop()
         assert running.process.returncode == 0, output
+
+
+#: Values of the wrong kind, or at the edges, for each JSON type a schema declares (and removing the field).
+ODD_BY_TYPE: dict[str, list[Any]] = {
+    "string": ["", "x" * 70_000, 5, None, [], {}, "\x00", "\u202e", "١٢", "9999-99-99"],
+    "integer": [-1, 0, 2**63, 10**30, "12", 1.5, None, True, [], float("inf")],
+    "number": [1e308, -1e308, "NaN", None, "x", [], True, 10**400],
+    "boolean": ["true", 2, None, []],
+    "array": [[], "x", [None], [[1, 2], [3]], {}, None, [True] * 3, list(range(5000))],
+    "object": [[], "x", {"": None}, None, {"x" * 300: 1}],
+}
+MISSING = object()  # "leave the field out"
+ITEM = "[]"  # a path step into every item of an array
+
+
+def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema with its ``$ref`` followed and an optional ``anyOf`` narrowed to its first non-null member."""
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    members = [each for each in schema.get("anyOf", []) if each.get("type") != "null"]
+    return _resolve(document, members[0]) if members else schema
+
+
+def _fields(document: dict[str, Any], schema: dict[str, Any], path: tuple[str, ...] = ()) -> list[Any]:
+    """Every field a body schema declares: (path, JSON type), objects and arrays walked into."""
+    schema = _resolve(document, schema)
+    found = []
+    for name, child in schema.get("properties", {}).items():
+        kind = _resolve(document, child).get("type", "string")
+        found.append(((*path, name), kind))
+        found += _fields(document, child, (*path, name))
+    if schema.get("type") == "array" and "items" in schema:
+        found += _fields(document, schema["items"], (*path, ITEM))
+    return found
+
+
+def _json_routes(url: str) -> dict[str, list[Any]]:
+    """The served POST routes that take a JSON body, from ``/openapi.json``: path -> (example body or None, fields)."""
+    document = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    routes = {}
+    for path, operations in document["paths"].items():
+        body = operations.get("post", {}).get("requestBody", {}).get("content", {}).get("application/json")
+        if body is None:
+            continue
+        examples = [each["value"] for each in body.get("examples", {}).values() if "value" in each]
+        routes[path] = [examples[0] if examples else None, _fields(document, body["schema"])]
+    return routes
+
+
+def _put(body: Any, path: tuple[str, ...], value: Any, rng: random.Random) -> None:
+    """Set the field at ``path`` of ``body`` (in place) to ``value`` (:data:`MISSING`: remove it), creating what is
+    missing on the way; an array step goes into one of its items."""
+    for position, step in enumerate(path[:-1]):
+        following = path[position + 1]
+        if step == ITEM:
+            if not isinstance(body, list) or not body:
+                return
+            body = rng.choice(body)
+            continue
+        if not isinstance(body, dict):
+            return
+        if not isinstance(body.get(step), dict | list):
+            body[step] = [{}] if following == ITEM else {}
+        body = body[step]
+    last = path[-1]
+    if last == ITEM:
+        if isinstance(body, list) and body:
+            body[rng.randrange(len(body))] = None if value is MISSING else value
+    elif isinstance(body, dict):
+        if value is MISSING:
+            body.pop(last, None)
+        else:
+            body[last] = value
+
+
+def _schema_body(base: Any, path: tuple[str, ...], kind: str, rng: random.Random) -> bytes:
+    """A valid body with the field at ``path`` given a value of the wrong kind for ``kind`` (or left out)."""
+    body = json.loads(json.dumps(base))
+    value = rng.choice([*ODD_BY_TYPE.get(kind, ODD_BY_TYPE["string"]), MISSING])
+    _put(body, path, value, rng)
+    return json.dumps(body, allow_nan=True).encode()
+
+
+class _SchemaAttack:
+    """The served JSON routes' declared fields (``/openapi.json``), attacked from valid bodies."""
+
+    def __init__(self, url: str, specs: list[dict[str, Any]], rng: random.Random) -> None:
+        self.url, self.specs, self.rng = url, specs, rng
+        self.routes = _json_routes(url)
+        assert {"/v2/models/{name}/infer", "/v1/forecast"} <= set(self.routes), sorted(self.routes)
+        self.fields = [(route, path, kind) for route, (_, fields) in self.routes.items() for path, kind in fields]
+        assert len(self.fields) >= 15, self.fields  # the schema was read: both routes' fields, nested ones too
+
+    def base(self, route: str) -> Any:
+        """A valid body: the route's documented example (asking the primary where it names a model), or valid
+        tensors for the v2 route, which documents none."""
+        example, fields = self.routes[route]
+        if example is None:
+            return {"inputs": _valid_tensors(self.specs, self.rng.choice([1, 2, 3]), self.rng)}
+        return {**example, "model": PRIMARY} if any(path == ("model",) for path, _ in fields) else example
+
+    def random_field(self) -> tuple[str, tuple[str, ...], str]:
+        return self.rng.choice(self.fields)
+
+    def attack(
+        self, client: httpx.Client, field: tuple[str, tuple[str, ...], str], seen: dict[str, int], failures: list[str]
+    ) -> None:
+        route, path, kind = field
+        body = _schema_body(self.base(route), path, kind, self.rng)
+        response = client.post(self.url + route.replace("{name}", PRIMARY), content=body)
+        if not (response.status_code == 200 or 400 <= response.status_code < 500):
+            failures.append(f"schema {route} {'.'.join(path)}: {response.status_code} {response.text[:300]}")
+        seen[f"schema {response.status_code}"] = seen.get(f"schema {response.status_code}", 0) + 1
+
+    def sweep(self, client: httpx.Client, seen: dict[str, int], failures: list[str]) -> None:
+        """Every declared field once."""
+        for field in self.fields:
+            self.attack(client, field, seen, failures)
 
 
 def _specs(url: str, model: str) -> list[dict[str, Any]]:
@@ -249,12 +373,15 @@ def _garbage(rng: random.Random) -> bytes:
     return b"\x0a\x04tiny" + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
 
 
-def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_property: Callable[..., None]) -> None:
+def test_no_client_input_gets_a_5xx_on_http_or_grpc(  # noqa: PLR0915 - one seeded loop, one budget, every surface
+    server: Server, record_property: Callable[..., None]
+) -> None:
     grpc = pytest.importorskip("grpc")
     from distributed_onnx.serve.wire.grpc_messages import ModelInferRequest, ModelInferResponse
 
     specs = _specs(server.url, PRIMARY)
     rng = random.Random(29)
+    schema = _SchemaAttack(server.url, specs, rng)
     cases: list[tuple[str, Callable[[list[dict[str, Any]], random.Random], tuple[bytes, dict[str, str]]]]] = [
         ("json", _json_case),
         ("json", _json_case),
@@ -270,11 +397,7 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_prope
     raw_infer = channel.unary_unary(  # bytes as they are: the server's deserializer meets them
         "/inference.GRPCInferenceService/ModelInfer", response_deserializer=ModelInferResponse.FromString
     )
-    for garbage in NOT_PROTOBUF:  # every one of them, whatever the seed draws
-        with pytest.raises(grpc.RpcError) as refused:
-            raw_infer(garbage, timeout=60)
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (garbage, refused.value.details())
-        assert "not a protobuf message" in (refused.value.details() or "")
+    _every_non_message_is_refused(grpc, raw_infer)
     client_codes = {
         grpc.StatusCode.OK,
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -285,6 +408,7 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_prope
     failures: list[str] = []
     deadline = time.monotonic() + BUDGET_S
     with httpx.Client(timeout=60) as client:
+        schema.sweep(client, seen, failures)  # every declared field once, whatever the budget
         for number in range(CASES):
             if time.monotonic() > deadline:
                 break
@@ -301,6 +425,9 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_prope
                     if code not in client_codes:
                         failures.append(f"{surface} case {number}: {code} {exc.details()[:300]}")
                 seen[f"{surface} {code.name}"] = seen.get(f"{surface} {code.name}", 0) + 1
+                continue
+            if number % 7 == 6:  # a declared field of a served route, at random
+                schema.attack(client, schema.random_field(), seen, failures)
                 continue
             kind, build = rng.choice(cases)
             body, headers = build(specs, rng)
@@ -319,6 +446,15 @@ def test_no_client_input_gets_a_5xx_on_http_or_grpc(server: Server, record_prope
     assert sum(seen.values()) >= 100, seen  # the budget let enough cases run to mean something
     assert any(key.endswith(" 200") for key in seen), seen  # and some stayed valid
     _record(seen, record_property)
+
+
+def _every_non_message_is_refused(grpc: Any, raw_infer: Callable[..., Any]) -> None:
+    """Each of :data:`NOT_PROTOBUF`, whatever the seed draws: INVALID_ARGUMENT, "not a protobuf message"."""
+    for garbage in NOT_PROTOBUF:
+        with pytest.raises(grpc.RpcError) as refused:
+            raw_infer(garbage, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (garbage, refused.value.details())
+        assert "not a protobuf message" in (refused.value.details() or "")
 
 
 def _record(seen: dict[str, int], record_property: Callable[..., None]) -> None:

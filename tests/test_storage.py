@@ -12,36 +12,39 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.table import read_table
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
 
 TABLE = pa.table({"series_id": ["a", "a"], "timestamp": pa.array([0, 1800_000_000], pa.timestamp("us")), "y": [1, 2]})
 
 
 def test_locations_keep_paths_local_and_urls_as_urls(tmp_path: Path) -> None:
-    assert storage.local_path(tmp_path.as_uri()) == tmp_path
-    assert storage.local_path("runs/x") == Path("runs/x")
-    assert storage.local_path("s3://bucket/runs") is None
-    assert storage.join("s3://bucket/runs/", "forecasts", "part-000001.parquet") == (
+    assert Location.parse(tmp_path.as_uri()).local_path == tmp_path
+    assert Location.parse("runs/x").local_path == Path("runs/x")
+    assert Location.parse("s3://bucket/runs").local_path is None
+    assert storage.join("s3://bucket/runs/", "forecasts", "part-000001.parquet").reveal() == (
         "s3://bucket/runs/forecasts/part-000001.parquet"
     )
-    assert storage.join(tmp_path, "a") == tmp_path / "a"
+    assert storage.join(tmp_path, "a").local_path == tmp_path / "a"
     settings = BacktestSettings(output="s3://bucket/runs/x", data=str(tmp_path / "d.parquet"))
-    assert settings.output == "s3://bucket/runs/x" and settings.data == tmp_path / "d.parquet"
+    assert settings.output.reveal() == "s3://bucket/runs/x" and settings.data.local_path == tmp_path / "d.parquet"
 
 
 def test_url_options_stay_options_when_files_are_named() -> None:
     """Joined onto the whole string, every file of an URL with options landed inside its query string."""
     run = "s3://bucket/runs/x/?endpoint_override=127.0.0.1:9000&scheme=http"
     part = storage.join(run, "forecasts", "part-000001.parquet")
-    assert part == "s3://bucket/runs/x/forecasts/part-000001.parquet?endpoint_override=127.0.0.1:9000&scheme=http"
-    assert storage.normalize(run) == "s3://bucket/runs/x?endpoint_override=127.0.0.1:9000&scheme=http"
-    assert storage.suffix("s3://bucket/in/load.CSV?region=eu-west-1") == ".csv"
-    assert storage.suffix("s3://bucket/in/load.parquet?region=eu-west-1") == ".parquet"
-    assert storage.suffix(Path("/data.d/load")) == ""
+    assert part.reveal() == (
+        "s3://bucket/runs/x/forecasts/part-000001.parquet?endpoint_override=127.0.0.1:9000&scheme=http"
+    )
+    assert Location.parse(run).reveal() == "s3://bucket/runs/x?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert Location.parse("s3://bucket/in/load.CSV?region=eu-west-1").suffix == ".csv"
+    assert Location.parse("s3://bucket/in/load.parquet?region=eu-west-1").suffix == ".parquet"
+    assert Location.parse(Path("/data.d/load")).suffix == ""
 
 
 @pytest.mark.parametrize("kind", ["path", "file-url", "object-store"])
 def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
-    output: storage.Location = {
+    output: Location = {
         "path": tmp_path / "run",
         "file-url": (tmp_path / "run").as_uri(),
         "object-store": f"memory://{tmp_path.name}/run",  # fsspec's (process-global) store, through pyarrow

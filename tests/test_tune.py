@@ -8,14 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from graphs import write_tiny_chronos2
 
 pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu' extra)")
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.identity import identity_of
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.tune import FORMAT, LEVELS, affordable_batches, read_tuned
+from distributed_onnx.tune import FORMAT, LEVELS, TUNED_KEYS, affordable_batches, read_tuned
 
 
 @pytest.mark.integration
@@ -29,6 +31,7 @@ def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: 
     assert document["format"] == FORMAT and settings["graph_optimization"] in LEVELS
     assert (settings["actors"], settings["cpus_per_actor"]) in ((1, 2.0), (2, 1.0))
     assert {trial["stage"] for trial in document["trials"]} == {"level", "batch", "layout"}
+    assert set(settings) == set(TUNED_KEYS)  # what --tuned accepts is what tune writes
     assert all(trial["windows_per_s"] > 0 for trial in document["trials"])
 
     output = tmp_path / "run"
@@ -40,6 +43,28 @@ def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: 
     assert summary["resolved"]["rows_per_batch"] == settings["rows_per_batch"]
     assert {actor["intra_op_num_threads"] for actor in summary["actors"]} == {int(settings["cpus_per_actor"])}
     assert len(summary["actors"]) == settings["actors"]
+
+    # Issue 51 (3): only the keys tune writes are taken, and only for the checkpoint it measured.
+    tiny = write_tiny_chronos2(tmp_path / "tiny")
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps({**document, "settings": {**settings, "checkpoint": str(tiny.weights_path)}}))
+    line = _refused(["backtest", "--tuned", str(edited), "--output", str(tmp_path / "edited-run")], capsys)
+    assert "settings.checkpoint [from" in line and "is not a key distributed-onnx tune writes" in line, line
+    other = ["backtest", "--tuned", str(tuned), "--checkpoint", str(tiny.weights_path)]
+    line = _refused([*other, "--output", str(tmp_path / "other-run")], capsys)
+    digest = document["checkpoint_identity"]["digest"]
+    assert f"was tuned for checkpoint {REFERENCE_CHECKPOINT.stem} (identity {digest})" in line, line
+    assert f"not for this run's tiny (identity {identity_of(tiny).digest}): sha256" in line, line
+    assert not (tmp_path / "edited-run").exists() and not (tmp_path / "other-run").exists()
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
 
 
 def test_a_tuned_file_is_below_config_environment_and_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,6 +95,19 @@ def test_a_file_that_is_not_a_tuned_settings_file_is_refused(tmp_path: Path) -> 
     bad.write_text(json.dumps({"format": FORMAT, "settings": {"actorz": 2}}))
     with pytest.raises(ConfigError, match=r"actorz.*\[from .*bad.json\]"):
         BacktestSettings.from_sources({"output": "out"}, tuned=read_tuned(bad))
+
+
+def test_a_tuned_file_of_the_first_format_is_refused_saying_to_tune_again(tmp_path: Path) -> None:
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({"format": "distributed-onnx tune 1", "settings": {"actors": 2}}))
+    with pytest.raises(ConfigError, match=r"older distributed-onnx tune .* run distributed-onnx tune again"):
+        read_tuned(older)
+    for key in ("data", "horizon", "quantiles", "seasonality", "address"):  # what a run computes: never tuned
+        foreign = tmp_path / f"{key}.json"
+        foreign.write_text(json.dumps({"format": FORMAT, "settings": {"actors": 2, key: 1}}))
+        with pytest.raises(ConfigError, match=rf"settings\.{key} \[from .*\] is not a key distributed-onnx tune"):
+            read_tuned(foreign)
+    assert set(TUNED_KEYS) == {"actors", "cpus_per_actor", "rows_per_batch", "graph_optimization"}
 
 
 def test_tune_times_only_the_batches_one_trial_can_hold() -> None:

@@ -26,6 +26,7 @@ from backtest_data import COVARIATE, STEP_US, dense_series, read_forecasts, sett
 from conftest import free_port, start_test_ray  # noqa: E402
 from graphs import UPSTREAM_QUANTILES, upstream_expected, write_tiny_upstream_chronos2  # noqa: E402
 
+from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.evaluation.driver.run import run_backtest  # noqa: E402
 from distributed_onnx.model.adapters import Chronos2Variant  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
@@ -167,6 +168,30 @@ def test_forecast_beyond_the_graph_names_export_horizon(client: httpx.Client) ->
     error = response.json()["error"]
     assert f"the model emits at most {HORIZON}" in error, error
     assert "distributed-onnx export chronos2 --horizon STEPS" in error, error
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_horizon_of_fewer_patches_is_refused_naming_the_export(
+    client: httpx.Client, upstream: ResolvedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The upstream exporter's graph always computes its 2 output patches, which in a real Chronos-2 attend to each
+    other: its first patch is not the model's forecast for 4 steps (``predict_df(prediction_length=4)`` runs one
+    patch). A 4-step horizon is refused over HTTP (422) and by the backtest (exit 2, one line), naming the export
+    that fits it, instead of being cut from the 8-step forecast."""
+    body = {"series": [{"series_id": "a", "y": [1.0] * CONTEXT}], "horizon": HORIZON // 2}
+
+    response = client.post("/v1/forecast", json=body)
+
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert "horizon 4 spans 1 output patch(es) of 4 steps" in error and "always computes 2" in error, error
+    assert "distributed-onnx export chronos2 --horizon 4" in error, error
+    data = write_dataset(tmp_path / "load.parquet")
+    argv = ["backtest", "--checkpoint", str(upstream.weights_path), "--data", str(data), "--output", str(tmp_path)]
+    assert cli.main([*argv, "--horizon", str(HORIZON // 2), "--n-windows", "2", "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "distributed-onnx export chronos2 --horizon 4" in lines[0], lines
+    assert client.post("/v1/forecast", json=body | {"horizon": HORIZON - 1}).status_code == 200  # 2 patches: its own
 
 
 def test_v2_infer_applies_the_upstream_nan_rule(client: httpx.Client, upstream: ResolvedCheckpoint) -> None:

@@ -23,21 +23,29 @@ MODEL_CONTEXT, PATCH, PATCHES = 8, 2, 3
 MODEL_HORIZON = PATCH * PATCHES
 
 
-def _metadata(family: str = "context_quantiles") -> CheckpointMetadata:
-    return CheckpointMetadata(
-        model_family=family,
-        input_names=CHRONOS2_INPUTS if family == "chronos2" else ["context"],
-        output_name="quantile_preds",
-        native_quantiles=NATIVE,
-        context_length=MODEL_CONTEXT,
-        output_patch_size=PATCH,
-        horizon_patches=PATCHES,
-        resolution_minutes=15,
+def _metadata(family: str = "context_quantiles", **overrides: object) -> CheckpointMetadata:
+    # The fake's steps do not depend on how many are asked: a shorter horizon is its first steps (the chronos2
+    # family's default refuses one; the tests of that rule say so).
+    fields = {"short_horizon": "first_steps"} if family == "chronos2" else {}
+    return CheckpointMetadata.model_validate(
+        {
+            "model_family": family,
+            "input_names": CHRONOS2_INPUTS if family == "chronos2" else ["context"],
+            "output_name": "quantile_preds",
+            "native_quantiles": NATIVE,
+            "context_length": MODEL_CONTEXT,
+            "output_patch_size": PATCH,
+            "horizon_patches": PATCHES,
+            "resolution_minutes": 15,
+            **fields,
+            **overrides,
+        }
     )
 
 
 class RecordingBackend:
-    """Records every input it is given; ``quantile_preds[r, q, h] = 1000 r + 10 q + h`` (row, level, lead)."""
+    """Records every input it is given; ``quantile_preds[r, q, h] = 1000 r + 10 q + h`` (row, level, lead), as many
+    steps as ``future_covariates`` is wide when it is sent (a graph computing the output patches it is sent)."""
 
     def __init__(self, metadata: CheckpointMetadata) -> None:
         self._metadata = metadata
@@ -67,15 +75,16 @@ class RecordingBackend:
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         self.calls.append({name: np.array(value, copy=True) for name, value in inputs.items()})
         rows = inputs["context"].shape[0]
-        r, q, h = np.meshgrid(np.arange(rows), np.arange(len(NATIVE)), np.arange(MODEL_HORIZON), indexing="ij")
+        steps = inputs["future_covariates"].shape[1] if "future_covariates" in inputs else MODEL_HORIZON
+        r, q, h = np.meshgrid(np.arange(rows), np.arange(len(NATIVE)), np.arange(steps), indexing="ij")
         return {"quantile_preds": (1000.0 * r + 10.0 * q + h).astype(np.float32)}
 
     def close(self) -> None:
         self.closed = True
 
 
-def _worker(family: str = "context_quantiles") -> tuple[InferenceWorker, RecordingBackend]:
-    backend = RecordingBackend(_metadata(family))
+def _worker(family: str = "context_quantiles", **overrides: object) -> tuple[InferenceWorker, RecordingBackend]:
+    backend = RecordingBackend(_metadata(family, **overrides))
     assert isinstance(backend, InferenceBackend)
     return InferenceWorker(backend, model_name="fake"), backend
 
@@ -148,6 +157,39 @@ def test_covariates_are_placed_on_the_model_grid() -> None:
     np.testing.assert_array_equal(sent["future_covariates_mask"][1], [1, 1, 0, 0, 0, 0])
     # the target row's future is never shown
     np.testing.assert_array_equal(sent["future_covariates_mask"][0], np.zeros(MODEL_HORIZON))
+
+
+def test_a_graph_computing_the_patches_it_is_sent_gets_the_patches_the_horizon_spans() -> None:
+    """``short_horizon: output_patches`` (Chronos-2 as exported here): a call for H steps sends ceil(H / patch)
+    patches of future, as Chronos2Pipeline runs the model for prediction_length H, and cuts within the last."""
+    worker, backend = _worker("chronos2", short_horizon="output_patches")
+    context = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    covariates = np.array([[[11.0, 12.0, 13.0, 14.0, 15.0, 16.0]]], dtype=np.float32)  # [W=1, K=1, 3 + 3]
+    out = worker.forecast(context, 3, NATIVE, covariates)
+    sent = backend.calls[0]
+    np.testing.assert_array_equal(sent["future_covariates"][1], [14, 15, 16, 0])  # 2 patches of 2, not 3
+    np.testing.assert_array_equal(sent["future_covariates_mask"][1], [1, 1, 1, 0])
+    np.testing.assert_array_equal(out[0, :, 1], [10.0, 11.0, 12.0])  # the median's first 3 steps of that call
+    worker.forecast(context, 1, NATIVE)
+    assert backend.calls[1]["future_covariates"].shape == (1, PATCH)  # one patch
+    worker.forecast(context, MODEL_HORIZON, NATIVE)
+    assert backend.calls[2]["future_covariates"].shape == (1, MODEL_HORIZON)  # the whole graph
+
+
+def test_a_graph_of_fixed_patches_refuses_a_horizon_of_fewer_naming_the_export() -> None:
+    """A Chronos-2 graph that does not say otherwise always computes its patches, which attend to each other: a
+    horizon of fewer patches is refused (never its first steps, which are not the model's forecast for it)."""
+    metadata = _metadata("chronos2", short_horizon=None)
+    worker, backend = _worker("chronos2", short_horizon=None)
+    context = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    expected = r"horizon 4 spans 2 output patch.*always computes 3.*distributed-onnx export chronos2 --horizon 4"
+    with pytest.raises(InputValidationError, match=expected):
+        worker.forecast(context, 4, NATIVE)
+    with pytest.raises(ConfigError, match=expected):
+        check_run_fits_model(metadata, 3, 4)
+    assert backend.calls == []
+    check_run_fits_model(metadata, 3, 5)  # 3 patches: the graph's own
+    assert worker.forecast(context, 5, NATIVE).shape == (1, 5, 3)
 
 
 def test_covariates_with_longer_history_keep_the_last_steps() -> None:

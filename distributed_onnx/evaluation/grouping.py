@@ -31,11 +31,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PartSpec, PlannedBatch, WindowSpec, plan_origins
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
+from distributed_onnx.settings_sources import flag_name
+
+#: The setting whose column these messages are about: only a run given it reaches them (its flag, from its field).
+GROUP_BY = flag_name(BacktestSettings, "group_by")
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,7 @@ class GroupedWindows:
         return grouped_parts(self.starts, windows_per_part)
 
 
-def series_groups(
-    data: storage.Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES
-) -> list[str]:
+def series_groups(data: Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES) -> list[str]:
     """Each series' value of the per-series ``column`` (as text), in the run's series order.
 
     A series with two values, or none (null or NaN), is refused with one line naming it (or the rows).
@@ -72,7 +75,7 @@ def series_groups(
     table = read_table(data, names)
     if column not in table.column_names:
         raise DataError(
-            f"{data}: --group-by column {column!r} is not a column of the data; it has {table.column_names}.",
+            f"{data}: {GROUP_BY} column {column!r} is not a column of the data; it has {table.column_names}.",
             path=str(data),
         )
     keys = table[column]
@@ -82,7 +85,7 @@ def series_groups(
         rows = np.flatnonzero(np.asarray(missing.to_numpy(zero_copy_only=False)))
         raise rows_error(
             str(data),
-            f"--group-by column {column!r} is null or NaN at rows",
+            f"{GROUP_BY} column {column!r} is null or NaN at rows",
             rows,
             "; give every row its series' group.",
         )
@@ -93,7 +96,7 @@ def series_groups(
     for series_id, value in zip(ids, values, strict=True):
         if series_id in found and found[series_id] != value:
             raise DataError(
-                f"{data}: --group-by column {column!r} must hold one value per series; series {series_id!r} has "
+                f"{data}: {GROUP_BY} column {column!r} must hold one value per series; series {series_id!r} has "
                 f"{sorted({found[series_id], value})}.",
                 path=str(data),
             )

@@ -26,10 +26,10 @@ import pyarrow.fs as pafs
 from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.model.window_batch import arrow_array, flat_values, masked_floats, numpy_view
 from distributed_onnx.redact import redact_text
-from distributed_onnx.storage import Location
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +80,16 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
     storage.write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
-def _make_run_directory(output: Location) -> None:
-    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+def check_output_folder(output: Location) -> None:
+    """Refuse an output that is an existing file (exit 2): a run's output is a folder, new or one it wrote. Asked
+    before Ray starts (``evaluation/driver/up_front.py``) and again when the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+
+
+def _make_run_directory(output: Location) -> None:
+    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+    check_output_folder(output)
     try:
         storage.make_dirs(storage.join(output, FORECASTS_DIR))
         storage.make_dirs(storage.join(output, SCORES_DIR))
@@ -242,7 +248,7 @@ def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[st
         logger.warning(
             "Checkpoint %r is no longer in this run: its forecasts moved out of forecasts/ to %s",
             moved[-1],
-            storage.redact(target_location),
+            str(target_location),
         )
     return moved
 
@@ -256,6 +262,4 @@ def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) 
         try:
             storage.delete(path)
         except OSError as exc:
-            logger.warning(
-                "Cannot remove %s before redoing part %d: %s", storage.redact(path), part_index, redact_text(str(exc))
-            )
+            logger.warning("Cannot remove %s before redoing part %d: %s", str(path), part_index, redact_text(str(exc)))

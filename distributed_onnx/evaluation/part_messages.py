@@ -17,7 +17,7 @@ from distributed_onnx.evaluation.data.vintages import VintagedCovariates
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec
 from distributed_onnx.evaluation.grouping import GroupedWindows
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 #: The stage of one model's calls in a run of several (``model:NAME`` in a receipt's seconds and in summary.json's
 #: ``timing.actor_stage_s``), beside the models' total ``model``: the variant comparison's speed ratio.

@@ -26,11 +26,12 @@ from distributed_onnx.bounds import (
 )
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
-from distributed_onnx.model.checkpoint import checkpoint_paths
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
-from distributed_onnx.settings_sources import comma_list, one_or_many_paths, path_or_url, read_yaml
+from distributed_onnx.settings_sources import comma_list, read_yaml
 
 __all__ = ["BacktestSettings", "read_yaml"]
 
@@ -46,12 +47,11 @@ class BacktestSettings(ColumnSettings):
         "each is named by its file stem (default: the bundled reference one). A folder is every .onnx in it with "
         "its .metadata.json; a .metadata.json is its checkpoint.",
     )
-    # Strings, not only Paths: a URL such as s3://bucket/runs/x must reach the settings unmangled.
-    data: Path | str = Field(
-        default=REFERENCE_DATASET,
+    data: Location = Field(
+        default=Location(REFERENCE_DATASET),
         description="Input table (.parquet or .csv, long format), a path or a URL (default: the bundled Taylor data).",
     )
-    output: Path | str = Field(
+    output: Location = Field(
         description="Run directory, a path or a URL such as s3://...: forecasts/, metrics.parquet, summary.json, "
         "report.html. Rerun it to resume."
     )
@@ -100,7 +100,7 @@ class BacktestSettings(ColumnSettings):
         description="Past-only covariate columns: values known only up to each cutoff, their future unknown "
         "(text or bool columns are categorical). Chronos-2 checkpoints.",
     )
-    covariate_data: Path | str | None = Field(
+    covariate_data: Location | None = Field(
         default=None,
         description="A table of covariate vintages (.parquet or .csv): timestamp, available_at, covariate columns, "
         "optionally series_id. The declared covariates it holds are read from it as known at each cutoff "
@@ -125,6 +125,7 @@ class BacktestSettings(ColumnSettings):
     )
     group_by: str | None = Field(
         default=None,
+        min_length=1,
         examples=["region"],
         description="A per-series column: series sharing its value are forecast jointly at each origin "
         "(cross-learning, one group per value and origin). Chronos-2 checkpoints.",
@@ -152,6 +153,24 @@ class BacktestSettings(ColumnSettings):
         default=1.0, gt=0, le=MAX_CPUS, description="CPUs per actor; sets ONNX Runtime's threads."
     )
     gpus_per_actor: float = Field(default=0.0, ge=0, le=MAX_GPUS, description="GPUs per actor; fractions share a GPU.")
+    # Twice Ray's own deadline for a new worker process to register (worker_register_timeout_seconds, 60 s): an
+    # actor that has room on a node runs by then, so one that does not is waiting for room.
+    placement_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long the actor pool waits for Ray to place its actors (room in the cluster) before it fails, "
+        "naming what it asked and what the cluster had free. A pool larger than the whole cluster is refused at "
+        "once.",
+    )
+    # A published model read from remote storage onto a cold node takes minutes; a hung start must still end.
+    ready_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long placed actors may take to load their checkpoints, warm up and read the run's input "
+        "before the run fails (a replacement actor gets the placement and this deadline together).",
+    )
     providers: ProviderChain = Field(
         default=None,
         examples=["cuda,cpu"],
@@ -191,10 +210,10 @@ class BacktestSettings(ColumnSettings):
         "series' rows of the Parquet input), or auto (the object store while the series fit a quarter of it).",
     )
     max_in_flight_per_actor: int = Field(default=2, gt=0, le=MAX_IN_FLIGHT, description="Parts queued on each actor.")
-    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
+    address: str | None = Field(
+        default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
+    )
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
-
-    _path_or_url = field_validator("data", "output", "covariate_data", mode="before")(path_or_url)
 
     @field_validator("compare_realized")
     @classmethod
@@ -203,7 +222,8 @@ class BacktestSettings(ColumnSettings):
             raise ValueError("compare_realized needs covariate_data (a table of covariate vintages)")
         return value
 
-    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)
 
     @field_validator("checkpoint")
     @classmethod
@@ -232,6 +252,10 @@ class BacktestSettings(ColumnSettings):
     def covariate_columns(self) -> list[str]:
         """Every covariate column in the model's row order: past-only first, then known-future (as upstream)."""
         return [*self.past_covariates, *self.covariates]
+
+    def mapped_covariates(self) -> list[str]:
+        """The covariates, for the one-to-one check of the columns' roles (:func:`~.data.columns.check_roles`)."""
+        return self.covariate_columns
 
     @field_validator("start")
     @classmethod

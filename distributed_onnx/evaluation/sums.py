@@ -24,6 +24,7 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.fans import FanCandidates
 from distributed_onnx.evaluation.outputs import part_path, part_record, sums_path
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.location import Location
 from distributed_onnx.model.window_batch import arrow_array, arrow_strings
 
 #: Bumped whenever the file's layout changes; a file of another format is redone, not read.
@@ -89,13 +90,11 @@ def _array_of(column: pa.ChunkedArray, spec: dict[str, Any]) -> np.ndarray:
     return np.asarray(flat, dtype=dtype).reshape(spec["shape"])
 
 
-def write_sums(output: storage.Location, part_index: int, sums: PartSums) -> int:
+def write_sums(output: Location, part_index: int, sums: PartSums) -> int:
     return storage.write_bytes(sums_path(output, part_index), sums.to_bytes())
 
 
-def model_part_verifies(
-    output: storage.Location, model: str, part_index: int, expected: dict[str, Any], rows: int
-) -> bool:
+def model_part_verifies(output: Location, model: str, part_index: int, expected: dict[str, Any], rows: int) -> bool:
     """Whether a model's forecast part is readable and its footer names ``expected`` and holds ``rows`` rows."""
     found = part_record(output, model, part_index)
     if found is None:
@@ -105,7 +104,7 @@ def model_part_verifies(
 
 
 def read_done_part(
-    output: storage.Location,
+    output: Location,
     part_index: int,
     run_fingerprint: str,
     n_windows: int,
@@ -152,7 +151,7 @@ def read_done_part(
 
 
 def unverified_models(
-    output: storage.Location,
+    output: Location,
     part_index: int,
     run_fingerprint: str,
     n_windows: int,

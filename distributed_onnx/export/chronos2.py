@@ -36,12 +36,17 @@ query attends them. Evidence: ``tests/test_chronos2_pipeline.py::test_univariate
 (leading NaN, a NaN run, a short series, against ``Chronos2Pipeline.predict``) and the parity report;
 ``test_univariate_call_skips_the_group_attentions_arithmetic`` counts the multiply-adds skipped.
 
-The graph computes exactly the output patches upstream's pipeline computes for the horizon asked
-(:func:`output_patches`): ``Chronos2Pipeline.predict`` runs the model with ``ceil(prediction_length /
-output_patch_size)`` patches, and since the output patches attend to each other (and to the context), a graph
-of more patches cut to the horizon forecasts differently (at the published config:
-``benchmarks/results/export_parity_published.md``). Fewer patches are also less work: the published graph at 64
-patches spends most of a call on the 60 patches a 64-step horizon does not need.
+The graph computes exactly the output patches upstream's pipeline computes for the horizon a call asks:
+``Chronos2Pipeline.predict`` runs the model with ``ceil(prediction_length / output_patch_size)`` patches, and
+since the output patches attend to each other (and to the context), a graph of more patches cut to the horizon
+forecasts differently (at the published config: ``benchmarks/results/export_parity_published.md``). So the
+number of output patches is an input: ``future_covariates``' time axis is dynamic, ``output_patch_size`` x
+patches long, and the graph computes as many patches as it holds (the model's ``num_output_patches`` is
+``future_covariates.shape[-1] // output_patch_size``, a symbol the exporter follows). The metadata says so
+(``short_horizon: output_patches``) and the worker sends ``ceil(horizon / output_patch_size)`` patches of future
+(:mod:`distributed_onnx.model.horizons`): one graph serves every horizon up to ``horizon_patches``
+(:func:`output_patches`: ``--horizon``'s, default the model's ``max_output_patches``) as upstream computes it,
+and a shorter horizon is less work (a 64-step call at the published config computes 4 patches, not 64).
 
 The parity report runs the upstream pipeline's own ``predict`` and this package's ONNX Runtime worker on the
 same windows (the user's ``--data`` or seeded sample windows with gaps) and records the largest difference.
@@ -95,12 +100,13 @@ def export(request: ExportRequest) -> ExportResult:
             context_length=int(config.context_length),
             output_patch_size=int(config.output_patch_size),
             horizon_patches=patches,
+            short_horizon="output_patches",  # the graph's patch count follows future_covariates' width
             resolution_minutes=resolution,
             description=f"Chronos-2 exported from {request.folder.name} (chronos-forecasting "
             f"{_upstream_version()}); weights in {output.name}.data",
         )
     output.parent.mkdir(parents=True, exist_ok=True)
-    export_graph(model, output, patches)
+    export_graph(model, output)
     metadata_path = write_metadata(output, described(request, metadata))
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     horizon = request.horizon or metadata.horizon_length
@@ -109,7 +115,7 @@ def export(request: ExportRequest) -> ExportResult:
 
 
 def output_patches(horizon: int | None, config: Any) -> int:
-    """The output patches upstream computes for ``horizon`` steps: ``ceil(horizon / output_patch_size)``;
+    """The checkpoint's ``horizon_patches``, the most a run may ask: ``ceil(horizon / output_patch_size)``;
     ``None``: upstream's default prediction length (``max_output_patches``). Beyond ``max_output_patches``
     upstream unrolls (feeding its medians back), which this contract cannot: refused."""
     size, most = int(config.output_patch_size), int(config.max_output_patches)
@@ -142,15 +148,17 @@ def load_pipeline(pretrained_dir: Path) -> Any:
     return pipeline
 
 
-def export_graph(model: Any, output: Path, patches: int) -> None:
-    """``model`` in the upstream contract, computing ``patches`` output patches, as ``output`` (+ ``output.data``),
-    batch axis dynamic."""
+def export_graph(model: Any, output: Path) -> None:
+    """``model`` in the upstream contract as ``output`` (+ ``output.data``), the batch axis dynamic and the number
+    of output patches too: as many as ``future_covariates``' time axis holds, 1 to ``max_output_patches``."""
     import torch
 
     config = model.chronos_config
-    graph = _UpstreamContract(model, patches)
+    size, most = int(config.output_patch_size), int(config.max_output_patches)
+    graph = _UpstreamContract(model, size)
     rows, context_length = 4, int(config.context_length)
-    horizon = patches * int(config.output_patch_size)
+    # Traced at 2 patches: an axis traced at size 1 is specialized to a constant by torch.export.
+    horizon = 2 * size
     generator = torch.Generator().manual_seed(0)
     context = torch.randn(rows, context_length, generator=generator)
     context[:, :3] = float("nan")
@@ -161,10 +169,12 @@ def export_graph(model: Any, output: Path, patches: int) -> None:
         torch.full((rows, horizon), float("nan")),
     )
     batch = torch.export.Dim("rows", min=1)
-    dynamic = {name: {0: batch} for name in INPUT_NAMES}
+    output_patches_axis = torch.export.Dim("output_patches", min=1, max=max(most, 2))
+    dynamic: dict[str, dict[int, Any]] = {name: {0: batch} for name in INPUT_NAMES}
+    dynamic["future_covariates"][1] = size * output_patches_axis
     # onnx_ir logs every deduplicated initializer at INFO (hundreds of lines for a real model).
     with export_patches(model), torch.no_grad(), quiet_loggers("onnx_ir"):
-        phase(f"tracing and exporting the graph ({patches} output patches)")
+        phase(f"tracing and exporting the graph (1 to {most} output patches, by future_covariates' length)")
         program = torch.onnx.export(
             graph,
             sample,
@@ -183,9 +193,9 @@ def export_graph(model: Any, output: Path, patches: int) -> None:
 
 class _UpstreamContract:
     """Built lazily as a ``torch.nn.Module`` (torch is imported only when exporting): the model's ``forward``
-    with the contract's four inputs and a traced number of output patches."""
+    with the contract's four inputs, computing as many output patches as ``future_covariates`` is long."""
 
-    def __new__(cls, model: Any, num_output_patches: int) -> Any:
+    def __new__(cls, model: Any, output_patch_size: int) -> Any:
         import torch
 
         class UpstreamContract(torch.nn.Module):
@@ -205,7 +215,7 @@ class _UpstreamContract:
                     context_mask=attention_mask,
                     group_ids=group_ids,
                     future_covariates=future_covariates,
-                    num_output_patches=num_output_patches,
+                    num_output_patches=future_covariates.shape[-1] // output_patch_size,
                 )
                 return cast(torch.Tensor, out.quantile_preds)
 

@@ -49,12 +49,12 @@ def load_pipeline(request: ExportRequest) -> Any:
     try:
         from chronos import ChronosBoltPipeline
     except ImportError as exc:
-        raise MissingExtraError.for_package("chronos", "chronos") from exc
+        raise MissingExtraError.for_package("chronos", "chronos", exc) from exc
     if not (request.folder / "config.json").is_file():
         raise ConfigError(
             f"--from-pretrained {request.folder} has no config.json: give the folder "
             "ChronosBoltPipeline.save_pretrained wrote (or the model hub's files, downloaded).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     torch = require_torch()
     pipeline = ChronosBoltPipeline.from_pretrained(

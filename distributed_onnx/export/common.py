@@ -13,6 +13,9 @@ import contextlib
 import contextvars
 import json
 import logging
+import signal
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,6 +60,38 @@ def phase(what: str) -> None:
 
 
 @contextlib.contextmanager
+def scratch_folder(what: str) -> Iterator[Path]:
+    """The one temporary folder an export makes (``--random-weights``: the model built for it), removed however
+    the block ends (an error, Ctrl-C, or SIGTERM under :func:`sigterm_interrupts`)."""
+    with tempfile.TemporaryDirectory(prefix=f"distributed-onnx-{what}-") as folder:
+        yield Path(folder)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM as an interrupt for the block (an export), the handler that was there restored afterwards.
+
+    Python's default SIGTERM ends the process at once, without running a ``finally``: a killed export left its
+    temporary folder (:func:`scratch_folder`: a built model's weights) behind, and ONNX Runtime's quantizer its
+    own. As an interrupt, every ``finally`` and ``with`` runs (each removes its folder) and the command ends with
+    exit 130, "interrupted by SIGTERM". Only the main thread can set a handler: elsewhere (an export run from a
+    thread) SIGTERM is left as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("interrupted by SIGTERM; the export's temporary files were removed")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
     """Loading ``--from-pretrained`` and reading its config: what fails here is the folder's (exit 2, naming it).
 
@@ -81,7 +116,7 @@ def pretrained_folder(request: ExportRequest, family: str) -> Iterator[None]:
         raise ConfigError(
             f"--from-pretrained {request.folder} cannot be exported as {family} ({type(exc).__name__}: "
             f"{seen}); give the folder of a {family} model as its package saves it.",
-            key="pretrained_dir",
+            key="from_pretrained",
         ) from exc
 
 
@@ -90,7 +125,7 @@ def require_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise MissingExtraError.for_package("torch", "export") from exc
+        raise MissingExtraError.for_package("torch", "export", exc) from exc
     return torch
 
 
@@ -204,9 +239,9 @@ def export_context_model(
 def described(request: ExportRequest, metadata: CheckpointMetadata) -> CheckpointMetadata:
     """``metadata``, its description saying first that the weights are random when they are (``--random-weights``):
     whoever finds the checkpoint later (a report, ``inspect``) is told its forecasts mean nothing."""
-    if request.random_weights is None:
+    if request.random_size is None:
         return metadata
-    note = f"{MEANINGLESS} ({request.random_weights} architecture, seeded)"
+    note = f"{MEANINGLESS} ({request.random_size} architecture, seeded)"
     upstream = (metadata.description or "").replace(str(request.folder), "random weights")  # not a temp folder
     return metadata.model_copy(update={"description": f"{note}. {upstream}".strip()})
 
@@ -229,7 +264,7 @@ def resolution_of(request: ExportRequest) -> int:
 
     from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
 
-    source = storage.redact(request.data)
+    source = str(request.data)
     table = read_table(request.data)
     check_columns(table.column_names, (), source)  # the backtest's own checks and messages, naming the file
     ids = table["series_id"].drop_null()
@@ -264,7 +299,7 @@ def parity_windows(request: ExportRequest, context_length: int, resolution_minut
     if request.data is not None:
         from distributed_onnx.evaluation.data.table import load_series
 
-        source = storage.redact(request.data)  # the parity report records it: a URL's secrets stay in the URL
+        source = str(request.data)  # the parity report records it: a URL's secrets stay in the URL
         table = load_series(request.data, resolution_minutes)
         windows = np.full((min(count, len(table.series)), context_length), np.nan, dtype=np.float32)
         for row, series in enumerate(table.series[: windows.shape[0]]):
@@ -331,7 +366,7 @@ def finish(request: ExportRequest, metadata_path: Path, parity: dict[str, Any]) 
             f"by max_abs_diff {parity['max_abs_diff']} (max_rel_diff {parity['max_rel_diff']}, tolerance "
             f"{PARITY_TOLERANCE}); the checkpoint was removed, the report is {parity_path}. Check the pretrained "
             "folder's weights (non-finite values?).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     logger.info("Exported %s: parity max abs diff %.3g", request.output, parity["max_abs_diff"])
     return ExportResult(

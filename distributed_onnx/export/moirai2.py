@@ -16,6 +16,12 @@ The pretrained folder is what ``Moirai2Module.save_pretrained`` writes and the m
   nothing slides out). The graph holds that loop for the horizon it is exported for (``--horizon``, default
   one call's ``num_predict_token x patch_size`` steps); a shorter horizon is its first steps (each step
   depends only on the steps before it), a longer one is refused (``long_horizon: refuse``): export again.
+- the longest horizon: the sequence the module attends over is the context's patches and then the horizon's
+  (the context grows, nothing slides out), and the module declares ``max_seq_len`` tokens its longest input
+  sequence. A horizon whose patches do not fit beside the context is refused before anything is traced
+  (:func:`graph_patches`), naming the longest that does: unrolled in the graph, such a horizon sat in tracing
+  for minutes, its memory growing, before anything said it was beyond the model. The context takes at most
+  half the sequence (:func:`context_length_of`), so the other half is always there for a horizon.
 
 Export-only changes (:func:`_exportable`), each computing upstream's values from ops that export, checked by
 the parity report against ``Moirai2Forecast.predict`` unpatched:
@@ -58,17 +64,18 @@ from distributed_onnx.model.families import rules_of
 OUTPUT_NAME = "quantiles"
 CONFIG_FILE = "config.json"
 #: The context ``Moirai2Forecast`` is given in uni2ts's own Moirai 2 example (README: ``context_length=1680``);
-#: Moirai 2 takes any length, so the graph fixes one: this, or fewer when the model's rotary tables were built
-#: for fewer steps (``max_seq_len`` patches: the tiny test model).
+#: Moirai 2 takes any length, so the graph fixes one: this, or fewer when half the model's sequence
+#: (``max_seq_len`` patches) holds fewer steps (the tiny test model).
 CONTEXT_LENGTH = 1680
 
 
-def missing_uni2ts() -> MissingExtraError:
-    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26 (gluonts 0.16.2 numpy<2.2): installed without their pins."""
+def missing_uni2ts(cause: ImportError) -> MissingExtraError:
+    """uni2ts 2.0.0 pins torch<2.5 and numpy~=1.26 (gluonts 0.16.2 numpy<2.2): installed without their pins. The
+    message says what failed to import (uni2ts itself, or a module it imports that the install lacks)."""
     return MissingExtraError(
-        "uni2ts is not installed. Install it with: pip install 'distributed-onnx[moirai2]' && pip install "
-        "--no-deps uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29 (their own pins would replace torch, numpy "
-        "and pandas; see docs/export.md, Moirai 2)",
+        f"uni2ts cannot be imported ({cause}). Install it with: pip install -e '.[cpu,export,moirai2]' && pip "
+        "install --no-deps uni2ts==2.0.0 gluonts==0.16.2 jaxtyping==0.2.29 (their own pins would replace torch, "
+        "numpy and pandas; see docs/export.md, Installing an exporter)",
         package="uni2ts",
         extra="moirai2",
     )
@@ -79,28 +86,42 @@ def load_module(folder: Path) -> Any:
     try:
         from uni2ts.model.moirai2 import Moirai2Module
     except ImportError as exc:
-        raise missing_uni2ts() from exc
+        raise missing_uni2ts(exc) from exc
     if not (folder / CONFIG_FILE).is_file():
         raise ConfigError(
             f"--from-pretrained {folder} holds no {CONFIG_FILE}: give the folder of a Moirai 2 model as "
             "Moirai2Module.save_pretrained writes it (config.json + model.safetensors, as on the model hub: "
             "Salesforce/moirai-2.0-R-small).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))  # not JSON: the folder's error, named
     return Moirai2Module.from_pretrained(str(folder)).eval()
 
 
 def context_length_of(module: Any) -> int:
-    """:data:`CONTEXT_LENGTH`, or ``max_seq_len`` patches when fewer."""
-    return int(min(CONTEXT_LENGTH, module.patch_size * module.max_seq_len))
+    """:data:`CONTEXT_LENGTH`, or half of ``max_seq_len`` patches when fewer (the rest is the horizon's)."""
+    return int(min(CONTEXT_LENGTH, module.patch_size * (module.max_seq_len // 2)))
 
 
-def graph_patches(request: ExportRequest, module: Any) -> int:
-    """The patches the graph forecasts: ``ceil(--horizon / patch_size)``, default one call's patches."""
+def graph_patches(request: ExportRequest, module: Any, context_length: int) -> int:
+    """The patches the graph forecasts: ``ceil(--horizon / patch_size)``, default one call's patches; a horizon
+    whose patches do not fit in ``max_seq_len`` beside the context's is refused (module docstring)."""
+    patch = int(module.patch_size)
     if request.horizon is None:
         return int(module.num_predict_token)
-    return -(-request.horizon // int(module.patch_size))
+    patches = -(-request.horizon // patch)
+    context_tokens = -(-context_length // patch)
+    room = int(module.max_seq_len) - context_tokens
+    if patches > room:
+        raise ConfigError(
+            f"--horizon {request.horizon} needs {patches} patches of {patch} steps; this Moirai 2 attends over at "
+            f"most max_seq_len {module.max_seq_len} tokens (its config's longest input sequence), {context_tokens} of "
+            f"them the context's {context_length} steps, so it forecasts at most {room * patch} steps: export with "
+            f"--horizon {room * patch} or less (each {int(module.num_predict_token) * patch} steps beyond the first "
+            "are one more model call traced into the graph).",
+            key="horizon",
+        )
+    return patches
 
 
 def forecaster(module: Any, context_length: int, horizon: int) -> Any:
@@ -143,7 +164,7 @@ def export(request: ExportRequest) -> ExportResult:
     with pretrained_folder(request, "Moirai 2"):
         module = load_module(request.folder)
         context_length = context_length_of(module)
-        patches = graph_patches(request, module)
+        patches = graph_patches(request, module, context_length)
         metadata = metadata_for(module, context_length, patches, resolution)
     torch = require_torch()
     graph = forecaster(module, context_length, metadata.horizon_length)

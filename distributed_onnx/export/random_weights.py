@@ -98,7 +98,7 @@ MOIRAI2: dict[str, dict[str, Any]] = {
         "d_ff": 128,
         "num_layers": 1,
         "patch_size": 8,
-        "max_seq_len": 8,
+        "max_seq_len": 16,  # half the context (64 steps), half the horizon: up to 8 patches
         "attn_dropout_p": 0.0,
         "dropout_p": 0.0,
         "scaling": True,
@@ -259,7 +259,7 @@ def write_moirai2(directory: Path, size: Size, seed: int = SEED) -> Path:
     except ImportError as exc:
         from distributed_onnx.export.moirai2 import missing_uni2ts
 
-        raise missing_uni2ts() from exc
+        raise missing_uni2ts(exc) from exc
 
     torch.manual_seed(seed)
     Moirai2Module(**MOIRAI2[size]).eval().save_pretrained(directory)
@@ -271,8 +271,13 @@ def write_toto(directory: Path, size: Size, seed: int = SEED) -> Path:
     import json
 
     torch = require_torch()
-    from safetensors.torch import save_file
-    from toto.model.toto import Toto
+    try:
+        from safetensors.torch import save_file
+        from toto.model.toto import Toto
+    except ImportError as exc:
+        from distributed_onnx.export.toto import missing_toto
+
+        raise missing_toto(exc) from exc
 
     config = dict(TOTO[size])
     torch.manual_seed(seed)

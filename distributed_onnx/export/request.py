@@ -1,96 +1,183 @@
-"""What an export is asked for and what it gives back, and the dispatch to the family's exporter module."""
+"""What an export is asked for and what it gives back: the ``export`` command's settings model and its result.
+
+The fields are the command's arguments (generated from them, :mod:`distributed_onnx.settings_sources`): their
+names, defaults, bounds and help live here only. Everything an export can be refused for without building a
+model is refused here, before torch is imported: the family, a source given twice or not at all, ``--output``'s
+name (the names rule every command applies to a checkpoint's file stem, :mod:`distributed_onnx.names`), a
+quantization the request cannot give. The dispatch to the family's exporter is :mod:`.dispatch`; this module
+imports no exporter, so that every exporter may import it.
+"""
 
 from __future__ import annotations
 
-import importlib
-import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import CliPositionalArg
 
+from distributed_onnx import names
 from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location
 from distributed_onnx.model import families
 from distributed_onnx.model.families import Family
-from distributed_onnx.settings_sources import path_or_url
+from distributed_onnx.settings_sources import CommandSettings
+
+__all__ = ["ExportRequest", "ExportResult", "exportable_family"]
+
+#: The suffix of the file ``--output`` names: what ``backtest --checkpoint FOLDER`` takes from a folder.
+WEIGHTS_SUFFIX = ".onnx"
+#: The int8 variant's file beside the checkpoint (``NAME-int8.onnx``, :mod:`.variants`).
+VARIANT_SUFFIX = "-int8"
 
 
-class ExportRequest(BaseModel):
-    """One ``distributed-onnx export`` call."""
+class ExportRequest(CommandSettings):
+    """Build FAMILY's graph from its upstream package and a local pretrained folder (or random weights,
+    --random-weights), write the ONNX checkpoint and its metadata, and compare ONNX Runtime with the upstream
+    pipeline on sample windows."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    label: ClassVar[str] = "export settings"
 
-    family: str = Field(description="The model family to export: one whose record (model/families.py) has an exporter.")
-    pretrained_dir: Path | None = Field(
-        default=None, description="A local folder of the upstream model (its config and weights)."
+    family: CliPositionalArg[str] = Field(
+        examples=["FAMILY"],
+        description="The model family to export: one whose record (model/families.py) has an exporter, or an "
+        "installed plugin's.",
     )
-    random_weights: Literal["tiny", "published"] | None = Field(
+    from_pretrained: Path | None = Field(
         default=None,
-        description="Instead of a folder: the family built from its upstream classes with seeded random weights, "
-        "'tiny' (the tests' configs) or 'published' (the published architecture); forecasts are meaningless "
-        "(for trying the pipeline and benchmarks), and the metadata's description says so.",
+        examples=["DIR"],
+        description="A local folder of the upstream model (its config and weights; nothing is downloaded).",
     )
-    output: Path = Field(description="The .onnx file to write; the metadata JSON is written beside it.")
-    data: Path | str | None = Field(
-        default=None, description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses."
+    random_weights: bool = Field(
+        default=False,
+        description="No download: the family with seeded random weights (forecasts are meaningless; for trying the "
+        "pipeline and benchmarks), at --size; the metadata's description says so.",
+    )
+    size: Literal["tiny", "published"] | None = Field(
+        default=None,
+        description="With --random-weights: tiny (the tests' small configs, seconds; the default) or published "
+        "(the published architecture).",
+    )
+    output: Path = Field(
+        examples=["MODEL.onnx"],
+        description="The .onnx file to write; its metadata (MODEL.metadata.json) and parity report beside it. Its "
+        f"stem is the checkpoint's name: {names.RULE}.",
+    )
+    data: Location | None = Field(
+        default=None,
+        description="An input table (Parquet/CSV, a path or a URL) whose windows the parity report uses.",
     )
 
-    @field_validator("data", mode="before")
+    @field_validator("from_pretrained", mode="before")
     @classmethod
-    def _path_or_url(cls, value: Any) -> Any:
-        # A URL stays a string: as a Path, ``https://user:pw@host`` became ``https:/user:pw@host``, which is no
-        # URL any more (not read, and not redacted in the error that named it).
-        return path_or_url(value) if value else None
+    def _local_folder(cls, value: Any) -> Any:
+        # Parsed as a location, so that a URL is refused naming it redacted; as a Path, ``https://user:pw@host``
+        # became ``https:/user:pw@host``, a local folder that does not exist, and the error showed the password.
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--from-pretrained",
+            "download the published model once (hf download REPOSITORY --local-dir DIR, docs/export.md) and give "
+            "that folder",
+        )
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _local_output(cls, value: Any) -> Any:
+        if not isinstance(value, str | Path | Location):
+            return value
+        return Location.parse(value).require_local(
+            "--output", "export writes the checkpoint to a local file; give a local path and copy the files after"
+        )
 
     parity_windows: int = Field(
-        default=32, ge=1, le=MAX_PARITY_WINDOWS, description="How many windows the parity report compares."
+        default=32, ge=1, le=MAX_PARITY_WINDOWS, examples=["N"], description="How many windows the parity compares."
     )
     horizon: int | None = Field(
         default=None,
         gt=0,
         le=MAX_STEPS,
-        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the graph computes "
-        "exactly the output patches upstream's pipeline computes for it (ceil(horizon / output_patch_size); the "
-        "output patches attend to each other, so more patches change the forecasts); default: the model's own "
-        "default prediction length (max_output_patches patches, as predict_df without prediction_length). "
-        "Chronos-Bolt and TiRex: their graph is the same at every horizon (upstream computes one call and cuts "
-        "or unrolls it); the horizon the parity report compares (default: two calls). TimesFM: the graph decodes "
-        "ceil(horizon / 128) output patches (default: one) and refuses a longer horizon.",
+        examples=["STEPS"],
+        description="The longest horizon (steps) the checkpoint will be asked for. Chronos-2: the most output "
+        "patches a run may ask; the graph computes the patches each run's horizon spans, as upstream's pipeline "
+        "does for that prediction length (default: the model's own maximum). Chronos-Bolt and TiRex: their graph is "
+        "the same at every horizon; the horizon "
+        "the parity report compares (default: two calls). TimesFM: the graph decodes ceil(horizon / its output "
+        "patch) patches (default: one) and refuses a longer horizon.",
     )
     quantize: Literal["int8"] | None = Field(
         default=None,
-        description="Also write the checkpoint's int8 variant, NAME-int8.onnx, whose metadata names its parent.",
+        description="Also write the int8 variant NAME-int8.onnx (its metadata names this checkpoint as its parent).",
     )
     quantize_mode: Literal["dynamic", "static"] = Field(
         default="dynamic",
-        description="'dynamic': int8 weights, activations quantized per call (no data needed); 'static': the "
-        "activations' ranges calibrated on --data's windows (--parity-windows of them).",
+        description="dynamic (the default; int8 weights, activations quantized per call, no data) or static "
+        "(activations calibrated on --data's windows, --parity-windows of them).",
     )
     resolution_minutes: int | None = Field(
         default=None,
         gt=0,
         le=MAX_RESOLUTION_MINUTES,
+        examples=["M"],
         description="The sampling interval of the data the checkpoint will forecast, written to its metadata "
-        "(the families are trained across resolutions; a backtest lays the data out on this grid). "
-        "Default: the step of --data; without --data it is required.",
+        "(default: the step of --data; required without it).",
     )
+
+    @field_validator("family")
+    @classmethod
+    def _exportable(cls, value: str) -> str:
+        exportable_family(value)
+        return value
+
+    @field_validator("output")
+    @classmethod
+    def _a_checkpoint_name(cls, value: Path) -> Path:
+        """The file every other command takes as a checkpoint: a ``.onnx`` file whose stem the names rule takes,
+        and not a folder."""
+        if value.suffix != WEIGHTS_SUFFIX:
+            raise ValueError(f"{value} is not a {WEIGHTS_SUFFIX} file name; give MODEL{WEIGHTS_SUFFIX}")
+        if value.is_dir():
+            raise ValueError(f"{value} is a folder; give the {WEIGHTS_SUFFIX} file to write (e.g. {value}/model.onnx)")
+        problem = names.name_problem(value.stem)
+        if problem is not None:
+            raise ValueError(f"its stem {value.stem!r} (the checkpoint's name) is refused: {problem}")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ExportRequest:
-        if (self.pretrained_dir is None) == (self.random_weights is None):
+        if self.from_pretrained is not None and self.random_weights:
+            raise ValueError("give one of --from-pretrained DIR and --random-weights, not both")
+        if self.from_pretrained is None and not self.random_weights:
             raise ValueError(
-                "give exactly one of --from-pretrained DIR (a downloaded model) and --random-weights "
-                "(--size tiny|published: forecasts are meaningless)"
+                "give --from-pretrained DIR (a downloaded model) or --random-weights (--size tiny|published: "
+                "forecasts are meaningless)"
+            )
+        if self.size is not None and not self.random_weights:
+            raise ValueError("--size goes with --random-weights (a --from-pretrained folder has its own size)")
+        if self.quantize is not None:
+            variant = f"{self.output.stem}{VARIANT_SUFFIX}"
+            problem = names.name_problem(variant)
+            if problem is not None:
+                raise ValueError(f"--quantize writes {variant}{WEIGHTS_SUFFIX}, whose name is refused: {problem}")
+        if self.quantize_mode == "static" and self.quantize is not None and self.data is None:
+            raise ValueError(
+                "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
+                "--quantize-mode dynamic, which needs none)"
             )
         return self
 
     @property
+    def random_size(self) -> Literal["tiny", "published"] | None:
+        """The random weights' architecture (``--size``, tiny by default), or None for a pretrained folder."""
+        return (self.size or "tiny") if self.random_weights else None
+
+    @property
     def folder(self) -> Path:
         """The pretrained folder the family's exporter loads (for ``--random-weights``, the one built for it)."""
-        if self.pretrained_dir is None:
-            raise ConfigError("no --from-pretrained folder to load", key="pretrained_dir")
-        return self.pretrained_dir
+        if self.from_pretrained is None:
+            raise ConfigError("no --from-pretrained folder to load", key="from_pretrained")
+        return self.from_pretrained
 
 
 class ExportResult(BaseModel):
@@ -106,51 +193,6 @@ class ExportResult(BaseModel):
     variant: dict[str, Any] | None = Field(
         default=None, description="The variant against its parent on the parity windows (NAME-int8.parity.json)."
     )
-
-
-def run_export(request: ExportRequest) -> ExportResult:
-    """Export ``request.family`` by ``export(request)`` of its family's exporter module (the family registry,
-    :mod:`distributed_onnx.model.families`)."""
-    declared = exportable_family(request.family)
-    assert declared.exporter is not None  # exportable_family refuses a family without one
-    if request.output.is_dir():
-        raise ConfigError(
-            f"--output {request.output} is a folder; give the .onnx file to write (e.g. {request.output}/model.onnx).",
-            key="output",
-        )
-    if request.pretrained_dir is not None and not request.pretrained_dir.exists():
-        folder = request.pretrained_dir
-        raise ConfigError(
-            f"--from-pretrained {folder} does not exist: it takes a local folder (nothing is downloaded). Fetch the "
-            f"published model once with network access: hf download {declared.hub_repository or 'REPOSITORY'} "
-            f"--local-dir {folder} (docs/export.md), or try the pipeline offline with --random-weights (meaningless "
-            "forecasts).",
-            key="pretrained_dir",
-        )
-    from distributed_onnx.export import variants
-    from distributed_onnx.export.common import phase, resolution_of, start_progress
-
-    variants.check_request(request)
-    start_progress()
-    module: Any = importlib.import_module(declared.exporter)
-    if request.random_weights is None:
-        result: ExportResult = module.export(request)
-    else:
-        from distributed_onnx.export.random_weights import write_random_pretrained
-
-        resolution_of(request)  # refused before minutes of building a published model
-        with tempfile.TemporaryDirectory(prefix="distributed-onnx-random-") as scratch:
-            phase(f"building {request.family} ({request.random_weights}) with random weights")
-            folder = Path(scratch) / f"{request.family}-{request.random_weights}-random-weights"
-            write_random_pretrained(declared, request.random_weights, folder)
-            result = module.export(request.model_copy(update={"pretrained_dir": folder}))
-    if request.quantize is None:
-        phase("done")
-        return result
-    phase("writing the int8 variant")
-    path, comparison = variants.write_int8_variant(request)
-    phase("done")
-    return result.model_copy(update={"variant_path": path, "variant": comparison})
 
 
 def exportable_family(name: str) -> Family:

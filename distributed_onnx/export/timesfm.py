@@ -75,7 +75,7 @@ def upstream_classes() -> Any:
     try:
         from timesfm.timesfm_2p5 import timesfm_2p5_torch
     except ImportError as exc:
-        raise MissingExtraError.for_package("timesfm", "timesfm") from exc
+        raise MissingExtraError.for_package("timesfm", "timesfm", exc) from exc
     return timesfm_2p5_torch
 
 
@@ -86,7 +86,7 @@ def weights_file(folder: Path) -> Path:
         raise ConfigError(
             f"--from-pretrained {folder} holds no {WEIGHTS_FILE}: give the folder of TimesFM 2.5's torch weights "
             "as downloaded from the model hub (google/timesfm-2.5-200m-pytorch).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     return path
 
@@ -142,9 +142,11 @@ def load_model(folder: Path) -> Any:
     return model
 
 
-def forecast_config(folder: Path, horizon: int | None, model: Any) -> Any:
+def forecast_config(folder: Path, horizon: int | None, model: Any, *, users_folder: bool = True) -> Any:
     """The ``ForecastConfig`` the graph follows: the folder's ``forecast_config.json`` or the default, its
-    ``max_horizon`` the export's ``--horizon`` (default: one output patch), both rounded as ``compile`` does."""
+    ``max_horizon`` the export's ``--horizon`` (default: one output patch), both rounded as ``compile`` does.
+    ``users_folder``: the folder is the user's ``--from-pretrained`` (a message may ask to edit its file), not the
+    temporary one ``--random-weights`` builds and deletes."""
     from timesfm import ForecastConfig
 
     path = folder / FORECAST_FILE if folder.is_dir() else folder.with_name(FORECAST_FILE)
@@ -160,13 +162,16 @@ def forecast_config(folder: Path, horizon: int | None, model: Any) -> Any:
         raise ConfigError(
             f"{path}: return_backcast and window_size are not exported (the graph answers the forecast only); "
             "remove them",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     if config.use_continuous_quantile_head and config.max_horizon > model.model.os:
+        head, largest = model.model.os, model.model.os // out * out
+        asked = f"--horizon {horizon}" if horizon else f"the default horizon ({config.max_horizon} steps)"
+        edit = f", or set use_continuous_quantile_head false in {path}" if users_folder else ""
         raise ConfigError(
-            f"--horizon {config.max_horizon} is longer than the continuous quantile head's {model.model.os} steps "
-            f"(upstream refuses it too): ask at most {model.model.os} or set use_continuous_quantile_head false in "
-            f"{path}",
+            f"{asked} takes {config.max_horizon // out} output patch(es) of {out} steps ({config.max_horizon}), "
+            f"longer than the continuous quantile head's {head} steps (upstream refuses it too): give --horizon "
+            f"{largest} or less{edit}",
             key="horizon",
         )
     if config.max_context + config.max_horizon > model.model.config.context_limit:
@@ -204,7 +209,7 @@ def export(request: ExportRequest) -> ExportResult:
     resolution = resolution_of(request)  # --data checked before the model loads
     with pretrained_folder(request, "TimesFM 2.5"):
         model = load_model(request.folder)
-        config = forecast_config(request.folder, request.horizon, model)
+        config = forecast_config(request.folder, request.horizon, model, users_folder=request.random_size is None)
         metadata = metadata_for(model, config, resolution)
     module = forecast_module(model.model, config)
     request = request.model_copy(update={"horizon": request.horizon or metadata.horizon_length})

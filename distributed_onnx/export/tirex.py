@@ -52,7 +52,7 @@ def checkpoint_file(pretrained: Path) -> Path:
         raise ConfigError(
             f"--from-pretrained {pretrained} holds no {CHECKPOINT_FILE}: give the folder with TiRex's "
             f"{CHECKPOINT_FILE} as downloaded from the model hub (NX-AI/TiRex).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     return path
 
@@ -62,7 +62,7 @@ def load_model(request: ExportRequest) -> Any:
     try:
         from tirex.models.tirex import TiRexZero
     except ImportError as exc:
-        raise MissingExtraError.for_package("tirex", "tirex") from exc
+        raise MissingExtraError.for_package("tirex", "tirex", exc) from exc
     model = TiRexZero.from_pretrained(str(checkpoint_file(request.folder)), backend="torch", device="cpu")
     return model.eval()
 

@@ -12,20 +12,36 @@ What the graph does around the model, as upstream's inputs: a missing value is 0
 ``padding_mask`` False (``MaskedTimeseries``: True = a value), the ``id_mask`` is zeros (one series, as
 ``TotoPredictor`` sends), one variate. Timestamps are not inputs of the model (``TotoBackbone.forward`` takes
 none). The context is ``CONTEXT_PATCHES`` patches (4096 steps at the published patch of 64, the length of the
-package's README example); a shorter history is left-padded with NaN, i.e. masked, as ``pad_array`` pads.
+package's README example); a shorter history comes left-padded with NaN.
+
+**Short histories equal upstream's.** ``TotoForecaster.forecast`` given a history of L steps pads it on the left to
+whole patches only (``pad_array``: ``ceil(L / patch)`` patches, the padding masked), and its time-wise attention
+has no padding mask: whatever patches precede the history are attended. The graph's context is always
+``CONTEXT_PATCHES`` patches, so the patches before a short history's first would be attended too, and the
+forecasts differed from upstream's on the history itself (measured: docs/export.md, Toto, Short histories).
+So the graph's time-wise attention (:func:`_exportable`) takes a mask: a patch with no observed value
+before any patch with one (the padding before a history's start) is no key for any other token (a query there
+attends only itself, whose output reaches nothing), which is the causal attention over the patches upstream
+computes: rotary positions are relative, and the causal scaler counts only observed values, so every later
+token's inputs, scores and values are upstream's. A history is the window from its first observed value (the
+patch holding it is aligned as ``pad_array`` aligns it: both are whole patches back from the forecast origin);
+missing values after it stay masked steps as upstream masks them. A window of full context computes the plain
+causal attention (the mask is then exactly causal).
 
 The parity report compares, on the same windows, the adapter's quantiles with those of the distribution object
-upstream's own ``TotoForecaster.forecast`` builds at its first step (captured where it is made), inverted
-through that object's own ``cdf`` (gluonts' Student-t, scipy) by bisection: not sample quantiles, which are
-random (``num_samples`` draws), but what they converge to.
+upstream's own ``TotoForecaster.forecast`` builds at its first step (captured where it is made) on each window's
+history (from its first observed value), inverted through that object's own ``cdf`` (gluonts' Student-t, scipy)
+by bisection: not sample quantiles, which are random (``num_samples`` draws), but what they converge to.
 
-Export-only change (:func:`_exportable`): ``PatchEmbedding.forward`` without its data-dependent assertion that
-no patch spans two datasets (the ``id_mask`` is all zeros: one dataset); the values computed are upstream's.
+Export-only changes (:func:`_exportable`): ``PatchEmbedding.forward`` without its data-dependent assertion that
+no patch spans two datasets (the ``id_mask`` is all zeros: one dataset); the time-wise attention given the mask
+above instead of ``is_causal``. The values computed are upstream's on the window's history.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -57,9 +73,21 @@ REFERENCE_STEPS = 64
 #: transformers==4.52.1, jupyter, ...) conflict with this package's, so it comes without its dependencies, plus
 #: only what its model and forecaster import (gluonts' torch distributions import lightning and toolz).
 INSTALL = (
-    "pip install 'distributed-onnx[export,toto]' && pip install --no-deps toto-ts==0.2.0 gluonts==0.16.2 "
+    "pip install -e '.[cpu,export,toto]' && pip install --no-deps toto-ts==0.2.0 gluonts==0.16.2 "
     "jaxtyping==0.2.29 rotary-embedding-torch==0.8.6"
 )
+#: While the graph is traced: ``[rows, 1, patches, patches]`` bool, where a time-wise query may attend a key (see
+#: the module docstring). Set by the traced call, read by the patched attention; unset outside the export.
+_TIME_MASK: contextvars.ContextVar[Any] = contextvars.ContextVar("toto_time_mask", default=None)
+
+
+def missing_toto(cause: ImportError) -> MissingExtraError:
+    """toto-ts, or a module its model or forecaster imports, failed to import with ``cause``: how to install it."""
+    return MissingExtraError(
+        f"toto-ts is not importable ({cause}); its pins conflict with this package's, so it has no extra: "
+        f"install it with: {INSTALL} (docs/export.md, Installing an exporter)",
+        package="toto-ts",
+    )
 
 
 def load_model(folder: Path) -> Any:
@@ -67,16 +95,12 @@ def load_model(folder: Path) -> Any:
     try:
         from toto.model.toto import Toto
     except ImportError as exc:
-        raise MissingExtraError(
-            f"toto-ts is not importable ({exc}); its pins conflict with this package's, so it has no extra: "
-            f"install it with: {INSTALL} (docs/export.md)",
-            package="toto-ts",
-        ) from exc
+        raise missing_toto(exc) from exc
     if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
         raise ConfigError(
             f"--from-pretrained {folder} holds no config.json and model.safetensors: give the folder of Toto as "
             "downloaded from the model hub (Datadog/Toto-Open-Base-1.0).",
-            key="pretrained_dir",
+            key="from_pretrained",
         )
     return Toto.load_from_checkpoint(str(folder), map_location="cpu").eval()
 
@@ -124,7 +148,11 @@ def export(request: ExportRequest) -> ExportResult:
         observed = ~torch.isnan(context)
         series = torch.where(observed, context, torch.zeros_like(context))[:, None, :]
         id_mask = torch.zeros_like(series, dtype=torch.int)
-        base, loc, scale = model.model(series, observed[:, None, :], id_mask, None, context.shape[-1])
+        token = _TIME_MASK.set(history_attention(observed, int(model.model.patch_embed.stride)))
+        try:
+            base, loc, scale = model.model(series, observed[:, None, :], id_mask, None, context.shape[-1])
+        finally:
+            _TIME_MASK.reset(token)
         components = base.component_distribution
         shift, factor = loc[:, 0, -steps:, None], scale[:, 0, -steps:, None]
         return torch.stack(
@@ -142,11 +170,32 @@ def export(request: ExportRequest) -> ExportResult:
     return export_context_model(one_call_request, metadata, context_module(model, one_call), _exportable(), upstream)
 
 
+def history_attention(observed: Any, patch: int) -> Any:
+    """``[rows, 1, patches, patches]`` bool from ``observed`` ``[rows, steps]``: query patch i may attend key patch j
+    when j <= i and j is no earlier than the row's first patch holding an observed value (or j is i itself)."""
+    torch = require_torch()
+    rows, steps = observed.shape
+    patches = steps // patch
+    holds_value = observed.reshape(rows, patches, patch).any(dim=-1)
+    in_history = torch.cumsum(holds_value.to(torch.int32), dim=-1) > 0  # [rows, patches]: from the first on
+    causal = torch.ones(patches, patches, dtype=torch.bool).tril()
+    itself = torch.eye(patches, dtype=torch.bool)
+    return (causal & (in_history[:, None, :] | itself))[:, None]
+
+
 def _upstream_forecast(model: Any, levels: Sequence[float], resolution_minutes: int) -> Any:
     def forecast(context: np.ndarray, horizon: int) -> np.ndarray:
-        return upstream_quantiles(model, context, horizon, levels, resolution_minutes)
+        return np.concatenate(
+            [upstream_quantiles(model, history(row)[None], horizon, levels, resolution_minutes) for row in context]
+        )
 
     return forecast
+
+
+def history(window: np.ndarray) -> np.ndarray:
+    """A window's history: from its first observed value on (all of it when none is observed)."""
+    observed = np.flatnonzero(~np.isnan(window))
+    return window[observed[0] :] if observed.size else window
 
 
 def upstream_quantiles(
@@ -155,8 +204,11 @@ def upstream_quantiles(
     """``[W, horizon, len(levels)]``: the quantiles of the distribution ``TotoForecaster.forecast`` builds at its
     first step on ``context`` (NaN = missing: 0.0 with ``padding_mask`` False), inverted through its own ``cdf``."""
     torch = require_torch()
-    from toto.data.util.dataset import MaskedTimeseries
-    from toto.inference.forecaster import TotoForecaster
+    try:  # the forecaster imports gluonts (pandas, toolz): a module the model alone does not need
+        from toto.data.util.dataset import MaskedTimeseries
+        from toto.inference.forecaster import TotoForecaster
+    except ImportError as exc:
+        raise missing_toto(exc) from exc
 
     made: list[Any] = []
     original = TotoForecaster.create_affine_transformed
@@ -216,12 +268,26 @@ def _exportable() -> Iterator[None]:
         patches = self._patchify(x)
         return self.projection(patches), self._patchify(id_mask).min(-1).values
 
+    from toto.model.attention import AttentionAxis, BaseMultiheadAttention
+
+    run_attention = BaseMultiheadAttention.run_attention
+
+    def masked_time_attention(self: Any, attention_mask: Any, *rest: Any) -> Any:
+        """Upstream's ``run_attention``, the time-wise axis given the traced call's mask (``_TIME_MASK``)."""
+        time_mask = _TIME_MASK.get()
+        if time_mask is not None and self.attention_axis == AttentionAxis.TIME:
+            attention_mask = time_mask
+        return run_attention(self, attention_mask, *rest)
+
     previous = torch.distributions.Distribution._validate_args
     # The distributions' argument checks (``if not valid.all(): raise``) are data-dependent branches the exporter
     # cannot trace; they check nothing the graph needs (positive scales and df come from softplus).
     torch.distributions.Distribution.set_default_validate_args(False)
     try:
-        with patched(PatchEmbedding, "forward", forward):
+        with (
+            patched(PatchEmbedding, "forward", forward),
+            patched(BaseMultiheadAttention, "run_attention", masked_time_attention),
+        ):
             yield
     finally:
         torch.distributions.Distribution.set_default_validate_args(previous)

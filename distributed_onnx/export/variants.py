@@ -1,11 +1,12 @@
 """``export --quantize int8``: the exported checkpoint's int8 variant, written as a checkpoint of its own.
 
 ``NAME.onnx`` -> ``NAME-int8.onnx`` (+ ``.data``) with its metadata: the parent's, with ``precision: int8``,
-``parent: {name, sha256}`` (the fp32 graph it came from) and ``quantization: {mode, weight_type, ...}``, so a
-backtest can put the two side by side and a report can say which is whose variant. Static quantization
-calibrates on the parity windows (from ``--data``: the user's own series). The variant's report
-(``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good enough
-is for a backtest on the user's data to say, not this file.
+``parent: {name, sha256, identity}`` (the fp32 checkpoint it came from and its identity:
+:mod:`distributed_onnx.model.identity`) and ``quantization: {mode, weight_type, ...}``, so a backtest can put the
+two side by side and a report can say which is whose variant (or that a checkpoint of the parent's name is not
+it). Static quantization calibrates on the parity windows (from ``--data``: the user's own series). The variant's
+report (``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good
+enough is for a backtest on the user's data to say, not this file.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from typing import Any, Literal
 import numpy as np
 
 from distributed_onnx import storage
-from distributed_onnx.errors import ConfigError
 from distributed_onnx.export.common import parity_windows, write_metadata
 from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.backend.providers import CpuProvider
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ParentCheckpoint, Quantization
+from distributed_onnx.model.identity import identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 #: Windows per calibration batch (the reader feeds the graph one batch at a time).
@@ -33,16 +34,6 @@ CALIBRATION_BATCH = 16
 def variant_path(parent: Path, kind: Literal["int8"]) -> Path:
     """``NAME.onnx`` -> ``NAME-int8.onnx`` beside it."""
     return parent.with_name(f"{parent.stem}-{kind}{parent.suffix}")
-
-
-def check_request(request: ExportRequest) -> None:
-    """Refuse, before anything is exported, a quantization the request cannot give (exit 2)."""
-    if request.quantize_mode == "static" and request.quantize is not None and request.data is None:
-        raise ConfigError(
-            "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
-            "--quantize-mode dynamic, which needs none)",
-            key="data",
-        )
 
 
 def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
@@ -71,7 +62,7 @@ def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
         update={
             "precision": "int8",
             "sha256": None,
-            "parent": ParentCheckpoint(name=parent.name, sha256=metadata.sha256),
+            "parent": ParentCheckpoint(name=parent.name, sha256=metadata.sha256, identity=identity_of(parent).record()),
             "quantization": Quantization.model_validate(details),
             "description": f"int8 ({request.quantize_mode}) variant of {parent.name}. {metadata.description or ''}",
         }

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,7 +27,9 @@ from distributed_onnx.errors import (
     CheckpointNotFoundError,
     describe_validation,
 )
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
+from distributed_onnx.settings_sources import flag_of
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +46,13 @@ MissingValue = Literal["nan", "zero"]
 OutputLayout = Literal["quantile_step", "step_quantile"]
 #: How a horizon longer than one call is reached (``distributed_onnx/model/unroll.py``).
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
+#: How a horizon shorter than one call is reached (``distributed_onnx/model/horizons.py``).
+ShortHorizon = Literal["first_steps", "output_patches", "refuse"]
 #: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
 OutputDistribution = Literal["student_t_mixture"]
+#: Marks a metadata field that changes no output: left out of the checkpoint's identity
+#: (:mod:`distributed_onnx.model.identity`, which says why each marked field is). Every other field counts.
+DESCRIPTIVE: dict[str, Any] = {"descriptive": True}
 
 
 class ParentCheckpoint(BaseModel):
@@ -55,6 +62,11 @@ class ParentCheckpoint(BaseModel):
 
     name: str = Field(description="The parent's name (its weights file's stem).")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the parent's weights (graph) file.")
+    identity: dict[str, Any] | None = Field(
+        default=None,
+        description="The parent's identity record (its graph's sha256 and every metadata field that changes an "
+        "output: distributed_onnx/model/identity.py); None in variants written before it was recorded.",
+    )
 
 
 class Quantization(BaseModel):
@@ -85,6 +97,7 @@ class CheckpointMetadata(BaseModel):
     schema_version: int = Field(
         default=METADATA_SCHEMA_VERSION,
         description="Version of the metadata layout; this package reads version 2.",
+        json_schema_extra=DESCRIPTIVE,
     )
     model_family: str = Field(description="Model family identifier, e.g. 'chronos2'; selects the adapter.")
     input_names: list[str] = Field(min_length=1, description="Ordered names of the model's input tensors.")
@@ -127,6 +140,16 @@ class CheckpointMetadata(BaseModel):
         "'quantile_paths' (append each native quantile as its own context path, call again and reduce the "
         "quantiles x quantiles paths to the native levels by empirical quantiles: Chronos-Bolt's pipeline).",
     )
+    short_horizon: ShortHorizon | None = Field(
+        default=None,
+        description="How a horizon shorter than one call is reached: 'first_steps' (the call's first steps: each "
+        "step is the same whatever horizon is asked, as in TiRex, Chronos-Bolt, Moirai 2, TimesFM, Toto); "
+        "'output_patches' (the graph computes as many output patches as the future it is sent is long, and is sent "
+        "ceil(horizon / output_patch_size) of them: Chronos-2 as exported here); 'refuse' (the graph always computes "
+        "horizon_patches patches, which attend to each other, so its first ones are not the forecast for fewer: a "
+        "horizon of fewer patches is refused). None: the family's default (its rules in the family registry, "
+        "distributed_onnx/model/families.py).",
+    )
     output_distribution: OutputDistribution | None = Field(
         default=None,
         description="None: the output holds the native quantiles (output_layout). 'student_t_mixture': it holds a "
@@ -143,12 +166,19 @@ class CheckpointMetadata(BaseModel):
         default=None,
         pattern=r"^[0-9a-f]{64}$",
         description="Hex sha256 of the weights file, verified on resolve when present.",
+        json_schema_extra=DESCRIPTIVE,
     )
-    description: str | None = Field(default=None, description="Free text: what the model is, provenance.")
+    description: str | None = Field(
+        default=None, description="Free text: what the model is, provenance.", json_schema_extra=DESCRIPTIVE
+    )
     parent: ParentCheckpoint | None = Field(
-        default=None, description="The checkpoint this one was derived from (a quantized variant's fp32 parent)."
+        default=None,
+        description="The checkpoint this one was derived from (a quantized variant's fp32 parent).",
+        json_schema_extra=DESCRIPTIVE,
     )
-    quantization: Quantization | None = Field(default=None, description="How this variant was quantized.")
+    quantization: Quantization | None = Field(
+        default=None, description="How this variant was quantized.", json_schema_extra=DESCRIPTIVE
+    )
     training_data_end: datetime | None = Field(
         default=None,
         description="The last timestamp of the data the model was trained on (UTC if naive): a backtest window "
@@ -258,6 +288,37 @@ def weights_path_of(path: Path) -> Path:
     return path
 
 
+#: What to do with a checkpoint given as a URL: checkpoints are read from local files. Reading them from a store
+#: would mean a download (and its cache, its credentials on every node) in every command; ``serve`` has one, for
+#: a store of many checkpoints (``--model-repository``).
+CHECKPOINT_URL_HINT = (
+    "copy the .onnx file and its .metadata.json beside it to a local folder (on a cluster, one every node mounts) "
+    "and give that path; distributed-onnx serve reads checkpoints from a store with --model-repository"
+)
+
+
+def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
+    """The local path of a checkpoint the user gave (text, a path, a Location): a URL is refused with one line
+    naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``)."""
+    return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT)
+
+
+def local_checkpoints(value: object) -> object:
+    """A settings field's checkpoints (one, several comma-separated, a list) as local paths (:func:`local_checkpoint`);
+    anything else is left to the field's own validation. The field is a command's ``checkpoint``: a refusal names
+    its flag (every command with such a field has ``--checkpoint``)."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, Path | Location):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return [
+            local_checkpoint(each, flag_of("checkpoint")) if isinstance(each, str | Path | Location) else each
+            for each in value
+        ]
+    return value
+
+
 def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
     """The checkpoints ``--checkpoint`` names: a folder is every ``*.onnx`` in it that has its metadata beside
     it (in name order, each logged: one line per checkpoint taken), a metadata file its weights, a file itself.
@@ -275,7 +336,7 @@ def checkpoint_paths(paths: Sequence[Path]) -> list[Path]:
                 f"the folder {path} holds no checkpoint (a MODEL.onnx with its MODEL{METADATA_SUFFIX} beside it)"
             )
         for weights in taken:
-            logger.info("--checkpoint %s: took %s", path, weights.name)
+            logger.info("checkpoint folder %s: took %s", path, weights.name)
         found += taken
     return found
 
@@ -291,10 +352,10 @@ class LocalCheckpoint(BaseModel):
         default=None, description="Path of the metadata JSON; defaults to '<stem>.metadata.json' beside it."
     )
 
-    @field_validator("path")
+    @field_validator("path", mode="before")
     @classmethod
-    def _weights(cls, value: Path) -> Path:
-        return weights_path_of(value)
+    def _weights(cls, value: object) -> object:
+        return weights_path_of(local_checkpoint(value)) if isinstance(value, str | Path | Location) else value
 
     def resolve(self) -> ResolvedCheckpoint:
         """Read and validate the metadata, and verify the weights' sha256 when the metadata has one.

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from distributed_onnx.errors import ConfigError, PluginError
-from distributed_onnx.model.checkpoint import LongHorizon, MissingValue, OutputLayout
+from distributed_onnx.model.checkpoint import LongHorizon, MissingValue, OutputLayout, ShortHorizon
 
 #: The entry-point group of model-family plugins: ``family name = "module:factory"`` (or ``"module:FAMILY"``).
 PLUGIN_GROUP = "distributed_onnx.model_families"
@@ -41,10 +41,16 @@ class FamilyRules(BaseModel):
     missing_values: frozenset[MissingValue] = frozenset({"zero", "nan"})
     output_layout: OutputLayout = "quantile_step"
     long_horizon: LongHorizon = "refuse"
+    #: What ``short_horizon: null`` means: how a horizon shorter than one call is reached
+    #: (``distributed_onnx/model/horizons.py``). 'first_steps' where each forecast step is the same whatever horizon
+    #: upstream is asked (checked against upstream's own code for Moirai 2 and TimesFM: a shorter prediction length
+    #: is the first steps of a longer one to float32 rounding; Chronos-Bolt, TiRex and Toto compute whole calls and
+    #: cut them, as the graph does).
+    short_horizon: ShortHorizon = "first_steps"
 
     def metadata_fields(self) -> dict[str, Any]:
         """The metadata fields an exporter of the family writes: ``CheckpointMetadata(**rules.metadata_fields())``."""
-        return self.model_dump(include={"missing_value", "output_layout", "long_horizon"})
+        return self.model_dump(include={"missing_value", "output_layout", "long_horizon", "short_horizon"})
 
 
 #: The plain family's rules: no mask in the graph, so missing values zero-filled unless its metadata says 'nan'.
@@ -73,7 +79,10 @@ BUILT_IN: tuple[Family, ...] = (
     Family(
         name="chronos2",
         adapter=f"{_ADAPTERS}.chronos2:Chronos2Adapter",
-        rules=FamilyRules(missing_value=None),  # by variant: OpenSTEF's zero-filled and masked, upstream's NaN
+        # Missing values by variant: OpenSTEF's zero-filled and masked, upstream's NaN. Its output patches attend to
+        # each other, so a graph of more patches cut to a horizon is not upstream's forecast for it: a graph that
+        # does not say otherwise (this package's exports take the patch count from the future's width) refuses one.
+        rules=FamilyRules(missing_value=None, short_horizon="refuse"),
         exporter=f"{_EXPORTERS}.chronos2",
         random_weights=f"{_RANDOM}:write_chronos2",
         hub_repository="amazon/chronos-2",

@@ -4,7 +4,9 @@ A plain class with no Ray import: the backtest's actors and the Serve replicas w
 what makes an online forecast equal the backtest forecast for the same window. Windows come in on the run's
 grid (``context_length`` <= the model's, ``horizon`` <= the model's); the worker lays them out on the model's
 grid (missing history on the left, masked future on the right), runs the backend, cuts the horizon back and
-resamples the native quantiles onto the requested ones.
+resamples the native quantiles onto the requested ones. A horizon shorter than one call gets what the family's
+pipeline computes for it (:mod:`distributed_onnx.model.horizons`): the call's first steps, a call of fewer output
+patches, or a refusal; never a silent cut of a forecast that differs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from distributed_onnx.model.backend.policy import HostCapabilities
 from distributed_onnx.model.backend.protocol import InferenceBackend
 from distributed_onnx.model.backend.providers import ExecutionProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint
+from distributed_onnx.model.horizons import call_metadata, short_horizon_problem
 from distributed_onnx.model.quantiles import interpolate_quantiles
 from distributed_onnx.model.unroll import unroll
 from distributed_onnx.model.window_batch import unpack_batch
@@ -69,6 +72,8 @@ class InferenceWorker:
         self._backend = backend
         self._metadata = backend.metadata
         self._adapter: ModelAdapter = adapter_for(backend.metadata)
+        #: Adapters of calls of fewer output patches (``short_horizon: output_patches``), by patch count.
+        self._call_adapters: dict[int, ModelAdapter] = {backend.metadata.horizon_patches: self._adapter}
         self._model_name = model_name
 
     @classmethod
@@ -119,15 +124,19 @@ class InferenceWorker:
                 f"{'' if metadata.long_horizon == 'refuse' else ', its max_horizon_length'})",
                 field="horizon",
             )
+        problem = short_horizon_problem(metadata, horizon)
+        if problem is not None:
+            raise InputValidationError(f"{problem}.", field="horizon")
         if context.ndim != 2:
             raise InputValidationError(f"context must be [windows, steps], got shape {context.shape}")
         given = context.shape[1]
         model_grid = self._model_grid(context, given)
+        call = call_metadata(metadata, horizon)  # the call's output patches: as the family's pipeline computes them
         model_covariates = None
         if covariates is not None and covariates.shape[1]:
             if not self._adapter.supports_covariates:
                 raise InputValidationError(f"model_family {metadata.model_family!r} takes no covariates")
-            model_covariates = self._covariate_grid(covariates, given, horizon)
+            model_covariates = self._covariate_grid(covariates, given, horizon, call.horizon_length)
         if horizon > metadata.horizon_length:  # several calls, as the family's pipeline makes them
             if model_covariates is not None or groups is not None:
                 raise InputValidationError(
@@ -143,23 +152,36 @@ class InferenceWorker:
                 native_quantiles=metadata.native_quantiles,
             )
         else:
-            native = self._call(model_grid, model_covariates, groups)[:, :, :horizon]  # [W, n_native, H]
+            native = self._call(model_grid, model_covariates, groups, call)[:, :, :horizon]  # [W, n_native, H]
         return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
 
     def _call(
-        self, model_grid: np.ndarray, model_covariates: np.ndarray | None = None, groups: np.ndarray | None = None
+        self,
+        model_grid: np.ndarray,
+        model_covariates: np.ndarray | None = None,
+        groups: np.ndarray | None = None,
+        call: CheckpointMetadata | None = None,
     ) -> np.ndarray:
-        """One model call on the model's grid: ``[W, n_native, horizon_length]``."""
+        """One model call on the model's grid: ``[W, n_native, steps]``, the steps of ``call`` (the checkpoint as
+        this call sees it, :func:`~distributed_onnx.model.horizons.call_metadata`; default the whole graph)."""
+        adapter = self._adapter_of(call or self._metadata)
         if groups is None:
-            inputs, target_rows = self._adapter.build_inputs(model_grid, model_covariates)
-        elif isinstance(self._adapter, GroupingAdapter):
-            inputs, target_rows = self._adapter.build_grouped_inputs(model_grid, model_covariates, groups)
+            inputs, target_rows = adapter.build_inputs(model_grid, model_covariates)
+        elif isinstance(adapter, GroupingAdapter):
+            inputs, target_rows = adapter.build_grouped_inputs(model_grid, model_covariates, groups)
         else:
             raise InputValidationError(
                 f"model_family {self._metadata.model_family!r} cannot forecast groups of windows"
             )
         outputs = self._backend.run(inputs)
-        return self._adapter.decode(outputs, target_rows)
+        return adapter.decode(outputs, target_rows)
+
+    def _adapter_of(self, call: CheckpointMetadata) -> ModelAdapter:
+        """The adapter laying out a call of ``call.horizon_patches`` output patches (built once per count)."""
+        adapter = self._call_adapters.get(call.horizon_patches)
+        if adapter is None:
+            adapter = self._call_adapters[call.horizon_patches] = adapter_for(call)
+        return adapter
 
     def forecast_batch(
         self, batch: pa.RecordBatch, context_length: int, horizon: int, quantiles: Sequence[float]
@@ -216,8 +238,9 @@ class InferenceWorker:
         grid[:, length - given :] = context
         return grid
 
-    def _covariate_grid(self, covariates: np.ndarray, given: int, horizon: int) -> np.ndarray:
-        length, model_horizon = self._metadata.context_length, self._metadata.horizon_length
+    def _covariate_grid(self, covariates: np.ndarray, given: int, horizon: int, model_horizon: int) -> np.ndarray:
+        """``covariates`` on the model's grid: its context, then ``model_horizon`` future steps (the call's)."""
+        length = self._metadata.context_length
         if covariates.ndim != 3 or covariates.shape[2] != given + horizon:
             raise InputValidationError(
                 f"covariates must be [windows, covariates, {given} + {horizon}] (context + horizon), "
@@ -232,7 +255,8 @@ class InferenceWorker:
 
 
 def check_run_fits_model(metadata: CheckpointMetadata, context_length: int, horizon: int) -> None:
-    """Refuse a run whose context or horizon is longer than the checkpoint allows (before any actor starts)."""
+    """Refuse a run whose context or horizon is longer than the checkpoint allows, or whose horizon it would
+    forecast otherwise than its family's pipeline does (before any actor starts)."""
     longest = metadata.longest_horizon
     if longest is not None and horizon > longest:
         how = (
@@ -244,6 +268,9 @@ def check_run_fits_model(metadata: CheckpointMetadata, context_length: int, hori
         raise ConfigError(
             f"horizon {horizon} is longer than the checkpoint emits {how}: {metadata.horizon_hint}", key="horizon"
         )
+    problem = short_horizon_problem(metadata, horizon)
+    if problem is not None:
+        raise ConfigError(problem, key="horizon")
     if context_length > metadata.context_length:
         raise ConfigError(
             f"context_length {context_length} is longer than the checkpoint takes ({metadata.context_length})",

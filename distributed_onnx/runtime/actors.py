@@ -8,6 +8,13 @@ reports what it realized. The worker class itself stays Ray-free; it is made rem
 A caller above this layer (the backtest) hands the actor a *job*: a Ray-free factory that builds, next to the
 worker, the object that does one unit of work (``job.run(item)``), plus the job's input, sent once per actor
 through the object store. The actor layer never learns what a backtest is.
+
+A pool starts in two waits, each with its own deadline (:func:`start_pool`): *placement* (Ray found room for
+the actor and its process runs: :meth:`WorkerActor.placed`, answered before anything is loaded) and
+*readiness* (the checkpoints loaded and warm: :meth:`WorkerActor.ready`). Ray does not tell an actor waiting
+for room from one still loading a large model; an actor whose constructor is light does, so a pool the cluster
+has no room for fails within the placement deadline, naming what it asked and what was free
+(:mod:`.pool_room`), rather than at the end of the long one a slow model needs.
 """
 
 from __future__ import annotations
@@ -20,14 +27,13 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from distributed_onnx.errors import ConfigError, DistributedOnnxError, WorkerStartError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, Suggestion, WorkerStartError
 from distributed_onnx.model.backend.providers import CudaProvider, ExecutionProvider, TensorRTProvider
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig, WorkerInfo
+from distributed_onnx.runtime.pool_request import PoolRequest
+from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT, ActorShape, Asked, check_fits, room_words
 
 logger = logging.getLogger(__name__)
-
-#: How long an actor may take to build its session and warm up (a large model on a cold node is slow).
-READY_TIMEOUT_S = 600.0
 
 
 class PinnedWorker:
@@ -87,12 +93,14 @@ JobFactory = Callable[[Sequence[InferenceWorker], Any, WorkerInfo], Job]
 
 
 class WorkerActor:
-    """The backtest's actor: a :class:`PinnedWorker` (plus an optional job) whose start-up errors surface from
-    :meth:`ready`.
+    """The backtest's actor: a :class:`PinnedWorker` per checkpoint (plus an optional job), built by the first
+    :meth:`ready` call, whose start-up errors surface from :meth:`ready`.
 
-    An exception in an actor's ``__init__`` kills the actor and reaches the caller only as text inside
-    ``ActorDiedError``; keeping it and raising it from ``ready()`` hands the driver the original, typed
-    error (a corrupt checkpoint, a refused GPU chain) to report cleanly.
+    The constructor only keeps what to build: Ray runs it as soon as the actor is placed, so :meth:`placed`
+    answers then, and the pool can tell "no room in the cluster" from "loading a large model" (module
+    docstring). An exception while building is kept and raised from ``ready()`` (and every later call), handing
+    the driver the original, typed error (a corrupt checkpoint, a refused GPU chain) instead of the text inside
+    an ``ActorDiedError``.
 
     Its methods, on an actor of a pool started before its job was known (:func:`start_pool`; a running local Ray),
     and a job that returns the shape of one forecast of ``item`` steps:
@@ -101,14 +109,18 @@ class WorkerActor:
     >>> import ray
     >>> from distributed_onnx.model.worker import WorkerConfig
     >>> from distributed_onnx.resources import REFERENCE_CHECKPOINT
+    >>> from distributed_onnx.runtime.pool_request import PoolRequest
     >>> class ForecastShape:
     ...     def __init__(self, workers, job_input, info):
     ...         self.worker, self.levels = workers[0], job_input
     ...     def run(self, item):
     ...         window = np.ones((1, self.worker.metadata.context_length), np.float32)
     ...         return self.worker.forecast(window, item, self.levels).shape
-    >>> actors, infos = start_pool(WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, warm_up_rows=2), 1, 0.5, 0)
+    >>> config = WorkerConfig(checkpoint=REFERENCE_CHECKPOINT, warm_up_rows=2)
+    >>> actors, infos = start_pool(PoolRequest(config, 1, 0.5, 0, placement_timeout_s=60, ready_timeout_s=120))
     >>> (actor,) = actors
+    >>> ray.get(actor.placed.remote(), timeout=60) == infos[0].node_id  # where Ray placed it
+    True
     >>> ray.get(actor.ready.remote(), timeout=60).providers
     ['CPUExecutionProvider']
     >>> ray.get(actor.take_job.remote(ForecastShape, [0.1, 0.5, 0.9]), timeout=60)
@@ -124,21 +136,18 @@ class WorkerActor:
         job_factory: JobFactory | None = None,
         job_input: Any = None,
     ) -> None:
+        self._configs = [config] if isinstance(config, WorkerConfig) else list(config)
+        self._num_cpus = num_cpus
+        self._job_factory = job_factory
+        self._job_input = job_input
         self._pinned: PinnedWorker | None = None
         self._workers: list[InferenceWorker] = []  # one per checkpoint of the run
         self._job: Job | None = None
         self._error: DistributedOnnxError | None = None
-        configs = [config] if isinstance(config, WorkerConfig) else list(config)
-        try:
-            # Several models in one actor (a backtest comparing checkpoints): one session each, run in turn on
-            # the same packed batches, each with the actor's whole thread share (they never run at once).
-            pinned = [PinnedWorker(each, num_cpus) for each in configs]
-            self._pinned = pinned[0]
-            self._workers = [each.worker for each in pinned]
-            if job_factory is not None:
-                self._job = job_factory(self._workers, job_input, self._pinned.ready())
-        except DistributedOnnxError as exc:
-            self._error = exc
+
+    def placed(self) -> str:
+        """Answers once Ray placed the actor and its process runs (nothing loaded yet): its node's id."""
+        return str(ray.get_runtime_context().get_node_id())
 
     def ready(self) -> WorkerInfo:
         """What the worker realized, once it is warm; raises its start-up error, typed (example: the class's)."""
@@ -158,9 +167,25 @@ class WorkerActor:
         return self._job.run(item)
 
     def _started(self) -> PinnedWorker:
+        if self._pinned is None and self._error is None:
+            self._build()
         if self._pinned is None or self._error is not None:
             raise self._error or DistributedOnnxError("worker failed to start")
         return self._pinned
+
+    def _build(self) -> None:
+        try:
+            # Several models in one actor (a backtest comparing checkpoints): one session each, run in turn on
+            # the same packed batches, each with the actor's whole thread share (they never run at once).
+            pinned = [PinnedWorker(each, self._num_cpus) for each in self._configs]
+            self._workers = [each.worker for each in pinned]
+            if self._job_factory is not None:
+                self._job = self._job_factory(self._workers, self._job_input, pinned[0].ready())
+            self._pinned = pinned[0]
+        except DistributedOnnxError as exc:
+            self._error = exc
+        finally:
+            self._job_input = None  # built from once: the actor holds no second copy of a large input
 
 
 def local_device_chain(chain: Sequence[ExecutionProvider]) -> list[ExecutionProvider]:
@@ -213,65 +238,87 @@ def start_worker_actor(
 
 
 def start_pool(
-    config: WorkerConfig | Sequence[WorkerConfig],
-    count: int | None,
-    num_cpus: float,
-    num_gpus: float,
-    *,
-    timeout_s: float = READY_TIMEOUT_S,
-    job_factory: JobFactory | None = None,
-    job_input: Any = None,
+    request: PoolRequest, *, job_factory: JobFactory | None = None, job_input: Any = None
 ) -> tuple[list[Any], list[WorkerInfo]]:
-    """Start ``count`` actors (None: fill the cluster) and wait until each is warm.
+    """Start the pool ``request`` asks for (``count`` None: fill the cluster) and wait until each actor is placed,
+    then warm.
 
-    A start-up error (a corrupt checkpoint, a refused GPU chain) stops every actor of the pool and is raised
-    as the original, typed error; an actor shape no node can host is refused before anything starts; actors
-    not ready within ``timeout_s`` are a :class:`WorkerStartError` naming how many were and what was asked.
+    A pool the cluster can never hold is refused before anything starts (:func:`~.pool_room.check_fits`:
+    a :class:`ConfigError`). Actors not placed within ``placement_timeout_s`` (other work holds the room) and
+    actors placed but not warm within ``ready_timeout_s`` more are each a :class:`WorkerStartError` naming how
+    many were, what each asked and what the cluster had free. A start-up error (a corrupt checkpoint, a refused
+    GPU chain) is raised as the original, typed error. Whatever fails, every actor of the pool is stopped.
 
     A pool in use: :class:`WorkerActor`'s example. One whose checkpoint is missing (on a running local Ray):
 
     >>> from distributed_onnx.model.worker import WorkerConfig
-    >>> start_pool(WorkerConfig(checkpoint="no/such/model.onnx"), 1, 0.5, 0)
+    >>> from distributed_onnx.runtime.pool_request import PoolRequest
+    >>> missing = WorkerConfig(checkpoint="no/such/model.onnx")
+    >>> start_pool(PoolRequest(missing, 1, 0.5, 0, placement_timeout_s=60, ready_timeout_s=120))
     Traceback (most recent call last):
     ...
     distributed_onnx.errors.CheckpointNotFoundError: ...no/such/model.onnx...
     """
-    check_feasible(num_cpus, num_gpus)
-    count = count or default_actor_count(num_cpus, num_gpus)
+    config, num_cpus, num_gpus = request.config, request.num_cpus, request.num_gpus
+    placement_timeout_s, ready_timeout_s = request.placement_timeout_s, request.ready_timeout_s
+    count = request.count or default_actor_count(num_cpus, num_gpus)
+    pool = Asked(count, ActorShape(num_cpus, num_gpus))
+    check_fits(pool)
     actors = [start_worker_actor(config, num_cpus, num_gpus, job_factory, job_input) for _ in range(count)]
-    readiness = [actor.ready.remote() for actor in actors]
+    asked = pool.words()
     try:
-        infos = ray.get(readiness, timeout=timeout_s)
+        placed, _ = ray.wait(
+            [actor.placed.remote() for actor in actors], num_returns=count, timeout=placement_timeout_s
+        )
+        if len(placed) < count:
+            room = room_words()  # read while the placed ones still hold theirs: what the others had to share
+            raise WorkerStartError(
+                f"{len(placed)} of {asked} were placed within {placement_timeout_s:g} s; the cluster has {room}: "
+                "other work holds the rest. Rerun when the cluster is free.",
+                ready=0,
+                requested=count,
+                suggestions=(pool.lower(), Suggestion("Or raise {}.", (("placement_timeout_s", None),))),
+            )
+        readiness = [actor.ready.remote() for actor in actors]
+        try:
+            infos = ray.get(readiness, timeout=ready_timeout_s)
+        except GetTimeoutError:
+            warm, _ = ray.wait(readiness, num_returns=count, timeout=0)
+            raise WorkerStartError(
+                f"{len(warm)} of {asked}, all placed, had loaded their checkpoints and warmed up after "
+                f"{ready_timeout_s:g} s.",
+                ready=len(warm),
+                requested=count,
+                suggestions=(RAISE_READY_TIMEOUT,),
+            ) from None
     except BaseException as exc:
-        ready_now, _ = ray.wait(readiness, num_returns=len(readiness), timeout=0)
         for actor in actors:
             ray.kill(actor)
-        if isinstance(exc, RayTaskError) and isinstance(exc.cause, DistributedOnnxError):
-            raise exc.cause from None
-        if isinstance(exc, GetTimeoutError):
-            free = {k: v for k, v in ray.available_resources().items() if k in {"CPU", "GPU"}}  # type: ignore[no-untyped-call]
-            raise WorkerStartError(
-                f"{len(ready_now)} of {count} worker actors ({num_cpus} CPU, {num_gpus} GPU each) were ready after "
-                f"{timeout_s:g} s; the cluster has {free} free. Lower --actors or the per-actor resources, or "
-                "raise the timeout for slow starts.",
-                ready=len(ready_now),
-                requested=count,
-            ) from None
-        # An actor died while starting (its process crashed, its node went away): not a bug of ours.
-        if isinstance(exc, RayError) and not isinstance(exc, RayTaskError):
-            detail = " ".join(str(exc).split())
-            raise WorkerStartError(
-                f"A worker actor died while the pool of {count} started: {type(exc).__name__}: {detail:.300}... "
-                "Check the node's memory and the checkpoint, then rerun.",
-                ready=len(ready_now),
-                requested=count,
-            ) from exc
-        raise
+        error = _start_error(exc, count)
+        if error is exc:
+            raise
+        raise error from (None if isinstance(exc, RayTaskError) else exc)
     for info in infos:
         logger.info(
             "Worker ready: providers=%s gpus=%s threads=%s", info.providers, info.gpu_ids, info.intra_op_num_threads
         )
     return actors, list(infos)
+
+
+def _start_error(exc: BaseException, count: int) -> BaseException:
+    """What a pool's failed start raises: our typed error, the actor's own, or Ray's made one line."""
+    if isinstance(exc, RayTaskError) and isinstance(exc.cause, DistributedOnnxError):
+        return exc.cause
+    # An actor died while starting (its process crashed, its node went away): not a bug of ours.
+    if isinstance(exc, RayError) and not isinstance(exc, RayTaskError):
+        detail = " ".join(str(exc).split())
+        return WorkerStartError(
+            f"A worker actor died while the pool of {count} started: {type(exc).__name__}: {detail:.300}... "
+            "Check the node's memory and the checkpoint, then rerun.",
+            ready=0,
+            requested=count,
+        )
+    return exc
 
 
 def has_room(num_cpus: float, num_gpus: float) -> bool:
@@ -282,28 +329,6 @@ def has_room(num_cpus: float, num_gpus: float) -> bool:
     """
     free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
     return free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus
-
-
-def check_feasible(num_cpus: float, num_gpus: float) -> None:
-    """Refuse an actor shape no node can host, instead of waiting for a placement that never comes.
-
-    >>> check_feasible(num_cpus=1, num_gpus=0)  # a node can host it: nothing to say
-    >>> check_feasible(num_cpus=1, num_gpus=1_000)
-    Traceback (most recent call last):
-    ...
-    distributed_onnx.errors.ConfigError: No node can host an actor with 1 CPU and 1000 GPU; nodes have [...]...
-    """
-    nodes = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
-    fits = any(
-        node["Resources"].get("CPU", 0) >= num_cpus and node["Resources"].get("GPU", 0) >= num_gpus for node in nodes
-    )
-    if not fits:
-        shapes = [{k: v for k, v in node["Resources"].items() if k in {"CPU", "GPU"}} for node in nodes]
-        raise ConfigError(
-            f"No node can host an actor with {num_cpus} CPU and {num_gpus} GPU; nodes have {shapes}. "
-            "Lower --cpus-per-actor/--gpus-per-actor or add nodes.",
-            key="gpus_per_actor" if num_gpus else "cpus_per_actor",
-        )
 
 
 def default_actor_count(num_cpus: float, num_gpus: float) -> int:

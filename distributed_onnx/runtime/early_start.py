@@ -35,8 +35,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import DistributedOnnxError
-from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
+from distributed_onnx.errors import DistributedOnnxError, WorkerStartError
+from distributed_onnx.model.worker import WorkerInfo
+from distributed_onnx.runtime.pool_request import PoolRequest
+from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT
 
 if TYPE_CHECKING:
     from distributed_onnx.runtime.actors import JobFactory
@@ -45,19 +47,6 @@ logger = logging.getLogger(__name__)
 
 #: The longest an abandoned start waits for the thread to finish importing Ray (seconds on a cold, loaded node).
 IMPORT_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class PoolRequest:
-    """The actor pool to start: ``count`` actors (None: fill the cluster) of one shape, no job yet.
-
-    ``config`` holds one worker config per checkpoint of the run: each actor loads every model.
-    """
-
-    config: list[WorkerConfig]
-    count: int | None
-    num_cpus: float
-    num_gpus: float
 
 
 @dataclass
@@ -86,7 +75,7 @@ class EarlyStart:
 
     def __post_init__(self) -> None:
         if not ray_connected():  # a process that holds Ray already keeps its own signal handling
-            _exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
+            exit_on_sigterm()  # Ray sets its SIGTERM handler only when started on the main thread
         self._thread = threading.Thread(target=self._own_ray, name="ray-owner", daemon=True)
         self._thread.start()
 
@@ -107,8 +96,7 @@ class EarlyStart:
             if self._left_to_exit:
                 return
             if self.pool is not None and not self._stop.is_set():
-                request = self.pool
-                self.actors, self.infos = start_pool(request.config, request.count, request.num_cpus, request.num_gpus)
+                self.actors, self.infos = start_pool(self.pool)
         except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
             self._error = exc
         finally:
@@ -139,16 +127,28 @@ class EarlyStart:
             raise self._error
 
     def hand_job(self, job_factory: JobFactory, job_input: Any) -> None:
-        """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor)."""
+        """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor), within
+        the pool's ``ready_timeout_s``: building a job reads the run's input into each actor, loading of a kind."""
         import ray
-        from ray.exceptions import RayTaskError
+        from ray.exceptions import GetTimeoutError, RayTaskError
 
+        timeout_s = self.pool.ready_timeout_s if self.pool is not None else None
+        refs = [actor.take_job.remote(job_factory, job_input) for actor in self.actors]
         try:
-            ray.get([actor.take_job.remote(job_factory, job_input) for actor in self.actors])
+            ray.get(refs, timeout=timeout_s)
         except RayTaskError as exc:
             if isinstance(exc.cause, DistributedOnnxError):
                 raise exc.cause from None
             raise
+        except GetTimeoutError:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            raise WorkerStartError(
+                f"{len(done)} of {len(refs)} worker actors had built their job (read the run's input) after "
+                f"{timeout_s:g} s.",
+                ready=len(done),
+                requested=len(refs),
+                suggestions=(RAISE_READY_TIMEOUT,),
+            ) from None
 
     def stop(self) -> None:
         """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
@@ -189,7 +189,7 @@ def ray_connected() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does.
 
     ``ray.init`` sets that handler only on the main thread (and warns, on Ray's logger, that it did not).

@@ -53,6 +53,7 @@ from ray import serve
 from distributed_onnx import storage
 from distributed_onnx.errors import InferenceError
 from distributed_onnx.live.log.failures import FailureLog
+from distributed_onnx.live.log.health import warn_on_console
 from distributed_onnx.live.log.layout import now_us
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.runtime.actors import PinnedWorker
@@ -138,6 +139,7 @@ class OnnxForecastServer:
         api.openapi_schema = None
         log = None
         if settings.forecast_log is not None:
+            warn_on_console()  # a write that fails reaches serve's console, not only /metrics (live/log/health.py)
             log = ForecastLog(
                 settings.forecast_log,
                 max_queued_windows=settings.forecast_log_max_queued,

@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.checkpoint import LocalCheckpoint, default_metadata_path
 from distributed_onnx.serve.wire.http import HttpError, ModelUnavailableError
 
@@ -61,9 +62,9 @@ State = Literal["READY", "UNAVAILABLE"]
 class CheckpointRepository:
     """The checkpoints under one location: their names (file stems) and a local copy of each to load."""
 
-    def __init__(self, location: storage.Location, cache_dir: Path | None = None) -> None:
-        self.location = storage.normalize(location)
-        self._local = storage.local_path(self.location)
+    def __init__(self, location: LocationLike, cache_dir: Path | None = None) -> None:
+        self.location = Location.parse(location)
+        self._local = self.location.local_path
         self._cache_dir = cache_dir
         self._names: list[str] = []
         self._listed_at = float("-inf")
@@ -75,12 +76,13 @@ class CheckpointRepository:
             if (refresh and time.monotonic() - self._listed_at >= RELIST_INTERVAL_S) or self._listed_at < 0:
                 found = storage.list_files(self.location, "", WEIGHTS_SUFFIX)
                 stems = [self._stem(path) for path in found]
-                # An object ``...onnx`` is the stem ``..``: a name that is not a path component is no model.
+                # An object ``...onnx`` is the stem ``..``: a name the names rule refuses is no model.
                 self._names = sorted(stem for stem in stems if path_names.is_safe(stem))
                 if len(self._names) < len(stems):
                     logger.warning(
-                        "model repository: %d checkpoint file(s) skipped, their names cannot be file names",
+                        "model repository: %d checkpoint file(s) skipped, the names rule refuses their names (%s)",
                         len(stems) - len(self._names),
+                        path_names.RULE,
                     )
                 self._listed_at = time.monotonic()
             return list(self._names)
@@ -102,8 +104,8 @@ class CheckpointRepository:
     def signature(self, name: str) -> tuple[int | None, int | None]:
         """The sizes of the weights and metadata: what a remembered load failure is valid for."""
         path_names.check(name, what="model name")
-        weights = storage.join(self.location, name + WEIGHTS_SUFFIX)
-        metadata = storage.join(self.location, name + ".metadata.json")
+        weights = self.location / (name + WEIGHTS_SUFFIX)
+        metadata = self.location / (name + ".metadata.json")
         return storage.file_size(weights), storage.file_size(metadata)
 
     def fetch(self, name: str) -> Path:
@@ -115,7 +117,7 @@ class CheckpointRepository:
         folder.mkdir(parents=True, exist_ok=True)
         weights = folder / f"{name}{WEIGHTS_SUFFIX}"
         for local in (weights, default_metadata_path(weights)):
-            local.write_bytes(storage.read_bytes(storage.join(self.location, local.name)))
+            local.write_bytes(storage.read_bytes(self.location / local.name))
         return weights
 
     def release(self, name: str) -> None:
@@ -134,14 +136,13 @@ class CheckpointRepository:
         return self._cache_dir
 
     @staticmethod
-    def _stem(path: storage.Location) -> str:
-        name = path.name if isinstance(path, Path) else str(path).split("?", 1)[0].rsplit("/", 1)[-1]
-        return name[: -len(WEIGHTS_SUFFIX)]
+    def _stem(path: Location) -> str:
+        return path.name[: -len(WEIGHTS_SUFFIX)]
 
 
-def check_repository(location: storage.Location) -> None:
+def check_repository(location: LocationLike) -> None:
     """Refuse a local repository folder that does not exist (before Ray starts; a URL is the cluster's business)."""
-    path = storage.local_path(storage.normalize(location))
+    path = Location.parse(location).local_path
     if path is not None and not path.is_dir():
         raise ConfigError(f"model repository {path} is not a folder", key="model_repository")
 
@@ -263,8 +264,7 @@ class ModelRepository:
     def _unavailable(self, exc: OSError, name: str | None = None) -> ModelUnavailableError:
         what = f"Model {name!r} is unavailable: the" if name is not None else "The"
         return ModelUnavailableError(
-            f"{what} model repository {storage.redact(self.repository.location)} does not answer "
-            f"({type(exc).__name__}); retry later.",
+            f"{what} model repository {self.repository.location} does not answer ({type(exc).__name__}); retry later.",
             "repository_unavailable",
             self._retry_after,
         )
@@ -344,7 +344,7 @@ class ModelRepository:
         shown = ", ".join(repr(known) for known in names[:NAMES_IN_ERRORS])
         more = f" and {len(names) - NAMES_IN_ERRORS} more" if len(names) > NAMES_IN_ERRORS else ""
         return (
-            f"Unknown model {name!r}: the model repository {storage.redact(self.repository.location)} has no "
+            f"Unknown model {name!r}: the model repository {self.repository.location} has no "
             f"checkpoint {name + WEIGHTS_SUFFIX!r} ({len(names)} checkpoints: {shown}{more})."
         )
 

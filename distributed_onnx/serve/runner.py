@@ -30,11 +30,13 @@ from typing import Any
 import ray
 from ray import serve
 
-from distributed_onnx.errors import ConfigError, RayLostError
+from distributed_onnx.errors import ConfigError, RayLostError, Suggestion, WorkerStartError
+from distributed_onnx.live.log.health import check_writable
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
+from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
 from distributed_onnx.runtime.ray_watch import RayWatch, stop_process_tree
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
@@ -85,22 +87,36 @@ def deploy(settings: ServeSettings, plan: IngressPlan) -> None:
     )
     http_options = settings.http_options() | {"port": plan.proxy_http_port}
     serve.start(http_options=http_options, grpc_options=grpc_options)
-    try:
-        serve.run(build_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
-    except RuntimeError:
-        # Serve gave up on the replicas (a checkpoint whose metadata resolves but whose graph ONNX Runtime cannot
-        # load): their own error, which names the file, rather than Serve's "failed to update the deployments".
-        check_not_failed()
-        raise
+    # Not serve.run: it waits for the application without a deadline (replicas Ray has no room for: forever).
+    # wait_ready waits instead, within --ready-timeout-s, and names Serve's own error if it gives up on them.
+    target = serve.RunTarget(target=build_app(settings), name=APP_NAME, route_prefix="/")
+    serve.run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+
+
+def replicas_asked(settings: ServeSettings) -> Asked:
+    """The replicas Serve starts with (the fixed count, or autoscaling's fewest) and what each asks Ray for."""
+    shape = ActorShape(settings.cpus_per_replica, settings.gpus_per_replica)
+    return Asked(
+        settings.lowest_replicas if settings.autoscaling else settings.replicas,
+        shape,
+        "Serve replicas",
+        "replicas",
+        "cpus_per_replica",
+        "gpus_per_replica",
+    )
 
 
 def preflight(settings: ServeSettings) -> None:
     """Fail fast, before Ray starts, on what would otherwise fail inside it (embedded Ray only).
 
     On a cluster (``address``) the checkpoint path and the ports are the cluster nodes' business, not this
-    machine's, so nothing is checked here.
+    machine's, so they are not checked here; a forecast log at a URL is checked either way (it is the same store
+    from every node): a log that cannot be written stops the command (:func:`~.health.check_writable`).
     """
-    if settings.address or os.environ.get("RAY_ADDRESS"):
+    embedded = not (settings.address or os.environ.get("RAY_ADDRESS"))
+    if settings.forecast_log is not None and (embedded or settings.forecast_log.is_url):
+        check_writable(settings.forecast_log)  # StorageError naming the log: no ready line for a log that drops all
+    if not embedded:
         return
     for checkpoint in settings.checkpoint:
         # CheckpointError naming the missing or corrupt file; PluginError naming a family's plugin that does not
@@ -179,10 +195,13 @@ def lost_ray_error(reason: str, started_ray: bool) -> RayLostError:
     )
 
 
-def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
-    """Poll ``/v2/health/ready`` until it answers 200; a deployment Serve gave up on is one error line."""
+def wait_ready(settings: ServeSettings) -> None:
+    """Poll ``/v2/health/ready`` until it answers 200, within ``settings.ready_timeout_s``; a deployment Serve gave
+    up on, or one not ready in time, is one error line (the second naming what the replicas asked, what the
+    cluster had free and what Serve said of them)."""
     host = "127.0.0.1" if settings.host in {"0.0.0.0", "::"} else settings.host
     url = f"http://{host}:{settings.port}/v2/health/ready"
+    timeout_s = settings.ready_timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         check_not_failed()
@@ -197,7 +216,15 @@ def wait_ready(settings: ServeSettings, timeout_s: float = 120.0) -> None:
         finally:
             connection.close()
         time.sleep(0.2)
-    raise ConfigError(f"the deployment did not become ready within {timeout_s} s ({url})")
+    asked = replicas_asked(settings)
+    said = (deployment_message() or "nothing").rstrip(".")
+    raise WorkerStartError(
+        f"the deployment of {asked.words()} was not ready within {timeout_s:g} s ({url}); the cluster has "
+        f"{room_words()}; Serve says: {said}. Rerun when the cluster is free.",
+        ready=0,
+        requested=asked.count,
+        suggestions=(asked.lower(), Suggestion("Or raise {} for a large model.", (("ready_timeout_s", None),))),
+    )
 
 
 def check_not_failed() -> None:
@@ -206,10 +233,19 @@ def check_not_failed() -> None:
     # The status is a str enum, whose str() is "ApplicationStatus.DEPLOY_FAILED" on Python 3.11: its value.
     if application is None or getattr(application.status, "value", application.status) != "DEPLOY_FAILED":
         return
+    raise ConfigError(f"the deployment failed to start: {deployment_message() or 'no reason given by Serve'}")
+
+
+def deployment_message() -> str:
+    """The last line of what Serve says of the deployment (or else of the application): a start-up error, or
+    why replicas are not scheduled (the resources each needs and those available)."""
+    application = serve.status().applications.get(APP_NAME)
+    if application is None:
+        return ""
     deployment = application.deployments.get(DEPLOYMENT_NAME)
     message = (deployment.message if deployment is not None else "") or application.message
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    raise ConfigError(f"the deployment failed to start: {lines[-1] if lines else 'no reason given by Serve'}")
+    return lines[-1] if lines else ""
 
 
 class StartInterrupted(KeyboardInterrupt):
@@ -258,6 +294,7 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, request_stop)
         stop_if_asked()  # a signal during Ray's start: nothing deployed yet, stop here
+        check_fits(replicas_asked(settings))  # replicas no node (or the whole cluster) can hold: exit 2, not a wait
         deployed = True
         deploy(settings, plan)  # a signal from here on: the start completes, then stops as after ready (exit 0)
         wait_ready(settings)

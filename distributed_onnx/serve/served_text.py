@@ -6,7 +6,6 @@ shadow and a log could not see from either that all three were on. Both read the
 
 from __future__ import annotations
 
-from distributed_onnx import storage
 from distributed_onnx.serve.settings import ServeSettings
 
 __all__ = ["DOCS_SUMMARY", "docs_description", "served_models"]
@@ -23,14 +22,14 @@ def served_models(settings: ServeSettings) -> str:
             names.append(f"{name} (shadow{share})")
         else:
             names.append(f"{name} (default)" if name == settings.model_name else name)
-    log = "off" if settings.forecast_log is None else storage.redact(settings.forecast_log)
+    log = "off" if settings.forecast_log is None else str(settings.forecast_log)
     return f"models: {', '.join(names) or 'none in every replica'}{_repository(settings)}; forecast log: {log}"
 
 
 def _repository(settings: ServeSettings) -> str:
     if settings.model_repository is None:
         return ""
-    location = storage.redact(settings.model_repository)
+    location = str(settings.model_repository)
     return f"; model repository: {location} (up to {settings.repository_budget} per replica, loaded on first use)"
 
 
@@ -67,7 +66,7 @@ def docs_description(settings: ServeSettings) -> str:
         + (
             "off"
             if settings.forecast_log is None
-            else f"`{storage.redact(settings.forecast_log)}` (score it with `distributed-onnx score`)"
+            else f"`{settings.forecast_log}` (score it with `distributed-onnx score`)"
         )
         + ".",
     ]

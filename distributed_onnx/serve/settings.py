@@ -23,13 +23,14 @@ from distributed_onnx.bounds import (
     MAX_SECONDS,
     MAX_WORKERS,
 )
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ProviderChain
-from distributed_onnx.model.checkpoint import checkpoint_paths
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
-from distributed_onnx.settings_sources import CommandSettings, comma_list, one_or_many_paths, path_or_url
+from distributed_onnx.settings_sources import CommandSettings, comma_list
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -49,7 +50,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         "application, each named by its file stem; the first that is not a shadow answers /v1/forecast requests "
         "that name no model (default: the bundled reference one).",
     )
-    model_repository: Path | str | None = Field(
+    model_repository: Location | None = Field(
         default=None,
         examples=["s3://bucket/checkpoints"],
         description="Folder or URL (s3://...) of a checkpoint repository: every <name>.onnx there with its "
@@ -79,7 +80,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         "request is drawn the same way): on CPUs a shadow as costly as its primary halves the replica's req/s at "
         "saturation, 0.1 costs a tenth of that. score compares models on the windows both forecast.",
     )
-    forecast_log: Path | str | None = Field(
+    forecast_log: Location | None = Field(
         default=None,
         description="Folder or URL (s3://...) of the forecast log: every forecast answered and every shadow "
         "forecast, in the backtest's forecast schema, partitioned by day and model; scored by "
@@ -98,7 +99,9 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         le=MAX_SECONDS,
         description="How long the log gathers forecasts before it writes a file of them.",
     )
-    host: str = Field(default=LOOPBACK, description="Address the HTTP proxy listens on (loopback by default).")
+    host: str = Field(
+        default=LOOPBACK, min_length=1, description="Address the HTTP proxy listens on (loopback by default)."
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
     grpc_port: int = Field(
         default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
@@ -108,7 +111,9 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         description="How traffic reaches the replicas: auto (direct for one replica, haproxy for several), direct, "
         "haproxy, or proxy (Serve's Python proxy). Applies to the embedded Ray.",
     )
-    address: str | None = Field(default=None, description="Ray address (default: an embedded local Ray on 127.0.0.1).")
+    address: str | None = Field(
+        default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
+    )
     cpus_per_replica: float = Field(default=1.0, gt=0, le=MAX_CPUS, description="CPUs per replica; sets ORT's threads.")
     gpus_per_replica: float = Field(
         default=0.0, ge=0, le=MAX_GPUS, description="GPUs per replica; fractions share a GPU."
@@ -177,6 +182,16 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     warm_up_rows: int = Field(
         default=8, ge=0, le=MAX_ROWS_PER_BATCH, description="Rows of the warm-up run at replica start (0 skips)."
     )
+    # As the backtest's ready_timeout_s: a published model read onto a cold node takes minutes; a start that
+    # cannot finish (replicas Ray has no room for) must still end, in one line.
+    ready_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="How long serve waits for its replicas to be placed, load their checkpoints and answer readiness "
+        "before it stops, naming what they asked and what the cluster had free. Replicas larger than the whole "
+        "cluster are refused at once.",
+    )
     max_consecutive_model_failures: int = Field(
         default=3,
         gt=0,
@@ -210,15 +225,14 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
         return self
 
-    _one_or_many = field_validator("checkpoint", mode="before")(one_or_many_paths)
+    #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)
     #: Folders and metadata files as the checkpoints they mean (model/checkpoint.py).
     _folders = field_validator("checkpoint")(checkpoint_paths)
     _comma_list = field_validator("shadow", mode="before")(comma_list)
 
-    @field_validator("forecast_log", "model_repository", mode="before")
-    @classmethod
-    def _path_or_url(cls, value: Any) -> Any:
-        return path_or_url(value) if value else None  # empty (an unset variable, a blank key): none
+    # forecast_log and model_repository are Locations: an empty text is refused, as every path setting refuses it
+    # (for none, leave the setting out).
 
     @model_validator(mode="before")
     @classmethod
@@ -257,11 +271,12 @@ class ServeSettings(CommandSettings, ReplicaSettings):
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> ServeSettings:
-        """A model's name becomes a folder of the forecast log and a URL segment: it must be one file name."""
+        """A model's name becomes a folder of the forecast log and a URL segment: the names rule
+        (:mod:`distributed_onnx.names`), the same as every other command's."""
         for name in self.model_names:
-            problem = path_names.component_problem(name)
+            problem = path_names.name_problem(name)
             if problem is not None:
-                raise ValueError(f"checkpoint name {name!r} (its file stem) cannot be a model name: {problem}")
+                raise ValueError(f"checkpoint name {name!r} (its file stem) is refused: {problem}")
         return self
 
     @model_validator(mode="after")

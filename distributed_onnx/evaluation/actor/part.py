@@ -81,7 +81,7 @@ def _refuse_fixed_batches(workers: dict[str, InferenceWorker], rows_per_batch: i
         if fixed is not None and not (fixed == 1 and rows_per_batch == 1):
             raise CheckpointGraphMismatchError(
                 f"Model {name!r}: its graph's batch axis is fixed at {fixed} window(s), and a backtest calls it with "
-                f"1 to {rows_per_batch} windows (--rows-per-batch); export it again with a dynamic batch axis "
+                f"1 to {rows_per_batch} windows per call; export it again with a dynamic batch axis "
                 "(distributed-onnx export does).",
                 model=name,
             )

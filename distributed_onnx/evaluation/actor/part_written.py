@@ -19,8 +19,8 @@ from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.sums import model_part_verifies
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import quantile_column_name
-from distributed_onnx.storage import Location
 
 __all__ = ["WrittenForecasts", "read_written"]
 

@@ -26,6 +26,7 @@ from distributed_onnx.evaluation.data import table as table_module
 from distributed_onnx.evaluation.data.layout import FlatSeries, Series, SeriesArrays
 from distributed_onnx.evaluation.data.log_filters import silenced
 from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, covariate_column, float_column, timestamps_us
+from distributed_onnx.location import Location
 
 #: Decoded row groups an actor keeps: consecutive parts of one actor usually share their row groups.
 CACHED_ROW_GROUPS = 2
@@ -40,7 +41,7 @@ class SeriesRows(FlatSeries):
     checks again that the rows it reads are those (a file replaced mid-run is refused, never forecast silently).
     """
 
-    location: storage.Location
+    location: Location
     series_ids: tuple[str, ...]
     start_us: np.ndarray  # int64 [S]
     offsets: np.ndarray  # int64 [S + 1]

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import table as table_module
+from distributed_onnx.evaluation.data.columns import check_unique
 from distributed_onnx.evaluation.data.layout import SeriesArrays, SeriesTable
 from distributed_onnx.evaluation.data.log_filters import once_per_message
 from distributed_onnx.evaluation.data.rows import SeriesRows
@@ -38,6 +39,7 @@ from distributed_onnx.evaluation.data.table import (
     validate_table,
 )
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec, plan_windows
+from distributed_onnx.location import Location
 
 #: Rows checked at once by the driver's streamed scan (bounds its memory; inputs up to this size are read whole).
 STREAM_CHUNK_ROWS = 1 << 19
@@ -77,7 +79,7 @@ class _Summaries:
 
 
 def scan_sorted_parquet(
-    location: storage.Location,
+    location: Location,
     resolution_minutes: int,
     covariates: Sequence[str],
     spec: WindowSpec,
@@ -90,7 +92,7 @@ def scan_sorted_parquet(
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
-    if storage.suffix(location) in {".csv", ".txt"}:
+    if Location.parse(location).suffix in {".csv", ".txt"}:
         return None
     try:
         if not storage.is_file(location):
@@ -104,6 +106,7 @@ def scan_sorted_parquet(
         if metadata.num_rows <= chunk_rows:
             return None
         names = parquet.schema_arrow.names
+        check_unique(names, name)  # a repeated name is refused here, before a chunk is read
         if any(column not in names for column in (*REQUIRED_COLUMNS, *covariates)):
             return None  # the whole-table reader names what is missing
         check_columns(names, covariates, name)
@@ -208,7 +211,7 @@ def _add_chunk(
 
 
 def _scanned(
-    location: storage.Location,
+    location: Location,
     summaries: _Summaries,
     group_rows: list[int],
     resolution_minutes: int,

@@ -36,6 +36,7 @@ from distributed_onnx.evaluation.data.table import (
     SeriesTable,
     series_from_table,
 )
+from distributed_onnx.location import Location
 
 
 class SeriesTransport(StrEnum):
@@ -88,7 +89,7 @@ class ParquetSeriesReader:
     rows changed since (the file was replaced mid-run) is refused rather than silently forecast differently.
     """
 
-    location: storage.Location
+    location: Location
     series_ids: tuple[str, ...]
     n_points: tuple[int, ...]
     resolution_minutes: int
@@ -134,7 +135,7 @@ class ParquetSeriesReader:
 
 
 def choose_transport(
-    requested: SeriesTransport, store_bytes: int, object_store_bytes: float | None, data: storage.Location
+    requested: SeriesTransport, store_bytes: int, object_store_bytes: float | None, data: Location
 ) -> tuple[SeriesTransport, str]:
     """The transport to use and why (logged and written to summary.json).
 
@@ -142,7 +143,7 @@ def choose_transport(
     node's object store, else the input file when it is Parquet (CSV has no row groups to prune: then the
     object store after all, and the reason says so).
     """
-    is_parquet = storage.suffix(data) not in {".csv", ".txt"}
+    is_parquet = Location.parse(data).suffix not in {".csv", ".txt"}
     if requested is SeriesTransport.INPUT_FILE and not is_parquet:
         raise DataError(
             f"series_transport=input_file needs a Parquet input; {data} is CSV. Convert it or use object_store.",

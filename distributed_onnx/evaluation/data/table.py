@@ -29,8 +29,9 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import FLOAT32_MAX, MAX_SERIES_ID_BYTES
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
-from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, hint_for
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, suggestion_for
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
+from distributed_onnx.location import Location
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -69,13 +70,13 @@ _MAX_ROWS_IN_MESSAGE = 5
 _US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def read_table(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
+def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
     """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file; the columns
     ``names`` gives (``--id-col``...) come back under the project's names (the one place they are mapped)."""
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
-        if storage.suffix(path) in {".csv", ".txt"}:
+        if Location.parse(path).suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
             table = pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
@@ -86,20 +87,20 @@ def read_table(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Tab
     return names.rename(table, str(path))
 
 
-def read_schema(path: storage.Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
+def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names."""
-    if storage.suffix(path) in {".csv", ".txt"}:
+    if Location.parse(path).suffix in {".csv", ".txt"}:
         return read_table(path, names).schema
     import pyarrow.parquet as pq
 
     try:
-        return names.rename_schema(pq.read_schema(storage.open_input_file(path)))
+        return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
 
 
 def load_series(
-    path: storage.Location,
+    path: Location,
     resolution_minutes: int,
     covariates: Sequence[str] = (),
     also_read: Sequence[str] = (),
@@ -141,9 +142,11 @@ def check_columns(
     if missing:
         declared = [name for name in missing if name in covariates]
         hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        flags = hint_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
+        suggestion = suggestion_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
         raise DataError(
-            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.{flags}", path=source
+            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.",
+            path=source,
+            suggestions=() if suggestion is None else (suggestion,),
         )
     extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
     if extra:

@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_LATENCY_MINUTES
-from distributed_onnx.errors import DataError
+from distributed_onnx.errors import DataError, Suggestion
 from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
+from distributed_onnx.location import Location
 
 TIMESTAMP = "timestamp"
 AVAILABLE_AT = "available_at"
@@ -144,7 +144,7 @@ def _minus(instants_us: np.ndarray, latency_us: int) -> np.ndarray:
 
 
 def read_vintages(
-    path: storage.Location,
+    path: Location,
     names: Sequence[str],
     step_us: int,
     series_ids: Sequence[str],
@@ -157,7 +157,7 @@ def read_vintages(
     off-grid timestamps, non-numeric, infinite or beyond-float32 values, two values for one (series, timestamp,
     available_at), series ids none of which is a series of the run.
     """
-    source = storage.redact(path)
+    source = str(Location.parse(path))
     table = read_table(path)
     return index_vintages(table, names, step_us, series_ids, latency_us, source, series_start_us=series_start_us)
 
@@ -195,8 +195,9 @@ def index_vintages(
         )
     if table.num_rows == 0:
         raise DataError(
-            f"{source}: the covariate data has no rows; give at least one vintage or drop --covariate-data",
+            f"{source}: the covariate data has no rows; give at least one vintage.",
             path=source,
+            suggestions=(Suggestion("Or drop {}.", (("covariate_data", None),)),),
         )
     stamps = timestamps_us(table[TIMESTAMP], source)
     issued = timestamps_us(table[AVAILABLE_AT], source)
@@ -253,9 +254,9 @@ def check_latency_us(latency_us: int, source: str = "covariate data") -> None:
     """Refuse a latency the as-of arithmetic cannot hold (the settings bound it first, in minutes)."""
     if not 0 <= latency_us <= MAX_LATENCY_MINUTES * 60_000_000:
         raise DataError(
-            f"{source}: covariate latency {latency_us} us is outside 0..{MAX_LATENCY_MINUTES} minutes "
-            "(100 years); give a smaller --covariate-latency",
+            f"{source}: covariate latency {latency_us} us is outside 0..{MAX_LATENCY_MINUTES} minutes (100 years).",
             path=source,
+            suggestions=(Suggestion("Give a smaller {}.", (("covariate_latency", None),)),),
         )
 
 

@@ -108,7 +108,10 @@ def dispatch_parts(
         dispatcher = Dispatcher(
             pool,
             dispatch_callbacks,
-            DispatchConfig(max_in_flight_per_actor=settings.max_in_flight_per_actor),
+            DispatchConfig(
+                max_in_flight_per_actor=settings.max_in_flight_per_actor,
+                ready_timeout_s=settings.placement_timeout_s + settings.ready_timeout_s,
+            ),
             replacements=_Replacements(settings, config, job_ref),
         )
         # A small part first on each actor (its speed), then the largest first: the small parts end the run.

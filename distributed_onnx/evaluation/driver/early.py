@@ -17,7 +17,8 @@ from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import WorkerConfig
-from distributed_onnx.runtime.early_start import EarlyStart, PoolRequest, ray_connected
+from distributed_onnx.runtime.early_start import EarlyStart, ray_connected
+from distributed_onnx.runtime.pool_request import PoolRequest
 
 
 class StartHere:
@@ -64,8 +65,7 @@ def kept_pool(settings: BacktestSettings) -> EarlyStart:
         WorkerConfig(checkpoint=each.weights_path, providers=settings.providers, warm_up_rows=BACKTEST_WARM_UP_ROWS)
         for each in checkpoints
     ]
-    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
-    return EarlyStart(settings.address, pool, kept=True)
+    return EarlyStart(settings.address, pool_request(settings, configs), kept=True)
 
 
 def start_ray_and_pool(
@@ -76,8 +76,19 @@ def start_ray_and_pool(
     The one way a backtest starts its pool and stops Ray: early, while the plan is made (:func:`start_early`),
     or once the plan shows parts to run (a resumed run, a process already holding Ray).
     """
-    pool = PoolRequest(configs, settings.actors, settings.cpus_per_actor, settings.gpus_per_actor)
-    return EarlyStart(settings.address, pool, quiet_ray=quiet_ray)
+    return EarlyStart(settings.address, pool_request(settings, configs), quiet_ray=quiet_ray)
+
+
+def pool_request(settings: BacktestSettings, configs: list[WorkerConfig]) -> PoolRequest:
+    """The run's pool: its actors, their shape and the deadlines of their start, from the settings."""
+    return PoolRequest(
+        configs,
+        settings.actors,
+        settings.cpus_per_actor,
+        settings.gpus_per_actor,
+        placement_timeout_s=settings.placement_timeout_s,
+        ready_timeout_s=settings.ready_timeout_s,
+    )
 
 
 def worker_configs(settings: BacktestSettings, checkpoints: list[Path]) -> list[WorkerConfig]:

@@ -18,6 +18,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation.data.windows import PartSpec, plan_series, window_ids
 from distributed_onnx.evaluation.driver.plan import RunPlan
+from distributed_onnx.location import Location
 
 FAILED_WINDOWS = "failed_windows.json"
 NONFINITE_WINDOWS = "nonfinite_windows.json"
@@ -78,7 +79,7 @@ def nonfinite_error(plan: RunPlan, nonfinite: dict[str, list[str]]) -> BatchErro
     )
 
 
-def clear_failed_windows(output: storage.Location) -> bool:
+def clear_failed_windows(output: Location) -> bool:
     """Remove a ``failed_windows.json`` an earlier invocation left, once every window is done; True if there was one."""
     path = storage.join(output, FAILED_WINDOWS)
     if not storage.is_file(path):

@@ -21,6 +21,7 @@ from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.scoring.registry import has_median, primary
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums
+from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.driver.plan import RunPlan
@@ -93,7 +94,7 @@ class RunSums:
         return self.merged().to_table()
 
     def write_metrics(
-        self, output: storage.Location, scores: PairScores | None = None, series_per_table: int = SERIES_PER_TABLE
+        self, output: Location, scores: PairScores | None = None, series_per_table: int = SERIES_PER_TABLE
     ) -> pa.Table:
         """Write ``metrics.parquet`` and return its run-wide rows (every row but the series scope's).
 
@@ -121,7 +122,7 @@ class RunSums:
         storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())
         return pa.concat_tables(run_wide).combine_chunks()
 
-    def write_leaderboard(self, output: storage.Location, scores: PairScores, step_us: int) -> pa.Table:
+    def write_leaderboard(self, output: Location, scores: PairScores, step_us: int) -> pa.Table:
         """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair)."""
         from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
 

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
+from distributed_onnx.location import Location
 from distributed_onnx.runtime.running_ray import AUTO
 
 __all__ = [
@@ -148,7 +149,7 @@ def planning_actors(
     return max(int((os.cpu_count() or 1) // max(cpus_per_actor, 1e-9)), 1)
 
 
-def recorded_part_size(output: storage.Location, manifest_name: str) -> RecordedPlan | None:
+def recorded_part_size(output: Location, manifest_name: str) -> RecordedPlan | None:
     """The part size, ramp width, run fingerprint and batch of the run directory's manifest, if it has one.
 
     A manifest without a size or batch (one written before they were recorded) gives 0: the caller then

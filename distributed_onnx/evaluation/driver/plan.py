@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,9 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from distributed_onnx import names as path_names
 from distributed_onnx import storage
-from distributed_onnx.errors import ConfigError, describe_validation
+from distributed_onnx.errors import ConfigError, Suggestion, describe_validation
 from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.series_source import SeriesSource, SeriesTransport
 from distributed_onnx.evaluation.data.table import SeriesTable, load_series, read_schema
@@ -38,20 +36,24 @@ from distributed_onnx.evaluation.driver.part_count import (
     planning_actors,
     recorded_part_size,
 )
+from distributed_onnx.evaluation.driver.up_front import CLAMP, check_checkpoint_names, levels_problem
 from distributed_onnx.evaluation.fans import fan_series
 from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, series_groups
 from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part_messages import PartJob
 from distributed_onnx.evaluation.scoring.naive import default_season
-from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.adapters.grouping import supports_groups
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
+from distributed_onnx.model.identity import CheckpointIdentity, identity_of
 from distributed_onnx.model.quantiles import ClampedLevel, clamped_levels, describe_clamped
 from distributed_onnx.model.worker import check_run_fits_model
 
 logger = logging.getLogger(__name__)
+
+#: The settings that declare covariate columns, as a suggestion names them.
+DECLARE_COVARIATES = (("covariates", None), ("past_covariates", None))
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Bumped when the layout of parts or window ids changes, so an old run directory is never resumed into.
@@ -64,7 +66,7 @@ class RunPlan:
 
     ``checkpoint`` is the first of ``checkpoints`` (its fans are drawn); ``model_fingerprints`` maps each
     checkpoint's name to what its forecast parts must carry to count as done (the run's fingerprint, its name
-    and its weights' digest), so a checkpoint added to a finished run computes only its own forecasts.
+    and its identity's digest), so a checkpoint added to a finished run computes only its own forecasts.
     """
 
     settings: BacktestSettings
@@ -94,6 +96,9 @@ class RunPlan:
     in_sample_end_us: int | None = None
     #: Windows per model call: as set, else the plan's default (:func:`~.part_count.default_rows_per_batch`).
     rows_per_batch: int = LEGACY_ROWS_PER_BATCH
+    #: Each checkpoint's identity (:mod:`distributed_onnx.model.identity`), by name: recorded in ``run.json``
+    #: and compared on resume (:mod:`.identities`).
+    identities: dict[str, CheckpointIdentity] = field(default_factory=dict)
 
     @property
     def realized_models(self) -> list[str]:
@@ -229,20 +234,8 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     windows_per_part, ramp_width, rows_per_batch, run_fingerprint = _part_size(
         settings, windows.planned, run_config, cap
     )
-    model_fingerprints = {
-        each.name: _digest(
-            {
-                "run": run_fingerprint,
-                "model": each.name,
-                "sha256": each.metadata.sha256 or storage.sha256(each.weights_path),
-            }
-        )
-        for each in checkpoints
-    }
-    if settings.compare_realized:  # each checkpoint's twin on the realized covariates
-        model_fingerprints |= {
-            f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in model_fingerprints.items()
-        }
+    identities = {each.name: identity_of(each) for each in checkpoints}
+    model_fingerprints = _model_fingerprints(run_fingerprint, identities, settings.compare_realized)
     return RunPlan(
         settings,
         checkpoint,
@@ -264,7 +257,24 @@ def prepare(settings: BacktestSettings) -> RunPlan:
         vintaged,
         in_sample_end(checkpoints),
         rows_per_batch,
+        identities,
     )
+
+
+def _model_fingerprints(
+    run_fingerprint: str, identities: dict[str, CheckpointIdentity], compare_realized: bool
+) -> dict[str, str]:
+    """What each model's parts must carry to count as done: the run's fingerprint, the model's name and its
+    identity's digest (the graph and every metadata field that changes an output:
+    :mod:`distributed_onnx.model.identity`), never the graph alone; with ``compare_realized``, each model's twin
+    on the realized covariates too."""
+    fingerprints = {
+        name: _digest({"run": run_fingerprint, "model": name, "identity": identity.digest})
+        for name, identity in identities.items()
+    }
+    if compare_realized:
+        fingerprints |= {f"{name}{REALIZED_SUFFIX}": _digest({"realized_of": f}) for name, f in fingerprints.items()}
+    return fingerprints
 
 
 def _graph_bytes(checkpoint: ResolvedCheckpoint) -> int:
@@ -282,10 +292,6 @@ def in_sample_end(checkpoints: list[ResolvedCheckpoint]) -> int | None:
     return max(known) if known else None
 
 
-#: A model's name is its file stem and a Hive partition value (``forecasts/model=NAME/``).
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
 def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSettings) -> tuple[int, int, list[str]]:
     """The horizon and context length every checkpoint of the run is scored on, or a one-line refusal.
 
@@ -294,17 +300,7 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
     is given (then each model gets that history, padded as missing up to its own context); different
     horizons are adapted: the run's default horizon is the shortest one, and the longer models are cut to it.
     """
-    names = [each.name for each in checkpoints]
-    for name in names:
-        if not _NAME.match(name) or not path_names.is_safe(name) or name in BASELINES:
-            raise ConfigError(
-                f"checkpoint name {name!r} (its file stem) must be letters, digits, '.', '_' or '-' and not a "
-                f"baseline's name {list(BASELINES)}: rename the file",
-                key="checkpoint",
-            )
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ConfigError(f"checkpoints must have distinct file stems; {duplicates} given twice", key="checkpoint")
+    check_checkpoint_names([each.weights_path for each in checkpoints])  # as before Ray started (up_front.py)
     resolutions = {each.name: each.metadata.resolution_minutes for each in checkpoints}
     if len(set(resolutions.values())) > 1:
         raise ConfigError(
@@ -313,9 +309,9 @@ def _shared_shape(checkpoints: list[ResolvedCheckpoint], settings: BacktestSetti
     contexts = {each.name: each.metadata.context_length for each in checkpoints}
     if settings.context_length is None and len(set(contexts.values())) > 1:
         raise ConfigError(
-            f"checkpoints take different context lengths {contexts}: give --context-length (at most "
-            f"{min(contexts.values())}) so that every model sees the same history",
+            f"checkpoints take different context lengths {contexts}: every model of a run sees the same history.",
             key="context_length",
+            suggestions=(Suggestion(f"Give {{}} (at most {min(contexts.values())}).", (("context_length", None),)),),
         )
     horizons = {each.name: each.metadata.horizon_length for each in checkpoints}
     notes = []
@@ -331,16 +327,9 @@ def _check_clamping(checkpoints: list[ResolvedCheckpoint], quantiles: list[float
     if allowed:
         return
     for each in checkpoints:
-        native = each.metadata.native_quantiles
-        clamped = clamped_levels(quantiles, native)
-        if clamped:
-            levels = ", ".join(f"{level.requested:g}" for level in clamped)
-            raise ConfigError(
-                f"quantile level(s) {levels} lie outside {each.name}'s native range {native[0]:g}..{native[-1]:g}: "
-                "the graph forecasts nothing there. Request levels inside it, or give --clamp-quantiles to "
-                "forecast each as the nearest native level (its interval is then narrower than its name says)",
-                key="quantiles",
-            )
+        problem = levels_problem(each.name, quantiles, each.metadata)
+        if problem is not None:
+            raise ConfigError(f"{problem}. Request levels inside it.", key="quantiles", suggestions=(CLAMP,))
 
 
 def _check_covariates(checkpoint: ResolvedCheckpoint, covariates: list[str]) -> None:
@@ -380,9 +369,9 @@ def _vintaged_names(settings: BacktestSettings) -> tuple[str, ...]:
     names = tuple(name for name in settings.covariate_columns if name in held)
     if not names:
         raise ConfigError(
-            f"{storage.redact(settings.covariate_data)} holds none of the declared covariates "
-            f"{settings.covariate_columns}: declare them with --covariates or --past-covariates",
+            f"{settings.covariate_data} holds none of the declared covariates {settings.covariate_columns}.",
             key="covariate_data",
+            suggestions=(Suggestion("Declare its columns with {} or {}.", DECLARE_COVARIATES),),
         )
     return names
 
@@ -417,8 +406,9 @@ def _check_grouping(checkpoint: ResolvedCheckpoint, group_by: str | None) -> Non
     if group_by is not None and not supports_groups(adapter_for(checkpoint.metadata)):
         raise ConfigError(
             f"{checkpoint.name}: model_family {checkpoint.metadata.model_family!r} cannot forecast series jointly; "
-            "drop --group-by or use a Chronos-2 checkpoint",
+            "use a Chronos-2 checkpoint.",
             key="group_by",
+            suggestions=(Suggestion("Or drop {}.", (("group_by", None),)),),
         )
 
 

@@ -38,6 +38,7 @@ from distributed_onnx.evaluation.driver.failures import (
     failure_error,
     nonfinite_error,
 )
+from distributed_onnx.evaluation.driver.identities import check_identities, identity_records
 from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
 from distributed_onnx.evaluation.driver.outcome import Dispatched, PartFailure, RunOutcome
 from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY
@@ -46,6 +47,7 @@ from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.driver.progress import Progress
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess
 from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
+from distributed_onnx.evaluation.driver.up_front import check_backtest
 from distributed_onnx.evaluation.driver.vintage_summary import (
     covariates_record,
     merged_stats,
@@ -60,6 +62,7 @@ from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.dispatch_state import DispatchStats
@@ -79,7 +82,7 @@ class BacktestResult:
     #: The rows of ``metrics.parquet`` that are not per series: scopes ``global`` (every convention) and ``lead``.
     run_wide_metrics: pa.Table
     #: Where the whole table is: ``metrics.parquet`` in the run directory.
-    metrics_path: storage.Location
+    metrics_path: Location
     failed_parts: list[dict[str, Any]] = field(default_factory=list)
 
     def read_metrics(self) -> pa.Table:
@@ -113,6 +116,7 @@ def run_backtest(
     if started_wall_s is not None:
         clock.mark("python_start")
     if isinstance(early, StartHere):
+        check_backtest(settings)  # before Ray starts (the command and fev check before they start it themselves)
         early = start_early(settings, quiet_ray=quiet_ray)
     try:
         plan = prepare(settings)
@@ -124,7 +128,7 @@ def run_backtest(
 
 
 def render_report(  # noqa: PLR0913 - what write_report draws, passed through
-    output: storage.Location,
+    output: Location,
     summary: dict[str, Any],
     metrics: pa.Table,
     quantiles: list[float],
@@ -178,8 +182,10 @@ class _BacktestRun:
         manifest = {
             **settings_record,
             **{MANIFEST_KEY: plan.windows_per_part, RAMP_KEY: plan.ramp_width, ROWS_KEY: plan.rows_per_batch},
+            **identity_records(plan.identities),
         }
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
+        check_identities(output, plan.identities)  # never a resume that mixes two meanings of a checkpoint
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
@@ -202,9 +208,7 @@ class _BacktestRun:
                 self._ray_ready()
                 clock.mark("ray_start")
                 dispatched = self._dispatch(todo, self.progress)
-            if self.early is not None:
-                self.early.stop()  # Ray stops on its own thread while the driver merges and draws the report
-            self._start_report_process()  # if the dispatch did not: its imports overlap the merge
+            self._after_dispatch()
             failed = {failure.part for failure in self.ledger.failures}
             self.done += [part.index for part in todo if part.index not in failed]
             scores = self._merged()
@@ -237,6 +241,13 @@ class _BacktestRun:
             raise nonfinite
         return BacktestResult(summary, run_wide, storage.join(output, outputs.METRICS), failures)
 
+    def _after_dispatch(self) -> None:
+        """Ray stops on its own thread while the driver merges and draws the report; the report process starts
+        now if the dispatch did not start it (its imports beside the merge)."""
+        if self.early is not None:
+            self.early.stop()
+        self._start_report_process()
+
     def _ray_ready(self) -> None:
         """Ray and the pool up for the dispatch: started while the data was read and planned, else now."""
         if self.early is None:  # a resumed run, or a process that holds Ray already: the pool is needed now
@@ -259,7 +270,7 @@ class _BacktestRun:
             summary["notes"].append(
                 f"{windows} in-sample window(s) (origin at or before the training data's end "
                 f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
-                "the leaderboard; --include-in-sample keeps them in"
+                "the leaderboard; the setting include_in_sample keeps them in"
             )
 
     def _covariates(self, summary: dict[str, Any]) -> None:
@@ -273,14 +284,16 @@ class _BacktestRun:
         summary["covariates"] = covariates_record(plan, stats)
 
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
-        """The models' part of summary.json (fingerprints, pairs scored and left out, parts computed per model);
-        returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the end."""
+        """The models' part of summary.json (fingerprints, identities, pairs scored and left out, parts computed per
+        model); returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the
+        end."""
         plan = self.plan
         summary["models"] = {
             checkpoint.name: {
                 "checkpoint": str(checkpoint.weights_path),
                 "sha256": checkpoint.metadata.sha256,
                 "fingerprint": plan.model_fingerprints[checkpoint.name],
+                "identity": plan.identities[checkpoint.name].record(),
                 **_variant_of(checkpoint),
             }
             for checkpoint in plan.checkpoints

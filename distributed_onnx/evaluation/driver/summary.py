@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.driver.clock import driver_cpu_s, peak_rss_mb
+from distributed_onnx.location import Location
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def versions() -> dict[str, str | None]:
     }
 
 
-def previous_summary(output: storage.Location, run_fingerprint: str) -> dict[str, Any] | None:
+def previous_summary(output: Location, run_fingerprint: str) -> dict[str, Any] | None:
     """The summary an earlier invocation of this same run left, if readable."""
     path = storage.join(output, SUMMARY)
     try:
@@ -57,7 +58,7 @@ def previous_summary(output: storage.Location, run_fingerprint: str) -> dict[str
     return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
 
 
-def write_summary(output: storage.Location, summary: dict[str, Any]) -> None:
+def write_summary(output: Location, summary: dict[str, Any]) -> None:
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, default=str).encode())
 
 
@@ -90,7 +91,7 @@ def build_summary(
         "model": plan.checkpoint.name,
         "checkpoint": storage.redact(plan.checkpoint.weights_path),
         "checkpoint_sha256": plan.checkpoint.metadata.sha256,
-        "data": storage.redact(plan.settings.data),  # a URL's secrets stay in the URL (report.html shows these)
+        "data": str(plan.settings.data),  # a URL's secrets stay in the URL (report.html shows these)
         "run_fingerprint": plan.run_fingerprint,
         "settings": storage.redacted(plan.settings.model_dump(mode="json")),
         "versions": versions(),

@@ -18,6 +18,7 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.evaluation.data.vintages import VintageStats
 from distributed_onnx.evaluation.outputs import read_vintage_stats
+from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.driver.plan import RunPlan
@@ -37,7 +38,7 @@ COVARIATE_AGES_SCHEMA = pa.schema(
 )
 
 
-def merged_stats(output: storage.Location, parts: Sequence[int], horizon: int, step_us: int) -> VintageStats:
+def merged_stats(output: Location, parts: Sequence[int], horizon: int, step_us: int) -> VintageStats:
     """The vintage counts of ``parts``, added in part order (a part without its file adds nothing)."""
     merged = VintageStats(horizon, step_us)
     for index in sorted(parts):
@@ -67,13 +68,13 @@ def covariates_record(plan: RunPlan, stats: VintageStats | None) -> dict[str, An
         record[name] = entry
     if plan.vintaged is not None:
         return {
-            "covariate_data": storage.redact(settings.covariate_data) if settings.covariate_data else None,
+            "covariate_data": str(settings.covariate_data) if settings.covariate_data else None,
             "latency_minutes": settings.covariate_latency,
             "columns": record,
         }
     return {"columns": record}
 
 
-def write_covariate_ages(output: storage.Location, stats: VintageStats) -> int:
+def write_covariate_ages(output: Location, stats: VintageStats) -> int:
     table = pa.Table.from_pylist(stats.age_rows(), schema=COVARIATE_AGES_SCHEMA)
     return storage.write_parquet(storage.join(output, COVARIATE_AGES), table)

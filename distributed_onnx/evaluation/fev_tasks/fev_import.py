@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from distributed_onnx.errors import MissingExtraError
@@ -17,3 +19,19 @@ def load_fev() -> Any:
     except ImportError as exc:
         raise MissingExtraError.for_package("fev", "fev") from exc
     return fev
+
+
+def raised_by_fev(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while fev's own code ran (a frame of the fev package on its traceback): fev
+    refusing a task's windows or data (a cutoff past the data, more windows than it holds, a target its metrics
+    cannot subtract), not a bug of ours, whose traceback holds no fev frame."""
+    fev = sys.modules.get("fev")
+    if fev is None or fev.__file__ is None:
+        return False
+    folder = os.path.dirname(fev.__file__) + os.sep
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename.startswith(folder):
+            return True
+        frame = frame.tb_next
+    return False

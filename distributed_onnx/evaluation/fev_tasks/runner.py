@@ -8,14 +8,25 @@ one origin, so a run plans exactly the tasks' windows whatever their cutoffs; it
 task's and its quantile levels the union. Each task's forecasts, cut back to its horizon and levels, become fev
 predictions (:mod:`.predictions`) and fev's ``Task.evaluation_summary`` scores them, so the numbers are fev's.
 Ray is joined once, before the first run, and each set of checkpoints gets one actor pool, kept for all its
-runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`).
+runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`); the runs go set by set, and a set's pool is
+released before the next set's starts (:class:`_SetPools`).
+
+What goes wrong with one task stays that task's: a task fev cannot load fails (a rerun retries it), a merged run
+the backtest refuses is rerun task by task, and fev's own refusal of a task's windows or data, met where fev
+scores it (:func:`_scored`, the one boundary around fev's scoring), rejects that task's pairs with fev's reason.
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
-``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, skipped with its reason, or
-failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when there are two or more) and
-``pairs/TASK/MODEL.json`` (one summary each, the resume record: a pair whose record matches the task, the
-checkpoint's weights and fev's version is not recomputed; a checkpoint added later that serves the same tasks
-joins their run directory and computes only its own forecasts).
+``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, resumed, skipped, rejected or
+refused with its reason, or failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when
+there are two or more) and ``pairs/TASK/MODEL.json`` (the resume record, :mod:`.pair_records`: a pair whose record
+matches the task, the checkpoint's identity and fev's version is not recomputed, nor rejected again by recomputing
+it; a checkpoint added later that serves the same tasks joins their run directory and computes only its own
+forecasts).
+
+What no run could get past is refused before anything is loaded or Ray is joined (:func:`run_benchmark`): the
+checkpoints' names and the output, by the backtest's own checks (``evaluation/driver/up_front.py``), a benchmark
+without tasks, a task whose own settings the backtest's model refuses (:mod:`.checks`). A pair whose levels the
+checkpoint cannot forecast is skipped like one whose horizon it cannot (docs/fev.md).
 """
 
 from __future__ import annotations
@@ -23,9 +34,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +45,10 @@ import pyarrow.dataset as pads
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
-from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION
+from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names
+from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
+from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION, raised_by_fev
+from distributed_onnx.evaluation.fev_tasks.pair_records import REJECTED, SUMMARY, pair_key, plain, read_pair, write_pair
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
 from distributed_onnx.evaluation.fev_tasks.tasks import (
     TaskData,
@@ -46,12 +59,15 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     takes_covariates,
     task_data,
     task_id_prefix,
+    task_name,
     task_reason,
     task_slug,
 )
-from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
+from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
+from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+from distributed_onnx.redact import redact_text, redacted
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +83,16 @@ class FevResult:
 
     #: fev's ``evaluation_summary`` of each task x checkpoint done (now or by an earlier run), in task order.
     summaries: list[dict[str, Any]]
-    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, failed), ``reason``.
+    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, rejected, refused,
+    #: failed),
+    #: ``reason``.
     pairs: list[dict[str, Any]]
-    output: storage.Location
+    output: Location
+    #: The pairs that failed (fev could not load the task, parts failed): a rerun retries them.
     failed: list[dict[str, Any]] = field(default_factory=list)
+    #: The pairs of tasks fev rejected (its windows or data) or the backtest refused (the task's data): a rerun
+    #: rejects or refuses them again; fix or drop the task.
+    rejected: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,42 +132,101 @@ class _Run:
 def run_fev(
     tasks: Sequence[Any],
     checkpoints: Sequence[ResolvedCheckpoint],
-    output: storage.Location,
+    output: Location,
     settings: dict[str, Any],
     connect: Callable[[], object] = lambda: None,
 ) -> FevResult:
     """Run every task against every checkpoint; ``settings`` are further backtest settings (``actors``,
     ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
-    with every pair done starts no Ray. Raises :class:`BatchError` after writing everything if a pair failed."""
+    with every pair done starts no Ray. After writing everything, raises :class:`BatchError` if a pair failed (a
+    rerun retries it), or fev rejected or the backtest refused a pair (its line says a rerun does so again)."""
     storage.make_dirs(output)
     records: dict[tuple[int, str], dict[str, Any]] = {}
     summaries: dict[tuple[int, str], dict[str, Any]] = {}
     runs: dict[_RunKey, _Run] = {}
     for index, task in enumerate(tasks):
-        _plan_task(index, task, checkpoints, output, records, summaries, runs)
-    pools: dict[tuple[str, ...], Any] = {}  # one actor pool per set of checkpoints, kept across its runs
+        _plan_task(
+            index, task, checkpoints, output, records, summaries, runs, clamp=bool(settings.get("clamp_quantiles"))
+        )
+    pools = _SetPools()
     try:
-        for number, run in enumerate(runs.values()):
+        for number, run in enumerate(_set_by_set(runs.values())):
             if number == 0:
                 connect()
             _record(run, _execute(run, output, settings, pools), records, summaries)
     finally:
-        for pool in pools.values():
-            pool.release()
+        pools.release()
     order = [(index, each.name) for index in range(len(tasks)) for each in checkpoints]
     done = [summaries[pair] for pair in order if pair in summaries]
     pairs = [records[pair] for pair in order if pair in records]
     failed = [pair for pair in pairs if pair["status"] == "failed"]
+    rejected = [pair for pair in pairs if pair["status"] == "rejected"]
+    refused = [pair for pair in pairs if pair["status"] == "refused"]
     _write_outputs(output, done, pairs, [each.name for each in checkpoints])
-    result = FevResult(done, pairs, output, failed)
-    if failed:
-        first = failed[0]
-        raise BatchError(
-            f"{len(failed)} task x checkpoint pair(s) failed (e.g. {first['task']} x {first['model']}: "
-            f"{first['reason']}); the others' summaries are in {storage.redact(output)}/{SUMMARIES_JSONL}; "
-            "rerun to retry the failed ones"
-        )
+    result = FevResult(done, pairs, output, failed, rejected + refused)
+    if failed or rejected or refused:
+        raise BatchError(_unfinished(failed, rejected, refused, output))
     return result
+
+
+def _unfinished(
+    failed: list[dict[str, Any]], rejected: list[dict[str, Any]], refused: list[dict[str, Any]], output: Location
+) -> str:
+    """The one line of a benchmark with failed, rejected or refused pairs: how many, the first of each, what to do
+    (only a failed pair is worth a rerun: fev and the backtest reject or refuse the others again)."""
+    said, todo = [], []
+    for pairs, what, action in (
+        (failed, "failed", "rerun to retry the failed ones"),
+        (rejected, "rejected by fev", "fix or drop the rejected tasks (a rerun rejects them again)"),
+        (refused, "refused by the backtest", "fix the refused tasks' data (a rerun refuses them again)"),
+    ):
+        if pairs:
+            first = pairs[0]
+            said.append(
+                f"{len(pairs)} task x checkpoint pair(s) {what} (e.g. {first['task']} x {first['model']}: "
+                f"{first['reason']})"
+            )
+            todo.append(action)
+    return f"{'; '.join(said)}; the others' summaries are in {output / SUMMARIES_JSONL}; {' and '.join(todo)}"
+
+
+def _set_by_set(runs: Iterable[_Run]) -> list[_Run]:
+    """The runs grouped by their set of checkpoints, in the order each set first appears (each set's runs in
+    their own order): one set's runs end before the next set's begin, so its pool can be released then."""
+    by_set: dict[tuple[str, ...], list[_Run]] = {}
+    for run in runs:
+        by_set.setdefault(run.key.models, []).append(run)
+    return [run for group in by_set.values() for run in group]
+
+
+class _SetPools:
+    """The actor pool of one set of checkpoints at a time, kept across that set's runs.
+
+    Two sets' pools at once could not share the cluster: by default a pool fills it, and the second set's pool
+    waited for room the first one kept (three checkpoints, one of them too short for a task, split the runs in
+    two sets: on 2 CPUs the second pool hung). The runs go set by set (:func:`_set_by_set`), so the pool of a
+    set no later run uses is released before the next set's pool starts.
+    """
+
+    def __init__(self) -> None:
+        self._models: tuple[str, ...] | None = None
+        self._pool: Any = None
+
+    def for_run(self, models: tuple[str, ...], run_settings: Any) -> Any:
+        """The pool of ``models`` (started with this run's settings when the set changes: the last one released)."""
+        from distributed_onnx.evaluation.driver.early import kept_pool
+
+        if self._models != models:
+            self.release()
+            self._pool = kept_pool(run_settings)
+            self._models = models
+        return self._pool
+
+    def release(self) -> None:
+        """Stop the pool held (its actors; Ray too if the pool's thread started it)."""
+        pool, self._pool, self._models = self._pool, None, None
+        if pool is not None:
+            pool.release()
 
 
 def _record(
@@ -159,44 +240,54 @@ def _record(
         for model, outcome in outcomes.get(number, {}).items():
             if records.get((number, model), {}).get("status") == "resumed":  # the earlier run's summary
                 continue
-            if "summary" in outcome:
-                summaries[(number, model)] = outcome["summary"]
-            status, why = ("done", None) if "summary" in outcome else ("failed", outcome["reason"])
-            base = {"task": str(task.task_name), "task_dir": slug, "model": model, "status": status}
+            if SUMMARY in outcome:
+                summaries[(number, model)] = outcome[SUMMARY]
+                status, why = "done", None
+            elif REJECTED in outcome:
+                status, why = "rejected", redact_text(outcome[REJECTED])
+            else:
+                status = "refused" if outcome.get("refused") else "failed"
+                why = redact_text(outcome["reason"])
+            base = {"task": task_name(task), "task_dir": slug, "model": model, "status": status}
             records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
 
-def _plan_task(
+def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     index: int,
     task: Any,
     checkpoints: Sequence[ResolvedCheckpoint],
-    output: storage.Location,
+    output: Location,
     records: dict[tuple[int, str], dict[str, Any]],
     summaries: dict[tuple[int, str], dict[str, Any]],
     runs: dict[_RunKey, _Run],
+    *,
+    clamp: bool = False,
 ) -> None:
     """Record what is skipped or resumed of one task; load its data (with fev) and add it to its runs if some
-    checkpoint still has to forecast it."""
-    name, slug = str(task.task_name), task_slug(index, task)
+    checkpoint still has to forecast it. ``clamp``: levels outside a checkpoint's range are clamped, not skipped."""
+    name, slug = task_name(task), task_slug(index, task)
     reason = task_reason(task)
     serving: list[ResolvedCheckpoint] = []
     for checkpoint in checkpoints:
         base = {"task": name, "task_dir": slug, "model": checkpoint.name}
-        why = reason or checkpoint_reason(task, checkpoint.metadata)
+        why = reason or checkpoint_reason(task, checkpoint.metadata) or levels_reason(task, checkpoint, clamp=clamp)
         if why is not None:
             records[(index, checkpoint.name)] = {**base, "status": "skipped", "reason": why}
             continue
+        earlier = read_pair(output, slug, checkpoint.name, pair_key(task, checkpoint))
+        if earlier is not None and REJECTED in earlier:  # fev's verdict on this task stands: not recomputed
+            records[(index, checkpoint.name)] = {**base, "status": "rejected", "reason": earlier[REJECTED]}
+            continue
         serving.append(checkpoint)
-        earlier = _read_pair(output, slug, checkpoint.name, _pair_key(task, checkpoint))
         if earlier is not None:
             records[(index, checkpoint.name)] = {**base, "status": "resumed", "reason": None}
-            summaries[(index, checkpoint.name)] = earlier
+            summaries[(index, checkpoint.name)] = earlier[SUMMARY]
     if all((index, each.name) in summaries for each in serving):
         return
     try:
         data = task_data(task)
     except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
-        problem = f"fev could not load the task's data: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        problem = f"fev could not load the task's data: {_words(exc)}"  # fev's message names the dataset's path
         for each in serving:
             base = {"task": name, "task_dir": slug, "model": each.name}
             records.setdefault((index, each.name), {**base, "status": "failed", "reason": problem})
@@ -220,8 +311,14 @@ def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> 
     return (metadata.resolution_minutes, context_length(task, metadata), known, past)
 
 
+def _words(exc: BaseException) -> str:
+    """An exception as a pair's reason: its class and its message on one line (a URL's secrets masked), cut at
+    300 characters."""
+    return f"{type(exc).__name__}: {redact_text(' '.join(str(exc).split()))[:300]}"
+
+
 def _execute(
-    run: _Run, output: storage.Location, settings: dict[str, Any], pools: dict[tuple[str, ...], Any]
+    run: _Run, output: Location, settings: dict[str, Any], pools: _SetPools
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """The run's outcomes, task by task and model by model (``summary``, or the ``reason`` it failed; its
     ``run_dir``). A merged run the backtest refuses (its data or settings, exit 2) is retried as one run per
@@ -242,9 +339,9 @@ def _execute(
 
 def _run_merged(
     run: _Run,
-    output: storage.Location,
+    output: Location,
     settings: dict[str, Any],
-    pools: dict[tuple[str, ...], Any],
+    pools: _SetPools,
     refused_fails: bool = True,
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """One backtest for the run's tasks and checkpoints, then fev's summary of each pair computed now."""
@@ -254,23 +351,22 @@ def _run_merged(
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
-        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": storage.redact(run_dir)}
+        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir), "refused": True}
         return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
     return _score(run, output, run_dir, inference_s, batch_error)
 
 
 def _backtest(
     run: _Run,
-    output: storage.Location,
-    run_dir: storage.Location,
+    output: Location,
+    run_dir: Location,
     settings: dict[str, Any],
-    pools: dict[tuple[str, ...], Any],
+    pools: _SetPools,
 ) -> tuple[float, BatchError | None]:
     """Write the run's input table (once) and run its backtest: the dispatch seconds, and the error if parts
     failed (the tasks whose forecasts are all there are still scored). The run's data or settings refused by
     the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
     backtest."""
-    from distributed_onnx.evaluation.driver.early import kept_pool
     from distributed_onnx.evaluation.driver.run import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
 
@@ -295,13 +391,12 @@ def _backtest(
         "data": data_path,
         "output": run_dir,
     }
-    names = ", ".join(str(task.task_name) for task in run_tasks)
+    names = ", ".join(task_name(task) for task in run_tasks)
     run_settings = BacktestSettings.from_sources(given, source=f"fev tasks {names}"[:200])
-    if key.models not in pools:  # started once, its actors kept for every run of these checkpoints
-        pools[key.models] = kept_pool(run_settings)
+    pool = pools.for_run(key.models, run_settings)  # started once, its actors kept for every run of these checkpoints
     started = time.perf_counter()
     try:
-        result = run_backtest(run_settings, early=pools[key.models])
+        result = run_backtest(run_settings, early=pool)
     except DistributedOnnxError as exc:
         if exc.exit_code != BatchError.exit_code:
             raise
@@ -311,18 +406,18 @@ def _backtest(
 
 
 def _score(
-    run: _Run, output: storage.Location, run_dir: storage.Location, inference_s: float, batch_error: BatchError | None
+    run: _Run, output: Location, run_dir: Location, inference_s: float, batch_error: BatchError | None
 ) -> dict[int, dict[str, dict[str, Any]]]:
-    """fev's summary of each pair of the run not resumed, from the run's forecasts."""
-    key, shown = run.key, storage.redact(run_dir)
+    """The outcome of each pair of the run not resumed, from the run's forecasts (:func:`_scored`), recorded."""
+    key, shown = run.key, str(run_dir)
     covariates = bool(key.known or key.past)
     origin = merged_origin(key.step_minutes, key.context_length)
     origin_us = int(origin.timestamp()) * 1_000_000
     pair_keys = {
-        (number, each.name): _pair_key(task, each) for number, task, _, _ in run.tasks for each in run.checkpoints
+        (number, each.name): pair_key(task, each) for number, task, _, _ in run.tasks for each in run.checkpoints
     }
     slugs = {number: slug for number, _, slug, _ in run.tasks}
-    earlier = {pair: _read_pair(output, slugs[pair[0]], pair[1], key) for pair, key in pair_keys.items()}
+    earlier = {pair: read_pair(output, slugs[pair[0]], pair[1], key) for pair, key in pair_keys.items()}
     outcomes: dict[int, dict[str, dict[str, Any]]] = {}
     for each in run.checkpoints:
         forecasts = _model_forecasts(run_dir, each.name, origin_us)
@@ -331,13 +426,7 @@ def _score(
             outcome = outcomes.setdefault(number, {})
             resumed = earlier[(number, each.name)]
             if resumed is not None:
-                outcome[each.name] = {"summary": resumed, "run_dir": shown}
-                continue
-            try:
-                predictions = task_predictions(task, number, forecasts)
-            except MissingForecastsError as exc:
-                why = f"{exc}; {batch_error}" if batch_error is not None else str(exc)
-                outcome[each.name] = {"reason": why, "run_dir": shown}
+                outcome[each.name] = {**resumed, "run_dir": shown}
                 continue
             # The run's tasks and models share its actors' time: each task gets the run's dispatch time in
             # proportion to its forecast rows; the run's other models computed now share that time too.
@@ -352,16 +441,44 @@ def _score(
                 "context_length": key.context_length,
                 "covariates_used": covariates,
             }
-            summary = task.evaluation_summary(
-                predictions, model_name=each.name, inference_time_s=inference_s * share, extra_info=extra
-            )
-            summary = _plain(summary)
-            _write_pair(output, slug, each.name, pair_keys[(number, each.name)], summary)
-            outcome[each.name] = {"summary": summary, "run_dir": shown}
+            scored = _scored(task, number, each.name, forecasts, inference_s * share, extra, batch_error)
+            if SUMMARY in scored or REJECTED in scored:
+                write_pair(output, slug, each.name, pair_keys[(number, each.name)], scored)
+            outcome[each.name] = {**scored, "run_dir": shown}
     return outcomes
 
 
-def _model_forecasts(run_dir: storage.Location, model: str, origin_us: int) -> pa.Table:
+def _scored(
+    task: Any,
+    number: int,
+    model: str,
+    forecasts: pa.Table,
+    inference_s: float,
+    extra: dict[str, Any],
+    batch_error: BatchError | None,
+) -> dict[str, Any]:
+    """fev's summary of one task x checkpoint (``{"summary": ...}``), or why there is none: the one boundary
+    around fev's scoring, where what goes wrong with one task stays that task's.
+
+    Forecasts missing for some series fev keeps (parts that failed, no observed context) fail the pair
+    (``reason``: a rerun runs the parts again). fev refusing the task itself, as it cuts the windows or scores
+    them (a cutoff past the data, more windows than the data holds, a target its metrics cannot use), rejects
+    the pair (``rejected``: recorded, so a rerun does not forecast the task again to be refused the same way).
+    Anything else raised here, with no fev frame on its traceback, is a bug of ours and ends the run (exit 4).
+    """
+    try:
+        predictions = task_predictions(task, number, forecasts)
+        summary = task.evaluation_summary(predictions, model_name=model, inference_time_s=inference_s, extra_info=extra)
+    except MissingForecastsError as exc:
+        return {"reason": f"{exc}; {batch_error}" if batch_error is not None else str(exc)}
+    except Exception as exc:
+        if not raised_by_fev(exc):
+            raise
+        return {REJECTED: f"fev rejects the task: {_words(exc)}"}
+    return {SUMMARY: redacted(plain(summary))}  # fev's summary echoes the task's dataset path and name
+
+
+def _model_forecasts(run_dir: Location, model: str, origin_us: int) -> pa.Table:
     """One model's forecasts at the merged run's origin (the only one it plans)."""
     fs, inner = storage.filesystem(storage.join(run_dir, FORECASTS_DIR, f"{MODEL_KEY}={model}"))
     dataset = pads.dataset(inner, filesystem=fs, format="parquet")
@@ -369,62 +486,15 @@ def _model_forecasts(run_dir: storage.Location, model: str, origin_us: int) -> p
     return dataset.to_table(filter=origin == origin_us)
 
 
-def _pair_key(task: Any, checkpoint: ResolvedCheckpoint) -> str:
-    """What a pair's summary depends on: the task's definition, the checkpoint's weights, fev's version. Not the
-    data's fingerprint: knowing it takes loading the data, which a resumed pair must not need (a hub dataset
-    needs the network); a dataset rewritten in place needs a new output directory."""
-    document = [
-        task.to_dict(),
-        checkpoint.metadata.sha256 or storage.sha256(checkpoint.weights_path),
-        FEV_VERSION,
-    ]
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _pair_path(output: storage.Location, slug: str, model: str) -> storage.Location:
-    return storage.join(output, "pairs", slug, f"{model}.json")
-
-
-def _read_pair(output: storage.Location, slug: str, model: str, key: str) -> dict[str, Any] | None:
-    """The summary an earlier run wrote for this pair, if its key matches."""
-    path = _pair_path(output, slug, model)
-    if not storage.is_file(path):
-        return None
-    try:
-        document = json.loads(storage.read_bytes(path))
-    except ValueError:
-        return None
-    if not isinstance(document, dict) or document.get("key") != key:
-        return None
-    summary = document.get("summary")
-    return summary if isinstance(summary, dict) else None
-
-
-def _write_pair(output: storage.Location, slug: str, model: str, key: str, summary: dict[str, Any]) -> None:
-    storage.make_dirs(storage.join(output, "pairs", slug))
-    storage.write_bytes(_pair_path(output, slug, model), json.dumps({"key": key, "summary": summary}).encode())
-
-
-def _plain(value: Any) -> Any:
-    """A summary as plain JSON: NaN and infinities as null (fev's readers take null as missing)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, str | bytes):  # numpy scalars
-        return _plain(value.item())
-    return value
-
-
 def _write_outputs(
-    output: storage.Location, summaries: list[dict[str, Any]], pairs: list[dict[str, Any]], models: list[str]
+    output: Location, summaries: list[dict[str, Any]], pairs: list[dict[str, Any]], models: list[str]
 ) -> None:
+    summaries, pairs = redacted(summaries), redacted(pairs)  # summaries an earlier version wrote, too
     lines = "".join(json.dumps(summary) + "\n" for summary in summaries)
     storage.write_bytes(storage.join(output, SUMMARIES_JSONL), lines.encode())
     storage.write_bytes(storage.join(output, SUMMARIES_JSON), json.dumps(summaries).encode())
-    counts = {status: sum(p["status"] == status for p in pairs) for status in ("done", "resumed", "skipped", "failed")}
+    statuses = ("done", "resumed", "skipped", "rejected", "refused", "failed")
+    counts = {status: sum(p["status"] == status for p in pairs) for status in statuses}
     document: dict[str, Any] = {"fev_version": FEV_VERSION, "models": models, "pairs": pairs, "counts": counts}
     names = {summary["model_name"] for summary in summaries}
     if len(names) >= 2 and summaries:
@@ -433,7 +503,7 @@ def _write_outputs(
             baseline = max(models, key=served.count)  # fev needs the baseline on every task; the first of the most
             board = _leaderboard(summaries, baseline=baseline)
         except (DistributedOnnxError, ValueError, KeyError) as exc:
-            document["leaderboard_error"] = f"{type(exc).__name__}: {exc}"
+            document["leaderboard_error"] = redact_text(f"{type(exc).__name__}: {exc}")
         else:
             storage.write_bytes(storage.join(output, LEADERBOARD), board.encode())
     storage.write_bytes(storage.join(output, RUN_SUMMARY), json.dumps(document, indent=2).encode())
@@ -458,7 +528,7 @@ TASK_SETTINGS = frozenset(
 def run_benchmark(
     benchmark: Any,
     checkpoints: Sequence[Any],
-    output: storage.Location,
+    output: LocationLike,
     settings: dict[str, Any],
     connect: Callable[[], object] | None = None,
 ) -> FevResult:
@@ -467,22 +537,41 @@ def run_benchmark(
     ``connect`` (default: join ``settings['address']`` or start the embedded Ray) runs before the first
     backtest; Ray stays up across the tasks' runs."""
     from distributed_onnx.evaluation.fev_tasks.tasks import load_tasks
-    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.checkpoint import LocalCheckpoint, checkpoint_paths, local_checkpoint
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
     fixed = sorted(TASK_SETTINGS & set(settings))
     if fixed:
         raise ConfigError(f"settings {fixed} are decided by each fev task: drop them", key=fixed[0])
+    given = [local_checkpoint(path, "--checkpoint") for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])]
+    try:
+        paths = checkpoint_paths(given)  # as backtest --checkpoint takes them: a folder is every checkpoint in it
+    except ValueError as exc:  # a folder that holds no checkpoint
+        raise ConfigError(str(exc), key="checkpoint") from exc
+    check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
+    check_output_folder(Location.parse(output))
     tasks = load_tasks(benchmark)
-    resolved = [LocalCheckpoint(path=path).resolve() for path in (list(checkpoints) or [REFERENCE_CHECKPOINT])]
-    names = [each.name for each in resolved]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"checkpoints must have distinct file stems; got {names}", key="checkpoint")
+    check_tasks(tasks, output, settings)
+    resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
     address = settings.get("address")
-    return run_fev(tasks, resolved, output, settings, connect=connect or (lambda: _join_ray(address)))
+    return run_fev(tasks, resolved, Location.parse(output), settings, connect=connect or (lambda: _join_ray(address)))
 
 
 def _join_ray(address: str | None) -> None:
-    from distributed_onnx.runtime.local_ray import connect  # imports Ray: only once a backtest is to run
+    """Ray for the benchmark, with SIGTERM left to this process: it exits through the interpreter (its exit
+    handlers stop the actors and Ray), as a backtest does, instead of printing Ray's C++ stack dump (a killed
+    ``fev`` did). Ray's start keeps its hands off the handler, and the one set before it is set again after:
+    the driver's core worker installs its failure-signal handler for SIGTERM underneath Python's."""
+    import signal
+    import threading
 
-    connect(address)
+    from distributed_onnx.runtime import ray_private  # imports Ray: only once a backtest is to run
+    from distributed_onnx.runtime.early_start import exit_on_sigterm
+    from distributed_onnx.runtime.local_ray import connect
+
+    exit_on_sigterm()
+    handler = signal.getsignal(signal.SIGTERM)
+    with ray_private.keep_signal_handlers():
+        connect(address)
+    if threading.current_thread() is threading.main_thread() and callable(handler):
+        signal.signal(signal.SIGTERM, handler)

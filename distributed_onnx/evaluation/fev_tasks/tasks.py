@@ -28,6 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.worker import check_run_fits_model
+from distributed_onnx.redact import MASK, redact_text
 
 _GRID_EPOCH = datetime(2100, 1, 1, tzinfo=UTC)
 #: Where the synthetic grid starts (2100-01-01 UTC, in microseconds since the epoch).
@@ -104,9 +107,16 @@ def merged_origin(step_minutes: int, context_length: int) -> datetime:
     return _GRID_EPOCH + timedelta(minutes=step_minutes * context_length)
 
 
+def task_name(task: Any) -> str:
+    """The task's name as it may be shown or written: fev names a task after its dataset's path by default
+    (``KEY:SECRET@bucket/dir`` of ``s3://KEY:SECRET@bucket/dir/data.parquet``), so its credentials are masked."""
+    return redact_text(str(task.task_name or "task"))
+
+
 def task_slug(index: int, task: Any) -> str:
-    """A directory name for the ``index``-th task: its position (tasks may share a name) and its name."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(task.task_name or "task")).strip("._-") or "task"
+    """A directory name for the ``index``-th task: its position (tasks may share a name) and its name (masked,
+    :func:`task_name`: a folder's name is shown by every listing)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", task_name(task).replace(MASK, "")).strip("._-") or "task"
     return f"{index:03d}-{name[:60]}"
 
 
@@ -203,7 +213,19 @@ def _micros(values: pa.Array) -> np.ndarray:
 
 
 def load_tasks(benchmark: Any) -> list[Any]:
-    """The tasks of a ``fev.Benchmark``, a list of ``fev.Task``, or a benchmark YAML file's path or URL."""
+    """The tasks of a ``fev.Benchmark``, a list of ``fev.Task``, or a benchmark YAML file's path or URL; at least one
+    (a benchmark without tasks is refused, from a file as from Python, rather than run into empty summaries)."""
+    tasks = _tasks_of(benchmark)
+    if not tasks:
+        where = "" if isinstance(benchmark, list | tuple) else f" {benchmark}"
+        raise ConfigError(
+            f"the benchmark{where} holds no task (its 'tasks' list is empty): give at least one fev task",
+            key="benchmark",
+        )
+    return tasks
+
+
+def _tasks_of(benchmark: Any) -> list[Any]:
     from distributed_onnx.evaluation.fev_tasks.fev_import import load_fev
 
     fev = load_fev()
@@ -212,17 +234,16 @@ def load_tasks(benchmark: Any) -> list[Any]:
     if isinstance(benchmark, fev.Task):
         return [benchmark]
     if isinstance(benchmark, list | tuple) and all(isinstance(task, fev.Task) for task in benchmark):
-        if not benchmark:
-            raise ConfigError("the benchmark holds no task: give at least one fev.Task", key="benchmark")
         return list(benchmark)
-    if isinstance(benchmark, str) or hasattr(benchmark, "__fspath__"):
-        try:
-            return list(fev.Benchmark.from_yaml(benchmark).tasks)
+    if isinstance(benchmark, str | Location) or hasattr(benchmark, "__fspath__"):
+        place = Location.parse(benchmark if isinstance(benchmark, str | Location) else Path(benchmark))
+        try:  # fev reads the file (a web URL with its own client): the whole URL goes to it, as to pyarrow
+            return list(fev.Benchmark.from_yaml(place.local_path or place.reveal()).tasks)
         except Exception as exc:  # fev says only "Failed to load the file", or a Task's own validation error
             detail = exc.__cause__ or exc.__context__ or exc  # the file's own error, where fev hid it
-            text = " ".join(str(detail).split())[:400]
+            text = place.scrub(" ".join(str(detail).split()))[:400]  # a client quotes the URL's query too
             raise ConfigError(
-                f"{benchmark} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
+                f"{place} is not a benchmark fev can read (a YAML 'tasks' list of fev.Task fields): "
                 f"{type(detail).__name__}: {text}",
                 key="benchmark",
             ) from exc

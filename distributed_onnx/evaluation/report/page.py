@@ -33,6 +33,7 @@ from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.registry import has_median, per_checkpoint, primary
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
@@ -41,7 +42,7 @@ MAX_CALIBRATION_SERIES = 500
 
 
 def write_report(  # noqa: PLR0913 - the run's products the page draws, each of its own kind
-    output: storage.Location,
+    output: Location,
     summary: dict[str, Any],
     metrics: pa.Table,
     quantiles: Sequence[float],
@@ -51,7 +52,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     *,
     pair_scores: PairScores | None = None,
     step_us: int | None = None,
-) -> storage.Location:
+) -> Location:
     """Write ``output/report.html`` and return its location.
 
     ``pair_scores`` (the run's merged scores) and ``step_us`` give the intervals' resampling, the verdict and the score
@@ -138,7 +139,7 @@ def _other_checkpoints(
     return sections
 
 
-def write_page(output: storage.Location, title: str, sections: Sequence[str]) -> storage.Location:
+def write_page(output: Location, title: str, sections: Sequence[str]) -> Location:
     """``output/report.html``: ``sections`` (HTML) in the report's one page shell (styles, sorting script, no
     external resource). Shared by the backtest's report and live scoring's, so both read the same."""
     page = (

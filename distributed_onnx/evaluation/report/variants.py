@@ -20,5 +20,9 @@ def variants_section(summary: dict[str, Any], board: pa.Table | None) -> list[st
     verdicts = variant_verdicts(summary.get("models") or {}, board, stage_s)
     if not verdicts:
         return []
-    items = "".join(f"<li class='variant'>{escape(verdict['verdict'])}</li>" for verdict in verdicts)
+    items = "".join(  # a variant whose parent's name is in the run under another identity: said, not compared
+        f"<li class='{'variant not-parent' if verdict.get('identity_differs') else 'variant'}'>"
+        f"{escape(verdict['verdict'])}</li>"
+        for verdict in verdicts
+    )
     return ["<h2>Variants against their parents</h2>", f"<ul>{items}</ul>"]

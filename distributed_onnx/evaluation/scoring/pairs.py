@@ -38,6 +38,7 @@ from distributed_onnx.evaluation.scoring.naive import (
     season_cells,
 )
 from distributed_onnx.evaluation.scoring.registry import has_median, median_index, primary
+from distributed_onnx.names import BASELINE_NAMES
 
 __all__ = [
     "BASELINES",
@@ -51,9 +52,9 @@ __all__ = [
     "common_pairs",
 ]
 
-SEASONAL_NAIVE = "seasonal_naive"
-SEASONAL_QUANTILES = "seasonal_quantiles"
-#: The baselines every run scores; seasonal naive is the reference of skill.
+#: The baselines every run scores; seasonal naive is the reference of skill. Their names are the names rule's
+#: (:data:`distributed_onnx.names.BASELINE_NAMES`), which no model may take.
+SEASONAL_NAIVE, SEASONAL_QUANTILES = BASELINE_NAMES
 BASELINES = (SEASONAL_NAIVE, SEASONAL_QUANTILES)
 REASONS = ("actual_missing", "baseline_undefined", "model_nonfinite")
 #: Each model's fev-convention score per window origin (:meth:`PairScores.origin_table`).

@@ -106,7 +106,7 @@ def uncertainty(
         result.no_interval = (
             f"No interval can be formed: {n_series} series (too few to resample) and {n_origins} window "
             f"origin{'s' if n_origins != 1 else ''}, fewer than two blocks of {block} overlapping origins. "
-            "More origins (--n-windows) or more series would give one."
+            "More window origins or more series would give one."
         )
         result.label = "no interval"
     resampled = blocks.resampled

@@ -1,10 +1,17 @@
 """A variant against its parent: does the variant's accuracy differ, by how much, and how much faster is it.
 
-A variant is a checkpoint whose metadata names its ``parent`` (``{"name", "sha256"}``; an int8 quantization
-of an fp32 export, say). When a backtest runs both, they are scored on the same pairs, so the leaderboard's
-own Diebold-Mariano test of the pair (:func:`~.leaderboard.diebold_mariano`, one definition, read back from
-its ``dm`` row) says whether their per-window losses differ beyond noise, and its ``metric`` rows give the
-relative change of the headline metric (the test's loss: MASE, or SQL without a median). The speed ratio is
+A variant is a checkpoint whose metadata names its ``parent`` (``{"name", "sha256", "identity"}``; an int8
+quantization of an fp32 export, say). Its parent in a run is the checkpoint whose identity
+(:mod:`distributed_onnx.model.identity`: the graph's sha256 and every metadata field that changes an output) is
+the one the variant names (the graph's sha256 alone for a variant written before identities were recorded),
+whatever its name. A checkpoint that has the parent's name or graph but another identity is not the parent: the
+run says so (which fields differ, both values) and gives no verdict, rather than compare the variant against
+another model as if against its parent.
+
+When a backtest runs both, they are scored on the same pairs, so the leaderboard's own Diebold-Mariano test of
+the pair (:func:`~.leaderboard.diebold_mariano`, one definition, read back from its ``dm`` row) says whether their
+per-window losses differ beyond noise, and its ``metric`` rows give the relative change of the headline metric
+(the test's loss: MASE, or SQL without a median). The speed ratio is
 the parent's model time over the variant's, from the actors' per-model stage times of the parts computed in
 this invocation (``timing.actor_stage_s``, ``model:NAME``): the same windows, the same batches, one process.
 """
@@ -18,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from distributed_onnx.evaluation.part_messages import MODEL_STAGE_PREFIX
+from distributed_onnx.model.identity import CheckpointIdentity, describe_differences
 
 __all__ = ["ALPHA", "variant_verdicts"]
 
@@ -25,27 +33,57 @@ __all__ = ["ALPHA", "variant_verdicts"]
 ALPHA = 0.05
 
 
-def _parent_in_run(parent: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The run's model that is ``parent``: by its weights' digest, else by name."""
-    for name, record in models.items():
-        if record.get("sha256") and record.get("sha256") == parent.get("sha256"):
-            return name
-    named = parent.get("name")
-    return str(named) if named in models else None
+def _identity(record: Mapping[str, Any]) -> CheckpointIdentity | None:
+    """A run's model's identity (summary.json's ``models``), or its recorded sha256 alone for an older record."""
+    found = CheckpointIdentity.from_record(record.get("identity"))
+    if found is None and isinstance(record.get("sha256"), str):
+        return CheckpointIdentity(str(record["sha256"]), {})
+    return found
+
+
+def _parent_in_run(
+    variant: str, parent: Mapping[str, Any], models: Mapping[str, Mapping[str, Any]]
+) -> tuple[str | None, str | None]:
+    """``(the run's model that is parent, None)``; ``(None, why not)`` when a model of the parent's name or graph
+    has another identity; ``(None, None)`` when the run does not hold the parent."""
+    named = CheckpointIdentity.from_record(parent.get("identity"))
+    others = {name: _identity(record) for name, record in models.items() if name != variant}
+    for name, found in others.items():
+        if found is None:
+            continue
+        if named is not None and not named.differences(found):
+            return name, None
+        if named is None and found.sha256 == parent.get("sha256"):
+            return name, None
+    for name, found in others.items():  # the parent's name or graph, not its identity
+        if found is not None and (name == parent.get("name") or found.sha256 == parent.get("sha256")):
+            recorded = named or CheckpointIdentity(str(parent.get("sha256")), {})
+            compared = found if named is not None else CheckpointIdentity(found.sha256, {})
+            differences = describe_differences(recorded.differences(compared), "its parent", f"the run's {name}")
+            return None, (
+                f"{variant} names its parent {parent.get('name')} (sha256 {str(parent.get('sha256'))[:12]}...), but "
+                f"the run's {name} has another identity: {differences}. It is not {variant}'s parent, so {variant} "
+                "is not compared against it as a variant"
+            )
+    return None, None
 
 
 def variant_verdicts(
     models: Mapping[str, Mapping[str, Any]], board: pa.Table, stage_s: Mapping[str, float] | None = None
 ) -> list[dict[str, Any]]:
-    """One verdict per variant of the run whose parent is in the run too (``models``: summary.json's)."""
+    """One verdict per variant of the run whose parent is in the run too (``models``: summary.json's), and for a
+    variant whose parent's name or graph is in the run under another identity, what differs (``parent`` None,
+    ``identity_differs`` True)."""
     rows = board.to_pylist()
     verdicts = []
     for variant, record in models.items():
         parent_record = record.get("parent")
         if not isinstance(parent_record, Mapping):
             continue
-        parent = _parent_in_run(parent_record, models)
-        if parent is None or parent == variant:
+        parent, not_parent = _parent_in_run(variant, parent_record, models)
+        if not_parent is not None:
+            verdicts.append({"variant": variant, "parent": None, "identity_differs": True, "verdict": not_parent})
+        if parent is None:
             continue
         test = next((r for r in rows if r["kind"] == "dm" and r["model"] == variant and r["versus"] == parent), None)
         if test is None:

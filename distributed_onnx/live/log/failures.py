@@ -43,8 +43,8 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, TIMESTAMP, log_files, now_us, relative_name
 from distributed_onnx.live.log.throttled import ThrottledWarning
+from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
-from distributed_onnx.storage import Location
 
 T = TypeVar("T")
 

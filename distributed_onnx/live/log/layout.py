@@ -34,7 +34,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -45,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import quantile_column_name
-from distributed_onnx.storage import Location
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -205,15 +204,15 @@ def state_path(root: Location, writer_id: str) -> Location:
 
 def log_files(root: Location) -> list[Location]:
     """Every log file under ``root`` (any partition), sorted by path; empty when the log does not exist yet."""
-    path = storage.local_path(root)
+    base = Location.parse(root)
+    path = base.local_path
     if path is not None:
         if not path.is_dir():
             return []
-        return sorted(found for found in path.glob("day=*/model=*/part-*.parquet") if found.is_file())
-    fs, inner = storage.filesystem(root)
+        return [Location(found) for found in sorted(path.glob("day=*/model=*/part-*.parquet")) if found.is_file()]
+    fs, inner = storage.filesystem(base)
     infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
     found_urls = []
-    base = storage.normalize(root)
     for info in infos:
         relative = info.path[len(inner.rstrip("/")) + 1 :]
         pieces = relative.split("/")
@@ -224,15 +223,13 @@ def log_files(root: Location) -> list[Location]:
             and pieces[1].startswith("model=")
             and _FILE.match(pieces[2])
         ):
-            found_urls.append(storage.join(base, *pieces))
+            found_urls.append(base.join(*pieces))
     return sorted(found_urls, key=str)
 
 
 def relative_name(root: Location, path: Location) -> str:
     """``path`` (a file :func:`log_files` found under ``root``) named from ``root``: how ``score`` names a file."""
-    if isinstance(path, Path):
-        return str(path.relative_to(Path(storage.normalize(root))))
-    return str(path)[len(str(storage.normalize(root))) :].lstrip("/")
+    return Location.parse(path).relative_to(Location.parse(root))
 
 
 def read_states(root: Location) -> list[dict[str, Any]]:

@@ -36,7 +36,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -45,7 +44,8 @@ from distributed_onnx import storage
 from distributed_onnx.live.log.failures import LoggedFailure, failure_partition, failure_rows
 from distributed_onnx.live.log.layout import LoggedForecast, file_name, forecast_rows, partition, state_path
 from distributed_onnx.live.log.throttled import ThrottledWarning
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.redact import redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +68,13 @@ class StorageSink:
     """Atomic Parquet and JSON writes to a local folder or an object store (:mod:`distributed_onnx.storage`)."""
 
     def write_table(self, location: Location, table: pa.Table) -> int:
-        storage.make_dirs(_parent(location))  # the partition folder (a no-op on object stores)
+        storage.make_dirs(location.parent)  # the partition folder (a no-op on object stores)
         # lz4 as the backtest's parts (measured there: faster to write than zstd for slightly larger files).
         return storage.write_parquet(location, table, compression="lz4", use_dictionary=["series_id", "window_id"])
 
     def write_bytes(self, location: Location, payload: bytes) -> int:
-        storage.make_dirs(_parent(location))
+        storage.make_dirs(location.parent)
         return storage.write_bytes(location, payload)
-
-
-def _parent(location: Location) -> Location:
-    normalized = storage.normalize(location)
-    return normalized.parent if isinstance(normalized, Path) else normalized.rsplit("/", 1)[0]
 
 
 @dataclass
@@ -126,7 +121,7 @@ class ForecastLog:
 
     def __init__(
         self,
-        root: Location,
+        root: LocationLike,
         *,
         max_queued_windows: int = 100_000,
         max_batch_windows: int = 20_000,
@@ -137,7 +132,7 @@ class ForecastLog:
     ) -> None:
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be positive (the writer wakes that often); got {flush_interval_s}")
-        self.root = storage.normalize(root)
+        self.root = Location.parse(root)
         self.writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.max_queued_windows = max_queued_windows
         self.max_batch_windows = max_batch_windows
@@ -332,9 +327,9 @@ class ForecastLog:
                     sequence = self._sequence
                     self._sequence += 1
                 name = file_name(min(item.request_time_us for item in items), self.writer_id, sequence)
-                self._sink.write_table(storage.join(partition(self.root, day, model), name), table)
+                self._sink.write_table(partition(self.root, day, model) / name, table)
             except Exception as exc:  # any sink failure drops this group only; the thread must live on
-                self._settle(model, windows, 0, WRITE_FAILED, f"{type(exc).__name__}: {exc}")
+                self._settle(model, windows, 0, WRITE_FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
                 self._warning.warn(
                     "Forecast log %s: writing failed (%s: %s); dropping these forecasts, counted, and retrying "
                     "with the next batch",
@@ -358,7 +353,7 @@ class ForecastLog:
                     sequence = self._sequence
                     self._sequence += 1
                 name = file_name(min(item.request_time_us for item in items), self.writer_id, sequence)
-                self._sink.write_table(storage.join(failure_partition(self.root, day, model), name), table)
+                self._sink.write_table(failure_partition(self.root, day, model) / name, table)
             except Exception as exc:  # as for forecasts: this group is dropped, counted; the thread lives on
                 written = False
                 self._warning.warn(
@@ -395,7 +390,7 @@ class ForecastLog:
             payload = json.dumps(self.state(), indent=2, sort_keys=True).encode()
             self._sink.write_bytes(state_path(self.root, self.writer_id), payload)
         except Exception as exc:  # the record follows the sink: written again once it is back
-            logger.debug("Forecast log %s: cannot write the state record: %s", storage.redact(self.root), exc)
+            logger.debug("Forecast log %s: cannot write the state record: %s", self.root, redact_text(str(exc)))
 
 
 def _request_counts(counts: ModelCounts) -> dict[str, Any]:

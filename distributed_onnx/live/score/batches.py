@@ -22,7 +22,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.live.score.join import GroupKey
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 SCORED_DIR = "scored"
 BATCH_FORMAT = 3

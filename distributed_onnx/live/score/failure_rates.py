@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from distributed_onnx.live.log.failures import FAILURE_SCHEMA, KINDS, read_failures
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 #: The columns a failure reason is grouped by (and, with the counts, the columns of ``failures.parquet``).
 REASON_KEYS = ("model", "kind", "reason", "status", "protocol", "endpoint")

@@ -27,6 +27,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.live.log.layout import log_files
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.location import Location
 
 __all__ = ["BORROWED_SETTINGS", "check_forecast_log", "prepare_score"]
 
@@ -43,7 +44,7 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
     notes: list[str] = []
     if settings.backtest is not None:
         settings, notes = _borrow_from_backtest(settings)
-    output = storage.local_path(settings.output)
+    output = settings.output.local_path
     if output is not None and output.exists() and not output.is_dir():  # was exit 3 "I/O error ... rerun"
         raise ConfigError(
             f"--output {settings.output} is a file; give a folder (new, or one score wrote before).", key="output"
@@ -52,9 +53,9 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
     return settings, notes
 
 
-def check_forecast_log(root: storage.Location) -> None:
+def check_forecast_log(root: Location) -> None:
     """Raise :class:`ConfigError` (exit 2) unless ``root`` holds at least one forecast log file."""
-    local = storage.local_path(root)
+    local = root.local_path
     if local is not None:
         if not local.exists():
             raise ConfigError(f"--forecasts {root} does not exist ({_EXPECTED}).", key="forecasts")
@@ -65,8 +66,8 @@ def check_forecast_log(root: storage.Location) -> None:
     found = _some_entries(root)
     if not found:
         raise ConfigError(
-            f"--forecasts {root} is empty: no forecast has been logged there ({_EXPECTED}). Is serve running with "
-            "--forecast-log pointing there, and has it answered a request?",
+            f"--forecasts {root} is empty: no forecast has been logged there ({_EXPECTED}). Is `distributed-onnx "
+            "serve --forecast-log` pointing there, and has it answered a request?",
             key="forecasts",
         )
     if found == ["_log_state"]:
@@ -82,9 +83,9 @@ def check_forecast_log(root: storage.Location) -> None:
     )
 
 
-def _some_entries(root: storage.Location) -> list[str]:
+def _some_entries(root: Location) -> list[str]:
     """The names of the entries directly in ``root`` (sorted), empty when there are none or it does not exist."""
-    local = storage.local_path(root)
+    local = root.local_path
     if local is not None:
         return sorted(entry.name for entry in local.iterdir())
     fs, inner = storage.filesystem(root)
@@ -113,10 +114,10 @@ def _borrow_from_backtest(settings: ScoreSettings) -> tuple[ScoreSettings, list[
         flag = "--" + name.replace("_", "-")
         if ours is None:
             update[name] = theirs
-            notes.append(f"{flag} {theirs}: the backtest's ({settings.backtest}/summary.json)")
+            notes.append(f"{flag} {theirs}: the backtest's ({settings.backtest / 'summary.json'})")
         elif ours != theirs:
             raise ConfigError(
-                f"{flag} {ours} differs from the backtest's {theirs} ({settings.backtest}/summary.json): the live "
+                f"{flag} {ours} differs from the backtest's {theirs} ({settings.backtest / 'summary.json'}): the live "
                 f"baselines would not be the backtest's, so their skills could not be compared. Drop {flag} to "
                 "use the backtest's, or score without --backtest.",
                 key=name,

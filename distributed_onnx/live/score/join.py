@@ -43,7 +43,7 @@ from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, default_season, season_count
 from distributed_onnx.live.score.log_windows import LogWindows
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES, MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import DataError, StorageError
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
 

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from matplotlib import colormaps, rc_context
 
-from distributed_onnx import storage
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import lead_label, write_page
@@ -33,6 +32,7 @@ from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.live.score.report_failures import reasons_table, requests_table
+from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
     from distributed_onnx.live.score.versus_backtest import VersusBacktest
@@ -43,14 +43,14 @@ _PENDING = ("pending_actuals_not_arrived", "pending_series_not_in_actuals")
 
 
 def write_live_report(
-    output: storage.Location,
+    output: Location,
     summary: dict[str, Any],
     metrics: pa.Table,
     leaderboard: pa.Table,
     versus: VersusBacktest | None = None,
     merged: Mapping[tuple[tuple[str, ...], int, tuple[float, ...], int], PairScores] | None = None,
     failures: pa.Table | None = None,
-) -> storage.Location:
+) -> Location:
     """Write ``output/report.html`` and return its location.
 
     ``merged``: each group's scores (by its key: checkpoints, horizon, quantiles, resolution), for the intervals'
@@ -208,7 +208,7 @@ def _series_caveat(series: int | None, resampling: str | None = None) -> str:
     if resampling == "none":
         return (
             " The backtest has no interval (too few series and too few window origins to resample): nothing can "
-            "be flagged; a backtest with more windows (--n-windows) would give one."
+            "be flagged; a backtest with more windows (distributed-onnx backtest --n-windows) would give one."
         )
     if series is None:
         return ""

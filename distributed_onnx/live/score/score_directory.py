@@ -23,7 +23,7 @@ from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST
 from distributed_onnx.live.score.batches import SCORED_DIR
 from distributed_onnx.live.score.settings import ScoreSettings
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 SETTINGS_FILE = "settings.json"
 #: The settings that define the metrics: a rerun must have the recorded ones.
@@ -33,7 +33,7 @@ DEFINING = ("seasonality", "context_length")
 def recorded_settings(settings: ScoreSettings) -> dict[str, Any]:
     """What the numbers of a score directory depend on (the actuals' location without its secrets)."""
     return {
-        "actuals": storage.redact(settings.actuals),
+        "actuals": str(settings.actuals),
         "seasonality": settings.seasonality,
         "context_length": settings.context_length,
     }
@@ -46,7 +46,7 @@ def check_output(settings: ScoreSettings, has_batches: bool) -> None:
         storage.is_file(storage.join(output, MANIFEST)) or _has_folder(storage.join(output, FORECASTS_DIR))
     ):
         raise ConfigError(
-            f"--output {storage.redact(output)} is a backtest's output directory (it holds {MANIFEST} or "
+            f"--output {output} is a backtest's output directory (it holds {MANIFEST} or "
             f"{FORECASTS_DIR}/): score would overwrite its metrics, leaderboard, summary and report. Give score "
             "a directory of its own (and the backtest as --backtest).",
             key="output",
@@ -57,7 +57,7 @@ def check_output(settings: ScoreSettings, has_batches: bool) -> None:
     try:
         recorded = json.loads(storage.read_bytes(path))
     except ValueError as exc:
-        raise ConfigError(f"{storage.redact(path)} is not readable JSON ({exc}); restore or delete it.") from exc
+        raise ConfigError(f"{path} is not readable JSON ({exc}); restore or delete it.") from exc
     wanted = recorded_settings(settings)
     differences = [
         f"{name} {recorded.get(name)!r} there, {value!r} now"
@@ -66,7 +66,7 @@ def check_output(settings: ScoreSettings, has_batches: bool) -> None:
     ]
     if differences:
         raise ConfigError(
-            f"--output {storage.redact(output)} was scored with other settings ({'; '.join(differences)}): adding "
+            f"--output {output} was scored with other settings ({'; '.join(differences)}): adding "
             "to it would mix two definitions in one metric. Rerun with the recorded settings, or score into "
             "another --output.",
             key="output",
@@ -83,7 +83,7 @@ def record_settings(settings: ScoreSettings) -> None:
 
 
 def _has_folder(location: Location) -> bool:
-    local = storage.local_path(location)
+    local = location.local_path
     if local is not None:
         return local.is_dir()
     return bool(storage.list_files(location, "", ""))

@@ -62,7 +62,7 @@ from distributed_onnx.live.score.log_windows import LogWindows, read_log_windows
 from distributed_onnx.live.score.score_directory import check_output, record_settings
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.live.score.versus_backtest import BacktestRun, VersusBacktest, compare
-from distributed_onnx.storage import Location
+from distributed_onnx.location import Location
 
 __all__ = [
     "GROUP_FIELDS",
@@ -136,7 +136,7 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     previous = read_batches(output)
     check_output(settings, has_batches=bool(previous))  # not a backtest's folder, nor scored otherwise before
     batch = ScoreBatch(index=max((b.index for b in previous), default=-1) + 1)
-    fresh = _read_fresh(storage.normalize(settings.forecasts), previous)
+    fresh = _read_fresh(settings.forecasts, previous)
     actuals = Actuals(settings.actuals, settings.seasonality, settings.context_length, settings.column_names)
     pending = _score_fresh(fresh, actuals, batch)
     actuals.check_some_usable()  # before anything is written
@@ -329,9 +329,9 @@ def _summary(
             counts["nonfinite"],
         )
     return {
-        "forecasts": storage.redact(settings.forecasts),
-        "actuals": storage.redact(settings.actuals),
-        "backtest": None if settings.backtest is None else storage.redact(settings.backtest),
+        "forecasts": str(settings.forecasts),
+        "actuals": str(settings.actuals),
+        "backtest": None if settings.backtest is None else str(settings.backtest),
         "batches": len(batches),
         "new_batch": new_batch,
         "windows": windows,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field
 
 from distributed_onnx.bounds import MAX_STEPS
 from distributed_onnx.evaluation.data.columns import ColumnSettings
+from distributed_onnx.location import Location
 
 
 class ScoreSettings(ColumnSettings):
@@ -16,18 +16,17 @@ class ScoreSettings(ColumnSettings):
 
     label: ClassVar[str] = "score settings"
 
-    # Strings, not only Paths: a URL such as s3://bucket/log must reach the settings unmangled.
-    forecasts: Path | str = Field(description="The forecast log (serve --forecast-log): a folder or a URL.")
-    actuals: Path | str = Field(
+    forecasts: Location = Field(description="The forecast log (serve --forecast-log): a folder or a URL.")
+    actuals: Location = Field(
         description="The actuals: an input table (.parquet or .csv, long format: series_id, timestamp, y, or the "
         "columns --id-col, --time-col and --target-col name), a path or a URL; "
         "usually the series the requests were cut from, grown by what has happened since."
     )
-    output: Path | str = Field(
+    output: Location = Field(
         description="Score directory, a path or a URL: scored/ (what each run scored), metrics.parquet, "
         "leaderboard.parquet, summary.json, report.html. Rerun it to score what is new."
     )
-    backtest: Path | str | None = Field(
+    backtest: Location | None = Field(
         default=None,
         description="A backtest's output directory (backtest --output) of the served checkpoints: the report and "
         "live_vs_backtest.parquet set live skill against its skill by lead, and flag a model whose live score "

@@ -48,8 +48,8 @@ from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.registry import POOLED, per_checkpoint, skill
 from distributed_onnx.live.score.join import GroupKey
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE
-from distributed_onnx.storage import Location
 
 SUMMARY = "summary.json"
 #: Relative slack when testing "outside the interval": live and backtest sums of the same pairs, added in
@@ -94,7 +94,7 @@ class BacktestRun:
     def read(cls, location: Location) -> BacktestRun:
         """Read ``location``'s outputs; :class:`NotABacktestError` naming what is missing or wrong otherwise."""
         hint = "expected the --output directory of a finished `distributed-onnx backtest`"
-        local = storage.local_path(location)
+        local = location.local_path
         if local is not None and not local.is_dir():
             raise NotABacktestError(f"--backtest {location} is not a directory ({hint}).", key="backtest")
         names = (SUMMARY, METRICS, LEADERBOARD)

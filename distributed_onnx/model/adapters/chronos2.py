@@ -16,6 +16,10 @@ The variant is read from the metadata's ``input_names``:
   non-NaN values (``InstanceNorm`` in ``chronos_bolt.py``) without looking at the mask, so a zero-filled gap
   would be counted as an observed 0. The exporter's ``--no_future_covariates`` graphs (three inputs) take no
   known-future values, and legacy exports that expose the traced ``num_output_patches`` scalar get it fed.
+
+The future's width is the call's: ``horizon_length`` of the metadata it is built from, which for a graph whose
+``future_covariates`` axis sets its output patches (``short_horizon: output_patches``, this package's exports) is
+the call's patch count (:func:`distributed_onnx.model.horizons.call_metadata`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 from distributed_onnx.errors import ConfigError, InputValidationError
 from distributed_onnx.model.adapters.base import refuse_infinite_windows, refuse_non_finite, zero_fill
 from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.horizons import short_horizon_of
 
 #: The scalar some legacy upstream exports expose; it must be the value traced at export time.
 NUM_OUTPUT_PATCHES = "num_output_patches"
@@ -83,6 +88,16 @@ class Chronos2Adapter:
         self._max_covariates = metadata.max_covariates
         self._output_name = metadata.output_name
         self._num_output_patches = NUM_OUTPUT_PATCHES in metadata.input_names
+        if short_horizon_of(metadata) == "output_patches" and (
+            self.variant is Chronos2Variant.UPSTREAM_NO_COVARIATES or self._num_output_patches
+        ):
+            raise ConfigError(
+                "short_horizon 'output_patches' means the graph computes as many output patches as its "
+                f"future_covariates input is long, but this graph's inputs {sorted(metadata.input_names)} fix the "
+                "count (no future_covariates, or a traced num_output_patches): set short_horizon 'refuse' or export "
+                "it again with distributed-onnx export chronos2.",
+                key="short_horizon",
+            )
 
     @property
     def supports_covariates(self) -> bool:

@@ -9,8 +9,10 @@ reproduce them. What is deterministic, and what those samples estimate, is the m
 (its CDF, Student-t CDFs weighted, inverted by safeguarded Newton steps in float64).
 
 Missing values go in as NaN: the graph turns them into upstream's ``padding_mask`` (False = not a value) with
-0.0 in the series, as ``MaskedTimeseries`` documents. One call forecasts one patch; a longer horizon is refused
-(upstream reaches it by feeding sampled values back: ``long_horizon: refuse``).
+0.0 in the series, as ``MaskedTimeseries`` documents; the patches before a window's first value attend to nothing
+and are attended by nothing, so a window with less history than the context forecasts what upstream's forecaster
+does given that history (``distributed_onnx/export/toto.py``). One call forecasts one patch; a longer horizon is
+refused (upstream reaches it by feeding sampled values back: ``long_horizon: refuse``).
 """
 
 from __future__ import annotations

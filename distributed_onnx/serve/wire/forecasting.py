@@ -19,6 +19,7 @@ import pydantic_core
 from distributed_onnx.bounds import FLOAT32_MAX
 from distributed_onnx.errors import InferenceError, InputValidationError
 from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.horizons import short_horizon_problem
 from distributed_onnx.model.quantiles import ClampedLevel
 from distributed_onnx.serve.wire.schemas import ForecastRequest, SeriesHistory
 
@@ -47,6 +48,9 @@ def plan_job(request: ForecastRequest, metadata: CheckpointMetadata, enqueued_s:
             f"({metadata.output_patch_size} x {metadata.horizon_patches}): {metadata.horizon_hint}.",
             field="horizon",
         )
+    problem = short_horizon_problem(metadata, horizon)
+    if problem is not None:  # the same words as a backtest's refusal, before the request joins a batch
+        raise InputValidationError(f"horizon: {problem}.", field="horizon")
     for index, series in enumerate(request.series):
         if series.start is not None:
             check_timestamps_fit(series.start, len(series.y), horizon, metadata.resolution_minutes, index)

@@ -1,0 +1,92 @@
+"""What a backtest and a fev benchmark refuse before Ray starts: the run-wide checks, defined once for both.
+
+A backtest starts Ray and its pool while it plans, a fev benchmark before its first run; a setting wrong for the
+whole run must be refused before either, in one line (exit 2), and never become a failed part or a failed
+task x checkpoint pair that a rerun fails again. Each check reads only the settings, the checkpoints' file names
+and metadata (no graph, no digest of the weights) and what the output path is:
+
+- :func:`check_checkpoint_names`: every checkpoint's name (its file stem) by the names rule
+  (:mod:`distributed_onnx.names`), no two alike (their forecasts share one folder per name);
+- :func:`levels_problem`: the quantile levels asked of a checkpoint inside its native range, unless clamping is
+  asked for (a clamped level comes back under its own name holding the nearest native level's values);
+- the output: a folder, new or existing, never an existing file
+  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`);
+- the seasonality (at least one step) and every other bound: the settings model's own fields
+  (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`), which a fev task's values are validated
+  against too.
+
+:func:`check_backtest` runs them for a backtest's settings; the fev runner calls each for its tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from distributed_onnx import names
+from distributed_onnx.errors import ConfigError, Suggestion
+from distributed_onnx.evaluation.outputs import check_output_folder
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
+from distributed_onnx.model.quantiles import clamped_levels
+
+__all__ = ["CLAMP", "check_backtest", "check_checkpoint_names", "levels_problem", "peek_metadata"]
+
+#: What to do about levels outside a checkpoint's range, besides asking for levels inside it.
+CLAMP = Suggestion(
+    "Or give {} to forecast each as the nearest native level (its interval is then narrower than its name says).",
+    (("clamp_quantiles", True),),
+)
+
+
+def check_backtest(settings: BacktestSettings) -> None:
+    """Everything :mod:`this module <.up_front>` checks, for one backtest's settings (exit 2 on the first found)."""
+    check_checkpoint_names(settings.checkpoint)
+    check_output_folder(settings.output)
+    if settings.clamp_quantiles:
+        return
+    found = [(path.stem, peek_metadata(path)) for path in settings.checkpoint]
+    first = found[0][1]
+    levels = settings.quantiles or (first.native_quantiles if first is not None else None)  # the run's default
+    for name, metadata in found:
+        problem = None if metadata is None or levels is None else levels_problem(name, levels, metadata)
+        if problem is not None:
+            raise ConfigError(f"{problem}. Request levels inside it.", key="quantiles", suggestions=(CLAMP,))
+
+
+def check_checkpoint_names(checkpoints: Sequence[Path]) -> None:
+    """Each checkpoint's name (its file stem) by the names rule, and no two alike."""
+    stems = [path.stem for path in checkpoints]
+    for stem in stems:
+        fix = "a checkpoint's name is its file's stem: rename the file"
+        names.check(stem, what="checkpoint name", key="checkpoint", fix=fix)
+    twice = sorted({stem for stem in stems if stems.count(stem) > 1})
+    if twice:
+        raise ConfigError(
+            f"checkpoints must have distinct file stems (each names its model); {twice} given more than once: "
+            "rename or copy one of them",
+            key="checkpoint",
+        )
+
+
+def levels_problem(name: str, levels: Sequence[float], metadata: CheckpointMetadata) -> str | None:
+    """Why checkpoint ``name`` cannot forecast ``levels`` without clamping (some lie outside its native range),
+    or None."""
+    native = metadata.native_quantiles
+    clamped = clamped_levels(levels, native)
+    if not clamped:
+        return None
+    shown = ", ".join(f"{level.requested:g}" for level in clamped)
+    return (
+        f"quantile level(s) {shown} lie outside {name}'s native range {native[0]:g}..{native[-1]:g}: the graph "
+        "forecasts nothing there"
+    )
+
+
+def peek_metadata(weights: Path) -> CheckpointMetadata | None:
+    """A checkpoint's metadata, read without resolving it (no digest of the weights, no graph); None when its
+    files are not there (resolving it later names what is missing)."""
+    metadata_path = default_metadata_path(weights)
+    if not (weights.is_file() and metadata_path.is_file()):
+        return None
+    return read_metadata(metadata_path)

@@ -1,0 +1,78 @@
+"""``distributed-onnx fev``'s settings: the benchmark, the checkpoints, the output, and the backtest settings a fev
+task does not decide.
+
+The backtest settings it shares (``checkpoint``, ``actors``, ``cpus_per_actor``, ``address``, ``clamp_quantiles``)
+are :class:`~distributed_onnx.evaluation.settings.BacktestSettings`' own fields, copied with their descriptions
+and bounds rather than written again. The Python API (``distributed_onnx.fev_benchmark``) takes any other
+backtest setting besides; the command takes these.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import CliPositionalArg
+
+from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
+from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
+from distributed_onnx.settings_sources import CommandSettings
+
+__all__ = ["FevRequest"]
+
+
+def _backtest_field(name: str, description: str | None = None) -> Any:
+    """The backtest's own field ``name`` (its type is restated where it is used; its default and bounds are the
+    backtest's, and its help unless ``description`` says what it means here)."""
+    field: FieldInfo = copy.copy(BacktestSettings.model_fields[name])
+    if description is not None:
+        field.description = description
+    return field
+
+
+class FevRequest(CommandSettings):
+    """Run every task of a fev benchmark YAML against each checkpoint as backtests on Ray, score them with fev's
+    own Task.evaluation_summary and write OUTPUT/summaries.jsonl (docs/fev.md). Rerun to resume or to add a
+    checkpoint."""
+
+    label: ClassVar[str] = "fev settings"
+
+    benchmark: CliPositionalArg[Location] = Field(
+        examples=["BENCHMARK.yaml"], description="fev benchmark YAML (a 'tasks' list), a path or a URL."
+    )
+    checkpoint: list[Path] = _backtest_field("checkpoint")
+    output: Location = Field(
+        examples=["DIR"],
+        description="Output directory, a path or a URL: summaries.jsonl, fev_summary.json, runs/. Rerun it to resume.",
+    )
+    actors: int | None = _backtest_field("actors")
+    cpus_per_actor: float = _backtest_field("cpus_per_actor")
+    address: str | None = _backtest_field("address")
+    clamp_quantiles: bool = _backtest_field(
+        "clamp_quantiles",
+        "Forecast a task's quantile levels outside a checkpoint's native range as the nearest native level (its "
+        "interval is narrower than its name says; noted in the run's summary.json and report). Without it such a "
+        "task x checkpoint is skipped, with the reason.",
+    )
+
+    _local = field_validator("checkpoint", mode="before")(local_checkpoints)  # as the backtest's: local files
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoints(cls, value: list[Path]) -> list[Path]:
+        found = checkpoint_paths(value)  # as backtest --checkpoint: a folder is every checkpoint in it
+        if not found:
+            raise ValueError("give at least one checkpoint")
+        return found
+
+    def backtest_settings(self) -> dict[str, Any]:
+        """The backtest settings each of the benchmark's runs takes from these (those given or not default)."""
+        return {
+            name: getattr(self, name)
+            for name in ("actors", "cpus_per_actor", "address", "clamp_quantiles")
+            if name in self.model_fields_set
+        }
