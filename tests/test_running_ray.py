@@ -172,3 +172,14 @@ def test_auto_joins_only_a_running_ray_that_listens_on_loopback_alone(
     _fake_machine(monkeypatch, tmp_path, None, [])
     none = running_ray.find_local_ray()
     assert none.address is None and not none.refused and "no Ray started by `ray start`" in none.reason
+
+
+def test_the_backtests_driver_modules_import_no_ray() -> None:
+    """The command imports the early start and the driver before its thread imports Ray (``early_start.py``):
+    Ray's import then overlaps the driver's own, and a rerun with nothing to compute never loads it."""
+    script = (
+        "import sys; import distributed_onnx.cli, distributed_onnx.evaluation.driver.early, "
+        "distributed_onnx.evaluation.driver.run; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
