@@ -64,6 +64,7 @@ class EarlyStart:
     #: run's stop, abandon and join leave it up, its owner ends it with :meth:`release`.
     kept: bool = False
     started_ray: bool = False
+    joined_ray: bool = False  # connected to a running Ray here (the command's --address): disconnected at stop
     actors: list[Any] = field(default_factory=list)
     infos: list[WorkerInfo] = field(default_factory=list)
     _error: BaseException | None = None
@@ -92,7 +93,9 @@ class EarlyStart:
                 return
             if self.quiet_ray is not None:
                 quiet_ray_logging(quiet=self.quiet_ray)
+            connected_before = ray.is_initialized()
             self.started_ray = connect(self.address, stand_in_agents=True)  # Ray for this run only
+            self.joined_ray = not connected_before and not self.started_ray
             if self._left_to_exit:
                 return
             if self.pool is not None and not self._stop.is_set():
@@ -111,7 +114,7 @@ class EarlyStart:
 
             for actor in self.actors:
                 ray.kill(actor)
-            disconnect(self.started_ray)
+            disconnect(self.started_ray, joined=self.joined_ray)
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
 

@@ -123,12 +123,14 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
     return True
 
 
-def disconnect(started_ray: bool) -> None:
+def disconnect(started_ray: bool, *, joined: bool = False) -> None:
     """Undo :func:`connect`: stop the embedded Ray this process started; a cluster's stays up for its other users.
+    ``joined``: this process joined a running Ray for one run (the backtest's pool thread, :mod:`.early_start`):
+    its driver disconnects now, on that thread, rather than in the interpreter's exit after the last file.
 
     The one place Ray is stopped, for the backtest (its pool's thread, :mod:`.early_start`) and for ``serve``.
     """
-    if started_ray:
+    if started_ray or joined:  # on a joined Ray, ray.shutdown() ends this driver's job only: the Ray stays up
         ray.shutdown()
 
 
