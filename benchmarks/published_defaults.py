@@ -16,13 +16,22 @@ PYTHONPATH, for the driver and Ray's workers) on the same checkpoint: the start-
 ``--tuned FILE`` the same command also runs with the settings ``distributed-onnx tune`` wrote (are the defaults
 within reach of them?); ``--no-upstream`` leaves the upstream side out and sets the ratios against the defaults.
 
-The load average is recorded before and after each process: a figure taken while the machine was busy is not a
-result (docs/benchmarks.md).
+``--bare-threads``: also two bare ONNX Runtime threads on the same graph, in one process (a session each, one
+intra-op thread, spinning off, as each actor's; the same windows in the batches the run used), timed around
+their ``session.run`` calls only: the runner's windows/s over theirs is its overhead (packing, scoring, writing,
+dispatch, Ray). ``--attach``: the command also runs with ``--address auto``, joining a ``ray start`` head started
+once (docs/cluster.md), so its first forecast is measured without Ray's start.
+
+The load average is recorded before and after each process, and the CPU model and its kernel flags (AVX-512, VNNI,
+AMX, BF16) in the JSON: a figure taken while the machine was busy, or on another CPU, is not comparable
+(docs/benchmarks.md).
 
 Reproduce (2 quiet cores; the published Chronos-2 graph takes minutes to build and export the first time, then
 ``--workdir`` keeps it)::
 
     .venv/bin/python benchmarks/published_defaults.py --family chronos_bolt --windows 32 600 --rounds 2
+    .venv/bin/python benchmarks/published_defaults.py --family chronos_bolt --workdir W --windows 32 600 \
+        --rounds 3 --no-upstream --bare-threads --attach     # the runner's fixed cost and its overhead
     .venv/bin/python benchmarks/published_defaults.py --family chronos2 --windows 32 --rounds 2
 
 Results go to ``benchmarks/results/published_defaults_<family>.json`` (``--out``).
@@ -33,19 +42,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]  # machine.py; its head is tests/ray_head.py
+
+from machine import cpu_facts, started_head  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 BIN = Path(sys.executable).parent
 HORIZON = 64
@@ -208,7 +221,13 @@ def time_upstream_script(script: Path) -> dict[str, Any]:
 
 
 def run_ours(
-    checkpoint: Path, data: Path, output: Path, cutoffs: int, tree: Path | None = None, extra: tuple[str, ...] = ()
+    checkpoint: Path,
+    data: Path,
+    output: Path,
+    cutoffs: int,
+    tree: Path | None = None,
+    extra: tuple[str, ...] = (),
+    environment: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The command at its defaults (plus ``extra``, e.g. ``--tuned FILE``); the first part's arrival is polled
     from outside."""
@@ -216,7 +235,7 @@ def run_ours(
     argv += ["--output", str(output), "--n-windows", str(cutoffs), "--stride", str(HORIZON), "--horizon", str(HORIZON)]
     argv += ["--quantiles", "0.1,0.5,0.9", "--no-progress", *extra]
     shutil.rmtree(output, ignore_errors=True)  # a fresh run: an existing directory would resume
-    env = dict(os.environ)
+    env = dict(environment or os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     load_before = os.getloadavg()[0]
@@ -239,28 +258,91 @@ def run_ours(
         "first_forecast_s": first_forecast_s,
         "windows": summary["windows"]["planned"],
         "windows_per_s": summary["timing"]["windows_per_s"],
+        "rows_per_batch": summary["resolved"]["rows_per_batch"],
+        "summary_first_forecast_s": summary["timing"].get("first_forecast_s"),
+        "wall_phases_s": summary["timing"].get("driver_wall_phases_s"),
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
 
 
-def _processor() -> str:
-    """The CPU's model name (``/proc/cpuinfo``): figures from different CPUs are not comparable."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+BARE_SCRIPT = """
+import json, sys, threading, time
+import numpy as np, onnxruntime as ort, pyarrow.parquet as pq
+checkpoint, data, cutoffs, rows, threads, horizon = sys.argv[1:7]
+cutoffs, rows, threads, horizon = int(cutoffs), int(rows), int(threads), int(horizon)
+inputs = json.loads(open(checkpoint.removesuffix(".onnx") + ".metadata.json").read())
+context = inputs["context_length"]
+table = pq.read_table(data)
+ids, y = table["series_id"].to_numpy(zero_copy_only=False), table["y"].to_numpy()
+windows = []
+for series in np.unique(ids):
+    values = y[ids == series]
+    windows += [values[len(values) - horizon * k - context : len(values) - horizon * k] for k in range(cutoffs, 0, -1)]
+block = np.asarray(windows, np.float32)
+batches = [block[start : start + rows] for start in range(0, len(block), rows)]
+def session():
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(checkpoint, options, providers=["CPUExecutionProvider"])
+sessions = [session() for _ in range(threads)]
+name = sessions[0].get_inputs()[0].name
+for each in sessions:
+    each.run(None, {name: block[:1]})  # warm up on one row, as each actor does
+left, lock = list(range(len(batches))), threading.Lock()
+def work(each):
+    while True:
+        with lock:
+            if not left:
+                return
+            index = left.pop()
+        each.run(None, {name: batches[index]})
+started = time.perf_counter()
+workers = [threading.Thread(target=work, args=(each,)) for each in sessions]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+print(json.dumps({"windows": len(block), "compute_s": time.perf_counter() - started}))
+"""
+
+
+def run_bare_threads(workdir: Path, checkpoint: Path, data: Path, cutoffs: int, rows: int) -> dict[str, Any]:
+    """Two bare ONNX Runtime threads on the checkpoint's graph (module docstring), as their own process."""
+    script = workdir / "bare_threads.py"
+    script.write_text(BARE_SCRIPT)
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    argv = [sys.executable, str(script), str(checkpoint), str(data), str(cutoffs), str(rows), "2", str(HORIZON)]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True)
+    inside = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "wall_s": time.perf_counter() - started,
+        "windows": inside["windows"],
+        "rows_per_batch": rows,
+        "windows_per_s": inside["windows"] / inside["compute_s"],
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def one_round(
     args: argparse.Namespace, workdir: Path, checkpoint: Path, data: Path, windows: int, cutoffs: int, round_: int
 ) -> dict[str, Any]:
-    """One round of every side, in a fixed order (upstream, ours, int8, tuned, before)."""
+    """One round of every side, in a fixed order (upstream, ours, bare threads, attached, int8, tuned, before)."""
     entry: dict[str, Any] = {"round": round_}
     if not args.no_upstream:
         entry["upstream"] = run_upstream(workdir, args.family, data, cutoffs, [0.1, 0.5, 0.9], args.threads)
     entry["ours"] = run_ours(checkpoint, data, workdir / f"run-{windows}-{round_}", cutoffs)
+    if args.bare_threads:
+        rows = entry["ours"]["rows_per_batch"]
+        entry["bare_threads"] = run_bare_threads(workdir, checkpoint, data, cutoffs, rows)
+    if args.attach_env is not None:
+        attached = workdir / f"attached-{windows}-{round_}"
+        entry["ours_attached"] = run_ours(
+            checkpoint, data, attached, cutoffs, None, ("--address", "auto"), args.attach_env
+        )
     if args.int8:
         variant = checkpoint.with_name(checkpoint.stem + "-int8.onnx")
         entry["ours_int8"] = run_ours(variant, data, workdir / f"int8-{windows}-{round_}", cutoffs)
@@ -284,6 +366,8 @@ def main() -> None:
     parser.add_argument("--before-tree", type=Path, help="another checkout: its start-up on the same checkpoint")
     parser.add_argument("--tuned", type=Path, help="also run with --tuned FILE (a file `distributed-onnx tune` wrote)")
     parser.add_argument("--no-upstream", action="store_true", help="leave the upstream side out (runner sides only)")
+    parser.add_argument("--bare-threads", action="store_true", help="also two bare ORT threads on the same graph")
+    parser.add_argument("--attach", action="store_true", help="also the command joining a `ray start` head")
     parser.add_argument("--workdir", type=Path, help="keep the built model here (reused when present)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--build-only", action="store_true", help="build and export the model, then stop")
@@ -294,6 +378,28 @@ def main() -> None:
     if args.build_only:
         print(json.dumps(built))
         return
+    with started_head() if args.attach else nullcontext(None) as attach_env:
+        args.attach_env = attach_env
+        sets = measure(args, workdir, checkpoint)
+    result = {
+        "machine": cpu_facts(),
+        "ratios_against": "upstream" if not args.no_upstream else "ours (defaults)",
+        "family": args.family,
+        "context": FAMILIES[args.family]["context"],
+        "horizon": HORIZON,
+        "built": built,
+        "parity": json.loads(checkpoint.with_suffix(".parity.json").read_text())
+        if checkpoint.with_suffix(".parity.json").exists()
+        else None,
+        "sets": sets,
+    }
+    out = args.out or RESULTS / f"published_defaults_{args.family}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: {"medians": v["medians"], "ratios": v["ratios_by_round"]} for k, v in sets.items()}, indent=2))
+
+
+def measure(args: argparse.Namespace, workdir: Path, checkpoint: Path) -> dict[str, Any]:
+    """Every window count's rounds, their medians and the ratios per round."""
     context = FAMILIES[args.family]["context"]
     sets: dict[str, Any] = {}
     for windows in args.windows:
@@ -329,21 +435,10 @@ def main() -> None:
         sets[str(windows)]["ratios_by_round"] = ratios
         if args.int8:
             sets[str(windows)]["int8_over_fp32_windows_per_s"] = ratios_int8
-    result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": _processor()},
-        "ratios_against": "upstream" if not args.no_upstream else "ours (defaults)",
-        "family": args.family,
-        "context": context,
-        "horizon": HORIZON,
-        "built": built,
-        "parity": json.loads(checkpoint.with_suffix(".parity.json").read_text())
-        if checkpoint.with_suffix(".parity.json").exists()
-        else None,
-        "sets": sets,
-    }
-    out = args.out or RESULTS / f"published_defaults_{args.family}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: {"medians": v["medians"], "ratios": v["ratios_by_round"]} for k, v in sets.items()}, indent=2))
+        if args.bare_threads:  # the runner's windows/s over two bare ORT threads' (target: at least 0.9)
+            over_bare = [r["ours"]["windows_per_s"] / r["bare_threads"]["windows_per_s"] for r in rounds]
+            sets[str(windows)]["ours_over_bare_threads_windows_per_s"] = over_bare
+    return sets
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 Four comparisons (issue "Time to results"), each mode in its own subprocess:
 
 1. ``make_backtest``: the command ``make backtest`` runs (913 windows of the reference checkpoint, embedded Ray,
-   `.[cpu]` install in ``.venv-cli``), on a fresh output directory, twice; the second is reported (warm file
-   caches, as a user's second run). With ``--baseline-tree DIR`` the same command also runs from another
-   checkout (its package first on PYTHONPATH, for the driver and Ray's workers): before and after in one run.
+   `.[cpu]` install in ``.venv-cli``) against a plain ORT loop on the same windows, in rounds (the first not
+   counted: warm file caches, as a user's second run), each command run followed by a rerun on its finished
+   directory; the command's seconds over the loop's per round. ``--attach``: also the command with ``--address
+   auto`` joining a ``ray start`` head started once (docs/cluster.md). With ``--baseline-tree DIR`` the same
+   command also runs from another checkout (its package first on PYTHONPATH, for the driver and Ray's workers):
+   before and after in one run.
 2. ``one_minute``: the whole CLI process (2 actors x 1 CPU) against the plain 1-thread loop (the actors' own
    part runner in one process, no Ray) on the same windows of the reference checkpoint: 59,200 windows, 20
    series of 2,960. ``five_minutes`` (not in the default set: ~10 minutes) is the same comparison at 5x the
@@ -22,8 +25,8 @@ Four comparisons (issue "Time to results"), each mode in its own subprocess:
 Reproduce (2 cores: about 15 minutes unloaded)::
 
     .venv/bin/python benchmarks/time_to_results.py [--scale 0.25] [--baseline-tree ../main]
-    .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 6 --baseline-tree ../main \
-        --name time_to_results_make_backtest      # the main job alone, 5 counted runs per tree
+    .venv/bin/python benchmarks/time_to_results.py --only make_backtest --rounds 4 --attach --baseline-tree ../main \
+        --name time_to_results_make_backtest      # the main job: 3 counted rounds, embedded and attached
     .venv/bin/python benchmarks/time_to_results.py --only one_minute --rounds 4 \
         --name time_to_results_one_minute         # ~1 minute of work, 4 alternating pairs
 
@@ -41,13 +44,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.enviro
 sys.path[:0] = [PACKAGE_ROOT, str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from backtest_bench import CLI, ensure_cli_venv, make_dataset, run_loop, run_ray_data, two_actor_arguments  # noqa: E402
+from machine import cpu_facts, started_head  # noqa: E402
 from process_cpu import ProcessTreeCpu, actors_between, between  # noqa: E402
 
 from distributed_onnx.evaluation.driver.clock import peak_rss_mb  # noqa: E402
@@ -80,9 +84,12 @@ SERIES_POINTS = 260
 CLI_COMMAND = [str(Path(CLI).parent / "python"), "-P", "-m", "distributed_onnx"]  # -P: not the working directory first
 
 
-def cli_process(args: list[str], output: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``distributed-onnx backtest ... --output output`` and return wall, summary timing and report size."""
-    if output.exists():
+def cli_process(
+    args: list[str], output: Path, env: dict[str, str] | None = None, *, fresh: bool = True
+) -> dict[str, Any]:
+    """Run ``distributed-onnx backtest ... --output output`` and return wall, summary timing and report size;
+    ``fresh``: on an empty directory (else on what is there: a rerun of a finished run)."""
+    if fresh and output.exists():
         shutil.rmtree(output)
     command = [*CLI_COMMAND, "backtest", "--output", str(output), "--no-progress", *args]
     load_before = os.getloadavg()
@@ -134,40 +141,70 @@ def cpu_by_phase(cpu: dict[str, Any], phases_s: dict[str, float]) -> dict[str, A
     return result
 
 
-def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2) -> dict[str, Any]:
-    """`make backtest`'s command on fresh outputs, ``rounds`` times, alternating with the baseline tree (this
-    tree first in odd rounds, the baseline first in even ones).
+def make_backtest(output: Path, baseline_tree: str | None, rounds: int = 2, *, attach: bool = False) -> dict[str, Any]:
+    """`make backtest`'s command against a plain ORT loop on the same 913 windows, ``rounds`` times, the order of
+    the sides reversed every other round; each command run is followed by a rerun on its finished directory.
 
-    The first round warms the file caches (a user's second run) and is not counted; the others give each tree's
-    median and, with a baseline, the paired ratios of the process's wall time (this tree / baseline, same round).
+    Sides: the command (embedded Ray), the plain loop (``plain_pandas_loop``: read, window, one 1-thread ORT
+    session, Parquet out), with ``attach`` the command with ``--address auto`` joining a ``ray start`` head
+    started once before the rounds (``machine.started_head``), and with ``baseline_tree`` the command from another
+    checkout. The first round warms the file caches (a user's second run) and is not counted; per counted round
+    each command's seconds over the plain loop's are kept (``over_plain_s``), as are its phases.
     """
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+
     arguments = ["--n-windows", "913", "--stride", "1"]
-    trees: dict[str, dict[str, str] | None] = {"this tree": None}
+    commands: dict[str, tuple[list[str], dict[str, str] | None]] = {"this tree": (arguments, None)}
     if baseline_tree:
-        trees["baseline"] = {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())}
-    counted: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    for round_ in range(1, max(rounds, 2) + 1):  # alternating: each tree runs first in every other round
-        order = list(trees.items())
-        for name, env in order if round_ % 2 else order[::-1]:
-            result = cli_process(arguments, output / name.replace(" ", "_"), env)
-            if round_ > 1:
-                counted[name].append(result)
-            print(f"make_backtest {name} round {round_}: {result}", flush=True)
-    results: dict[str, Any] = {name: runs[-1] for name, runs in counted.items()}  # the last round, as before
+        commands["baseline"] = (arguments, {**os.environ, "PYTHONPATH": str(Path(baseline_tree).resolve())})
+    plain_args = argparse.Namespace(
+        data=str(REFERENCE_DATASET), checkpoint=str(REFERENCE_CHECKPOINT), n_windows_per_series=913
+    )
+    with started_head() if attach else nullcontext({}) as attach_env:
+        if attach:
+            commands["attached"] = ([*arguments, "--address", "auto"], {**attach_env})
+        counted: dict[str, list[dict[str, Any]]] = {name: [] for name in [*commands, "plain loop"]}
+        for round_ in range(1, max(rounds, 2) + 1):
+            sides = [*commands, "plain loop"]
+            for name in sides if round_ % 2 else sides[::-1]:
+                if name == "plain loop":
+                    result = child("pandas_loop", plain_args, output / "plain")
+                else:
+                    flags, env = commands[name]
+                    folder = output / name.replace(" ", "_")
+                    result = cli_process(flags, folder, env)
+                    result["rerun"] = cli_process(flags, folder, env, fresh=False)  # nothing left to compute
+                if round_ > 1:
+                    counted[name].append(result)
+                print(f"make_backtest {name} round {round_}: {result}", flush=True)
+    results: dict[str, Any] = {name: runs[-1] for name, runs in counted.items()}  # the last round in full
+    plain = counted["plain loop"]
     for name, runs in counted.items():
         walls = [run["process_s"] for run in runs if "process_s" in run]
-        results[f"{name} rounds"] = {
-            "process_s": walls,
-            "median_process_s": float(np.median(walls)) if walls else None,
-            "total_s": [run.get("total_s") for run in runs],
-            "wall_phases_s": [run.get("wall_phases_s") for run in runs],
-        }
+        record: dict[str, Any] = {"process_s": walls, "median_process_s": float(np.median(walls)) if walls else None}
+        if name != "plain loop":
+            over = [a["process_s"] - b["process_s"] for a, b in zip(runs, plain, strict=True) if _both(a, b)]
+            reruns = [run["rerun"].get("process_s") for run in runs if "rerun" in run]
+            record |= {
+                "over_plain_s": over,
+                "median_over_plain_s": float(np.median(over)) if over else None,
+                "total_s": [run.get("total_s") for run in runs],
+                "first_forecast_s": [run.get("first_forecast_s") for run in runs],
+                "wall_phases_s": [run.get("wall_phases_s") for run in runs],
+                "rerun_process_s": reruns,
+                "rerun_wall_phases_s": [run["rerun"].get("wall_phases_s") for run in runs if "rerun" in run],
+            }
+        results[f"{name} rounds"] = record
     if baseline_tree:
         pairs = zip(counted["this tree"], counted["baseline"], strict=True)
-        ratios = [a["process_s"] / b["process_s"] for a, b in pairs if "process_s" in a and "process_s" in b]
+        ratios = [a["process_s"] / b["process_s"] for a, b in pairs if _both(a, b)]
         results["paired_ratio_this_over_baseline"] = ratios
         results["median_paired_ratio"] = float(np.median(ratios)) if ratios else None
     return results
+
+
+def _both(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    return "process_s" in one and "process_s" in other
 
 
 def long_run_series(n_windows: int) -> int:
@@ -497,6 +534,11 @@ def main() -> None:
         action="store_true",
         help="run the command with this interpreter, pandas hidden (benchmarks/cli_no_pandas.py), not .venv-cli",
     )
+    parser.add_argument(
+        "--attach",
+        action="store_true",
+        help="make_backtest: also the command with --address auto, joining a `ray start` head started once",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
@@ -512,7 +554,7 @@ def main() -> None:
         ensure_cli_venv()
     wanted = set(args.only or ["make_backtest", "one_minute", "many_series", "first_forecast"])
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": cpu_facts(),
         "load_average_before": os.getloadavg(),
         "scale": args.scale,
         "cli": CLI_COMMAND,
@@ -521,7 +563,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if "make_backtest" in wanted:
-            report["make_backtest"] = make_backtest(work / "make_backtest", args.baseline_tree, args.rounds or 2)
+            report["make_backtest"] = make_backtest(
+                work / "make_backtest", args.baseline_tree, args.rounds or 2, attach=args.attach
+            )
         if "one_minute" in wanted:
             report["one_minute"] = one_minute(
                 work / "one_minute", int(ONE_MINUTE_WINDOWS * args.scale), rounds_of_long_runs

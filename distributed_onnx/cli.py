@@ -366,10 +366,10 @@ def _backtest(args: argparse.Namespace) -> int:
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
     from distributed_onnx.evaluation.driver.run import run_backtest
-    from distributed_onnx.runtime.local_ray import quiet_ray_logging
 
-    quiet_ray_logging(quiet=not args.verbose)  # no-op where the early start set it; a rerun's Ray starts later
-    result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early)
+    # A rerun's Ray starts after its plan, if at all (a finished run imports no Ray): quiet as the early start's.
+    quiet = not args.verbose
+    result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early, quiet_ray=quiet)
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))

@@ -3,7 +3,11 @@
 Isolation, so the test neither depends on nor disturbs anyone else's Ray on the machine:
 
 - its own ``--temp-dir`` (short: Ray's Unix socket paths must stay under ~107 bytes), which also holds the
-  ``ray_current_cluster`` file, so a plain ``ray.init()`` elsewhere never finds this head;
+  ``ray_current_cluster`` file, so a plain ``ray.init()`` elsewhere never finds this head (a client given
+  ``RAY_TMPDIR=<its ray_tmpdir>`` finds it there, as a plain one finds the Ray ``ray start`` left running);
+- with ``loopback_only``, Ray's multi-node switch off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), the command
+  docs/cluster.md gives for a Ray that commands join: every socket on 127.0.0.1 (without it the head listens on
+  all interfaces too);
 - token authentication on (``RAY_AUTH_MODE=token``) with a fresh token in a file of its own
   (``RAY_AUTH_TOKEN_PATH``) and ``HOME`` pointed into the temp dir, so ``~/.ray/auth_token`` is neither read nor
   written;
@@ -44,14 +48,17 @@ class RayHead:
     temp_dir: Path
     env: dict[str, str]  # what a client of this head runs with: token auth on, this head's token
     pid: int
+    ray_tmpdir: Path  # RAY_TMPDIR under which Ray's default temp dir is this head's (its address file there)
 
     def client_env(self, **overrides: str) -> dict[str, str]:
         return {**self.env, **overrides}
 
 
 @contextmanager
-def ray_head(num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[RayHead]:
-    temp_dir = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+def ray_head(num_cpus: int = 2, timeout_s: float = 90.0, *, loopback_only: bool = False) -> Iterator[RayHead]:
+    root = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
+    temp_dir = root / "ray"  # Ray's default temp dir under RAY_TMPDIR=root
+    temp_dir.mkdir()
     home = temp_dir / "home"
     home.mkdir()
     token_path = temp_dir / "auth_token"
@@ -59,6 +66,8 @@ def ray_head(num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[RayHead]:
     token_path.chmod(0o600)
     env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
     env.update({"HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)})
+    # The switch for the head's processes only: a client (head.env) runs as a user's command does, without it.
+    head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback_only else env
     gcs, dashboard, client, agent_http, agent_grpc, runtime_env, metrics = free_ports(7)
     command = [
         RAY, "start", "--head", "--block", "--disable-usage-stats",
@@ -69,30 +78,37 @@ def ray_head(num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[RayHead]:
         f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0",
     ]  # fmt: skip
     log = (temp_dir / "ray-start.log").open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    head = RayHead(f"{LOOPBACK}:{gcs}", f"http://{LOOPBACK}:{dashboard}", temp_dir, env, process.pid)
+    process = subprocess.Popen(command, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = RayHead(f"{LOOPBACK}:{gcs}", f"http://{LOOPBACK}:{dashboard}", temp_dir, env, process.pid, root)
     try:
         _wait_for_jobs_api(head, process, timeout_s)
         yield head
     finally:
         _stop(process, temp_dir)
         log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait_for_jobs_api(head: RayHead, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Until the dashboard answers and ``ray start`` has recorded the head's address (its last step)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"ray start exited with {process.returncode}: {_log_tail(head.temp_dir)}")
-        try:
-            with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=2):
-                return
-        except urllib.error.HTTPError:  # 401/403: up, and refusing a client without the token
+        if (head.temp_dir / "ray_current_cluster").is_file() and _answers(head):
             return
-        except OSError:
-            time.sleep(0.5)
+        time.sleep(0.5)
     raise TimeoutError(f"Ray head not up after {timeout_s}s: {_log_tail(head.temp_dir)}")
+
+
+def _answers(head: RayHead) -> bool:
+    try:
+        with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=2):
+            return True
+    except urllib.error.HTTPError:  # 401/403: up, and refusing a client without the token
+        return True
+    except OSError:
+        return False
 
 
 def _log_tail(temp_dir: Path) -> str:

@@ -134,7 +134,9 @@ def test_bad_data_on_a_fresh_output_stops_the_early_started_ray_and_leaves_no_pr
 
     assert finished.returncode == 2, finished.stderr
     assert "duplicate (series_id, timestamp)" in finished.stderr
-    assert any(ray_temp.iterdir()), "no Ray session under the test's temp dir: the early start did not happen"
+    if entry != "command":  # the command's plan no longer waits for the thread's import of Ray: its data error
+        # may come before Ray's processes exist, which is what the early start must then leave behind (none)
+        assert any(ray_temp.iterdir()), "no Ray session under the test's temp dir: the early start did not happen"
     left: list[int] = []
     for _ in range(60):  # Ray's processes die with the thread that started them: give the kernel a moment
         left = _processes_naming(str(ray_temp))

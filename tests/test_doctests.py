@@ -19,8 +19,8 @@ from conftest import start_test_ray
 #: The modules whose docstrings' examples are run: the public API (``backtest``, ``OnnxBackend``), the error
 #: tree, a family adapter, the metric registry, the rules each written once (bounds, quantile levels, the default
 #: season, a parity report's statistics: numpy only, unlike the rest of export/), and Ray's side of the backtest
-#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool, and what a pool asks of
-#: the cluster).
+#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool, what a pool asks of the
+#: cluster, and the raylet's command line with stand-in agents).
 MODULES = (
     "distributed_onnx.api",
     "distributed_onnx.errors",
@@ -35,6 +35,8 @@ MODULES = (
     "distributed_onnx.runtime.dispatch",
     "distributed_onnx.runtime.actors",
     "distributed_onnx.runtime.pool_room",
+    "distributed_onnx.runtime.ray_private",
+    "distributed_onnx.runtime.agent_stand_in",
 )
 #: The docstrings needing Ray get the session's shared local Ray (started before the example runs): a backtest,
 #: the dispatcher's actors, worker actors and the cluster's resources.

@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import ray
     from distributed_onnx.runtime.local_ray import connect
-    connect(None, num_cpus=1)
+    connect(None, num_cpus=1, stand_in_agents=sys.argv[2] == "stand-ins")
 
     @ray.remote
     def where():
@@ -47,14 +47,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> None:
+@pytest.mark.parametrize("agents", ["ray's", "stand-ins"])
+def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head(agents: str) -> None:
     """Loopback only; and the head is lean (``ray_private.single_node_head``): no dashboard API server, no
     autoscaler monitor and a minimal dashboard agent among its processes, while GCS, the raylet, its agents and
-    the log monitor run, and a task's output still reaches the console."""
+    the log monitor run, and a task's output still reaches the console. A Ray started for one backtest
+    (``stand_in_agents``) runs ``runtime/agent_stand_in.py`` in place of both agents, and tasks run on it."""
     env = {key: value for key, value in os.environ.items() if key != CLUSTER_SWITCH}
     tests_dir = os.path.dirname(__file__)
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, tests_dir],
+        [sys.executable, "-c", SCRIPT, tests_dir, agents],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -73,12 +75,19 @@ def test_embedded_ray_listens_on_loopback_only_and_runs_a_single_node_head() -> 
         assert addresses, "found no listening sockets: the /proc reading is broken"
         exposed = [address for address in addresses if not is_loopback(address)]
         assert not exposed, f"embedded Ray listens beyond loopback: {exposed} (all: {addresses})"
-        commands = " ".join(_command_line(pid) for pid in process_tree(process.pid))
-        for running in ("gcs_server", "raylet", "dashboard/agent.py", "runtime_env/agent/main.py", "log_monitor.py"):
+        command_lines = [_command_line(pid) for pid in process_tree(process.pid)]
+        commands = " ".join(command_lines)
+        agent_processes = ("dashboard/agent.py", "runtime_env/agent/main.py")
+        for running in ("gcs_server", "raylet", "log_monitor.py", *(agent_processes if agents == "ray's" else ())):
             assert running in commands, f"{running} is not running: {commands}"
         assert "dashboard/dashboard.py" not in commands  # the API server
-        assert re.search(r"dashboard/agent\.py .*--minimal", commands), commands  # no node metrics to export
         assert "autoscaler/_private/monitor.py" not in commands
+        if agents == "ray's":
+            assert re.search(r"dashboard/agent\.py .*--minimal", commands), commands  # no node metrics to export
+        else:
+            programs = [" ".join(line.split()[:3]) for line in command_lines]  # the raylet's flags name it too
+            assert sum("agent_stand_in.py" in program for program in programs) == 2, commands
+            assert not any(agent in commands for agent in agent_processes), commands
         process.stdin.write("\n")
         process.stdin.flush()
         console.append(process.communicate(timeout=60)[0])

@@ -10,6 +10,7 @@ import os
 import pickle
 import socket
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -92,6 +93,46 @@ def test_the_single_node_head_skips_two_processes_and_the_dashboard_check_for_it
     assert {name.attribute: name.get() for name in ray_private.SINGLE_NODE_SKIPS} == before
     assert Node.start_monitor is before["Node.start_monitor"]
     assert utils.get_dashboard_dependency_error is before["get_dashboard_dependency_error"]
+
+
+def test_stand_in_agents_replace_the_raylets_start_for_the_block_only_and_only_for_the_raylet() -> None:
+    from ray._private import services
+
+    original = services.start_ray_process
+    started: list[tuple[list[str], str]] = []
+    services.start_ray_process = lambda command, process_type, *args, **kwargs: started.append((command, process_type))
+    recording = services.start_ray_process
+    raylet = ["raylet", "--dashboard_agent_command=py a.py --node-id=n --session-dir=/s",
+              "--runtime_env_agent_command=py m.py --node-id=n --session-dir=/s"]  # fmt: skip
+    try:
+        with ray_private.single_node_head():  # asked without stand-ins: the raylet's start is Ray's
+            assert services.start_ray_process is recording
+        with ray_private.single_node_head(stand_in_agents=True):
+            services.start_ray_process(raylet, "raylet")
+            services.start_ray_process(["gcs_server", "--dashboard_agent_command=x"], "gcs_server")
+        assert services.start_ray_process is recording
+    finally:
+        services.start_ray_process = original
+    (raylet_command, _), (gcs_command, _) = started
+    assert all(str(ray_private.STAND_IN_SCRIPT) in each for each in raylet_command[1:])
+    assert "--ports=runtime_env_agent_port" in raylet_command[2]
+    assert gcs_command == ["gcs_server", "--dashboard_agent_command=x"]  # another process: untouched
+
+
+def test_a_raylet_command_line_without_both_agents_keeps_rays_agents(caplog: pytest.LogCaptureFixture) -> None:
+    command = ["raylet", "--dashboard_agent_command=py a.py --node-id=n --session-dir=/s"]  # no runtime-env agent
+    assert ray_private.with_stand_in_agents(command) == command
+    assert "does not name its two agents" in caplog.text
+
+
+def test_the_stand_in_writes_each_port_file_whole_as_not_in_use(tmp_path: Path) -> None:
+    from distributed_onnx.runtime import agent_stand_in
+
+    session = str(tmp_path)
+    for name in ("metrics_agent_port", "runtime_env_agent_port"):
+        agent_stand_in.persist_port(session, "ab12", name, agent_stand_in.NOT_IN_USE)
+    assert sorted(os.listdir(session)) == ["metrics_agent_port_ab12", "runtime_env_agent_port_ab12"]
+    assert open(os.path.join(session, "runtime_env_agent_port_ab12")).read() == "-1"
 
 
 def test_the_installed_ray_has_every_private_name_the_package_and_tests_use() -> None:

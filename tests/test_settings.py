@@ -514,3 +514,16 @@ def test_a_setting_beyond_its_bound_is_one_line_naming_it(
     printed = capsys.readouterr().err.strip().splitlines()
     assert len(printed) == 1 and printed[0].startswith("error: "), printed
     assert f"--{setting.replace('_', '-')}:" in printed[0] and "Traceback" not in printed[0]
+
+
+def test_auto_joins_a_running_ray_for_a_backtest_and_serve_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``address: auto`` (docs/cluster.md) is a backtest's; serve keeps Serve in the Ray it runs on, so it joins
+    one only by its address."""
+    monkeypatch.setenv("DISTRIBUTED_ONNX_ADDRESS", "auto")
+    settings = BacktestSettings.from_sources(_flags(output=tmp_path / "run", n_windows=3), environment=True)
+    assert settings.address == "auto"
+    with pytest.raises(ValueError, match=r"joins a running Ray only by its address \(--address HOST:PORT\)"):
+        ServeSettings(checkpoint=["m.onnx"], address="auto")
+    assert ServeSettings(checkpoint=["m.onnx"], address="127.0.0.1:6379").address == "127.0.0.1:6379"

@@ -15,10 +15,11 @@ thread exits; measured: the GCS died as soon as a starting thread returned). Sto
 lets the driver finish its merge and report while Ray shuts down (:meth:`EarlyStart.stop`).
 
 A run whose data turns out bad does not wait for a pool it will never use (:meth:`EarlyStart.abandon`): the pool
-is not started, and Ray is stopped on the owning thread and waited for (the Python API: the next call starts
-clean), or, for a process about to exit (the command, which prints the data error first), left to the exit: a
-Ray still starting dies with the thread that started it (above), one already up is stopped by ``ray.init``'s own
-exit handler. The thread then never stops Ray itself, so two shutdowns never race.
+is not started, nor Ray if the thread had not started it yet, and Ray is stopped on the owning thread and waited
+for (the Python API: the next call starts clean), or, for a process about to exit (the command, which prints the
+data error first), left to the exit once the thread has imported Ray: a Ray still starting dies with the thread
+that started it (above), one already up is stopped by ``ray.init``'s own exit handler. The thread then never
+stops Ray itself, so two shutdowns never race.
 
 This module imports Ray on the thread, not at its own import: the command creates an :class:`EarlyStart` before
 it imports the rest of the backtest, so Ray's processes start while the driver still imports (what that gains:
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The longest an abandoned start waits for the thread to finish importing Ray (seconds on a cold, loaded node).
+IMPORT_TIMEOUT_S = 60.0
+
 
 @dataclass
 class EarlyStart:
@@ -60,11 +64,13 @@ class EarlyStart:
     #: run's stop, abandon and join leave it up, its owner ends it with :meth:`release`.
     kept: bool = False
     started_ray: bool = False
+    joined_ray: bool = False  # connected to a running Ray here (the command's --address): disconnected at stop
     actors: list[Any] = field(default_factory=list)
     infos: list[WorkerInfo] = field(default_factory=list)
     _error: BaseException | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _imported: threading.Event = field(default_factory=threading.Event)  # Ray's modules imported (or failed to)
     _thread: threading.Thread | None = None
     _left_to_exit: bool = False  # the process exits: Ray's exit handler stops Ray, not the thread
 
@@ -76,14 +82,20 @@ class EarlyStart:
 
     def _own_ray(self) -> None:
         try:
-            import ray
+            try:
+                import ray
 
-            from distributed_onnx.runtime.actors import start_pool
-            from distributed_onnx.runtime.local_ray import connect, quiet_ray_logging
-
+                from distributed_onnx.runtime.actors import start_pool
+                from distributed_onnx.runtime.local_ray import connect, quiet_ray_logging
+            finally:
+                self._imported.set()
+            if self._stop.is_set():  # abandoned (bad data) before Ray started: it never starts
+                return
             if self.quiet_ray is not None:
                 quiet_ray_logging(quiet=self.quiet_ray)
-            self.started_ray = connect(self.address)
+            connected_before = ray.is_initialized()
+            self.started_ray = connect(self.address, stand_in_agents=True)  # Ray for this run only
+            self.joined_ray = not connected_before and not self.started_ray
             if self._left_to_exit:
                 return
             if self.pool is not None and not self._stop.is_set():
@@ -102,7 +114,7 @@ class EarlyStart:
 
             for actor in self.actors:
                 ray.kill(actor)
-            disconnect(self.started_ray)
+            disconnect(self.started_ray, joined=self.joined_ray)
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
 
@@ -156,6 +168,9 @@ class EarlyStart:
         else:
             self._left_to_exit = True
             self._stop.set()
+            # The thread may still be importing Ray: a caller that goes on in this process (``main()`` called from
+            # Python) must not find Ray half-imported in sys.modules.
+            self._imported.wait(IMPORT_TIMEOUT_S)
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait until Ray has stopped (after :meth:`stop`)."""

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-_LISTEN = "0A"  # the TCP state LISTEN in /proc/net/tcp*
+LISTEN_STATE = "0A"  #: the TCP state LISTEN in /proc/net/tcp*
 
 
 def process_tree(root: int) -> set[int]:
@@ -41,9 +41,19 @@ def listening_addresses(root_pid: int) -> list[str] | None:
     """``host:port`` of every listening TCP socket held by ``root_pid`` and its descendants (None off Linux)."""
     if not sys.platform.startswith("linux"):
         return None
+    return processes_listening_addresses(process_tree(root_pid))
+
+
+def processes_listening_addresses(pids: Iterable[int]) -> list[str]:
+    """``host:port`` of every listening TCP socket held by one of ``pids`` (Linux: read from /proc)."""
     inodes: set[int] = set()
-    for pid in process_tree(root_pid):
-        inodes |= _socket_inodes(pid)
+    for pid in pids:
+        inodes |= socket_inodes(pid)
+    return sorted(address for address, inode in listening_sockets() if inode in inodes)
+
+
+def listening_sockets() -> list[tuple[str, int]]:
+    """``(host:port, socket inode)`` of every listening TCP socket of this machine's network namespace."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -52,9 +62,9 @@ def listening_addresses(root_pid: int) -> list[str] | None:
             continue
         for line in lines:
             fields = line.split()
-            if fields[3] == _LISTEN and int(fields[9]) in inodes:
-                found.append(decode_address(fields[1]))
-    return sorted(found)
+            if fields[3] == LISTEN_STATE:
+                found.append((decode_address(fields[1]), int(fields[9])))
+    return found
 
 
 def is_loopback(address: str) -> bool:
@@ -85,7 +95,8 @@ def decode_address(address: str) -> str:
     return f"{ip}:{int(port, 16)}"
 
 
-def _socket_inodes(pid: int) -> set[int]:
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of ``pid``'s sockets (none: the process is gone, or not this user's to read)."""
     inodes = set()
     try:
         for fd in Path(f"/proc/{pid}/fd").iterdir():

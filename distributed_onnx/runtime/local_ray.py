@@ -23,6 +23,7 @@ import ray
 
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
+from distributed_onnx.runtime.running_ray import AUTO, find_local_ray, listens_on_loopback_only
 
 logger = logging.getLogger(__name__)
 
@@ -77,24 +78,39 @@ def quiet_ray_logging(*, quiet: bool = True) -> None:
         os.environ.setdefault(ray_private.LOG_TO_STDERR, "0")
 
 
-def connect(address: str | None, num_cpus: int | None = None) -> bool:
+def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents: bool = False) -> bool:
     """Join ``address``, or start an embedded local Ray on 127.0.0.1. Returns True if this call started Ray.
 
     The embedded instance is private and lean: loopback only (see the module docstring), no dashboard, no task
     events (:data:`EMBEDDED_SYSTEM_CONFIG`), and no autoscaler monitor (:func:`~.ray_private.single_node_head`:
     they cost ~1 s of ``ray.init`` and ~1 s of ``ray.shutdown`` on 2 cores,
-    ``benchmarks/results/time_to_results.md``). For Ray's dashboard, start Ray yourself (``ray start --head``)
-    and pass its address.
+    ``benchmarks/results/time_to_results.md``). ``stand_in_agents``, for a Ray started for one run and stopped
+    after it (the backtest's :mod:`.early_start`): the raylet's two agents are stand-ins
+    (:mod:`.agent_stand_in`), so no ``runtime_env`` can be built on it. For Ray's dashboard, start Ray yourself
+    (``ray start --head``) and pass its address.
+
+    ``auto`` joins the Ray that ``ray start`` left running on this machine when it listens on loopback only, else
+    starts the embedded one (:mod:`.running_ray`, which says why in the log); ``RAY_ADDRESS`` is Ray's own and
+    keeps Ray's meaning.
     """
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS")
+    if address == AUTO:
+        found = find_local_ray()
+        logger.log(logging.WARNING if found.refused else logging.INFO, "--address %s: %s", AUTO, found.reason)
+        address = found.address
+    address = address or os.environ.get("RAY_ADDRESS")  # Ray's own variable keeps Ray's meaning, "auto" included
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
+        if listens_on_loopback_only(address):
+            use_loopback_only()  # else Ray rewrites 127.0.0.1 into an address that Ray does not listen on
         ray.init(address=address, log_to_driver=True, configure_logging=False)
         return False
     use_loopback_only()
-    with ray_private.single_node_head():
+    with ray_private.single_node_head(stand_in_agents=stand_in_agents):
         ray.init(
+            # "local": a new instance even where `ray start` recorded one (Ray would join that one, and refuse
+            # num_cpus for it: every command failed while a user's `ray start` ran)
+            address="local",
             num_cpus=num_cpus or os.cpu_count() or 1,
             _node_ip_address=LOOPBACK,
             include_dashboard=False,
@@ -107,12 +123,14 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     return True
 
 
-def disconnect(started_ray: bool) -> None:
+def disconnect(started_ray: bool, *, joined: bool = False) -> None:
     """Undo :func:`connect`: stop the embedded Ray this process started; a cluster's stays up for its other users.
+    ``joined``: this process joined a running Ray for one run (the backtest's pool thread, :mod:`.early_start`):
+    its driver disconnects now, on that thread, rather than in the interpreter's exit after the last file.
 
     The one place Ray is stopped, for the backtest (its pool's thread, :mod:`.early_start`) and for ``serve``.
     """
-    if started_ray:
+    if started_ray or joined:  # on a joined Ray, ray.shutdown() ends this driver's job only: the Ray stays up
         ray.shutdown()
 
 

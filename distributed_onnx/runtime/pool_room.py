@@ -8,7 +8,8 @@ user's settings, exit 2), and its wait for placement has a deadline whose error 
 what the cluster had free (:func:`room_words`, in ``actors.start_pool``: exit 3, the cluster was busy).
 
 The arithmetic is pure (:func:`actors_fitting`, :func:`resources_words`); only the two functions that read the
-cluster call Ray.
+cluster call Ray, and import it: ``early_start`` imports this module for its words before its thread imports Ray,
+and a rerun with nothing to compute imports no Ray at all.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import ray
 
 from distributed_onnx.errors import ConfigError, Suggestion
 
@@ -76,6 +75,8 @@ def resources_words(resources: Mapping[str, float]) -> str:
 
 
 def _alive_nodes() -> list[Mapping[str, float]]:
+    import ray
+
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
     return [node["Resources"] for node in nodes if node.get("Alive")]
 
@@ -141,6 +142,8 @@ def check_fits(asked: Asked) -> None:
 
 def room_words() -> str:
     """What the cluster has free now, and of what total (for an error that says why actors were not placed)."""
+    import ray
+
     free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
     total: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     return f"{resources_words(free)} free of {resources_words(total)}"

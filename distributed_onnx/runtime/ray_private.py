@@ -8,7 +8,11 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
   the environment switch for the processes Ray starts, and the constant ``ray._private.ray_constants`` read
   into this process at import (docs/design.md, "Ray specifics");
 - the embedded Ray's head starts without the two processes a single fixed node never uses, the dashboard's
-  API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``);
+  API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``),
+  and a Ray started for one backtest runs stand-ins for the raylet's two agents (the raylet's command line, as
+  ``ray._private.services.start_ray_process`` receives it: :func:`with_stand_in_agents`);
+- a Ray that ``ray start`` left running is found through the address file Ray writes for it
+  (:data:`RAY_ADDRESS_FILE`, read by ``runtime/running_ray.py``);
 - Ray Serve binds its gRPC servers to all interfaces through two private functions, which
   ``serve/operations/loopback.py`` wraps (:func:`wrap_address_argument`) on a loopback node;
 - the fast ingresses and the per-request savings are Serve's experimental environment switches
@@ -27,10 +31,14 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shlex
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -98,6 +106,25 @@ HEAD_MONITOR = PrivateName("ray._private.node", "Node.start_monitor")
 DASHBOARD_PACKAGES_CHECK = PrivateName("ray._private.utils", "get_dashboard_dependency_error")
 #: What :func:`single_node_head` replaces while the head starts: the two processes, and the check.
 SINGLE_NODE_SKIPS = (HEAD_API_SERVER, HEAD_MONITOR, DASHBOARD_PACKAGES_CHECK)
+#: Starts each of Ray's processes from its command line; the raylet's names the two agents it starts itself.
+START_RAY_PROCESS = PrivateName("ray._private.services", "start_ray_process")
+#: The process type ``start_ray_process`` is given for the raylet.
+RAYLET_PROCESS = PrivateName("ray._private.ray_constants", "PROCESS_TYPE_RAYLET", "raylet")
+#: The raylet's flags holding each agent's command line, and the port files the raylet waits for from each
+#: before it registers (``ray._raylet``'s names for them), which :mod:`.agent_stand_in` writes instead.
+DASHBOARD_AGENT_FLAG = "--dashboard_agent_command="
+RUNTIME_ENV_AGENT_FLAG = "--runtime_env_agent_command="
+DASHBOARD_AGENT_PORTS = (
+    PrivateName("ray._raylet", "METRICS_AGENT_PORT_NAME", "metrics_agent_port"),
+    PrivateName("ray._raylet", "METRICS_EXPORT_PORT_NAME", "metrics_export_port"),
+    PrivateName("ray._raylet", "DASHBOARD_AGENT_LISTEN_PORT_NAME", "dashboard_agent_listen_port"),
+)
+RUNTIME_ENV_AGENT_PORTS = (PrivateName("ray._raylet", "RUNTIME_ENV_AGENT_PORT_NAME", "runtime_env_agent_port"),)
+#: The script the raylet runs in place of each agent.
+STAND_IN_SCRIPT = Path(__file__).with_name("agent_stand_in.py")
+STAND_IN_AGENT_NAMES = (START_RAY_PROCESS, RAYLET_PROCESS, *DASHBOARD_AGENT_PORTS, *RUNTIME_ENV_AGENT_PORTS)
+#: Where ``ray start`` records the address of the Ray it started (``<Ray's temp dir>/ray_current_cluster``).
+RAY_ADDRESS_FILE = PrivateName("ray._common.utils", "get_ray_address_file")
 #: ``ray.init`` installs, first thing, a SIGTERM handler that calls ``sys.exit`` wherever the start is: a SIGTERM
 #: seconds into ``serve`` then left a half-started core worker to the interpreter's exit (exit 139 and Ray's C++
 #: stack dump, 3 of 12 tries). :func:`keep_signal_handlers` keeps the caller's handler through ``ray.init``.
@@ -185,7 +212,8 @@ TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_set
 
 # ------------------------------------------------------------------------------------------ the checks
 
-EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS)
+EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS, *STAND_IN_AGENT_NAMES)
+RUNNING_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, RAY_ADDRESS_FILE)
 SERVE_NAMES = (
     SIGTERM_HANDLER,
     DRIVER_CONNECT,
@@ -195,7 +223,7 @@ SERVE_NAMES = (
     *(PrivateName(SERVE_CONSTANTS, switch) for switch in SERVE_SWITCHES),
 )
 TEST_NAMES = (WRITE_RAY_ADDRESS, RESET_RAY_ADDRESS, AUTOSCALER_PREPARE_CONFIG, AUTOSCALER_VALIDATE_CONFIG, TOKEN_NOTICE)
-ALL_NAMES = (*EMBEDDED_RAY_NAMES, *SERVE_NAMES, *TEST_NAMES)
+ALL_NAMES = (*EMBEDDED_RAY_NAMES, RAY_ADDRESS_FILE, *SERVE_NAMES, *TEST_NAMES)
 
 
 def missing_names(
@@ -259,13 +287,15 @@ _HEAD_PATCH = threading.Lock()
 
 
 @contextmanager
-def single_node_head() -> Iterator[None]:
+def single_node_head(*, stand_in_agents: bool = False) -> Iterator[None]:
     """While a private single-machine Ray starts in this block, its head skips :data:`SINGLE_NODE_SKIPS`.
 
     What is left is what a fixed node runs work with: GCS, raylet (object store), the log monitor (the actors'
     output on the console), and the raylet's two agents, the dashboard's minimal (it registers only once they are
-    up). The functions are replaced for the block only (other threads of the process see them replaced meanwhile;
-    two blocks at once wait for each other), so a later ``ray.init`` of the process starts Ray's usual head.
+    up). With ``stand_in_agents`` (a Ray started for one backtest and stopped after it), the raylet starts
+    :mod:`.agent_stand_in` in place of each agent (:func:`with_stand_in_agents`). The functions are replaced for
+    the block only (other threads of the process see them replaced meanwhile; two blocks at once wait for each
+    other), so a later ``ray.init`` of the process starts Ray's usual head.
     """
     with _HEAD_PATCH:
         replaced = []
@@ -274,6 +304,10 @@ def single_node_head() -> Iterator[None]:
             owner = _lookup(name.owner(), path) if path else name.owner()
             stand_in = _no_dashboard if name is DASHBOARD_PACKAGES_CHECK else _skipped
             replaced.append((owner, attribute, owner.__dict__[attribute], stand_in))
+        if stand_in_agents:
+            services = START_RAY_PROCESS.owner()
+            start = services.__dict__[START_RAY_PROCESS.attribute]
+            replaced.append((services, START_RAY_PROCESS.attribute, start, _raylet_with_stand_ins(start)))
         try:
             for owner, attribute, _, stand_in in replaced:
                 setattr(owner, attribute, stand_in)
@@ -281,6 +315,54 @@ def single_node_head() -> Iterator[None]:
         finally:
             for owner, attribute, original, _ in replaced:
                 setattr(owner, attribute, original)
+
+
+def _raylet_with_stand_ins(start: Callable[..., Any]) -> Callable[..., Any]:
+    """``start_ray_process``, which gives the raylet's command line :func:`with_stand_in_agents`."""
+    raylet = RAYLET_PROCESS.get()
+
+    def start_ray_process(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        if process_type == raylet:
+            command = with_stand_in_agents(command)
+        return start(command, process_type, *args, **kwargs)
+
+    return start_ray_process
+
+
+def with_stand_in_agents(command: list[str], python: str = sys.executable) -> list[str]:
+    """The raylet's command line with :mod:`.agent_stand_in` as both of its agents (``python -S``, each told the
+    port files its agent writes); unchanged, with a warning, if it does not name both agents as Ray 2.60 does.
+
+    >>> raylet = ["raylet", "--dashboard_agent_command=python agent.py --node-id=ab --session-dir=/s --minimal",
+    ...           "--runtime_env_agent_command=python main.py --node-id=ab --session-dir=/s", "--head"]
+    >>> changed = with_stand_in_agents(raylet, python="python")
+    >>> [each.replace(str(STAND_IN_SCRIPT), "stand_in.py") for each in changed]  # doctest: +NORMALIZE_WHITESPACE
+    ['raylet',
+     '--dashboard_agent_command=python -S stand_in.py --node-id=ab --session-dir=/s
+      --ports=metrics_agent_port,metrics_export_port,dashboard_agent_listen_port',
+     '--runtime_env_agent_command=python -S stand_in.py --node-id=ab --session-dir=/s
+      --ports=runtime_env_agent_port', '--head']
+    """
+    agents = {DASHBOARD_AGENT_FLAG: DASHBOARD_AGENT_PORTS, RUNTIME_ENV_AGENT_FLAG: RUNTIME_ENV_AGENT_PORTS}
+    changed, found = [], set()
+    for argument in command:
+        flag = next((flag for flag in agents if argument.startswith(flag)), None)
+        given = shlex.split(argument[len(flag) :]) if flag else []
+        kept = [each for each in given if each.startswith(("--node-id=", "--session-dir="))]
+        if flag is None or len(kept) != 2:
+            changed.append(argument)
+            continue
+        found.add(flag)
+        ports = ",".join(str(name.expected) for name in agents[flag])
+        stand_in = [python, "-S", str(STAND_IN_SCRIPT), *kept, f"--ports={ports}"]
+        changed.append(flag + subprocess.list2cmdline(stand_in))
+    if found != set(agents):
+        logger.warning(
+            "The raylet's command line does not name its two agents as Ray %s.x does; Ray's own agents start",
+            TESTED_RAY,
+        )
+        return list(command)
+    return changed
 
 
 @contextmanager

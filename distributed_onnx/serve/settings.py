@@ -209,6 +209,16 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             )
         return self
 
+    @field_validator("address")
+    @classmethod
+    def _named_address(cls, value: str | None) -> str | None:
+        if value == "auto":
+            raise ValueError(
+                "serve keeps its Serve instance (controller, proxies) in the Ray it runs on, so it joins a running Ray "
+                "only by its address (--address HOST:PORT), not by auto; leave it out for an embedded Ray"
+            )
+        return value
+
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServeSettings:
         if self.port == self.grpc_port:

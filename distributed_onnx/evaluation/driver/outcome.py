@@ -15,7 +15,7 @@ from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 
-__all__ = ["PartFailure", "RunOutcome"]
+__all__ = ["Dispatched", "PartFailure", "RunOutcome"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,15 @@ class PartFailure:
 
     def as_record(self) -> dict[str, Any]:
         return {"part": self.part, "windows": self.windows, "error": self.error}
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What dispatching left besides the receipts: the pool as it started, the transport, the counters."""
+
+    workers: tuple[WorkerInfo, ...]
+    transport: Mapping[str, Any]
+    stats: DispatchStats
 
 
 @dataclass(frozen=True)

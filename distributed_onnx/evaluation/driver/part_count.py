@@ -35,6 +35,7 @@ from typing import NamedTuple
 from distributed_onnx import storage
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
 from distributed_onnx.location import Location
+from distributed_onnx.runtime.running_ray import AUTO
 
 __all__ = [
     "GPU_MIN_BATCHES_PER_PART",
@@ -138,11 +139,12 @@ def default_windows_per_part(
 def planning_actors(
     actors: int | None, address: str | None, cpus_per_actor: float, gpus_per_actor: float
 ) -> int | None:
-    """The actors a plan is cut for: the count asked for; for a Ray started here (no address), what this
-    machine's CPUs hold; None when only the cluster knows (an address and no count: ``--actors`` tells it)."""
+    """The actors a plan is cut for: the count asked for; for a Ray on this machine (no address: started here;
+    ``auto``: the one ``ray start`` left running, else started here), what this machine's CPUs hold; None when
+    only the cluster knows (an address and no count: ``--actors`` tells it)."""
     if actors is not None:
         return actors
-    if address is not None or gpus_per_actor > 0:
+    if (address is not None and address != AUTO) or gpus_per_actor > 0:
         return None
     return max(int((os.cpu_count() or 1) // max(cpus_per_actor, 1e-9)), 1)
 

@@ -4,7 +4,8 @@ The end of a run imports scipy (the leaderboard) and matplotlib (the report) and
 of CPU, more than everything else the driver does in a 150,000-window run once its dispatch costs per part
 (``benchmarks/results/driver_cost.md``). A driver that feeds a large cluster should not spend it, and the
 user should not wait for it either. So the run starts a plain Python child (:class:`ReportProcess`) as the
-dispatch begins: it imports the report's modules and warms matplotlib up while the actors forecast, then
+dispatch nears its end (:data:`REPORT_LEAD_S`), or at once for a rerun with nothing left to compute: it imports
+the report's modules and warms matplotlib up while the last parts run (or while the driver merges), then
 waits. At the end the driver sends it what the page
 shows (the summary, the run-wide metrics, the fans, the per-series sums), and the child writes the leaderboard
 and the report and answers with the leaderboard and its CPU seconds.
@@ -32,6 +33,11 @@ __all__ = ["ReportProcess", "ReportRequest"]
 
 #: The longest the driver waits for the child's report before drawing it itself.
 DRAW_TIMEOUT_S = 600.0
+#: The run starts the child when its dispatch has about this many seconds left at its pace so far (or at once,
+#: when there is nothing to compute): about what the child's imports and warm-up take on a small machine
+#: (``benchmarks/results/time_to_results.md``). Started with the dispatch, they took a core from the actors for
+#: the whole of a long run; started after it, the user waited for them.
+REPORT_LEAD_S = 2.0
 
 ReportRequest = tuple[Any, ...]
 """``(output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics)``: what the child draws from;

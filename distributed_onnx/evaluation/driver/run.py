@@ -11,10 +11,8 @@ a rerun with the same settings on the same directory runs only the rest.
 from __future__ import annotations
 
 import logging
-import pickle
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,7 +22,6 @@ import pyarrow as pa
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver.clock import PhaseClock, driver_cpu_s
@@ -43,14 +40,13 @@ from distributed_onnx.evaluation.driver.failures import (
 )
 from distributed_onnx.evaluation.driver.identities import check_identities, identity_records
 from distributed_onnx.evaluation.driver.merge import RunSums, fan_windows
-from distributed_onnx.evaluation.driver.outcome import PartFailure, RunOutcome
-from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY, dispatch_order
+from distributed_onnx.evaluation.driver.outcome import Dispatched, PartFailure, RunOutcome
+from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY
 from distributed_onnx.evaluation.driver.part_ledger import PartLedger
 from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.driver.progress import Progress
-from distributed_onnx.evaluation.driver.report_process import ReportProcess
+from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess
 from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
-from distributed_onnx.evaluation.driver.transport import series_source_for
 from distributed_onnx.evaluation.driver.up_front import check_backtest
 from distributed_onnx.evaluation.driver.vintage_summary import (
     covariates_record,
@@ -68,10 +64,7 @@ from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
-from distributed_onnx.model.worker import WorkerConfig, WorkerInfo
-from distributed_onnx.runtime import cluster
-from distributed_onnx.runtime.actors import has_room, start_worker_actor
-from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
+from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart
 
@@ -103,6 +96,7 @@ def run_backtest(
     *,
     wait_for_ray_stop: bool = True,
     early: EarlyStart | StartHere | None = START_HERE,
+    quiet_ray: bool | None = None,
 ) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed.
 
@@ -116,28 +110,21 @@ def run_backtest(
 
     ``early`` is Ray and the pool already starting for these settings (the command starts them before it
     imports this module: :func:`~.early.start_early`), or None for none; by default this call starts them.
+    ``quiet_ray``: Ray's console logging for a Ray this call starts (:class:`~.runtime.early_start.EarlyStart`).
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
         clock.mark("python_start")
     if isinstance(early, StartHere):
         check_backtest(settings)  # before Ray starts (the command and fev check before they start it themselves)
-        early = start_early(settings)
+        early = start_early(settings, quiet_ray=quiet_ray)
     try:
         plan = prepare(settings)
     except BaseException:
         if early is not None:  # bad input: the pool is not needed
             early.abandon(wait=wait_for_ray_stop)
         raise
-    return _BacktestRun(plan, clock, early).run()
-
-
-def _pickled_bytes(value: Any) -> int:
-    """The bytes ``value`` pickles to, its array buffers counted out of band rather than copied: the job of an
-    object-store run holds the whole input, which an in-band count would copy once more."""
-    buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    return len(head) + sum(buffer.raw().nbytes for buffer in buffers)
+    return _BacktestRun(plan, clock, early, quiet_ray).run()
 
 
 def render_report(  # noqa: PLR0913 - what write_report draws, passed through
@@ -164,48 +151,27 @@ def render_report(  # noqa: PLR0913 - what write_report draws, passed through
     return time.process_time() - started
 
 
-@dataclass(frozen=True)
-class _Replacements:
-    """New actors for lost ones, started in the background by the dispatcher (see dispatch.Replacements)."""
-
-    settings: BacktestSettings
-    config: list[WorkerConfig]  # one per checkpoint
-    job_ref: Any
-
-    def has_room(self) -> bool:
-        return has_room(self.settings.cpus_per_actor, self.settings.gpus_per_actor)
-
-    def start(self) -> tuple[Any, Any]:
-        settings = self.settings
-        actor = start_worker_actor(
-            self.config, settings.cpus_per_actor, settings.gpus_per_actor, build_part_runner, self.job_ref
-        )
-        return actor, actor.ready.remote()
-
-
-@dataclass(frozen=True)
-class _Dispatched:
-    """What dispatching left besides the receipts: the pool as it started, the transport, the counters."""
-
-    workers: tuple[WorkerInfo, ...]
-    transport: Mapping[str, Any]
-    stats: DispatchStats
-
-
 class _BacktestRun:
     """One execution of a plan: it runs the parts left, then writes what its :class:`RunOutcome` says."""
 
-    def __init__(self, plan: RunPlan, clock: PhaseClock, early: EarlyStart | None = None) -> None:
+    def __init__(
+        self, plan: RunPlan, clock: PhaseClock, early: EarlyStart | None = None, quiet_ray: bool | None = None
+    ) -> None:
         self.plan = plan
         self.clock = clock
         self.early = early
+        self.quiet_ray = quiet_ray
         self.parts = plan.parts()
         self.sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)
         self.done: list[int] = []  # the parts whose files verify (done before, or written by this run's actors)
         self.leaderboard: pa.Table | None = None
         self.ledger = PartLedger()
         self.progress: Progress | None = None
-        self.report_process: ReportProcess | None = None  # started with the dispatch (:mod:`.report_process`)
+        self.report_process: ReportProcess | None = None  # started near the dispatch's end (:meth:`_on_result`)
+        self._report_started = False
+        self._dispatch_started_s = 0.0
+        self._windows_to_compute = 0
+        self._windows_computed = 0  # by this run's dispatch so far
 
     def run(self) -> BacktestResult:
         plan, output, clock = self.plan, self.plan.settings.output, self.clock
@@ -223,8 +189,8 @@ class _BacktestRun:
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
-        todo = self._verified_todo()
-        done_windows = plan.windows.planned - sum(part.n_windows for part in todo)
+        todo = self._todo()
+        done_windows = plan.windows.planned - self._windows_to_compute
         logger.info(
             "Planned %d windows in %d parts of up to %d, batches of %d (%d skipped for context coverage); "
             "%d parts already done",
@@ -236,14 +202,13 @@ class _BacktestRun:
             len(self.parts) - len(todo),
         )
         self.progress = Progress(plan.windows.planned, done_before=done_windows, enabled=plan.settings.progress)
-        dispatched = _Dispatched((), {}, DispatchStats())
+        dispatched = Dispatched((), {}, DispatchStats())
         try:
             if todo:
                 self._ray_ready()
                 clock.mark("ray_start")
                 dispatched = self._dispatch(todo, self.progress)
-            if self.early is not None:
-                self.early.stop()  # Ray stops on its own thread while the driver merges and draws the report
+            self._after_dispatch()
             failed = {failure.part for failure in self.ledger.failures}
             self.done += [part.index for part in todo if part.index not in failed]
             scores = self._merged()
@@ -276,10 +241,17 @@ class _BacktestRun:
             raise nonfinite
         return BacktestResult(summary, run_wide, storage.join(output, outputs.METRICS), failures)
 
+    def _after_dispatch(self) -> None:
+        """Ray stops on its own thread while the driver merges and draws the report; the report process starts
+        now if the dispatch did not start it (its imports beside the merge)."""
+        if self.early is not None:
+            self.early.stop()
+        self._start_report_process()
+
     def _ray_ready(self) -> None:
         """Ray and the pool up for the dispatch: started while the data was read and planned, else now."""
         if self.early is None:  # a resumed run, or a process that holds Ray already: the pool is needed now
-            self.early = start_ray_and_pool(self.plan.settings, self.worker_config())
+            self.early = start_ray_and_pool(self.plan.settings, self.worker_config(), quiet_ray=self.quiet_ray)
         self.early.wait()
 
     def _in_sample(self, summary: dict[str, Any]) -> None:
@@ -340,7 +312,7 @@ class _BacktestRun:
             summary["notes"].append(str(nonfinite))
         return nonfinite
 
-    def _outcome(self, todo: list[PartSpec], done_windows: int, dispatched: _Dispatched) -> RunOutcome:
+    def _outcome(self, todo: list[PartSpec], done_windows: int, dispatched: Dispatched) -> RunOutcome:
         return RunOutcome(
             parts_planned=len(self.parts),
             parts_done_before=len(self.parts) - len(todo),
@@ -402,6 +374,15 @@ class _BacktestRun:
         """One config per checkpoint: each actor loads every model of the run."""
         return worker_configs(self.plan.settings, [each.weights_path for each in self.plan.checkpoints])
 
+    def _todo(self) -> list[PartSpec]:
+        """The parts still to run (:meth:`_verified_todo`); none: the report process starts now, its imports
+        beside the merge (no Ray, no actors)."""
+        todo = self._verified_todo()
+        self._windows_to_compute = sum(part.n_windows for part in todo)
+        if not todo:
+            self._start_report_process()
+        return todo
+
     def _verified_todo(self) -> list[PartSpec]:
         """The parts still to run; the verified ones are noted (merged at the end), the unverifiable discarded."""
         plan, output, todo = self.plan, self.plan.settings.output, []
@@ -439,55 +420,23 @@ class _BacktestRun:
             self._on_failure(by_index[index], BatchError(f"part {index} was reported written but does not verify"))
         return scores
 
-    def _dispatch(self, todo: list[PartSpec], progress: Progress) -> _Dispatched:
-        settings = self.plan.settings
-        source, transport = series_source_for(self.plan)
-        job = self.plan.job(source)
-        put_started = time.perf_counter()
-        job_ref = cluster.put(job)
-        transport["put_s"] = round(time.perf_counter() - put_started, 4)
-        transport["job_bytes"] = _pickled_bytes(job)
-        transport["descriptor_bytes"] = _pickled_bytes(todo[0])
-        config = self.worker_config()
+    def _dispatch(self, todo: list[PartSpec], progress: Progress) -> Dispatched:
+        """The parts through Ray (:mod:`.dispatching`, imported here: a run with nothing to compute never loads
+        Ray, and a fresh run's driver plans while the thread that starts Ray imports it)."""
+        from distributed_onnx.evaluation.driver.dispatching import PartCallbacks, dispatch_parts
+
         assert self.early is not None, "the pool starts before the dispatch (_ray_ready)"
-        pool, infos = self.early.actors, self.early.infos
-        self.early.hand_job(build_part_runner, job_ref)  # each actor builds its job from the one in the store
-        actors = list(pool)  # the pool and its replacements: every one is killed at the end
-        self.clock.mark("series_and_pool")
-        # The end's imports, in the report process while the actors forecast: not while Ray and the pool start,
-        # whose own start needs the two cores, nor while the series go out (:mod:`.report_process`).
-        self._start_report_process()
-        progress.start()
-        try:
-            callbacks = DispatchCallbacks[PartSpec](
-                submit=lambda actor, part: actor.run.remote(part),
-                on_result=self._on_result,
-                on_failure=self._on_failure,
-                key=lambda part: part.index,
-                size=lambda part: part.n_windows,
-                attempt_timeout_s=lambda part: self.ledger.deadline_s(part, settings.part_timeout_s),
-                on_replacement=actors.append,
-            )
-            dispatcher = Dispatcher(
-                pool,
-                callbacks,
-                DispatchConfig(
-                    max_in_flight_per_actor=settings.max_in_flight_per_actor,
-                    ready_timeout_s=settings.placement_timeout_s + settings.ready_timeout_s,
-                ),
-                replacements=_Replacements(settings, config, job_ref),
-            )
-            # A small part first on each actor (its speed), then the largest first: the small parts end the run.
-            first_wave = self.plan.ramp_width if self.plan.ramp_width > 1 else 0
-            stats = dispatcher.run(dispatch_order(todo, first_wave))
-            # Throughput covers dispatching only: stopping actors and Ray (over a second) is not part of it.
-            self.clock.mark("dispatch")
-        finally:
-            # The pool and every replacement; a kept pool (runs sharing it) only its replacements.
-            cluster.kill(actors[len(pool) :] if self.early.kept else actors)
-        return _Dispatched(tuple(infos), transport, stats)
+        callbacks = PartCallbacks(self._on_result, self._on_failure, self._on_job_handed)
+        return dispatch_parts(self.plan, self.early, todo, self.ledger, progress, self.clock, callbacks)
+
+    def _on_job_handed(self) -> None:
+        self._dispatch_started_s = self.clock.elapsed_s()
 
     def _start_report_process(self) -> None:
+        """Start the report process (once): its imports and warm-up then run beside the rest of the run."""
+        if self._report_started:
+            return
+        self._report_started = True
         try:
             self.report_process = ReportProcess()
         except OSError as exc:  # no child process here: the driver imports and draws at the end (no gain measured
@@ -495,9 +444,22 @@ class _BacktestRun:
             logger.warning("Could not start the report process (%s); the driver draws the report", exc)
 
     def _on_result(self, part: PartSpec, receipt: PartReceipt) -> None:
-        self.ledger.add_receipt(receipt, self.clock.elapsed_s())
+        now_s = self.clock.elapsed_s()
+        self.ledger.add_receipt(receipt, now_s)
+        self._windows_computed += receipt.windows
         if self.progress is not None:
             self.progress.advance(receipt.windows)
+        if not self._report_started and self._dispatch_left_s(now_s) <= REPORT_LEAD_S:
+            self._start_report_process()
+
+    def _dispatch_left_s(self, now_s: float) -> float:
+        """The dispatch's seconds still to go, at its pace so far: the report process starts when they are about
+        as many as its imports take, so that on a small machine its imports neither take a core from the actors
+        for the whole run nor wait until the last part has come back (:data:`.report_process.REPORT_LEAD_S`)."""
+        done = self._windows_computed
+        left = self._windows_to_compute - done
+        elapsed_s = now_s - self._dispatch_started_s
+        return left * elapsed_s / done if done > 0 else float("inf")
 
     def _on_failure(self, part: PartSpec, error: BaseException) -> None:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)

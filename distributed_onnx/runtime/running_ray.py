@@ -1,0 +1,155 @@
+"""A Ray that ``ray start --head`` left running on this machine: found, checked, and joined instead of started.
+
+Starting the embedded Ray is most of a short backtest's fixed cost on a small machine. A user who runs many
+commands starts one Ray once, on loopback::
+
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray start --head --node-ip-address 127.0.0.1
+
+and asks each command to join it with ``--address auto`` (or ``DISTRIBUTED_ONNX_ADDRESS=auto``). ``ray start``
+records the address of the Ray it started in Ray's temp directory (``ray_current_cluster``);
+:func:`find_local_ray` reads it and joins that Ray only when it is running and every socket of its processes
+listens on loopback (``listening.py``). A Ray that also listens on other interfaces (``ray start`` without the
+switch above listens on all of them) is joined only when the user names its address: ``auto`` then starts the
+embedded Ray instead and says why. Ray's own meaning of ``auto``, any Ray found on the machine, is never used.
+
+Joining a loopback Ray needs Ray's multi-node switch off in this process too: Ray otherwise turns the address
+``127.0.0.1`` into the machine's network address, where such a Ray does not listen, and the driver waits for it
+(measured: ``ray.init(address="127.0.0.1:PORT")`` against such a head retried for minutes):
+:func:`listens_on_loopback_only` tells the caller when to turn it off.
+
+A joined Ray is left as it was found: the run kills the actors it started, and disconnecting ends its driver's
+job; the Ray stays up for the next command.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime.listening import (
+    exposed_sockets,
+    listening_sockets,
+    processes_listening_addresses,
+    socket_inodes,
+)
+
+#: The address that asks for the Ray ``ray start`` left running on this machine (:func:`find_local_ray`).
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class LocalRay:
+    """What :func:`find_local_ray` found: the address to join, or None (start the embedded Ray), and why;
+    ``refused``: a Ray runs, but is not joined without its address (the user should hear it)."""
+
+    address: str | None
+    reason: str
+    refused: bool = False
+
+
+def find_local_ray() -> LocalRay:
+    """The Ray ``ray start`` recorded on this machine, if it runs and listens on loopback only (module docstring)."""
+    ray_private.check_names(ray_private.RUNNING_RAY_NAMES)
+    address_file = Path(ray_private.RAY_ADDRESS_FILE.get()(None))
+    try:
+        address = address_file.read_text().strip()
+    except OSError:
+        return LocalRay(None, f"no Ray started by `ray start` on this machine ({address_file} not found)")
+    host, _, port = address.rpartition(":")
+    if not sys.platform.startswith("linux"):
+        return LocalRay(None, f"its sockets cannot be checked off Linux; pass --address {address} to join it", True)
+    if not _is_loopback_host(host) or not port.isdigit():
+        return LocalRay(
+            None,
+            f"the Ray recorded in {address_file} is at {address}, not on 127.0.0.1; pass --address {address} to "
+            "join it anyway",
+            refused=True,
+        )
+    gcs = _listener(int(port))
+    if gcs is None:
+        return LocalRay(None, f"the Ray recorded in {address_file} ({address}) is not running")
+    session = _session_name(gcs)
+    members = _session_processes(session) if session else {gcs}
+    if not all(_readable(pid) for pid in members):
+        return LocalRay(None, f"the Ray at {address} runs as another user: its sockets cannot be checked", True)
+    exposed = exposed_sockets(processes_listening_addresses(members))
+    if exposed:
+        return LocalRay(
+            None,
+            f"the Ray at {address} listens beyond loopback ({', '.join(exposed[:4])}); pass --address {address} "
+            "to join it anyway, or start it with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (docs/cluster.md)",
+            refused=True,
+        )
+    return LocalRay(address, f"joined the Ray at {address} (started by `ray start`, loopback only)")
+
+
+def listens_on_loopback_only(address: str) -> bool:
+    """Whether ``host:port`` is a loopback address whose port this machine listens on, on loopback only.
+
+    Such a Ray is joined with Ray's multi-node switch off in this process (module docstring); a Ray whose port
+    also listens on other interfaces is reached as Ray reaches it by default.
+    """
+    host, _, port = address.rpartition(":")
+    if not _is_loopback_host(host) or not port.isdigit():
+        return False
+    listening = [each for each in listening_sockets() if int(each[0].rsplit(":", 1)[1]) == int(port)]
+    return bool(listening) and not exposed_sockets(each for each, _ in listening)
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _listener(port: int) -> int | None:
+    """The process listening on ``port`` (None: nothing listens, or not a process this user can read)."""
+    inodes = {inode for address, inode in listening_sockets() if int(address.rsplit(":", 1)[1]) == port}
+    if not inodes:
+        return None
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and socket_inodes(int(entry.name)) & inodes:
+            return int(entry.name)
+    return None
+
+
+def _readable(pid: int) -> bool:
+    """Whether this user can read ``pid``'s open files (a process that is gone counts as read: it holds none)."""
+    try:
+        os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _session_name(pid: int) -> str | None:
+    """The Ray session a process belongs to (``--session-name=`` on the GCS's command line)."""
+    for argument in _command_line(pid).split():
+        if argument.startswith("--session-name="):
+            return argument.removeprefix("--session-name=") or None
+    return None
+
+
+def _session_processes(session: str) -> set[int]:
+    """Every process whose command line names the session (GCS, raylet, agents, dashboard, monitors, workers)."""
+    return {
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and session in _command_line(int(entry.name))
+    }

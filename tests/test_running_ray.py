@@ -1,0 +1,185 @@
+"""A backtest joins the Ray that ``ray start --head`` left running on 127.0.0.1, and leaves it as it found it.
+
+The head is real (:mod:`ray_head`, started loopback-only as docs/cluster.md tells a user to start it, with its
+address file where Ray's default temp dir would hold it); the commands run as a user runs them, in a
+subprocess. The decision ``auto`` makes about a Ray that listens beyond loopback is pure logic, tested with fakes
+of what /proc would show (the tests never bind beyond 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ray_head import RAY, RayHead, ray_head
+
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+from distributed_onnx.runtime import running_ray
+from distributed_onnx.runtime.listening import listening_sockets
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+#: In a fresh interpreter: the command's own ``main`` on a finished run directory, then whether Ray was imported.
+RERUN = (
+    "import sys; from distributed_onnx.cli import main; code = main(sys.argv[1:]); "
+    "print('RESULT', code, 'ray' in sys.modules)"
+)
+
+
+def _backtest(head: RayHead, checkpoint: Path, data: Path, output: Path, *flags: str) -> list[str]:
+    command = [sys.executable, "-m", "distributed_onnx", "backtest", "--checkpoint", str(checkpoint)]
+    command += ["--data", str(data), "--output", str(output), "--n-windows", "3", "--quantiles", "0.1,0.5,0.9"]
+    return [*command, "--no-progress", *flags]
+
+
+def _alive_worker_actors(head: RayHead) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [RAY, "list", "actors", "--address", head.dashboard_url, "--format", "json", "--detail"],
+        env=head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    actors: list[dict[str, object]] = json.loads(done.stdout)
+    return [actor for actor in actors if actor.get("state") != "DEAD" and "WorkerActor" in str(actor.get("class_name"))]
+
+
+@pytest.mark.integration
+def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
+) -> None:
+    """``--address auto`` joins the Ray ``ray start`` recorded; its address given explicitly joins it too (before,
+    Ray turned 127.0.0.1 into the machine's address, where this Ray does not listen, and the command hung); no
+    address starts the command's own Ray beside it (before, Ray joined the recorded one and the command failed);
+    each run's actors are gone afterwards and the Ray still runs; a rerun of a finished run imports no Ray."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from backtest_data import write_dataset
+
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    with ray_head(loopback_only=True) as head:
+        # The user's HOME (matplotlib's font cache there: the report process does not rebuild it); the token
+        # comes from RAY_AUTH_TOKEN_PATH.
+        env = head.client_env(RAY_TMPDIR=str(head.ray_tmpdir), HOME=os.environ["HOME"])
+        joined = subprocess.run(
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert joined.returncode == 0, joined.stderr
+        assert f"--address auto: joined the Ray at {head.gcs_address}" in joined.stderr
+        assert "Started an embedded local Ray" not in joined.stderr
+
+        named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
+            env=head.client_env(HOME=os.environ["HOME"]),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert named.returncode == 0, named.stderr
+        assert "Started an embedded local Ray" not in named.stderr
+
+        own = subprocess.run(  # no address: the command's own Ray, though Ray's default temp dir records this one
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert own.returncode == 0, own.stderr  # before: exit 4, Ray joined this head and refused num_cpus for it
+        assert "Started an embedded local Ray" in own.stderr
+
+        assert _alive_worker_actors(head) == []
+        port = int(head.gcs_address.rsplit(":", 1)[1])
+        assert any(address.endswith(f":{port}") for address, _ in listening_sockets()), "the head was stopped"
+
+        finished = _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto")
+        command = [sys.executable, "-c", RERUN, *finished[3:]]
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+        assert rerun.returncode == 0, rerun.stderr
+        assert "RESULT 0 False" in rerun.stdout, rerun.stdout + rerun.stderr  # exit 0, Ray never imported
+    summary = json.loads((tmp_path / "auto" / "summary.json").read_text())
+    assert summary["windows"]["run_now"] == 0 and summary["windows"]["done_before"] > 0
+    assert summary["timing"]["report_drawn_by"] == "report process"  # started at once: nothing to compute
+
+
+# ------------------------------------------------------------------------------------------ what auto refuses
+
+
+def _fake_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recorded: str | None, listening: list[str], readable: bool = True
+) -> None:
+    """A machine where ``ray start`` recorded ``recorded`` and its processes listen on ``listening``."""
+    address_file = tmp_path / "ray_current_cluster"
+    if recorded is not None:
+        address_file.write_text(recorded)
+    monkeypatch.setattr(running_ray.ray_private, "check_names", lambda names: None)
+    monkeypatch.setattr(
+        running_ray.ray_private, "RAY_ADDRESS_FILE", _Name(lambda temp_dir: str(address_file)), raising=True
+    )
+    monkeypatch.setattr(running_ray, "_listener", lambda port: 4242 if listening else None)
+    monkeypatch.setattr(running_ray, "_session_name", lambda pid: "session_x")
+    monkeypatch.setattr(running_ray, "_session_processes", lambda session: {4242, 4243})
+    monkeypatch.setattr(running_ray, "_readable", lambda pid: readable)
+    monkeypatch.setattr(running_ray, "processes_listening_addresses", lambda pids: listening)
+
+
+class _Name:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def get(self) -> object:
+        return self.value
+
+
+def test_auto_joins_only_a_running_ray_that_listens_on_loopback_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", ["127.0.0.1:6379", "::ffff:127.0.0.1:8265"])
+    assert running_ray.find_local_ray() == running_ray.LocalRay(
+        "127.0.0.1:6379", "joined the Ray at 127.0.0.1:6379 (started by `ray start`, loopback only)"
+    )
+
+    _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", ["0.0.0.0:6379", "127.0.0.1:8265"])
+    exposed = running_ray.find_local_ray()
+    assert exposed.address is None and exposed.refused
+    assert "listens beyond loopback (0.0.0.0:6379)" in exposed.reason
+    assert "--address 127.0.0.1:6379" in exposed.reason  # naming it joins it anyway
+
+    _fake_machine(monkeypatch, tmp_path, "10.1.2.3:6379", ["10.1.2.3:6379"])
+    remote = running_ray.find_local_ray()
+    assert remote.address is None and remote.refused and "not on 127.0.0.1" in remote.reason
+
+    _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", ["127.0.0.1:6379"], readable=False)
+    other_user = running_ray.find_local_ray()
+    assert other_user.address is None and other_user.refused and "another user" in other_user.reason
+
+    _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", [])
+    stopped = running_ray.find_local_ray()
+    assert stopped.address is None and not stopped.refused and "not running" in stopped.reason
+
+    (tmp_path / "ray_current_cluster").unlink()
+    _fake_machine(monkeypatch, tmp_path, None, [])
+    none = running_ray.find_local_ray()
+    assert none.address is None and not none.refused and "no Ray started by `ray start`" in none.reason
+
+
+def test_the_backtests_driver_modules_import_no_ray() -> None:
+    """The command imports the early start and the driver before its thread imports Ray (``early_start.py``):
+    Ray's import then overlaps the driver's own, and a rerun with nothing to compute never loads it."""
+    script = (
+        "import sys; import distributed_onnx.cli, distributed_onnx.evaluation.driver.early, "
+        "distributed_onnx.evaluation.driver.run; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
