@@ -42,6 +42,7 @@ from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: 
 from distributed_onnx.evaluation import outputs  # noqa: E402
 from distributed_onnx.evaluation.data import scan as scan_module  # noqa: E402
 from distributed_onnx.evaluation.data.windows import plan_series  # noqa: E402
+from distributed_onnx.evaluation.driver import dispatching as dispatching_module  # noqa: E402
 from distributed_onnx.evaluation.driver import run as run_module  # noqa: E402
 from distributed_onnx.evaluation.driver.run import prepare, run_backtest  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
@@ -179,7 +180,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
                 time.sleep(0.05)
 
     monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
-    monkeypatch.setattr(run_module, "start_worker_actor", start_and_record)
+    monkeypatch.setattr(dispatching_module, "start_worker_actor", start_and_record)
     monkeypatch.setattr(run_module._BacktestRun, "_on_result", on_result_then_kill)
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=1)
 
