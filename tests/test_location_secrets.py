@@ -368,3 +368,47 @@ def test_a_checkpoint_given_as_a_url_is_refused_in_one_line_naming_it_redacted(
     assert err.startswith(f"error: {flag} https://***@127.0.0.1:1/models/m.onnx?sig=*** is a URL"), err
     assert "local" in err and len(err.strip().splitlines()) == 1, err
     assert "PASSWORD51" not in err and "SIG51" not in err
+
+
+def _misspelt(flag: str) -> str:
+    """``--output`` -> ``--otuput``: two letters after the first swapped (argparse takes no unknown prefix of a
+    flag for it, and the parser's hint names the flag meant)."""
+    name = flag[2:]
+    return "--" + name[0] + name[2] + name[1] + name[3:] if len(name) > 2 else f"--{name}x"
+
+
+def _argparse_lines() -> list[list[str]]:
+    """Lines argparse itself refuses, each with a location given where no flag takes it: after an unknown flag,
+    after a misspelt location flag (both forms), as a stray value after a list flag, and as the command."""
+    lines = []
+    for command in _subparsers(cli._parser([])):
+        flags = [flag for c, flag, _ in FLAGS if c == command and flag.startswith("--")]
+        parser = _subparsers(cli._parser([command]))[command]
+        head = [command] + [_plain_value(a) for a in parser._actions if not a.option_strings and a.dest != "help"]
+        for value in secret_locations(_file_name("data")):
+            lines.append([*head, "--unknown", value])
+            for flag in flags:
+                lines += [[*head, _misspelt(flag), value], [*head, f"{_misspelt(flag)}={value}"]]
+    for value in secret_locations("d.parquet"):
+        lines += [["backtest", "--quantiles", "0.1", value], [value]]
+    return lines
+
+
+def test_argparse_refusing_a_line_shows_no_secret_of_the_words_it_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's own errors quote the words it could not take (``unrecognized arguments: --outptu
+    s3://KEY:SECRET@b/x``), and the parser's hints repeat them: a location given to a misspelt flag is redacted
+    there as anywhere else, while the error still says what was wrong."""
+    lines = _argparse_lines()
+    assert len(lines) > 40
+    for words in lines:
+        with pytest.raises(SystemExit) as refused:
+            cli.main(words)
+        err = capsys.readouterr().err
+        assert refused.value.code == 2, (words, err)
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and ("unrecognized arguments: " in errors[0] or "invalid choice" in errors[0]), err
+        assert "***" in errors[0], err
+        for secret in SECRETS:
+            assert secret not in err, (words, err)
+        if "--unknown" not in words and "--quantiles" not in words and len(words) > 1:
+            assert "hint: did you mean --" in err, err  # the flag meant is named
