@@ -659,3 +659,62 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
         pair: "resumed" if done == "done" else done for pair, done in status.items()
     }
     assert {path: path.stat().st_mtime_ns for path in output.glob("runs/*/forecasts/*/*.parquet")} == stamps
+
+
+class _Holder:
+    """An actor that holds its CPU (``kill_and_wait`` calls ``ready``)."""
+
+    def ready(self) -> None:
+        return None
+
+
+@pytest.mark.integration
+def test_fev_takes_the_backtests_pool_settings_and_deadlines(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51 follow-up: the pool deadlines (--placement-timeout-s, --ready-timeout-s) were backtest's flags
+    only, so a fev benchmark whose pool found no room waited its default 120 s (then 600 s) with no way to say
+    less; nor could fev's pools be given a GPU or a provider chain. fev's request copies every backtest setting
+    its pools use. A GPU chain without a GPU is refused before anything (exit 2, nothing written, as backtest
+    does); a pool of two 1-CPU actors, while another actor holds one of the test Ray's two CPUs, fails within
+    --placement-timeout-s 3 naming what it asked (exit 3)."""
+    import time
+
+    import ray
+    import yaml
+    from ray_actors import kill_and_wait
+
+    from distributed_onnx import cli
+    from distributed_onnx.evaluation.fev_tasks.request import FevRequest
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    pool_settings = {"actors", "cpus_per_actor", "gpus_per_actor", "providers", "graph_optimization"}
+    pool_settings |= {"placement_timeout_s", "ready_timeout_s", "address"}
+    assert pool_settings <= set(FevRequest.model_fields)
+    for name in pool_settings:  # the backtest's own field: its bounds, default and help
+        ours, theirs = FevRequest.model_fields[name], BacktestSettings.model_fields[name]
+        assert (ours.default, ours.metadata, ours.description) == (theirs.default, theirs.metadata, theirs.description)
+
+    hourly = _tasks(tmp_path / "datasets")[0].dataset_path
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"tasks": [{"dataset_path": hourly, "horizon": 8, "seasonality": 24}]}))
+    tiny = write_tiny_chronos2(tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8)
+    argv = ["fev", str(bench), "--checkpoint", str(tiny.weights_path), "--output", str(tmp_path / "out")]
+
+    assert cli.main([*argv, "--providers", "cuda,cpu"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: Invalid fev settings: --providers: providers ['cuda'] need a GPU"), line
+    assert not (tmp_path / "out").exists()
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Holder is defined here
+    holder = ray.remote(num_cpus=1)(_Holder).remote()
+    ray.get(holder.ready.remote(), timeout=60)
+    started = time.monotonic()
+    try:
+        code = cli.main([*argv, "--actors", "2", "--placement-timeout-s", "3", "--ready-timeout-s", "30"])
+    finally:
+        kill_and_wait(holder)
+    assert code == 3
+    assert time.monotonic() - started < 60  # the task's data, three seconds of waiting, the pool stopped
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: 1 of 2 worker actors (1 CPU, 0 GPU each) were placed within 3 s; "), line

@@ -67,6 +67,7 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     task_slug,
 )
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
+from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -375,7 +376,6 @@ def _backtest(
     the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
     backtest."""
     from distributed_onnx.evaluation.driver.run import run_backtest
-    from distributed_onnx.evaluation.settings import BacktestSettings
 
     key = run.key
     data_path = storage.join(output, "data", f"{run.name}.parquet")
@@ -556,6 +556,10 @@ def run_benchmark(
         raise ConfigError(str(exc), key="checkpoint") from exc
     check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
     check_output_folder(Location.parse(output))
+    shared = BacktestSettings.from_sources({**settings, "output": output}, source="the benchmark's settings")
+    gpu_chain = gpu_chain_problem(shared.providers, shared.gpus_per_actor)  # every run's pool would refuse it
+    if gpu_chain is not None:
+        raise ConfigError(gpu_chain, key="providers")
     tasks = load_tasks(benchmark)
     check_tasks(tasks, output, settings)
     resolved = [LocalCheckpoint(path=path).resolve() for path in paths]
