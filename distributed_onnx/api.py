@@ -245,14 +245,14 @@ def fev_benchmark(
 
     Returns :class:`~distributed_onnx.evaluation.fev_tasks.runner.FevResult`: ``.summaries`` are fev's own
     ``Task.evaluation_summary`` dicts (``fev.leaderboard(result.summaries, baseline_model=...)`` reads them),
-    ``.pairs`` says which task x checkpoint was done, resumed, skipped (with its reason), refused or failed. ``output``
+    ``.pairs`` says which task x checkpoint was done, resumed, skipped, rejected or failed (with its reason). ``output``
     holds ``summaries.jsonl`` and the run directories of the tasks planned together (docs/fev.md); rerunning
     resumes. ``settings`` are
     the backtest's execution settings (``actors=2``, ``rows_per_batch=512``, ``address=...``,
     ``clamp_quantiles=True``). Needs the ``fev`` extra. Raises :class:`~distributed_onnx.errors.ConfigError` before
     anything runs for what no run could get past (a checkpoint's name, an output that is a file, no task, a task's
     own settings: docs/fev.md), and after writing everything :class:`~distributed_onnx.errors.BatchError` if a
-    pair failed (a rerun retries it), else ``ConfigError`` if the backtest refused a pair's data.
+    pair failed (a rerun retries it) or was rejected (no rerun gets past it: fix or drop the task).
     """
     from distributed_onnx.evaluation.fev_tasks.runner import run_benchmark
 

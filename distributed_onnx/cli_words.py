@@ -8,7 +8,8 @@ spaces (``--quantiles 0.1 0.5 0.9``). Here:
   use underscores, so people type them), and ``-v``/``--verbose`` anywhere on the line is the top-level flag;
 - :func:`parse_words` and :class:`PointingParser`: an error shows the usage of the command it is about, then
   one ``error:`` line, then a hint: the closest flag of that command (difflib, as the YAML path's "did you mean"
-  does), or for stray values after a list flag its comma-separated form;
+  does), or for stray values after a list flag its comma-separated form; the words it quotes redacted (a
+  location's credentials given to a misspelt flag are a location's credentials still);
 - :func:`plain_text` and :func:`plain_help`: the help is read in a terminal, so the docstrings' reStructuredText
   (````x````, ``:class:`~a.B```) becomes plain text, and a metavar never reads ``list[Path]``.
 """
@@ -16,11 +17,14 @@ spaces (``--quantiles 0.1 0.5 0.9``). Here:
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
+
+from distributed_onnx.redact import redact_text
 
 __all__ = ["PointingParser", "normalized_words", "parse_words", "plain_help", "plain_text"]
 
@@ -87,9 +91,9 @@ class PointingParser(argparse.ArgumentParser):
         unknown = re.match(r"unrecognized arguments: (.*)", message)
         if unknown:
             hints = self.hints(unknown.group(1).split(), [])
-        choice = re.match(r"argument command: invalid choice: '([^']*)'", message)
+        choice = re.match(r"argument command: invalid choice: (.+?) \(choose from ", message)
         if choice:
-            hints = self.command_hints(choice.group(1))
+            hints = self.command_hints(_quoted_word(choice.group(1)))
         self._fail(message, hints)
 
     def command_hints(self, word: str) -> list[str]:
@@ -143,9 +147,21 @@ class PointingParser(argparse.ArgumentParser):
         return hints
 
     def _fail(self, message: str, hints: list[str]) -> NoReturn:
+        """Usage, the error and its hints, every URL and user-info in them redacted: argparse quotes the words it
+        could not take (``unrecognized arguments: --outptu s3://KEY:SECRET@b/x``), and the hints repeat them."""
         self.print_usage(sys.stderr)
         lines = [f"error: {message}", *(f"hint: {hint}" for hint in hints)]
-        self.exit(2, "\n".join(lines) + "\n")
+        self.exit(2, redact_text("\n".join(lines)) + "\n")
+
+
+def _quoted_word(quoted: str) -> str:
+    """The word argparse quoted with ``repr`` (``'it\\'s'`` -> ``it's``): whole, so that a URL in it is redacted
+    whole (cut at its first quote, a password's end would be shown without the ``@`` that marks it)."""
+    try:
+        word = ast.literal_eval(quoted)
+    except (ValueError, SyntaxError):
+        return quoted
+    return word if isinstance(word, str) else quoted
 
 
 def plain_text(text: str) -> str:

@@ -128,6 +128,15 @@ def is_file(location: LocationLike) -> bool:
     return bool(fs.get_file_info(inner).type == pafs.FileType.File)
 
 
+def is_dir(location: LocationLike) -> bool:
+    """True for an existing folder (on a store: a prefix some object is under)."""
+    path = Location.parse(location).local_path
+    if path is not None:
+        return path.is_dir()
+    fs, inner = filesystem(location)
+    return bool(fs.get_file_info(inner).type == pafs.FileType.Directory)
+
+
 def file_size(location: LocationLike) -> int | None:
     """The size of a file in bytes, or None when there is no file."""
     path = Location.parse(location).local_path

@@ -42,6 +42,7 @@ from pydantic_settings import CliPositionalArg
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.driver.up_front import check_output_file
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
@@ -126,7 +127,9 @@ class TuneRequest(CommandSettings):
 
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
-    """Measure (module docstring), write ``request.output`` and return its document."""
+    """Measure (module docstring), write ``request.output`` and return its document. An output that cannot be
+    written is refused before anything is measured."""
+    check_output_file(request.output, example="tune.json")
     started = time.perf_counter()
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
     contexts = _windows(request.data, checkpoint, request.windows)

@@ -7,6 +7,7 @@ future covariates of its group's other rows (so group handling is observable).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,41 @@ def tiny_chronos2_metadata(
 def write_tiny_chronos2(directory: Path, name: str = "tiny", **sizes: int) -> ResolvedCheckpoint:
     model = tiny_chronos2_model(**sizes)
     return write_checkpoint(directory / f"{name}.onnx", model.SerializeToString(), tiny_chronos2_metadata(**sizes))
+
+
+def write_tiny_chronos2_external(directory: Path, name: str = "tiny", shift: float = 0.0) -> ResolvedCheckpoint:
+    """The tiny Chronos-2 graph with its float constants as initializers kept in ``NAME.onnx.data`` beside it (ONNX
+    external data, as every family export writes them), each quantile offset moved by ``shift``.
+
+    Two shifts write byte-identical ``.onnx`` files (the same tensors at the same offsets of the data file) and
+    different weights files: an edited weights file beside an unchanged graph. The metadata records the
+    graph's sha256, as an export's does."""
+    import hashlib
+
+    model = tiny_chronos2_model()
+    graph = model.graph
+    # The float constants (the axes stay Constant nodes: ONNX Runtime's shape inference reads them at load).
+    constants = [node for node in graph.node if node.op_type == "Constant" and node.attribute[0].t.data_type == 1]
+    for node in constants:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(node.attribute[0].t)
+        if node.output[0] == "offsets":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) + np.float32(shift), "offsets"))
+        tensor.name = node.output[0]
+        graph.initializer.append(tensor)
+        graph.node.remove(node)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.onnx"
+    for stale in (path, directory / f"{name}.onnx.data"):
+        stale.unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save_model(
+        model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=f"{name}.onnx.data",
+        size_threshold=0,
+    )  # fmt: skip
+    metadata = tiny_chronos2_metadata().model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+    document = metadata.model_dump(mode="json", exclude_none=True)
+    (directory / f"{name}.metadata.json").write_text(json.dumps(document, indent=2))
+    return ResolvedCheckpoint(weights_path=path, metadata=metadata)
 
 
 def tiny_context_quantiles_model(context_length: int = 16, horizon: int = 8) -> onnx.ModelProto:

@@ -215,3 +215,39 @@ def test_a_checkpoint_edited_between_two_runs_on_one_folder_is_refused_never_mix
     assert (windows["done_before"], windows["run_now"]) == (0, planned)
     recorded = json.loads((output / "run.json").read_text())["checkpoints"]["tiny"]
     assert recorded["fields"]["native_quantiles"][0] == 0.05
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_weights_kept_beside_the_graph_edited_between_two_runs_are_refused_never_mixed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51 follow-up: the identity hashed the .onnx file only, while an export keeps the weights in
+    NAME.onnx.data beside it. The weights edited (the graph file byte for byte the same) and a part removed, the
+    rerun resumed: the part computed again with the new weights sat beside the others, computed with the old."""
+    from graphs import write_tiny_chronos2_external
+
+    checkpoint = write_tiny_chronos2_external(tmp_path / "checkpoint")
+    graph_bytes = checkpoint.weights_path.read_bytes()
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    output = tmp_path / "run"
+    parts = output / "forecasts" / "model=tiny"
+    argv = ["backtest", "--checkpoint", str(checkpoint.weights_path), "--data", str(data), "--output", str(output)]
+    argv += ["--n-windows", "10", "--quantiles", "0.1,0.5,0.9", "--windows-per-part", "4", "--actors", "1"]
+    argv += ["--no-progress"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    recorded = _summary(output)["models"]["tiny"]["identity"]
+    assert set(recorded["external"]) == {"tiny.onnx.data"}
+
+    write_tiny_chronos2_external(tmp_path / "checkpoint", shift=1.0)  # every offset one higher
+    assert checkpoint.weights_path.read_bytes() == graph_bytes
+    (parts / "part-000001.parquet").unlink()
+    kept = sorted(path.name for path in parts.iterdir())
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f'external data tiny.onnx.data "{recorded["external"]["tiny.onnx.data"]}" (recorded)' in lines[0]
+    assert f"move {parts}" in lines[0], lines[0]
+    assert sorted(path.name for path in parts.iterdir()) == kept  # nothing deleted, nothing computed

@@ -531,41 +531,51 @@ def test_window_series_ids_keep_any_data_id_apart_and_hold_each_window_s_context
 
 
 @pytest.mark.integration
-def test_a_merged_run_the_backtest_refuses_is_rerun_task_by_task(ray_session: None, tmp_path: Path) -> None:
-    """One task's data the backtest refuses (an infinite covariate) fails that task alone, not the tasks planned
-    with it: the merged run is retried one run per task. The pair is recorded ``refused`` and the benchmark ends
-    with a line saying a rerun refuses it again (issue 51: it said "failed ... rerun to retry")."""
-    from distributed_onnx import errors, fev_benchmark
+def test_a_task_no_rerun_can_get_past_is_rejected_alone(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One task's data the backtest refuses (an infinite covariate) rejects that task alone, not the tasks planned
+    with it: the merged run is retried one run per task (issue 51: it said "failed ... rerun to retry"). A task
+    whose target is letters stopped where its data is laid out and was recorded ``failed`` ("rerun to retry"),
+    though a rerun fails the same way: rejected too, before anything is forecast. One status for both, and for
+    fev's own refusals: ``rejected`` (the two words the branches had, ``refused`` and ``rejected``, said the same)."""
+    import yaml
 
-    def task(name: str, bad: bool) -> Any:
+    from distributed_onnx import cli
+
+    def task(name: str, bad: bool = False, letters: bool = False) -> dict[str, Any]:
         n = 60
         covariate = np.ones(n)
         if bad:
             covariate[3] = np.inf
-        rows = [
-            {
-                "id": "a",
-                "timestamp": _stamps("2021-01-01", n, "h"),
-                "target": list(np.sin(np.arange(n))),
-                "x": list(covariate),
-            }
-        ]
+        target = [f"x{i}" for i in range(n)] if letters else list(np.sin(np.arange(n)))
+        rows = [{"id": "a", "timestamp": _stamps("2021-01-01", n, "h"), "target": target, "x": list(covariate)}]
         path = _write_fev_dataset(tmp_path / name / "data.parquet", rows)
-        return fev.Task(dataset_path=path, task_name=name, horizon=8, known_dynamic_columns=["x"])
+        return {"dataset_path": path, "task_name": name, "horizon": 8, "known_dynamic_columns": ["x"]}
 
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"tasks": [task("good"), task("bad", bad=True), task("letters", letters=True)]}))
     tiny = write_tiny_chronos2(
         tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
     )
-    with pytest.raises(errors.BatchError) as raised:
-        fev_benchmark(
-            [task("good", False), task("bad", True)], checkpoint=tiny.weights_path, output=tmp_path / "out", actors=1
-        )
-
-    assert "1 task x checkpoint pair(s) refused by the backtest (e.g. bad x tiny: DataError: " in str(raised.value)
-    assert "column 'x' has infinite values" in str(raised.value)
-    assert "a rerun refuses them again" in str(raised.value) and "rerun to retry" not in str(raised.value)
+    argv = ["fev", str(bench), "--checkpoint", str(tiny.weights_path), "--output", str(tmp_path / "out")]
+    assert cli.main([*argv, "--actors", "1"]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: 2 task x checkpoint pair(s) rejected (e.g. bad x tiny: the backtest refuses the task: DataError: "
+    ), line
+    assert "column 'x' has infinite values" in line, line
+    assert line.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), line
+    assert "failed" not in line and "rerun to retry" not in line, line
     document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
-    assert {p["task"]: p["status"] for p in document["pairs"]} == {"good": "done", "bad": "refused"}
+    status = {p["task"]: p["status"] for p in document["pairs"]}
+    assert status == {"good": "done", "bad": "rejected", "letters": "rejected"}
+    assert document["counts"] == {"done": 1, "resumed": 0, "skipped": 0, "rejected": 2, "failed": 0}
+    reasons = {p["task"]: p["reason"] for p in document["pairs"]}
+    assert reasons["letters"].startswith(
+        "the task's data cannot be used: DataError: the target column 'target' holds values that are not numbers"
+    ), reasons["letters"]
+    assert "Failed to parse string: 'x" in reasons["letters"], reasons["letters"]  # a value that is no number
     summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
     assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
     assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's
@@ -614,7 +624,7 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
     assert cli.main(argv) == 1
     first = capsys.readouterr().err.strip().splitlines()[-1]
     assert first.startswith(
-        "error: 9 task x checkpoint pair(s) rejected by fev (e.g. late x long1: fev rejects the task: ValueError: "
+        "error: 9 task x checkpoint pair(s) rejected (e.g. late x long1: fev rejects the task: ValueError: "
         "All time series in the dataset are too short for the chosen cutoff"
     ), first
     assert first.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), first
@@ -649,3 +659,62 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
         pair: "resumed" if done == "done" else done for pair, done in status.items()
     }
     assert {path: path.stat().st_mtime_ns for path in output.glob("runs/*/forecasts/*/*.parquet")} == stamps
+
+
+class _Holder:
+    """An actor that holds its CPU (``kill_and_wait`` calls ``ready``)."""
+
+    def ready(self) -> None:
+        return None
+
+
+@pytest.mark.integration
+def test_fev_takes_the_backtests_pool_settings_and_deadlines(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51 follow-up: the pool deadlines (--placement-timeout-s, --ready-timeout-s) were backtest's flags
+    only, so a fev benchmark whose pool found no room waited its default 120 s (then 600 s) with no way to say
+    less; nor could fev's pools be given a GPU or a provider chain. fev's request copies every backtest setting
+    its pools use. A GPU chain without a GPU is refused before anything (exit 2, nothing written, as backtest
+    does); a pool of two 1-CPU actors, while another actor holds one of the test Ray's two CPUs, fails within
+    --placement-timeout-s 3 naming what it asked (exit 3)."""
+    import time
+
+    import ray
+    import yaml
+    from ray_actors import kill_and_wait
+
+    from distributed_onnx import cli
+    from distributed_onnx.evaluation.fev_tasks.request import FevRequest
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    pool_settings = {"actors", "cpus_per_actor", "gpus_per_actor", "providers", "graph_optimization"}
+    pool_settings |= {"placement_timeout_s", "ready_timeout_s", "address"}
+    assert pool_settings <= set(FevRequest.model_fields)
+    for name in pool_settings:  # the backtest's own field: its bounds, default and help
+        ours, theirs = FevRequest.model_fields[name], BacktestSettings.model_fields[name]
+        assert (ours.default, ours.metadata, ours.description) == (theirs.default, theirs.metadata, theirs.description)
+
+    hourly = _tasks(tmp_path / "datasets")[0].dataset_path
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"tasks": [{"dataset_path": hourly, "horizon": 8, "seasonality": 24}]}))
+    tiny = write_tiny_chronos2(tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8)
+    argv = ["fev", str(bench), "--checkpoint", str(tiny.weights_path), "--output", str(tmp_path / "out")]
+
+    assert cli.main([*argv, "--providers", "cuda,cpu"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: Invalid fev settings: --providers: providers ['cuda'] need a GPU"), line
+    assert not (tmp_path / "out").exists()
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _Holder is defined here
+    holder = ray.remote(num_cpus=1)(_Holder).remote()
+    ray.get(holder.ready.remote(), timeout=60)
+    started = time.monotonic()
+    try:
+        code = cli.main([*argv, "--actors", "2", "--placement-timeout-s", "3", "--ready-timeout-s", "30"])
+    finally:
+        kill_and_wait(holder)
+    assert code == 3
+    assert time.monotonic() - started < 60  # the task's data, three seconds of waiting, the pool stopped
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: 1 of 2 worker actors (1 CPU, 0 GPU each) were placed within 3 s; "), line

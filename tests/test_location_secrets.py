@@ -21,6 +21,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import pytest
 
 from distributed_onnx import cli
 from distributed_onnx.location import Location
+from distributed_onnx.redact import redact
 from distributed_onnx.settings_sources import is_location_field
 
 DATA = Path(__file__).parents[1] / "distributed_onnx" / "resources" / "taylor.parquet"
@@ -108,9 +110,7 @@ def places(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[str
     from graphs import write_tiny_chronos2
 
     root = tmp_path_factory.mktemp("places")
-    log = root / "log" / "day=2026-12-01" / "model=tiny"
-    log.mkdir(parents=True)
-    (log / "part-20261201T000000000000-w-000000.parquet").write_bytes(b"not parquet")  # a log, unread here
+    write_log(root / "log")
     (root / "pretrained").mkdir()
     benchmark = root / "bench.yaml"
     benchmark.write_text(f"tasks:\n- dataset_path: {DATA}\n  horizon: 4\n")
@@ -123,6 +123,37 @@ def places(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[str
         "from_pretrained": str(root / "pretrained"),
         "busy_port": str(busy_port),
     }
+
+
+#: The origin of the logged forecast: inside the bundled data, so that score places it and reads its actuals.
+LOGGED_ORIGIN = datetime(2000, 8, 20, tzinfo=UTC)
+
+
+def write_log(root: Path) -> None:
+    """A forecast log holding one served forecast of the bundled series, as serve writes it: ``score`` reads its
+    part, then the actuals the forecast is placed on (a stand-in part that does not read would stop it first)."""
+    import numpy as np
+
+    from distributed_onnx.live.log.layout import LoggedForecast
+    from distributed_onnx.live.log.writer import ForecastLog
+
+    log = ForecastLog(root, flush_interval_s=60.0)
+    assert log.submit(
+        LoggedForecast(
+            model="tiny",
+            checkpoint_sha256="0" * 64,
+            role="served",
+            request_id="request-51",
+            request_time_us=int(LOGGED_ORIGIN.timestamp() * 1e6),
+            resolution_minutes=30,
+            series_ids=["taylor_ew"],
+            origins_us=[int(LOGGED_ORIGIN.timestamp() * 1e6)],
+            quantiles=(0.1, 0.5, 0.9),
+            forecasts=np.full((1, 4, 3), 30_000.0, dtype=np.float32),
+        )
+    )
+    log.close()
+    assert list(root.rglob("part-*.parquet")), "the log wrote no part"
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +171,18 @@ EXTRA = {
     "tune": ["--budget-s", "0.1"],
 }
 NEEDS = {"covariate_data": ["--covariates", "temperature"]}
+#: Flags whose location a run reads before anything else can stop it (every other location it needs is a real
+#: one): the run's error line names it, redacted. A case that stopped earlier (a required setting missing, a
+#: stand-in file that does not read) would check nothing of the flag.
+READ_FIRST = {
+    ("score", "--actuals"),
+    ("score", "--backtest"),
+    ("backtest", "--data"),
+    ("backtest", "--covariate-data"),
+    ("backtest", "--tuned"),
+    ("tune", "--data"),
+    ("fev", "benchmark"),
+}
 
 
 def _file_name(dest: str) -> str:
@@ -157,11 +200,15 @@ def _arguments(command: str, flag: str, dest: str, value: str, places: dict[str,
         if action.option_strings or action.dest in ("help",):
             continue
         words.append(positional_value.get(action.dest) or places.get(action.dest) or _plain_value(action))
+    source = parser.get_default("settings_cli_source")  # a generated command: its model says what is required
+    fields = source.settings_cls.model_fields if source is not None else {}
     for action in parser._actions:
         if not action.option_strings or action.dest == dest:
             continue
-        if action.required:
-            words += [action.option_strings[-1], places.get(action.dest, str(tmp / f"out-{action.dest}"))]
+        field = fields.get(action.dest)
+        if action.required or (field is not None and field.is_required()):
+            suffix = ".onnx" if str(action.metavar or "").endswith(".onnx") else ""  # export's MODEL.onnx
+            words += [action.option_strings[-1], places.get(action.dest, str(tmp / f"out-{action.dest}{suffix}"))]
     groups = [g for g in parser._mutually_exclusive_groups if g.required]
     for group in groups:
         if not any(a.dest == dest for a in group._group_actions):
@@ -221,6 +268,9 @@ def test_no_command_shows_a_locations_secret(
             assert not [path for path, content in written.items() if secret.encode() in content], (command, flag)
             assert not [name for name in names if secret in name], (command, flag, names)
         shown.append(code != 0 or "***" in text)
+        if (command, flag) in READ_FIRST:  # the run got as far as this location: its error line names it
+            errors = [line for line in text.splitlines() if line.startswith("error: ")]
+            assert errors and redact(value) in errors[-1], f"{command} {flag}: did the run read it?\n{text}"
     assert all(shown), f"{command} {flag}: a run with a location that cannot work succeeded: is the flag read?"
 
 
@@ -318,3 +368,47 @@ def test_a_checkpoint_given_as_a_url_is_refused_in_one_line_naming_it_redacted(
     assert err.startswith(f"error: {flag} https://***@127.0.0.1:1/models/m.onnx?sig=*** is a URL"), err
     assert "local" in err and len(err.strip().splitlines()) == 1, err
     assert "PASSWORD51" not in err and "SIG51" not in err
+
+
+def _misspelt(flag: str) -> str:
+    """``--output`` -> ``--otuput``: two letters after the first swapped (argparse takes no unknown prefix of a
+    flag for it, and the parser's hint names the flag meant)."""
+    name = flag[2:]
+    return "--" + name[0] + name[2] + name[1] + name[3:] if len(name) > 2 else f"--{name}x"
+
+
+def _argparse_lines() -> list[list[str]]:
+    """Lines argparse itself refuses, each with a location given where no flag takes it: after an unknown flag,
+    after a misspelt location flag (both forms), as a stray value after a list flag, and as the command."""
+    lines = []
+    for command in _subparsers(cli._parser([])):
+        flags = [flag for c, flag, _ in FLAGS if c == command and flag.startswith("--")]
+        parser = _subparsers(cli._parser([command]))[command]
+        head = [command] + [_plain_value(a) for a in parser._actions if not a.option_strings and a.dest != "help"]
+        for value in secret_locations(_file_name("data")):
+            lines.append([*head, "--unknown", value])
+            for flag in flags:
+                lines += [[*head, _misspelt(flag), value], [*head, f"{_misspelt(flag)}={value}"]]
+    for value in secret_locations("d.parquet"):
+        lines += [["backtest", "--quantiles", "0.1", value], [value]]
+    return lines
+
+
+def test_argparse_refusing_a_line_shows_no_secret_of_the_words_it_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's own errors quote the words it could not take (``unrecognized arguments: --outptu
+    s3://KEY:SECRET@b/x``), and the parser's hints repeat them: a location given to a misspelt flag is redacted
+    there as anywhere else, while the error still says what was wrong."""
+    lines = _argparse_lines()
+    assert len(lines) > 40
+    for words in lines:
+        with pytest.raises(SystemExit) as refused:
+            cli.main(words)
+        err = capsys.readouterr().err
+        assert refused.value.code == 2, (words, err)
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and ("unrecognized arguments: " in errors[0] or "invalid choice" in errors[0]), err
+        assert "***" in errors[0], err
+        for secret in SECRETS:
+            assert secret not in err, (words, err)
+        if "--unknown" not in words and "--quantiles" not in words and len(words) > 1:
+            assert "hint: did you mean --" in err, err  # the flag meant is named

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from graphs import write_tiny_chronos2
+from graphs import write_tiny_chronos2, write_tiny_chronos2_external
 
 from distributed_onnx.model.backend import optimized_cache
 
@@ -22,12 +22,19 @@ def test_key_changes_with_the_graph_its_weights_the_runtime_and_the_level(tmp_pa
         optimized_cache.cache_folder(checkpoint, "ENABLE_EXTENDED", "1.33.0", tmp_path / "cache"),
         optimized_cache.cache_folder(other_graph, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"),
     }
-    data = checkpoint.weights_path.with_name(checkpoint.weights_path.name + ".data")
-    data.write_bytes(b"weights")  # external data: its bytes are not in the graph's sha256
-    others.add(optimized_cache.cache_folder(checkpoint, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    # A file beside the graph that the graph does not load changes nothing it computes: the same key.
+    checkpoint.weights_path.with_name("tiny.onnx.data").write_bytes(b"not this graph's weights")
+    assert folder == optimized_cache.cache_folder(checkpoint, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache")
+    # The weights a graph keeps as external data (their bytes are not in the graph's sha256): rewritten, or only
+    # touched, another key.
+    external = write_tiny_chronos2_external(tmp_path / "external")
+    others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    data = tmp_path / "external" / "tiny.onnx.data"
     os.utime(data, ns=(1, 1))
-    others.add(optimized_cache.cache_folder(checkpoint, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
-    assert folder not in others and len({path.name for path in others}) == 5
+    others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    write_tiny_chronos2_external(tmp_path / "external", shift=1.0)  # the same graph bytes, other weights
+    others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    assert folder not in others and len({path.name for path in others}) == 6
 
 
 @pytest.mark.parametrize(

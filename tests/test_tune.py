@@ -23,7 +23,7 @@ from distributed_onnx.tune import FORMAT, LEVELS, TUNED_KEYS, affordable_batches
 @pytest.mark.integration
 @pytest.mark.usefixtures("ray_session")
 def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tuned = tmp_path / "tune.json"
+    tuned = tmp_path / "tuned" / "tune.json"  # in a folder that does not exist yet: tune makes it
     argv = ["tune", str(REFERENCE_CHECKPOINT), "--budget-s", "1", "--cpus", "2", "--output", str(tuned)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     document = json.loads(tuned.read_text())
@@ -56,6 +56,28 @@ def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: 
     assert f"was tuned for checkpoint {REFERENCE_CHECKPOINT.stem} (identity {digest})" in line, line
     assert f"not for this run's tiny (identity {identity_of(tiny).digest}): sha256" in line, line
     assert not (tmp_path / "edited-run").exists() and not (tmp_path / "other-run").exists()
+
+
+def test_an_output_tune_cannot_write_is_refused_before_anything_is_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51 follow-up: ``--output`` naming a folder, or a file below a file, failed only after the whole
+    measuring budget (an I/O error, exit 3, the measurements lost). Now refused at once (exit 2), naming it."""
+    import time
+
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("not a folder")
+    argv = ["tune", str(REFERENCE_CHECKPOINT), "--budget-s", "600", "--output"]
+    for output, says in (
+        (tmp_path / "a-folder", f"--output {tmp_path / 'a-folder'} is a folder; give the file to write (e.g. "),
+        (tmp_path / "a-file" / "tune.json", f"--output {tmp_path / 'a-file' / 'tune.json'} cannot be written: "),
+    ):
+        started = time.monotonic()
+        line = _refused([*argv, str(output)], capsys)
+        assert time.monotonic() - started < 30, "it measured first"
+        assert line.startswith(f"error: {says}"), line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file", "a-folder"]  # no probe left behind
+    assert not list((tmp_path / "a-folder").iterdir())
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -27,13 +27,26 @@ from distributed_onnx.bounds import (
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
 from distributed_onnx.location import Location
-from distributed_onnx.model.backend.providers import ProviderChain, SessionOptionsConfig
+from distributed_onnx.model.backend.providers import ExecutionProvider, ProviderChain, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 from distributed_onnx.settings_sources import comma_list, read_yaml
 
-__all__ = ["BacktestSettings", "read_yaml"]
+__all__ = ["BacktestSettings", "gpu_chain_problem", "read_yaml"]
+
+
+def gpu_chain_problem(providers: list[ExecutionProvider] | None, gpus_per_actor: float | None) -> str | None:
+    """Why actors of ``gpus_per_actor`` GPUs cannot build ``providers`` (a GPU provider for actors without a GPU),
+    or None. An actor without a GPU must not build a GPU chain (docs/design.md, Ray specifics): a backtest's plan
+    refuses it, a fev benchmark before anything is loaded (its command's settings, and the API's)."""
+    needs = [provider.kind for provider in providers or [] if provider.needs_gpu]
+    if needs and gpus_per_actor == 0:
+        return (
+            f"providers {needs} need a GPU, but gpus_per_actor is 0: set gpus_per_actor > 0 (fractions share a GPU) "
+            "or use the cpu provider"
+        )
+    return None
 
 
 class BacktestSettings(ColumnSettings):

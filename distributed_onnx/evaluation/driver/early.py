@@ -61,10 +61,7 @@ def kept_pool(settings: BacktestSettings) -> EarlyStart:
     them with :meth:`~.runtime.early_start.EarlyStart.release`. For runs with the same checkpoints, providers,
     actors and resources (a fev benchmark's runs)."""
     checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
-    configs = [
-        WorkerConfig(checkpoint=each.weights_path, providers=settings.providers, warm_up_rows=BACKTEST_WARM_UP_ROWS)
-        for each in checkpoints
-    ]
+    configs = worker_configs(settings, [each.weights_path for each in checkpoints])  # the sessions' options too
     return EarlyStart(settings.address, pool_request(settings, configs), kept=True)
 
 

@@ -42,7 +42,7 @@ from distributed_onnx.evaluation.grouping import GroupedWindows, plan_groups, se
 from distributed_onnx.evaluation.outputs import MANIFEST
 from distributed_onnx.evaluation.part_messages import PartJob
 from distributed_onnx.evaluation.scoring.naive import default_season
-from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.adapters.grouping import supports_groups
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
@@ -155,15 +155,9 @@ def prepare(settings: BacktestSettings) -> RunPlan:
     for each in checkpoints:
         _check_covariates(each, settings.covariate_columns)
         _check_grouping(each, settings.group_by)
-    gpu_providers = [provider.kind for provider in settings.providers or [] if provider.needs_gpu]
-    if gpu_providers and settings.gpus_per_actor == 0:
-        # An actor without a GPU must not build a GPU chain (docs/design.md, Ray specifics): refuse here, not in
-        # every actor.
-        raise ConfigError(
-            f"providers {gpu_providers} need a GPU, but gpus_per_actor is 0: set gpus_per_actor > 0 "
-            "(fractions share a GPU) or use the cpu provider",
-            key="providers",
-        )
+    gpu_chain = gpu_chain_problem(settings.providers, settings.gpus_per_actor)
+    if gpu_chain is not None:  # refused here, not in every actor
+        raise ConfigError(gpu_chain, key="providers")
     quantiles = settings.quantiles or list(metadata.native_quantiles)
     _check_clamping(checkpoints, quantiles, settings.clamp_quantiles)
     seasonality = settings.seasonality or default_season(metadata.resolution_minutes)

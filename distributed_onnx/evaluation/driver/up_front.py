@@ -10,27 +10,31 @@ and metadata (no graph, no digest of the weights) and what the output path is:
 - :func:`levels_problem`: the quantile levels asked of a checkpoint inside its native range, unless clamping is
   asked for (a clamped level comes back under its own name holding the nearest native level's values);
 - the output: a folder, new or existing, never an existing file
-  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`);
+  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`); for a command whose output is one file
+  (``tune``), :func:`check_output_file`: not an existing folder, in a folder that can be made and written;
 - the seasonality (at least one step) and every other bound: the settings model's own fields
   (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`), which a fev task's values are validated
   against too.
 
-:func:`check_backtest` runs them for a backtest's settings; the fev runner calls each for its tasks.
+:func:`check_backtest` runs them for a backtest's settings; the fev runner calls each for its tasks; ``tune``
+checks its output file before it measures anything.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from distributed_onnx import names
-from distributed_onnx.errors import ConfigError, Suggestion
+from distributed_onnx import names, storage
+from distributed_onnx.errors import ConfigError, StorageError, Suggestion
 from distributed_onnx.evaluation.outputs import check_output_folder
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
 from distributed_onnx.model.quantiles import clamped_levels
 
-__all__ = ["CLAMP", "check_backtest", "check_checkpoint_names", "levels_problem", "peek_metadata"]
+__all__ = ["CLAMP", "check_backtest", "check_checkpoint_names", "check_output_file", "levels_problem", "peek_metadata"]
 
 #: What to do about levels outside a checkpoint's range, besides asking for levels inside it.
 CLAMP = Suggestion(
@@ -52,6 +56,37 @@ def check_backtest(settings: BacktestSettings) -> None:
         problem = None if metadata is None or levels is None else levels_problem(name, levels, metadata)
         if problem is not None:
             raise ConfigError(f"{problem}. Request levels inside it.", key="quantiles", suggestions=(CLAMP,))
+
+
+def check_output_file(output: Location, example: str) -> None:
+    """Refuse an output *file* that cannot be written, before the command does its work (exit 2; exit 3 for a
+    store that does not answer): an existing folder in its place, a folder on its way that is a file, a place
+    that refuses a write (read-only, no permission, a store's credentials). Its folder is made (as the command
+    would), and a probe file is written beside it and removed: only a write says whether a write works.
+    ``example`` is a file name the message offers inside a folder given in its place."""
+    if storage.is_dir(output):
+        raise ConfigError(
+            f"--output {output} is a folder; give the file to write (e.g. {output / example}).", key="output"
+        )
+    probe = output.parent / f".{output.name}.probe-{uuid.uuid4().hex[:12]}"
+    try:
+        storage.make_dirs(output.parent)
+        storage.write_bytes(probe, b"")
+    except ConfigError as exc:  # a store that reads only (https://): its own words, after ours
+        raise ConfigError(f"--output {output} cannot be written: {exc}", key="output") from None
+    except (FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
+        raise ConfigError(
+            f"--output {output} cannot be written: {type(exc).__name__}: {output.scrub(str(exc))}. Give a file in "
+            "a folder you can write.",
+            key="output",
+        ) from None
+    except OSError as exc:
+        raise StorageError(
+            f"--output {output} cannot be written: {type(exc).__name__}: {output.scrub(str(exc))}. Check the "
+            "location and its credentials, or give a local file.",
+            path=str(output),
+        ) from None
+    storage.delete(probe)
 
 
 def check_checkpoint_names(checkpoints: Sequence[Path]) -> None:

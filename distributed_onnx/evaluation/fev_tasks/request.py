@@ -1,28 +1,34 @@
 """``distributed-onnx fev``'s settings: the benchmark, the checkpoints, the output, and the backtest settings a fev
 task does not decide.
 
-The backtest settings it shares (``checkpoint``, ``actors``, ``cpus_per_actor``, ``address``, ``clamp_quantiles``)
-are :class:`~distributed_onnx.evaluation.settings.BacktestSettings`' own fields, copied with their descriptions
-and bounds rather than written again. The Python API (``distributed_onnx.fev_benchmark``) takes any other
-backtest setting besides; the command takes these.
+The backtest settings it shares are :class:`~distributed_onnx.evaluation.settings.BacktestSettings`' own fields,
+copied with their descriptions and bounds rather than written again: ``checkpoint``, ``clamp_quantiles``, and
+every setting of the actor pools the benchmark's runs share (where Ray is, how many actors of what shape, the
+ONNX Runtime sessions they build, the deadlines of their start), so that a pool that cannot start in a fev run
+stops within the deadline a user can set, as a backtest's does. The Python API (``distributed_onnx.fev_benchmark``)
+takes any other backtest setting besides; the command takes these.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import CliPositionalArg
 
-from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.location import Location
+from distributed_onnx.model.backend.providers import ExecutionProvider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["FevRequest"]
+
+#: The fields shared with the backtest that each run takes from the benchmark's plan, not as given here.
+_PLANNED = frozenset({"checkpoint", "output"})
 
 
 def _backtest_field(name: str, description: str | None = None) -> Any:
@@ -51,6 +57,11 @@ class FevRequest(CommandSettings):
     )
     actors: int | None = _backtest_field("actors")
     cpus_per_actor: float = _backtest_field("cpus_per_actor")
+    gpus_per_actor: float = _backtest_field("gpus_per_actor")
+    providers: list[ExecutionProvider] | None = _backtest_field("providers")  # its parsing comes with the field
+    graph_optimization: Literal["basic", "extended", "all"] = _backtest_field("graph_optimization")
+    placement_timeout_s: float = _backtest_field("placement_timeout_s")
+    ready_timeout_s: float = _backtest_field("ready_timeout_s")
     address: str | None = _backtest_field("address")
     clamp_quantiles: bool = _backtest_field(
         "clamp_quantiles",
@@ -69,10 +80,21 @@ class FevRequest(CommandSettings):
             raise ValueError("give at least one checkpoint")
         return found
 
+    @field_validator("providers")
+    @classmethod
+    def _gpu_chain_needs_gpus(
+        cls, value: list[ExecutionProvider] | None, info: ValidationInfo
+    ) -> list[ExecutionProvider] | None:
+        problem = gpu_chain_problem(value, info.data.get("gpus_per_actor"))  # as the backtest's settings
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     def backtest_settings(self) -> dict[str, Any]:
-        """The backtest settings each of the benchmark's runs takes from these (those given or not default)."""
+        """The backtest settings each of the benchmark's runs takes from these: every field copied from the
+        backtest's (but the checkpoints, which the runs take from the tasks' plan), given or not default."""
         return {
             name: getattr(self, name)
-            for name in ("actors", "cpus_per_actor", "address", "clamp_quantiles")
-            if name in self.model_fields_set
+            for name in type(self).model_fields
+            if name in BacktestSettings.model_fields and name not in _PLANNED and name in self.model_fields_set
         }

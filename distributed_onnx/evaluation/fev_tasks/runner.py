@@ -11,13 +11,16 @@ Ray is joined once, before the first run, and each set of checkpoints gets one a
 runs (:func:`~distributed_onnx.evaluation.driver.early.kept_pool`); the runs go set by set, and a set's pool is
 released before the next set's starts (:class:`_SetPools`).
 
-What goes wrong with one task stays that task's: a task fev cannot load fails (a rerun retries it), a merged run
-the backtest refuses is rerun task by task, and fev's own refusal of a task's windows or data, met where fev
-scores it (:func:`_scored`, the one boundary around fev's scoring), rejects that task's pairs with fev's reason.
+What goes wrong with one task stays that task's. A pair ends ``failed`` where a rerun may get past it (fev could
+not load the task's data: a missing file, no network; parts of its run failed) and ``rejected`` where no rerun
+can, the reason saying who refused what: the task's data that cannot be laid out as a backtest's (a target of
+letters), the backtest refusing the task's data (a merged run the backtest refuses is rerun task by task, so the
+task at fault is rejected alone), or fev refusing the task's windows or data where it scores them (:func:`_scored`,
+the one boundary around fev's scoring; fev's verdict is recorded, so a rerun does not forecast the task again).
 
 Written to ``OUTPUT``: ``summaries.jsonl`` and ``summaries.json`` (fev's summaries, what ``fev.leaderboard`` and
 ``fev.pivot_table`` read), ``fev_summary.json`` (every task x checkpoint: done, resumed, skipped, rejected or
-refused with its reason, or failed), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when
+failed, with its reason), ``leaderboard.csv`` (``fev.leaderboard`` against the first checkpoint, when
 there are two or more) and ``pairs/TASK/MODEL.json`` (the resume record, :mod:`.pair_records`: a pair whose record
 matches the task, the checkpoint's identity and fev's version is not recomputed, nor rejected again by recomputing
 it; a checkpoint added later that serves the same tasks joins their run directory and computes only its own
@@ -44,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from distributed_onnx import storage
-from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
+from distributed_onnx.errors import BatchError, ConfigError, DataError, DistributedOnnxError
 from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names
 from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION, raised_by_fev
@@ -64,12 +67,18 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     task_slug,
 )
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
+from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.redact import redact_text, redacted
 
 logger = logging.getLogger(__name__)
+
+#: What happened to a task x checkpoint: computed now, taken from an earlier run's record, skipped (the checkpoint
+#: cannot serve the task: its horizon, its levels), ``rejected`` (no rerun gets past it: fix or drop the task) or
+#: ``failed`` (a rerun retries it).
+STATUSES = ("done", "resumed", "skipped", "rejected", "failed")
 
 SUMMARIES_JSONL = "summaries.jsonl"
 SUMMARIES_JSON = "summaries.json"
@@ -83,15 +92,13 @@ class FevResult:
 
     #: fev's ``evaluation_summary`` of each task x checkpoint done (now or by an earlier run), in task order.
     summaries: list[dict[str, Any]]
-    #: One record per task x checkpoint: ``task, model, status`` (done, resumed, skipped, rejected, refused,
-    #: failed),
-    #: ``reason``.
+    #: One record per task x checkpoint: ``task, model, status`` (:data:`STATUSES`), ``reason``.
     pairs: list[dict[str, Any]]
     output: Location
     #: The pairs that failed (fev could not load the task, parts failed): a rerun retries them.
     failed: list[dict[str, Any]] = field(default_factory=list)
-    #: The pairs of tasks fev rejected (its windows or data) or the backtest refused (the task's data): a rerun
-    #: rejects or refuses them again; fix or drop the task.
+    #: The pairs no rerun can get past (the task's data or windows, refused by this package or by fev; the reason
+    #: says which): fix or drop the task.
     rejected: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -139,7 +146,7 @@ def run_fev(
     """Run every task against every checkpoint; ``settings`` are further backtest settings (``actors``,
     ``rows_per_batch``...). ``connect`` joins or starts Ray, called before the first backtest only: a rerun
     with every pair done starts no Ray. After writing everything, raises :class:`BatchError` if a pair failed (a
-    rerun retries it), or fev rejected or the backtest refused a pair (its line says a rerun does so again)."""
+    rerun retries it), or a pair was rejected (its line says a rerun rejects it again)."""
     storage.make_dirs(output)
     records: dict[tuple[int, str], dict[str, Any]] = {}
     summaries: dict[tuple[int, str], dict[str, Any]] = {}
@@ -161,24 +168,20 @@ def run_fev(
     pairs = [records[pair] for pair in order if pair in records]
     failed = [pair for pair in pairs if pair["status"] == "failed"]
     rejected = [pair for pair in pairs if pair["status"] == "rejected"]
-    refused = [pair for pair in pairs if pair["status"] == "refused"]
     _write_outputs(output, done, pairs, [each.name for each in checkpoints])
-    result = FevResult(done, pairs, output, failed, rejected + refused)
-    if failed or rejected or refused:
-        raise BatchError(_unfinished(failed, rejected, refused, output))
+    result = FevResult(done, pairs, output, failed, rejected)
+    if failed or rejected:
+        raise BatchError(_unfinished(failed, rejected, output))
     return result
 
 
-def _unfinished(
-    failed: list[dict[str, Any]], rejected: list[dict[str, Any]], refused: list[dict[str, Any]], output: Location
-) -> str:
-    """The one line of a benchmark with failed, rejected or refused pairs: how many, the first of each, what to do
-    (only a failed pair is worth a rerun: fev and the backtest reject or refuse the others again)."""
+def _unfinished(failed: list[dict[str, Any]], rejected: list[dict[str, Any]], output: Location) -> str:
+    """The one line of a benchmark with failed or rejected pairs: how many, the first of each, what to do (only a
+    failed pair is worth a rerun: a rejected one is rejected again)."""
     said, todo = [], []
     for pairs, what, action in (
         (failed, "failed", "rerun to retry the failed ones"),
-        (rejected, "rejected by fev", "fix or drop the rejected tasks (a rerun rejects them again)"),
-        (refused, "refused by the backtest", "fix the refused tasks' data (a rerun refuses them again)"),
+        (rejected, "rejected", "fix or drop the rejected tasks (a rerun rejects them again)"),
     ):
         if pairs:
             first = pairs[0]
@@ -246,8 +249,7 @@ def _record(
             elif REJECTED in outcome:
                 status, why = "rejected", redact_text(outcome[REJECTED])
             else:
-                status = "refused" if outcome.get("refused") else "failed"
-                why = redact_text(outcome["reason"])
+                status, why = "failed", redact_text(outcome["reason"])
             base = {"task": task_name(task), "task_dir": slug, "model": model, "status": status}
             records[(number, model)] = base | {"reason": why, "run_dir": outcome["run_dir"]}
 
@@ -284,13 +286,18 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
             summaries[(index, checkpoint.name)] = earlier[SUMMARY]
     if all((index, each.name) in summaries for each in serving):
         return
+    unusable: tuple[str, str] | None = None  # (status, reason)
     try:
         data = task_data(task)
+    except DataError as exc:  # loaded, but not a backtest's data (a target of letters): every rerun finds it so
+        unusable = ("rejected", f"the task's data cannot be used: {_words(exc)}")
     except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
-        problem = f"fev could not load the task's data: {_words(exc)}"  # fev's message names the dataset's path
+        unusable = ("failed", f"fev could not load the task's data: {_words(exc)}")  # fev's words name its path
+    if unusable is not None:
+        status, problem = unusable
         for each in serving:
             base = {"task": name, "task_dir": slug, "model": each.name}
-            records.setdefault((index, each.name), {**base, "status": "failed", "reason": problem})
+            records.setdefault((index, each.name), {**base, "status": status, "reason": problem})
         return
     types = {name: str(values.type) for name, values in data.covariates.items()}
     by_shape: dict[_Shape, list[ResolvedCheckpoint]] = {}
@@ -351,8 +358,9 @@ def _run_merged(
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if exc.exit_code != ConfigError.exit_code or not refused_fails:
             raise
-        failure = {"reason": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir), "refused": True}
-        return {number: {each.name: failure for each in run.checkpoints} for number, *_ in run.tasks}
+        rejection = {REJECTED: f"the backtest refuses the task: {type(exc).__name__}: {exc}"}
+        outcome = {**rejection, "run_dir": str(run_dir)}
+        return {number: {each.name: outcome for each in run.checkpoints} for number, *_ in run.tasks}
     return _score(run, output, run_dir, inference_s, batch_error)
 
 
@@ -368,7 +376,6 @@ def _backtest(
     the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
     backtest."""
     from distributed_onnx.evaluation.driver.run import run_backtest
-    from distributed_onnx.evaluation.settings import BacktestSettings
 
     key = run.key
     data_path = storage.join(output, "data", f"{run.name}.parquet")
@@ -493,8 +500,7 @@ def _write_outputs(
     lines = "".join(json.dumps(summary) + "\n" for summary in summaries)
     storage.write_bytes(storage.join(output, SUMMARIES_JSONL), lines.encode())
     storage.write_bytes(storage.join(output, SUMMARIES_JSON), json.dumps(summaries).encode())
-    statuses = ("done", "resumed", "skipped", "rejected", "refused", "failed")
-    counts = {status: sum(p["status"] == status for p in pairs) for status in statuses}
+    counts = {status: sum(p["status"] == status for p in pairs) for status in STATUSES}
     document: dict[str, Any] = {"fev_version": FEV_VERSION, "models": models, "pairs": pairs, "counts": counts}
     names = {summary["model_name"] for summary in summaries}
     if len(names) >= 2 and summaries:
@@ -550,6 +556,10 @@ def run_benchmark(
         raise ConfigError(str(exc), key="checkpoint") from exc
     check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
     check_output_folder(Location.parse(output))
+    shared = BacktestSettings.from_sources({**settings, "output": output}, source="the benchmark's settings")
+    gpu_chain = gpu_chain_problem(shared.providers, shared.gpus_per_actor)  # every run's pool would refuse it
+    if gpu_chain is not None:
+        raise ConfigError(gpu_chain, key="providers")
     tasks = load_tasks(benchmark)
     check_tasks(tasks, output, settings)
     resolved = [LocalCheckpoint(path=path).resolve() for path in paths]

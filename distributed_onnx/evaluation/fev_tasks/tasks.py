@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, DataError
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.worker import check_run_fits_model
@@ -177,12 +177,26 @@ def task_data(task: Any) -> TaskData:
             longest = int(lengths.max(initial=0))
             positions = index - np.repeat(lengths, lengths) + longest
             origins = tuple(longest + int(cut) for cut in cutoffs)
-    target = pc.cast(pc.list_flatten(table.column(task.target).combine_chunks()), pa.float64())
+    target = _numbers(pc.list_flatten(table.column(task.target).combine_chunks()), task.target)
     covariates = {
         name: pc.list_flatten(table.column(name).combine_chunks())
         for name in [*task.known_dynamic_columns, *task.past_dynamic_columns]
     }
     return TaskData(series_ids, positions, target, covariates, origins, int(task.horizon))
+
+
+def _numbers(values: pa.Array, column: str) -> pa.Array:
+    """The target as float64: numbers, or numbers written as text (fev's own metrics decide about those); a value
+    that is no number (letters) is a :class:`DataError` naming the column and the value, a fact of the data that
+    no rerun changes."""
+    try:
+        return pc.cast(values, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(
+            f"the target column {column!r} holds values that are not numbers ({values.type}: "
+            f"{' '.join(str(exc).split())[:200]}); the families forecast numbers: fix the task's data or its target",
+            column=column,
+        ) from None
 
 
 def merged_settings(tasks: Sequence[Any], step_minutes: int, context_length: int) -> dict[str, Any]:

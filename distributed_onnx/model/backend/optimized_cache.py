@@ -7,14 +7,15 @@ any process on this machine, loads that file with optimization disabled.
 
 What is saved must stay valid wherever the key matches: only CPU-provider sessions are cached, at most at
 ``ENABLE_EXTENDED`` (``ENABLE_ALL`` adds layout rewrites chosen for this CPU; ORT warns such a file is not
-portable), and the key changes with whatever changes the optimized graph: the graph file's sha256, the external
-data file's size and modification time (its bytes are not in the graph's sha256), the ONNX Runtime version and
-the level. A cached graph is published by renaming a finished folder into place, so two actors racing never see
-half a file: the loser's folder is dropped and both read the winner's.
+portable), and the key changes with whatever changes the optimized graph: the graph file's sha256, each of its
+external data files' name, size and modification time (their bytes are not in the graph's sha256; the files are
+those the graph names, :mod:`~distributed_onnx.model.external_data`), the ONNX Runtime version and the level. A
+cached graph is published by renaming a finished folder into place, so two actors racing never see half a file:
+the loser's folder is dropped and both read the winner's.
 
-The cache lives in ``$DISTRIBUTED_ONNX_CACHE/optimized-graphs`` (default ``$XDG_CACHE_HOME/distributed_onnx``,
-else ``~/.cache/distributed_onnx``): a user cache, not the checkpoint's folder, which may be read-only or
-shared. Nothing is evicted; deleting the folder is always safe.
+The cache lives in the package's cache folder (:mod:`~distributed_onnx.model.user_cache`:
+``$DISTRIBUTED_ONNX_CACHE``, default ``$XDG_CACHE_HOME/distributed_onnx``, else ``~/.cache/distributed_onnx``),
+under ``optimized-graphs/``. Nothing is evicted; deleting the folder is always safe.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from distributed_onnx import storage
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
+from distributed_onnx.model.external_data import external_data_locations
+from distributed_onnx.model.user_cache import cache_root
 
 #: The levels, weakest first; the cached graph is optimized at most at :data:`PORTABLE_LEVEL`.
 LEVELS = ("DISABLE_ALL", "ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL")
@@ -34,15 +37,6 @@ PORTABLE_LEVEL = "ENABLE_EXTENDED"
 #: The graph's file name inside its cache folder, and its weights' (relative, as the graph records them).
 GRAPH_NAME = "model.onnx"
 WEIGHTS_NAME = "model.onnx.data"
-
-
-def cache_root() -> Path:
-    """``$DISTRIBUTED_ONNX_CACHE``, else ``$XDG_CACHE_HOME/distributed_onnx``, else ``~/.cache/distributed_onnx``."""
-    explicit = os.environ.get("DISTRIBUTED_ONNX_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "distributed_onnx"
 
 
 def cached_level(requested: str) -> str:
@@ -54,10 +48,21 @@ def cache_folder(checkpoint: ResolvedCheckpoint, level: str, runtime_version: st
     """The folder holding ``checkpoint``'s graph optimized at ``level`` by ONNX Runtime ``runtime_version``."""
     weights = checkpoint.weights_path
     graph_sha = checkpoint.metadata.sha256 or storage.sha256(weights)  # verified on resolve when recorded
-    data = weights.with_name(weights.name + ".data")
-    data_stamp = f"{data.stat().st_size}:{data.stat().st_mtime_ns}" if data.is_file() else "-"
+    data_stamp = (
+        ",".join(f"{location}:{_stamp(weights.parent / location)}" for location in external_data_locations(weights))
+        or "-"
+    )
     key = hashlib.sha256(f"{graph_sha}|{data_stamp}|{runtime_version}|{level}".encode()).hexdigest()[:24]
     return (root or cache_root()) / "optimized-graphs" / f"{checkpoint.name}-{key}"
+
+
+def _stamp(path: Path) -> str:
+    """A file's size and modification time (``-`` when it is missing: loading the graph then says so)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return "-"
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def staging_folder(folder: Path) -> Path:
