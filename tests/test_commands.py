@@ -382,7 +382,14 @@ _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]")
 #: Another command named in the same text: ``distributed-onnx export ... --horizon`` is export's flag.
 _OTHER_COMMAND = re.compile(r"distributed-onnx (\w+)")
 #: Other programs' flags a message may name (pip, the hub's downloader, upstream's exporter, Ray's own command line).
-_NOT_OURS = {"--no-deps", "--local-dir", "--no_future_covariates", "--head", "--node-ip-address", "--help"}
+_NOT_OURS = {"--no-deps", "--local-dir", "--no_future_covariates", "--head", "--node-ip-address", "--help"} | {
+    # The raylet's and its agents' own command lines (runtime/ray_private.py, running_ray.py read and rewrite them).
+    "--dashboard_agent_command",
+    "--runtime_env_agent_command",
+    "--node-id",
+    "--session-dir",
+    "--session-name",
+}
 
 
 def _texts(tree: ast.AST) -> Iterator[tuple[int, str]]:
