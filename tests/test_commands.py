@@ -389,6 +389,7 @@ _NOT_OURS = {"--no-deps", "--local-dir", "--no_future_covariates", "--head", "--
     "--node-id",
     "--session-dir",
     "--session-name",
+    "--ports",
 }
 
 
