@@ -78,15 +78,17 @@ def slow_model() -> onnx.ModelProto:
 
 
 def nudged_model() -> onnx.ModelProto:
-    """The plain graph plus ``50 sin(last / 7)``: forecasts a little off, by an amount that changes sign from one
-    window to the next (on the bundled data, whose values are in the tens of thousands)."""
+    """The plain graph plus ``50 sin(last / 3)``: forecasts a little off, by an amount that changes sign from one
+    window to the next (on the bundled data, whose values are in the tens of thousands). Its verdict against the
+    plain graph is "no difference shown" at every gate size from 8 to 64 origins (checked once, for each), so
+    the test does not depend on how many windows the budget bought on a busy machine."""
     nodes = [
         helper.make_node("Constant", [], ["start"], value=helper.make_tensor("start", TensorProto.INT64, [1], [-1])),
         helper.make_node("Constant", [], ["stop"], value=helper.make_tensor("stop", TensorProto.INT64, [1], [CONTEXT])),
         helper.make_node("Constant", [], ["axis"], value=helper.make_tensor("axis", TensorProto.INT64, [1], [1])),
         helper.make_node("Slice", ["context", "start", "stop", "axis"], ["final"]),
-        _constant("seventh", np.full((1, 1), 1 / 7, dtype=np.float32)),
-        helper.make_node("Mul", ["final", "seventh"], ["angle"]),
+        _constant("third", np.full((1, 1), 1 / 3, dtype=np.float32)),
+        helper.make_node("Mul", ["final", "third"], ["angle"]),
         helper.make_node("Sin", ["angle"], ["wave"]),
         _constant("fifty", np.full((1, 1), 50.0, dtype=np.float32)),
         helper.make_node("Mul", ["wave", "fifty"], ["nudge2"]),
