@@ -231,3 +231,58 @@ def test_the_cpus_flags_are_read_from_cpuinfo() -> None:
     assert found["flags"]["amx_int8"] and found["flags"]["avx512_vnni"] and not found["flags"]["avx512_bf16"]
     assert cpu_features("model name : Old\nflags : fpu avx2\n")["int8_dot_product"] == "none"
     assert cpu_features(None, "arm64") == {"model": "arm64", "flags": None, "int8_dot_product": None}
+
+
+def broken_by_int8_model() -> onnx.ModelProto:
+    """``context @ W``, the quantiles the last 24 of W's 25 columns; W's first column (dropped) is 1e4, the others
+    1e-2: one int8 scale for the whole weight rounds every weight the forecast reads to 0 (a real quantization
+    breaking a graph, as a weight of outlying magnitude does)."""
+    weights = np.full((CONTEXT, 1 + 3 * HORIZON), 1e-2, dtype=np.float32)
+    weights[:, 0] = 1e4
+    nodes = [
+        helper.make_node("MatMul", ["context", "weights"], ["product"]),
+        helper.make_node("Constant", [], ["first"], value=helper.make_tensor("first", TensorProto.INT64, [1], [1])),
+        helper.make_node("Constant", [], ["last"], value=helper.make_tensor("last", TensorProto.INT64, [1], [99])),
+        helper.make_node("Constant", [], ["axis"], value=helper.make_tensor("axis", TensorProto.INT64, [1], [1])),
+        helper.make_node("Slice", ["product", "first", "last", "axis"], ["kept"]),
+        helper.make_node(
+            "Constant", [], ["shape"], value=helper.make_tensor("shape", TensorProto.INT64, [3], [0, 3, HORIZON])
+        ),
+        helper.make_node("Reshape", ["kept", "shape"], ["quantiles"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "broken_by_int8",
+        [helper.make_tensor_value_info("context", TensorProto.FLOAT, ["rows", CONTEXT])],
+        [helper.make_tensor_value_info("quantiles", TensorProto.FLOAT, ["rows", 3, HORIZON])],
+        initializer=[onnx.numpy_helper.from_array(weights, "weights")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.integration
+def test_a_variant_its_quantization_broke_is_removed_and_its_parent_kept(tmp_path: Path) -> None:
+    """``export --quantize int8``'s last step on a graph int8 breaks: beyond the variant tolerance the variant is
+    removed, its report kept saying so, and the error (exit 2) names the parent kept and what to do."""
+    from distributed_onnx.errors import ParityError
+    from distributed_onnx.export.request import ExportRequest
+    from distributed_onnx.export.variants import VARIANT_TOLERANCE, write_int8_variant
+
+    parent = write_checkpoint(tmp_path / "broken.onnx", broken_by_int8_model().SerializeToString(), _metadata())
+    request = ExportRequest(
+        family="chronos_bolt", random_weights=True, output=parent.weights_path, quantize="int8", resolution_minutes=30
+    )
+    with pytest.raises(ParityError, match=r"beyond the tolerance 0\.1: the quantization broke the graph") as caught:
+        write_int8_variant(request)
+    assert caught.value.exit_code == 2 and "the parent broken.onnx is kept" in str(caught.value)
+    assert "Try the other --quantize-mode, or export without --quantize" in str(caught.value)
+    report = json.loads((tmp_path / "broken-int8.parity.json").read_text())
+    assert report["passed"] is False and report["max_rel_diff"] > VARIANT_TOLERANCE
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "broken-int8.parity.json",
+        "broken.metadata.json",
+        "broken.onnx",
+    ]
