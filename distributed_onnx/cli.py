@@ -332,6 +332,8 @@ def _tune(args: argparse.Namespace) -> int:
     request = _settings(args)
     document = run_tune(request)
     print(json.dumps({"settings": document["settings"], "windows_per_s": document["windows_per_s"]}, indent=2))
+    if "choice" in document:
+        print(f"choice: {document['choice']['reason']}")
     print(f"wrote {request.output} (use it: distributed-onnx backtest --tuned {request.output} ...)")
     return 0
 
@@ -360,8 +362,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
         tuned = load_tuned(args.tuned)
     settings = _settings(args, tuned=tuned.source if tuned is not None else None)
+    chosen = None
     if tuned is not None:
-        tuned.check_checkpoints(settings.checkpoint)  # measured on another checkpoint: refused, naming both
+        # Measured on another checkpoint: refused, naming both. A variant tune chose runs in its parent's place, said.
+        checkpoints, chosen = tuned.checkpoints_to_run(settings.checkpoint)
+        settings = settings.model_copy(update={"checkpoint": checkpoints})
+        if chosen is not None:
+            print(chosen["said"], file=sys.stderr)
     check_backtest(settings)  # what the whole run would be refused for, before Ray starts
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
@@ -369,7 +376,9 @@ def _backtest(args: argparse.Namespace) -> int:
 
     # A rerun's Ray starts after its plan, if at all (a finished run imports no Ray): quiet as the early start's.
     quiet = not args.verbose
-    result = run_backtest(settings, process_started_perf_s(), wait_for_ray_stop=False, early=early, quiet_ray=quiet)
+    result = run_backtest(
+        settings, process_started_perf_s(), wait_for_ray_stop=False, early=early, quiet_ray=quiet, tuned=chosen
+    )
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(_headline(result.summary, run_wide.to_pylist()), indent=2))

@@ -10,10 +10,17 @@ checkpoint on real windows of the data (the bundled data by default), in short t
 3. actors x intra-op threads over this machine's cores (1 x N, 2 x N/2, ... N x 1), each actor its own session
    called from its own thread (ORT releases the GIL in a run, as each actor's process would be on its own).
 
+4. with variants beside the checkpoint (``NAME-int8.onnx`` naming it as parent, ``export --quantize``; off with
+   ``--no-variants``): each one's accuracy against the checkpoint on the data's windows, the verdict the report
+   gives (:mod:`.tune_gate`); those that pass, timed beside it at the settings of 1-3; the choice, with its reason
+   (:mod:`.tune_variants`). The settings stay the checkpoint's: a chosen variant runs with them.
+
 It writes the best of each to a JSON file whose ``settings`` a backtest reads with ``--tuned FILE``, above the
 defaults and below everything a user writes: flags > environment > ``--config`` > ``--tuned`` > defaults
-(:mod:`.settings_sources`). Its ``trials`` keep every measurement (windows per second) beside it. The figures
-are this machine's, under whatever load it had: tune on the machine that runs the backtest, and quiet.
+(:mod:`.settings_sources`), and whose ``choice`` says which checkpoint such a backtest runs. Its ``trials`` keep
+every measurement (windows per second) beside it, and ``machine`` the CPU they were taken on, with the flags that
+decide int8's speed (:mod:`.model.backend.cpu_features`). The figures are this machine's, under whatever load it
+had: tune on the machine that runs the backtest, and quiet.
 
 What a backtest takes from the file is what tune measured, nothing else: only the keys of :data:`TUNED_KEYS` are
 accepted under ``settings`` (a file edited to carry ``checkpoint``, ``data`` or ``horizon`` is refused naming
@@ -43,13 +50,16 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.driver.up_front import check_output_file
+from distributed_onnx.evaluation.scoring.variants import accuracy_holds
 from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.model.backend.cpu_features import detect_cpu
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.resources import REFERENCE_DATASET
 from distributed_onnx.settings_sources import CommandSettings
+from distributed_onnx.tune_variants import Choice, choose, variants_beside
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
 
@@ -67,6 +77,8 @@ FORMAT = "distributed-onnx tune 2"
 _FORMAT_WITHOUT_IDENTITY = "distributed-onnx tune 1"
 #: The settings tune measures and writes: the only keys ``--tuned`` accepts.
 TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization")
+#: The share of the budget the variants' accuracy gate takes when there are variants (:mod:`.tune_gate`).
+GATE_SHARE = 1 / 3
 
 
 class TuneRequest(CommandSettings):
@@ -107,6 +119,12 @@ class TuneRequest(CommandSettings):
         examples=["N"],
         description="Cores to spread over actors (default: this machine's).",
     )
+    variants: bool = Field(
+        default=True,
+        description="Also weigh the checkpoint's variants beside it (NAME-*.onnx naming it as parent, e.g. export "
+        "--quantize int8's): each tested for accuracy against it on the data's windows, those that pass timed, and "
+        "one chosen for backtest --tuned to run in its place when faster, saying why.",
+    )
 
     @field_validator("checkpoint")
     @classmethod
@@ -132,12 +150,16 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     check_output_file(request.output, example="tune.json")
     started = time.perf_counter()
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
+    variants, left_out = variants_beside(checkpoint) if request.variants else ([], [])
     contexts = _windows(request.data, checkpoint, request.windows)
     cpus = request.cpus or os.cpu_count() or 1
     layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
     window_s = _one_window_s(checkpoint, contexts)
-    batches = affordable_batches(len(contexts), window_s, request.budget_s, len(layouts))
-    measure = _Measure(checkpoint, contexts, request.budget_s / (len(LEVELS) + len(batches) + len(layouts)))
+    gate_s = request.budget_s * GATE_SHARE if variants else 0.0
+    timed_s = request.budget_s - gate_s
+    others = len(layouts) + (1 + len(variants) if variants else 0)  # layouts, then the variants' timings
+    batches = affordable_batches(len(contexts), window_s, timed_s, others)
+    measure = _Measure(checkpoint, contexts, timed_s / (len(LEVELS) + len(batches) + others))
     middle = batches[len(batches) // 2]
     trials = [measure(level, middle, 1, cpus) for level in LEVELS]
     level = max((t for t in trials if t["stage"] == "level"), key=_speed)["graph_optimization"]
@@ -151,16 +173,26 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
         "rows_per_batch": best["rows_per_batch"],
         "graph_optimization": best["graph_optimization"],
     }
+    weighed: dict[str, Any] = {}
+    if variants:
+        affordable = max(1, min(request.windows, int(gate_s / (window_s * (1 + len(variants))))))
+        found, timed = _weigh(checkpoint, variants, request.data, affordable, measure, best)
+        choice = found.pop("choice")
+        weighed = {"variants": found | {"left_out": left_out}, "choice": choice}
+        trials += timed
+    elif left_out:
+        weighed = {"variants": {"gate": None, "weighed": [], "left_out": left_out}}
     document = {
         "format": FORMAT,
         "checkpoint": str(checkpoint.weights_path),
         "checkpoint_sha256": checkpoint.metadata.sha256,
         "checkpoint_identity": identity_of(checkpoint).record(),
         "data": str(request.data),  # redacted: a URL's secrets stay in the URL
-        "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load()},
+        "machine": {"cpus": cpus, "platform": platform.platform(), "load_average": _load(), "cpu": detect_cpu()},
         "settings": {key: settings[key] for key in TUNED_KEYS},
         "windows_per_s": best["windows_per_s"],
         "one_window_s": round(window_s, 4),
+        **weighed,
         "trials": trials,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -168,11 +200,41 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     return document
 
 
+def _weigh(
+    checkpoint: ResolvedCheckpoint,
+    variants: list[ResolvedCheckpoint],
+    data: Location,
+    affordable: int,
+    measure: _Measure,
+    best: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The variants' part of the file (:mod:`.tune_variants`): the gate on about ``affordable`` windows each, the
+    choice and its reason; and the trials timing those that pass beside the checkpoint (one each at ``best``'s
+    settings, in turn)."""
+    from distributed_onnx.tune_gate import run_gate  # the backtest's code: only when there is a variant to gate
+
+    level, rows, actors, threads = best["graph_optimization"], best["rows_per_batch"], best["actors"], best["threads"]
+    options = SessionOptionsConfig(
+        graph_optimization_level=LEVELS[level], intra_op_num_threads=actors * threads, allow_spinning=False
+    )
+    gate = run_gate(checkpoint, variants, data, affordable, options, rows)
+    holds = {v["variant"] for v in gate.verdicts if v.get("parent") == checkpoint.name and accuracy_holds(v)}
+    passed = [variant for variant in variants if variant.name in holds]
+    trials, speed = [], {}
+    for each in [checkpoint, *passed] if passed else []:
+        trial = measure.of(each)(level, rows, actors, threads, stage="variant") | {"checkpoint": each.name}
+        trials.append(trial)
+        speed[each.name] = float(trial["windows_per_s"])
+    records, choice = choose(checkpoint, variants, gate.verdicts, speed)
+    return {"gate": gate.record(), "weighed": records, "choice": choice}, trials
+
+
 def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: int) -> list[int]:
     """The batch sizes of :data:`BATCHES` a trial can time: at most ``windows``, and one call of the size takes at
     most half of a trial's share of the budget (a trial runs a warm-up call and at least one timed call, so a
     longer call overruns the budget: a 256-row call of a Chronos-2-sized graph on one core takes minutes).
-    ``window_s`` is one window's call on one thread, the slowest layout. 1 when nothing larger fits."""
+    ``window_s`` is one window's call on one thread, the slowest layout; ``layouts`` the trials besides the levels
+    and the batches (the layouts, and the variants' timings). 1 when nothing larger fits."""
     trial_s = budget_s / (len(LEVELS) + len(BATCHES) + layouts)
     return [size for size in BATCHES if size <= windows and size * window_s <= trial_s / 2] or [1]
 
@@ -186,15 +248,31 @@ class TunedFile:
     settings: dict[str, Any]
     checkpoint: str
     identity: CheckpointIdentity | None
+    #: Which checkpoint a run of the tuned one runs: it, or a variant tune chose (:mod:`.tune_variants`).
+    choice: Choice | None = None
 
     @property
     def source(self) -> tuple[str, dict[str, Any]]:
         """``(file, settings)`` for :meth:`~.settings_sources.CommandSettings.from_sources`."""
         return str(self.path), self.settings
 
-    def check_checkpoints(self, checkpoints: Sequence[Path]) -> None:
-        """Refuse a run none of whose ``checkpoints`` has the identity the file was tuned on, naming both."""
+    def checkpoints_to_run(self, checkpoints: Sequence[Path]) -> tuple[list[Path], dict[str, Any] | None]:
+        """The run's checkpoints once checked (:meth:`check_checkpoints`), with the file's choice applied (a variant
+        in its parent's place: :meth:`.tune_variants.Choice.apply`), and the record of it for ``summary.json``
+        (None: the file holds no choice)."""
         resolved = [LocalCheckpoint(path=path).resolve() for path in checkpoints]
+        self._check(resolved)
+        if self.choice is None or self.identity is None:
+            return list(checkpoints), None
+        run = [(path, identity_of(checkpoint)) for path, checkpoint in zip(checkpoints, resolved, strict=True)]
+        return self.choice.apply(run, self.identity)
+
+    def check_checkpoints(self, checkpoints: Sequence[Path]) -> None:
+        """Refuse a run none of whose ``checkpoints`` has the identity the file was tuned on (or that of the variant
+        it chose), naming both."""
+        self._check([LocalCheckpoint(path=path).resolve() for path in checkpoints])
+
+    def _check(self, resolved: Sequence[ResolvedCheckpoint]) -> None:
         identities = {each.name: identity_of(each) for each in resolved}
         tuned_name = Path(self.checkpoint).stem
         if self.identity is None:
@@ -204,7 +282,8 @@ class TunedFile:
                 "--tuned",
                 path=str(self.path),
             )
-        if any(not self.identity.differences(each) for each in identities.values()):
+        accepted = [self.identity, *([self.choice.identity] if self.choice and self.choice.identity else [])]
+        if any(not known.differences(each) for known in accepted for each in identities.values()):
             return
         name = tuned_name if tuned_name in identities else next(iter(identities))
         found = identities[name]
@@ -255,7 +334,8 @@ def load_tuned(given: LocationLike) -> TunedFile:
             path=str(path),
         )
     identity = CheckpointIdentity.from_record(document.get("checkpoint_identity"))
-    return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity)
+    choice = Choice.from_record(document.get("choice"), str(path))
+    return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity, choice)
 
 
 def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
@@ -337,6 +417,10 @@ class _Measure:
         self.checkpoint, self.contexts, self.trial_s = checkpoint, contexts, trial_s
         metadata = checkpoint.metadata
         self.horizon, self.levels = metadata.horizon_length, list(metadata.native_quantiles)
+
+    def of(self, checkpoint: ResolvedCheckpoint) -> _Measure:
+        """The same trials of another checkpoint (a variant: the same contexts, the same share of the budget)."""
+        return _Measure(checkpoint, self.contexts, self.trial_s)
 
     def __call__(self, level: str, rows: int, actors: int, threads: int, stage: str = "level") -> dict[str, Any]:
         config = _worker_config(self.checkpoint, level, threads)

@@ -18,9 +18,10 @@ from conftest import start_test_ray
 
 #: The modules whose docstrings' examples are run: the public API (``backtest``, ``OnnxBackend``), the error
 #: tree, a family adapter, the metric registry, the rules each written once (bounds, quantile levels, the default
-#: season, a parity report's statistics: numpy only, unlike the rest of export/), and Ray's side of the backtest
-#: (the dispatcher and the worker actors, as Ray's own ``actor_pool.py`` shows its pool, what a pool asks of the
-#: cluster, and the raylet's command line with stand-in agents).
+#: season, a parity report's statistics: numpy only, unlike the rest of export/; a variant's accuracy gate, the
+#: CPU's flags read, the size of tune's gate), and Ray's side of the backtest (the dispatcher and the worker actors,
+#: as Ray's own ``actor_pool.py`` shows its pool, what a pool asks of the cluster, and the raylet's command line
+#: with stand-in agents).
 MODULES = (
     "distributed_onnx.api",
     "distributed_onnx.errors",
@@ -32,6 +33,9 @@ MODULES = (
     "distributed_onnx.evaluation.scoring.conventions",
     "distributed_onnx.evaluation.scoring.naive",
     "distributed_onnx.export.parity",
+    "distributed_onnx.evaluation.scoring.variants",
+    "distributed_onnx.model.backend.cpu_features",
+    "distributed_onnx.tune_gate",
     "distributed_onnx.runtime.dispatch",
     "distributed_onnx.runtime.actors",
     "distributed_onnx.runtime.pool_room",

@@ -56,7 +56,8 @@ LATER_FAMILIES = ("moirai2", "toto", "timesfm")
 
 
 def _export(family: str, pretrained: Path, output: Path) -> dict[str, Any]:
-    argv = ["export", family, "--from-pretrained", str(pretrained), "--output", str(output)]
+    """The family's export, with its int8 variant (dynamic) beside it: ``NAME-int8.onnx``."""
+    argv = ["export", family, "--from-pretrained", str(pretrained), "--output", str(output), "--quantize", "int8"]
     assert cli.main([*argv, "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
     return dict(json.loads(output.with_suffix(".parity.json").read_text()))
 
@@ -155,25 +156,81 @@ def test_a_graph_disagreeing_with_its_metadata_is_refused_before_any_part(
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
 
 
-def _random_weights_export(family: str, output: Path) -> Path:
-    """``export FAMILY --random-weights --size tiny``: the family's tiny model from its upstream package's classes."""
+def _random_weights_export(family: str, output: Path, data: Path) -> Path:
+    """``export FAMILY --random-weights --size tiny``: the family's tiny model from its upstream package's classes,
+    with its int8 variant (static: its activations calibrated on ``data``'s windows) beside it."""
     argv = ["export", family, "--random-weights", "--size", "tiny", "--output", str(output), "--parity-windows", "2"]
+    argv += ["--quantize", "int8", "--quantize-mode", "static", "--data", str(data)]
     assert cli.main([*argv, "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
     return output
 
 
+@pytest.fixture(scope="module")
+def later(root: Path, data: Path) -> dict[str, Path]:
+    """:data:`LATER_FAMILIES`, exported once for the module."""
+    for module in ("uni2ts.model.moirai2", "toto.model.toto", "timesfm"):
+        pytest.importorskip(module)
+    return {family: _random_weights_export(family, root / family / f"{family}.onnx", data) for family in LATER_FAMILIES}
+
+
+def test_the_int8_variant_of_every_exported_family_quantizes_runs_and_stays_near_its_parent(
+    bolt: tuple[Path, Any], tirex: tuple[Path, Any], later: dict[str, Path]
+) -> None:
+    """Issue 52 (5): ``export --quantize int8`` for every family whose record declares it (Chronos-2's, both
+    modes, in tests/test_chronos2_pipeline.py): here dynamic for Chronos-Bolt and TiRex, static for the others.
+    Each variant is a quantized graph (integer MatMuls) whose metadata names its parent by identity, and its
+    forecasts moved, within the variant tolerance."""
+    import onnx
+
+    from distributed_onnx.export.variants import VARIANT_TOLERANCE
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+    from distributed_onnx.model.families import family as declared
+    from distributed_onnx.model.identity import identity_of
+
+    exported = {"chronos_bolt": (bolt[0], "dynamic"), "tirex": (tirex[0], "dynamic")}
+    exported |= {family: (path, "static") for family, path in later.items()}
+    for family, (parent, mode) in exported.items():
+        assert mode in declared(family).int8.modes
+        variant = parent.with_name(f"{parent.stem}-int8.onnx")
+        metadata = json.loads(variant.with_suffix(".metadata.json").read_text())
+        assert metadata["precision"] == "int8" and metadata["quantization"]["mode"] == mode, family
+        assert metadata["parent"]["identity"] == identity_of(LocalCheckpoint(path=parent).resolve()).record()
+        report = json.loads(variant.with_suffix(".parity.json").read_text())
+        assert report["passed"] is True and report["tolerance"] == VARIANT_TOLERANCE, (family, report)
+        assert 0 < report["max_rel_diff"] <= VARIANT_TOLERANCE, (family, report)  # moved: something was quantized
+        ops = {node.op_type for node in onnx.load(variant, load_external_data=False).graph.node}
+        assert ops & {"MatMulInteger", "QuantizeLinear", "DynamicQuantizeLinear"}, (family, sorted(ops))
+
+
+def test_tune_weighs_a_real_int8_variant_and_says_why(bolt: tuple[Path, Any], tmp_path: Path) -> None:
+    """``tune`` finds Chronos-Bolt's int8 variant beside it, runs the report's accuracy verdict on the data's windows
+    and writes its choice with the reason (which one wins is this CPU's and these random weights' business)."""
+    from distributed_onnx.resources import REFERENCE_DATASET
+
+    tuned = tmp_path / "tune.json"
+    argv = ["tune", str(bolt[0]), "--data", str(REFERENCE_DATASET), "--budget-s", "2", "--cpus", "2"]
+    assert cli.main([*argv, "--output", str(tuned)]) == 0
+    document = json.loads(tuned.read_text())
+    [weighed] = document["variants"]["weighed"]
+    verdict = weighed["verdict"]
+    assert (verdict["variant"], verdict["parent"]) == ("bolt-int8", "bolt") and verdict["n"] >= 8
+    assert verdict["quantization"]["mode"] == "dynamic" and verdict["differs"] in (True, False)
+    choice = document["choice"]
+    assert choice["parent"] == "bolt" and choice["chosen"] in ("bolt", "bolt-int8")
+    assert choice["reason"].startswith("fp32 kept: " if choice["chosen"] == "bolt" else "int8 chosen: ")
+    assert "Diebold-Mariano p " in choice["reason"] and document["machine"]["cpu"]["flags"] is not None
+
+
 def test_six_families_side_by_side_on_one_leaderboard(
-    bolt: tuple[Path, Any], tirex: tuple[Path, Any], data: Path, tmp_path: Path
+    bolt: tuple[Path, Any], tirex: tuple[Path, Any], later: dict[str, Path], data: Path, tmp_path: Path
 ) -> None:
     """The leaderboard's families in one run: Chronos-2, Chronos-Bolt, TiRex, Moirai 2, Toto and TimesFM 2.5
     (each built from its upstream package's classes, tiny, random weights) scored on the same pairs."""
-    for module in ("uni2ts.model.moirai2", "toto.model.toto", "timesfm"):
-        pytest.importorskip(module)
     checkpoints = {
         "chronos2": write_tiny_upstream_chronos2(tmp_path, name="chronos2").weights_path,
         "bolt": bolt[0],
         "tirex": tirex[0],
-        **{family: _random_weights_export(family, tmp_path / family / f"{family}.onnx") for family in LATER_FAMILIES},
+        **later,
     }
     output = tmp_path / "run"
     flags = ["--context-length", "16", "--horizon", str(TIREX_STEPS), "--quantiles", "0.1,0.5,0.9"]

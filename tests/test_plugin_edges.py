@@ -125,6 +125,14 @@ def test_a_plugin_family_record_brings_its_exporter_to_the_cli(
     assert cli.main([*argv, "--resolution-minutes", "30"]) == 0, capsys.readouterr().err
     assert f"wrote {output}" in capsys.readouterr().out
 
+    # Issue 52 (5): a record that declares no int8 quantization is refused --quantize up front, saying why.
+    quantized = ["export", RECORDED, "--from-pretrained", str(tmp_path / "folder"), "--quantize", "int8"]
+    assert cli.main([*quantized, "--output", str(tmp_path / "q.onnx"), "--resolution-minutes", "30"]) == 2
+    [error] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert f"--quantize int8 --quantize-mode dynamic is refused for family '{RECORDED}'" in error, error
+    assert "declares no int8 quantization" in error and "Export without --quantize" in error, error
+    assert not (tmp_path / "q.onnx").exists()
+
     assert cli.main(["inspect", str(output)]) == 0
     described = json.loads(capsys.readouterr().out)["family"]
     assert (described["name"], described["exporter"], described["hub_repository"]) == (

@@ -33,6 +33,9 @@ def test_tune_writes_settings_a_backtest_then_runs_with(tmp_path: Path, capsys: 
     assert {trial["stage"] for trial in document["trials"]} == {"level", "batch", "layout"}
     assert set(settings) == set(TUNED_KEYS)  # what --tuned accepts is what tune writes
     assert all(trial["windows_per_s"] > 0 for trial in document["trials"])
+    # Issue 52 (5): the CPU beside every figure; no variant beside the checkpoint, so no choice.
+    assert document["machine"]["cpu"]["model"] and "avx512_vnni" in document["machine"]["cpu"]["flags"]
+    assert "choice" not in document and "variants" not in document
 
     output = tmp_path / "run"
     argv = ["backtest", "--tuned", str(tuned), "--data", str(REFERENCE_DATASET), "--output", str(output)]

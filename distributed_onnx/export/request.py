@@ -21,6 +21,7 @@ from distributed_onnx.bounds import MAX_PARITY_WINDOWS, MAX_RESOLUTION_MINUTES, 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.location import Location
 from distributed_onnx.model import families
+from distributed_onnx.model.checkpoint import QuantizeMode
 from distributed_onnx.model.families import Family
 from distributed_onnx.settings_sources import CommandSettings
 
@@ -110,7 +111,7 @@ class ExportRequest(CommandSettings):
         default=None,
         description="Also write the int8 variant NAME-int8.onnx (its metadata names this checkpoint as its parent).",
     )
-    quantize_mode: Literal["dynamic", "static"] = Field(
+    quantize_mode: QuantizeMode = Field(
         default="dynamic",
         description="dynamic (the default; int8 weights, activations quantized per call, no data) or static "
         "(activations calibrated on --data's windows, --parity-windows of them).",
@@ -164,6 +165,21 @@ class ExportRequest(CommandSettings):
             raise ValueError(
                 "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
                 "--quantize-mode dynamic, which needs none)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _quantizable(self) -> ExportRequest:
+        """A quantization the family's record does not declare (:class:`~.families.Int8`) is refused here, before
+        minutes of building and exporting a model whose variant would then be refused."""
+        if self.quantize is None:
+            return self
+        int8 = exportable_family(self.family).int8
+        if self.quantize_mode not in int8.modes:
+            takes = f"; it takes --quantize-mode {' or '.join(int8.modes)}" if int8.modes else ""
+            raise ValueError(
+                f"--quantize int8 --quantize-mode {self.quantize_mode} is refused for family {self.family!r}: "
+                f"{int8.why_not}{takes}. Export without --quantize"
             )
         return self
 

@@ -5,8 +5,10 @@
 :mod:`distributed_onnx.model.identity`) and ``quantization: {mode, weight_type, ...}``, so a backtest can put the
 two side by side and a report can say which is whose variant (or that a checkpoint of the parent's name is not
 it). Static quantization calibrates on the parity windows (from ``--data``: the user's own series). The variant's
-report (``NAME-int8.parity.json``) compares it with its parent on those windows; whether its accuracy is good
-enough is for a backtest on the user's data to say, not this file.
+report (``NAME-int8.parity.json``) compares it with its parent on those windows. A variant whose forecasts moved
+beyond :data:`VARIANT_TOLERANCE` is broken, not less accurate: it is removed (the parent stays), the report kept,
+and the export ends with exit 2. Within it, whether its accuracy is good enough is for a backtest on the user's
+data to say (the verdict, docs/comparisons.md), and ``tune`` to act on, not this file.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from distributed_onnx import storage
+from distributed_onnx.errors import ParityError
 from distributed_onnx.export.common import parity_windows, write_metadata
 from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
@@ -29,6 +32,12 @@ from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
 #: Windows per calibration batch (the reader feeds the graph one batch at a time).
 CALIBRATION_BATCH = 16
+#: The largest ``max_rel_diff`` (the variant's largest difference from its parent over the parent's largest
+#: forecast, :func:`~.parity.parity_statistics`) an int8 variant is kept with. int8 moves forecasts by design, so
+#: this is no parity to float rounding (:data:`.common.PARITY_TOLERANCE`): it only catches a quantization that
+#: broke the graph. Every family's tiny export stays well inside it in both modes
+#: (``benchmarks/results/int8_families.md``).
+VARIANT_TOLERANCE = 0.1
 
 
 def variant_path(parent: Path, kind: Literal["int8"]) -> Path:
@@ -67,10 +76,26 @@ def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
             "description": f"int8 ({request.quantize_mode}) variant of {parent.name}. {metadata.description or ''}",
         }
     )
-    write_metadata(output, variant)
+    metadata_path = write_metadata(output, variant)
     comparison = compare_to_parent(request.output, output, windows, metadata.horizon_length) | {"source": source}
+    passed = bool(np.isfinite(comparison["max_abs_diff"]) and comparison["max_rel_diff"] <= VARIANT_TOLERANCE)
+    comparison |= {"tolerance": VARIANT_TOLERANCE, "passed": passed}
     report = output.with_suffix(".parity.json")
-    storage.write_bytes(report, (json.dumps(comparison, indent=2) + "\n").encode("utf-8"))
+    document = {  # strict JSON: a non-finite difference is null
+        key: None if isinstance(value, float) and not np.isfinite(value) else value for key, value in comparison.items()
+    }
+    storage.write_bytes(report, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    if not passed:
+        for written in (output, output.with_name(output.name + ".data"), metadata_path):
+            written.unlink(missing_ok=True)
+        raise ParityError(
+            f"the int8 ({request.quantize_mode}) variant of {parent.name} moved its forecasts by max_rel_diff "
+            f"{comparison['max_rel_diff']} (max_abs_diff {comparison['max_abs_diff']}) against its parent, beyond "
+            f"the tolerance {VARIANT_TOLERANCE}: the quantization broke the graph. The variant was removed (the "
+            f"parent {request.output.name} is kept), the report is {report}. Try the other --quantize-mode, or "
+            "export without --quantize",
+            key="quantize",
+        )
     return output, comparison
 
 

@@ -48,6 +48,9 @@ OutputLayout = Literal["quantile_step", "step_quantile"]
 LongHorizon = Literal["refuse", "append_missing", "quantile_paths"]
 #: How a horizon shorter than one call is reached (``distributed_onnx/model/horizons.py``).
 ShortHorizon = Literal["first_steps", "output_patches", "refuse"]
+#: ONNX Runtime's int8 quantizations (``export --quantize int8 --quantize-mode``): weights only, activations per call
+#: ('dynamic'), or activations calibrated on sample windows ('static').
+QuantizeMode = Literal["dynamic", "static"]
 #: A graph whose output is a distribution's parameters rather than quantiles (the adapter computes the quantiles).
 OutputDistribution = Literal["student_t_mixture"]
 #: Marks a metadata field that changes no output: left out of the checkpoint's identity
@@ -74,7 +77,7 @@ class Quantization(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    mode: Literal["dynamic", "static"] = Field(
+    mode: QuantizeMode = Field(
         description="'dynamic': weights int8, activations quantized per call; 'static': activations' ranges "
         "calibrated on sample windows."
     )

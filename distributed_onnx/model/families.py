@@ -1,7 +1,8 @@
 """The model families, each declared once: built in (:data:`BUILT_IN`) or by an installed plugin's entry point.
 
 A :class:`Family` record is all the package knows about a family: its adapter, its exporter, its published
-weights, how to build it with random weights, and its :class:`FamilyRules`. The adapters, the exporters,
+weights, how to build it with random weights, its :class:`FamilyRules` and which int8 quantizations its graphs take
+(:class:`Int8`). The adapters, the exporters,
 ``export``'s help and ``inspect`` read these records, so adding a family is one entry in :data:`BUILT_IN` (plus its
 adapter and exporter modules). Code is named here, never imported: listing the families costs nothing, and the
 backtest never imports torch or the export package through this module.
@@ -22,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from distributed_onnx.errors import ConfigError, PluginError
-from distributed_onnx.model.checkpoint import LongHorizon, MissingValue, OutputLayout, ShortHorizon
+from distributed_onnx.model.checkpoint import LongHorizon, MissingValue, OutputLayout, QuantizeMode, ShortHorizon
 
 #: The entry-point group of model-family plugins: ``family name = "module:factory"`` (or ``"module:FAMILY"``).
 PLUGIN_GROUP = "distributed_onnx.model_families"
@@ -57,6 +58,29 @@ class FamilyRules(BaseModel):
 _PLAIN = FamilyRules(missing_value="zero")
 
 
+class Int8(BaseModel):
+    """Which of ONNX Runtime's int8 quantizations (``export --quantize int8 --quantize-mode``) the family's graphs
+    take. A mode is listed once it was tried on the family's tiny random-weight export: the graph quantized, the
+    variant ran, and its forecasts stayed within :data:`~distributed_onnx.export.variants.VARIANT_TOLERANCE` of its
+    parent's (``benchmarks/int8_families.py``; the tests keep exporting each family's variant:
+    ``tests/test_nan_families.py``, ``tests/test_chronos2_pipeline.py``). ``export`` refuses any other mode before
+    building anything, with ``why_not``. Whether a variant's accuracy holds on a user's data is not decided here: a
+    backtest of both says so, and ``tune`` chooses (docs/comparisons.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    modes: tuple[QuantizeMode, ...] = ()
+    #: What ``export`` says when refusing a mode not in ``modes``.
+    why_not: str = (
+        "its family record declares no int8 quantization tried on its graphs (Family.int8 in "
+        "distributed_onnx/model/families.py, or the plugin's record)"
+    )
+
+
+#: Both modes: dynamic and static quantization tried on the family's tiny export (:class:`Int8`).
+_INT8_BOTH = Int8(modes=("dynamic", "static"))
+
+
 class Family(BaseModel):
     """One model family: its code by ``"module:attribute"`` name (imported when used) and its rules."""
 
@@ -66,6 +90,7 @@ class Family(BaseModel):
     adapter: str  #: its adapter's factory, called with the checkpoint's metadata
     rules: FamilyRules = _PLAIN  #: its tensor contract; the plain family's unless it says otherwise
     exporter: str | None = None  #: the module whose export(request) exports it; None: not exportable
+    int8: Int8 = Int8()  #: the int8 quantizations export --quantize gives it; none unless it says so
     random_weights: str | None = None  #: (directory, size, seed) -> a pretrained folder with random weights
     hub_repository: str | None = None  #: where its published weights are (never downloaded here)
     provider: str = "distributed-onnx"  #: the distribution that provides it
@@ -84,6 +109,7 @@ BUILT_IN: tuple[Family, ...] = (
         # does not say otherwise (this package's exports take the patch count from the future's width) refuses one.
         rules=FamilyRules(missing_value=None, short_horizon="refuse"),
         exporter=f"{_EXPORTERS}.chronos2",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_chronos2",
         hub_repository="amazon/chronos-2",
     ),
@@ -93,6 +119,7 @@ BUILT_IN: tuple[Family, ...] = (
         adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
         rules=FamilyRules(missing_value="nan", missing_values=_NAN, long_horizon="quantile_paths"),
         exporter=f"{_EXPORTERS}.chronos_bolt",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_chronos_bolt",
         hub_repository="amazon/chronos-bolt-small",
     ),
@@ -109,6 +136,7 @@ BUILT_IN: tuple[Family, ...] = (
             missing_value="nan", missing_values=_NAN, output_layout="step_quantile", long_horizon="append_missing"
         ),
         exporter=f"{_EXPORTERS}.tirex",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_tirex",
         hub_repository="NX-AI/TiRex",
     ),
@@ -119,6 +147,7 @@ BUILT_IN: tuple[Family, ...] = (
         adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
         rules=FamilyRules(missing_value="nan", missing_values=_NAN, output_layout="step_quantile"),
         exporter=f"{_EXPORTERS}.timesfm",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_timesfm",
         hub_repository="google/timesfm-2.5-200m-pytorch",
     ),
@@ -129,6 +158,7 @@ BUILT_IN: tuple[Family, ...] = (
         adapter=f"{_ADAPTERS}.context_quantiles:ContextQuantilesAdapter",
         rules=FamilyRules(missing_value="nan", missing_values=_NAN),
         exporter=f"{_EXPORTERS}.moirai2",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_moirai2",
         hub_repository="Salesforce/moirai-2.0-R-small",
     ),
@@ -139,6 +169,7 @@ BUILT_IN: tuple[Family, ...] = (
         adapter=f"{_ADAPTERS}.toto:TotoAdapter",
         rules=FamilyRules(missing_value="nan", missing_values=_NAN, output_layout="step_quantile"),
         exporter=f"{_EXPORTERS}.toto",
+        int8=_INT8_BOTH,
         random_weights=f"{_RANDOM}:write_toto",
         hub_repository="Datadog/Toto-Open-Base-1.0",
     ),

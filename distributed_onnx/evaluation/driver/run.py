@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +47,13 @@ from distributed_onnx.evaluation.driver.part_ledger import PartLedger
 from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
 from distributed_onnx.evaluation.driver.progress import Progress
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess
-from distributed_onnx.evaluation.driver.summary import build_summary, driver_timing, previous_summary, write_summary
+from distributed_onnx.evaluation.driver.summary import (
+    build_summary,
+    driver_timing,
+    model_records,
+    previous_summary,
+    write_summary,
+)
 from distributed_onnx.evaluation.driver.up_front import check_backtest
 from distributed_onnx.evaluation.driver.vintage_summary import (
     covariates_record,
@@ -63,7 +70,6 @@ from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums, read_done_part, unverified_models
 from distributed_onnx.location import Location
-from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart
@@ -97,6 +103,7 @@ def run_backtest(
     wait_for_ray_stop: bool = True,
     early: EarlyStart | StartHere | None = START_HERE,
     quiet_ray: bool | None = None,
+    tuned: Mapping[str, Any] | None = None,
 ) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`BatchError` after writing everything else if parts failed.
 
@@ -111,6 +118,10 @@ def run_backtest(
     ``early`` is Ray and the pool already starting for these settings (the command starts them before it
     imports this module: :func:`~.early.start_early`), or None for none; by default this call starts them.
     ``quiet_ray``: Ray's console logging for a Ray this call starts (:class:`~.runtime.early_start.EarlyStart`).
+
+    ``tuned``: what ``backtest --tuned`` did with the file's choice between a checkpoint and its variants
+    (``distributed_onnx/tune_variants.py``): kept as ``summary["tuned"]``, its ``said`` a note of the summary
+    and the report, so that a variant run in place of its parent is never silent.
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
@@ -124,7 +135,7 @@ def run_backtest(
         if early is not None:  # bad input: the pool is not needed
             early.abandon(wait=wait_for_ray_stop)
         raise
-    return _BacktestRun(plan, clock, early, quiet_ray).run()
+    return _BacktestRun(plan, clock, early, quiet_ray, tuned).run()
 
 
 def render_report(  # noqa: PLR0913 - what write_report draws, passed through
@@ -155,9 +166,15 @@ class _BacktestRun:
     """One execution of a plan: it runs the parts left, then writes what its :class:`RunOutcome` says."""
 
     def __init__(
-        self, plan: RunPlan, clock: PhaseClock, early: EarlyStart | None = None, quiet_ray: bool | None = None
+        self,
+        plan: RunPlan,
+        clock: PhaseClock,
+        early: EarlyStart | None = None,
+        quiet_ray: bool | None = None,
+        tuned: Mapping[str, Any] | None = None,
     ) -> None:
         self.plan = plan
+        self.tuned = tuned
         self.clock = clock
         self.early = early
         self.quiet_ray = quiet_ray
@@ -285,19 +302,13 @@ class _BacktestRun:
 
     def _compared(self, summary: dict[str, Any], scores: PairScores, outcome: RunOutcome) -> BatchError | None:
         """The models' part of summary.json (fingerprints, identities, pairs scored and left out, parts computed per
-        model); returns the error of non-finite forecasts (written to ``nonfinite_windows.json``), raised at the
-        end."""
+        model, and ``tuned``: a tuned file's choice of checkpoint); returns the error of non-finite forecasts
+        (written to ``nonfinite_windows.json``), raised at the end."""
         plan = self.plan
-        summary["models"] = {
-            checkpoint.name: {
-                "checkpoint": str(checkpoint.weights_path),
-                "sha256": checkpoint.metadata.sha256,
-                "fingerprint": plan.model_fingerprints[checkpoint.name],
-                "identity": plan.identities[checkpoint.name].record(),
-                **_variant_of(checkpoint),
-            }
-            for checkpoint in plan.checkpoints
-        }
+        summary["models"] = model_records(plan)
+        if self.tuned is not None:  # the tuned file's choice of checkpoint: said, never silent
+            summary["tuned"] = dict(self.tuned)
+            summary["notes"].append(str(self.tuned["said"]))
         for twin in plan.realized_models:  # --compare-realized: the same checkpoint on the realized covariates
             summary["models"][twin] = {
                 "realized_of": twin.removesuffix(REALIZED_SUFFIX),
@@ -464,14 +475,3 @@ class _BacktestRun:
     def _on_failure(self, part: PartSpec, error: BaseException) -> None:
         logger.error("Part %d (%d windows) failed: %s", part.index, part.n_windows, error)
         self.ledger.failures.append(PartFailure.of(part.index, part.n_windows, error))
-
-
-def _variant_of(checkpoint: ResolvedCheckpoint) -> dict[str, Any]:
-    """A variant's parent and quantization, as its metadata says (:mod:`..scoring.variants`)."""
-    metadata = checkpoint.metadata
-    record: dict[str, Any] = {}
-    if metadata.parent is not None:
-        record["parent"] = metadata.parent.model_dump()
-    if metadata.quantization is not None:
-        record["quantization"] = metadata.quantization.model_dump(exclude_none=True)
-    return record

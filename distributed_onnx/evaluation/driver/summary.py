@@ -58,6 +58,27 @@ def previous_summary(output: Location, run_fingerprint: str) -> dict[str, Any] |
     return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
 
 
+def model_records(plan: RunPlan) -> dict[str, dict[str, Any]]:
+    """``summary.json``'s ``models``: each checkpoint's file, digest, fingerprint and identity, and a variant's
+    parent and quantization as its metadata says them: what :func:`~..scoring.variants.variant_verdicts` reads,
+    here and in ``tune``'s accuracy gate, which builds them with this function too."""
+    records = {}
+    for checkpoint in plan.checkpoints:
+        metadata = checkpoint.metadata
+        record: dict[str, Any] = {
+            "checkpoint": str(checkpoint.weights_path),
+            "sha256": metadata.sha256,
+            "fingerprint": plan.model_fingerprints[checkpoint.name],
+            "identity": plan.identities[checkpoint.name].record(),
+        }
+        if metadata.parent is not None:
+            record["parent"] = metadata.parent.model_dump()
+        if metadata.quantization is not None:
+            record["quantization"] = metadata.quantization.model_dump(exclude_none=True)
+        records[checkpoint.name] = record
+    return records
+
+
 def write_summary(output: Location, summary: dict[str, Any]) -> None:
     storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, default=str).encode())
 

@@ -14,6 +14,10 @@ per-window losses differ beyond noise, and its ``metric`` rows give the relative
 (the test's loss: MASE, or SQL without a median). The speed ratio is
 the parent's model time over the variant's, from the actors' per-model stage times of the parts computed in
 this invocation (``timing.actor_stage_s``, ``model:NAME``): the same windows, the same batches, one process.
+
+The accuracy gate a variant must pass to replace its parent (``tune``'s choice, :func:`accuracy_holds`) reads
+the same verdict: the test shows no difference, or shows the variant better. Not when the test could not be done
+(too few windows, identical losses): nothing then says the accuracy held.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pyarrow as pa
 from distributed_onnx.evaluation.part_messages import MODEL_STAGE_PREFIX
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences
 
-__all__ = ["ALPHA", "variant_verdicts"]
+__all__ = ["ALPHA", "accuracy_holds", "variant_verdicts"]
 
 #: The test's level: a p-value below it says the accuracies differ.
 ALPHA = 0.05
@@ -96,6 +100,23 @@ def variant_verdicts(
         }
         verdicts.append(_verdict(variant, parent, record.get("quantization"), metric, values, test, stage_s or {}))
     return verdicts
+
+
+def accuracy_holds(verdict: Mapping[str, Any]) -> bool:
+    """Whether a variant's verdict (:func:`variant_verdicts`) lets it replace its parent: compared with its parent,
+    and the test shows no difference in accuracy or shows the variant better (module docstring).
+
+    >>> accuracy_holds({"parent": "p", "differs": False, "dm_statistic": 0.4})
+    True
+    >>> accuracy_holds({"parent": "p", "differs": True, "dm_statistic": 2.5})  # worse
+    False
+    >>> accuracy_holds({"parent": "p", "differs": None, "dm_statistic": float("nan")})  # no test: nothing says so
+    False
+    """
+    if verdict.get("parent") is None:
+        return False
+    differs = verdict.get("differs")
+    return differs is False or (differs is True and float(verdict["dm_statistic"]) < 0)
 
 
 def _verdict(

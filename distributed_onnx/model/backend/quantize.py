@@ -6,6 +6,8 @@ import-linter contract "onnxruntime" and ruff's banned-api exempt it): quantizat
 
 - **dynamic** (``quantize_dynamic``): the weights become int8; each call quantizes the activations from their
   observed range (uint8). No data needed; the speed-up on CPUs with int8 dot products (VNNI, AMX) is the point.
+  Subgraphs too (``EnableSubgraph``): Chronos-2's group attention sits in an ``If`` branch, whose ``MatMul`` nodes the
+  quantizer leaves in fp32 otherwise.
 - **static** (``quantize_static``, QDQ format): the activations' ranges are calibrated once (MinMax) on sample
   inputs fed by a ``CalibrationDataReader``; only ``MatMul`` is quantized, whose inputs are finite (a graph's
   NaN-masking happens before them, and NaN would poison a MinMax range).
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from distributed_onnx.errors import MissingExtraError
+from distributed_onnx.model.checkpoint import QuantizeMode
 
-QuantizeMode = Literal["dynamic", "static"]
+__all__ = ["STATIC_OP_TYPES", "QuantizeMode", "quantize_graph"]
 #: The operators static quantization rewrites (see the module docstring).
 STATIC_OP_TYPES = ["MatMul"]
 
@@ -48,7 +51,13 @@ def quantize_graph(
         stale.unlink(missing_ok=True)
     tool = f"onnxruntime {onnxruntime.__version__}"
     if mode == "dynamic":
-        q.quantize_dynamic(source, output, weight_type=q.QuantType.QInt8, use_external_data_format=True)
+        q.quantize_dynamic(
+            source,
+            output,
+            weight_type=q.QuantType.QInt8,
+            use_external_data_format=True,
+            extra_options={"EnableSubgraph": True},
+        )
         return {"mode": "dynamic", "weight_type": "int8", "tool": tool}
     feeds = [dict(feed) for feed in calibration or []]
     if not feeds:
