@@ -22,8 +22,9 @@ from typing import Any
 import ray
 
 from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime.addresses import AUTO
 from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
-from distributed_onnx.runtime.running_ray import AUTO, find_local_ray, listens_on_loopback_only
+from distributed_onnx.runtime.running_ray import find_local_ray, listens_on_loopback_only
 
 logger = logging.getLogger(__name__)
 

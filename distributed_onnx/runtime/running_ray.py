@@ -37,9 +37,6 @@ from distributed_onnx.runtime.listening import (
     socket_inodes,
 )
 
-#: The address that asks for the Ray ``ray start`` left running on this machine (:func:`find_local_ray`).
-AUTO = "auto"
-
 
 @dataclass(frozen=True)
 class LocalRay:

@@ -35,7 +35,7 @@ from typing import NamedTuple
 from distributed_onnx import storage
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
 from distributed_onnx.location import Location
-from distributed_onnx.runtime.running_ray import AUTO
+from distributed_onnx.runtime.addresses import AUTO
 
 __all__ = [
     "GPU_MIN_BATCHES_PER_PART",
