@@ -50,7 +50,7 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.driver.up_front import check_output_file
-from distributed_onnx.evaluation.scoring.variants import accuracy_holds
+from distributed_onnx.evaluation.scoring.variants import DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.cpu_features import detect_cpu
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
@@ -126,6 +126,17 @@ class TuneRequest(CommandSettings):
         "one chosen for backtest --tuned to run in its place when faster, saying why.",
     )
 
+    accuracy_margin: float = Field(
+        default=DEFAULT_MARGIN,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        examples=["FRACTION"],
+        description="How much worse a variant's pooled accuracy (the report's test metric, relative change) may be "
+        "and still replace the checkpoint when the Diebold-Mariano test tells them apart (0.01: 1%; 0: only a "
+        "variant the test cannot tell apart, or better).",
+    )
+
     @field_validator("checkpoint")
     @classmethod
     def _one_checkpoint(cls, value: Path) -> Path:
@@ -176,7 +187,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     weighed: dict[str, Any] = {}
     if variants:
         affordable = max(1, min(request.windows, int(gate_s / (window_s * (1 + len(variants))))))
-        found, timed = _weigh(checkpoint, variants, request.data, affordable, measure, best)
+        found, timed = _weigh(checkpoint, variants, request, affordable, measure, best)
         choice = found.pop("choice")
         weighed = {"variants": found | {"left_out": left_out}, "choice": choice}
         trials += timed
@@ -203,7 +214,7 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
 def _weigh(
     checkpoint: ResolvedCheckpoint,
     variants: list[ResolvedCheckpoint],
-    data: Location,
+    request: TuneRequest,
     affordable: int,
     measure: _Measure,
     best: dict[str, Any],
@@ -217,16 +228,17 @@ def _weigh(
     options = SessionOptionsConfig(
         graph_optimization_level=LEVELS[level], intra_op_num_threads=actors * threads, allow_spinning=False
     )
-    gate = run_gate(checkpoint, variants, data, affordable, options, rows)
-    holds = {v["variant"] for v in gate.verdicts if v.get("parent") == checkpoint.name and accuracy_holds(v)}
+    gate = run_gate(checkpoint, variants, request.data, affordable, options, rows)
+    margin = request.accuracy_margin
+    holds = {v["variant"] for v in gate.verdicts if v.get("parent") == checkpoint.name and accuracy_holds(v, margin)}
     passed = [variant for variant in variants if variant.name in holds]
     trials, speed = [], {}
     for each in [checkpoint, *passed] if passed else []:
         trial = measure.of(each)(level, rows, actors, threads, stage="variant") | {"checkpoint": each.name}
         trials.append(trial)
         speed[each.name] = float(trial["windows_per_s"])
-    records, choice = choose(checkpoint, variants, gate.verdicts, speed)
-    return {"gate": gate.record(), "weighed": records, "choice": choice}, trials
+    records, choice = choose(checkpoint, variants, gate.verdicts, speed, margin)
+    return {"gate": gate.record(), "accuracy_margin": margin, "weighed": records, "choice": choice}, trials
 
 
 def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: int) -> list[int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from distributed_onnx.errors import CheckpointError, ConfigError
-from distributed_onnx.evaluation.scoring.variants import ALPHA, accuracy_holds
+from distributed_onnx.evaluation.scoring.variants import ALPHA, DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 
@@ -74,16 +74,17 @@ def choose(
     variants: Sequence[ResolvedCheckpoint],
     verdicts: Sequence[dict[str, Any]],
     speed: dict[str, float],
+    margin: float = DEFAULT_MARGIN,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variant's record (its verdict, whether it passed the gate, its speed over the parent's) and the choice
     (:data:`MIN_SPEEDUP`). ``speed``: windows per second at the tuned settings, by name, of the parent and of
-    every variant that passed (:func:`~.evaluation.scoring.variants.accuracy_holds`)."""
+    every variant that passed (:func:`~.evaluation.scoring.variants.accuracy_holds`, within ``margin``)."""
     by_variant = {verdict["variant"]: verdict for verdict in verdicts if verdict.get("parent") == parent.name}
     precision = parent.metadata.precision
     records: list[dict[str, Any]] = []
     for variant in variants:
         verdict = by_variant.get(variant.name)
-        passed = verdict is not None and accuracy_holds(verdict)
+        passed = verdict is not None and accuracy_holds(verdict, margin)
         speedup = speed[variant.name] / speed[parent.name] if passed and speed.get(parent.name) else None
         records.append(
             {
@@ -95,7 +96,7 @@ def choose(
                 "accuracy_holds": passed,
                 "windows_per_s": speed.get(variant.name),
                 "speedup": round(speedup, 3) if speedup is not None else None,
-                "why": _why(variant.metadata.precision, precision, parent.name, verdict, passed, speedup),
+                "why": _why(variant.metadata.precision, precision, parent.name, verdict, passed, speedup, margin),
             }
         )
     fast = [r for r in records if r["speedup"] is not None and r["speedup"] >= MIN_SPEEDUP]
@@ -120,7 +121,13 @@ def choose(
 
 
 def _why(
-    mine: str, theirs: str, parent: str, verdict: dict[str, Any] | None, passed: bool, speedup: float | None
+    mine: str,
+    theirs: str,
+    parent: str,
+    verdict: dict[str, Any] | None,
+    passed: bool,
+    speedup: float | None,
+    margin: float = DEFAULT_MARGIN,
 ) -> str:
     """One variant's part of the reason, in words: its accuracy against the parent (from the verdict), its speed."""
     if verdict is None:
@@ -135,9 +142,14 @@ def _why(
     if not passed:
         return (
             f"{name} ({mine}) differs in accuracy from {parent} ({theirs}): worse, Diebold-Mariano p {p_value:.3g} "
-            f"< {ALPHA} on {n} windows, {change}"
+            f"< {ALPHA} on {n} windows, {change}, beyond the {margin:.2%} accepted"
         )
-    if verdict["differs"]:
+    if verdict["differs"] and float(verdict["dm_statistic"]) >= 0:
+        accuracy = (
+            f"accuracy within the {margin:.2%} accepted of {theirs}, though the test tells them apart (Diebold-Mariano "
+            f"p {p_value:.3g} < {ALPHA} on {n} windows, {change})"
+        )
+    elif verdict["differs"]:
         accuracy = f"accuracy better than {theirs} (Diebold-Mariano p {p_value:.3g} < {ALPHA} on {n} windows, {change})"
     else:
         accuracy = (
