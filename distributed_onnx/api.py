@@ -168,8 +168,9 @@ def read_forecasts(output: Location | Path | str) -> pa.Table:
 
     from distributed_onnx import storage
     from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
+    from distributed_onnx.location import Location
 
-    fs, inner = storage.filesystem(storage.join(output, FORECASTS_DIR))
+    fs, inner = storage.filesystem(storage.join(Location.parse(output), FORECASTS_DIR))
     try:
         partitioning = ds.partitioning(pa.schema([(MODEL_KEY, pa.string())]), flavor="hive")
         table = ds.dataset(inner, filesystem=fs, format="parquet", partitioning=partitioning).to_table()
