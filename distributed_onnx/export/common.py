@@ -263,7 +263,8 @@ def resolution_of(request: ExportRequest) -> int:
         )
     import pyarrow.compute as pc
 
-    from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
+    from distributed_onnx.evaluation.data.columns import check_columns
+    from distributed_onnx.evaluation.data.table import read_table, timestamps_us
 
     source = str(request.data)
     table = read_table(request.data)
