@@ -82,7 +82,7 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
 
 def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file (exit 2): a run's output is a folder, new or one it wrote. Asked
-    before Ray starts (``evaluation/driver/up_front.py``) and again when the folder is made."""
+    before Ray starts (``evaluation/up_front.py``) and again when the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
 
