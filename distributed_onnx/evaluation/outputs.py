@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.model.window_batch import arrow_array, flat_values, masked_floats, numpy_view
@@ -46,8 +47,10 @@ PART_METADATA_KEY = b"distributed_onnx.part"
 
 
 def model_dir(output: Location, model: str) -> Location:
-    """``forecasts/model=NAME``: ``NAME`` must be one file name (:mod:`distributed_onnx.names`)."""
-    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={path_names.check(model, what='model name')}")
+    """``forecasts/model=NAME``: ``NAME`` must be one file name (:mod:`distributed_onnx.names`), or a checked name's
+    ``NAME@realized`` twin (``--compare-realized``: the run derives it, and ``@`` is safe in a file name)."""
+    path_names.check(model.removesuffix(REALIZED_SUFFIX), what="model name")
+    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={model}")
 
 
 def part_path(output: Location, model: str, part_index: int) -> Location:
