@@ -32,5 +32,5 @@ def test_cluster_yaml_passes_rays_validation() -> None:
 
 def test_example_job_config_is_valid_settings() -> None:
     settings = BacktestSettings.from_sources({}, REPO / "jobs" / "backtest.yaml")
-    assert isinstance(settings.output, str) and settings.output.startswith("s3://")
+    assert settings.output is not None and settings.output.is_url and settings.output.scheme == "s3"
     assert settings.quantiles == [0.1, 0.5, 0.9]

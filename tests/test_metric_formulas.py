@@ -19,8 +19,7 @@ SCORING = PACKAGE / "evaluation" / "scoring"
 
 #: (file, function) -> why the shape found there is no forecast metric.
 NOT_METRICS = {
-    ("export/common.py", "parity_report"): "the largest gap between two runtimes' outputs (export parity)",
-    ("export/variants.py", "compare_to_parent"): "the largest gap between a variant's and its parent's outputs",
+    ("export/parity.py", "parity_statistics"): "the gap between two runtimes' outputs (export and variant parity)",
     ("evaluation/fans.py", "pick"): "the window whose score is closest to its series' score",
     ("export/tirex.py", "get_loc_scale"): "TiRex's own input scaling (the context's standard deviation), in the graph",
     ("export/chronos_bolt.py", "forward"): "Chronos-Bolt's own input scaling (likewise), in the graph",

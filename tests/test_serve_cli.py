@@ -175,6 +175,12 @@ def test_replicas_without_room_stop_serve_within_its_deadline_naming_what_they_a
         code = cli.main(arguments)
     finally:
         ray.kill(holder)
+        # On a Ray it joined, serve deletes only its application: the Serve instance it started (controller,
+        # proxy on this test's port) would stay, and a later module's serve.start on other ports would be
+        # ignored by it (every request of that module refused).
+        from ray import serve
+
+        serve.shutdown()
     assert code == 3
     assert time.monotonic() - started < 90
     last = capsys.readouterr().err.strip().splitlines()[-1]
