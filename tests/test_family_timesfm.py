@@ -125,6 +125,45 @@ def test_backtest_equals_upstream_forecast_on_gappy_windows(
     assert float(np.abs(ours[:, : PATCH // 2] - np.asarray(first)[..., 1:]).max()) < 1e-4
 
 
+def test_a_shorter_horizon_decodes_only_its_patches(exported: tuple[Path, Any], pretrained: Path) -> None:
+    """A run of one output patch on the graph of two: upstream's forecast for that horizon, and the graph's
+    autoregressive step not run at all (its layers' products absent from ONNX Runtime's profile of the call)."""
+    import onnxruntime as ort
+
+    from distributed_onnx.export.timesfm import load_model
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    weights, _ = exported
+    metadata = json.loads(weights.with_suffix(".metadata.json").read_text())
+    assert metadata["input_names"] == ["context", "num_output_patches"]
+    assert metadata["short_horizon"] == "output_patches" and metadata["horizon_patches"] == 2
+
+    windows = np.stack([gappy_series()[name][-CONTEXT:] for name in ("a", "b")]).astype(np.float32)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        ours = worker.forecast(windows, PATCH // 2, LEVELS)
+    finally:
+        worker.close()
+    shorter = load_model(pretrained)
+    shorter.compile(timesfm.ForecastConfig(**(FORECAST | {"max_horizon": PATCH}), per_core_batch_size=4))
+    _, theirs = shorter.forecast(horizon=PATCH // 2, inputs=list(windows))
+    assert float(np.abs(ours - np.asarray(theirs)[..., 1:]).max()) < 1e-4
+
+    def products(patches: int, folder: Path) -> int:
+        options = ort.SessionOptions()
+        options.enable_profiling, options.profile_file_prefix = True, str(folder / f"profile-{patches}")
+        session = ort.InferenceSession(str(weights), options, providers=["CPUExecutionProvider"])
+        out = session.run(None, {"context": windows, "num_output_patches": np.array(patches, dtype=np.int64)})[0]
+        assert out.shape == (2, patches * PATCH, len(LEVELS))
+        trace = json.loads(Path(session.end_profiling()).read_text())
+        return sum(1 for e in trace if e.get("cat") == "Node" and e["args"].get("op_name") == "MatMul")
+
+    one, two = products(1, weights.parent), products(2, weights.parent)
+    layers = TIMESFM["tiny"]["sizes"]["num_layers"]
+    assert two - one >= 4 * layers, (one, two)  # the step's attention and feed-forward products, per layer
+
+
 def test_a_horizon_beyond_the_export_is_refused_in_one_line(
     exported: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
