@@ -46,8 +46,8 @@ class ContextQuantilesAdapter:
         self._asks_patches = names[1:] == [NUM_OUTPUT_PATCHES]
         if len(names) != 1 and not self._asks_patches:
             raise ConfigError(
-                f"model_family {self.family!r} takes one input, the context (and optionally "
-                f"{NUM_OUTPUT_PATCHES!r} after it); metadata lists {metadata.input_names}",
+                f"model_family {self.family!r} takes exactly one input, the context, or the context and "
+                f"{NUM_OUTPUT_PATCHES!r}; metadata lists {metadata.input_names}",
                 key="input_names",
             )
         if short_horizon_of(metadata) == "output_patches" and not self._asks_patches:
