@@ -29,6 +29,9 @@ flags that decide MLAS's kernels (``/proc/cpuinfo``), and the load average befor
 Reproduce (2 quiet cores; the first run builds and exports each family into ``--workdir``, minutes each)::
 
     .venv/bin/python benchmarks/roofline.py --family all --torch --backtest-windows 600
+
+``--checkpoint PATH ...`` measures any checkpoints instead (an int8 variant, an older export), without the torch
+side, written as ``roofline_STEM.json``.
 """
 
 from __future__ import annotations
@@ -300,11 +303,12 @@ def backtest(checkpoint: Path, context_length: int, windows: int, workdir: Path)
     return {key: result[key] for key in ("windows", "windows_per_s", "wall_s", "first_forecast_s")}
 
 
-def measure(family: str, args: argparse.Namespace) -> dict[str, Any]:
-    path, export_s = build(args.workdir, family)
+def measure(path: Path, export_s: float | None, args: argparse.Namespace, *, published: bool) -> dict[str, Any]:
+    """Every figure of one checkpoint; ``published``: one of ``--workdir``'s builds (its upstream pass is known)."""
     load_before = os.getloadavg()[0]
-    peak, int8_peak = matmul_peaks(args.seconds)  # per family: a long run's machine may change under it
+    peak, int8_peak = matmul_peaks(args.seconds)  # per checkpoint: a long run's machine may change under it
     metadata = LocalCheckpoint(path=path).resolve().metadata
+    family = metadata.model_family
     windows = random_walk(args.rows, metadata.context_length)
     feeds, calls = call_feeds(metadata, windows)
     nodes = profile(path, feeds)
@@ -332,7 +336,7 @@ def measure(family: str, args: argparse.Namespace) -> dict[str, Any]:
         "ort_by_product_shape": by_product_shape(nodes),
     }
     result["worker_over_bare"] = round(result["worker_one_thread_windows_per_s"] / one, 3)
-    if args.torch:
+    if args.torch and published:
         side = torch_side(family, args.workdir, windows, args.seconds, args.torch_threads)
         result["torch"] = side
         if args.torch_threads == 1:
@@ -349,7 +353,10 @@ def measure(family: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", nargs="+", default=["all"], choices=["all", *FAMILIES])
+    parser.add_argument("--family", nargs="+", default=[], choices=["all", *FAMILIES], help="published builds")
+    parser.add_argument(
+        "--checkpoint", type=Path, nargs="+", default=[], help="any checkpoints (an int8 variant...): no torch side"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/roofline-work"), help="builds, kept across runs")
     parser.add_argument("--rows", type=int, default=8, help="windows a call (the upstream scripts' batch)")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each timed measurement")
@@ -358,12 +365,17 @@ def main() -> None:
     parser.add_argument("--backtest-windows", type=int, nargs="*", default=[], choices=[32, 600])
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if not args.family and not args.checkpoint:
+        parser.error("give --family (all, or names) or --checkpoint")
     chosen = FAMILIES if "all" in args.family else tuple(args.family)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    for family in chosen:
-        result = measure(family, args)
+    runs = [(*build(args.workdir, family), True) for family in chosen]
+    runs += [(path, None, False) for path in args.checkpoint]
+    for path, export_s, published in runs:
+        result = measure(path, export_s, args, published=published)
         print(json.dumps({k: v for k, v in result.items() if not k.startswith(("ort_by", "torch"))}, indent=2))
-        (args.out_dir / f"roofline_{family}.json").write_text(json.dumps(result, indent=2) + "\n")
+        name = result["family"] if published else path.stem
+        (args.out_dir / f"roofline_{name}.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
