@@ -8,7 +8,7 @@ changes of cost that leave every value upstream's:
 - **Heads on the token read.** ``decode`` projects every token through both output heads (the point head, one
   output patch per token; the quantile head, ``os`` steps per token) and then reads one token's: the prefill's
   last, each step's last. The graph projects only that token (a head acts on each token alone: the same
-  products on the same values), a twelfth of a published model's work on its context of 32 patches.
+  products on the same values; what that saves: ``benchmarks/results/roofline.md``).
 - **The output patches the call asks.** Each autoregressive step runs inside a ``torch.cond`` (an ONNX ``If``)
   taken when the call's ``num_output_patches`` asks for its patch, nested in the step before it: a call of one
   patch runs the prefill alone, whatever the graph's most. Each step only appends to what the steps before it

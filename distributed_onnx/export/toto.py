@@ -177,7 +177,7 @@ def last_patch_forward(backbone: Any, series: Any, padding_mask: Any, id_mask: A
     Upstream unembeds every patch's token (``embed_dim`` -> ``patch x embed_dim``) and computes the mixture at
     every step of the context, and the forecast reads the last patch's: the unembedding and the mixture's
     projections act on each token and step alone, so the last token's are the same products on the same values,
-    without the other tokens' (a quarter of a published model's multiply-adds: ``benchmarks/results/roofline.md``).
+    without the other tokens' (what that saves: ``benchmarks/results/roofline.md``).
     """
     torch = require_torch()
     from einops import rearrange
