@@ -24,7 +24,7 @@ with ONNX Runtime itself and the runner's own session settings (``ENABLE_EXTENDE
   ``torch.profiler``'s time by operator: where the two spend differently.
 
 Written per family to ``benchmarks/results/roofline_FAMILY.json`` (``--out-dir``), with the CPU's model and the
-flags that decide MLAS's kernels (``/proc/cpuinfo``), and the load average before and after.
+flags that decide MLAS's kernels (``machine.cpu_facts``), and the load average before and after.
 
 Reproduce (2 quiet cores; the first run builds and exports each family into ``--workdir``, minutes each)::
 
@@ -40,7 +40,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -54,6 +53,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_facts
 from roofline_upstream import FAMILIES, HORIZON, build, pretrained_path, upstream_pass
 
 from distributed_onnx.model.adapters import adapter_for
@@ -66,19 +66,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: The products whose multiply-adds are counted (an int8 variant's included).
 PRODUCTS = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "DynamicQuantizeMatMul"}
 PRODUCTS |= {"MatMulIntegerToFloat", "QLinearMatMul", "MatMulNBits"}
-#: The CPU flags that decide which kernels MLAS picks.
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
-
-
-def cpu_facts() -> dict[str, Any]:
-    """The CPU's model name and which of :data:`CPU_FLAGS` it has (``/proc/cpuinfo``)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return {"model": platform.processor(), "flags": {}}
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"model": model, "cores": os.cpu_count(), "flags": {flag: flag in flags for flag in CPU_FLAGS}}
 
 
 def session_options(profile_prefix: str | None = None) -> ort.SessionOptions:
@@ -345,8 +332,7 @@ def measure(path: Path, export_s: float | None, args: argparse.Namespace, *, pub
         run = backtest(path, metadata.context_length, count, args.workdir)
         run["over_two_bare_threads"] = round(run["windows_per_s"] / two, 3)
         result.setdefault("backtest", {})[str(count)] = run
-    result["cpu"] = cpu_facts()
-    result["machine"] = {"platform": platform.platform(), "ort": ort.__version__}
+    result["machine"] = {**cpu_facts(), "ort": ort.__version__}
     result["load_before"], result["load_after"] = load_before, os.getloadavg()[0]
     return result
 
