@@ -145,6 +145,11 @@ def _macs_of(event: dict[str, Any]) -> int:
     return int(np.prod(outputs[0])) * int(inputs[0][-1])
 
 
+def window_macs(nodes: list[dict[str, Any]], rows: int) -> float:
+    """The products' multiply-adds per window of one profiled call of ``rows`` windows."""
+    return sum(_macs_of(event) for event in nodes if event["args"].get("op_name") in PRODUCTS) / rows
+
+
 def profile(path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """ORT's node events of one profiled call (after one unprofiled warm-up call in the same session)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -299,7 +304,7 @@ def measure(path: Path, export_s: float | None, args: argparse.Namespace, *, pub
     windows = random_walk(args.rows, metadata.context_length)
     feeds, calls = call_feeds(metadata, windows)
     nodes = profile(path, feeds)
-    macs = sum(_macs_of(event) for event in nodes if event["args"].get("op_name") in PRODUCTS) * calls / args.rows
+    macs = window_macs(nodes, args.rows) * calls
     one = timed(_runner(_session(str(path)), feeds), args.seconds) * args.rows / calls
     two = two_threads(path, feeds, args.seconds) * args.rows / calls
     result: dict[str, Any] = {
