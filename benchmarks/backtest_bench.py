@@ -86,7 +86,7 @@ def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, 
     from distributed_onnx.evaluation import outputs
     from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.model.backend.providers import SessionOptionsConfig
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
@@ -183,7 +183,7 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     from distributed_onnx.evaluation.data.packing import pack_batch
     from distributed_onnx.evaluation.data.series_source import SeriesStore
     from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.runtime.local_ray import connect
 
     started = time.perf_counter()

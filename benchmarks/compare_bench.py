@@ -47,7 +47,7 @@ def copies(directory: Path, k: int) -> list[Path]:
 
 
 def one(checkpoints: list[Path], output: Path, n_windows: int) -> dict[str, Any]:
-    from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.backtest import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     settings = BacktestSettings(

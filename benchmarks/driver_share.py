@@ -70,7 +70,7 @@ def ray_calls(parts: int, actors: int) -> dict[str, Any]:
     import ray
 
     from distributed_onnx.evaluation.data.windows import PartSpec
-    from distributed_onnx.evaluation.driver.part_ledger import PartLedger
+    from distributed_onnx.evaluation.driver._part_ledger import PartLedger
     from distributed_onnx.evaluation.part_messages import PartReceipt
     from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 
@@ -136,7 +136,7 @@ def child(mode: str, work: Path, windows: int) -> dict[str, Any]:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from graphs import write_season_copy
 
-    from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.backtest import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     checkpoint = write_season_copy(work)

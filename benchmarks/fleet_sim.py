@@ -5,7 +5,7 @@
 each running its calls one after the other at its own speed, a node that is lost at a given time (its actors'
 calls fail with Ray's ``RayActorError``, as Ray's do) and comes back later, calls that hang until their
 deadline. The dispatcher (:class:`~distributed_onnx.runtime.dispatch.Dispatcher`), its bookkeeping, the
-driver's ledger of receipts (:class:`~distributed_onnx.evaluation.driver.part_ledger.PartLedger`, which sets each
+driver's ledger of receipts (:class:`~distributed_onnx.evaluation.driver._part_ledger.PartLedger`, which sets each
 part's deadline) and the progress counter are the run's own code, unchanged.
 
 The fake clock moves at the cluster's events, and also by the CPU the driver's code spends between two of its
@@ -29,10 +29,10 @@ import numpy as np
 from ray.exceptions import RayActorError
 
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.driver.part_count import dispatch_order
-from distributed_onnx.evaluation.driver.part_ledger import PartLedger
-from distributed_onnx.evaluation.driver.progress import Progress
+from distributed_onnx.evaluation.driver._part_ledger import PartLedger
+from distributed_onnx.evaluation.driver._progress import Progress
 from distributed_onnx.evaluation.part_messages import PartReceipt
+from distributed_onnx.evaluation.planning import dispatch_order
 from distributed_onnx.runtime.dispatch import DispatchCallbacks, DispatchConfig, Dispatcher
 
 

@@ -46,7 +46,7 @@ def run_once(
     from distributed_onnx.evaluation import outputs
     from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
     from distributed_onnx.model.backend.providers import SessionOptionsConfig
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig

@@ -427,7 +427,7 @@ def many_series(output: Path, counts: list[int], baseline_tree: str | None = Non
 
 def plan_only(data: Path, checkpoint: Path, n_windows: int, output: Path) -> dict[str, Any]:
     """Read, check and plan the data as the CLI's driver does (``prepare``), nothing else: the data layer's RSS."""
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 A forecaster in a notebook holds a DataFrame, not a file, and wants tables back (as Nixtla's
 ``cross_validation(df, h=..., n_windows=..., step_size=...)`` gives them). This is the command's run
-(:func:`distributed_onnx.evaluation.driver.run.run_backtest`) behind one call: the same settings model, validation,
+(:func:`distributed_onnx.evaluation.backtest.run_backtest`) behind one call: the same settings model, validation,
 errors and numbers. The arguments are the settings (no environment variables or files apply here).
 """
 
@@ -100,9 +100,9 @@ def backtest(
     ...
     distributed_onnx.errors.ConfigError: Invalid backtest settings: colour: Extra inputs are not permitted ...
     """
-    from distributed_onnx.evaluation.driver.run import run_backtest
-    from distributed_onnx.evaluation.driver.up_front import check_backtest
+    from distributed_onnx.evaluation.backtest import run_backtest
     from distributed_onnx.evaluation.settings import BacktestSettings
+    from distributed_onnx.evaluation.up_front import check_backtest
     from distributed_onnx.runtime.local_ray import alive_nodes
 
     table = None if isinstance(data, str | os.PathLike) else _as_arrow(data)
@@ -168,8 +168,9 @@ def read_forecasts(output: Location | Path | str) -> pa.Table:
 
     from distributed_onnx import storage
     from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY
+    from distributed_onnx.location import Location
 
-    fs, inner = storage.filesystem(storage.join(output, FORECASTS_DIR))
+    fs, inner = storage.filesystem(storage.join(Location.parse(output), FORECASTS_DIR))
     try:
         partitioning = ds.partitioning(pa.schema([(MODEL_KEY, pa.string())]), flavor="hive")
         table = ds.dataset(inner, filesystem=fs, format="parquet", partitioning=partitioning).to_table()

@@ -354,7 +354,7 @@ def _backtest(args: argparse.Namespace) -> int:
 
     from distributed_onnx.evaluation.driver.clock import process_started_perf_s
     from distributed_onnx.evaluation.driver.early import start_early
-    from distributed_onnx.evaluation.driver.up_front import check_backtest
+    from distributed_onnx.evaluation.up_front import check_backtest
 
     tuned = None
     if args.tuned is not None:
@@ -372,7 +372,7 @@ def _backtest(args: argparse.Namespace) -> int:
     check_backtest(settings)  # what the whole run would be refused for, before Ray starts
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
-    from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.backtest import run_backtest
 
     # A rerun's Ray starts after its plan, if at all (a finished run imports no Ray): quiet as the early start's.
     quiet = not args.verbose

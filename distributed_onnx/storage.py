@@ -2,10 +2,11 @@
 
 A *location* is a :class:`~distributed_onnx.location.Location`: a path on this machine, or a URL that
 ``pyarrow.fs.FileSystem.from_uri`` understands (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``);
-other schemes go through fsspec when it is installed. Every function takes a Location (or a path or the text a
-user wrote, parsed once here with :meth:`Location.parse`); the URL's whole text, credentials included, is read
-only by :func:`filesystem`, to hand it to pyarrow or fsspec, and every message is built from the Location,
-which shows itself redacted. On a cluster the driver reads the data and writes the run's
+other schemes go through fsspec when it is installed. Every function takes a Location, parsed once where the user
+gave it (the settings, a command's argument), never again here: a path or a string is refused by the type
+checker, not parsed on each call. The URL's whole text, credentials included, is read only by
+:func:`filesystem`, to hand it to pyarrow or fsspec, and every message is built from the Location, which shows
+itself redacted. On a cluster the driver reads the data and writes the run's
 summary files, and every actor writes the forecast parts it computed, so the run directory must be one place
 that *every node* and the user can reach under the same name: shared storage or an object store, never a
 node's own temp directory.
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 
 from distributed_onnx import redact as _redaction
 from distributed_onnx.errors import ConfigError, MissingExtraError, StorageError
-from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
 
 logger = logging.getLogger(__name__)
@@ -56,32 +57,31 @@ READ_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 _ARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file", "mock"})
 
 
-def join(location: LocationLike, *parts: str) -> Location:
+def join(location: Location, *parts: str) -> Location:
     """``location / part / ...`` for a path or a URL (:meth:`Location.join`).
 
     A URL's options stay options: ``s3://bucket/run?endpoint_override=host:9000`` joined with ``forecasts``
     is ``s3://bucket/run/forecasts?endpoint_override=host:9000`` (appending to the whole string put every file
     inside the query, where pyarrow either refused it or read the bucket's root).
     """
-    return Location.parse(location).join(*parts)
+    return location.join(*parts)
 
 
-def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
+def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem of ``location`` and the path inside it.
 
     The one place a URL's whole text (credentials, options) is read (:meth:`Location.reveal`): it goes to pyarrow
     or fsspec, and every message here is built from the Location itself, redacted.
     """
-    place = Location.parse(location)
-    if place.local_path is not None:  # absolute: pyarrow reads a relative ``user:pw@host/dir`` as a URI
-        return pafs.LocalFileSystem(), str(place.local_path.absolute())
-    scheme = place.scheme
+    if location.local_path is not None:  # absolute: pyarrow reads a relative ``user:pw@host/dir`` as a URI
+        return pafs.LocalFileSystem(), str(location.local_path.absolute())
+    scheme = location.scheme
     try:
-        return pafs.FileSystem.from_uri(place.reveal())
+        return pafs.FileSystem.from_uri(location.reveal())
     except OSError as exc:
         if scheme in {"hdfs", "viewfs"} and ("libjvm" in str(exc) or "libhdfs" in str(exc)):
             raise MissingExtraError(  # pyarrow's message lists every path it tried: dozens of lines
-                f"Cannot open {place}: pyarrow's HDFS client needs Java and libhdfs, and could not load them "
+                f"Cannot open {location}: pyarrow's HDFS client needs Java and libhdfs, and could not load them "
                 "(set JAVA_HOME, HADOOP_HOME and ARROW_LIBHDFS_DIR on every node)."
             ) from None
         raise
@@ -90,56 +90,56 @@ def filesystem(location: LocationLike) -> tuple[pafs.FileSystem, str]:
             # pyarrow knows the scheme and refused the URL (an option it does not take, such as ?secret_key=):
             # fsspec would only answer "install s3fs", which does not help. Credentials go in the environment.
             raise ConfigError(
-                f"Cannot open {place}: {place.scrub(str(arrow_error))}. pyarrow's {scheme}:// URLs take "
+                f"Cannot open {location}: {location.scrub(str(arrow_error))}. pyarrow's {scheme}:// URLs take "
                 "options such as region, endpoint_override and scheme; give credentials in the environment "
                 "(e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or the URL's user-info, not as options.",
-                location=str(place),
+                location=str(location),
             ) from None
         try:
             import fsspec  # type: ignore[import-untyped]
         except ImportError:
             if scheme in _ARROW_SCHEMES:
                 raise MissingExtraError(
-                    f"pyarrow cannot open {place}: {place.scrub(str(arrow_error))}. Install a pyarrow build "
+                    f"pyarrow cannot open {location}: {location.scrub(str(arrow_error))}. Install a pyarrow build "
                     "with that filesystem."
                 ) from None
             raise ConfigError(
-                f"Cannot open {place}: pyarrow does not know the scheme {scheme}:// and fsspec is not "
+                f"Cannot open {location}: pyarrow does not know the scheme {scheme}:// and fsspec is not "
                 "installed. Use a local path, an s3:// / gs:// URL, or `pip install fsspec`.",
-                location=str(place),
+                location=str(location),
             ) from None
         try:
-            spec_fs, path = fsspec.core.url_to_fs(place.reveal())
+            spec_fs, path = fsspec.core.url_to_fs(location.reveal())
         except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
             raise MissingExtraError(
-                f"Cannot open {place}: {place.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
+                f"Cannot open {location}: {location.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
                 "installed)."
             ) from None
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
-            raise ConfigError(f"Cannot open {place}: {place.scrub(str(exc))}.", location=str(place)) from None
+            raise ConfigError(f"Cannot open {location}: {location.scrub(str(exc))}.", location=str(location)) from None
         return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), str(path)
 
 
-def is_file(location: LocationLike) -> bool:
-    path = Location.parse(location).local_path
+def is_file(location: Location) -> bool:
+    path = location.local_path
     if path is not None:
         return path.is_file()
     fs, inner = filesystem(location)
     return bool(fs.get_file_info(inner).type == pafs.FileType.File)
 
 
-def is_dir(location: LocationLike) -> bool:
+def is_dir(location: Location) -> bool:
     """True for an existing folder (on a store: a prefix some object is under)."""
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is not None:
         return path.is_dir()
     fs, inner = filesystem(location)
     return bool(fs.get_file_info(inner).type == pafs.FileType.Directory)
 
 
-def file_size(location: LocationLike) -> int | None:
+def file_size(location: Location) -> int | None:
     """The size of a file in bytes, or None when there is no file."""
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is not None:
         return path.stat().st_size if path.is_file() else None
     fs, inner = filesystem(location)
@@ -147,8 +147,8 @@ def file_size(location: LocationLike) -> int | None:
     return int(info.size) if info.type == pafs.FileType.File else None
 
 
-def make_dirs(location: LocationLike) -> None:
-    path = Location.parse(location).local_path
+def make_dirs(location: Location) -> None:
+    path = location.local_path
     if path is not None:
         path.mkdir(parents=True, exist_ok=True)
         return
@@ -158,23 +158,22 @@ def make_dirs(location: LocationLike) -> None:
 
 
 @contextmanager
-def _writable(location: LocationLike) -> Iterator[None]:
+def _writable(location: Location) -> Iterator[None]:
     """A filesystem that reads only (fsspec's ``https://``) refuses a write with a bare ``NotImplementedError``
     (a traceback and exit 4): one :class:`ConfigError` naming the location instead."""
     try:
         yield
     except NotImplementedError:
-        place = Location.parse(location)
         raise ConfigError(
-            f"Cannot write to {place}: {place.scheme}:// is read-only here. Write to a local path or an object "
+            f"Cannot write to {location}: {location.scheme}:// is read-only here. Write to a local path or an object "
             "store (s3://, gs://, abfs://...).",
-            location=str(place),
+            location=str(location),
         ) from None
 
 
-def list_files(directory: LocationLike, prefix: str, suffix: str) -> list[Location]:
+def list_files(directory: Location, prefix: str, suffix: str) -> list[Location]:
     """Files directly in ``directory`` named ``prefix*suffix``, sorted by name; empty if it does not exist."""
-    path = Location.parse(directory).local_path
+    path = directory.local_path
     if path is not None:
         return [Location(found) for found in sorted(path.glob(f"{prefix}*{suffix}"))] if path.is_dir() else []
     fs, inner = filesystem(directory)
@@ -187,8 +186,8 @@ def list_files(directory: LocationLike, prefix: str, suffix: str) -> list[Locati
     return [join(directory, name) for name in names]
 
 
-def delete(location: LocationLike) -> None:
-    path = Location.parse(location).local_path
+def delete(location: Location) -> None:
+    path = location.local_path
     if path is not None:
         path.unlink(missing_ok=True)
         return
@@ -197,8 +196,8 @@ def delete(location: LocationLike) -> None:
         fs.delete_file(inner)
 
 
-def read_bytes(location: LocationLike) -> bytes:
-    path = Location.parse(location).local_path
+def read_bytes(location: Location) -> bytes:
+    path = location.local_path
     if path is not None:
         return path.read_bytes()
     fs, inner = filesystem(location)
@@ -206,16 +205,16 @@ def read_bytes(location: LocationLike) -> bytes:
         return bytes(stream.read())
 
 
-def open_input_file(location: LocationLike) -> Any:
+def open_input_file(location: Location) -> Any:
     """A seekable pyarrow file (Parquet and CSV readers take it), or the local path itself."""
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is not None:
         return path
     fs, inner = filesystem(location)
     return fs.open_input_file(inner)
 
 
-def read_parquet(location: LocationLike, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+def read_parquet(location: Location, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
     """Read a Parquet file (``filters``: a ``pyarrow.compute`` expression; row groups it excludes are skipped).
 
     Without filters the file is read directly (``ParquetFile``): ``pq.read_table`` goes through
@@ -231,7 +230,7 @@ def read_parquet(location: LocationLike, columns: list[str] | None = None, filte
             source.close()
 
 
-def read_parquet_metadata(location: LocationLike) -> Any:
+def read_parquet_metadata(location: Location) -> Any:
     """The footer of a Parquet file (rows, row groups, key-value metadata) without reading its data."""
     source = open_input_file(location)
     if isinstance(source, Path):
@@ -273,7 +272,7 @@ def _umask() -> int:
     return mask
 
 
-def _upload_atomically(location: LocationLike, payload: bytes) -> None:
+def _upload_atomically(location: Location, payload: bytes) -> None:
     """Upload to a temporary object beside ``location``, then copy it into place (server-side) and delete it.
 
     pyarrow closes an output stream that an exception left (and one that is garbage collected), and closing
@@ -294,9 +293,9 @@ def _upload_atomically(location: LocationLike, payload: bytes) -> None:
             fs.delete_file(temporary)
 
 
-def write_bytes(location: LocationLike, payload: bytes) -> int:
+def write_bytes(location: Location, payload: bytes) -> int:
     """Write ``payload`` atomically (see the module docstring), flushed to disk before the rename; returns its size."""
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is None:
         _upload_atomically(location, payload)
         return len(payload)
@@ -307,7 +306,7 @@ def write_bytes(location: LocationLike, payload: bytes) -> int:
     return len(payload)
 
 
-def write_parquet(location: LocationLike, table: pa.Table, **options: Any) -> int:
+def write_parquet(location: Location, table: pa.Table, **options: Any) -> int:
     """Write ``table`` as Parquet atomically and durably; returns the file's size in bytes.
 
     ``options`` go to ``pyarrow.parquet.write_table``. Locally the file is written, fsynced, then renamed into
@@ -316,7 +315,7 @@ def write_parquet(location: LocationLike, table: pa.Table, **options: Any) -> in
     return _write_encoded(location, lambda out: pq.write_table(table, out, **options))
 
 
-def write_parquet_tables(location: LocationLike, schema: pa.Schema, tables: Iterable[pa.Table], **options: Any) -> int:
+def write_parquet_tables(location: Location, schema: pa.Schema, tables: Iterable[pa.Table], **options: Any) -> int:
     """Write ``tables`` (each of ``schema``) one after the other as one Parquet file, atomically and durably, without
     holding more than one of them; returns the file's size in bytes.
 
@@ -333,13 +332,13 @@ def write_parquet_tables(location: LocationLike, schema: pa.Schema, tables: Iter
     return _write_encoded(location, encode)
 
 
-def _write_encoded(location: LocationLike, encode: Callable[[Any], None]) -> int:
+def _write_encoded(location: Location, encode: Callable[[Any], None]) -> int:
     """Run ``encode`` (it writes one whole file to the stream it is given) into ``location`` atomically.
 
     Locally into a temporary file, fsynced, then renamed into place; a URL gets the file serialized in memory
     first, because a stream that failed half-way must not be closed into a published object. Returns the size.
     """
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is not None:
         with _replaced_atomically(path) as temporary, open(temporary, "wb") as handle:
             encode(handle)
@@ -351,10 +350,10 @@ def _write_encoded(location: LocationLike, encode: Callable[[Any], None]) -> int
     return write_bytes(location, sink.getvalue().to_pybytes())
 
 
-def sha256(location: LocationLike) -> str:
+def sha256(location: Location) -> str:
     """Hex sha256 of a file, read in chunks."""
     digest = hashlib.sha256()
-    path = Location.parse(location).local_path
+    path = location.local_path
     if path is not None:
         with path.open("rb") as handle:
             while chunk := handle.read(_CHUNK_BYTES):

@@ -1,6 +1,6 @@
 """``distributed-onnx tune``: measure, on this machine, the backtest settings that run a checkpoint fastest.
 
-The defaults are chosen without measuring (:mod:`.evaluation.driver.part_count`); a machine's cores, caches and
+The defaults are chosen without measuring (:mod:`.evaluation.planning._part_count`); a machine's cores, caches and
 ONNX Runtime build decide what is fastest for a graph. ``tune`` measures, with real ORT sessions of the
 checkpoint on real windows of the data (the bundled data by default), in short timed runs within a budget:
 
@@ -49,8 +49,8 @@ from pydantic_settings import CliPositionalArg
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.driver.up_front import check_output_file
 from distributed_onnx.evaluation.scoring.variants import DEFAULT_MARGIN, accuracy_holds
+from distributed_onnx.evaluation.up_front import check_output_file
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.backend.cpu_features import detect_cpu
 from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig

@@ -1,10 +1,10 @@
 """``tune``'s accuracy gate: a checkpoint and its variants backtested on the data's windows, in this process, by the
 backtest's own code, for the verdict the report gives.
 
-The backtest's plan (:func:`~.evaluation.driver.plan.prepare`), the actors' part runner over each part in turn
+The backtest's plan (:func:`~.evaluation.planning.prepare`), the actors' part runner over each part in turn
 (:class:`~.evaluation.actor.part.PartRunner`, as the benchmark's plain loop runs it), the driver's merge and
 leaderboard, and :func:`~.evaluation.scoring.variants.variant_verdicts` on them, with the summary's own model
-records (:func:`~.evaluation.driver.summary.model_records`): what ``backtest`` of both checkpoints would say about
+records (:meth:`~.evaluation.planning.RunPlan.model_records`): what ``backtest`` of both checkpoints would say about
 these windows, without starting Ray or drawing a report, which would cost tune more than its few dozen windows.
 
 The windows (:func:`gate_windows`): ``origins`` per series, one horizon apart (they do not overlap, so the test's
@@ -32,8 +32,7 @@ from distributed_onnx.evaluation.actor.part import PartRunner
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.table import read_table
 from distributed_onnx.evaluation.driver.merge import RunSums
-from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
-from distributed_onnx.evaluation.driver.summary import model_records
+from distributed_onnx.evaluation.planning import RunPlan, prepare
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.evaluation.settings import BacktestSettings
@@ -138,7 +137,7 @@ def run_gate(
         if unverified:  # written by this process a moment ago: a part that does not verify is a bug
             raise RuntimeError(f"tune's accuracy gate: parts {unverified} it wrote do not verify")
         board = leaderboard(scores, plan.step_us) if plan.windows.planned else pa.table({})
-        verdicts = variant_verdicts(model_records(plan), board, stage_s) if board.num_rows else []
+        verdicts = variant_verdicts(plan.model_records(), board, stage_s) if board.num_rows else []
     return GateResult(
         verdicts=verdicts,
         series=chosen.series,

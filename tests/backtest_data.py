@@ -20,7 +20,7 @@ from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series, window_ids
 from distributed_onnx.evaluation.driver.merge import RunSums
-from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
+from distributed_onnx.evaluation.planning import RunPlan, prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.location import Location
@@ -146,7 +146,7 @@ def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | Non
 
 def part_files(output: Path | str, model: str) -> list[Location]:
     """One model's forecast part files on disk, in part order (done or not)."""
-    return storage.list_files(outputs.model_dir(output, model), "part-", ".parquet")
+    return storage.list_files(outputs.model_dir(Location.parse(output), model), "part-", ".parquet")
 
 
 def read_forecasts(output: Path | str, model: str = "*") -> pa.Table:

@@ -40,11 +40,12 @@ from ray_actors import wait_dead  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
-from distributed_onnx.evaluation.data import scan as scan_module  # noqa: E402
+from distributed_onnx.evaluation.backtest import run_backtest  # noqa: E402
 from distributed_onnx.evaluation.data.windows import plan_series  # noqa: E402
-from distributed_onnx.evaluation.driver import dispatching as dispatching_module  # noqa: E402
+from distributed_onnx.evaluation.dataset import _scan as scan_module  # noqa: E402
+from distributed_onnx.evaluation.driver import _dispatching as dispatching_module  # noqa: E402
 from distributed_onnx.evaluation.driver import run as run_module  # noqa: E402
-from distributed_onnx.evaluation.driver.run import prepare, run_backtest  # noqa: E402
+from distributed_onnx.evaluation.planning import prepare  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
 from distributed_onnx.runtime import actors as actors_module  # noqa: E402

@@ -23,7 +23,8 @@ from pydantic.fields import FieldInfo
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.driver.identities import check_identities
+from distributed_onnx.evaluation.driver._identities import check_identities
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.identity import CheckpointIdentity, descriptive_fields, identity_fields
 
@@ -115,7 +116,7 @@ def test_each_metadata_field_edited_between_two_runs_is_refused_or_has_no_effect
     manifest = {"fingerprint": "f", "checkpoints": {"m": before.record()}}
     (output / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(ConfigError) as refused:
-        check_identities(output, {"m": after})
+        check_identities(Location(output), {"m": after})
     message = str(refused.value)
     assert f"{name} {json.dumps(before.value(name))} (recorded)" in message, message
     assert f"{json.dumps(after.value(name))} (now)" in message, message
@@ -142,7 +143,7 @@ def test_the_parts_fingerprint_holds_the_identity_so_an_edited_checkpoints_parts
     computed under another identity does not verify: the model's fingerprint it carries differs."""
     from backtest_data import settings_for
 
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
 
     checkpoint = write_tiny_chronos2(tmp_path / "checkpoint")
     settings = settings_for(checkpoint.weights_path, write_dataset(tmp_path / "data.parquet"), tmp_path / "run")

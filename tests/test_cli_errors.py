@@ -26,7 +26,8 @@ from distributed_onnx.errors import (
     UnsupportedRayError,
     WorkerStartError,
 )
-from distributed_onnx.evaluation.driver import plan as plan_module
+from distributed_onnx.evaluation import planning
+from distributed_onnx.evaluation.dataset import _load as load_module
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
@@ -148,7 +149,7 @@ def test_an_unbounded_start_and_end_plans_without_a_memory_error(
         {"checkpoint": tiny_checkpoint.weights_path, "data": data, "output": tmp_path / "run", "progress": False}
         | {"start": "0001-01-01T00:00:00Z", "end": "9999-12-31T23:30:00Z", "stride": 1}
     )
-    plan = plan_module.prepare(settings)
+    plan = planning.prepare(settings)
     assert 0 < plan.windows.planned < 200
 
 
@@ -162,7 +163,7 @@ def test_an_internal_error_is_one_line_naming_its_traceback_log(
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(plan_module, "plan_windows", broken)
+    monkeypatch.setattr(load_module, "plan_windows", broken)
     code = cli.main(_backtest(tiny_checkpoint.weights_path, data, tmp_path / "run"))
     assert code == 4
     line = _one_line(capsys)

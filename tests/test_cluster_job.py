@@ -21,7 +21,7 @@ import yaml
 from backtest_data import read_forecasts
 from ray_head import RAY, RayHead, ray_head
 
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 

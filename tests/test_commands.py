@@ -452,8 +452,8 @@ def test_a_message_names_only_flags_of_every_command_that_can_print_it() -> None
 
 def _suggestions() -> list[Suggestion]:
     """Every suggestion an error can carry: the module-level ones and those the data layer builds."""
+    from distributed_onnx.evaluation import up_front
     from distributed_onnx.evaluation.data.columns import _OTHER_NAMES, suggestion_for
-    from distributed_onnx.evaluation.driver import up_front
     from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT, ActorShape, Asked
 
     found = [value for value in vars(up_front).values() if isinstance(value, Suggestion)]

@@ -27,6 +27,7 @@ from distributed_onnx import cli
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+from distributed_onnx.location import Location
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +98,7 @@ def _check_report(tmp_path: Path, scores: PairScores, board: pa.Table, plan: obj
     from distributed_onnx.evaluation.report.page import write_report
 
     summary = {"model": "tiny", "models": {"tiny": {}, "season_copy": {}}, "pairs": scores.left_out()}
-    page = Path(write_report(tmp_path, summary, scores.to_table(), [0.1, 0.5, 0.9], [], board)).read_text()
+    page = Path(write_report(Location(tmp_path), summary, scores.to_table(), [0.1, 0.5, 0.9], [], board)).read_text()
     first = page.index("<h2>")
     assert page[first:].startswith("<h2>Leaderboard</h2>")
     for text in ("season_copy", "seasonal_quantiles", "fev skill", "pooled [95%]", "Diebold-Mariano", "seed 123"):
@@ -234,7 +235,7 @@ def test_nan_windows_fail_the_run_and_adding_a_checkpoint_computes_only_it(
 
 def test_different_grids_are_refused_with_one_line(tmp_path: Path, integer_data: Path) -> None:
     from distributed_onnx.errors import ConfigError
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
 
     tiny = write_tiny_chronos2(tmp_path, "tiny").weights_path
     wide = write_tiny_chronos2(tmp_path, "wide", context_length=32).weights_path

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from tests.backtest_data import START_US, STEP_US, settings_for
 from tests.graphs import write_tiny_chronos2
 

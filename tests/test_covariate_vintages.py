@@ -19,9 +19,11 @@ import pytest
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.packing import VintageJoin, pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
-from distributed_onnx.evaluation.data.vintages import VintageStats, index_vintages
+from distributed_onnx.evaluation.data.vintages import VintageStats
 from distributed_onnx.evaluation.data.windows import PlannedBatch, plan_series
-from distributed_onnx.evaluation.driver.plan import RunPlan, prepare
+from distributed_onnx.evaluation.dataset._vintages import index_vintages
+from distributed_onnx.evaluation.planning import RunPlan, prepare
+from distributed_onnx.location import Location
 from tests.backtest_data import SERIES_LENGTHS, START_US, STEP_US, settings_for, write_dataset
 from tests.graphs import write_tiny_chronos2
 
@@ -105,7 +107,7 @@ def _plan(tmp_path: Path, per_series: bool, latency_min: int = 0, **overrides: o
     vintages = vintage_table(per_series, names, last_cutoff)
     pq.write_table(vintages, tmp_path / "vintages.parquet")
     settings = settings.model_copy(
-        update={"covariate_data": tmp_path / "vintages.parquet", "covariate_latency": latency_min}
+        update={"covariate_data": Location(tmp_path / "vintages.parquet"), "covariate_latency": latency_min}
     )
     return prepare(settings), vintages
 

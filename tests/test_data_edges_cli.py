@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_onnx import cli
-from distributed_onnx.evaluation.data.vintages import index_vintages
-from distributed_onnx.evaluation.driver.plan import prepare
+from distributed_onnx.evaluation.dataset._vintages import index_vintages
+from distributed_onnx.evaluation.planning import prepare
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from tests.backtest_data import SERIES_LENGTHS, START_US, STEP_US, dense_series, long_table, settings_for, write_dataset
 

@@ -118,7 +118,7 @@ def test_bad_data_on_a_fresh_output_stops_the_early_started_ray_and_leaves_no_pr
         script = (  # the driver's own function, which waits for the Ray it started to stop before it raises
             "import sys, ray\n"
             "from distributed_onnx.errors import DataError\n"
-            "from distributed_onnx.evaluation.driver.run import run_backtest\n"
+            "from distributed_onnx.evaluation.backtest import run_backtest\n"
             "from distributed_onnx.evaluation.settings import BacktestSettings\n"
             f"given = {{'checkpoint': [{str(tiny_checkpoint.weights_path)!r}], 'data': {str(data)!r},"
             f" 'output': {str(output)!r}}}\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_onnx.evaluation.driver.deadlines import AttemptDeadlines
+from distributed_onnx.evaluation.driver._deadlines import AttemptDeadlines
 from distributed_onnx.runtime.dispatch_state import DispatchState
 
 ROWS_PER_BATCH = 16

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from fleet_sim import Fleet, simulate
 
 from distributed_onnx.evaluation.data.windows import WindowPlan
-from distributed_onnx.evaluation.driver.part_count import default_ramp_width, default_windows_per_part, plan_parts
+from distributed_onnx.evaluation.planning._part_count import default_ramp_width, default_windows_per_part, plan_parts
 from distributed_onnx.runtime.dispatch_tail import TailPolicy
 
 WINDOWS = 200_000

@@ -25,7 +25,7 @@ from backtest_data import START_US, STEP_US, planned_window_ids, read_forecasts,
 from listening import process_tree
 
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 ray = pytest.importorskip("ray")

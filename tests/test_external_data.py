@@ -23,6 +23,7 @@ from onnx.external_data_helper import convert_model_to_external_data
 
 from distributed_onnx import storage
 from distributed_onnx.errors import CheckpointNotFoundError
+from distributed_onnx.location import Location
 from distributed_onnx.model import external_data, file_digests
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.external_data import external_data_locations
@@ -166,8 +167,8 @@ def test_the_identity_holds_each_weights_file_and_a_missing_one_is_named(tmp_pat
     assert set(before.external) == {"tiny.onnx.data"} and before.digest != after.digest
     [difference] = before.differences(after)
     assert difference.field == "external data tiny.onnx.data"
-    assert difference.recorded == storage.sha256(tmp_path / "tiny.onnx.data") or difference.current == (
-        storage.sha256(tmp_path / "tiny.onnx.data")
+    assert difference.recorded == storage.sha256(Location(tmp_path / "tiny.onnx.data")) or difference.current == (
+        storage.sha256(Location(tmp_path / "tiny.onnx.data"))
     )
     record = after.record()
     assert record["external"] == dict(after.external)
@@ -206,25 +207,25 @@ def test_a_weights_digest_is_computed_once_per_version_of_the_file(
     os.utime(weights, ns=(old, old))
 
     first = file_sha256(weights, cache)
-    assert first == real(weights) and len(calls) == 1
+    assert first == real(Location(weights)) and len(calls) == 1
     file_digests._KNOWN.clear()  # another process: reads the kept digest
     assert file_sha256(weights, cache) == first and len(calls) == 1
     assert [path.suffix for path in (cache / "digests").iterdir()] == [".sha256"]
 
     weights.write_bytes(b"b" * 1000)  # the same size, the modification time set back
     os.utime(weights, ns=(old, old))
-    assert file_sha256(weights, cache) == real(weights) != first and len(calls) == 2
+    assert file_sha256(weights, cache) == real(Location(weights)) != first and len(calls) == 2
 
     replacement = tmp_path / "new.bin"
     replacement.write_bytes(b"c" * 1000)
     os.utime(replacement, ns=(old, old))
     replacement.replace(weights)  # another inode in its place
-    assert file_sha256(weights, cache) == real(weights) and len(calls) == 3
+    assert file_sha256(weights, cache) == real(Location(weights)) and len(calls) == 3
 
     weights.write_bytes(b"d" * 1000)  # just written: hashed, not kept
     kept = len(list((cache / "digests").iterdir()))
-    assert file_sha256(weights, cache) == real(weights) and len(calls) == 4
-    assert file_sha256(weights, cache) == real(weights) and len(calls) == 5
+    assert file_sha256(weights, cache) == real(Location(weights)) and len(calls) == 4
+    assert file_sha256(weights, cache) == real(Location(weights)) and len(calls) == 5
     assert len(list((cache / "digests").iterdir())) == kept
 
 
@@ -235,4 +236,4 @@ def test_a_cache_folder_that_cannot_be_written_costs_only_the_hashing(tmp_path: 
     os.utime(weights, ns=(old, old))
     blocked = tmp_path / "a-file"
     blocked.write_text("in the way of the cache folder")
-    assert file_sha256(weights, blocked) == storage.sha256(weights)
+    assert file_sha256(weights, blocked) == storage.sha256(Location(weights))

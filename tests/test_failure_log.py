@@ -31,6 +31,7 @@ from distributed_onnx.live.log.failures import (
 from distributed_onnx.live.log.layout import log_files, read_states
 from distributed_onnx.live.log.writer import LOG_FORMAT, ForecastLog
 from distributed_onnx.live.score.failure_rates import failure_reasons, request_counts
+from distributed_onnx.location import Location
 from distributed_onnx.serve.wire.failure_kinds import classify, describe
 from distributed_onnx.serve.wire.http import HttpError
 
@@ -52,8 +53,8 @@ def test_failures_are_a_table_of_their_own_partitioned_by_day_and_model_and_coun
     log.submit_failure(_failure(None, ADMISSION, at=3))
     log.close()
 
-    files = failure_files(tmp_path / "log")
-    folders = sorted(str(path.parent.relative_to(tmp_path / "log")) for path in files)
+    files = failure_files(Location(tmp_path / "log"))
+    folders = sorted(str(path.parent.relative_to(Location(tmp_path / "log"))) for path in files)
     assert folders == [
         f"{FAILURES_DIR}/day=2026-12-01/model=__HIVE_DEFAULT_PARTITION__",
         f"{FAILURES_DIR}/day=2026-12-01/model=a",
@@ -64,8 +65,8 @@ def test_failures_are_a_table_of_their_own_partitioned_by_day_and_model_and_coun
         ("a", VALIDATION, 422, "http"),
         ("a", MODEL_ERROR, 422, "http"),
     ]
-    assert log_files(tmp_path / "log") == []  # the forecasts' readers never see the failures table
-    (state,) = read_states(tmp_path / "log")
+    assert log_files(Location(tmp_path / "log")) == []  # the forecasts' readers never see the failures table
+    (state,) = read_states(Location(tmp_path / "log"))
     assert state["format"] == LOG_FORMAT == 2
     assert state["models"]["a"]["requests_answered"] == 3
     assert state["models"]["a"]["requests_failed"] == {VALIDATION: 1, MODEL_ERROR: 1}
@@ -78,7 +79,7 @@ def test_a_failure_row_the_queue_cannot_take_is_dropped_but_still_counted(tmp_pa
     assert log.submit_failure(_failure("a", at=1))
     assert not log.submit_failure(_failure("a", at=2))  # the queue holds one
     log.close()
-    (state,) = read_states(tmp_path / "log")
+    (state,) = read_states(Location(tmp_path / "log"))
     counts = request_counts([state]).models["a"].record()
     assert counts["failed"] == 2 and counts["failure_rows_logged"] == 1 and counts["failure_rows_dropped"] == 1
     assert counts["failure_rate"] == 1.0  # the rate comes from the counts, not from the rows that survived
@@ -154,14 +155,14 @@ def test_score_reads_rates_from_the_records_and_reasons_from_the_table(tmp_path:
     log.submit_failure(_failure("a", ADMISSION, at=3))
     log.submit_failure(_failure(None, VALIDATION, at=4))
     log.close()
-    summary = request_counts(read_states(tmp_path / "log")).record()
+    summary = request_counts(read_states(Location(tmp_path / "log"))).record()
     assert summary["recorded"] is True
     a = summary["models"]["a"]
     assert (a["requests"], a["answered"], a["failed"]) == (9, 6, 3)
     assert a["failure_rate"] == pytest.approx(3 / 9)
     assert a["failure_rate_by_kind"][VALIDATION] == pytest.approx(2 / 9)
     assert summary["unattributed"]["failed"] == 1
-    reasons, unreadable = failure_reasons(tmp_path / "log")
+    reasons, unreadable = failure_reasons(Location(tmp_path / "log"))
     assert unreadable == {}
     rows = reasons.to_pylist()
     # the most frequent first, then the latest
@@ -178,9 +179,9 @@ def test_an_old_log_says_nothing_of_failures_rather_than_a_rate_of_zero(tmp_path
     state_dir = tmp_path / "log" / "_log_state"
     state_dir.mkdir(parents=True)
     (state_dir / "old.json").write_text(json.dumps(old_record))
-    summary = request_counts(read_states(tmp_path / "log"))
+    summary = request_counts(read_states(Location(tmp_path / "log")))
     assert summary.recorded is False and summary.models == {}
-    reasons, _ = failure_reasons(tmp_path / "log")
+    reasons, _ = failure_reasons(Location(tmp_path / "log"))
     assert reasons.num_rows == 0
 
 
@@ -190,6 +191,6 @@ def test_an_unreadable_failures_file_is_named_and_the_rest_read(tmp_path: Path) 
     log.close()
     torn = tmp_path / "log" / FAILURES_DIR / "day=2026-12-01" / "model=a" / "part-torn.parquet"
     torn.write_bytes(b"")
-    reasons, unreadable = failure_reasons(tmp_path / "log")
+    reasons, unreadable = failure_reasons(Location(tmp_path / "log"))
     assert list(unreadable) == [f"{FAILURES_DIR}/day=2026-12-01/model=a/part-torn.parquet"]
     assert reasons.column("count").to_pylist() == [1]

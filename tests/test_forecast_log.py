@@ -67,7 +67,7 @@ def _model_of(path: Location) -> str | None:
 
 
 def _read_log(root: Path) -> pa.Table:
-    return pa.concat_tables([pq.read_table(path) for path in log_files(root)])
+    return pa.concat_tables([pq.read_table(path) for path in log_files(Location(root))])
 
 
 # ------------------------------------------------------------------------------------------------- rows
@@ -123,7 +123,7 @@ def test_the_writer_batches_into_hive_partitions_and_records_its_counts(tmp_path
         assert log.submit(_item(request, model="a"))
         assert log.submit(_item(request, model="b", role="shadow"))
     assert log.flush()
-    files = log_files(tmp_path / "log")
+    files = log_files(Location(tmp_path / "log"))
     assert len(files) == 2  # one batch, one file per model
     assert {_model_of(path) for path in files} == {"a", "b"}
     assert all("day=2026-12-01" in str(path) for path in files)
@@ -131,7 +131,7 @@ def test_the_writer_batches_into_hive_partitions_and_records_its_counts(tmp_path
     assert table.num_rows == 2 * 5 * 2 * 4
     counts = log.counts()
     assert counts["a"].logged == counts["b"].logged == 10 and counts["a"].dropped_total == 0
-    (state,) = read_states(tmp_path / "log")
+    (state,) = read_states(Location(tmp_path / "log"))
     assert state["models"]["a"]["logged"] == 10  # type: ignore[index]
     log.close()
 
@@ -144,7 +144,7 @@ def test_a_partition_holds_files_of_different_quantile_levels(tmp_path: Path) ->
     log.submit(other)
     log.flush()
     log.close()
-    names = sorted(tuple(pq.read_schema(path).names) for path in log_files(tmp_path))
+    names = sorted(tuple(pq.read_schema(path).names) for path in log_files(Location(tmp_path)))
     assert len(names) == 2 and "q0.99" in names[0] + names[1]
 
 
@@ -170,7 +170,7 @@ def test_the_sink_replaced_by_a_file_mid_run_drops_counted_and_logging_resumes(t
     assert counts.logged == 3 * 2 and counts.pending == 0
     table = _read_log(root)
     assert sorted(set(table.column("request_id").to_pylist())) == ["req-4", "req-5"]  # the first went with the folder
-    (state,) = read_states(root)
+    (state,) = read_states(Location(root))
     assert state["models"]["m"]["dropped"][WRITE_FAILED] == 6  # type: ignore[index]
     assert "NotADirectoryError" in str(state["last_error"]) or "FileExistsError" in str(state["last_error"])
 

@@ -26,6 +26,8 @@ BAD_IMPORTS = [
     ("live/log/layout.py", "import distributed_onnx.live.score.join", "layers"),
     ("serve/wire/protocol.py", "import distributed_onnx.serve.log.traffic", "serve-roles"),
     ("serve/log/infer_windows.py", "import ray", "serve-wire-ray-free"),
+    ("live/score/join.py", "import distributed_onnx.evaluation.dataset._scan", "stages-private"),
+    ("evaluation/dataset/_groups.py", "import distributed_onnx.evaluation.planning", "stages"),
 ]
 
 

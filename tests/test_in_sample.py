@@ -13,10 +13,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.evaluation.data.windows import plan_series
 from distributed_onnx.evaluation.driver.merge import RunSums
-from distributed_onnx.evaluation.driver.plan import prepare
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.driver.report import write_leaderboard
+from distributed_onnx.evaluation.planning import prepare
 from distributed_onnx.evaluation.sums import PartSums, read_done_part
 from distributed_onnx.model.checkpoint import write_checkpoint
 from tests.backtest_data import START_US, STEP_US, run_parts_in_process, settings_for, write_dataset
@@ -91,13 +92,13 @@ def _in_process(checkpoint: Path, data: Path, output: Path, **overrides: object)
 
     def read(index: int) -> PartSums | None:
         part = by_index[index]
-        args = (output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon, plan.model_fingerprints)
-        return read_done_part(*args)
+        args = (plan.settings.output, index, plan.run_fingerprint, part.n_windows, plan.spec.horizon)
+        return read_done_part(*args, plan.model_fingerprints)
 
     scores, unverified = sums.merge_parts(list(by_index), read)
     assert not unverified
-    sums.write_metrics(output, scores)
-    board = sums.write_leaderboard(output, scores, plan.step_us).to_pylist()
+    sums.write_metrics(plan.settings.output, scores)
+    board = write_leaderboard(plan.settings.output, scores, plan.step_us).to_pylist()
     (mae,) = [r for r in board if r["kind"] == "metric" and r["model"] == "trained" and r["metric"] == "mae"]
     return sums.in_sample_windows, mae["n"], _pairs(output, "global"), _pairs(output, "in_sample")
 

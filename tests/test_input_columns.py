@@ -18,6 +18,7 @@ import distributed_onnx
 from distributed_onnx import cli
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.resources import REFERENCE_DATASET
 
@@ -138,10 +139,10 @@ def test_the_input_file_reader_maps_the_columns_as_the_driver_did(tmp_path: Path
     own = write_dataset(tmp_path / "own.parquet", covariate=False)
     pq.write_table(_renamed(pq.read_table(own), {**NIXTLA, "y": "target"}), tmp_path / "nixtla.parquet")
     names = ColumnNames("unique_id", "ds", "target")
-    table = load_series(tmp_path / "nixtla.parquet", 30, names=names)
-    assert table.series_ids == load_series(own, 30).series_ids
+    table = load_series(Location(tmp_path / "nixtla.parquet"), 30, names=names)
+    assert table.series_ids == load_series(Location(own), 30).series_ids
     lengths = tuple(one.n_points for one in table.series)
-    reader = ParquetSeriesReader(tmp_path / "nixtla.parquet", table.series_ids, lengths, 30, (), names=names)
+    reader = ParquetSeriesReader(Location(tmp_path / "nixtla.parquet"), table.series_ids, lengths, 30, (), names=names)
     for index, expected in enumerate(table.series):
         found = reader.series(index)
         assert found.series_id == expected.series_id and found.n_points == expected.n_points
@@ -275,12 +276,12 @@ def test_a_table_whose_columns_repeat_a_name_is_refused_naming_it(
 
 
 def test_the_streamed_scan_of_a_large_parquet_refuses_a_repeated_name_before_reading_it(tmp_path: Path) -> None:
-    from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
     from distributed_onnx.evaluation.data.windows import WindowSpec
+    from distributed_onnx.evaluation.dataset._scan import scan_sorted_parquet
 
     table = pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False)).sort_by("series_id")
     path = tmp_path / "doubled.parquet"
     pq.write_table(pa.Table.from_arrays([*table.columns, table["y"]], names=[*table.column_names, "y"]), path)
     spec = WindowSpec(context_length=8, horizon=3, n_windows=2, stride=2)
     with pytest.raises(DataError, match=r"doubled.parquet: the table has column\(s\) of the same name \('y' 2 times\)"):
-        scan_sorted_parquet(path, 30, [], spec, chunk_rows=4)
+        scan_sorted_parquet(Location(path), 30, [], spec, chunk_rows=4)

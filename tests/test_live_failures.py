@@ -35,6 +35,7 @@ from distributed_onnx.live.log.failures import ADMISSION, MODEL_ERROR, VALIDATIO
 from distributed_onnx.live.log.layout import read_states
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.location import Location
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +173,7 @@ def _wait_for_the_log(root: Path, requests: int, timeout_s: float = 30.0) -> lis
     is settled (written or dropped)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        records = _records(states := read_states(root))
+        records = _records(states := read_states(Location(root)))
         total = sum(r.get("requests_answered", 0) + sum(r.get("requests_failed", {}).values()) for r in records)
         settled = all(
             r.get("failures_logged", 0) + r.get("failures_dropped", 0) == sum(r.get("requests_failed", {}).values())
@@ -253,7 +254,7 @@ def _send(server: Server) -> Sent:
 def _check_the_log(setup: Setup, sent: Sent, started_us: int) -> None:
     """The failures table holds each failure (kind, reason, model, status, protocol, time; no body)."""
     states = _wait_for_the_log(setup.log, sent.requests)
-    table, unreadable = read_failures(setup.log)
+    table, unreadable = read_failures(Location(setup.log))
     assert unreadable == {}
     rows = table.to_pylist()
     found: dict[tuple[str | None, str], int] = {}

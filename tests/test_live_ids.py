@@ -24,6 +24,7 @@ from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.log_windows import read_log_windows
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.location import Location
 from distributed_onnx.serve.log.infer_windows import _series_ids
 from distributed_onnx.serve.log.traffic import LiveTraffic
 from distributed_onnx.serve.operations.metrics import LiveMetrics
@@ -86,7 +87,7 @@ def test_a_client_id_sent_to_the_shadow_then_reused_by_a_primary_request_does_no
     start = "2026-12-01T00:00:00Z"  # REQUEST_TIME_US: the actuals' first instant
     _answer(traffic, [(shadow, _request("a", start), "X"), (primary, _request("b", start, steps=61), "X")])
     log.close()
-    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path / "log")])
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(Location(tmp_path / "log"))])
     assert set(table["request_id"].to_pylist()) == {"X"}  # the client's id is kept, as data
     windows = _score(tmp_path, tmp_path / "actuals.parquet")
     assert windows == {"shadow": {"scored": 2}, "primary": {"scored": 1}}
@@ -154,7 +155,7 @@ def test_one_series_id_bound_in_bytes_for_the_backtest_both_routes_and_score(tmp
         np.ones((2, 48, 1), dtype=np.float32),
     )  # fmt: skip
     pq.write_table(forecast_rows(item), tmp_path / "part-x.parquet")
-    (windows,) = read_log_windows(tmp_path / "part-x.parquet")
+    (windows,) = read_log_windows(Location(tmp_path / "part-x.parquet"))
     assert windows.series_ids[0] == fits and windows.series_ids[1].startswith("<id of 1025 bytes, blake2b ")
     with pytest.raises(HttpError, match="at most 1,024 bytes") as refused:
         parse_body(json.dumps({"series": [{"series_id": over, "y": [1.0]}]}).encode(), ForecastRequest)
@@ -172,7 +173,7 @@ def test_score_reads_ids_per_window_and_bounds_an_old_logs_long_ones(tmp_path: P
     )  # fmt: skip
     path = tmp_path / "part-x.parquet"
     pq.write_table(forecast_rows(item), path)
-    (windows,) = read_log_windows(path)
+    (windows,) = read_log_windows(Location(path))
     assert windows.series_ids[0] == "a" and windows.series_ids[1].startswith("<id of 1000000 bytes, blake2b ")
     assert windows.series_ids.nbytes < 10_000  # was 96 rows x 1e6 characters x 4 bytes
 
@@ -189,6 +190,6 @@ def test_a_client_id_is_kept_as_data_bounded_and_never_names_the_windows(tmp_pat
     forged = "forged"
     _answer(traffic, [(Model("primary"), _request("a", "2026-12-01T00:00:00Z"), forged)])
     log.close()
-    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path / "log")])
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(Location(tmp_path / "log"))])
     assert table["request_id"].to_pylist()[0] == forged
     assert table["window_id"].to_pylist()[0] != window_id(forged, 0)

@@ -33,6 +33,7 @@ from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.live.score.versus_backtest import BacktestRun, compare
+from distributed_onnx.location import Location
 
 STEP_MIN = 30
 REQUEST_TIME_US = 1_796_083_200_000_000  # 2026-12-01T00:00:00Z
@@ -202,7 +203,7 @@ def test_a_directory_that_is_not_a_backtest_is_refused_before_anything_is_writte
     pq.write_table(metrics, fake / "metrics.parquet")
     pq.write_table(metrics, fake / "leaderboard.parquet")
     with pytest.raises(NotABacktestError, match="output of `distributed-onnx score`"):
-        score_log(settings.model_copy(update={"backtest": fake}))
+        score_log(settings.model_copy(update={"backtest": Location(fake)}))
     (fake / "summary.json").write_text("[]")
     code = cli.main(["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(tmp_path / "a.parquet"),
                      "--output", str(tmp_path / "live"), "--backtest", str(fake)])  # fmt: skip

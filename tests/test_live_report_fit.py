@@ -16,6 +16,7 @@ import pytest
 from browser import measured_dom, needs_chromium
 
 from distributed_onnx.live.score.report import write_live_report
+from distributed_onnx.location import Location
 
 MODELS = ["chronos2_small_2024_finetuned", "tirex_base", "taylor_chronos2_patchtst"]
 COUNTS = {"requests": 10, "answered": 7, "failed_by_kind": {"validation": 2, "model_error": 1}, "failure_rate": 0.3}
@@ -60,7 +61,7 @@ def page(tmp_path: Path) -> Path:
          "resolution_minutes": [30] * 3, "model": MODELS, "metric": ["count"] * 3, "value": [0.0] * 3}
     )  # fmt: skip
     board = metrics.select(["scored_with", "horizon", "quantile_levels", "resolution_minutes"]).slice(0, 0)
-    write_live_report(str(tmp_path), summary, metrics, board, failures=failures)
+    write_live_report(Location.parse(str(tmp_path)), summary, metrics, board, failures=failures)
     return tmp_path / "report.html"
 
 

@@ -18,7 +18,7 @@ import pytest
 from backtest_data import QUANTILES, merged_sums, read_forecasts, run_parts_in_process, settings_for, write_dataset
 
 from distributed_onnx.cli import main
-from distributed_onnx.evaluation.driver.plan import RunPlan
+from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.live.log.layout import LoggedForecast

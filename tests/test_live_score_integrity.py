@@ -21,6 +21,7 @@ from distributed_onnx.live.log.layout import LoggedForecast
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.location import Location
 
 
 def _settings(tmp_path: Path, **extra: object) -> ScoreSettings:
@@ -62,7 +63,7 @@ def test_actuals_that_arrive_as_nulls_first_are_scored_once_they_arrive(tmp_path
     pq.write_table(actuals, tmp_path / "actuals.parquet")  # the real values arrive
     rerun = score_log(_settings(tmp_path))
     assert rerun.summary["windows"] == {"m": {"scored": 2}}
-    fresh = score_log(_settings(tmp_path).model_copy(update={"output": tmp_path / "fresh"}))
+    fresh = score_log(_settings(tmp_path).model_copy(update={"output": Location(tmp_path / "fresh")}))
     assert rerun.metrics.equals(fresh.metrics)  # the rerun equals a fresh score
 
 

@@ -40,6 +40,7 @@ from distributed_onnx.evaluation.scoring.pairs import BASELINES
 from distributed_onnx.live.log.layout import log_files
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.location import Location
 from distributed_onnx.storage import sha256 as storage_sha256
 
 pytestmark = pytest.mark.integration
@@ -146,7 +147,7 @@ def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
 
 
 def _logged_rows(log: Path) -> int:
-    return sum(pq.read_metadata(path).num_rows for path in log_files(log))
+    return sum(pq.read_metadata(path).num_rows for path in log_files(Location(log)))
 
 
 def _assert_backtest_forecasts(setup: Setup, name: str, logged: pa.Table) -> None:
@@ -209,7 +210,7 @@ def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup
     assert counters[("distributed_onnx_forecasts_logged_total", CHAMPION, "")] == windows + 1
     assert counters[("distributed_onnx_request_duration_seconds_count", CHAMPION, "")] == windows + 1
 
-    log = pa.concat_tables([pq.read_table(path) for path in log_files(setup.log)], promote_options="default")
+    log = pa.concat_tables([pq.read_table(path) for path in log_files(Location(setup.log))], promote_options="default")
     for name in (CHAMPION, CHALLENGER):
         role = "shadow" if name == CHALLENGER else "served"
         mine = log.filter((pc.field("model") == name) & (pc.field("role") == role) & pc.field("origin").is_valid())
@@ -308,7 +309,7 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
     expected_rows = (len(windows) + 2) * HORIZON * 2  # served and shadow, the windows and the two bare ones
 
     def logged() -> pa.Table:
-        tables = [pq.read_table(path) for path in log_files(setup.log)]
+        tables = [pq.read_table(path) for path in log_files(Location(setup.log))]
         return pa.concat_tables(tables, promote_options="default").filter(mine) if tables else pa.table({})
 
     _wait_for(lambda: logged().num_rows == expected_rows)
@@ -320,7 +321,7 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
         assert unplaced["series_id"].to_pylist() == ["0"] * HORIZON + ["1"] * HORIZON
         assert unplaced["origin"].null_count == 2 * HORIZON
     assert set(log.filter(pc.field("role") == "served")["checkpoint_sha256"].to_pylist()) == {
-        storage_sha256(setup.checkpoints[CHAMPION])
+        storage_sha256(Location(setup.checkpoints[CHAMPION]))
     }
     after = _metrics(server.url)
 

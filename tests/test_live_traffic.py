@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from distributed_onnx.live.log.layout import forecast_rows, log_files
 from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.location import Location
 from distributed_onnx.serve.log.traffic import (
     LiveTraffic,
     RequestStamp,
@@ -94,7 +95,7 @@ def test_answered_returns_at_once_then_logs_served_and_shadow_forecasts(tmp_path
     assert log.flush()
     log.close()
     assert broken.calls == shadow.calls == 1 and traffic.shadow_failures == 1
-    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path)])
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(Location(tmp_path))])
     by_model = {model: table.filter(pa.compute.equal(table["model"], model)) for model in ("primary", "shadow")}
     assert set(table["model"].to_pylist()) == {"primary", "shadow"}
     assert by_model["primary"]["role"].to_pylist() == ["served"] * 9
@@ -127,7 +128,7 @@ def test_a_shadow_fraction_samples_requests_by_id_and_the_primary_still_logs_eve
     assert all(in_shadow_sample(request, 1.0) for request in ids)
     assert [in_shadow_sample(request, 0.25) for request in ids] == [request in sampled for request in ids]
     assert set(sampled) <= {request for request in ids if in_shadow_sample(request, 0.5)}  # nested shares
-    table = pa.concat_tables([pq.read_table(path) for path in log_files(tmp_path)])
+    table = pa.concat_tables([pq.read_table(path) for path in log_files(Location(tmp_path))])
     shadow_rows = table.filter(pa.compute.equal(table["model"], "shadow"))
     primary_rows = table.filter(pa.compute.equal(table["model"], "primary"))
     assert set(shadow_rows["request_id"].to_pylist()) == set(sampled)

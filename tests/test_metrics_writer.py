@@ -18,6 +18,7 @@ from distributed_onnx.evaluation.outputs import METRICS
 from distributed_onnx.evaluation.report.tables import Scores
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
+from distributed_onnx.location import Location
 
 QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9]
 HORIZON = 4
@@ -56,7 +57,7 @@ def test_metrics_written_a_block_of_series_at_a_time_equal_the_whole_table(
     scores = _scores()
     whole = scores.to_table()
 
-    run_wide = RunSums(QUANTILES, HORIZON).write_metrics(tmp_path, scores, series_per_table)
+    run_wide = RunSums(QUANTILES, HORIZON).write_metrics(Location(tmp_path), scores, series_per_table)
 
     written = pq.read_table(tmp_path / METRICS)
     assert written.schema.equals(whole.schema)

@@ -23,8 +23,8 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from distributed_onnx.evaluation.backtest import run_backtest  # noqa: E402
 from distributed_onnx.evaluation.driver import run as run_module  # noqa: E402
-from distributed_onnx.evaluation.driver.run import run_backtest  # noqa: E402
 from distributed_onnx.evaluation.settings import BacktestSettings  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import WorkerInfo  # noqa: E402

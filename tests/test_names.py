@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from distributed_onnx import names
 from distributed_onnx.evaluation.outputs import model_dir
+from distributed_onnx.location import Location
 from distributed_onnx.serve.repository import CheckpointRepository
 from distributed_onnx.serve.settings import ServeSettings
 
@@ -85,7 +86,7 @@ def test_the_repository_never_lists_fetches_or_releases_a_non_name(tmp_path: Pat
 
 def test_backtest_and_serve_refuse_a_model_name_that_is_no_file_name(tmp_path: Path) -> None:
     with pytest.raises(names.UnsafeNameError):
-        model_dir(tmp_path, "..")
-    assert model_dir(tmp_path, "tiny") == tmp_path / "forecasts" / "model=tiny"
+        model_dir(Location(tmp_path), "..")
+    assert model_dir(Location(tmp_path), "tiny") == tmp_path / "forecasts" / "model=tiny"
     with pytest.raises(ValidationError, match="is refused"):
         ServeSettings(checkpoint=[tmp_path / "p%2e%2e.onnx"])

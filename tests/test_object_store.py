@@ -24,7 +24,8 @@ from backtest_data import in_process_forecasts, read_forecasts, settings_for, wr
 
 from distributed_onnx import storage  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
-from distributed_onnx.evaluation.driver.run import run_backtest  # noqa: E402
+from distributed_onnx.evaluation.backtest import run_backtest  # noqa: E402
+from distributed_onnx.location import Location  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -74,9 +75,9 @@ def test_a_backtest_on_s3_with_url_options_runs_resumes_and_redoes_a_torn_upload
     s3_options: str, tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint
 ) -> None:
     local = write_dataset(tmp_path / "load.parquet")
-    data = f"s3://{BUCKET}/inputs/load.parquet?{s3_options}"
+    data = Location.parse(f"s3://{BUCKET}/inputs/load.parquet?{s3_options}")
     storage.write_bytes(data, local.read_bytes())
-    output = f"s3://{BUCKET}/runs/one?{s3_options}"
+    output = Location.parse(f"s3://{BUCKET}/runs/one?{s3_options}")
     settings = settings_for(tiny_checkpoint.weights_path, data, output, rows_per_batch=2, series_transport="input_file")
 
     first = run_backtest(settings)  # the actors read their series from the S3 input and write parts there

@@ -29,6 +29,7 @@ from distributed_onnx.evaluation.outputs import (
     prepare_output,
     write_part,
 )
+from distributed_onnx.location import Location
 
 STEP_US = 15 * 60_000_000
 START_US = 1_704_067_200_000_000  # 2024-01-01T00:00Z
@@ -114,23 +115,23 @@ RECORD = {"run_fingerprint": "fp", "part": 7, "windows": 3, "node_id": "n1"}
 
 
 def test_write_part_is_atomic_and_records_itself_in_the_footer(tmp_path: Path) -> None:
-    prepare_output(tmp_path, "fp", {})
+    prepare_output(Location(tmp_path), "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    size = write_part(tmp_path, "m", 7, table, RECORD)
-    path = Path(part_path(tmp_path, "m", 7))  # a local Location is its path
+    size = write_part(Location(tmp_path), "m", 7, table, RECORD)
+    path = Path(part_path(Location(tmp_path), "m", 7))  # a local Location is its path
     assert path == tmp_path / FORECASTS_DIR / "model=m" / "part-000007.parquet"
     assert size == path.stat().st_size
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000007.parquet"]
     assert pq.read_table(path).replace_schema_metadata(None).equals(table)
-    assert part_record(tmp_path, "m", 7) == (RECORD, 9)
-    write_part(tmp_path, "m", 7, table, RECORD)  # a rewrite replaces the part
+    assert part_record(Location(tmp_path), "m", 7) == (RECORD, 9)
+    write_part(Location(tmp_path), "m", 7, table, RECORD)  # a rewrite replaces the part
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000007.parquet"]
 
 
 def test_a_write_that_fails_half_way_leaves_no_part_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare_output(tmp_path, "fp", {})
+    prepare_output(Location(tmp_path), "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     written: list[int] = []
 
@@ -141,42 +142,42 @@ def test_a_write_that_fails_half_way_leaves_no_part_and_no_temporary_file(
 
     monkeypatch.setattr(pq, "write_table", write_half_then_fail)
     with pytest.raises(OSError, match="No space left"):
-        write_part(tmp_path, "m", 0, table, RECORD)
+        write_part(Location(tmp_path), "m", 0, table, RECORD)
     assert written == [4100]
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == []
-    assert part_record(tmp_path, "m", 0) is None
+    assert part_record(Location(tmp_path), "m", 0) is None
 
 
 def test_part_record_of_absent_torn_and_foreign_files(tmp_path: Path) -> None:
-    prepare_output(tmp_path, "fp", {})
-    assert part_record(tmp_path, "m", 1) is None
+    prepare_output(Location(tmp_path), "fp", {})
+    assert part_record(Location(tmp_path), "m", 1) is None
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
-    write_part(tmp_path, "m", 1, table, RECORD)
-    path = Path(part_path(tmp_path, "m", 1))
+    write_part(Location(tmp_path), "m", 1, table, RECORD)
+    path = Path(part_path(Location(tmp_path), "m", 1))
     path.write_bytes(path.read_bytes()[:-20])  # torn: the footer is gone
-    assert part_record(tmp_path, "m", 1) is None
+    assert part_record(Location(tmp_path), "m", 1) is None
     pq.write_table(table, path)  # foreign: a Parquet file no actor of ours wrote
-    assert part_record(tmp_path, "m", 1) == ({}, 9)
+    assert part_record(Location(tmp_path), "m", 1) == ({}, 9)
 
 
 def test_cleanup_of_partials_and_discarded_parts(tmp_path: Path) -> None:
-    prepare_output(tmp_path, "fp", {})
+    prepare_output(Location(tmp_path), "fp", {})
     table = forecast_table(_batch(), _forecasts(), QUANTILES, STEP_US)
     for index in (0, 2):
-        write_part(tmp_path, "m", index, table, RECORD)
+        write_part(Location(tmp_path), "m", index, table, RECORD)
     (tmp_path / outputs.SCORES_DIR / "part-000002.arrow").write_bytes(b"stale")
     (tmp_path / FORECASTS_DIR / "model=m" / ".tmp-abandoned.parquet").write_bytes(b"half")
-    clean_partials(tmp_path, ["m"])
-    discard_part(tmp_path, 2, ["m"])
-    discard_part(tmp_path, 5, ["m"])  # nothing there: nothing to do
+    clean_partials(Location(tmp_path), ["m"])
+    discard_part(Location(tmp_path), 2, ["m"])
+    discard_part(Location(tmp_path), 5, ["m"])  # nothing there: nothing to do
     assert _listing(tmp_path / FORECASTS_DIR / "model=m") == ["part-000000.parquet"]
     assert _listing(tmp_path / outputs.SCORES_DIR) == []
-    assert [str(p.name) for p in part_files(tmp_path, "m")] == ["part-000000.parquet"]
+    assert [str(p.name) for p in part_files(Location(tmp_path), "m")] == ["part-000000.parquet"]
 
 
 def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> None:
     output = tmp_path / "runs" / "one"
-    prepare_output(output, "fp-1", {"settings": {"stride": 1}})
+    prepare_output(Location(output), "fp-1", {"settings": {"stride": 1}})
     assert (output / FORECASTS_DIR).is_dir()
     manifest = json.loads((output / MANIFEST).read_text())
     assert manifest == {"fingerprint": "fp-1", "settings": {"stride": 1}}
@@ -184,15 +185,15 @@ def test_prepare_output_creates_the_directory_and_manifest(tmp_path: Path) -> No
 
 
 def test_prepare_output_resumes_the_same_run(tmp_path: Path) -> None:
-    prepare_output(tmp_path, "fp-1", {"n": 1})
-    prepare_output(tmp_path, "fp-1", {"n": 2})  # same fingerprint: resume, manifest untouched
+    prepare_output(Location(tmp_path), "fp-1", {"n": 1})
+    prepare_output(Location(tmp_path), "fp-1", {"n": 2})  # same fingerprint: resume, manifest untouched
     assert json.loads((tmp_path / MANIFEST).read_text())["n"] == 1
 
 
 def test_prepare_output_refuses_a_directory_of_another_run(tmp_path: Path) -> None:
-    prepare_output(tmp_path, "fp-1", {})
+    prepare_output(Location(tmp_path), "fp-1", {})
     with pytest.raises(ConfigError, match=r"fp-1.*fp-2") as caught:
-        prepare_output(tmp_path, "fp-2", {})
+        prepare_output(Location(tmp_path), "fp-2", {})
     assert str(tmp_path) in str(caught.value)
     assert caught.value.key == "output"  # type: ignore[attr-defined]
     assert json.loads((tmp_path / MANIFEST).read_text())["fingerprint"] == "fp-1"

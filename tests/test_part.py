@@ -26,8 +26,8 @@ from backtest_data import (
 )
 
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.driver.plan import default_windows_per_part
 from distributed_onnx.evaluation.fans import FanCandidates, FanCollector, FanPicker, fan_series, window_scores
+from distributed_onnx.evaluation.planning._part_count import default_windows_per_part
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.sums import SUMS_FORMAT, PartSums, read_done_part
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint

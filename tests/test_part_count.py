@@ -12,7 +12,7 @@ import pytest
 
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
-from distributed_onnx.evaluation.driver.part_count import (
+from distributed_onnx.evaluation.planning._part_count import (
     LEGACY_ROWS_PER_BATCH,
     MAX_PARTS,
     MIN_PARTS,
@@ -24,6 +24,7 @@ from distributed_onnx.evaluation.driver.part_count import (
     plan_parts,
     recorded_part_size,
 )
+from distributed_onnx.location import Location
 
 
 def _plan(windows: int) -> WindowPlan:
@@ -70,17 +71,17 @@ def test_the_ramp_is_one_part_per_actor_wide_and_goes_first_then_last() -> None:
 
 
 def test_the_manifest_records_the_size_and_an_old_one_says_it_has_none(tmp_path: Path) -> None:
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) is None
+    assert recorded_part_size(Location(tmp_path), outputs.MANIFEST) is None
     (tmp_path / outputs.MANIFEST).write_text(
         json.dumps({"fingerprint": "f", "windows_per_part": 1280, "ramp_width": 8})
     )
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (1280, 8, "f", 0)
+    assert recorded_part_size(Location(tmp_path), outputs.MANIFEST) == (1280, 8, "f", 0)
     (tmp_path / outputs.MANIFEST).write_text(
         json.dumps({"fingerprint": "f", "windows_per_part": 64, "ramp_width": 2, "rows_per_batch": 32})
     )
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (64, 2, "f", 32)
+    assert recorded_part_size(Location(tmp_path), outputs.MANIFEST) == (64, 2, "f", 32)
     (tmp_path / outputs.MANIFEST).write_text(json.dumps({"fingerprint": "g", "settings": {}}))
-    assert recorded_part_size(tmp_path, outputs.MANIFEST) == (0, 1, "g", 0)
+    assert recorded_part_size(Location(tmp_path), outputs.MANIFEST) == (0, 1, "g", 0)
 
 
 def _series(path: Path, n_series: int = 2, length: int = 600) -> Path:
@@ -98,8 +99,8 @@ def _series(path: Path, n_series: int = 2, length: int = 600) -> Path:
 
 def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, tiny_checkpoint: Any) -> None:
     """The default follows the actors, yet a directory keeps the plan it was started with (run.json)."""
-    from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
+    from distributed_onnx.evaluation.planning._part_count import MANIFEST_KEY, RAMP_KEY
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     data = _series(tmp_path / "series.parquet")
@@ -112,7 +113,7 @@ def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, t
 
     first = prepare(settings(tmp_path / "run", actors=2))
     record = {MANIFEST_KEY: first.windows_per_part, RAMP_KEY: first.ramp_width}
-    outputs.prepare_output(tmp_path / "run", first.run_fingerprint, record)
+    outputs.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
     fresh = prepare(settings(tmp_path / "other", actors=20))
     assert fresh.parts() != first.parts()  # more actors, more parts: the default follows the cluster
 
@@ -121,7 +122,7 @@ def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, t
 
     # A directory of before the size was recorded: its plan (about 64 parts) is found by its fingerprint.
     old = prepare(settings(tmp_path / "old", actors=2, windows_per_part=default_windows_per_part(1000, 4)))
-    outputs.prepare_output(tmp_path / "old", old.run_fingerprint, {})
+    outputs.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {})
     resumed = prepare(settings(tmp_path / "old", actors=20))
     assert (resumed.parts(), resumed.run_fingerprint) == (old.parts(), old.run_fingerprint)
 
@@ -174,7 +175,7 @@ def _sizes_settings(tmp_path: Path, checkpoint: Path, output: Path, actors: int,
 
 def test_the_plan_of_32_windows_on_2_actors_uses_both(tmp_path: Path, tiny_checkpoint: Any) -> None:
     """Through the planner (the checkpoint's graph, the data's windows), at the defaults."""
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
 
     plan = prepare(_sizes_settings(tmp_path, tiny_checkpoint.weights_path, tmp_path / "run", actors=2))
     parts = plan.parts()
@@ -185,13 +186,13 @@ def test_the_plan_of_32_windows_on_2_actors_uses_both(tmp_path: Path, tiny_check
 
 def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint: Any) -> None:
     """Sizes chosen from the windows and actors are recorded in run.json; a rerun on another cluster takes them."""
-    from distributed_onnx.evaluation.driver.part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
+    from distributed_onnx.evaluation.planning._part_count import MANIFEST_KEY, RAMP_KEY, ROWS_KEY
 
     weights = tiny_checkpoint.weights_path
     first = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=2))
     record = {MANIFEST_KEY: first.windows_per_part, RAMP_KEY: first.ramp_width, ROWS_KEY: first.rows_per_batch}
-    outputs.prepare_output(tmp_path / "run", first.run_fingerprint, record)
+    outputs.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
     fresh = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fresh", actors=8))
     assert fresh.rows_per_batch != first.rows_per_batch  # the default follows the actors
     rerun = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=8))
@@ -204,13 +205,13 @@ def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint
     # An explicit part size: the batch chosen for it is recorded and taken too.
     fixed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=2, windows_per_part=8))
     record = {MANIFEST_KEY: fixed.windows_per_part, RAMP_KEY: 1, ROWS_KEY: fixed.rows_per_batch}
-    outputs.prepare_output(tmp_path / "fixed", fixed.run_fingerprint, record)
+    outputs.prepare_output(Location(tmp_path / "fixed"), fixed.run_fingerprint, record)
     again = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=4, windows_per_part=8))
     assert (again.rows_per_batch, again.run_fingerprint) == (fixed.rows_per_batch, fixed.run_fingerprint)
 
     # A directory of before the batch was chosen: batches of 256 and parts for its actors, found by fingerprint.
     old = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=2, rows_per_batch=256))
-    outputs.prepare_output(tmp_path / "old", old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})
+    outputs.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})
     resumed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=4))
     assert (resumed.rows_per_batch, resumed.parts(), resumed.run_fingerprint) == (
         256,
@@ -220,7 +221,7 @@ def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint
 
 
 def test_explicit_sizes_are_honoured(tmp_path: Path, tiny_checkpoint: Any) -> None:
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
 
     weights = tiny_checkpoint.weights_path
     both = prepare(_sizes_settings(tmp_path, weights, tmp_path / "a", 2, rows_per_batch=8, windows_per_part=16))

@@ -25,6 +25,7 @@ from graphs import tiny_context_quantiles_model, write_tiny_context_quantiles
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, PluginError
+from distributed_onnx.location import Location
 from distributed_onnx.model import families
 from distributed_onnx.model.adapters import PLUGIN_GROUP, adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint
@@ -108,7 +109,9 @@ def test_a_plugin_family_backtests_on_ray_and_serves_over_http(tmp_path: Path) -
 
     # The actors' forecasts are the plain graph's, shifted: the plugin's adapter ran there.
     plain = tmp_path / "tiny_plain.onnx"
-    expected = in_process_forecasts(settings.model_copy(update={"checkpoint": [plain], "output": tmp_path / "ref"}))
+    expected = in_process_forecasts(
+        settings.model_copy(update={"checkpoint": [plain], "output": Location(tmp_path / "ref")})
+    )
     got = read_forecasts(settings.output)
     assert got.column("window_id").equals(expected.column("window_id"))
     for level in ("q0.1", "q0.5", "q0.9"):

@@ -26,10 +26,12 @@ from hypothesis import strategies as st
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays
 from distributed_onnx.evaluation.data.table import read_table
-from distributed_onnx.evaluation.data.vintages import MAX_LATENCY_MINUTES, index_vintages
 from distributed_onnx.evaluation.data.windows import WindowSpec, plan_origins, plan_series, plan_windows
-from distributed_onnx.evaluation.grouping import plan_groups, series_groups
+from distributed_onnx.evaluation.dataset._groups import series_groups
+from distributed_onnx.evaluation.dataset._vintages import MAX_LATENCY_MINUTES, index_vintages
+from distributed_onnx.evaluation.grouping import plan_groups
 from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
+from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import central_intervals
 
 MINUTE_US = 60_000_000
@@ -242,7 +244,7 @@ def _vintage_table(case: dict[str, object]) -> pa.Table:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "vintages.csv"
             path.write_text("\n".join(lines) + "\n")
-            return read_table(path)
+            return read_table(Location(path))
     scale = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": 1}[unit]
     factor = 1_000 if unit == "ns" else 1
     kind = pa.timestamp(unit, tz=zone)
@@ -452,9 +454,9 @@ def _group_keys_property(keys: list[float | None], rows_per_series: int) -> None
         series_ids = [f"s{i}" for i in range(len(keys))]
         if bad:
             with pytest.raises(DataError, match=rf"null or NaN at rows \[{bad[0]}"):
-                series_groups(path, "region", series_ids)
+                series_groups(read_table(Location(path)), "region", series_ids, str(path))
             return
-        labels = series_groups(path, "region", series_ids)
+        labels = series_groups(read_table(Location(path)), "region", series_ids, str(path))
     assert len(set(labels)) == len({key for key in keys})
     assert "nan" not in labels
 

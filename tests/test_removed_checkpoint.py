@@ -12,7 +12,7 @@ import pytest
 from backtest_data import settings_for, write_dataset
 from graphs import write_tiny_chronos2
 
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 
 pytestmark = pytest.mark.integration
 

@@ -19,6 +19,7 @@ from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.page import FanWindow, write_report
 from distributed_onnx.evaluation.scoring.metrics import MetricsAccumulator
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE as NAIVE_MODEL
+from distributed_onnx.location import Location
 
 MODEL = "tiny_model"
 QUANTILES = [0.05, 0.1, 0.5, 0.9, 0.95]  # 0.05/0.95 lie outside the (pretend) native range [0.1, 0.9]
@@ -113,7 +114,9 @@ class _Text(HTMLParser):
 
 def _page(tmp_path: Path, summary: dict[str, Any] | None = None, fans: list[FanWindow] | None = None) -> str:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_report(tmp_path, summary or _summary(), _metrics(), QUANTILES, _fans() if fans is None else fans)
+    path = write_report(
+        Location(tmp_path), summary or _summary(), _metrics(), QUANTILES, _fans() if fans is None else fans
+    )
     assert path == tmp_path / "report.html"
     return Path(path).read_text()
 
@@ -205,7 +208,7 @@ def test_without_fans_the_rest_still_renders(tmp_path: Path) -> None:
 def test_many_series_show_the_best_and_worst(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(report_tables, "MAX_TABLE_SERIES", 2)
     noise = {"a": 0.1, "b": 1.0, "c": 2.0, "d": 8.0}
-    page = Path(write_report(tmp_path, _summary(), _metrics(noise), QUANTILES, [])).read_text()
+    page = Path(write_report(Location(tmp_path), _summary(), _metrics(noise), QUANTILES, [])).read_text()
     table = page[page.index("<table class='sortable'>") :]
     assert re.findall(r"<tr><td>\d+</td><th>([^<]+)</th>", table) == ["a", "d"]
     assert "4 series: the 1 best and 1 worst by MASE (all: metrics.parquet)" in _text(page)[0]
@@ -215,5 +218,5 @@ def test_a_lead_without_scores_for_one_model_leaves_a_gap(tmp_path: Path) -> Non
     metrics = _metrics(naive_lacks_last_lead=True)
     naive_leads = {row["lead"] for row in metrics.to_pylist() if row["model"] == NAIVE_MODEL and row["scope"] == "lead"}
     assert naive_leads == set(range(1, HORIZON))  # the case: the naive has one lead fewer than the model
-    page = Path(write_report(tmp_path, _summary(), metrics, QUANTILES, _fans())).read_text()
+    page = Path(write_report(Location(tmp_path), _summary(), metrics, QUANTILES, _fans())).read_text()
     assert "MASE by lead" in _text(page)[0]

@@ -16,6 +16,7 @@ from report_panel import QUANTILES, STEP_US, panel_scores, panel_summary
 
 from distributed_onnx.evaluation.report.page import write_report
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
+from distributed_onnx.location import Location
 
 MEASURE = (
     "var t=document.querySelector('table.board');"
@@ -37,7 +38,7 @@ def test_the_leaderboard_fits_1280_px_without_a_horizontal_scroll(tmp_path: Path
     scores = panel_scores(1, 40, models=("taylor_chronos2_patchtst", "challenger"), level=30_000.0)
     board = leaderboard(scores, STEP_US)
     summary = panel_summary(scores)
-    page = Path(write_report(tmp_path, summary, scores.to_table(), QUANTILES, [], board,
+    page = Path(write_report(Location(tmp_path), summary, scores.to_table(), QUANTILES, [], board,
                              pair_scores=scores, step_us=STEP_US))  # fmt: skip
     assert overflow(page, 1280) == (0, 0)
     assert overflow(page, 700)[0] > 0  # the measurement sees an overflow where there is one

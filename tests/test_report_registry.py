@@ -23,6 +23,7 @@ from distributed_onnx.evaluation.report.page import write_report
 from distributed_onnx.evaluation.scoring import registry
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+from distributed_onnx.location import Location
 
 HORIZON = 4
 STEP_US = 3_600_000_000
@@ -66,7 +67,9 @@ def _page(tmp_path: Path, quantiles: tuple[float, ...]) -> str:
     scores = _scores(quantiles)
     summary = {"model": "good", "models": {"good": {}, "bad": {}}, "pairs": scores.left_out()}
     board = leaderboard(scores, STEP_US)
-    path = write_report(tmp_path, summary, scores.to_table(), quantiles, [], board, pair_scores=scores, step_us=STEP_US)
+    path = write_report(
+        Location(tmp_path), summary, scores.to_table(), quantiles, [], board, pair_scores=scores, step_us=STEP_US
+    )
     return Path(path).read_text()
 
 

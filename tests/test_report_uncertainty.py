@@ -14,6 +14,7 @@ from distributed_onnx.evaluation.report.page import write_report
 from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 from distributed_onnx.evaluation.scoring.resampling import block_weights
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
+from distributed_onnx.location import Location
 
 
 def test_one_series_gets_origin_block_intervals_of_nonzero_width_and_says_so() -> None:
@@ -54,7 +55,7 @@ def test_a_many_series_panel_keeps_the_series_bootstrap(tmp_path: Path) -> None:
     sure = uncertainty(scores, STEP_US)
     assert sure.resampling == "series" and not sure.intervals
     board = leaderboard(scores, STEP_US)
-    page = Path(write_report(tmp_path, panel_summary(scores), scores.to_table(), QUANTILES, [],
+    page = Path(write_report(Location(tmp_path), panel_summary(scores), scores.to_table(), QUANTILES, [],
                              board, pair_scores=scores, step_us=STEP_US)).read_text()  # fmt: skip
     row = board.filter((pc.field("kind") == "metric") & (pc.field("model") == "good") & (pc.field("metric") == "mase"))
     low, high = row["ci_low"][0].as_py(), row["ci_high"][0].as_py()
@@ -73,7 +74,7 @@ def test_identical_forecasts_are_named_and_the_verdict_leads_the_page(tmp_path: 
     board = leaderboard(scores, STEP_US)
     sure = uncertainty(scores, STEP_US)
     assert sure.identical == [["good", "copy"]]
-    page = Path(write_report(tmp_path, panel_summary(scores), scores.to_table(), QUANTILES, [], board,
+    page = Path(write_report(Location(tmp_path), panel_summary(scores), scores.to_table(), QUANTILES, [], board,
                              pair_scores=scores, step_us=STEP_US)).read_text()  # fmt: skip
     assert "title='identical forecasts'>same</td>" in page and "Same: identical forecasts (good, copy;" in page
     verdict = page.index("class='verdict'")

@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 
 from backtest_data import run_parts_in_process, settings_for, write_dataset
 
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 pytestmark = pytest.mark.integration

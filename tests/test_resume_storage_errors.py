@@ -23,7 +23,7 @@ from backtest_data import run_parts_in_process, settings_for, write_dataset
 from distributed_onnx import cli, storage
 from distributed_onnx.errors import StorageError
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import read_done_part
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -57,7 +57,7 @@ def _files(settings: BacktestSettings) -> list[str]:
 
 
 def _verify(settings: BacktestSettings, index: int) -> object:
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
 
     plan = prepare(settings)
     part = plan.parts()[index]

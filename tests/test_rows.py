@@ -17,13 +17,14 @@ import pytest
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import rows as rows_module
-from distributed_onnx.evaluation.data import scan as scan_module
 from distributed_onnx.evaluation.data.rows import SeriesRows
-from distributed_onnx.evaluation.data.scan import scan_sorted_parquet
 from distributed_onnx.evaluation.data.table import load_series
 from distributed_onnx.evaluation.data.windows import WindowSpec, plan_windows
-from distributed_onnx.evaluation.driver.plan import prepare
+from distributed_onnx.evaluation.dataset import _scan as scan_module
+from distributed_onnx.evaluation.dataset._scan import scan_sorted_parquet
+from distributed_onnx.evaluation.planning import prepare
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_US = 30 * 60 * 1_000_000
@@ -56,12 +57,12 @@ def _long(n_series: int = 9, seed: int = 0, integer_ids: bool = False) -> pa.Tab
     )
 
 
-def _write(table: pa.Table, path: Path, row_group_size: int = 23) -> Path:
+def _write(table: pa.Table, path: Path | Location, row_group_size: int = 23) -> Location:
     pq.write_table(table, path, row_group_size=row_group_size)
-    return path
+    return Location(path)
 
 
-def _assert_same(scanned_rows: SeriesRows, path: Path, covariates: list[str]) -> None:
+def _assert_same(scanned_rows: SeriesRows, path: Location, covariates: list[str]) -> None:
     whole = load_series(path, 30, covariates).arrays()
     assert scanned_rows.series_ids == whole.series_ids
     np.testing.assert_array_equal(scanned_rows.start_us, whole.start_us)
@@ -116,7 +117,7 @@ def test_small_unsorted_and_csv_inputs_are_read_whole(tmp_path: Path) -> None:
 
     csv = tmp_path / "data.csv"
     csv.write_text("series_id,timestamp,y\na,2024-01-01T00:00:00Z,1\na,2024-01-01T00:30:00Z,2\n")
-    assert scan_sorted_parquet(csv, 30, [], SPEC, chunk_rows=1) is None
+    assert scan_sorted_parquet(Location(csv), 30, [], SPEC, chunk_rows=1) is None
 
 
 def test_a_bad_row_far_in_the_file_is_named_by_the_whole_reader(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_a_bad_row_far_in_the_file_is_named_by_the_whole_reader(tmp_path: Path) 
         load_series(path, 30)
 
 
-def _scanned_rows(path: Path) -> SeriesRows:
+def _scanned_rows(path: Location) -> SeriesRows:
     """The streamed layout the driver's scan plans for ``path`` (sorted, several chunks)."""
     scanned = scan_sorted_parquet(path, 30, [], SPEC, chunk_rows=7)
     assert scanned is not None
@@ -168,9 +169,9 @@ def test_an_object_store_url_is_streamed_and_read_back(tmp_path: Path) -> None:
     from distributed_onnx import storage
 
     local = _write(_long(), tmp_path / "data.parquet")
-    url = f"memory://{tmp_path.name}/in/data.parquet"
-    storage.make_dirs(f"memory://{tmp_path.name}/in")
-    storage.write_bytes(url, local.read_bytes())
+    url = Location.parse(f"memory://{tmp_path.name}/in/data.parquet")
+    storage.make_dirs(url.parent)
+    storage.write_bytes(url, storage.read_bytes(local))
 
     scanned = scan_sorted_parquet(url, 30, ["temp"], SPEC, chunk_rows=7)
 

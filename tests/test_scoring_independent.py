@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 from backtest_data import read_forecasts, settings_for
 
-from distributed_onnx.evaluation.driver.run import run_backtest
+from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 
 pytestmark = pytest.mark.integration

@@ -168,7 +168,7 @@ def backtest_windows(tmp_path: Path, n_windows: int) -> tuple[Any, Any, Any, lis
     """The backtest's own plan and the first model batch of its first part, packed as its actor packs it."""
     from backtest_data import first_batch
 
-    from distributed_onnx.evaluation.driver.run import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     plan = prepare(BacktestSettings(checkpoint=CHECKPOINT, output=tmp_path / "run", n_windows=n_windows, stride=48))

@@ -98,7 +98,7 @@ def client(repository: Path) -> Iterator[httpx.Client]:
 def windows(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     """The backtest's data and its windows: per window the series, its origin (µs) and its history."""
     from distributed_onnx.evaluation.data.windows import plan_series
-    from distributed_onnx.evaluation.driver.plan import prepare
+    from distributed_onnx.evaluation.planning import prepare
     from distributed_onnx.evaluation.settings import BacktestSettings
 
     work = tmp_path_factory.mktemp("windows")

@@ -81,10 +81,11 @@ def _post(port: int, path: str, body: dict[str, Any], headers: dict[str, str] | 
 def _failures(log: Path, status: int, count: int) -> list[dict[str, Any]]:
     """The failures table's rows once ``count`` of them have ``status`` (the log is written every 0.2 s)."""
     from distributed_onnx.live.log.failures import read_failures
+    from distributed_onnx.location import Location
 
     deadline = time.monotonic() + 60
     while True:
-        table, _ = read_failures(log)
+        table, _ = read_failures(Location(log))
         rows: list[dict[str, Any]] = table.to_pylist()
         if sum(row["status"] == status for row in rows) >= count or time.monotonic() > deadline:
             return rows

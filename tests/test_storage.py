@@ -21,10 +21,10 @@ def test_locations_keep_paths_local_and_urls_as_urls(tmp_path: Path) -> None:
     assert Location.parse(tmp_path.as_uri()).local_path == tmp_path
     assert Location.parse("runs/x").local_path == Path("runs/x")
     assert Location.parse("s3://bucket/runs").local_path is None
-    assert storage.join("s3://bucket/runs/", "forecasts", "part-000001.parquet").reveal() == (
+    assert storage.join(Location.parse("s3://bucket/runs/"), "forecasts", "part-000001.parquet").reveal() == (
         "s3://bucket/runs/forecasts/part-000001.parquet"
     )
-    assert storage.join(tmp_path, "a").local_path == tmp_path / "a"
+    assert storage.join(Location(tmp_path), "a").local_path == tmp_path / "a"
     settings = BacktestSettings(output="s3://bucket/runs/x", data=str(tmp_path / "d.parquet"))
     assert settings.output.reveal() == "s3://bucket/runs/x" and settings.data.local_path == tmp_path / "d.parquet"
 
@@ -32,7 +32,7 @@ def test_locations_keep_paths_local_and_urls_as_urls(tmp_path: Path) -> None:
 def test_url_options_stay_options_when_files_are_named() -> None:
     """Joined onto the whole string, every file of an URL with options landed inside its query string."""
     run = "s3://bucket/runs/x/?endpoint_override=127.0.0.1:9000&scheme=http"
-    part = storage.join(run, "forecasts", "part-000001.parquet")
+    part = storage.join(Location.parse(run), "forecasts", "part-000001.parquet")
     assert part.reveal() == (
         "s3://bucket/runs/x/forecasts/part-000001.parquet?endpoint_override=127.0.0.1:9000&scheme=http"
     )
@@ -44,11 +44,12 @@ def test_url_options_stay_options_when_files_are_named() -> None:
 
 @pytest.mark.parametrize("kind", ["path", "file-url", "object-store"])
 def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
-    output: Location = {
+    given: Path | str = {
         "path": tmp_path / "run",
         "file-url": (tmp_path / "run").as_uri(),
         "object-store": f"memory://{tmp_path.name}/run",  # fsspec's (process-global) store, through pyarrow
     }[kind]
+    output = Location.parse(given)
     outputs.prepare_output(output, "fp-1", {"settings": {}})
     outputs.prepare_output(output, "fp-1", {"settings": {}})  # same run: resumes
     for index in (3, 0):
@@ -71,14 +72,15 @@ def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
 
 def test_data_is_read_from_a_url(tmp_path: Path) -> None:
     path = tmp_path / "series.parquet"
-    storage.write_parquet(path, TABLE)
-    assert read_table(path.as_uri()).equals(TABLE)
-    assert storage.sha256(path.as_uri()) == storage.sha256(path)
-    storage.make_dirs("memory://bucket/data")
-    storage.write_bytes("memory://bucket/data/series.csv", b"series_id,timestamp,y\na,2024-01-01T00:00:00Z,1.5\n")
-    assert read_table("memory://bucket/data/series.csv").column("y").to_pylist() == [1.5]
+    storage.write_parquet(Location(path), TABLE)
+    assert read_table(Location.parse(path.as_uri())).equals(TABLE)
+    assert storage.sha256(Location.parse(path.as_uri())) == storage.sha256(Location(path))
+    storage.make_dirs(Location.parse("memory://bucket/data"))
+    csv = Location.parse("memory://bucket/data/series.csv")
+    storage.write_bytes(csv, b"series_id,timestamp,y\na,2024-01-01T00:00:00Z,1.5\n")
+    assert read_table(csv).column("y").to_pylist() == [1.5]
     with pytest.raises(DataError, match="not found"):
-        read_table("memory://bucket/data/missing.parquet")
+        read_table(Location.parse("memory://bucket/data/missing.parquet"))
 
 
 def test_an_upload_that_fails_part_way_leaves_no_torn_object() -> None:
@@ -87,7 +89,7 @@ def test_an_upload_that_fails_part_way_leaves_no_torn_object() -> None:
 
     import flaky_storage
 
-    run = f"flaky://{uuid.uuid4().hex}/run"
+    run = Location.parse(f"flaky://{uuid.uuid4().hex}/run")
     target = storage.join(run, "forecasts", "part-000003.parquet")
     storage.make_dirs(storage.join(run, "forecasts"))
     flaky_storage.FAILURES["write:part-000003.parquet"] = 1

@@ -14,6 +14,7 @@ import pytest
 
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.table import load_series, series_from_table
+from distributed_onnx.location import Location
 
 UTC_TS = pa.timestamp("us", tz="UTC")
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -73,11 +74,11 @@ def test_empty_data_is_refused() -> None:
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not found"):
-        load_series(tmp_path / "absent.parquet", 30)
+        load_series(Location(tmp_path / "absent.parquet"), 30)
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(b"this is not parquet")
     with pytest.raises(DataError, match=r"Cannot read data file .*garbage\.parquet"):
-        load_series(garbage, 30)
+        load_series(Location(garbage), 30)
 
 
 def test_csv_input(tmp_path: Path) -> None:
@@ -89,7 +90,7 @@ def test_csv_input(tmp_path: Path) -> None:
         "7,2024-01-01T01:30:00Z,2.5,\n"
         "8,2024-01-01T00:30:00Z,3.0,12\n"
     )
-    result = load_series(path, 30, ["temp"])
+    result = load_series(Location(path), 30, ["temp"])
     assert [s.series_id for s in result.series] == ["7", "8"]
     np.testing.assert_array_equal(result.series[0].values, [1.5, np.nan, np.nan, 2.5])
     np.testing.assert_array_equal(result.series[0].covariates, [[10.0, 11.0, np.nan, np.nan]])
@@ -100,7 +101,7 @@ def test_csv_input(tmp_path: Path) -> None:
 def test_csv_written_by_pyarrow_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "load.csv"
     pa_csv.write_csv(_table(["a", "a"], [0, 30], [1.0, 2.0]), path)
-    np.testing.assert_array_equal(load_series(path, 30).series[0].values, [1.0, 2.0])
+    np.testing.assert_array_equal(load_series(Location(path), 30).series[0].values, [1.0, 2.0])
 
 
 def test_extra_columns_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -117,7 +118,7 @@ def test_tz_naive_timestamps_read_as_utc(caplog: pytest.LogCaptureFixture, tmp_p
     path = tmp_path / "naive.parquet"
     pq.write_table(_table(["a", "a"], [0, 30], [1.0, 2.0], pa.timestamp("us")), path)
     with caplog.at_level(logging.WARNING, logger="distributed_onnx.evaluation.data.table"):
-        result = load_series(path, 30)
+        result = load_series(Location(path), 30)
     assert result.series[0].start_us == T0_US
     assert any("no time zone" in r.getMessage() for r in caplog.records)
 
@@ -178,7 +179,7 @@ def test_sub_microsecond_timestamp_strings_name_the_rows(tmp_path: Path) -> None
         "series_id,timestamp,y\na,2024-01-01T00:00:00Z,1\na,2024-01-01T00:30:00.000000500Z,2\na,2024-01-01T01:00:00Z,3\n"
     )
     with pytest.raises(DataError, match=r"sub-microsecond parts at rows \[1\]"):
-        load_series(path, 30)
+        load_series(Location(path), 30)
 
 
 def test_timestamps_beyond_the_microsecond_range_are_named() -> None:
@@ -223,7 +224,7 @@ def test_csv_series_ids_are_read_as_written(tmp_path: Path) -> None:
         "7,2024-01-01T00:30:00Z,4\n"
         "1e3,2024-01-01T00:00:00Z,5\n"
     )
-    result = load_series(path, 30)
+    result = load_series(Location(path), 30)
     assert [s.series_id for s in result.series] == ["007", "1e3", "7"]
     np.testing.assert_array_equal(result.series[0].values, [1.0, 2.0])
 
@@ -232,14 +233,14 @@ def test_parquet_series_ids_are_read_as_written(tmp_path: Path) -> None:
     path = tmp_path / "load.parquet"
     table = _table(["007", "007", "7", "7"], [0, 30, 0, 30], [1.0, 2.0, 3.0, 4.0])
     pq.write_table(table, path)
-    assert [s.series_id for s in load_series(path, 30).series] == ["007", "7"]
+    assert [s.series_id for s in load_series(Location(path), 30).series] == ["007", "7"]
 
 
 def test_empty_csv_series_id_is_refused_naming_the_row(tmp_path: Path) -> None:
     path = tmp_path / "load.csv"
     path.write_text("series_id,timestamp,y\na,2024-01-01T00:00:00Z,1\n,2024-01-01T00:30:00Z,2\n")
     with pytest.raises(DataError, match=r"empty series_id at rows \[1\]"):
-        load_series(path, 30)
+        load_series(Location(path), 30)
 
 
 def test_empty_string_series_id_is_refused() -> None:

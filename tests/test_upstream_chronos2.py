@@ -27,7 +27,7 @@ from conftest import free_port, start_test_ray  # noqa: E402
 from graphs import UPSTREAM_QUANTILES, upstream_expected, write_tiny_upstream_chronos2  # noqa: E402
 
 from distributed_onnx import cli  # noqa: E402
-from distributed_onnx.evaluation.driver.run import run_backtest  # noqa: E402
+from distributed_onnx.evaluation.backtest import run_backtest  # noqa: E402
 from distributed_onnx.model.adapters import Chronos2Variant  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint  # noqa: E402
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig  # noqa: E402

@@ -18,7 +18,9 @@ data alone:
   its forecasts are bit for bit the same whatever else the run holds. The cost: a model call per group and
   origin (small groups mean small calls), and ``--rows-per-batch`` does not apply to such runs.
 
-The planner's part rule lives here, apart from :mod:`.plan`'s default part count for plain runs.
+The planner's part rule lives here, apart from the default part count of plain runs
+(:mod:`distributed_onnx.evaluation.planning`); each series' group is read from the data by the load stage
+(:mod:`distributed_onnx.evaluation.dataset`).
 """
 
 from __future__ import annotations
@@ -28,19 +30,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
 from distributed_onnx.evaluation.data.layout import SeriesArrays
 from distributed_onnx.evaluation.data.windows import PartSpec, PlannedBatch, WindowSpec, plan_origins
-from distributed_onnx.evaluation.settings import BacktestSettings
-from distributed_onnx.location import Location
-from distributed_onnx.settings_sources import flag_name
-
-#: The setting whose column these messages are about: only a run given it reaches them (its flag, from its field).
-GROUP_BY = flag_name(BacktestSettings, "group_by")
 
 
 @dataclass(frozen=True)
@@ -63,45 +55,6 @@ class GroupedWindows:
 
     def parts(self, windows_per_part: int) -> list[PartSpec]:
         return grouped_parts(self.starts, windows_per_part)
-
-
-def series_groups(data: Location, column: str, series_ids: Sequence[str], names: ColumnNames = OWN_NAMES) -> list[str]:
-    """Each series' value of the per-series ``column`` (as text), in the run's series order.
-
-    A series with two values, or none (null or NaN), is refused with one line naming it (or the rows).
-    """
-    from distributed_onnx.evaluation.data.table import read_table, rows_error
-
-    table = read_table(data, names)
-    if column not in table.column_names:
-        raise DataError(
-            f"{data}: {GROUP_BY} column {column!r} is not a column of the data; it has {table.column_names}.",
-            path=str(data),
-        )
-    keys = table[column]
-    # NaN is no group (it would become one group "nan" of unrelated series): refused like null.
-    missing = pc.is_null(keys, nan_is_null=pa.types.is_floating(keys.type))
-    if pc.any(missing).as_py():
-        rows = np.flatnonzero(np.asarray(missing.to_numpy(zero_copy_only=False)))
-        raise rows_error(
-            str(data),
-            f"{GROUP_BY} column {column!r} is null or NaN at rows",
-            rows,
-            "; give every row its series' group.",
-        )
-    pairs = pa.table({"series_id": pc.cast(table["series_id"], pa.string()), "value": pc.cast(keys, pa.string())})
-    distinct = pairs.group_by(["series_id", "value"]).aggregate([])
-    ids, values = distinct["series_id"].to_pylist(), distinct["value"].to_pylist()
-    found: dict[str, str] = {}
-    for series_id, value in zip(ids, values, strict=True):
-        if series_id in found and found[series_id] != value:
-            raise DataError(
-                f"{data}: {GROUP_BY} column {column!r} must hold one value per series; series {series_id!r} has "
-                f"{sorted({found[series_id], value})}.",
-                path=str(data),
-            )
-        found[series_id] = value
-    return [found[series_id] for series_id in series_ids]
 
 
 def plan_groups(arrays: SeriesArrays, spec: WindowSpec, labels: Sequence[str], max_group_size: int) -> GroupedWindows:

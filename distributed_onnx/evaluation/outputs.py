@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 from distributed_onnx import names as path_names
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import quantile_column_name
 from distributed_onnx.model.window_batch import arrow_array, flat_values, masked_floats, numpy_view
@@ -46,8 +47,10 @@ PART_METADATA_KEY = b"distributed_onnx.part"
 
 
 def model_dir(output: Location, model: str) -> Location:
-    """``forecasts/model=NAME``: ``NAME`` must be one file name (:mod:`distributed_onnx.names`)."""
-    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={path_names.check(model, what='model name')}")
+    """``forecasts/model=NAME``: ``NAME`` must be one file name (:mod:`distributed_onnx.names`), or a checked name's
+    ``NAME@realized`` twin (``--compare-realized``: the run derives it, and ``@`` is safe in a file name)."""
+    path_names.check(model.removesuffix(REALIZED_SUFFIX), what="model name")
+    return storage.join(output, FORECASTS_DIR, f"{MODEL_KEY}={model}")
 
 
 def part_path(output: Location, model: str, part_index: int) -> Location:
@@ -82,7 +85,7 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
 
 def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file (exit 2): a run's output is a folder, new or one it wrote. Asked
-    before Ray starts (``evaluation/driver/up_front.py``) and again when the folder is made."""
+    before Ray starts (``evaluation/up_front.py``) and again when the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
 

@@ -27,6 +27,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, DataError, DistributedOnnxError, MissingExtraError, ParityError
 from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, write_checkpoint
 from distributed_onnx.model.horizons import NUM_OUTPUT_PATCHES
 
@@ -275,7 +276,8 @@ def resolution_of(request: ExportRequest) -> int:
         )
     import pyarrow.compute as pc
 
-    from distributed_onnx.evaluation.data.table import check_columns, read_table, timestamps_us
+    from distributed_onnx.evaluation.data.columns import check_columns
+    from distributed_onnx.evaluation.data.table import read_table, timestamps_us
 
     source = str(request.data)
     table = read_table(request.data)
@@ -370,7 +372,9 @@ def finish(request: ExportRequest, metadata_path: Path, parity: dict[str, Any]) 
     document = {
         key: None if isinstance(value, float) and not np.isfinite(value) else value for key, value in parity.items()
     }
-    storage.write_bytes(parity_path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))  # strict JSON: no NaN
+    storage.write_bytes(
+        Location(parity_path), (json.dumps(document, indent=2) + "\n").encode("utf-8")
+    )  # strict JSON: no NaN
     if not passed:
         for written in (request.output, Path(f"{request.output}.data"), metadata_path):
             written.unlink(missing_ok=True)

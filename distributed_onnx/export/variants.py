@@ -24,6 +24,7 @@ from distributed_onnx.errors import ParityError
 from distributed_onnx.export.common import parity_windows, write_metadata
 from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest
+from distributed_onnx.location import Location
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.backend.providers import CpuProvider
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ParentCheckpoint, Quantization
@@ -84,7 +85,7 @@ def write_int8_variant(request: ExportRequest) -> tuple[Path, dict[str, Any]]:
     document = {  # strict JSON: a non-finite difference is null
         key: None if isinstance(value, float) and not np.isfinite(value) else value for key, value in comparison.items()
     }
-    storage.write_bytes(report, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    storage.write_bytes(Location(report), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
     if not passed:
         for written in (output, output.with_name(output.name + ".data"), metadata_path):
             written.unlink(missing_ok=True)

@@ -379,7 +379,7 @@ class LocalCheckpoint(BaseModel):
             )
         metadata = read_metadata(metadata_path)
         if metadata.sha256 is not None:
-            actual = storage.sha256(self.path)
+            actual = storage.sha256(Location(self.path))
             if actual != metadata.sha256:
                 raise CheckpointIntegrityError(
                     f"Checkpoint weights {self.path} have sha256 {actual}, but {metadata_path} records "
@@ -421,7 +421,7 @@ def write_checkpoint(path: Path, model: bytes, metadata: CheckpointMetadata) -> 
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     stamped = metadata.model_copy(update={"sha256": hashlib.sha256(model).hexdigest()})
-    storage.write_bytes(path, model)
+    storage.write_bytes(Location(path), model)
     document = stamped.model_dump(mode="json", exclude_none=True)
-    storage.write_bytes(default_metadata_path(path), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    storage.write_bytes(Location(default_metadata_path(path)), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
     return ResolvedCheckpoint(weights_path=path, metadata=stamped)

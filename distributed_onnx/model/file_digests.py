@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from distributed_onnx import storage
+from distributed_onnx.location import Location
 from distributed_onnx.model.user_cache import cache_root
 
 __all__ = ["RACY_S", "file_sha256"]
@@ -50,7 +51,7 @@ def file_sha256(path: Path, root: Path | None = None) -> str:
     kept = _folder(root) / f"{hashlib.sha256(version.encode()).hexdigest()[:32]}.sha256"
     digest = _read(kept)
     if digest is None:
-        digest = storage.sha256(path)
+        digest = storage.sha256(Location(path))
         if _version(path) == version and time.time_ns() - path.stat().st_mtime_ns > RACY_S * 1e9:
             _keep(kept, digest)
         else:

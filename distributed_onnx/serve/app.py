@@ -56,6 +56,7 @@ from distributed_onnx.live.log.failures import FailureLog
 from distributed_onnx.live.log.health import warn_on_console
 from distributed_onnx.live.log.layout import now_us
 from distributed_onnx.live.log.writer import ForecastLog
+from distributed_onnx.location import Location
 from distributed_onnx.runtime.actors import PinnedWorker
 from distributed_onnx.serve.core import ForecastAnswer, InferAnswer, ModelCore, ReplicaCore
 from distributed_onnx.serve.infer_call import InferServed
@@ -155,7 +156,7 @@ class OnnxForecastServer:
             model = self._replica.add_model(
                 worker,
                 shadow=checkpoint.stem in settings.shadow,
-                checkpoint_sha256=worker.metadata.sha256 or storage.sha256(checkpoint),
+                checkpoint_sha256=worker.metadata.sha256 or storage.sha256(Location(checkpoint)),
             )
             model.set_batcher(self._batcher_for(model))
         self._forecast_windows.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
@@ -191,7 +192,10 @@ class OnnxForecastServer:
         """A repository checkpoint's model, built as a --checkpoint one is (in a thread: see repository.py)."""
         worker = PinnedWorker(self._settings.worker_config(weights), self._settings.cpus_per_replica).worker
         model = ModelCore(
-            worker, self._settings, self._replica, checkpoint_sha256=worker.metadata.sha256 or storage.sha256(weights)
+            worker,
+            self._settings,
+            self._replica,
+            checkpoint_sha256=worker.metadata.sha256 or storage.sha256(Location(weights)),
         )
         model.set_batcher(self._batcher_for(model))
         return model

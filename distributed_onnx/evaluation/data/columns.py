@@ -1,4 +1,5 @@
-"""The user's names of the three required columns (``--id-col``, ``--time-col``, ``--target-col``).
+"""A table's columns: the three required ones under the user's names (``--id-col``, ``--time-col``,
+``--target-col``), and the check that they and the declared covariates are there (:func:`check_columns`).
 
 Nixtla's libraries (statsforecast, mlforecast, neuralforecast, utilsforecast) take long tables as
 ``unique_id, ds, y`` and let the caller name them (``id_col``, ``time_col``, ``target_col``); fev's tasks use
@@ -19,6 +20,7 @@ column: which of the two is "the" ``y`` is the user's call.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +32,21 @@ from pydantic import Field, model_validator
 from distributed_onnx.errors import DataError, Suggestion
 from distributed_onnx.settings_sources import CommandSettings, flag_name
 
-__all__ = ["OWN_NAMES", "ColumnNames", "ColumnSettings", "check_roles", "check_unique", "suggestion_for"]
+__all__ = [
+    "OWN_NAMES",
+    "REQUIRED_COLUMNS",
+    "ColumnNames",
+    "ColumnSettings",
+    "check_columns",
+    "check_roles",
+    "check_unique",
+    "suggestion_for",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The columns every input table has, under the project's names (after :meth:`ColumnNames.rename`).
+REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
 
 #: Other tools' names of each required column, in the order they are suggested.
 _OTHER_NAMES = {
@@ -126,6 +142,25 @@ def check_unique(column_names: Sequence[str], source: str) -> None:
             "rename or drop the repeats.",
             path=source,
         )
+
+
+def check_columns(
+    column_names: Sequence[str], covariates: Sequence[str], source: str, also_read: Sequence[str] = ()
+) -> None:
+    """Refuse missing required or declared columns; warn about undeclared extra columns (not ``also_read``)."""
+    missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in column_names]
+    if missing:
+        declared = [name for name in missing if name in covariates]
+        hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
+        suggestion = suggestion_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
+        raise DataError(
+            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.",
+            path=source,
+            suggestions=() if suggestion is None else (suggestion,),
+        )
+    extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
+    if extra:
+        logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
 
 
 def suggestion_for(missing: Sequence[str], column_names: Sequence[str]) -> Suggestion | None:

@@ -1,7 +1,8 @@
 """Logging filters for reading a table in pieces: each warning of the table reader once, or none at all.
 
-The streamed scan (:mod:`.scan`) checks its input chunk by chunk with the whole-table reader's code, which warns
-about the input (undeclared columns, ...): once per chunk would repeat it hundreds of times. An actor reading
+The load stage's streamed scan (:mod:`distributed_onnx.evaluation.dataset`) checks its input chunk by chunk with
+the whole-table reader's code, which warns about the input (undeclared columns, ...): once per chunk would repeat
+it hundreds of times. An actor reading
 rows the driver checked already (:mod:`.rows`) repeats none of them.
 """
 

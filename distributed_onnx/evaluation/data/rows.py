@@ -1,10 +1,10 @@
 """The rows of a large sorted Parquet input, read by the actors: a few row groups at a time, per part.
 
-The driver's streamed scan (:mod:`.scan`) keeps per series only its id, first instant, grid length and rows in
-the file (:class:`SeriesRows`); the actor that runs a part reads the rows of the part's series itself
-(:meth:`SeriesRows.arrays`), decoding ids as a dictionary and keeping the last row groups it decoded (consecutive
-parts of one actor usually share them). It re-checks ids, grid and row counts, so a file replaced mid-run is
-refused, not misread.
+The load stage's streamed scan (:mod:`distributed_onnx.evaluation.dataset`) keeps per series only its id, first
+instant, grid length and rows in the file (:class:`SeriesRows`); the actor that runs a part reads the rows of the
+part's series itself (:meth:`SeriesRows.arrays`), decoding ids as a dictionary and keeping the last row groups it
+decoded (consecutive parts of one actor usually share them). It re-checks ids, grid and row counts, so a file
+replaced mid-run is refused, not misread.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import pyarrow.parquet as pq
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import table as table_module
+from distributed_onnx.evaluation.data.columns import REQUIRED_COLUMNS
 from distributed_onnx.evaluation.data.layout import FlatSeries, Series, SeriesArrays
 from distributed_onnx.evaluation.data.log_filters import silenced
-from distributed_onnx.evaluation.data.table import REQUIRED_COLUMNS, covariate_column, float_column, timestamps_us
+from distributed_onnx.evaluation.data.table import covariate_column, float_column, timestamps_us
 from distributed_onnx.location import Location
 
 #: Decoded row groups an actor keeps: consecutive parts of one actor usually share their row groups.

@@ -143,7 +143,7 @@ def choose_transport(
     node's object store, else the input file when it is Parquet (CSV has no row groups to prune: then the
     object store after all, and the reason says so).
     """
-    is_parquet = Location.parse(data).suffix not in {".csv", ".txt"}
+    is_parquet = data.suffix not in {".csv", ".txt"}
     if requested is SeriesTransport.INPUT_FILE and not is_parquet:
         raise DataError(
             f"series_transport=input_file needs a Parquet input; {data} is CSV. Convert it or use object_store.",

@@ -29,17 +29,15 @@ from distributed_onnx import storage
 from distributed_onnx.bounds import FLOAT32_MAX, MAX_SERIES_ID_BYTES
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.categories import category_codes, is_categorical
-from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, suggestion_for
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, check_columns
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
 from distributed_onnx.location import Location
 
 __all__ = [
-    "REQUIRED_COLUMNS",
     "Series",
     "SeriesArrays",
     "SeriesTable",
     "Validated",
-    "check_columns",
     "covariate_column",
     "load_series",
     "numpy_view",
@@ -53,7 +51,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-REQUIRED_COLUMNS = ("series_id", "timestamp", "y")
 #: A series' dense grid may hold this many points per row of data: at most 90% of it missing.
 GRID_POINTS_PER_ROW = 10
 #: ... plus this many, so that short series with a few gaps are never refused.
@@ -76,7 +73,7 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
     try:
         if not storage.is_file(path):
             raise DataError(f"Data file not found: {path}", path=str(path))
-        if Location.parse(path).suffix in {".csv", ".txt"}:
+        if path.suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
             table = pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
@@ -89,7 +86,7 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
 
 def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names."""
-    if Location.parse(path).suffix in {".csv", ".txt"}:
+    if path.suffix in {".csv", ".txt"}:
         return read_table(path, names).schema
     import pyarrow.parquet as pq
 
@@ -111,7 +108,7 @@ def load_series(
     names of the required columns)."""
     table = read_table(path, names)
     check_columns(table.column_names, covariates, str(path), also_read)
-    return validate_table(table, resolution_minutes, covariates, source=str(path), check_names=False).table
+    return validate_table(table, resolution_minutes, covariates, source=str(path)).table
 
 
 def series_from_table(
@@ -122,6 +119,7 @@ def series_from_table(
     source: str = "<table>",
 ) -> SeriesTable:
     """Validate an Arrow table against the input contract and build dense series from it."""
+    check_columns(table.column_names, covariates, source)
     return validate_table(table, resolution_minutes, covariates, source=source).table
 
 
@@ -134,36 +132,15 @@ class Validated:
     rows_per_series: np.ndarray  # int64 [S]: rows of each series, in series order
 
 
-def check_columns(
-    column_names: Sequence[str], covariates: Sequence[str], source: str, also_read: Sequence[str] = ()
-) -> None:
-    """Refuse missing required or declared columns; warn about undeclared extra columns (not ``also_read``)."""
-    missing = [name for name in (*REQUIRED_COLUMNS, *covariates) if name not in column_names]
-    if missing:
-        declared = [name for name in missing if name in covariates]
-        hint = f" (declared covariates {declared} are not columns of the data)" if declared else ""
-        suggestion = suggestion_for([name for name in missing if name in REQUIRED_COLUMNS], column_names)
-        raise DataError(
-            f"{source}: missing column(s) {missing}{hint}; the file has {list(column_names)}.",
-            path=source,
-            suggestions=() if suggestion is None else (suggestion,),
-        )
-    extra = [name for name in column_names if name not in (*REQUIRED_COLUMNS, *covariates, *also_read)]
-    if extra:
-        logger.warning("%s: ignoring column(s) %s that are not declared covariates", source, extra)
-
-
 def validate_table(
     table: pa.Table,
     resolution_minutes: int,
     covariates: Sequence[str] = (),
     *,
     source: str = "<table>",
-    check_names: bool = True,
 ) -> Validated:
-    """:func:`series_from_table`, also saying whether the rows were presorted and how many each series has."""
-    if check_names:
-        check_columns(table.column_names, covariates, source)
+    """:func:`series_from_table` of a table whose columns were checked (:func:`~.columns.check_columns`), also
+    saying whether the rows were presorted and how many each series has."""
     if table.num_rows == 0:
         raise DataError(f"{source}: the data has no rows.", path=source)
 

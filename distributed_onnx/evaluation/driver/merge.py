@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanCandidates, FanPicker, FanWindow
-from distributed_onnx.evaluation.outputs import LEADERBOARD, METRICS
+from distributed_onnx.evaluation.outputs import METRICS
 from distributed_onnx.evaluation.scoring.metrics import METRICS_SCHEMA, SERIES_PER_TABLE
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.evaluation.scoring.registry import has_median, primary
@@ -24,7 +24,7 @@ from distributed_onnx.evaluation.sums import IN_SAMPLE, PartSums
 from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.driver.plan import RunPlan
+    from distributed_onnx.evaluation.planning import RunPlan
 
 
 class RunSums:
@@ -122,14 +122,6 @@ class RunSums:
         storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())
         return pa.concat_tables(run_wide).combine_chunks()
 
-    def write_leaderboard(self, output: Location, scores: PairScores, step_us: int) -> pa.Table:
-        """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair)."""
-        from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
-
-        table = leaderboard(scores, step_us)
-        storage.write_parquet(storage.join(output, LEADERBOARD), table)
-        return table
-
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)
         for index in sorted(self._fans):
@@ -137,10 +129,9 @@ class RunSums:
         return picker
 
 
-def fan_windows(sums: RunSums, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:
+def fan_windows(picker: FanPicker, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:
     """The windows the report draws: picked from the parts' candidates, history from the driver's series."""
     metric = primary(has_median(plan.quantiles))
-    picker = sums.fans()
     # Only the candidates' series need a score (the typical window is the one closest to its series' score).
     candidates = {int(index): plan.table.series[int(index)].series_id for index in picker.series_indices()}
     found = series_scores.values_of(plan.checkpoint.name, metric, list(candidates.values()))

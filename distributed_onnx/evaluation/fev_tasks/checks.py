@@ -3,7 +3,7 @@
 The rules are the backtest's, applied to each task's own values: the task's settings by the backtest's settings
 model (:func:`check_tasks`: a refusal, exit 2, naming the task), its quantile levels against each checkpoint's
 native range (:func:`levels_reason`: that task x checkpoint skipped, with the reason, unless clamping is asked).
-The run-wide checks (names, the output) are the backtest's own (``evaluation/driver/up_front.py``).
+The run-wide checks (names, the output) are the backtest's own (``evaluation/up_front.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distributed_onnx.evaluation.driver.up_front import levels_problem
 from distributed_onnx.evaluation.settings import BacktestSettings
+from distributed_onnx.evaluation.up_front import levels_problem
 from distributed_onnx.location import LocationLike
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
@@ -37,7 +37,7 @@ def task_levels(task: Any) -> list[float]:
 
 def levels_reason(task: Any, checkpoint: ResolvedCheckpoint, *, clamp: bool) -> str | None:
     """Why ``checkpoint`` cannot forecast ``task``'s quantile levels (some outside its native range), unless
-    clamping is asked for: the backtest's own rule (``evaluation/driver/up_front.py``)."""
+    clamping is asked for: the backtest's own rule (``evaluation/up_front.py``)."""
     problem = None if clamp else levels_problem(checkpoint.name, task_levels(task), checkpoint.metadata)
     if problem is None:
         return None

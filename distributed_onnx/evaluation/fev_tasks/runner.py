@@ -1,6 +1,6 @@
 """Run a fev benchmark as backtests: every task's windows on the actors, summaries by fev's own code.
 
-Tasks are planned together: one backtest (:func:`~distributed_onnx.evaluation.driver.run.run_backtest`: its
+Tasks are planned together: one backtest (:func:`~distributed_onnx.evaluation.backtest.run_backtest`: its
 planner, parts, actors, sums and one report) per *run*, the tasks whose checkpoints share a grid step, a
 context length and the same covariate columns (names and types), and the same set of checkpoints that can serve
 them, in ``runs/RUN/``. Every fev window is its own series there (:meth:`~.tasks.TaskData.window_table`), all at
@@ -27,7 +27,7 @@ it; a checkpoint added later that serves the same tasks joins their run director
 forecasts).
 
 What no run could get past is refused before anything is loaded or Ray is joined (:func:`run_benchmark`): the
-checkpoints' names and the output, by the backtest's own checks (``evaluation/driver/up_front.py``), a benchmark
+checkpoints' names and the output, by the backtest's own checks (``evaluation/up_front.py``), a benchmark
 without tasks, a task whose own settings the backtest's model refuses (:mod:`.checks`). A pair whose levels the
 checkpoint cannot forecast is skipped like one whose horizon it cannot (docs/fev.md).
 """
@@ -48,7 +48,6 @@ import pyarrow.dataset as pads
 
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError, ConfigError, DataError, DistributedOnnxError
-from distributed_onnx.evaluation.driver.up_front import check_checkpoint_names
 from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION, raised_by_fev
 from distributed_onnx.evaluation.fev_tasks.pair_records import REJECTED, SUMMARY, pair_key, plain, read_pair, write_pair
@@ -68,6 +67,7 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
 )
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
 from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
+from distributed_onnx.evaluation.up_front import check_checkpoint_names
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.adapters import adapter_for
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
@@ -375,7 +375,7 @@ def _backtest(
     failed (the tasks whose forecasts are all there are still scored). The run's data or settings refused by
     the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
     backtest."""
-    from distributed_onnx.evaluation.driver.run import run_backtest
+    from distributed_onnx.evaluation.backtest import run_backtest
 
     key = run.key
     data_path = storage.join(output, "data", f"{run.name}.parquet")

@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from distributed_onnx import storage
+from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.external_data import external_data_locations
 from distributed_onnx.model.user_cache import cache_root
@@ -47,7 +48,7 @@ def cached_level(requested: str) -> str:
 def cache_folder(checkpoint: ResolvedCheckpoint, level: str, runtime_version: str, root: Path | None = None) -> Path:
     """The folder holding ``checkpoint``'s graph optimized at ``level`` by ONNX Runtime ``runtime_version``."""
     weights = checkpoint.weights_path
-    graph_sha = checkpoint.metadata.sha256 or storage.sha256(weights)  # verified on resolve when recorded
+    graph_sha = checkpoint.metadata.sha256 or storage.sha256(Location(weights))  # verified on resolve when recorded
     data_stamp = (
         ",".join(f"{location}:{_stamp(weights.parent / location)}" for location in external_data_locations(weights))
         or "-"

@@ -4,9 +4,10 @@ Reading the whole input and holding every series dense made the driver's memory 
 GB at 100,000 series, ``benchmarks/results/time_to_results.md``). When the input is a Parquet file of more
 than one chunk (:data:`STREAM_CHUNK_ROWS`), sorted by ``series_id`` then ``timestamp`` (how files are usually
 written), :func:`scan_sorted_parquet` reads it chunk by chunk over the needed columns, checks each chunk with
-the same code as the whole-table reader (:func:`.table.validate_table`), counts each series' windows, and keeps
-per series only its id, first instant, grid length and rows in the file (:class:`~.rows.SeriesRows`). The actors then
-read the rows of the series of their part themselves (:mod:`.rows`), a few row groups at a time.
+the same code as the whole-table reader (:func:`~..data.table.validate_table`), counts each series' windows,
+and keeps per series only its id, first instant, grid length and rows in the file
+(:class:`~..data.rows.SeriesRows`). The actors then read the rows of the series of their part themselves
+(:mod:`..data.rows`), a few row groups at a time.
 
 Whatever the scan cannot vouch for (unsorted or ungrouped rows, CSV, any data error, a series on a coarser grid
 than the others) makes it give up (``None``), and the caller reads the whole table as before: every error then
@@ -27,17 +28,11 @@ import pyarrow.parquet as pq
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data import table as table_module
-from distributed_onnx.evaluation.data.columns import check_unique
+from distributed_onnx.evaluation.data.columns import REQUIRED_COLUMNS, check_columns, check_unique
 from distributed_onnx.evaluation.data.layout import SeriesArrays, SeriesTable
 from distributed_onnx.evaluation.data.log_filters import once_per_message
 from distributed_onnx.evaluation.data.rows import SeriesRows
-from distributed_onnx.evaluation.data.table import (
-    GRID_POINTS_PER_ROW,
-    REQUIRED_COLUMNS,
-    TOTAL_GRID_SLACK_POINTS,
-    check_columns,
-    validate_table,
-)
+from distributed_onnx.evaluation.data.table import GRID_POINTS_PER_ROW, TOTAL_GRID_SLACK_POINTS, validate_table
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.location import Location
 
@@ -48,10 +43,11 @@ _US_PER_MINUTE = 60_000_000
 
 @dataclass(frozen=True)
 class Scanned:
-    """What the streamed scan keeps: the table's index of series and each series' window count."""
+    """What the streamed scan keeps: the table's index of series, each series' window count and the file's columns."""
 
     table: SeriesTable
     windows: WindowPlan
+    schema: pa.Schema
 
 
 @dataclass
@@ -92,7 +88,7 @@ def scan_sorted_parquet(
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
-    if Location.parse(location).suffix in {".csv", ".txt"}:
+    if location.suffix in {".csv", ".txt"}:
         return None
     try:
         if not storage.is_file(location):
@@ -105,7 +101,8 @@ def scan_sorted_parquet(
         metadata = parquet.metadata
         if metadata.num_rows <= chunk_rows:
             return None
-        names = parquet.schema_arrow.names
+        schema = parquet.schema_arrow
+        names = schema.names
         check_unique(names, name)  # a repeated name is refused here, before a chunk is read
         if any(column not in names for column in (*REQUIRED_COLUMNS, *covariates)):
             return None  # the whole-table reader names what is missing
@@ -118,7 +115,7 @@ def scan_sorted_parquet(
             source.close()
     if summaries is None:
         return None
-    return _scanned(location, summaries, group_rows, resolution_minutes, covariates)
+    return _scanned(location, summaries, group_rows, resolution_minutes, covariates, schema)
 
 
 def _scan(
@@ -198,7 +195,7 @@ def _add_chunk(
     if pa.types.is_floating(kind):
         return False
     try:
-        checked = validate_table(rows, resolution_minutes, covariates, source=name, check_names=False)
+        checked = validate_table(rows, resolution_minutes, covariates, source=name)
     except DataError:
         return False
     if not checked.presorted:
@@ -206,7 +203,8 @@ def _add_chunk(
     arrays = checked.table.arrays()
     if summaries.ids and not summaries.ids[-1][-1] < arrays.series_ids[0]:
         return False  # a series seen in an earlier chunk again: the file is not sorted by series
-    summaries.add(arrays, checked.rows_per_series, plan_windows(arrays, spec))
+    windows = plan_windows(arrays, spec)
+    summaries.add(arrays, checked.rows_per_series, windows)
     return True
 
 
@@ -216,6 +214,7 @@ def _scanned(
     group_rows: list[int],
     resolution_minutes: int,
     covariates: Sequence[str],
+    schema: pa.Schema,
 ) -> Scanned:
     lengths = np.concatenate(summaries.lengths)
     counts = np.concatenate(summaries.counts).astype(np.int64)
@@ -236,4 +235,4 @@ def _scanned(
         summaries.capped,
         tuple(summaries.capped_series),
     )
-    return Scanned(SeriesTable(rows, list(covariates), resolution_minutes, str(location)), windows)
+    return Scanned(SeriesTable(rows, list(covariates), resolution_minutes, str(location)), windows, schema)

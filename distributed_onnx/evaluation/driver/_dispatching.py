@@ -15,15 +15,14 @@ from typing import Any
 
 from distributed_onnx.evaluation.actor.part import build_part_runner
 from distributed_onnx.evaluation.data.windows import PartSpec
+from distributed_onnx.evaluation.driver._outcome import Dispatched
+from distributed_onnx.evaluation.driver._part_ledger import PartLedger
+from distributed_onnx.evaluation.driver._progress import Progress
+from distributed_onnx.evaluation.driver._transport import series_source_for
 from distributed_onnx.evaluation.driver.clock import PhaseClock
 from distributed_onnx.evaluation.driver.early import worker_configs
-from distributed_onnx.evaluation.driver.outcome import Dispatched
-from distributed_onnx.evaluation.driver.part_count import dispatch_order
-from distributed_onnx.evaluation.driver.part_ledger import PartLedger
-from distributed_onnx.evaluation.driver.plan import RunPlan
-from distributed_onnx.evaluation.driver.progress import Progress
-from distributed_onnx.evaluation.driver.transport import series_source_for
 from distributed_onnx.evaluation.part_messages import PartReceipt
+from distributed_onnx.evaluation.planning import RunPlan, dispatch_order
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime import cluster

@@ -19,7 +19,7 @@ from distributed_onnx.evaluation.data.series_source import (
     SeriesTransport,
 )
 from distributed_onnx.evaluation.data.series_source import choose_transport as choose_series_transport
-from distributed_onnx.evaluation.driver.plan import RunPlan
+from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.runtime import cluster
 
 logger = logging.getLogger(__name__)
@@ -35,18 +35,18 @@ def series_source_for(plan: RunPlan) -> tuple[SeriesSource, dict[str, Any]]:
     store = SeriesStore.from_table(plan.table)
     smallest = cluster.smallest_object_store_bytes()
     transport, reason = choose_series_transport(
-        plan.settings.series_transport, store.nbytes, smallest, plan.settings.data
+        plan.settings.series_transport, store.nbytes, smallest, plan.dataset.source
     )
     logger.info("Series transport: %s (%s)", transport.value, reason)
     info: dict[str, Any] = {"series_transport": transport.value, "reason": reason, "series_bytes": store.nbytes}
     if transport is SeriesTransport.OBJECT_STORE:
         return store, info
     reader = ParquetSeriesReader(
-        plan.settings.data,
+        plan.dataset.source,
         store.series_ids,
         tuple(int(n) for n in store.offsets[1:] - store.offsets[:-1]),
-        plan.checkpoint.metadata.resolution_minutes,
+        plan.table.resolution_minutes,
         tuple(plan.table.covariate_names),
-        names=plan.settings.column_names,
+        names=plan.dataset.names,
     )
     return reader, info

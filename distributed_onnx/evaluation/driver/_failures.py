@@ -17,7 +17,7 @@ import numpy as np
 from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation.data.windows import PartSpec, plan_series, window_ids
-from distributed_onnx.evaluation.driver.plan import RunPlan
+from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.location import Location
 
 FAILED_WINDOWS = "failed_windows.json"

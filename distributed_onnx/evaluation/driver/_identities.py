@@ -8,7 +8,7 @@ field that differs with both values and what to do. Resuming it would keep the p
 meaning beside new ones: a silently mixed run.
 
 The refusal is the message; the guarantee is the part files: each carries its model's fingerprint, which holds
-the identity's digest (:mod:`.plan`), so a part computed under another identity never verifies and is redone,
+the identity's digest (:mod:`..planning`), so a part computed under another identity never verifies and is redone,
 whatever ``run.json`` says (a directory written before identities were recorded is so recomputed whole).
 """
 

@@ -1,15 +1,15 @@
 """What the driver knows of a run's parts as the dispatcher reports them: receipts, failures, the next deadline.
 
 Kept apart from the run (``run.py``) because it is pure bookkeeping: the deadline of a part's next attempt
-follows from the rates of the receipts so far (:mod:`.deadlines`), and the first receipt's time is the run's
+follows from the rates of the receipts so far (:mod:`._deadlines`), and the first receipt's time is the run's
 first forecast (``summary.json``).
 """
 
 from __future__ import annotations
 
 from distributed_onnx.evaluation.data.windows import PartSpec
-from distributed_onnx.evaluation.driver.deadlines import AttemptDeadlines
-from distributed_onnx.evaluation.driver.outcome import PartFailure
+from distributed_onnx.evaluation.driver._deadlines import AttemptDeadlines
+from distributed_onnx.evaluation.driver._outcome import PartFailure
 from distributed_onnx.evaluation.part_messages import PartReceipt
 
 
@@ -30,5 +30,5 @@ class PartLedger:
 
     def deadline_s(self, part: PartSpec, part_timeout_s: float | None) -> float:
         """The given timeout, else one that fits the part: its windows times the slowest rate per window so far
-        (:mod:`.deadlines`)."""
+        (:mod:`._deadlines`)."""
         return part_timeout_s if part_timeout_s is not None else self.deadlines.deadline_s(part.n_windows)

@@ -21,7 +21,7 @@ from distributed_onnx.evaluation.outputs import read_vintage_stats
 from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
-    from distributed_onnx.evaluation.driver.plan import RunPlan
+    from distributed_onnx.evaluation.planning import RunPlan
 
 COVARIATE_AGES = "covariate_ages.parquet"
 COVARIATE_AGES_SCHEMA = pa.schema(

@@ -2,7 +2,7 @@
 
 A rerun that resumes keeps the record of the invocations that computed parts (``computed_by``: actors,
 providers, throughput), so re-running a finished run changes no number and still says who computed them.
-Throughput has one definition, shared with the progress line (:mod:`.progress`): windows
+Throughput has one definition, shared with the progress line (:mod:`._progress`): windows
 computed by this invocation / seconds from the first part dispatched to the last receipt.
 """
 
@@ -21,9 +21,9 @@ from distributed_onnx.location import Location
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
+    from distributed_onnx.evaluation.driver._outcome import RunOutcome
     from distributed_onnx.evaluation.driver.clock import PhaseClock
-    from distributed_onnx.evaluation.driver.outcome import RunOutcome
-    from distributed_onnx.evaluation.driver.plan import RunPlan
+    from distributed_onnx.evaluation.planning import RunPlan
 
 SUMMARY = "summary.json"
 
@@ -56,27 +56,6 @@ def previous_summary(output: Location, run_fingerprint: str) -> dict[str, Any] |
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
-
-
-def model_records(plan: RunPlan) -> dict[str, dict[str, Any]]:
-    """``summary.json``'s ``models``: each checkpoint's file, digest, fingerprint and identity, and a variant's
-    parent and quantization as its metadata says them: what :func:`~..scoring.variants.variant_verdicts` reads,
-    here and in ``tune``'s accuracy gate, which builds them with this function too."""
-    records = {}
-    for checkpoint in plan.checkpoints:
-        metadata = checkpoint.metadata
-        record: dict[str, Any] = {
-            "checkpoint": str(checkpoint.weights_path),
-            "sha256": metadata.sha256,
-            "fingerprint": plan.model_fingerprints[checkpoint.name],
-            "identity": plan.identities[checkpoint.name].record(),
-        }
-        if metadata.parent is not None:
-            record["parent"] = metadata.parent.model_dump()
-        if metadata.quantization is not None:
-            record["quantization"] = metadata.quantization.model_dump(exclude_none=True)
-        records[checkpoint.name] = record
-    return records
 
 
 def write_summary(output: Location, summary: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Deadlines that fit the work: how long one attempt at a unit of work may run before its actor is killed.
 
-Pure code, no Ray and no clock, beside its one user: the driver's part ledger (:mod:`.part_ledger`) asks
+Pure code, no Ray and no clock, beside its one user: the driver's part ledger (:mod:`._part_ledger`) asks
 :meth:`AttemptDeadlines.deadline_s` when the dispatcher submits a unit of ``size`` work items (a backtest part:
 its windows) and reports each finished unit to :meth:`AttemptDeadlines.observe`.
 
