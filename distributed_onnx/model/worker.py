@@ -192,7 +192,7 @@ class InferenceWorker:
     ) -> np.ndarray:
         """One model call on the model's grid: ``[W, n_native, steps]``, the steps of ``call`` (the checkpoint as
         this call sees it, :func:`~distributed_onnx.model.horizons.call_metadata`; default the whole graph)."""
-        adapter = self._adapter_of(call or self._metadata)
+        adapter = self.adapter_of(call or self._metadata)
         if groups is None:
             inputs, target_rows = adapter.build_inputs(model_grid, model_covariates)
         elif isinstance(adapter, GroupingAdapter):
@@ -204,7 +204,7 @@ class InferenceWorker:
         outputs = self._backend.run(inputs)
         return adapter.decode(outputs, target_rows)
 
-    def _adapter_of(self, call: CheckpointMetadata) -> ModelAdapter:
+    def adapter_of(self, call: CheckpointMetadata) -> ModelAdapter:
         """The adapter laying out a call of ``call.horizon_patches`` output patches and decoding its
         ``native_quantiles`` (built once per count and levels)."""
         key = (call.horizon_patches, tuple(call.native_quantiles))

@@ -118,6 +118,17 @@ class ContextQuantilesAdapter:
     def check_tensors(self, inputs: Mapping[str, np.ndarray]) -> None:
         for name, values in inputs.items():
             refuse_non_finite(name, values, nan_allowed=self.missing_value == "nan" and name == self._input_name)
+        if self._asks_patches and NUM_OUTPUT_PATCHES in inputs:
+            # The graph clamps what it is sent (0 answers no steps, 100 the whole horizon): a client's count
+            # outside 1..horizon_patches is refused rather than answered as another call than it asked.
+            asked = np.asarray(inputs[NUM_OUTPUT_PATCHES]).reshape(-1)
+            most = self._metadata.horizon_patches
+            if asked.size != 1 or not 1 <= int(asked[0]) <= most:
+                raise InputValidationError(
+                    f"{NUM_OUTPUT_PATCHES} must be one whole number from 1 to this graph's {most} output "
+                    f"patch(es), got {asked.tolist()}.",
+                    tensor=NUM_OUTPUT_PATCHES,
+                )
 
     def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Every row is a window; its context is the values as sent (NaN = missing when the graph takes NaN;
