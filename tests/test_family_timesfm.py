@@ -248,9 +248,9 @@ def test_a_v2_infer_call_of_fewer_patches_is_logged_at_the_horizon_it_computed(
     """A KServe v2 call sending ``num_output_patches`` 1 to the graph of two: the forecast log gets its windows at
     the one patch the graph computed (the worker's forecast for that horizon), not nothing. The session is not
     built from a cached optimized graph that ORT cannot load (its ``If`` subgraphs): no warning at every start."""
+    from distributed_onnx.errors import InputValidationError
     from distributed_onnx.model.backend.providers import CpuProvider
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
-    from distributed_onnx.errors import InputValidationError
     from distributed_onnx.serve.log.infer_windows import infer_windows, served_request
 
     weights, _ = exported
