@@ -288,8 +288,13 @@ def session():
     return ort.InferenceSession(checkpoint, options, providers=["CPUExecutionProvider"])
 sessions = [session() for _ in range(threads)]
 name = sessions[0].get_inputs()[0].name
+# A graph that computes the output patches it is told (TimesFM's num_output_patches) is told the run's, as the
+# worker tells it (distributed_onnx/model/horizons.py).
+told = {}
+if "num_output_patches" in [each.name for each in sessions[0].get_inputs()]:
+    told["num_output_patches"] = np.array(-(-horizon // inputs["output_patch_size"]), dtype=np.int64)
 for each in sessions:
-    each.run(None, {name: block[:1]})  # warm up on one row, as each actor does
+    each.run(None, {name: block[:1], **told})  # warm up on one row, as each actor does
 left, lock = list(range(len(batches))), threading.Lock()
 def work(each):
     while True:
@@ -297,7 +302,7 @@ def work(each):
             if not left:
                 return
             index = left.pop()
-        each.run(None, {name: batches[index]})
+        each.run(None, {name: batches[index], **told})
 started = time.perf_counter()
 workers = [threading.Thread(target=work, args=(each,)) for each in sessions]
 for worker in workers:

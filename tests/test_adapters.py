@@ -316,6 +316,29 @@ def test_context_quantiles_needs_exactly_one_input() -> None:
         ContextQuantilesAdapter(_metadata("context_quantiles", input_names=["a", "b"]))
 
 
+def test_context_quantiles_sends_the_calls_output_patches_where_the_graph_asks_them() -> None:
+    """A graph computing the output patches it is told (TimesFM as exported): the call's count goes as
+    ``num_output_patches``; a graph said to compute them without that input is refused, naming it."""
+    from distributed_onnx.model.horizons import call_metadata
+
+    metadata = _metadata(
+        "timesfm",
+        input_names=["context", "num_output_patches"],
+        output_patch_size=2,
+        horizon_patches=3,
+        short_horizon="output_patches",
+        missing_value="nan",
+        output_layout="step_quantile",
+    )
+    for horizon, patches in ((6, 3), (3, 2), (1, 1)):
+        inputs, _ = ContextQuantilesAdapter(call_metadata(metadata, horizon)).build_inputs(
+            np.ones((2, C), dtype=np.float32), None
+        )
+        assert inputs["num_output_patches"].dtype == np.int64 and int(inputs["num_output_patches"]) == patches
+    with pytest.raises(ConfigError, match="num_output_patches"):
+        ContextQuantilesAdapter(metadata.model_copy(update={"input_names": ["context"]}))
+
+
 def test_context_quantiles_decode() -> None:
     adapter = ContextQuantilesAdapter(_metadata("context_quantiles"))
     out = np.arange(2 * 3 * H, dtype=np.float32).reshape(2, 3, H)

@@ -113,6 +113,24 @@ def test_backtest_equals_moirai2_forecast_predict(
     assert np.abs(ours[:, :20] - shorter).max() <= 1e-5 * scale
 
 
+def test_each_model_call_projects_only_the_token_it_reads(moirai: tuple[Path, Any], tmp_path: Path) -> None:
+    """Each of the graph's three model calls reads one token's prediction; upstream's module projects every token
+    through its head, and runs the horizon's tokens not yet predicted through its layers. ONNX Runtime's profile:
+    the head's products ran on one token per path, and the layers on the tokens up to the one read."""
+    from profiles import product_outputs, tokens_through
+
+    weights, _ = moirai
+    windows = np.stack([gappy_series()[name][-CONTEXT:] for name in ("a", "b")]).astype(np.float32)
+    shapes = product_outputs(weights, {"context": windows}, tmp_path)
+    levels = len(MOIRAI2["tiny"]["quantile_levels"])
+    head = tokens_through(shapes, PER_CALL * levels * PATCH, rows=2)
+    # The head's output layer and its residual layer, once per call: the first on one path, the next on 9 paths.
+    assert sorted(head) == [1, 1, levels, levels, levels, levels], shapes
+    # The layers' feed-forward (d_ff): the context's tokens on the first call, then one or two calls' more.
+    context_tokens, d_ff = CONTEXT // PATCH, MOIRAI2["tiny"]["d_ff"]
+    assert min(tokens_through(shapes, d_ff, rows=2)) == context_tokens, shapes
+
+
 def test_a_horizon_beyond_the_exported_one_is_refused_in_one_line(
     moirai: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -125,6 +125,45 @@ def test_backtest_equals_upstream_forecast_on_gappy_windows(
     assert float(np.abs(ours[:, : PATCH // 2] - np.asarray(first)[..., 1:]).max()) < 1e-4
 
 
+def test_a_shorter_horizon_decodes_only_its_patches(exported: tuple[Path, Any], pretrained: Path) -> None:
+    """A run of one output patch on the graph of two: upstream's forecast for that horizon, and the graph's
+    autoregressive step not run at all (its layers' products absent from ONNX Runtime's profile of the call)."""
+    import onnxruntime as ort
+
+    from distributed_onnx.export.timesfm import load_model
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+
+    weights, _ = exported
+    metadata = json.loads(weights.with_suffix(".metadata.json").read_text())
+    assert metadata["input_names"] == ["context", "num_output_patches"]
+    assert metadata["short_horizon"] == "output_patches" and metadata["horizon_patches"] == 2
+
+    windows = np.stack([gappy_series()[name][-CONTEXT:] for name in ("a", "b")]).astype(np.float32)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        ours = worker.forecast(windows, PATCH // 2, LEVELS)
+    finally:
+        worker.close()
+    shorter = load_model(pretrained)
+    shorter.compile(timesfm.ForecastConfig(**(FORECAST | {"max_horizon": PATCH}), per_core_batch_size=4))
+    _, theirs = shorter.forecast(horizon=PATCH // 2, inputs=list(windows))
+    assert float(np.abs(ours - np.asarray(theirs)[..., 1:]).max()) < 1e-4
+
+    def products(patches: int, folder: Path) -> int:
+        options = ort.SessionOptions()
+        options.enable_profiling, options.profile_file_prefix = True, str(folder / f"profile-{patches}")
+        session = ort.InferenceSession(str(weights), options, providers=["CPUExecutionProvider"])
+        out = session.run(None, {"context": windows, "num_output_patches": np.array(patches, dtype=np.int64)})[0]
+        assert out.shape == (2, patches * PATCH, len(LEVELS))
+        trace = json.loads(Path(session.end_profiling()).read_text())
+        return sum(1 for e in trace if e.get("cat") == "Node" and e["args"].get("op_name") == "MatMul")
+
+    one, two = products(1, weights.parent), products(2, weights.parent)
+    layers = TIMESFM["tiny"]["sizes"]["num_layers"]
+    assert two - one >= 4 * layers, (one, two)  # the step's attention and feed-forward products, per layer
+
+
 def test_a_horizon_beyond_the_export_is_refused_in_one_line(
     exported: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -201,3 +240,38 @@ def test_a_window_without_any_value_forecasts_beside_the_others(exported: tuple[
     assert np.isfinite(ours).all()
     _, quantiles = model.forecast(horizon=HORIZON, inputs=[series])
     assert float(np.abs(ours[1] - np.asarray(quantiles)[0, :, 1:]).max()) < 1e-4
+
+
+def test_a_v2_infer_call_of_fewer_patches_is_logged_at_the_horizon_it_computed(
+    exported: tuple[Path, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A KServe v2 call sending ``num_output_patches`` 1 to the graph of two: the forecast log gets its windows at
+    the one patch the graph computed (the worker's forecast for that horizon), not nothing. The session is not
+    built from a cached optimized graph that ORT cannot load (its ``If`` subgraphs): no warning at every start."""
+    from distributed_onnx.errors import InputValidationError
+    from distributed_onnx.model.backend.providers import CpuProvider
+    from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+    from distributed_onnx.serve.log.infer_windows import infer_windows, served_request
+
+    weights, _ = exported
+    windows = np.stack([gappy_series()[name][-CONTEXT:] for name in ("a", "b")]).astype(np.float32)
+    worker = InferenceWorker.from_config(WorkerConfig(checkpoint=weights, providers=[CpuProvider()]))
+    try:
+        inputs = {"context": windows, "num_output_patches": np.array(1, dtype=np.int64)}
+        worker.adapter.check_tensors(inputs)
+        placed = infer_windows(worker.adapter, worker.metadata, inputs, {"series_ids": "a,b"})
+        served = served_request(placed, worker.metadata, worker.backend.run(inputs), worker.adapter_of)
+        native = tuple(worker.metadata.native_quantiles)
+        expected = worker.forecast(windows, PATCH, native)
+    finally:
+        worker.close()
+    assert "does not load" not in caplog.text  # the export's session found the saved graph unloadable, once
+    assert served is not None, "the answered call was not logged"
+    request, forecasts, levels = served
+    assert levels == native and request.horizon == PATCH and forecasts.shape == (2, PATCH, len(native))
+    assert [series.series_id for series in request.series] == ["a", "b"]
+    np.testing.assert_allclose(forecasts, expected, rtol=1e-5, atol=1e-6)
+    # a count the graph would clamp (0 answers no steps; 3 or -1 another count than asked) is the client's error
+    for wrong in (0, -1, 3):
+        with pytest.raises(InputValidationError, match=r"num_output_patches must be one whole number from 1 to"):
+            worker.adapter.check_tensors({"context": windows, "num_output_patches": np.array(wrong, dtype=np.int64)})

@@ -85,6 +85,21 @@ def test_export_writes_the_mixture_contract_and_its_parity(toto: tuple[Path, Any
     assert parity["max_rel_diff"] < 1e-5, parity
 
 
+def test_the_graph_unembeds_only_the_patch_it_forecasts(toto: tuple[Path, Any], tmp_path: Path) -> None:
+    """Upstream unembeds every patch's token and builds the mixture at every context step; the forecast reads the
+    last patch's. ONNX Runtime's profile of a call: the unembedding (``embed_dim`` -> ``patch x embed_dim``) ran
+    on one token per window, not on the context's 64."""
+    from profiles import product_outputs, tokens_through
+
+    weights, _ = toto
+    context_length = json.loads(weights.with_suffix(".metadata.json").read_text())["context_length"]
+    windows = np.full((3, context_length), np.nan, dtype=np.float32)
+    for row, values in enumerate(gappy_series().values()):  # shorter than the context: NaN before each series
+        windows[row, -len(values) :] = values
+    shapes = product_outputs(weights, {"context": windows}, tmp_path)
+    assert tokens_through(shapes, STEPS * TOTO["tiny"]["embed_dim"], rows=3) == [1], shapes
+
+
 def test_backtest_equals_the_distribution_of_its_forecaster_on_each_history(
     toto: tuple[Path, Any], data: Path, series: dict[str, np.ndarray], tmp_path: Path
 ) -> None:

@@ -76,14 +76,14 @@ def test_origins_are_start_plus_the_contexts_width() -> None:
     inputs, _ = adapter.build_inputs(_histories(), None)
     windows = infer_windows(adapter, CHRONOS2, inputs, {"start": "2026-12-01T00:00:00Z"})
     outputs = {CHRONOS2.output_name: np.zeros((3, 9, 8), dtype=np.float32)}
-    found = served_request(windows, adapter, CHRONOS2, outputs)
+    found = served_request(windows, CHRONOS2, outputs)
     assert found is not None
     request, forecasts, levels = found
     origin = int(datetime(2026, 12, 1, 8, tzinfo=UTC).timestamp() * 1e6)  # 16 steps of 30 minutes later
     assert origins_us(request, 30) == [origin] * 3
     assert forecasts.shape == (3, 8, 9) and levels == tuple(CHRONOS2.native_quantiles)
     outputs[CHRONOS2.output_name][1, 0, 0] = np.inf
-    assert served_request(windows, adapter, CHRONOS2, outputs) is None  # nothing finite to log
+    assert served_request(windows, CHRONOS2, outputs) is None  # nothing finite to log
 
 
 @pytest.mark.integration
@@ -103,7 +103,7 @@ def test_logged_forecasts_equal_the_workers_for_the_same_histories(
         context = np.nan_to_num(context)  # the plain family has no mask: a client sends what the model sees
     inputs, _ = worker.adapter.build_inputs(context, None)
     windows = infer_windows(worker.adapter, metadata, inputs, None)
-    found = served_request(windows, worker.adapter, metadata, worker.backend.run(inputs))
+    found = served_request(windows, metadata, worker.backend.run(inputs), worker.adapter_of)
     assert found is not None
     request, forecasts, levels = found
     expected = worker.forecast(context, metadata.horizon_length, metadata.native_quantiles)

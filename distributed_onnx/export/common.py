@@ -29,6 +29,7 @@ from distributed_onnx.export.parity import parity_statistics
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, write_checkpoint
+from distributed_onnx.model.horizons import NUM_OUTPUT_PATCHES
 
 logger = logging.getLogger(__name__)
 
@@ -177,8 +178,12 @@ def context_module(model: Any, call: Callable[[Any, Any], Any]) -> Any:
     return OneCall().eval()
 
 
-def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_name: str) -> None:
-    """Export ``module(context) -> output_name`` with a dynamic batch axis; weights as external data.
+def export_context_graph(
+    module: Any, sample: np.ndarray, output: Path, output_name: str, output_patches: int | None = None
+) -> None:
+    """Export ``module(context) -> output_name`` with a dynamic batch axis; weights as external data. With
+    ``output_patches``, ``module(context, num_output_patches)``: the graph also takes that 0-d int64 (the output
+    patches a call asks, ``model/horizons.py``), traced at ``output_patches`` (its most).
 
     The dynamo exporter (``torch.export``) is used: the TorchScript one traces Chronos-Bolt's register token
     to a float index (an invalid ``Gather``) and TiRex's batch size into its reshapes.
@@ -186,15 +191,20 @@ def export_context_graph(module: Any, sample: np.ndarray, output: Path, output_n
     torch = require_torch()
     output.parent.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch", min=1)
+    inputs: tuple[Any, ...] = (torch.from_numpy(sample),)
+    dynamic: dict[str, Any] = {"context": {0: batch}}
+    if output_patches is not None:
+        inputs = (*inputs, torch.tensor(output_patches, dtype=torch.int64))
+        dynamic[NUM_OUTPUT_PATCHES] = None
     # The exporter's optimizer logs every rewrite at INFO (hundreds of lines); its warnings stay.
     with quiet_loggers("onnx_ir", "onnxscript"), torch.no_grad():
         phase("tracing and exporting the graph")
         program = torch.onnx.export(
             module,
-            (torch.from_numpy(sample),),
-            input_names=["context"],
+            inputs,
+            input_names=list(dynamic),
             output_names=[output_name],
-            dynamic_shapes={"context": {0: batch}},
+            dynamic_shapes=dynamic,
             dynamo=True,
             verbose=False,
             optimize=False,  # done below, as its own phase (what export(optimize=True) does)
@@ -219,18 +229,21 @@ def export_context_model(
     request: ExportRequest,
     metadata: CheckpointMetadata,
     module: Any,
-    patches: contextlib.AbstractContextManager[Any],
+    patches_context: contextlib.AbstractContextManager[Any],
     upstream: UpstreamForecast,
 ) -> ExportResult:
-    """The export of a family whose graph takes ``context`` alone: the graph (under the family's export-only
-    ``patches``), its metadata, and the parity report over ``--horizon`` (default: two calls' horizon)."""
+    """The export of a family whose graph takes ``context`` (and, where its metadata lists it,
+    ``num_output_patches``): the graph (under the family's export-only ``patches_context``), its metadata, and the
+    parity report over ``--horizon`` (default: two calls' horizon)."""
     metadata = described(request, metadata)
     windows, source = parity_windows(request, metadata.context_length, metadata.resolution_minutes)
     # At least two rows: traced on one, the exporter fixes the batch axis at 1 (a one-series --data gave TiRex a
     # graph that refused every batch of the backtest).
     sample = windows[:2] if windows.shape[0] >= 2 else np.repeat(windows[:1], 2, axis=0)
-    with patches:
-        export_context_graph(module, sample, request.output, metadata.output_name)
+    # A graph taking the call's output patches (``num_output_patches``) is traced at its most.
+    patches = metadata.horizon_patches if NUM_OUTPUT_PATCHES in metadata.input_names else None
+    with patches_context:
+        export_context_graph(module, sample, request.output, metadata.output_name, patches)
     metadata_path = write_metadata(request.output, metadata)
     horizon = request.horizon or 2 * metadata.horizon_length
     parity = parity_report(upstream, request.output, windows, horizon, source)

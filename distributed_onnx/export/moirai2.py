@@ -273,14 +273,13 @@ def _forward(self: Any, past_target: Any, past_observed_target: Any, past_is_pad
     context_tokens = self.context_token_length(patch)
     wanted = self.prediction_token_length(patch)
 
-    def answer(preds: Any, token: int, count: int) -> Any:
+    def answer(token: int, count: int, *inputs: Any) -> Any:
         """The ``count`` patches the module predicts from ``token``: ``[..., count, quantiles, patch]``."""
-        return preds[..., token, :].unflatten(-1, (per_call, levels, patch))[..., :count, :, :]
+        preds = predicted_at(module, token, *inputs)
+        return preds.unflatten(-1, (per_call, levels, patch))[..., :count, :, :]
 
     first = answer(
-        module(target, observed, sample_id, time_id, variate_id, prediction_mask, training_mode=False),
-        context_tokens - 1,
-        min(wanted, per_call),
+        context_tokens - 1, min(wanted, per_call), target, observed, sample_id, time_id, variate_id, prediction_mask
     )
     blocks = [first]  # each [rows, count, quantiles, patch]
     if wanted > per_call:
@@ -294,11 +293,11 @@ def _forward(self: Any, past_target: Any, past_observed_target: Any, past_is_pad
         quantile_levels = torch.tensor(module.quantile_levels, dtype=torch.float32)
         remaining = wanted - per_call
         while remaining > 0:
-            preds = module(path_target, paths[0], paths[1], paths[2], path_variate, path_mask, training_mode=False)
             token = assign + per_call - 1
-            assign = token + 1
             count = min(per_call, remaining)
-            samples = answer(preds, token, count)  # [rows, paths, count, quantiles, patch]
+            path_inputs = (path_target, paths[0], paths[1], paths[2], path_variate, path_mask)
+            samples = answer(token, count, *path_inputs)  # [rows, paths, count, quantiles, patch]
+            assign = token + 1
             samples = samples.transpose(1, 2).flatten(2, 3)  # [rows, count, paths x quantiles, patch]
             reduced = torch.quantile(samples, quantile_levels, dim=-2)  # [quantiles, rows, count, patch]
             blocks.append(reduced.permute(1, 2, 0, 3))
@@ -307,3 +306,26 @@ def _forward(self: Any, past_target: Any, past_observed_target: Any, past_is_pad
             remaining -= per_call
     forecast = torch.cat(blocks, dim=1)  # [rows, patches, quantiles, patch]
     return forecast.transpose(1, 2).flatten(2, 3)[..., : self.hparams.prediction_length]
+
+
+def predicted_at(module: Any, token: int, *inputs: Any) -> Any:
+    """``Moirai2Module.forward(*inputs, training_mode=False)[..., token, :]`` (``inputs``: ``target, observed,
+    sample_id, time_id, variate_id, prediction_mask``): its lines on the tokens up to ``token``, the output head
+    on ``token`` alone.
+
+    The forecast reads one token's prediction per call, and the module computes every token's: those after it
+    (the horizon's patches not yet predicted) are attended by no earlier token (the attention is causal in
+    ``time_id``) and left out of the scaler's statistics (``prediction_mask``), and the head acts on each token
+    alone. Leaving them out computes the same values with less work.
+    """
+    from uni2ts.common.torch_util import packed_causal_attention_mask
+
+    torch = require_torch()
+    through = token + 1
+    target, observed = (each[..., :through, :] for each in inputs[:2])
+    sample_id, time_id, variate_id, prediction_mask = (each[..., :through] for each in inputs[2:])
+    loc, scale = module.scaler(target, observed * ~prediction_mask.unsqueeze(-1), sample_id, variate_id)
+    scaled_target = (target - loc) / scale
+    reprs = module.in_proj(torch.cat([scaled_target, observed.to(torch.float32)], dim=-1))
+    reprs = module.encoder(reprs, packed_causal_attention_mask(sample_id, time_id), time_id=time_id, var_id=variate_id)
+    return module.out_proj(reprs[..., -1, :]) * scale[..., -1, :] + loc[..., -1, :]

@@ -8,7 +8,8 @@ while the package's own ``TimesFM_2p5_200M_torch`` is built and loads the weight
 
 What ``forecast`` does is in the graph, so the checkpoint is a plain ``context`` in, quantiles out
 (``missing_value: nan``, ``output_layout: step_quantile``): ``context`` f32 ``[rows, context_length]`` with NaN
--> ``quantiles`` ``[rows, horizon steps, 9 levels]`` (upstream's point output, its mean head, is dropped):
+and ``num_output_patches`` (a 0-d int64: the output patches the call asks) -> ``quantiles`` ``[rows,
+num_output_patches x output patch, 9 levels]`` (upstream's point output, its mean head, is dropped):
 
 1. ``forecast``'s host-side NaN handling (:func:`_prepared`): leading NaN stripped and padded back as masked
    zeros, inner and trailing NaN filled by ``np.interp``'s linear interpolation (in float64, as numpy does), a
@@ -17,14 +18,18 @@ What ``forecast`` does is in the graph, so the checkpoint is a plain ``context``
    ``forecast_config.json`` (default: :data:`DEFAULT_FORECAST`, the flags the TimesFM README compiles with):
    ``infer_is_positive``, ``normalize_inputs``, the model's ``decode`` of ``x`` and, with
    ``force_flip_invariance``, of ``-x`` (one batch of both), the continuous quantile head, quantile crossing fixed.
-3. ``decode``'s autoregressive loop for a horizon beyond one output patch: the graph is traced at the export's
-   horizon (``--horizon``, rounded up to whole output patches), so the loop is unrolled in it. A longer horizon is
-   refused (``long_horizon: refuse``): the decode appends the median of the normalized, un-flipped model output
-   before the flip average and the de-normalization, which no worker-side unrolling of this graph's outputs sees.
+3. ``decode``'s autoregressive loop for a horizon beyond one output patch, up to the export's horizon
+   (``--horizon``, rounded up to whole output patches): each step in the graph runs only when the call asks for
+   its patch (``short_horizon: output_patches``; :mod:`~distributed_onnx.export.timesfm_decode`), so a run of one
+   patch costs one patch whatever the export's most. A longer horizon is refused (``long_horizon: refuse``): the
+   decode appends the median of the normalized, un-flipped model output before the flip average and the
+   de-normalization, which no worker-side unrolling of this graph's outputs sees.
 
-Export-only change (:func:`_exportable`): ``MultiHeadAttention.forward`` writes its decode cache with
-``slice_scatter`` at an offset known when tracing, instead of an in-place write at the tensor offset
-``next_index[0]`` (data-dependent for the exporter); every value is upstream's. The parity report measures it.
+Export-only changes: the decode is :func:`~distributed_onnx.export.timesfm_decode.decode` (upstream's lines, the
+output heads on the one token each step reads, each step behind the call's patch count), and
+``MultiHeadAttention.forward`` (:func:`_exportable`) appends its keys and values to the slots written before
+instead of writing them in place at the tensor offset ``next_index[0]`` (data-dependent for the exporter) into a
+cache sized for the whole horizon; every value is upstream's. The parity report measures it.
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ from distributed_onnx.export.common import (
     resolution_of,
 )
 from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.export.timesfm_decode import decode
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.families import rules_of
+from distributed_onnx.model.horizons import NUM_OUTPUT_PATCHES
 
 OUTPUT_NAME = "quantiles"
 WEIGHTS_FILE = "model.safetensors"
@@ -188,18 +195,22 @@ def metadata_for(model: Any, config: Any, resolution_minutes: int) -> Checkpoint
     flags = ", ".join(f"{flag} {getattr(config, flag)}" for flag in (*FLAGS, "fix_quantile_crossing"))
     return CheckpointMetadata(
         model_family="timesfm",
-        input_names=["context"],
+        input_names=["context", NUM_OUTPUT_PATCHES],
         output_name=OUTPUT_NAME,
         native_quantiles=list(LEVELS),
         context_length=config.max_context,
         output_patch_size=module.o,
         horizon_patches=config.max_horizon // module.o,
         resolution_minutes=resolution_minutes,
-        **rules_of("timesfm").metadata_fields(),  # the family's rules, declared once (model/families.py)
+        **{
+            **rules_of("timesfm").metadata_fields(),  # the family's rules, declared once (model/families.py)
+            "short_horizon": "output_patches",  # the graph decodes the patches a call asks (timesfm_decode.py)
+        },
         description=(
             f"TimesFM 2.5 exported by distributed-onnx ({module.x} layers of {module.md}, {module.h} heads, "
             f"patches {module.p} in / {module.o} out). In the graph: forecast's NaN handling (leading NaN masked, "
-            f"inner NaN interpolated), {config.max_horizon // module.o} output patch(es) decoded; "
+            f"inner NaN interpolated), up to {config.max_horizon // module.o} output patch(es) decoded, as many as a "
+            "call asks; "
             f"ForecastConfig: {flags}"
         ),
     )
@@ -258,18 +269,24 @@ def _prepared(context: Any) -> tuple[Any, Any]:
 
 
 def forecast_module(model: Any, config: Any) -> Any:
-    """The module the exporter traces: ``context [rows, max_context]`` (NaN) -> ``[rows, max_horizon, 9]``."""
+    """The module the exporter traces: ``context [rows, max_context]`` (NaN) and ``num_output_patches`` (a 0-d
+    int64, 1 to the export's patches) -> ``[rows, num_output_patches x o, 9]``."""
     torch = require_torch()
     from timesfm.torch.util import revin
 
+    most = config.max_horizon // model.o
+
     class TimesFMForecast(torch.nn.Module):  # type: ignore[misc,name-defined]
-        """``_compiled_decode``'s lines with ``config``'s flags, each in-place column write made a stack."""
+        """``_compiled_decode``'s lines with ``config``'s flags, each in-place column write made a stack; the
+        decode is :func:`~distributed_onnx.export.timesfm_decode.decode` (the patches asked, heads on the token
+        read)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, context: Any) -> Any:
+        def forward(self, context: Any, num_output_patches: Any) -> Any:
+            wanted = num_output_patches.reshape(())
             inputs, masks = _prepared(context)
             batch = inputs.shape[0]
             is_positive = torch.all(inputs >= 0, dim=-1, keepdim=True) if config.infer_is_positive else None
@@ -279,12 +296,12 @@ def forecast_module(model: Any, config: Any) -> Any:
                 inputs = revin(inputs, mu, sigma, reverse=False)
             q = self.model.q
             if config.force_flip_invariance:  # x and -x decoded in one batch, as two calls would
-                both = self._decode(torch.cat([inputs, -inputs]), torch.cat([masks, masks]))
+                both = decode(self.model, torch.cat([inputs, -inputs]), torch.cat([masks, masks]), wanted, most)
                 (forecast, flipped), (spreads, flipped_spreads) = ((part[:batch], part[batch:]) for part in both)
                 forecast = (forecast - _flip(flipped)) / 2
                 spreads = (spreads - _flip(flipped_spreads)) / 2
             else:
-                forecast, spreads = self._decode(inputs, masks)
+                forecast, spreads = decode(self.model, inputs, masks, wanted, most)
             if config.use_continuous_quantile_head:
                 median = forecast[:, : config.max_horizon, 5]
                 spread = spreads[:, : config.max_horizon]
@@ -307,15 +324,10 @@ def forecast_module(model: Any, config: Any) -> Any:
                 forecast = revin(forecast, mu, sigma, reverse=True)
             if is_positive is not None:
                 forecast = torch.where(is_positive[..., None], torch.clamp(forecast, min=0.0), forecast)
-            return forecast[..., 1:]
-
-        def _decode(self, inputs: Any, masks: Any) -> tuple[Any, Any]:
-            """``decode`` at ``max_horizon``: ``([rows, patches x o, q], quantile spreads [rows, os, q])``."""
-            outputs, spreads, autoregressive = self.model.decode(config.max_horizon, inputs, masks)
-            parts = [outputs[:, -1, ...]]
-            if autoregressive is not None:
-                parts.append(autoregressive.reshape(inputs.shape[0], -1, self.model.q))
-            return torch.cat(parts, dim=1), spreads
+            patches = wanted.item()  # the steps asked: the first patches, the rest never computed (zeros)
+            torch._check(patches >= 1)
+            torch._check(patches <= most)
+            return forecast[:, : patches * self.model.o, 1:]
 
     return TimesFMForecast().eval()
 
@@ -328,13 +340,15 @@ def _flip(values: Any) -> Any:
 
 @contextlib.contextmanager
 def _exportable() -> Iterator[None]:
-    """``MultiHeadAttention.forward`` with its decode cache written functionally at a traced offset; undone after."""
+    """``MultiHeadAttention.forward`` appending to :class:`~distributed_onnx.export.timesfm_decode.LayerCache`'s keys
+    and values (upstream writes them in place into a cache sized for the whole horizon, at a tensor offset the
+    exporter cannot trace); undone after."""
     torch = require_torch()
     from timesfm.torch import transformer
 
     def forward(
         self: Any, inputs_q: Any, *, decode_cache: Any = None, patch_mask: Any = None
-    ) -> tuple[Any, Any]:  # upstream's lines; the cache write and counters without in-place tensor writes
+    ) -> tuple[Any, Any]:  # upstream's lines; the cache appended to, its counters Python integers
         b, n_patches, _ = inputs_q.shape
         if patch_mask is None:
             patch_mask = torch.zeros(b, n_patches, dtype=torch.bool, device=inputs_q.device)
@@ -345,9 +359,10 @@ def _exportable() -> Iterator[None]:
         query = query.view(b, n_patches, self.num_heads, self.head_dim)
         key = key.view(b, n_patches, self.num_heads, self.head_dim)
         value = value.view(b, n_patches, self.num_heads, self.head_dim)
-        masked_here = torch.sum(patch_mask.to(torch.int32), dim=-1)
-        written = 0 if decode_cache is None else getattr(decode_cache, "written", 0)
-        num_masked = masked_here if decode_cache is None else masked_here + decode_cache.num_masked
+        num_masked = torch.sum(patch_mask.to(torch.int32), dim=-1)
+        if decode_cache is not None and decode_cache.num_masked is not None:
+            num_masked = num_masked + decode_cache.num_masked
+        written = 0 if decode_cache is None else decode_cache.written
         next_index = torch.full_like(num_masked, written)
         if self.use_rotary_position_embeddings:
             position = (
@@ -360,17 +375,17 @@ def _exportable() -> Iterator[None]:
         if self.use_per_dim_scale:
             query = self.per_dim_scale(query)
         if decode_cache is not None:
-            size = decode_cache.value.shape[1]
-            decode_cache.key = torch.slice_scatter(decode_cache.key, key, dim=1, start=written, end=written + n_patches)
-            decode_cache.value = torch.slice_scatter(
-                decode_cache.value, value, dim=1, start=written, end=written + n_patches
-            )
-            key, value = decode_cache.key, decode_cache.value
+            if decode_cache.key is not None:  # the slots written before this call's patches
+                key = torch.cat([decode_cache.key, key], dim=1)
+                value = torch.cat([decode_cache.value, value], dim=1)
+            decode_cache.key, decode_cache.value = key, value
             decode_cache.written = written + n_patches
-            decode_cache.next_index = next_index + n_patches
             decode_cache.num_masked = num_masked
             mask = transformer.make_attn_mask(
-                query_length=n_patches, num_all_masked_kv=num_masked, query_index_offset=next_index, kv_length=size
+                query_length=n_patches,
+                num_all_masked_kv=num_masked,
+                query_index_offset=next_index,
+                kv_length=key.shape[1],
             )
         else:
             mask = transformer.make_attn_mask(query_length=n_patches, num_all_masked_kv=num_masked)

@@ -150,7 +150,7 @@ def export(request: ExportRequest) -> ExportResult:
         id_mask = torch.zeros_like(series, dtype=torch.int)
         token = _TIME_MASK.set(history_attention(observed, int(model.model.patch_embed.stride)))
         try:
-            base, loc, scale = model.model(series, observed[:, None, :], id_mask, None, context.shape[-1])
+            base, loc, scale = last_patch_forward(model.model, series, observed[:, None, :], id_mask)
         finally:
             _TIME_MASK.reset(token)
         components = base.component_distribution
@@ -168,6 +168,34 @@ def export(request: ExportRequest) -> ExportResult:
     upstream = _upstream_forecast(model, metadata.native_quantiles, resolution)
     one_call_request = request.model_copy(update={"horizon": request.horizon or steps})
     return export_context_model(one_call_request, metadata, context_module(model, one_call), _exportable(), upstream)
+
+
+def last_patch_forward(backbone: Any, series: Any, padding_mask: Any, id_mask: Any) -> tuple[Any, Any, Any]:
+    """``TotoBackbone.forward(series, padding_mask, id_mask, None, steps)``'s lines, its output head on the last
+    patch's token only: ``(mixture over that patch's steps, loc, scale)``.
+
+    Upstream unembeds every patch's token (``embed_dim`` -> ``patch x embed_dim``) and computes the mixture at
+    every step of the context, and the forecast reads the last patch's: the unembedding and the mixture's
+    projections act on each token and step alone, so the last token's are the same products on the same values,
+    without the other tokens' (what that saves: ``benchmarks/results/roofline.md``).
+    """
+    torch = require_torch()
+    from einops import rearrange
+
+    scaled, loc, scale = backbone.scaler(
+        series, weights=torch.ones_like(series), padding_mask=padding_mask, prefix_length=series.shape[-1]
+    )
+    embeddings, reduced_id_mask = backbone.patch_embed(scaled, id_mask)
+    labels = backbone.build_variate_label_embeds(0, embeddings)
+    tokens = embeddings.shape[2]
+    transformed = backbone.transformer(embeddings, reduced_id_mask, None, variate_label_embeds=labels)
+    last = transformed[:, :, transformed.shape[2] - tokens :][:, :, -1:]  # prepended label tokens dropped first
+    flattened = rearrange(
+        backbone.unembed(last),
+        "batch variates seq_len (patch_size embed_dim) -> batch variates (seq_len patch_size) embed_dim",
+        embed_dim=backbone.embed_dim,
+    )
+    return backbone.output_distribution(flattened), loc, scale
 
 
 def history_attention(observed: Any, patch: int) -> Any:

@@ -146,9 +146,10 @@ class CheckpointMetadata(BaseModel):
     short_horizon: ShortHorizon | None = Field(
         default=None,
         description="How a horizon shorter than one call is reached: 'first_steps' (the call's first steps: each "
-        "step is the same whatever horizon is asked, as in TiRex, Chronos-Bolt, Moirai 2, TimesFM, Toto); "
-        "'output_patches' (the graph computes as many output patches as the future it is sent is long, and is sent "
-        "ceil(horizon / output_patch_size) of them: Chronos-2 as exported here); 'refuse' (the graph always computes "
+        "step is the same whatever horizon is asked, as in TiRex, Chronos-Bolt, Moirai 2, Toto, and TimesFM graphs "
+        "exported before num_output_patches); 'output_patches' (the graph computes the output patches it is asked, "
+        "ceil(horizon / output_patch_size) of them: as many as the future it is sent is long, Chronos-2 as exported "
+        "here, or as its num_output_patches input says, TimesFM as exported here); 'refuse' (the graph always computes "
         "horizon_patches patches, which attend to each other, so its first ones are not the forecast for fewer: a "
         "horizon of fewer patches is refused). None: the family's default (its rules in the family registry, "
         "distributed_onnx/model/families.py).",

@@ -8,9 +8,11 @@ says which way holds:
 
 - ``first_steps``: each forecast step is the same whatever horizon is asked (a causal decoder, a head that emits
   a whole call and is cut): the call's first steps are the forecast.
-- ``output_patches``: the graph computes as many output patches as the future it is sent is long (Chronos-2 as
-  exported here): the call is sent ``ceil(horizon / output_patch_size)`` patches, as ``Chronos2Pipeline`` runs
-  the model for that prediction length, and the forecast is cut within the last patch, as upstream cuts it.
+- ``output_patches``: the graph computes the output patches a call asks, and is asked
+  ``ceil(horizon / output_patch_size)``: Chronos-2 as exported here as many as the future it is sent is long (as
+  ``Chronos2Pipeline`` runs the model for that prediction length), TimesFM as exported here as many as its
+  :data:`NUM_OUTPUT_PATCHES` input says (the autoregressive steps beyond them are not run: the same first steps
+  at less cost). The forecast is cut within the last patch, as upstream cuts it.
 - ``refuse``: the graph always computes ``horizon_patches`` patches, which attend to each other (Chronos-2 graphs
   of a fixed patch count: OpenSTEF's, the upstream exporter's): its first patches are not the forecast for fewer,
   so a horizon of another patch count is refused, naming the export that fits it. Never a silent cut.
@@ -23,6 +25,10 @@ from __future__ import annotations
 
 from distributed_onnx.model.checkpoint import CheckpointMetadata, ShortHorizon
 from distributed_onnx.model.families import rules_of
+
+#: The 0-d int64 input of a graph that computes the output patches it is told (TimesFM as exported here; some
+#: upstream Chronos-2 exports trace it to one value): ``ceil(horizon / output_patch_size)`` of the call.
+NUM_OUTPUT_PATCHES = "num_output_patches"
 
 
 def short_horizon_of(metadata: CheckpointMetadata) -> ShortHorizon:

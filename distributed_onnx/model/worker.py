@@ -30,11 +30,35 @@ from distributed_onnx.model.backend.protocol import InferenceBackend
 from distributed_onnx.model.backend.providers import ExecutionProvider, SessionOptionsConfig
 from distributed_onnx.model.checkpoint import CheckpointMetadata, LocalCheckpoint
 from distributed_onnx.model.horizons import call_metadata, short_horizon_problem
-from distributed_onnx.model.quantiles import interpolate_quantiles
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, interpolate_quantiles
 from distributed_onnx.model.unroll import unroll
 from distributed_onnx.model.window_batch import unpack_batch
 
 logger = logging.getLogger(__name__)
+
+
+def call_levels(call: CheckpointMetadata, quantiles: Sequence[float]) -> CheckpointMetadata:
+    """The checkpoint as a call computing ``quantiles`` sees it: a graph that emits a distribution
+    (``output_distribution``: its adapter computes each native level on its own, Toto's mixture) computes only
+    the native levels the run asks when it asks native levels only: the same values (each level's root is its
+    own), a third of the work for 3 of 9 levels. Any other graph emits its native levels: ``call`` itself.
+
+    >>> from distributed_onnx.model.checkpoint import CheckpointMetadata
+    >>> toto = CheckpointMetadata(
+    ...     model_family="toto", input_names=["context"], output_name="student_t_mixture",
+    ...     native_quantiles=[0.1, 0.2, 0.5, 0.8, 0.9], context_length=8, output_patch_size=4, horizon_patches=1,
+    ...     resolution_minutes=60, missing_value="nan", output_distribution="student_t_mixture")
+    >>> call_levels(toto, [0.9, 0.1, 0.5]).native_quantiles
+    [0.1, 0.5, 0.9]
+    >>> call_levels(toto, [0.05, 0.5]).native_quantiles  # a level between or beyond native ones: all of them
+    [0.1, 0.2, 0.5, 0.8, 0.9]
+    """
+    if call.output_distribution is None:
+        return call
+    asked = [level for level in call.native_quantiles if any(abs(level - q) <= LEVEL_TOLERANCE for q in quantiles)]
+    if len(asked) != len(set(quantiles)) or asked == call.native_quantiles:
+        return call
+    return call.model_copy(update={"native_quantiles": asked})
 
 
 class WorkerConfig(BaseModel):
@@ -73,7 +97,8 @@ class InferenceWorker:
         self._metadata = backend.metadata
         self._adapter: ModelAdapter = adapter_for(backend.metadata)
         #: Adapters of calls of fewer output patches (``short_horizon: output_patches``), by patch count.
-        self._call_adapters: dict[int, ModelAdapter] = {backend.metadata.horizon_patches: self._adapter}
+        whole = (backend.metadata.horizon_patches, tuple(backend.metadata.native_quantiles))
+        self._call_adapters: dict[tuple[int, tuple[float, ...]], ModelAdapter] = {whole: self._adapter}
         self._model_name = model_name
 
     @classmethod
@@ -151,9 +176,12 @@ class InferenceWorker:
                 strategy=metadata.long_horizon,
                 native_quantiles=metadata.native_quantiles,
             )
+            levels = metadata.native_quantiles
         else:
+            call = call_levels(call, quantiles)  # a distribution's quantiles: only the levels the run asks
             native = self._call(model_grid, model_covariates, groups, call)[:, :, :horizon]  # [W, n_native, H]
-        return interpolate_quantiles(native.transpose(0, 2, 1), metadata.native_quantiles, quantiles)
+            levels = call.native_quantiles
+        return interpolate_quantiles(native.transpose(0, 2, 1), levels, quantiles)
 
     def _call(
         self,
@@ -164,7 +192,7 @@ class InferenceWorker:
     ) -> np.ndarray:
         """One model call on the model's grid: ``[W, n_native, steps]``, the steps of ``call`` (the checkpoint as
         this call sees it, :func:`~distributed_onnx.model.horizons.call_metadata`; default the whole graph)."""
-        adapter = self._adapter_of(call or self._metadata)
+        adapter = self.adapter_of(call or self._metadata)
         if groups is None:
             inputs, target_rows = adapter.build_inputs(model_grid, model_covariates)
         elif isinstance(adapter, GroupingAdapter):
@@ -176,11 +204,13 @@ class InferenceWorker:
         outputs = self._backend.run(inputs)
         return adapter.decode(outputs, target_rows)
 
-    def _adapter_of(self, call: CheckpointMetadata) -> ModelAdapter:
-        """The adapter laying out a call of ``call.horizon_patches`` output patches (built once per count)."""
-        adapter = self._call_adapters.get(call.horizon_patches)
+    def adapter_of(self, call: CheckpointMetadata) -> ModelAdapter:
+        """The adapter laying out a call of ``call.horizon_patches`` output patches and decoding its
+        ``native_quantiles`` (built once per count and levels)."""
+        key = (call.horizon_patches, tuple(call.native_quantiles))
+        adapter = self._call_adapters.get(key)
         if adapter is None:
-            adapter = self._call_adapters[call.horizon_patches] = adapter_for(call)
+            adapter = self._call_adapters[key] = adapter_for(call)
         return adapter
 
     def forecast_batch(

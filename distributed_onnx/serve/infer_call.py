@@ -69,7 +69,7 @@ class InferServed:
 
     def request(self) -> tuple[ForecastRequest, np.ndarray, tuple[float, ...]] | None:
         """The windows as a /v1 request, their forecasts and levels (None: not finite, nothing to log)."""
-        return served_request(self.windows, self.model.worker.adapter, self.model.metadata, self.outputs)
+        return served_request(self.windows, self.model.metadata, self.outputs, self.model.worker.adapter_of)
 
 
 def plan_http(model: InferModel, body: bytes, header_length: str | None) -> InferCall:

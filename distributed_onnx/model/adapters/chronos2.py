@@ -32,10 +32,7 @@ import numpy as np
 from distributed_onnx.errors import ConfigError, InputValidationError
 from distributed_onnx.model.adapters.base import refuse_infinite_windows, refuse_non_finite, zero_fill
 from distributed_onnx.model.checkpoint import CheckpointMetadata
-from distributed_onnx.model.horizons import short_horizon_of
-
-#: The scalar some legacy upstream exports expose; it must be the value traced at export time.
-NUM_OUTPUT_PATCHES = "num_output_patches"
+from distributed_onnx.model.horizons import NUM_OUTPUT_PATCHES, short_horizon_of
 
 
 class Chronos2Variant(StrEnum):

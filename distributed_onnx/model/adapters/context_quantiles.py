@@ -13,6 +13,9 @@ never guessed:
 - ``output_layout``: ``[rows, quantiles, steps]`` or ``[rows, steps, quantiles]``; checked after every call
   (:func:`~distributed_onnx.model.adapters.base.quantile_block`).
 - ``long_horizon``: how the worker reaches horizons beyond one call (``distributed_onnx/model/unroll.py``).
+- ``short_horizon: output_patches``: the graph takes ``num_output_patches`` (a 0-d int64) after the context and
+  computes that many output patches (TimesFM as exported here); it is sent the call's patch count
+  (:func:`distributed_onnx.model.horizons.call_metadata`).
 """
 
 from __future__ import annotations
@@ -30,18 +33,29 @@ from distributed_onnx.model.adapters.base import (
 )
 from distributed_onnx.model.checkpoint import CheckpointMetadata, MissingValue
 from distributed_onnx.model.families import rules_of
+from distributed_onnx.model.horizons import NUM_OUTPUT_PATCHES, short_horizon_of
 
 
 class ContextQuantilesAdapter:
-    """Windows <-> ``{input_names[0]: context}``; covariates are refused (the graph cannot take them)."""
+    """Windows <-> ``{input_names[0]: context}`` (and ``num_output_patches`` where the graph takes it); covariates
+    are refused (the graph cannot take them)."""
 
     def __init__(self, metadata: CheckpointMetadata) -> None:
         self.family = metadata.model_family
-        if len(metadata.input_names) != 1:
+        names = list(metadata.input_names)
+        self._asks_patches = names[1:] == [NUM_OUTPUT_PATCHES]
+        if len(names) != 1 and not self._asks_patches:
             raise ConfigError(
-                f"model_family {self.family!r} takes exactly one input, the context; metadata lists "
-                f"{metadata.input_names}",
+                f"model_family {self.family!r} takes exactly one input, the context, or the context and "
+                f"{NUM_OUTPUT_PATCHES!r}; metadata lists {metadata.input_names}",
                 key="input_names",
+            )
+        if short_horizon_of(metadata) == "output_patches" and not self._asks_patches:
+            raise ConfigError(
+                f"short_horizon 'output_patches' means the graph computes the output patches it is asked, but this "
+                f"{self.family} graph's inputs {metadata.input_names} have no {NUM_OUTPUT_PATCHES!r} to ask them "
+                "with: set short_horizon 'first_steps' (or 'refuse') in its metadata, or export it again.",
+                key="short_horizon",
             )
         rules = rules_of(self.family)
         self.missing_value: MissingValue = metadata.missing_value or rules.missing_value or "zero"
@@ -54,6 +68,8 @@ class ContextQuantilesAdapter:
             )
         self._metadata = metadata
         self._input_name = metadata.input_names[0]
+        #: The call's output patches (``model/horizons.py``: the worker builds this adapter per patch count).
+        self._patches = np.array(metadata.horizon_patches, dtype=np.int64)
 
     @property
     def supports_covariates(self) -> bool:
@@ -94,11 +110,25 @@ class ContextQuantilesAdapter:
             values = np.ascontiguousarray(context, dtype=np.float32)
         else:
             values, _ = zero_fill(context)
-        return {self._input_name: values}, np.arange(context.shape[0], dtype=np.int64)
+        inputs: dict[str, np.ndarray] = {self._input_name: values}
+        if self._asks_patches:
+            inputs[NUM_OUTPUT_PATCHES] = self._patches
+        return inputs, np.arange(context.shape[0], dtype=np.int64)
 
     def check_tensors(self, inputs: Mapping[str, np.ndarray]) -> None:
         for name, values in inputs.items():
             refuse_non_finite(name, values, nan_allowed=self.missing_value == "nan" and name == self._input_name)
+        if self._asks_patches and NUM_OUTPUT_PATCHES in inputs:
+            # The graph clamps what it is sent (0 answers no steps, 100 the whole horizon): a client's count
+            # outside 1..horizon_patches is refused rather than answered as another call than it asked.
+            asked = np.asarray(inputs[NUM_OUTPUT_PATCHES]).reshape(-1)
+            most = self._metadata.horizon_patches
+            if asked.size != 1 or not 1 <= int(asked[0]) <= most:
+                raise InputValidationError(
+                    f"{NUM_OUTPUT_PATCHES} must be one whole number from 1 to this graph's {most} output "
+                    f"patch(es), got {asked.tolist()}.",
+                    tensor=NUM_OUTPUT_PATCHES,
+                )
 
     def target_windows(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Every row is a window; its context is the values as sent (NaN = missing when the graph takes NaN;

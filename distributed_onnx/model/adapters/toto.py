@@ -94,7 +94,10 @@ def mixture_quantiles(params: np.ndarray, levels: Sequence[float]) -> np.ndarray
         hi = np.where(below < 0, hi, here)
         with np.errstate(divide="ignore", invalid="ignore"):
             newton = here - below / density
-        inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
+        # A root reached to float64's resolution (a Newton step that rounds to no move, or CDF(x) = q exactly) is
+        # done where it is: bisecting from it instead threw the converged value back into a bracket whose other
+        # side had never narrowed, and tens of bisection steps crawled back to it.
+        inside = (np.isfinite(newton) & (newton > lo) & (newton < hi)) | (newton == here) | (below == 0)
         stepped = np.where(inside, newton, (lo + hi) / 2)
         done = np.abs(stepped - here) <= RELATIVE_TOLERANCE * np.maximum(np.abs(here), 1.0)
         x[active], low[active], high[active] = stepped, lo, hi

@@ -414,10 +414,11 @@ def _cached_session(
     level = optimized_cache.cached_level(config.graph_optimization_level)
     folder = optimized_cache.cache_folder(checkpoint, level, runtime_version())
     graph = folder / optimized_cache.GRAPH_NAME
+    if (folder / optimized_cache.NOT_CACHEABLE_NAME).is_file():
+        return None
     if graph.is_file():
-        options = build_session_options(config.model_copy(update={"graph_optimization_level": "DISABLE_ALL"}))
         try:
-            session = ort.InferenceSession(str(graph), sess_options=options, providers=providers)
+            session = ort.InferenceSession(str(graph), sess_options=_unoptimized(config), providers=providers)
         except Exception:
             logger.warning("Cached optimized graph %s does not load; optimizing the checkpoint", graph, exc_info=True)
             return None
@@ -439,12 +440,31 @@ def _cached_session(
     except Exception:
         shutil.rmtree(staging, ignore_errors=True)
         raise  # _load names the checkpoint
-    if (staging / optimized_cache.GRAPH_NAME).is_file():  # ORT wrote it while building the session
-        optimized_cache.publish(staging, folder)
-        logger.info("Session for %s optimized (%s) and cached in %s", checkpoint.weights_path.name, level, folder)
-    else:
+    staged = staging / optimized_cache.GRAPH_NAME
+    if not staged.is_file():  # ORT writes it while building the session
         shutil.rmtree(staging, ignore_errors=True)
+        return session
+    try:  # what ORT saves it cannot always load again: checked once here, not at every later start
+        ort.InferenceSession(str(staged), sess_options=_unoptimized(config), providers=providers)
+    except Exception as exc:
+        for path in staging.iterdir():
+            path.unlink()
+        (staging / optimized_cache.NOT_CACHEABLE_NAME).write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
+        optimized_cache.publish(staging, folder)
+        logger.info(
+            "Session for %s optimized (%s); its saved graph does not load, not cached",
+            checkpoint.weights_path.name,
+            level,
+        )
+        return session
+    optimized_cache.publish(staging, folder)
+    logger.info("Session for %s optimized (%s) and cached in %s", checkpoint.weights_path.name, level, folder)
     return session
+
+
+def _unoptimized(config: SessionOptionsConfig) -> Any:
+    """The options a cached (already optimized) graph loads with."""
+    return build_session_options(config.model_copy(update={"graph_optimization_level": "DISABLE_ALL"}))
 
 
 def build_session_options(config: SessionOptionsConfig) -> Any:

@@ -38,6 +38,9 @@ PORTABLE_LEVEL = "ENABLE_EXTENDED"
 #: The graph's file name inside its cache folder, and its weights' (relative, as the graph records them).
 GRAPH_NAME = "model.onnx"
 WEIGHTS_NAME = "model.onnx.data"
+#: Published in place of a graph ORT saved but cannot load again (it writes subgraphs of ``If`` nodes, TimesFM's
+#: decode steps, outside single static assignment): the checkpoint is then optimized per session, uncached.
+NOT_CACHEABLE_NAME = "not-cacheable"
 
 
 def cached_level(requested: str) -> str:

@@ -26,7 +26,7 @@ Only the checks run on the request path; turning the tensors into the log's requ
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,8 +35,9 @@ import numpy as np
 
 from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import InputValidationError
-from distributed_onnx.model.adapters import ModelAdapter
+from distributed_onnx.model.adapters import ModelAdapter, adapter_for
 from distributed_onnx.model.checkpoint import CheckpointMetadata
+from distributed_onnx.model.horizons import call_metadata, short_horizon_of
 from distributed_onnx.serve.wire.schemas import ForecastRequest, SeriesHistory
 
 #: Request parameter: timestamp of the context tensor's first column.
@@ -75,13 +76,16 @@ def infer_windows(
 
 def served_request(
     windows: InferWindows,
-    adapter: ModelAdapter,
     metadata: CheckpointMetadata,
     outputs: Mapping[str, np.ndarray],
+    adapter_of: Callable[[CheckpointMetadata], ModelAdapter] = adapter_for,
 ) -> tuple[ForecastRequest, np.ndarray, tuple[float, ...]] | None:
     """The log's view of an answered v2 request: the windows as a /v1 request, the forecasts ``[W, H, Q]`` at the
-    native levels, and the levels; ``None`` when the forecasts are not finite (nothing to log or to compare)."""
-    native = adapter.decode(outputs, windows.target_rows)[:, :, : metadata.horizon_length]  # [W, Q, H]
+    native levels over the steps the call computed, and the levels; ``None`` when the forecasts are not finite
+    (nothing to log or to compare). ``adapter_of`` gives the adapter decoding a call (a replica passes its
+    worker's, built once per patch count)."""
+    call = computed_call(metadata, outputs)
+    native = adapter_of(call).decode(outputs, windows.target_rows)  # [W, Q, H]
     if not np.isfinite(native).all():
         return None
     forecasts = np.ascontiguousarray(native.transpose(0, 2, 1))
@@ -91,7 +95,21 @@ def served_request(
         for series_id, values in zip(windows.series_ids, as_lists, strict=True)
     ]
     request = ForecastRequest.model_construct(series=series, horizon=forecasts.shape[1], quantiles=None, model=None)
-    return request, forecasts, tuple(metadata.native_quantiles)
+    return request, forecasts, tuple(call.native_quantiles)
+
+
+def computed_call(metadata: CheckpointMetadata, outputs: Mapping[str, np.ndarray]) -> CheckpointMetadata:
+    """The checkpoint as the answered call saw it: a graph computing the output patches it is asked
+    (``short_horizon: output_patches``: TimesFM's ``num_output_patches`` input, Chronos-2's future width) answers a
+    call of fewer patches with fewer steps, which are that call's forecast (:mod:`distributed_onnx.model.horizons`);
+    any other output is decoded against the whole graph (and a shape it does not declare is refused there)."""
+    values = outputs.get(metadata.output_name)
+    if short_horizon_of(metadata) != "output_patches" or values is None or values.ndim != 3:
+        return metadata
+    steps = values.shape[2 if metadata.output_layout == "quantile_step" else 1]
+    if 0 < steps < metadata.horizon_length and steps % metadata.output_patch_size == 0:
+        return call_metadata(metadata, steps)
+    return metadata
 
 
 def _start(value: Any, width: int, metadata: CheckpointMetadata) -> datetime | None:
