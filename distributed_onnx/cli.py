@@ -327,13 +327,12 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from distributed_onnx.tune import run_tune
+    from distributed_onnx.tune import choice_lines, run_tune
 
     request = _settings(args)
     document = run_tune(request)
     print(json.dumps({"settings": document["settings"], "windows_per_s": document["windows_per_s"]}, indent=2))
-    if "choice" in document:
-        print(f"choice: {document['choice']['reason']}")
+    print(*choice_lines(document), sep="\n")
     print(f"wrote {request.output} (use it: distributed-onnx backtest --tuned {request.output} ...)")
     return 0
 

@@ -22,7 +22,7 @@ import difflib
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from distributed_onnx.redact import redact_text
 
@@ -83,8 +83,19 @@ def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argpar
     return parser
 
 
+#: What reads as a negative number on a command line (:class:`PointingParser`).
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class PointingParser(argparse.ArgumentParser):
     """An argparse parser whose errors show its own usage, the problem, and what was probably meant."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A word that reads as a negative number is a value, not a flag (no flag of ours looks like one): argparse
+        # knows only -1 and -.5, so --accuracy-margin -inf was "expected one argument" and the range check never
+        # spoke; with every number Python reads (-1e3, -inf, -nan), each numeric flag's own check says what is wrong.
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         hints = []

@@ -76,6 +76,9 @@ class CommandSettings(BaseSettings):
         # Environment values reach the validators as the strings a flag would give ("0.1,0.5", "cuda,cpu").
         enable_decoding=False,
         validate_default=False,
+        # NaN passes no bound and says so in a bound's words ("less than or equal to 4096"): a number that is not
+        # finite is refused as such, in every command's settings and every file they are read from (--tuned).
+        allow_inf_nan=False,
     )
 
     #: What error messages call these settings: "Invalid {label}: ...".

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
 from distributed_onnx import storage
@@ -57,11 +57,12 @@ from distributed_onnx.model.backend.providers import CpuProvider, SessionOptions
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.resources import REFERENCE_DATASET
 from distributed_onnx.settings_sources import CommandSettings
 from distributed_onnx.tune_variants import Choice, choose, variants_beside
 
-__all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "load_tuned", "read_tuned", "run_tune"]
+__all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "choice_lines", "load_tuned", "read_tuned", "run_tune"]
 
 #: The graph optimization levels measured, as the backtest's ``graph_optimization`` names them.
 LEVELS: dict[str, Literal["ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL"]] = {
@@ -154,6 +155,26 @@ class TuneRequest(CommandSettings):
             raise ValueError("is empty; give the checkpoint's path")
         return local_checkpoint(value, "tune's checkpoint") if isinstance(value, str | Path | Location) else value
 
+    @model_validator(mode="after")
+    def _writes_no_input(self) -> TuneRequest:
+        """``--output`` is never one of tune's inputs (:mod:`distributed_onnx.own_inputs`: the checkpoint's files,
+        its variants', ``--data``), nor an existing file tune did not write: tune replaces only its own file."""
+        inputs = [checkpoint_files(self.checkpoint, "CHECKPOINT"), Read("data", self.data)]
+        check_own_inputs([Written("output", self.output)], inputs)
+        if not storage.is_file(self.output):
+            return self
+        try:
+            found = json.loads(storage.read_bytes(self.output)).get("format")
+        except (ValueError, AttributeError):  # not JSON, not UTF-8, not an object
+            found = None
+        if found not in (FORMAT, _FORMAT_WITHOUT_IDENTITY):
+            raise ConfigError(
+                f"--output {self.output} exists and is not a file distributed-onnx tune wrote (no format "
+                f"{FORMAT!r}): tune replaces only its own file. Give another --output, or remove that file.",
+                key="output",
+            )
+        return self
+
 
 def run_tune(request: TuneRequest) -> dict[str, Any]:
     """Measure (module docstring), write ``request.output`` and return its document. An output that cannot be
@@ -209,6 +230,22 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     }
     storage.write_bytes(request.output, (json.dumps(document, indent=2) + "\n").encode())
     return document
+
+
+def choice_lines(document: dict[str, Any]) -> list[str]:
+    """What the console says of the variants: the choice and its reason; or, when variants were looked for and
+    none weighed, that none was chosen; and each variant left out with why, one line each (the file holds the
+    same under ``variants.left_out``: a console saying only "wrote" hid that every variant was left out)."""
+    variants = document.get("variants") or {}
+    left_out = list(variants.get("left_out") or [])
+    lines = []
+    if document.get("choice"):
+        lines.append(f"choice: {document['choice']['reason']}")
+    elif variants:
+        name = Path(str(document.get("checkpoint", "?"))).stem
+        lines.append(f"choice: {name} kept, no variant chosen: every variant beside it was left out ({len(left_out)})")
+    lines += [f"left out: {reason}" for reason in left_out]
+    return lines
 
 
 def _weigh(

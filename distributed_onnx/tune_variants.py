@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distributed_onnx import names
 from distributed_onnx.errors import CheckpointError, ConfigError
 from distributed_onnx.evaluation.scoring.variants import ALPHA, DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
@@ -164,6 +165,31 @@ def _why(
     return f"{name} ran {faster}, {accuracy}"
 
 
+def _check_choice(record: dict[str, Any], source: str) -> None:
+    """A choice whose ``file`` is not one checkpoint file beside the parent (``../m/x.onnx``, ``/etc/passwd``), or
+    whose ``chosen`` names another checkpoint than that file, is refused naming the key: a backtest would otherwise
+    crash on the name, or say it ran one checkpoint while it ran another (the file is what runs)."""
+    file, chosen = record["file"], record["chosen"]
+    again = "write the file again with distributed-onnx tune, or run distributed-onnx backtest without --tuned"
+    problem = names.name_problem(file.removesuffix(".onnx")) if isinstance(file, str) else "not a string"
+    if problem is None and (not file.endswith(".onnx") or "/" in file or "\\" in file):
+        problem = "not a .onnx file name"
+    if problem is not None:
+        raise ConfigError(
+            f"Invalid tuned settings: choice.file {file!r} [from {source}] is not the file name of a checkpoint "
+            f"beside the parent ({problem}): {again}",
+            key="tuned",
+            path=source,
+        )
+    if chosen != file.removesuffix(".onnx"):
+        raise ConfigError(
+            f"Invalid tuned settings: choice.chosen {chosen!r} [from {source}] is not the checkpoint choice.file "
+            f"{file!r} names (a checkpoint's name is its file's stem): {again}",
+            key="tuned",
+            path=source,
+        )
+
+
 @dataclass(frozen=True)
 class Choice:
     """A tuned file's ``choice`` (:func:`choose`), read back for ``backtest --tuned``."""
@@ -176,6 +202,7 @@ class Choice:
         """The file's ``choice``, or None when it has none (``--no-variants``, or written before choices)."""
         if not isinstance(record, dict) or not {"chosen", "parent", "file", "identity"} <= set(record):
             return None
+        _check_choice(record, source)
         return cls(dict(record), source)
 
     @property

@@ -176,7 +176,7 @@ def _bad_values(action: Any, field: Any) -> list[str]:
             values.append(str(getattr(low, "gt", getattr(low, "ge", 0)) - 1))
         if high is not None:
             values.append(str(int(getattr(high, "le", getattr(high, "lt", 0))) * 10 + 10))
-        values += ["nan", "inf"] if float in kinds else ["1.5"]
+        values += ["nan", "inf", "-inf"] if float in kinds else ["1.5"]  # -inf: a value, not a flag
         values.append("many")
     elif any(typing.get_origin(kind) is typing.Literal for kind in kinds) or any(
         isinstance(kind, type) and issubclass(kind, Enum) for kind in kinds
@@ -667,3 +667,77 @@ def test_the_command_line_page_names_every_command_and_flag() -> None:
         flags = cli.command_flags(cli._parser([command]), command).values()
         missing += [f"{command} {flag}" for flag in flags if not re.search(rf"{re.escape(flag)}(?![\w-])", page)]
     assert not missing, missing
+
+
+# --- no command writes over its own inputs ------------------------------------------------------------------------
+
+
+def test_every_command_with_an_output_refuses_one_of_its_own_inputs_as_it(
+    stopped: None, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tester's defect 1 as a class: ``tune --output`` the checkpoint's metadata (or its weights, its external data,
+    the --data table) replaced it with JSON, exit 0. Every command that has an ``--output``, given each file it reads
+    on its valid line (and a file of its checkpoint's), is refused (exit 2, naming --output) before its work, and
+    the file is untouched: a new command is covered without editing this test."""
+    tiny = files["tiny"]
+    metadata = tiny.with_suffix(".metadata.json")
+    before = {path: path.read_bytes() for path in (tiny, metadata, files["data"])}
+    checked = []
+    for command in _commands():
+        if "--output" not in {o for a in _command_parser(command)._actions for o in a.option_strings}:
+            continue
+        base = _base(command, files, tmp_path)
+        if command == "fev":  # its valid line names no checkpoint: its runs' checkpoint given
+            base = [*base, "--checkpoint", str(tiny)]
+        read = [Path(word) for word in base if Path(word) in before] + ([metadata] if str(tiny) in base else [])
+        for target in read or [tiny]:  # export reads no file: its --output is an existing checkpoint
+            argv = [*_without(base, "--output"), "--output", str(target)]
+            code = cli.main(argv)
+            line = _one_error(capsys)
+            assert code == 2 and line.startswith("error: --output "), (command, target, line)
+            assert "never writes over one of its own inputs" in line or "export never replaces one" in line, line
+            checked.append((command, target.name))
+    assert {command for command, _ in checked} == {"export", "fev", "tune", "backtest", "score"}, checked
+    assert all(path.read_bytes() == content for path, content in before.items())
+
+
+def test_the_tester_messages_say_what_is_wrong(
+    stopped: None,
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tester's defects 2 and 6, each through the CLI: export over an existing checkpoint replaced it (exit 0); a
+    tuned file's NaN said only a bound's words; ``--accuracy-margin -inf`` was argparse's "expected one argument";
+    ``export --output ""`` said ". is not a .onnx file name"; ``inspect data.parquet`` said its metadata was
+    missing."""
+    from distributed_onnx.tune import FORMAT
+
+    tiny = files["tiny"]
+    cases: list[tuple[list[str], list[str]]] = [
+        (
+            ["export", "chronos_bolt", "--random-weights", "--output", str(tiny), "--resolution-minutes", "30"],
+            [f"--output {tiny}: a checkpoint is already there", "Remove it", "choose another --output"],
+        ),
+        (["tune", str(tiny), "--accuracy-margin", "-inf"], ["--accuracy-margin", "finite number"]),
+        (["export", "chronos_bolt", "--random-weights", "--output", ""], ["--output", "is empty"]),
+    ]
+    tuned = tmp_path / "nan.json"
+    settings = {"actors": 1, "cpus_per_actor": float("nan"), "rows_per_batch": 4, "graph_optimization": "all"}
+    tuned.write_text(json.dumps({"format": FORMAT, "settings": settings}))
+    cases.append(
+        (
+            ["backtest", *_base("backtest", files, tmp_path)[1:], "--tuned", str(tuned)],
+            ["cpus_per_actor", "finite number"],
+        )
+    )
+    before = tiny.read_bytes()
+    for argv, says in cases:
+        code = cli.main(argv)
+        line = _one_error(capsys)
+        assert code == 2 and all(words in line for words in says), (argv, line)
+    assert tiny.read_bytes() == before
+    monkeypatch.undo()  # inspect's refusal is in its work (reading the checkpoint)
+    assert cli.main(["inspect", str(files["data"])]) == 2
+    assert f"{files['data']} is not an .onnx checkpoint" in _one_error(capsys)

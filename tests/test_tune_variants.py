@@ -275,10 +275,14 @@ def test_a_variant_its_quantization_broke_is_removed_and_its_parent_kept(tmp_pat
     from distributed_onnx.export.request import ExportRequest
     from distributed_onnx.export.variants import VARIANT_TOLERANCE, write_int8_variant
 
-    parent = write_checkpoint(tmp_path / "broken.onnx", broken_by_int8_model().SerializeToString(), _metadata())
-    request = ExportRequest(
-        family="chronos_bolt", random_weights=True, output=parent.weights_path, quantize="int8", resolution_minutes=30
+    request = ExportRequest(  # before the parent is written: export refuses to replace an existing checkpoint
+        family="chronos_bolt",
+        random_weights=True,
+        output=tmp_path / "broken.onnx",
+        quantize="int8",
+        resolution_minutes=30,
     )
+    write_checkpoint(tmp_path / "broken.onnx", broken_by_int8_model().SerializeToString(), _metadata())
     with pytest.raises(ParityError, match=r"beyond the tolerance 0\.1: the quantization broke the graph") as caught:
         write_int8_variant(request)
     assert caught.value.exit_code == 2 and "the parent broken.onnx is kept" in str(caught.value)
@@ -290,3 +294,58 @@ def test_a_variant_its_quantization_broke_is_removed_and_its_parent_kept(tmp_pat
         "broken.metadata.json",
         "broken.onnx",
     ]
+
+
+def test_a_tuned_choice_edited_to_another_file_or_name_is_refused_naming_the_key(
+    family: ResolvedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tester's defects 3 and 4: ``choice.file`` edited to ``../m/x.onnx`` or ``/etc/passwd`` crashed (exit 4,
+    "internal error: ValueError: Invalid name"); ``choice.chosen`` naming another checkpoint than ``choice.file``
+    made stderr, summary.json and the report say one checkpoint ran while the file's ran. Both: exit 2, naming the
+    key and what it holds, before anything runs."""
+    from distributed_onnx.tune import FORMAT
+
+    variant = LocalCheckpoint(path=family.weights_path.with_name("plain-int8.onnx")).resolve()
+    choice = {
+        "parent": "plain",
+        "chosen": "plain-int8",
+        "file": "plain-int8.onnx",
+        "precision": "int8",
+        "identity": identity_of(variant).record(),
+        "replaces_parent": True,
+        "reason": "int8 chosen",
+    }
+    settings = {"actors": 1, "cpus_per_actor": 1.0, "rows_per_batch": 4, "graph_optimization": "all"}
+    document = {"format": FORMAT, "settings": settings, "checkpoint": str(family.weights_path)}
+    document["checkpoint_identity"] = identity_of(family).record()
+    argv = ["backtest", "--checkpoint", str(family.weights_path), "--output", str(tmp_path / "run"), "--tuned"]
+    for edit, says in (
+        ({"file": "../m/plain-int8.onnx"}, "choice.file '../m/plain-int8.onnx' [from "),
+        ({"file": "/etc/passwd"}, "choice.file '/etc/passwd' [from "),
+        ({"chosen": "other-int8"}, "choice.chosen 'other-int8' [from "),
+    ):
+        tuned = tmp_path / "tuned.json"
+        tuned.write_text(json.dumps(document | {"choice": choice | edit}))
+        line = _refused([*argv, str(tuned)], capsys)
+        assert says in line and "distributed-onnx tune" in line, line
+        assert "plain-int8.onnx" in line or "passwd" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
+def test_tune_says_on_the_console_when_every_variant_was_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tester's defect 5: with every variant left out (their parent's identity changed), the console said only
+    "wrote ...": now that no variant was chosen, and each one left out with why, one line each."""
+    parent = write_checkpoint(tmp_path / "plain.onnx", nudged_model().SerializeToString(), _metadata())
+    stale = identity_of(parent).record()
+    _variant(parent, "plain-int8", nudged_model(), fields={**stale["fields"], "context_length": 32})
+    tuned = tmp_path / "tune.json"
+    argv = ["tune", str(parent.weights_path), "--budget-s", "1", "--cpus", "1", "--windows", "8", "--output"]
+    assert cli.main([*argv, str(tuned)]) == 0
+    out = capsys.readouterr().out
+    assert "choice: plain kept, no variant chosen: every variant beside it was left out (1)" in out, out
+    [left] = [line for line in out.splitlines() if line.startswith("left out: ")]
+    assert left.startswith("left out: plain-int8: names another identity of plain") and "context_length" in left
+    assert json.loads(tuned.read_text())["variants"]["left_out"] == [left.removeprefix("left out: ")]

@@ -33,6 +33,19 @@ from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
 from distributed_onnx.model.quantiles import clamped_levels
+from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
+
+#: What a backtest writes in its ``--output`` folder (its other contents are left alone).
+RUN_ENTRIES = (
+    "forecasts",
+    "scores",
+    "removed",
+    "run.json",
+    "metrics.parquet",
+    "leaderboard.parquet",
+    "summary.json",
+    "report.html",
+)
 
 __all__ = ["CLAMP", "check_backtest", "check_checkpoint_names", "check_output_file", "levels_problem", "peek_metadata"]
 
@@ -46,6 +59,10 @@ CLAMP = Suggestion(
 def check_backtest(settings: BacktestSettings) -> None:
     """Everything :mod:`this module <.up_front>` checks, for one backtest's settings (exit 2 on the first found)."""
     check_checkpoint_names(settings.checkpoint)
+    check_own_inputs(
+        [Written("output", settings.output, RUN_ENTRIES)],
+        [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
+    )
     check_output_folder(settings.output)
     if settings.clamp_quantiles:
         return

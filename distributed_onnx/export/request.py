@@ -23,10 +23,13 @@ from distributed_onnx.location import Location
 from distributed_onnx.model import families
 from distributed_onnx.model.checkpoint import QuantizeMode
 from distributed_onnx.model.families import Family
+from distributed_onnx.own_inputs import Read, Written, check_own_inputs
 from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["ExportRequest", "ExportResult", "exportable_family"]
 
+#: The files of a variant ``NAME-int8`` that ``--quantize`` writes.
+_VARIANT_SUFFIXES = (".onnx", ".onnx.data", ".metadata.json", ".parity.json")
 #: The suffix of the file ``--output`` names: what ``backtest --checkpoint FOLDER`` takes from a folder.
 WEIGHTS_SUFFIX = ".onnx"
 #: The int8 variant's file beside the checkpoint (``NAME-int8.onnx``, :mod:`.variants`).
@@ -86,6 +89,8 @@ class ExportRequest(CommandSettings):
     @field_validator("output", mode="before")
     @classmethod
     def _local_output(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # as a path, ``.``: the working directory
+            raise ValueError("is empty; give the .onnx file to write (e.g. MODEL.onnx)")
         if not isinstance(value, str | Path | Location):
             return value
         return Location.parse(value).require_local(
@@ -166,6 +171,34 @@ class ExportRequest(CommandSettings):
                 "--quantize-mode static calibrates on your data's windows: give --data PATH (or use "
                 "--quantize-mode dynamic, which needs none)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _replaces_nothing(self) -> ExportRequest:
+        """An existing checkpoint at ``--output`` is refused before any work (exit 2): replacing it lost a model
+        (of another family even), and left its variants naming a parent that no longer exists. Nor does an export
+        write over its own inputs (:mod:`distributed_onnx.own_inputs`): ``--data``, the pretrained folder's files."""
+        stem = self.output.stem
+        replaced = [self.output, self.output.with_suffix(".metadata.json")]
+        if self.quantize is not None:  # the variant too: a checkpoint of its own
+            replaced += [
+                self.output.with_name(f"{stem}{VARIANT_SUFFIX}{suffix}") for suffix in (".onnx", ".metadata.json")
+            ]
+        existing = [path for path in replaced if path.exists()]
+        if existing:
+            raise ConfigError(
+                f"--output {self.output}: a checkpoint is already there ({existing[0]}); export never replaces one "
+                "(its variants name it as their parent). Remove it (its .onnx, .metadata.json, .onnx.data and "
+                "variants) or choose another --output.",
+                key="output",
+            )
+        written = [self.output.with_name(stem + suffix) for suffix in (".onnx.data", ".parity.json")]
+        if self.quantize is not None:
+            written += [self.output.with_name(f"{stem}{VARIANT_SUFFIX}{suffix}") for suffix in _VARIANT_SUFFIXES]
+        inputs = [Read("data", self.data)] if self.data is not None else []
+        if self.from_pretrained is not None and self.from_pretrained.is_dir():
+            inputs += [Read("from_pretrained", path) for path in self.from_pretrained.iterdir()]
+        check_own_inputs([Written("output", path) for path in [self.output, *written]], inputs)
         return self
 
     @model_validator(mode="after")

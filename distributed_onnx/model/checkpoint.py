@@ -372,6 +372,12 @@ class LocalCheckpoint(BaseModel):
         if not self.path.is_file():
             raise CheckpointNotFoundError(f"Checkpoint weights not found: {self.path}", path=str(self.path))
         metadata_path = self.metadata_path or default_metadata_path(self.path)
+        if not metadata_path.is_file() and self.path.suffix != ".onnx":  # a data table, a report given in its place
+            raise CheckpointNotFoundError(
+                f"{self.path} is not an .onnx checkpoint (a checkpoint is NAME.onnx with NAME.metadata.json beside "
+                "it, as distributed-onnx export writes): give the checkpoint's .onnx file, or a folder holding it",
+                path=str(self.path),
+            )
         if not metadata_path.is_file():
             raise CheckpointNotFoundError(
                 f"Checkpoint metadata not found: {metadata_path} (expected beside the weights {self.path})",

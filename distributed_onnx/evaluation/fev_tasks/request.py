@@ -15,7 +15,7 @@ import copy
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import CliPositionalArg
 
@@ -23,6 +23,7 @@ from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_pro
 from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ExecutionProvider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
+from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["FevRequest"]
@@ -89,6 +90,18 @@ class FevRequest(CommandSettings):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _writes_no_input(self) -> FevRequest:
+        """``--output`` never lands on what fev reads (:mod:`distributed_onnx.own_inputs`): the benchmark YAML, the
+        checkpoints' files."""
+        inputs = [
+            Read("BENCHMARK", self.benchmark),
+            *(checkpoint_files(path, "checkpoint") for path in self.checkpoint),
+        ]
+        written = ("summaries.jsonl", "summaries.json", "fev_summary.json", "runs")
+        check_own_inputs([Written("output", self.output, written)], inputs)
+        return self
 
     def backtest_settings(self) -> dict[str, Any]:
         """The backtest settings each of the benchmark's runs takes from these: every field copied from the

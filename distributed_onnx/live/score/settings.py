@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from distributed_onnx.bounds import MAX_STEPS
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.location import Location
+from distributed_onnx.own_inputs import Read, Written, check_own_inputs
+
+#: What score writes in its ``--output`` folder (its other contents are left alone).
+SCORE_ENTRIES = (
+    "scored",
+    "metrics.parquet",
+    "leaderboard.parquet",
+    "failures.parquet",
+    "summary.json",
+    "report.html",
+    "live_vs_backtest.parquet",
+)
 
 
 class ScoreSettings(ColumnSettings):
@@ -46,3 +58,13 @@ class ScoreSettings(ColumnSettings):
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
         "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
     )
+
+    @model_validator(mode="after")
+    def _writes_no_input(self) -> ScoreSettings:
+        """``--output`` never lands on what score reads (:mod:`distributed_onnx.own_inputs`): the log, the actuals,
+        a ``--backtest`` folder (whose metrics.parquet and summary.json score's would replace)."""
+        inputs = [Read("forecasts", self.forecasts, "folder"), Read("actuals", self.actuals)]
+        if self.backtest is not None:
+            inputs.append(Read("backtest", self.backtest, "folder"))
+        check_own_inputs([Written("output", self.output, SCORE_ENTRIES)], inputs)
+        return self
