@@ -76,8 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except KeyboardInterrupt as interrupted:  # a command's own words when it has them (serve's start: no resume)
-        again = "; rerun the same command to resume" if args.command in RESUMING_COMMANDS else ""
-        print(f"error: {interrupted or f'interrupted{again}'}", file=sys.stderr)
+        print(f"error: {interrupted_line(interrupted, resumes=args.command in RESUMING_COMMANDS)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line and a code: see the module docstring
         code, line = describe_error(exc, resumes=args.command in RESUMING_COMMANDS, flags=flags)
@@ -92,6 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 #: The commands a rerun resumes (finished parts, scored batches are kept): only their lines say so.
 RESUMING_COMMANDS = frozenset({"backtest", "score"})
+
+
+def interrupted_line(interrupted: KeyboardInterrupt, *, resumes: bool) -> str:
+    """The line (without ``error:``) for an interrupted command: the interruption's own words when it has them
+    (an export stopped by SIGTERM), else what to do. Ctrl-C's ``KeyboardInterrupt`` has no words: its ``str`` is
+    empty (the exception itself is always true, so ``interrupted or ...`` printed ``error:`` alone)."""
+    again = "; rerun the same command to resume" if resumes else ""
+    return _one_line(interrupted) if str(interrupted).strip() else f"interrupted{again}"
 
 
 def describe_error(

@@ -55,17 +55,22 @@ class RayHead:
 
 
 @contextmanager
-def ray_head(num_cpus: int = 2, timeout_s: float = 90.0, *, loopback_only: bool = False) -> Iterator[RayHead]:
+def ray_head(
+    num_cpus: int = 2, timeout_s: float = 90.0, *, loopback_only: bool = False, as_documented: bool = False
+) -> Iterator[RayHead]:
     root = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
     temp_dir = root / "ray"  # Ray's default temp dir under RAY_TMPDIR=root
     temp_dir.mkdir()
     home = temp_dir / "home"
     home.mkdir()
-    token_path = temp_dir / "auth_token"
+    token_path = home / ".ray" / "auth_token" if as_documented else temp_dir / "auth_token"
+    token_path.parent.mkdir(exist_ok=True)
     token_path.write_text(secrets.token_hex(32))
     token_path.chmod(0o600)
     env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
-    env.update({"HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)})
+    env["HOME"] = str(home)
+    if not as_documented:
+        env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)})
     # The switch for the head's processes only: a client (head.env) runs as a user's command does, without it.
     head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback_only else env
     gcs, dashboard, client, agent_http, agent_grpc, runtime_env, metrics = free_ports(7)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +136,7 @@ def _fake_machine(
     monkeypatch.setattr(running_ray, "_session_processes", lambda session: {4242, 4243})
     monkeypatch.setattr(running_ray, "_readable", lambda pid: readable)
     monkeypatch.setattr(running_ray, "processes_listening_addresses", lambda pids: listening)
+    monkeypatch.setattr(running_ray, "_environment", lambda pid: {"RAY_AUTH_MODE": "token", "HOME": "/home/u"})
 
 
 class _Name:
@@ -145,9 +150,13 @@ class _Name:
 def test_auto_joins_only_a_running_ray_that_listens_on_loopback_alone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from distributed_onnx.runtime.ray_auth import RayAuth
+
     _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", ["127.0.0.1:6379", "::ffff:127.0.0.1:8265"])
     assert running_ray.find_local_ray() == running_ray.LocalRay(
-        "127.0.0.1:6379", "joined the Ray at 127.0.0.1:6379 (started by `ray start`, loopback only)"
+        "127.0.0.1:6379",
+        "the Ray at 127.0.0.1:6379 (started by `ray start`, loopback only)",  # "joined" is said once joined
+        auth=RayAuth("token", "/home/u/.ray/auth_token"),  # what its GCS runs with: ray start's token file
     )
 
     _fake_machine(monkeypatch, tmp_path, "127.0.0.1:6379", ["0.0.0.0:6379", "127.0.0.1:8265"])
@@ -183,3 +192,113 @@ def test_the_backtests_driver_modules_import_no_ray() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.integration
+def test_auto_joins_a_ray_started_as_the_docs_say_and_a_refused_token_is_one_line(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
+) -> None:
+    """A head started as docs/cluster.md says (no RAY_AUTH_MODE: ``ray start`` turns token mode on by itself for
+    the token in its ~/.ray/auth_token), joined from a shell without RAY_AUTH_MODE. Before: the client ran with
+    authentication off, logged "joined" before connecting, then twenty seconds of Ray's InvalidAuthToken lines
+    and an I/O error (exit 3); a wrong token the same. Now the join works, and a wrong token is one line naming
+    authentication and what to set, without Ray's retries."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from backtest_data import write_dataset
+
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    with ray_head(loopback_only=True, as_documented=True) as head:
+        shell = {key: value for key, value in head.client_env().items() if not key.startswith("RAY_AUTH")}
+        env = {**shell, "RAY_TMPDIR": str(head.ray_tmpdir), "HOME": os.environ["HOME"]}  # not the head's HOME
+        joined = subprocess.run(
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert joined.returncode == 0, joined.stderr
+        assert f"--address auto: joined the Ray at {head.gcs_address}" in joined.stderr
+        assert "InvalidAuthToken" not in joined.stderr and "Started an embedded local Ray" not in joined.stderr
+
+        wrong = tmp_path / "wrong_token"
+        wrong.write_text("0" * 64)
+        started = time.monotonic()
+        refused = subprocess.run(
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "refused", "--address", "auto"),
+            env={**env, "RAY_AUTH_TOKEN_PATH": str(wrong)},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        elapsed = time.monotonic() - started
+    assert refused.returncode == 3, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "authentication to the Ray at" in errors[0], refused.stderr
+    assert f"RAY_AUTH_TOKEN_PATH={wrong}" not in errors[0] and "RAY_AUTH_TOKEN_PATH" in errors[0]
+    assert "InvalidAuthToken" not in refused.stderr and "joined" not in refused.stderr, refused.stderr
+    assert elapsed < 15, elapsed  # before: about 21 s of Ray's retries
+
+
+@pytest.mark.integration
+def test_auto_falls_back_on_an_address_file_that_is_not_text_and_ctrl_c_says_what_to_do(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
+) -> None:
+    """An address file of bytes that are not text crashed ``--address auto`` (exit 4, UnicodeDecodeError): it
+    starts the embedded Ray and says why. Ctrl-C on the backtest then printed ``error: `` alone: it says to rerun."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from backtest_data import write_dataset
+
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    ray_tmpdir = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths stay under 107 bytes
+    (ray_tmpdir / "ray").mkdir()
+    (ray_tmpdir / "ray" / "ray_current_cluster").write_bytes(b"garbage\x00\xff")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    command = [sys.executable, "-m", "distributed_onnx", "backtest", "--checkpoint", str(tiny_checkpoint.weights_path)]
+    command += ["--data", str(data), "--output", str(tmp_path / "run"), "--n-windows", "3000", "--stride", "1"]
+    command += ["--rows-per-batch", "1", "--no-progress", "--address", "auto"]
+    process = subprocess.Popen(command, env={**env, "RAY_TMPDIR": str(ray_tmpdir)}, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    assert process.stderr is not None
+    for line in process.stderr:
+        seen.append(line)
+        if "Started an embedded local Ray" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    shutil.rmtree(ray_tmpdir, ignore_errors=True)
+    stderr = "".join(seen) + rest
+    assert process.returncode == 130, stderr
+    assert "is not text: not an address `ray start` writes" in stderr
+    assert "error: interrupted; rerun the same command to resume" in stderr.splitlines(), stderr
+
+
+def test_each_unusable_address_file_has_its_own_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The lines ``--address auto`` logs before it starts the embedded Ray (real files; no Ray runs on port 1).
+    Before: an empty file was "at , not on 127.0.0.1; pass --address  to join it anyway", ``0.0.0.0:1`` for a Ray
+    not running suggested joining it, a directory was "not found", bytes that are not text crashed."""
+
+    def reason(content: bytes | None, directory: bool = False) -> running_ray.LocalRay:
+        address_file = tmp_path / "ray_current_cluster"
+        if address_file.is_dir():
+            address_file.rmdir()
+        elif address_file.exists():
+            address_file.unlink()
+        if directory:
+            address_file.mkdir()
+        elif content is not None:
+            address_file.write_bytes(content)
+        monkeypatch.setattr(running_ray.ray_private, "RAY_ADDRESS_FILE", _Name(lambda temp_dir: str(address_file)))
+        found = running_ray.find_local_ray()
+        assert found.address is None and not found.refused, found
+        return found
+
+    assert "is empty: no Ray address recorded" in reason(b"  \n").reason
+    assert "is not text" in reason(b"garbage\x00\xff").reason
+    assert "a directory, not a file" in reason(None, directory=True).reason
+    assert "not the host:port address" in reason(b"nonsense").reason
+    dead = reason(b"0.0.0.0:1").reason
+    assert "(0.0.0.0:1) is not running on this machine (nothing listens on port 1)" in dead
+    assert "not found" in reason(None).reason

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime import ray_auth, ray_private
 from distributed_onnx.runtime.addresses import AUTO
 from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
 from distributed_onnx.runtime.running_ray import find_local_ray, listens_on_loopback_only
@@ -90,21 +90,30 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
     (:mod:`.agent_stand_in`), so no ``runtime_env`` can be built on it. For Ray's dashboard, start Ray yourself
     (``ray start --head``) and pass its address.
 
-    ``auto`` joins the Ray that ``ray start`` left running on this machine when it listens on loopback only, else
-    starts the embedded one (:mod:`.running_ray`, which says why in the log); ``RAY_ADDRESS`` is Ray's own and
-    keeps Ray's meaning.
+    ``auto`` joins the Ray that ``ray start`` left running on this machine when it listens on loopback only, with
+    the authentication it runs with (:mod:`.ray_auth`), and says so once joined; else it starts the embedded one
+    and says why (:mod:`.running_ray`). A token that a loopback Ray refuses is one
+    :class:`~distributed_onnx.errors.RayStartError` before ``ray.init``. ``RAY_ADDRESS`` is Ray's own and keeps
+    Ray's meaning.
     """
     if ray.is_initialized():
         return False
+    joined = ""
     if address == AUTO:
         found = find_local_ray()
-        logger.log(logging.WARNING if found.refused else logging.INFO, "--address %s: %s", AUTO, found.reason)
-        address = found.address
+        if found.address is None:
+            logger.log(logging.WARNING if found.refused else logging.INFO, "--address %s: %s", AUTO, found.reason)
+        elif found.auth is not None:
+            ray_auth.adopt(found.auth)  # the mode and token file of the Ray found (ray_auth.py)
+        address, joined = found.address, found.reason
     address = address or os.environ.get("RAY_ADDRESS")  # Ray's own variable keeps Ray's meaning, "auto" included
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
         if listens_on_loopback_only(address):
             use_loopback_only()  # else Ray rewrites 127.0.0.1 into an address that Ray does not listen on
+            ray_auth.check_token(address)  # a refused token: one line now, not Ray's retries
         ray.init(address=address, log_to_driver=True, configure_logging=False)
+        if joined:  # said once joined, not before
+            logger.info("--address %s: joined %s", AUTO, joined)
         return False
     use_loopback_only()
     with ray_private.single_node_head(stand_in_agents=stand_in_agents):

@@ -18,6 +18,10 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
 - the fast ingresses and the per-request savings are Serve's experimental environment switches
   (:data:`SERVE_SWITCHES`, set by ``serve/operations/ingress.py`` before Serve's processes start), and the HAProxy
   binary is found by Serve's private helper (:func:`haproxy_binary`);
+- a Ray that commands join with ``--address auto`` is joined with the authentication it runs with: Ray's cached
+  settings and token are re-read once the environment names them (:func:`reload_authentication`), and the token
+  is checked with one call to the GCS (:data:`GCS_PROBE_METHOD`, sent with :data:`AUTH_METADATA`'s header)
+  before ``ray.init``, whose own failure is twenty seconds of retries (``runtime/ray_auth.py``);
 - the tests reach a few more (:data:`TEST_NAMES`); ``tests/test_ray_private.py`` checks that all exist.
 
 :func:`check_names` runs when the embedded Ray starts (:data:`EMBEDDED_RAY_NAMES`) and when ``serve`` starts
@@ -210,10 +214,24 @@ AUTOSCALER_VALIDATE_CONFIG = PrivateName("ray.autoscaler._private.util", "valida
 #: ``tests/test_console.py``: the logger of Ray's token-authentication notice (the module's ``logger``).
 TOKEN_NOTICE = PrivateName("ray._private.authentication.authentication_token_setup", "logger")
 
+# ------------------------------------------------------------------------------------------ authentication
+
+#: Ray's settings of this process (its authentication mode among them), read once from the environment.
+CONFIG_RELOAD = PrivateName("ray._raylet", "Config.initialize")
+#: The token this process sends (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``), cached.
+TOKEN_LOADER = PrivateName("ray._raylet", "AuthenticationTokenLoader.instance")
+#: The gRPC metadata Ray's own Python clients send: ``(("authorization", "Bearer <token>"),)`` or empty.
+AUTH_METADATA = PrivateName(
+    "ray._private.authentication.grpc_authentication_client_interceptor", "_get_authentication_metadata_tuple"
+)
+#: A GCS call that needs no request fields and checks the token first (measured: UNAUTHENTICATED at once).
+GCS_PROBE_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+AUTH_NAMES = (CONFIG_RELOAD, TOKEN_LOADER, AUTH_METADATA)
+
 # ------------------------------------------------------------------------------------------ the checks
 
 EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS, *STAND_IN_AGENT_NAMES)
-RUNNING_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, RAY_ADDRESS_FILE)
+RUNNING_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, RAY_ADDRESS_FILE, *AUTH_NAMES)
 SERVE_NAMES = (
     SIGTERM_HANDLER,
     DRIVER_CONNECT,
@@ -223,7 +241,7 @@ SERVE_NAMES = (
     *(PrivateName(SERVE_CONSTANTS, switch) for switch in SERVE_SWITCHES),
 )
 TEST_NAMES = (WRITE_RAY_ADDRESS, RESET_RAY_ADDRESS, AUTOSCALER_PREPARE_CONFIG, AUTOSCALER_VALIDATE_CONFIG, TOKEN_NOTICE)
-ALL_NAMES = (*EMBEDDED_RAY_NAMES, RAY_ADDRESS_FILE, *SERVE_NAMES, *TEST_NAMES)
+ALL_NAMES = (*EMBEDDED_RAY_NAMES, RAY_ADDRESS_FILE, *AUTH_NAMES, *SERVE_NAMES, *TEST_NAMES)
 
 
 def missing_names(
@@ -271,6 +289,19 @@ def check_names(
 
 
 # ------------------------------------------------------------------------------------------ the touchpoints
+
+
+def reload_authentication() -> None:
+    """Make this process use the authentication its environment names now (``RAY_AUTH_MODE``,
+    ``RAY_AUTH_TOKEN_PATH``): Ray read both once and caches them (as Ray's own ``ray.init("auto")`` does)."""
+    CONFIG_RELOAD.get()("")
+    TOKEN_LOADER.get()().reset_cache()
+
+
+def auth_metadata() -> tuple[tuple[str, str], ...]:
+    """The authorization header this process's Ray client sends (empty: no token, or authentication off)."""
+    metadata: tuple[tuple[str, str], ...] = AUTH_METADATA.get()()
+    return metadata
 
 
 def disable_clustering() -> None:

@@ -29,44 +29,62 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from distributed_onnx.runtime import ray_private
+from distributed_onnx.runtime import ray_auth, ray_private
 from distributed_onnx.runtime.listening import (
     exposed_sockets,
     listening_sockets,
     processes_listening_addresses,
     socket_inodes,
 )
+from distributed_onnx.runtime.ray_auth import RayAuth
+
+#: The variables of a found Ray's environment that say how it authenticates (``ray_auth.py``).
+_AUTH_VARIABLES = frozenset({ray_auth.MODE, ray_auth.TOKEN, ray_auth.TOKEN_PATH, "HOME"})
 
 
 @dataclass(frozen=True)
 class LocalRay:
     """What :func:`find_local_ray` found: the address to join, or None (start the embedded Ray), and why;
-    ``refused``: a Ray runs, but is not joined without its address (the user should hear it)."""
+    ``refused``: a Ray runs, but is not joined without its address (the user should hear it); ``auth``: the
+    authentication the found Ray runs with (``ray_auth.py``), when it could be read."""
 
     address: str | None
     reason: str
     refused: bool = False
+    auth: RayAuth | None = None
 
 
 def find_local_ray() -> LocalRay:
-    """The Ray ``ray start`` recorded on this machine, if it runs and listens on loopback only (module docstring)."""
+    """The Ray ``ray start`` recorded on this machine, if it runs and listens on loopback only (module docstring).
+
+    Every reason it is not joined is its own line: no address file, one that cannot be read, one that holds no
+    ``host:port``, a Ray elsewhere, one that is not running, run by another user, or listening beyond loopback.
+    """
     ray_private.check_names(ray_private.RUNNING_RAY_NAMES)
     address_file = Path(ray_private.RAY_ADDRESS_FILE.get()(None))
-    try:
-        address = address_file.read_text().strip()
-    except OSError:
-        return LocalRay(None, f"no Ray started by `ray start` on this machine ({address_file} not found)")
+    recorded = _read_address_file(address_file)
+    if isinstance(recorded, LocalRay):
+        return recorded
+    address = recorded
     host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return LocalRay(None, f"{address_file} holds {address!r}, not the host:port address `ray start` writes")
     if not sys.platform.startswith("linux"):
         return LocalRay(None, f"its sockets cannot be checked off Linux; pass --address {address} to join it", True)
-    if not _is_loopback_host(host) or not port.isdigit():
+    gcs = _listener(int(port))
+    if not _is_loopback_host(host):
+        if gcs is None and (_is_unspecified_host(host) or not _port_in_use(int(port))):
+            return LocalRay(
+                None,
+                f"the Ray recorded in {address_file} ({address}) is not running on this machine (nothing listens "
+                f"on port {port}); if it runs on another machine, pass --address {address} to join it",
+            )
         return LocalRay(
             None,
             f"the Ray recorded in {address_file} is at {address}, not on 127.0.0.1; pass --address {address} to "
             "join it anyway",
             refused=True,
         )
-    gcs = _listener(int(port))
     if gcs is None:
         return LocalRay(None, f"the Ray recorded in {address_file} ({address}) is not running")
     session = _session_name(gcs)
@@ -81,7 +99,24 @@ def find_local_ray() -> LocalRay:
             "to join it anyway, or start it with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (docs/cluster.md)",
             refused=True,
         )
-    return LocalRay(address, f"joined the Ray at {address} (started by `ray start`, loopback only)")
+    auth = RayAuth.from_environment(_environment(gcs))
+    return LocalRay(address, f"the Ray at {address} (started by `ray start`, loopback only)", auth=auth)
+
+
+def _read_address_file(address_file: Path) -> str | LocalRay:
+    """The address ``ray start`` recorded, or why there is none to join (the embedded Ray then starts)."""
+    try:
+        address = address_file.read_bytes().decode().strip()
+    except FileNotFoundError:
+        return LocalRay(None, f"no Ray started by `ray start` on this machine ({address_file} not found)")
+    except UnicodeDecodeError:
+        return LocalRay(None, f"{address_file} is not text: not an address `ray start` writes")
+    except OSError as unreadable:
+        what = "a directory, not a file" if address_file.is_dir() else unreadable.strerror or str(unreadable)
+        return LocalRay(None, f"{address_file} could not be read ({what})")
+    if not address:
+        return LocalRay(None, f"{address_file} is empty: no Ray address recorded")
+    return address
 
 
 def listens_on_loopback_only(address: str) -> bool:
@@ -104,6 +139,30 @@ def _is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _is_unspecified_host(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def _port_in_use(port: int) -> bool:
+    """Whether anything on this machine listens on ``port`` (on any address)."""
+    return any(int(address.rsplit(":", 1)[1]) == port for address, _ in listening_sockets())
+
+
+def _environment(pid: int) -> dict[str, str]:
+    """What ``pid``'s environment says about Ray's authentication (empty if unreadable): the mode, the token file,
+    HOME; a token itself only as present (its value is never read out)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if b"=" in entry)
+    kept = {key: ("" if key == ray_auth.TOKEN else value) for key, _, value in pairs if key in _AUTH_VARIABLES}
+    return kept
 
 
 def _listener(port: int) -> int | None:
