@@ -85,7 +85,8 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
             differences = _setting_differences(_read_manifest(path), manifest)
             raise ConfigError(
                 f"{output} holds a backtest with other settings ({differences}; fingerprint {previous}, this run "
-                f"{fingerprint}); use another --output directory, rerun with the recorded settings, or delete that one.",
+                f"{fingerprint}); use another --output directory, rerun with the recorded settings, or delete that "
+                "one.",
                 key="output",
             )
         return

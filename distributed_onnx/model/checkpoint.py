@@ -109,12 +109,14 @@ class CheckpointMetadata(BaseModel):
     native_quantiles: list[float] = Field(
         min_length=1,
         max_length=MAX_NATIVE_QUANTILES,
-        description="Quantile levels the model natively emits: strictly inside (0, 1), ascending."
+        description="Quantile levels the model natively emits: strictly inside (0, 1), ascending.",
     )
     context_length: int = Field(gt=0, le=MAX_STEPS, description="Historical timesteps the model consumes as context.")
     output_patch_size: int = Field(gt=0, le=MAX_STEPS, description="Timesteps produced per output patch.")
     horizon_patches: int = Field(gt=0, le=MAX_STEPS, description="Number of output patches the model emits.")
-    resolution_minutes: int = Field(gt=0, le=MAX_RESOLUTION_MINUTES, description="Sampling interval the model expects, in minutes.")
+    resolution_minutes: int = Field(
+        gt=0, le=MAX_RESOLUTION_MINUTES, description="Sampling interval the model expects, in minutes."
+    )
     precision: Literal["fp32", "fp16", "int8"] = Field(
         default="fp32", description="Numeric precision of the weights; drives provider selection."
     )
