@@ -3,6 +3,12 @@
 Settings without an upper bound were taken at their word and failed far from where they were given: a
 ``--max-replicas 3000`` asked the ingress for 6002 consecutive free ports (exit 3, "rerun"), a huge
 ``--covariate-latency`` wrapped around in int64 arithmetic and fed windows vintages issued after their cutoff.
+A checkpoint's metadata is bounded too (``model/checkpoint.py`` reads these when it reads the file): its
+``context_length``, ``output_patch_size``, ``horizon_patches``, their product (one call's steps) and
+``max_horizon_length`` by :data:`MAX_STEPS`, as the run's ``--context-length`` and ``--horizon`` are, and its
+``native_quantiles`` by :data:`MAX_NATIVE_QUANTILES`. A ``context_length`` of 10^15 was taken by ``inspect`` and
+sized the backtest's arrays, failing as "out of memory" (exit 3) with nothing naming the field.
+
 Each bound is far above any real use and low enough that the arithmetic done with the value cannot overflow;
 the typed settings (``Field(le=...)``) refuse a value beyond it in one line naming the setting (exit 2).
 
@@ -43,6 +49,9 @@ MAX_REPLICAS = 512
 MAX_PARITY_WINDOWS = 100_000
 #: A checkpoint's sampling interval: one year.
 MAX_RESOLUTION_MINUTES = 366 * 24 * 60
+#: Quantile levels a checkpoint predicts natively (its metadata's ``native_quantiles``): every forecast holds
+#: windows x steps x levels values, so the count multiplies every array; real models predict 9 to a few dozen.
+MAX_NATIVE_QUANTILES = 1_000
 #: Windows ``tune`` forecasts: its largest batch is 256 windows, and every window is held in memory at once.
 MAX_TUNE_WINDOWS = 65_536
 

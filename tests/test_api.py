@@ -75,10 +75,23 @@ def test_data_of_another_kind_is_a_config_error() -> None:
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("ray_session")
-def test_a_dataframe_gives_the_commands_numbers(tmp_path: Path) -> None:
+def test_a_dataframe_gives_the_commands_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("onnxruntime")
     frame = pq.read_table(REFERENCE_DATASET).to_pandas()
     assert cli.main(["backtest", "--output", str(tmp_path / "cli"), *SMALL_FLAGS, *POOL_FLAGS]) == 0
+    # The command's folder rerun with other settings: refused naming each setting that differs, with both values
+    # (it said only "other settings (fingerprint A, this run B)"; a changed checkpoint was named field by field).
+    other = ["--horizon", "24", "--n-windows", "6", "--stride", "48", "--quantiles", "0.2,0.5,0.8"]
+    other += ["--actors", "2", "--rows-per-batch", "7", "--no-progress"]
+    capsys.readouterr()
+    assert cli.main(["backtest", "--output", str(tmp_path / "cli"), *other]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    for named in (
+        "horizon 48 (recorded) against 24 (this run)",
+        "quantiles [0.1, 0.5, 0.9] (recorded) against [0.2, 0.5, 0.8] (this run)",
+        "rows_per_batch 2 (recorded) against 7 (this run)",
+    ):
+        assert named in line, line
 
     result = distributed_onnx.backtest(frame, **SMALL, **POOL)
 

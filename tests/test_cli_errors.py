@@ -130,6 +130,33 @@ def test_checkpoint_metadata_that_is_not_utf8_is_one_line(
     assert "is not UTF-8 text" in _one_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("context_length", 10**15), ("horizon_patches", 10**12), ("native_quantiles", [i / 2002 for i in range(1, 2002)])],
+)
+def test_checkpoint_metadata_beyond_its_bounds_is_exit_2_naming_the_field_for_every_command(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    data: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: object,
+) -> None:
+    """``"context_length": 10**15``: ``inspect`` took it (exit 0) and ``backtest`` sized its arrays by it, failing
+    as "out of memory (MemoryError)", exit 3, naming nothing. Each size is bounded where the metadata is read."""
+    weights = tmp_path / "model.onnx"
+    weights.write_bytes(tiny_checkpoint.weights_path.read_bytes())
+    document = json.loads(tiny_checkpoint.weights_path.with_suffix(".metadata.json").read_text())
+    document.pop("sha256", None)
+    document[field] = value
+    (tmp_path / "model.metadata.json").write_text(json.dumps(document))
+    for argv in (["inspect", str(weights)], _backtest(weights, data, tmp_path / "run")):
+        assert cli.main(argv) == 2, argv[0]
+        line = _one_line(capsys)
+        assert "violates the schema" in line and f"{field}: " in line, line
+        assert "less than or equal to" in line or "at most 1000 items" in line, line
+
+
 def test_a_config_file_that_is_not_utf8_is_one_line(
     tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -121,6 +121,21 @@ def test_another_tools_table_without_the_flags_is_refused_naming_them(
     assert not (tmp_path / "run").exists()
 
 
+def test_score_of_actuals_in_another_tools_names_suggests_its_own_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``score --actuals nixtla.csv``: the hint said ``pass id_col='unique_id', time_col='ds'`` (Python's words: the
+    actuals' error was copied into a new one as text, losing its suggestion); it names score's own flags now."""
+    import pyarrow.csv as pa_csv
+
+    log, actuals = _score_inputs(tmp_path)
+    nixtla = tmp_path / "nixtla.csv"
+    pa_csv.write_csv(_renamed(pq.read_table(actuals), NIXTLA), nixtla)
+    argv = ["score", "--forecasts", str(log), "--actuals", str(nixtla), "--output", str(tmp_path / "out")]
+    line = _refused(argv, capsys)
+    assert "nixtla.csv: missing column(s)" in line and "pass --id-col unique_id --time-col ds." in line, line
+
+
 def test_a_flag_naming_no_column_is_refused_naming_the_flag(
     tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -334,3 +334,50 @@ def test_v2_infer_over_http_and_grpc_is_logged_and_shadowed_like_v1(setup: Setup
     latency = _requests_timed(server.url, CHAMPION)
     assert latency["grpc_infer"] == len(windows) // 2 + 1  # the refused request is timed too
     assert latency["infer"] == len(windows) - len(windows) // 2 + 2
+
+
+def test_levels_served_clamped_are_recorded_by_the_log_and_by_score(setup: Setup, server: Server) -> None:
+    """One window asked at 0.05/0.5/0.95 (outside the champion's native 0.1..0.9: served clamped, as the response
+    says) and at 0.1/0.5/0.9. The log's q0.05 held the 0.1 values with no record, and ``score``'s summary said
+    nothing: now each log file records its clamped levels, and ``score`` reads every file's own columns (two files
+    of other levels in one log) and reports the clamping in summary.json as a backtest does."""
+    import json
+
+    from distributed_onnx import cli
+    from distributed_onnx.live.log.layout import CLAMPING_KEY
+
+    series_id, origin_us, history = setup.windows()[0]
+    start = _iso(origin_us - len(history) * STEP_US)
+    body = {"series": [{"series_id": series_id, "y": history, "start": start}], "horizon": HORIZON}
+    clamped = [{"requested": 0.05, "served_by": 0.1}, {"requested": 0.95, "served_by": 0.9}]
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for request_id, levels in (("clamped", [0.05, 0.5, 0.95]), ("native", [0.1, 0.5, 0.9])):
+            answer = client.post(
+                "/v1/forecast", json={**body, "quantiles": levels}, headers={"X-Request-ID": request_id}
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.json().get("quantile_clamping") == (clamped if request_id == "clamped" else None)
+    mine = pc.field("request_id").isin(["clamped", "native"])
+
+    def files() -> dict[tuple[str, str], Path]:
+        found: dict[tuple[str, str], Path] = {}
+        for path in log_files(Location(setup.log)):
+            rows = pq.read_table(path.local_path).filter(mine)
+            pairs = zip(rows["model"].to_pylist(), rows["request_id"].to_pylist(), strict=True)
+            found |= {pair: Path(path.local_path) for pair in pairs}
+        return found
+
+    _wait_for(lambda: len(files()) == 4)  # served and shadow, of each request
+    for (model, request_id), path in files().items():
+        record = json.loads(pq.read_schema(path).metadata[CLAMPING_KEY])
+        assert record == (clamped if request_id == "clamped" else []), (model, request_id)
+        columns = pq.read_schema(path).names
+        assert ("q0.05" in columns) == (request_id == "clamped"), columns
+
+    output = setup.root / "score-clamped"
+    argv = ["score", "--forecasts", str(setup.log), "--actuals", str(setup.data), "--output", str(output)]
+    assert cli.main(argv) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["quantile_clamping"] == {CHAMPION: clamped, CHALLENGER: clamped}
+    metrics = pq.read_table(output / "metrics.parquet")
+    assert {"0.05,0.5,0.95", "0.1,0.5,0.9"} <= set(metrics["quantile_levels"].to_pylist())

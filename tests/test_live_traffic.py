@@ -43,6 +43,7 @@ class FakeModel:
     name: str
     checkpoint_sha256: str = "f" * 64
     resolution_minutes: int = 30
+    native_quantiles: tuple[float, ...] = (0.5,)
     fails: bool = False
     calls: int = 0
 

@@ -7,7 +7,8 @@ sums, for every model of the run, are ``scores/part-NNNNNN.arrow`` (:mod:`.sums`
 forecasts. The plan is deterministic, so a rerun with the same settings skips every part that is *verifiably*
 done: every file present and readable, naming this run, this part and (forecasts) this model's fingerprint,
 the row counts and sizes what the sums say. Anything else (a torn copy, a file from another run) is redone.
-``run.json`` records the settings' fingerprint: a directory is never resumed by a run with other settings.
+``run.json`` records the settings' fingerprint and the settings it digests (``fingerprinted``): a directory is
+never resumed by a run with other settings, and refusing one names each setting that differs, with both values.
 The directory may be a local path or a URL (``s3://...``): every file goes through :mod:`distributed_onnx.storage`.
 """
 
@@ -66,16 +67,26 @@ def has_scored_parts(output: Location) -> bool:
     return bool(storage.list_files(storage.join(output, SCORES_DIR), "part-", ".arrow"))
 
 
+#: The key of ``run.json`` that holds what the fingerprint digests (the plan's ``fingerprinted``).
+FINGERPRINTED_KEY = "fingerprinted"
+
+
 def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any]) -> None:
-    """Create the directory, or check that the existing one belongs to the same run."""
+    """Create the directory, or check that the existing one belongs to the same run.
+
+    ``manifest[FINGERPRINTED_KEY]``, when given, is what ``fingerprint`` digests: another run's folder is refused
+    naming each of those settings that differs, with both values (a folder written before they were recorded:
+    each differing setting of the recorded ``settings``)."""
     _make_run_directory(output)
     path = storage.join(output, MANIFEST)
     if storage.is_file(path):
         previous = _manifest_fingerprint(path)
         if previous != fingerprint:
+            differences = _setting_differences(_read_manifest(path), manifest)
             raise ConfigError(
-                f"{output} holds a backtest with other settings (fingerprint {previous}, this run {fingerprint}); "
-                "use another --output directory or delete that one.",
+                f"{output} holds a backtest with other settings ({differences}; fingerprint {previous}, this run "
+                f"{fingerprint}); use another --output directory, rerun with the recorded settings, or delete that "
+                "one.",
                 key="output",
             )
         return
@@ -100,6 +111,42 @@ def _make_run_directory(output: Location) -> None:
         raise ConfigError(f"Cannot create the run directory {output}: {exc}", key="output") from exc
     except OSError as exc:
         raise StorageError(f"Cannot create the run directory {output}: {exc}", path=str(output)) from exc
+
+
+def _read_manifest(path: Location) -> dict[str, Any]:
+    document = json.loads(storage.read_retrying(lambda: storage.read_bytes(path), str(path)).decode("utf-8"))
+    return document if isinstance(document, dict) else {}
+
+
+def _setting_differences(recorded: dict[str, Any], current: dict[str, Any]) -> str:
+    """Each setting the two manifests' fingerprinted settings (else their ``settings``) differ in, both values."""
+    from distributed_onnx.model.identity import Difference, describe_differences
+
+    key = FINGERPRINTED_KEY if isinstance(recorded.get(FINGERPRINTED_KEY), dict) else "settings"
+    before, now = _flat(recorded.get(key)), _flat(current.get(key))
+    if key == "settings":  # the folder itself is the same; only what it was computed with is compared
+        before.pop("output", None)
+        now.pop("output", None)
+    differences = [
+        Difference(name, before.get(name, "(not set)"), now.get(name, "(not set)"))
+        for name in sorted(before.keys() | now.keys())
+        if before.get(name) != now.get(name)
+    ]
+    if not differences:
+        return "which settings differ is not recorded there"
+    return describe_differences(differences, "recorded", "this run", limit=8)
+
+
+def _flat(document: Any) -> dict[str, Any]:
+    """``{"spec": {"stride": 2}}`` as ``{"stride": 2}``: a nested setting by its own name, unless the top level
+    already holds that name (the spec's ``horizon`` is the run's ``horizon``)."""
+    if not isinstance(document, dict):
+        return {}
+    top = {name: value for name, value in document.items() if not isinstance(value, dict)}
+    for value in document.values():
+        if isinstance(value, dict):
+            top |= {name: inner for name, inner in value.items() if name not in document}
+    return json.loads(json.dumps(top, default=str))  # as run.json holds them: tuples as lists, paths as text
 
 
 def _manifest_fingerprint(path: Location) -> Any:

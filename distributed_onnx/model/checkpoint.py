@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from distributed_onnx import storage
+from distributed_onnx.bounds import MAX_COUNT, MAX_NATIVE_QUANTILES, MAX_RESOLUTION_MINUTES, MAX_STEPS
 from distributed_onnx.errors import (
     CheckpointIntegrityError,
     CheckpointMetadataError,
@@ -106,12 +107,16 @@ class CheckpointMetadata(BaseModel):
     input_names: list[str] = Field(min_length=1, description="Ordered names of the model's input tensors.")
     output_name: str = Field(description="Name of the model's quantile-prediction output tensor.")
     native_quantiles: list[float] = Field(
-        min_length=1, description="Quantile levels the model natively emits: strictly inside (0, 1), ascending."
+        min_length=1,
+        max_length=MAX_NATIVE_QUANTILES,
+        description="Quantile levels the model natively emits: strictly inside (0, 1), ascending.",
     )
-    context_length: int = Field(gt=0, description="Historical timesteps the model consumes as context.")
-    output_patch_size: int = Field(gt=0, description="Timesteps produced per output patch.")
-    horizon_patches: int = Field(gt=0, description="Number of output patches the model emits.")
-    resolution_minutes: int = Field(gt=0, description="Sampling interval the model expects, in minutes.")
+    context_length: int = Field(gt=0, le=MAX_STEPS, description="Historical timesteps the model consumes as context.")
+    output_patch_size: int = Field(gt=0, le=MAX_STEPS, description="Timesteps produced per output patch.")
+    horizon_patches: int = Field(gt=0, le=MAX_STEPS, description="Number of output patches the model emits.")
+    resolution_minutes: int = Field(
+        gt=0, le=MAX_RESOLUTION_MINUTES, description="Sampling interval the model expects, in minutes."
+    )
     precision: Literal["fp32", "fp16", "int8"] = Field(
         default="fp32", description="Numeric precision of the weights; drives provider selection."
     )
@@ -120,7 +125,7 @@ class CheckpointMetadata(BaseModel):
         description="Whether every graph axis is frozen; when False, context/horizon lengths are maxima.",
     )
     max_covariates: int | None = Field(
-        default=None, gt=0, description="Frozen number of covariate rows per group, or None if dynamic."
+        default=None, gt=0, le=MAX_COUNT, description="Frozen number of covariate rows per group, or None if dynamic."
     )
     # --- distributed_onnx additions (optional, ignored by OpenSTEF) ---
     # The graph's tensor contract, where families differ; the defaults are what files written before these
@@ -163,6 +168,7 @@ class CheckpointMetadata(BaseModel):
     max_horizon_length: int | None = Field(
         default=None,
         gt=0,
+        le=MAX_STEPS,
         description="The longest horizon a run may ask when long_horizon unrolls (None: no limit); at least "
         "horizon_length. Ignored (must be unset) when long_horizon is 'refuse'.",
     )
@@ -220,6 +226,12 @@ class CheckpointMetadata(BaseModel):
 
     @model_validator(mode="after")
     def _consistent_contract(self) -> CheckpointMetadata:
+        if self.horizon_length > MAX_STEPS:  # each factor within its bound, their product not
+            msg = (
+                f"one call's steps, output_patch_size x horizon_patches = {self.output_patch_size} x "
+                f"{self.horizon_patches} = {self.horizon_length}, exceed {MAX_STEPS}; fix the checkpoint's metadata"
+            )
+            raise ValueError(msg)
         if self.long_horizon == "append_missing" and self.missing_value != "nan":
             msg = (
                 "long_horizon 'append_missing' appends the forecast steps as missing values, which only a graph "

@@ -174,11 +174,13 @@ def clamped_levels(requested: Sequence[float], native: Sequence[float]) -> list[
     return clamped
 
 
-def describe_clamped(clamped: Sequence[ClampedLevel], native: Sequence[float]) -> str:
-    """One line for a warning: which levels are clamped to what, and what that does to their intervals."""
+def describe_clamped(clamped: Sequence[ClampedLevel], native: Sequence[float] = ()) -> str:
+    """One line for a warning: which levels are clamped to what, and what that does to their intervals (the
+    backtest's plan note and ``score``'s warning; ``native`` empty: a record that names no native range)."""
     pairs = ", ".join(f"{c.requested:g} -> {c.served_by:g}" for c in clamped)
+    span = f" {native[0]:g}..{native[-1]:g}" if native else ""
     return (
-        f"requested quantile level(s) outside the model's native range {native[0]:g}..{native[-1]:g} are clamped "
+        f"requested quantile level(s) outside the model's native range{span} are clamped "
         f"to the nearest native level ({pairs}): their forecasts are the native level's, so an interval built on "
         "them is narrower than its name says (its coverage is that of the native interval)"
     )

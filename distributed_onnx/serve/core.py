@@ -158,6 +158,11 @@ class ModelCore:
     def resolution_minutes(self) -> int:
         return self.metadata.resolution_minutes
 
+    @property
+    def native_quantiles(self) -> tuple[float, ...]:
+        """The levels the model predicts: what the forecast log records a request's clamped levels against."""
+        return tuple(self.metadata.native_quantiles)
+
     async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
         """The JSON answer to a /v1/forecast body (already read under ``ticket``), from this model."""
         started = time.perf_counter()

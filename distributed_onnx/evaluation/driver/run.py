@@ -117,7 +117,12 @@ class _BacktestRun:
         clock.mark("start_and_plan")  # Python, imports, reading and checking the data, planning
         settings_record = {"settings": plan.settings.model_dump(mode="json")}
         # The part and batch sizes are recorded so that a rerun (on any cluster) plans the same parts.
-        manifest = {**settings_record, **plan.part_sizes(), **identity_records(plan.identities)}
+        manifest = {
+            **settings_record,
+            **plan.part_sizes(),
+            **identity_records(plan.identities),
+            outputs.FINGERPRINTED_KEY: plan.fingerprinted,  # a rerun of other settings is refused naming each
+        }
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
         check_identities(output, plan.identities)  # never a resume that mixes two meanings of a checkpoint
         outputs.clean_partials(output, plan.model_names)

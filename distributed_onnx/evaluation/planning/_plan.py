@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,9 @@ class RunPlan:
     rows_per_batch: int
     #: What the run adapted and left out, logged as it is planned and kept in summary.json.
     notes: list[str]
+    #: The settings the run's fingerprint digests (:func:`fingerprinted_settings`), kept in ``run.json`` so that a
+    #: rerun of other settings is refused naming each one that differs, with both values.
+    fingerprinted: dict[str, Any] = field(default_factory=dict)
 
     # What the checkpoints fix ------------------------------------------------------------------------------
 
@@ -255,6 +258,7 @@ def plan(settings: BacktestSettings, models: Checkpoints, dataset: Dataset) -> R
         ramp_width=ramp_width,
         rows_per_batch=rows_per_batch,
         notes=notes,
+        fingerprinted=fingerprinted_settings(run_config, windows_per_part, ramp_width, rows_per_batch),
     )
 
 
@@ -281,10 +285,17 @@ def _graph_bytes(checkpoint: ResolvedCheckpoint) -> int:
     return sum(sizes)
 
 
-def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int, rows: int) -> str:
+def fingerprinted_settings(
+    run_config: dict[str, Any], windows_per_part: int, ramp_width: int, rows: int
+) -> dict[str, Any]:
+    """Everything the run's fingerprint digests: the windows, levels, data and covariates, and the part sizes."""
     # Only a wide ramp enters the fingerprint: a plan of explicit sizes keeps the fingerprint it had.
     wide = {"ramp_width": ramp_width} if ramp_width > 1 else {}
-    return _digest({**run_config, "rows_per_batch": rows, "windows_per_part": windows_per_part, **wide})
+    return {**run_config, "rows_per_batch": rows, "windows_per_part": windows_per_part, **wide}
+
+
+def _run_fingerprint(run_config: dict[str, Any], windows_per_part: int, ramp_width: int, rows: int) -> str:
+    return _digest(fingerprinted_settings(run_config, windows_per_part, ramp_width, rows))
 
 
 def _part_size(

@@ -22,7 +22,16 @@ characters), so reusing one, or sending the shadow's model an id a later request
 requests' windows nor make one request's windows collide with another's.
 
 Files of one partition may hold different quantile columns (requests may ask for other levels); every file is
-written whole and atomically, never appended to.
+written whole and atomically, never appended to. Each file holds one set of levels, so read it file by file (as
+``score`` does), or merge the files' schemas: ``pyarrow.dataset`` and ``pandas.read_parquet`` of the whole folder
+take the first file's columns and silently drop the levels only other files have.
+
+A requested level outside the model's native range is served clamped, holding the nearest native level's values
+(:func:`distributed_onnx.model.quantiles.clamped_levels`, as the response's ``quantile_clamping`` says): a
+``q0.05`` column may hold the model's 0.1. Each file records which of its levels are, in its Parquet schema's
+metadata under :data:`CLAMPING_KEY` (``b"distributed_onnx.quantile_clamping"``): a JSON list of
+``{"requested": 0.05, "served_by": 0.1}``, the form a backtest's ``summary.json`` records (empty: none clamped),
+and the model's native levels under :data:`NATIVE_KEY`. ``pyarrow.parquet.read_schema(path).metadata`` reads them.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
 from distributed_onnx.location import Location
-from distributed_onnx.model.quantiles import quantile_column_name
+from distributed_onnx.model.quantiles import ClampedLevel, clamped_levels, quantile_column_name
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -56,6 +65,10 @@ def now_us() -> int:
 
 
 STATE_DIR = "_log_state"
+#: The keys of a log file's Parquet schema metadata: its levels served clamped (JSON list of
+#: :meth:`ClampedLevel.as_record`), and the native levels of the model that forecast them (JSON list).
+CLAMPING_KEY = b"distributed_onnx.quantile_clamping"
+NATIVE_KEY = b"distributed_onnx.native_quantiles"
 _US_PER_MINUTE = 60_000_000
 _FILE = re.compile(r"part-.*\.parquet$")
 
@@ -84,6 +97,8 @@ class LoggedForecast:
     when the request gave no ``start``; ``forecasts`` is ``[series, horizon, quantiles]``. ``request_key`` names
     the answered request in the windows' ids (the server's, shared by the primary and its shadows); empty, the
     ids are derived from ``request_id`` (logs written before the key existed, and in-process callers).
+    ``native_quantiles``: the levels the model predicts, which say which of ``quantiles`` were served clamped
+    (:attr:`clamped`); empty when not known (no level is then recorded as clamped).
     """
 
     model: str
@@ -97,6 +112,12 @@ class LoggedForecast:
     quantiles: tuple[float, ...]
     forecasts: np.ndarray
     request_key: str = ""
+    native_quantiles: tuple[float, ...] = ()
+
+    @property
+    def clamped(self) -> tuple[ClampedLevel, ...]:
+        """The requested levels served clamped, each with the native level whose values it holds."""
+        return tuple(clamped_levels(self.quantiles, self.native_quantiles)) if self.native_quantiles else ()
 
     @property
     def n_windows(self) -> int:
@@ -114,8 +135,8 @@ def window_id(request_key: str, position: int) -> str:
 
 
 def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
-    """The log rows of one or many :class:`LoggedForecast` of the same quantile levels: one per (series, lead),
-    in the backtest's column order.
+    """The log rows of one or many :class:`LoggedForecast` of the same quantile levels (and native ones): one per
+    (series, lead), in the backtest's column order; the schema's metadata records the levels served clamped.
 
     Built column by column over the whole batch (the writer thread's work, off the request path): per window
     only its id, series and origin are touched in Python; every per-row column is one numpy or Arrow operation.
@@ -123,7 +144,7 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
     batch = [items] if isinstance(items, LoggedForecast) else list(items)
     if not batch:
         raise ValueError("no forecasts to tabulate")
-    levels = batch[0].quantiles
+    levels, native = batch[0].quantiles, batch[0].native_quantiles
     series: list[str] = []
     ids: list[str] = []
     origins: list[int] = []
@@ -140,6 +161,8 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
             )
         if n_quantiles != len(item.quantiles) or item.quantiles != levels:
             raise ValueError(f"forecasts hold {n_quantiles} quantiles of levels {item.quantiles}; expected {levels}")
+        if item.native_quantiles != native:
+            raise ValueError(f"forecasts of native levels {item.native_quantiles}; expected {native}")
         series.extend(item.series_ids)
         key = item.request_key or item.request_id
         ids.extend(window_id(key, position) for position in range(n_windows))
@@ -184,7 +207,17 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
     }
     for field in EXTRA_FIELDS:
         columns[field.name] = pa.array(per_item[field.name], field.type).take(owner_row)
-    return pa.table(columns)
+    clamping = [level.as_record() for level in batch[0].clamped]
+    return pa.table(columns).replace_schema_metadata(
+        {CLAMPING_KEY: json.dumps(clamping).encode(), NATIVE_KEY: json.dumps(list(native)).encode()}
+    )
+
+
+def clamping_of(metadata: dict[bytes, bytes] | None) -> tuple[ClampedLevel, ...]:
+    """The levels a log file records as served clamped (its schema's :data:`CLAMPING_KEY`); none in a file
+    written before they were recorded. A record of another shape is a ``ValueError`` (the file is not a log's)."""
+    records = json.loads((metadata or {}).get(CLAMPING_KEY, b"[]"))
+    return tuple(ClampedLevel(float(record["requested"]), float(record["served_by"])) for record in records)
 
 
 def partition(root: Location, day: str, model: str) -> Location:

@@ -4,7 +4,7 @@ The serving side calls :meth:`ForecastLog.submit` after it has its answer; submi
 raises: it counts the forecasts and puts them on a queue, or, when the queue already holds
 ``max_queued_windows`` forecasts (the sink is slower than the traffic, or failing), drops them and counts the
 drop. The thread wakes every ``flush_interval_s`` (sooner when ``max_batch_windows`` are queued), takes what is
-queued, and writes one Parquet file per (day, model, quantile levels) group of the batch
+queued, and writes one Parquet file per (day, model, quantile levels, native levels) group of the batch
 (:mod:`.layout`). A failed write drops that group's forecasts, counted with the reason; the next batch tries
 again, so logging resumes by itself when the sink comes back. Failures are logged at most once per
 ``warn_period_s`` (with how many were dropped since), never once per request.
@@ -316,10 +316,11 @@ class ForecastLog:
         return stale
 
     def _write_batch(self, batch: list[LoggedForecast]) -> None:
-        groups: dict[tuple[str, str, tuple[float, ...]], list[LoggedForecast]] = {}
+        # One file per set of levels and native levels: a file's columns and its clamping record are its own.
+        groups: dict[tuple[str, str, tuple[float, ...], tuple[float, ...]], list[LoggedForecast]] = {}
         for item in batch:
-            groups.setdefault((item.day, item.model, item.quantiles), []).append(item)
-        for (day, model, _), items in groups.items():
+            groups.setdefault((item.day, item.model, item.quantiles, item.native_quantiles), []).append(item)
+        for (day, model, _, _), items in groups.items():
             windows = sum(item.n_windows for item in items)
             try:
                 table = forecast_rows(items)

@@ -3,9 +3,11 @@
 Each run writes one ``scored/batch-NNNNNN.npz`` (atomically, through :mod:`distributed_onnx.storage`): the
 metric sums of each group it scored (:meth:`~distributed_onnx.evaluation.scoring.pairs.PairScores.state`,
 plain arrays, no pickle), the (model, window id, outcome) keys it settled, the log files all of whose windows
-are settled (skipped unread next time) and the span of request times of the windows it settled (the report's
-header covers the whole log without reading it again). The metrics of a score directory are the sums of every
-batch, added in batch order, so a rerun reproduces the same numbers. A torn or foreign batch is an error naming
+are settled (skipped unread next time), the span of request times of the windows it settled (the report's
+header covers the whole log without reading it again) and, per model, the levels its settled windows' files
+record as served clamped (``summary.json``'s ``quantile_clamping`` covers the whole log the same way). The
+metrics of a score directory are the sums of every batch, added in batch order, so a rerun reproduces the same
+numbers. A torn or foreign batch is an error naming
 it, never skipped: skipping it would silently drop its windows from every metric.
 """
 
@@ -38,6 +40,8 @@ class ScoreBatch:
     keys: list[tuple[str, str, str]] = field(default_factory=list)  # model, window_id, outcome
     #: The first and last request time (us since the epoch) of the windows settled here; None if none.
     request_time_span_us: tuple[int, int] | None = None
+    #: Per model: (requested, served by) of each level its settled windows' log files record as clamped.
+    clamping: dict[str, set[tuple[float, float]]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         groups = sorted(self.sums)
@@ -53,6 +57,7 @@ class ScoreBatch:
                 for models, h, q, r in groups
             ],
             "request_time_span_us": None if self.request_time_span_us is None else list(self.request_time_span_us),
+            "quantile_clamping": {model: sorted(pairs) for model, pairs in sorted(self.clamping.items())},
         }
         arrays["header"] = np.asarray(json.dumps(header))
         columns = list(zip(*self.keys, strict=True)) if self.keys else [(), (), ()]
@@ -88,6 +93,11 @@ class ScoreBatch:
                 )
                 span = header.get("request_time_span_us")  # absent in batches written before it was recorded
                 batch.request_time_span_us = None if span is None else (int(span[0]), int(span[1]))
+                clamping = header.get("quantile_clamping") or {}  # absent in batches written before it was kept
+                batch.clamping = {
+                    str(model): {(float(requested), float(served)) for requested, served in pairs}
+                    for model, pairs in clamping.items()
+                }
         except (OSError, ValueError, KeyError) as exc:
             raise DataError(f"unreadable score batch: {exc}") from exc
         return batch

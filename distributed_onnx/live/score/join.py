@@ -100,8 +100,10 @@ class Actuals:
         self._tables: dict[int, tuple[SeriesTable, dict[str, int]]] = {}
         self._scalers: dict[tuple[int, int], SeasonalScaler] = {}
         self._arrived_until_us: int | None = None
-        #: Why the actuals cannot be laid out at a resolution (the message, logged once).
-        self.unusable: dict[int, str] = {}
+        #: Why the actuals cannot be laid out at a resolution (the error itself, logged once): kept whole, with its
+        #: suggestions, so that the command line renders them with its own flags when it is raised
+        #: (:meth:`check_some_usable`); a message copied into a new error kept Python's words.
+        self.unusable: dict[int, DataError] = {}
 
     def season(self, resolution_minutes: int) -> int:
         return self._seasonality or default_season(resolution_minutes)
@@ -140,11 +142,11 @@ class Actuals:
                 self.table(resolution_minutes)
                 return True
             except DataError as exc:
-                self.unusable[resolution_minutes] = str(exc)
-                logger.warning(
+                self.unusable[resolution_minutes] = exc
+                logger.warning(  # what is wrong only: a suggestion is shown by the error, in the command's words
                     "Windows of %d-minute models are not scored: the actuals are not on that grid (%s)",
                     resolution_minutes,
-                    exc,
+                    exc.message,
                 )
         return False
 
@@ -152,7 +154,7 @@ class Actuals:
         """Raise the actuals' own :class:`DataError` when they fit no resolution of the log (a wrong file, not
         one model of another time step)."""
         if self.unusable and not self._tables:
-            raise DataError(next(iter(self.unusable.values())), path=str(self._location))
+            raise next(iter(self.unusable.values()))
 
     def arrived_until_us(self) -> int:
         """The last instant at which any series has an observed (non-null) actual (module docstring)."""

@@ -4,7 +4,9 @@ A log file holds rows per (window, lead) (:mod:`distributed_onnx.live.log.layout
 windows with the forecasts as ``[W, H, Q]``. The rows of a window are its leads ``1..H`` in order (the writer
 writes them so); a file where they are not is not a forecast log and is refused, naming it, rather than scored
 as something else. Windows of one file are grouped by (model, horizon, quantile levels): requests may ask for
-other horizons or levels, and only windows of one shape stack into one array.
+other horizons or levels, and only windows of one shape stack into one array. Each file is read with its own
+columns (files differ in their levels) and its own record of the levels served clamped
+(:func:`~distributed_onnx.live.log.layout.clamping_of`), which the windows carry to ``score``'s summary.
 
 A file that cannot be read as a log file (0 bytes, not Parquet, a column missing or of another type) is a
 :class:`~distributed_onnx.errors.DataError` naming it, which ``score`` reports and leaves out of that run (the
@@ -28,7 +30,9 @@ import pyarrow.compute as pc
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES, MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import DataError, StorageError
+from distributed_onnx.live.log.layout import clamping_of
 from distributed_onnx.location import Location
+from distributed_onnx.model.quantiles import ClampedLevel
 
 _QUANTILE_COLUMN = re.compile(r"^q(\d*\.?\d+(?:e-?\d+)?)$")
 
@@ -47,6 +51,8 @@ class LogWindows:
     resolution_minutes: npt.NDArray[np.int64]
     forecasts: npt.NDArray[np.float32]  # [W, H, Q]
     request_time_us: npt.NDArray[np.int64]
+    #: The levels the file records as served clamped (the nearest native level's values under their own name).
+    clamped: tuple[ClampedLevel, ...] = ()
 
     def subset(self, keep: npt.NDArray[np.bool_]) -> LogWindows:
         """The windows where ``keep`` is true (same model, horizon and levels)."""
@@ -61,6 +67,7 @@ class LogWindows:
             self.resolution_minutes[keep],
             self.forecasts[keep],
             self.request_time_us[keep],
+            self.clamped,
         )
 
 
@@ -85,6 +92,7 @@ def _read(path: Location) -> list[LogWindows]:
     table = storage.read_parquet(path)
     if table.num_rows == 0:
         return []
+    clamped = clamping_of(table.schema.metadata)
     levels = sorted(
         (float(match.group(1)), name) for name in table.column_names if (match := _QUANTILE_COLUMN.match(name))
     )
@@ -131,6 +139,7 @@ def _read(path: Location) -> list[LogWindows]:
                     resolution_minutes=resolution[first],
                     forecasts=values[rows],
                     request_time_us=request_time_us[first],
+                    clamped=clamped,
                 )
             )
     return found

@@ -18,8 +18,11 @@ Outputs, rewritten whole on every run from the sums of every batch:
 - ``leaderboard.parquet``: the backtest's leaderboard (:mod:`~.scoring.leaderboard`) of each group, with the
   same columns added;
 - ``summary.json``: windows per model and outcome, the log's span of request times, pairs left out, drops,
-  and each model's requests answered and failed by kind with its failure rate (``requests``,
-  :mod:`.failure_rates`);
+  each model's requests answered and failed by kind with its failure rate (``requests``,
+  :mod:`.failure_rates`), and ``quantile_clamping``: per model, the levels its log files record as served clamped
+  (``{"requested": 0.05, "served_by": 0.1}``, a backtest's record). Such a level is scored as the backtest scores
+  it under ``--clamp-quantiles``: at its requested level, on the native level's values (so a q0.05 pinball and
+  coverage are the 0.1 forecast's judged as a 0.05 one), and said in a warning as the backtest says it;
 - ``failures.parquet``: the log's failed requests grouped by model, kind, reason, status and protocol;
 - ``live_vs_backtest.parquet`` with ``--backtest`` (:mod:`.versus_backtest`);
 - ``report.html``: the backtest's report sections for live scoring (:mod:`~distributed_onnx.live.score.report`).
@@ -63,6 +66,7 @@ from distributed_onnx.live.score.score_directory import check_output, record_set
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.live.score.versus_backtest import BacktestRun, VersusBacktest, compare
 from distributed_onnx.location import Location
+from distributed_onnx.model.quantiles import ClampedLevel, describe_clamped
 
 __all__ = [
     "GROUP_FIELDS",
@@ -141,6 +145,8 @@ def score_log(settings: ScoreSettings) -> ScoreResult:
     pending = _score_fresh(fresh, actuals, batch)
     actuals.check_some_usable()  # before anything is written
     batch.files_done = [name for name in fresh.files_read if name not in pending.files]
+    settled_models = {model for model, _, _ in batch.keys}
+    batch.clamping = {model: pairs for model, pairs in fresh.clamping.items() if model in settled_models}
     batches = previous
     new_batch = None
     if batch.keys or batch.files_done:
@@ -182,6 +188,8 @@ class _Fresh:
     files_read: list[str] = field(default_factory=list)
     #: Files that are not readable log files (named, with why): left out of this run, looked at again next run.
     unreadable: dict[str, str] = field(default_factory=dict)
+    #: Per model: (requested, served by) of the levels its fresh windows' files record as served clamped.
+    clamping: dict[str, set[tuple[float, float]]] = field(default_factory=dict)
 
 
 def _read_fresh(root: Location, previous: list[ScoreBatch]) -> _Fresh:
@@ -204,6 +212,9 @@ def _read_fresh(root: Location, previous: list[ScoreBatch]) -> _Fresh:
             keep = np.asarray([(found.model, str(w)) not in settled for w in found.window_ids.tolist()], dtype=bool)
             if keep.any():
                 fresh.windows.append(found.subset(keep))
+                if found.clamped:
+                    pairs = fresh.clamping.setdefault(found.model, set())
+                    pairs.update((level.requested, level.served_by) for level in found.clamped)
                 fresh.file_of.update(((found.model, str(w)), name) for w in found.window_ids[keep].tolist())
     return fresh
 
@@ -319,6 +330,12 @@ def _summary(
                 if record.get(key):
                     target = shadow_failures.setdefault(model, {"failed": 0, "nonfinite": 0})
                     target[reason] += int(record[key])
+    clamping: dict[str, set[tuple[float, float]]] = {}
+    for batch in batches:
+        for model, pairs in batch.clamping.items():
+            clamping.setdefault(model, set()).update(pairs)
+    for model, pairs in sorted(clamping.items()):  # said as the backtest says it (its plan's note)
+        logger.warning("%s: %s", model, describe_clamped([ClampedLevel(*pair) for pair in sorted(pairs)]))
     for model, counts in sorted(shadow_failures.items()):
         # As a backtest reports its failed windows: said, not only recorded (the service's own record).
         logger.warning(
@@ -346,6 +363,11 @@ def _summary(
         # Per shadow model, from the log's records: windows its call failed on, windows it forecast NaN or inf.
         "failed_by_the_shadows": shadow_failures,
         "files_done": sum(len(batch.files_done) for batch in batches),
+        # Per model, the levels served clamped (the log files' record), each as a backtest's summary records it.
+        "quantile_clamping": {
+            model: [ClampedLevel(*pair).as_record() for pair in sorted(pairs)]
+            for model, pairs in sorted(clamping.items())
+        },
     }
 
 

@@ -49,7 +49,8 @@ Served = tuple[ForecastRequest, np.ndarray, tuple[float, ...]]
 
 
 class LoggedModel(Protocol):
-    """What the log records of a model: its name, its checkpoint's digest and its time step."""
+    """What the log records of a model: its name, its checkpoint's digest, its time step and its native levels
+    (which of a request's levels it served clamped: the log's record of them)."""
 
     @property
     def name(self) -> str: ...
@@ -59,6 +60,9 @@ class LoggedModel(Protocol):
 
     @property
     def resolution_minutes(self) -> int: ...
+
+    @property
+    def native_quantiles(self) -> tuple[float, ...]: ...
 
 
 class ShadowModel(LoggedModel, Protocol):
@@ -119,6 +123,7 @@ def logged_forecast(
         quantiles=tuple(quantiles),
         forecasts=forecasts,
         request_key=stamp.key,
+        native_quantiles=tuple(model.native_quantiles),
     )
 
 
