@@ -266,6 +266,8 @@ def test_every_flag_of_every_command_refuses_a_bad_value(
         err_lines = _error_lines(capsys)
         if code != 2 or len(err_lines) != 1 or not _named(err_lines[0], action):
             failures.append(f"{command} {flag} {value!r}: exit {code}, {err_lines}")
+        elif value in ("nan", "inf") and "finite number" not in err_lines[0]:  # not "less than or equal to 4096"
+            failures.append(f"{command} {flag} {value!r}: not refused as non-finite: {err_lines}")
     assert not failures, "\n".join(failures)
 
 
