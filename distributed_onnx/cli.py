@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.location import Location
-from distributed_onnx.redact import redact_text
+from distributed_onnx.redact import redact_text, shown
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = f"{line} The traceback is in {_write_traceback(exc)}; please report it."
         if args.verbose and code != EXIT_INTERNAL:
             logger.debug("Traceback of the error below", exc_info=exc)
-        print(f"error: {redact_text(line)}", file=sys.stderr)  # a URL's secrets never leave (redact.py)
+        print(f"error: {shown(line)}", file=sys.stderr)  # no URL's secret, no file's control bytes (redact.py)
         return code
     return result
 

@@ -25,12 +25,13 @@ PosixPath('runs/a')
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path, PurePath, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from distributed_onnx.redact import MASK, is_url, redact, redact_text
+from distributed_onnx.redact import MASK, is_url, redact, redact_text, remember
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -65,6 +66,8 @@ class Location:
             raise TypeError(f"a location is a path or a URL string, got {type(value).__name__}")
         object.__setattr__(self, "_text", text)
         object.__setattr__(self, "_path", path)
+        if path is None:  # masked in every message of this process from now on (redact.py: a library's own text)
+            remember(_secrets_of(_secret_parts(text)))
 
     @classmethod
     def parse(cls, value: LocationLike) -> Location:
@@ -142,22 +145,28 @@ class Location:
         """The same folder, another last component."""
         return self.parent.join(name)
 
-    def require_local(self, what: str, instead: str) -> Path:
+    def require_local(self, what: str, instead: str, *, use: Literal["read", "written"]) -> Path:
         """The local path, or :class:`~distributed_onnx.errors.ConfigError` (exit 2) naming ``what`` (``--checkpoint``)
-        and this URL redacted, and saying what to do (``instead``), for what is read from local files only.
+        and this URL redacted, and saying what to do (``instead``), for what is read from or written to local files
+        only. ``use`` is whether the setting names a file the command reads or one it writes: every caller says, so
+        the refusal of a file to be written (``export --output``) does not call it read.
 
-        >>> Location.parse("https://user:PASSWORD@host/m.onnx").require_local("--checkpoint", "copy it here")
+        >>> Location.parse("https://user:PASSWORD@host/m.onnx").require_local("--checkpoint", "copy it", use="read")
         Traceback (most recent call last):
         ...
         distributed_onnx.errors.ConfigError: --checkpoint https://***@host/m.onnx is a URL, but it is read from a ...
+        >>> Location.parse("s3://b/m.onnx").require_local("--output", "write it here", use="written")
+        Traceback (most recent call last):
+        ...
+        distributed_onnx.errors.ConfigError: --output s3://b/m.onnx is a URL, but it is written to a local file: ...
         """
         if self._path is not None:
             return self._path
         from distributed_onnx.errors import ConfigError
 
+        where = {"read": "read from a local file (or a folder every node mounts)", "written": "written to a local file"}
         raise ConfigError(
-            f"{what} {self} is a URL, but it is read from a local file (or a folder every node mounts): {instead}.",
-            key=what.lstrip("-").replace("-", "_"),
+            f"{what} {self} is a URL, but it is {where[use]}: {instead}.", key=what.lstrip("-").replace("-", "_")
         )
 
     # Showing and opening ------------------------------------------------------------------------------------
@@ -165,26 +174,22 @@ class Location:
     def scrub(self, text: str) -> str:
         """``text`` (a library's message about this location) with this location's secrets masked wherever they
         appear, in any form: a client may quote the URL's path and query without its scheme, where no redaction
-        of URLs in text finds them (``... url: /x.yaml?sig=SECRET``).
+        of URLs in text finds them (``... url: /x.yaml?sig=SECRET``), and a URL given as an option's value by its
+        host alone (``Failed to connect to 127.0.0.1:39123``). Secrets of every length are masked here (in a
+        message about their own location); :func:`~distributed_onnx.redact.redact_text` masks the longer ones of
+        every location in every message.
 
-        >>> Location.parse("https://u:pw@h/x.yaml?sig=S1").scrub("GET /x.yaml?sig=S1 as u:pw failed")
+        >>> Location.parse("https://usr:pw1@h/x.yaml?sig=S01").scrub("GET /x.yaml?sig=S01 as usr:pw1 failed")
         'GET /x.yaml?sig=*** as ***:*** failed'
+        >>> Location.parse("s3://b/x?endpoint_override=http://127.0.0.1:39123").scrub("connect to 127.0.0.1:39123")
+        'connect to ***'
         """
         for secret in sorted(self._secrets(), key=len, reverse=True):
             text = text.replace(secret, MASK)
         return redact_text(text)
 
-    def _secrets(self) -> set[str]:
-        if self._path is not None:
-            return set()
-        url = urlsplit(self._text)
-        parts = [url.username or "", url.password or "", url.fragment]
-        parts += [option.split("=", 1)[1] for option in url.query.split("&") if "=" in option]
-        forms = set()
-        for part in filter(None, parts):
-            for each in (part, unquote(part)):
-                forms |= {each, quote(each, safe=""), quote(each, safe=_URI_SAFE)}
-        return {form for form in forms if len(form) >= _SHORTEST_SECRET}
+    def _secrets(self) -> frozenset[str]:
+        return frozenset() if self._path is not None else _secrets_of(_secret_parts(self._text))
 
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,
@@ -264,6 +269,33 @@ def _parse_text(text: str) -> tuple[str, Path | None]:
         return text, Path(unquote(url.path) or "/")
     trimmed = url._replace(path=url.path.rstrip("/") if url.path not in ("", "/") else url.path)
     return urlunsplit(trimmed), None
+
+
+def _secret_parts(text: str) -> tuple[str, str, str]:
+    """What of a URL is secret: its user-info, query and fragment (one key for :func:`_secrets_of`'s cache)."""
+    url = urlsplit(text)
+    return url.netloc.rpartition("@")[0], url.query, url.fragment
+
+
+@functools.lru_cache(maxsize=256)
+def _secrets_of(parts: tuple[str, str, str]) -> frozenset[str]:
+    """Every form in which a library may quote a secret of a URL (:func:`_secret_parts`): the user name, the
+    password, each option's value and the fragment, as written, unquoted and quoted; an option whose value is a URL
+    itself (``endpoint_override=http://127.0.0.1:39123``) also by its host and port and without its scheme."""
+    user_info, query, fragment = parts
+    user, _, password = user_info.partition(":")
+    values = [option.split("=", 1)[1] for option in query.split("&") if "=" in option]
+    pieces = [user, password, fragment, *values]
+    for value in values:
+        inner = unquote(value)
+        if is_url(inner):
+            netloc = urlsplit(inner).netloc
+            pieces += [netloc, netloc.rpartition("@")[2], inner.split("://", 1)[1]]
+    forms = set()
+    for piece in filter(None, pieces):
+        for each in (piece, unquote(piece)):
+            forms |= {each, quote(each, safe=""), quote(each, safe=_URI_SAFE)}
+    return frozenset(form for form in forms if len(form) >= _SHORTEST_SECRET)
 
 
 def _validate(value: Any) -> Location:

@@ -8,16 +8,28 @@ location, :func:`redacted` for a JSON-like document, :func:`redact_text` for any
 error message from a library, a log line). Every option's *value* goes, not only the ones known to be secret (a
 store's option names vary: ``sv``/``se``/``sp`` of a SAS, ``X-Amz-Credential``, ``token``); the names stay, to say
 what was set.
+
+A library's message often quotes a secret without its URL (``Failed to connect to 127.0.0.1:39123``, the value of
+``?endpoint_override=http://127.0.0.1:39123``), where no redaction of URLs finds it. So every
+:class:`~distributed_onnx.location.Location` parsed in a process remembers its secrets here (:func:`remember`), and
+:func:`redact_text` masks them wherever they appear: every message that embeds a library's text and goes out
+through it (the CLI's error line, every log line, serve's error bodies) is covered without each place knowing
+which locations the library was given.
+
+The same text may carry a file's bytes (a CSV parser quotes the row it failed on, and a PNG renamed ``.csv`` puts
+ESC and NUL there): :func:`shown` is what a message line may show, its control and non-printable characters
+escaped (``\x1b``) so that no terminal acts on them, and :func:`quoted` bounds a library's text in a message.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "is_url", "redact", "redact_text", "redacted"]
+__all__ = ["MASK", "is_url", "quoted", "redact", "redact_text", "redacted", "remember", "shown"]
 
 T = TypeVar("T")
 
@@ -77,7 +89,68 @@ def redact_text(text: str) -> str:
     """
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda match: _redact_match(match.string, match.start(), match.group(0)), text)
-    return _BARE_USER_INFO.sub(MASK + "@", text) if "@" in text else text
+    text = _BARE_USER_INFO.sub(MASK + "@", text) if "@" in text else text
+    for secret in _remembered_longest_first:  # a location's secrets quoted without their URL (module docstring)
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+#: The secrets of every location parsed in this process (:func:`remember`), longest first (a longer one holding a
+#: shorter one is masked whole). At most :data:`_MOST_REMEMBERED`: the locations a process is given are few.
+_remembered: set[str] = set()
+_remembered_longest_first: list[str] = []
+_MOST_REMEMBERED = 4096
+#: Shorter secrets are masked only in a message about their own location (``Location.scrub``): masked in every
+#: line a process writes, an option value such as ``http`` or ``true`` would mask that word everywhere.
+SHORTEST_REMEMBERED = 6
+
+
+def remember(secrets: Iterable[str]) -> None:
+    """Mask ``secrets`` (a location's user-info and option values, in the forms a library may quote them) in every
+    text :func:`redact_text` redacts from now on in this process."""
+    new = {secret for secret in secrets if len(secret) >= SHORTEST_REMEMBERED} - _remembered
+    if new and len(_remembered) + len(new) <= _MOST_REMEMBERED:
+        _remembered.update(new)
+        _remembered_longest_first[:] = sorted(_remembered, key=len, reverse=True)
+
+
+#: How the white space that ends or splits a line is written when a message line escapes it.
+_ESCAPES = {ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+
+
+def shown(text: str) -> str:
+    r"""``text`` redacted (:func:`redact_text`) with every control or non-printable character escaped as Python
+    writes it (``\x1b``, ``\x00``, ``\u202e``): what an error line, an error body or a log message may show,
+    since the text may quote a file's bytes and a terminal acts on ESC sequences.
+
+    >>> print(shown("row: \x1b[2J\x00 s3://k:secret@b/x"))
+    row: \x1b[2J\x00 s3://***@b/x
+    """
+    text = redact_text(text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _ESCAPES.get(ord(char)) or _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+#: The most characters of a library's text a message quotes: enough for its reason, not a file's contents.
+QUOTED_LIMIT = 300
+
+
+def quoted(text: object, limit: int = QUOTED_LIMIT) -> str:
+    """A library's message (an exception, a parser's complaint quoting a file's row) as a message may embed it: on
+    one line and at most ``limit`` characters, saying how many more there were; :func:`shown` escapes the rest.
+
+    >>> quoted("CSV parse error: Expected 1 columns, got 3: " + "x" * 1000, limit=60)
+    'CSV parse error: Expected 1 columns, got 3: xxxxxxxxxxxxxxxx... (984 more characters)'
+    """
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else f"{line[:limit]}... ({len(line) - limit} more characters)"
 
 
 def _redact_match(text: str, start: int, found: str) -> str:

@@ -76,8 +76,8 @@ class CommandSettings(BaseSettings):
         # Environment values reach the validators as the strings a flag would give ("0.1,0.5", "cuda,cpu").
         enable_decoding=False,
         validate_default=False,
-        # NaN passes no bound and says so in a bound's words ("less than or equal to 4096"): a number that is not
-        # finite is refused as such, in every command's settings and every file they are read from (--tuned).
+        # Every float setting finite, by one rule rather than each field's: NaN fails every bound's comparison, so
+        # "--cpus-per-actor nan" was refused as "less than or equal to 4096", and a field without a bound took it.
         allow_inf_nan=False,
     )
 
@@ -116,7 +116,8 @@ class CommandSettings(BaseSettings):
         """
         config_path = None
         if config_file is not None:
-            config_path = Location.parse(config_file).require_local("--config", "give the YAML file's local path")
+            config_file = Location.parse(config_file)
+            config_path = config_file.require_local("--config", "give the YAML file's local path", use="read")
         given = {key.replace("-", "_"): value for key, value in (flags or {}).items() if value is not None}
         requested: list[tuple[str, PydanticBaseSettingsSource]] = []  # highest precedence first
         if environment:

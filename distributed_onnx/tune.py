@@ -131,7 +131,6 @@ class TuneRequest(CommandSettings):
         default=DEFAULT_MARGIN,
         ge=0.0,
         le=1.0,
-        allow_inf_nan=False,
         examples=["FRACTION"],
         description="How much worse a variant's pooled accuracy (the report's test metric, relative change) may be "
         "and still replace the checkpoint when the Diebold-Mariano test tells them apart (0.01: 1%; 0: only a "

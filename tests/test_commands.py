@@ -266,6 +266,8 @@ def test_every_flag_of_every_command_refuses_a_bad_value(
         err_lines = _error_lines(capsys)
         if code != 2 or len(err_lines) != 1 or not _named(err_lines[0], action):
             failures.append(f"{command} {flag} {value!r}: exit {code}, {err_lines}")
+        elif value in ("nan", "inf") and "finite number" not in err_lines[0]:  # not "less than or equal to 4096"
+            failures.append(f"{command} {flag} {value!r}: not refused as non-finite: {err_lines}")
     assert not failures, "\n".join(failures)
 
 
@@ -601,6 +603,17 @@ def test_backtest_refuses_run_wide_settings_before_ray_starts(
     assert "0.01 lie outside tiny's native range" in line and "give --clamp-quantiles to forecast" in line, line
     assert cli.main([*base[:-1], str(files["a-file"]), "--checkpoint", str(files["tiny"])]) == 2
     assert "is a file" in _one_error(capsys)
+
+
+def test_a_url_refused_says_whether_the_flag_reads_or_writes_it(
+    stopped: None, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export --output s3://...`` was refused as "read from a local file": it is the file export writes."""
+    assert cli.main(["export", "chronos_bolt", "--random-weights", "--output", "s3://K:S@b/m.onnx"]) == 2
+    line = _one_error(capsys)
+    assert "--output s3://***@b/m.onnx is a URL, but it is written to a local file" in line, line
+    assert cli.main(["inspect", "https://u:PASSWORD@h/m.onnx"]) == 2
+    assert "is a URL, but it is read from a local file" in _one_error(capsys)
 
 
 def test_tune_and_export_do_not_suggest_flags_they_lack(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -145,3 +146,30 @@ def test_bad_data_on_a_fresh_output_stops_the_early_started_ray_and_leaves_no_pr
         time.sleep(0.5)
     shutil.rmtree(ray_temp, ignore_errors=True)
     assert not left, f"Ray processes outlived the run: {left}"
+
+
+@pytest.mark.integration  # tune builds the checkpoint's ORT session before it reads the data
+def test_a_data_error_shows_no_file_byte_nor_any_value_of_the_locations_options(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PNG renamed ``.csv``: the CSV parser's complaint quoted its row, ESC and NUL included, into the error line;
+    a store's ``endpoint_override`` was masked in the URL but shown again by the library's "Failed to connect to
+    127.0.0.1:PORT". One line each, escaped, bounded, and no option value of the location anywhere."""
+    png = tmp_path / "png.csv"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x1b[2J" + b"\x1b]0;x\x07," * 400 + b"a,b\nx\n")
+    with socket.socket() as closed:  # a port nothing listens on (bound, never listened)
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        store = f"s3://K:S@bkt/x.csv?endpoint_override=http://127.0.0.1:{port}&scheme=http"
+        lines = []
+        for data in (str(png), store):
+            words = ["tune", str(tiny_checkpoint.weights_path), "--data", data, "--output", str(tmp_path / "t")]
+            code = cli.main(words)
+            err = capsys.readouterr().err
+            lines.append(err)
+            assert code == 2, err
+    bytes_line, store_line = lines
+    assert "Cannot read data file" in bytes_line and "IHDR\\x1b[2J" in bytes_line, bytes_line
+    assert "\x1b" not in bytes_line and "\x00" not in bytes_line and "\x07" not in bytes_line
+    assert len(bytes_line) < 1_000, len(bytes_line)
+    assert "endpoint_override=***" in store_line and f"127.0.0.1:{port}" not in store_line, store_line

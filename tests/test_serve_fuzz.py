@@ -93,6 +93,9 @@ def _fields(document: dict[str, Any], schema: dict[str, Any], path: tuple[str, .
         found.append(((*path, name), kind))
         found += _fields(document, child, (*path, name))
     if schema.get("type") == "array" and "items" in schema:
+        item = _resolve(document, schema["items"])
+        if item.get("type") in ("number", "integer", "boolean", "string"):  # an array's values: y's numbers
+            found.append(((*path, ITEM), item["type"]))
         found += _fields(document, schema["items"], (*path, ITEM))
     return found
 
@@ -179,6 +182,33 @@ class _SchemaAttack:
         """Every declared field once."""
         for field in self.fields:
             self.attack(client, field, seen, failures)
+
+
+#: For each JSON type a schema declares, values of another type that a lax parser would convert into it (a numeric
+#: string, a boolean as 1, a number as a timestamp): each must be refused (4xx), never taken (a 200 is the bug).
+COERCED_BY_TYPE: dict[str, list[Any]] = {
+    "number": ["1", True],
+    "integer": ["4", True, 4.0],
+    "boolean": ["true", 1],
+    "string": [5, True],
+}
+
+
+def test_no_declared_field_takes_a_value_of_another_type(server: Server) -> None:
+    """Every field of every served JSON body (``/openapi.json``) given a value of another JSON type, alone in an
+    otherwise valid body: a 4xx each. ``"y": ["1"]``, ``"y": [true]`` and ``"horizon": "4"`` were answered 200."""
+    specs = _specs(server.url, PRIMARY)
+    schema = _SchemaAttack(server.url, specs, random.Random(7))
+    taken = []
+    with httpx.Client(timeout=60) as client:
+        for route, path, kind in schema.fields:
+            for value in COERCED_BY_TYPE.get(kind, []):
+                body = json.loads(json.dumps(schema.base(route)))
+                _put(body, path, value, random.Random(0))
+                response = client.post(server.url + route.replace("{name}", PRIMARY), json=body)
+                if not 400 <= response.status_code < 500:
+                    taken.append(f"{route} {'.'.join(path)} = {value!r}: {response.status_code}")
+    assert not taken, "\n".join(taken)
 
 
 def _specs(url: str, model: str) -> list[dict[str, Any]]:

@@ -518,6 +518,16 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         "series[1].y",
     ),
     ("no-series", "/v1/forecast", {"series": []}, 422, "series"),
+    # Values of another JSON type are refused, not converted (strict: they were taken as numbers, 200).
+    ("y-numeric-strings", "/v1/forecast", {"series": [{"series_id": "a", "y": ["1", "2"]}]}, 422, "series.0.y.0"),
+    ("y-booleans", "/v1/forecast", {"series": [{"series_id": "a", "y": [True, 1.0]}]}, 422, "series.0.y.0"),
+    ("horizon-string", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": "4"}, 422, "horizon"),
+    ("quantile-string", "/v1/forecast", {"series": [GOOD_SERIES], "quantiles": ["0.5"]}, 422, "quantiles.0"),
+    ("start-number", "/v1/forecast", {"series": [GOOD_SERIES | {"start": 5}]}, 422, "series.0.start"),
+    ("series-id-number", "/v1/forecast", {"series": [{"series_id": 7, "y": [1.0]}]}, 422, "series.0.series_id"),
+    ("series-twice", "/v1/forecast", {"series": [GOOD_SERIES, GOOD_SERIES]}, 422, f"{GOOD_SERIES['series_id']!r}"),
+    # An error body quotes what the client sent: its control characters come back escaped, never as they are.
+    ("control-characters", "/v1/forecast", {"series": [GOOD_SERIES], "\x1b[2J\x00": 1}, 422, "\\x1b[2J\\x00"),
     ("horizon-too-long", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": HORIZON + 1}, 422, "horizon"),
     ("horizon-zero", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": 0}, 422, "horizon"),
     ("horizon-float", "/v1/forecast", {"series": [GOOD_SERIES], "horizon": 2.5}, 422, "horizon"),
@@ -528,7 +538,7 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
     (
         "far-future-start",
         "/v1/forecast",
-        {"series": [GOOD_SERIES, GOOD_SERIES | {"start": "9999-12-31T23:30:00Z"}]},
+        {"series": [GOOD_SERIES, GOOD_SERIES | {"series_id": "b", "start": "9999-12-31T23:30:00Z"}]},
         422,
         "series[1].start",
     ),
@@ -548,6 +558,13 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         json.dumps(_v2_with(data=[float("nan")] * CONTEXT)).encode(),
         422,
         "'context'",
+    ),
+    (
+        "v2-series-ids-twice",
+        f"/v2/models/{MODEL}/infer",
+        v2_body(chronos_inputs(2)) | {"parameters": {"series_ids": "a,a"}},
+        422,
+        "'a' is given twice",
     ),
     (
         "v2-unknown-output",

@@ -84,6 +84,7 @@ class ExportRequest(CommandSettings):
             "--from-pretrained",
             "download the published model once (hf download REPOSITORY --local-dir DIR, docs/export.md) and give "
             "that folder",
+            use="read",
         )
 
     @field_validator("output", mode="before")
@@ -94,7 +95,9 @@ class ExportRequest(CommandSettings):
         if not isinstance(value, str | Path | Location):
             return value
         return Location.parse(value).require_local(
-            "--output", "export writes the checkpoint to a local file; give a local path and copy the files after"
+            "--output",
+            "export writes the checkpoint and its files to local files; give a local path and copy the files after",
+            use="written",
         )
 
     parity_windows: int = Field(

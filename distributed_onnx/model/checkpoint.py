@@ -316,7 +316,7 @@ CHECKPOINT_URL_HINT = (
 def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
     """The local path of a checkpoint the user gave (text, a path, a Location): a URL is refused with one line
     naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``)."""
-    return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT)
+    return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT, use="read")
 
 
 def local_checkpoints(value: object) -> object:

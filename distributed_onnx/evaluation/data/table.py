@@ -32,6 +32,7 @@ from distributed_onnx.evaluation.data.categories import category_codes, is_categ
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, check_columns
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable, dense_layout
 from distributed_onnx.location import Location
+from distributed_onnx.redact import quoted
 
 __all__ = [
     "Series",
@@ -80,7 +81,7 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
         else:
             table = storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
+        raise DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)) from exc
     return names.rename(table, str(path))
 
 
@@ -93,7 +94,7 @@ def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     try:
         return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"Cannot read data file {path}: {exc}", path=str(path)) from exc
+        raise DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)) from exc
 
 
 def load_series(

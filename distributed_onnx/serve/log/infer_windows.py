@@ -10,7 +10,8 @@ plain family, one per group of Chronos-2, its target the group's first row), and
   series' origin is its ``start`` plus its history's length. Without it the rows are logged unplaceable (null
   ``origin``/``timestamp``), like a /v1 series without ``start``, and ``score`` counts them as such.
 - :data:`SERIES_IDS` (``series_ids``): one id per window, comma-separated (over HTTP a JSON list of strings is
-  taken too); default: the window's position in the request (``"0"``, ``"1"``, ...).
+  taken too), each id once (all the windows share ``start``, so one id twice is one window logged twice); default:
+  the window's position in the request (``"0"``, ``"1"``, ...).
 
 A malformed parameter is the request's fault (422 naming it), checked before the model runs. The logged
 forecasts are the model's native quantile levels over its whole horizon (what the output tensor holds), decoded
@@ -154,6 +155,12 @@ def _series_ids(value: Any, count: int) -> tuple[str, ...]:
             "bytes (as /v1/forecast's series_id and a backtest's table).",
             field=f"parameters.{SERIES_IDS}",
         )
+    repeated = _repeated(ids)
+    if repeated is not None:  # as /v1's series_id: two windows of one series at one origin are one window logged twice
+        raise InputValidationError(
+            f"parameters.{SERIES_IDS}: the id {repeated!r} is given twice; each window of a request is its own series.",
+            field=f"parameters.{SERIES_IDS}",
+        )
     if len(ids) != count:
         raise InputValidationError(
             f"parameters.{SERIES_IDS}: {len(ids)} ids for the request's {count} windows "
@@ -161,3 +168,13 @@ def _series_ids(value: Any, count: int) -> tuple[str, ...]:
             field=f"parameters.{SERIES_IDS}",
         )
     return tuple(ids)
+
+
+def _repeated(ids: Sequence[str]) -> str | None:
+    """The first id given a second time, or None."""
+    seen: set[str] = set()
+    for item in ids:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None

@@ -43,6 +43,7 @@ from distributed_onnx.errors import (
     InputValidationError,
     describe_validation,
 )
+from distributed_onnx.redact import shown
 from distributed_onnx.serve.wire.binary import HEADER_LENGTH, byte_count, slice_inputs, split_body
 from distributed_onnx.serve.wire.schemas import InferRequest
 
@@ -92,7 +93,9 @@ def status_of(exc: BaseException) -> int:
 
 
 def error_response(status_code: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status_code, headers=headers)
+    """Every error body: its message as the CLI's error line shows one (:func:`~distributed_onnx.redact.shown`: no
+    location's secret, no control byte a client's terminal would act on; a message may quote a file or a body)."""
+    return JSONResponse({"error": shown(message)}, status_code=status_code, headers=headers)
 
 
 class BodyCharge(Protocol):

@@ -1,7 +1,10 @@
 """Wire schemas of the online deployment: ``/v1/forecast`` and the Open Inference Protocol (KServe v2) JSON.
 
 Every request model forbids unknown fields, so a typo is a 4xx naming the field rather than a silently
-ignored option. Floats in a forecast history may be ``null`` (missing) but never NaN or infinite. v2 tensor
+ignored option, and is strict: a value of another JSON type is a 422 rather than converted (``"y": ["1"]``,
+``"y": [true]`` and ``"horizon": "4"`` were taken as numbers). Floats in a forecast history may be ``null``
+(missing) but never NaN or infinite; an integer is a number; a timestamp is an ISO 8601 string. A series id
+appears once per request: two histories of one series would be logged as two windows at the same origin. v2 tensor
 ``data`` is kept as received (flat row-major, or nested as the protocol also allows) and checked against
 ``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.wire.protocol`, which names the tensor at fault.
 """
@@ -11,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.model.quantiles import QuantileLevels
@@ -51,7 +54,9 @@ SeriesId = Annotated[str, Field(min_length=1), AfterValidator(_bounded_id)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A request's model: unknown fields refused, and no value converted from another JSON type (strict)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --------------------------------------------------------------------------------------------- /v1/forecast
@@ -87,6 +92,21 @@ class ForecastRequest(_Strict):
         description="The model to answer (a checkpoint's file stem, as in /v2/models/{name}); default: the "
         "first checkpoint served that is not a shadow.",
     )
+
+    @field_validator("series")
+    @classmethod
+    def _one_history_per_series(cls, series: list[SeriesHistory]) -> list[SeriesHistory]:
+        """Each series id once: the forecast log keys a window by series and origin, so two histories of one series
+        in one request would be two windows of that key (and their forecasts indistinguishable to ``score``)."""
+        seen: dict[str, int] = {}
+        for position, history in enumerate(series):
+            if history.series_id in seen:
+                raise ValueError(
+                    f"series_id {history.series_id!r} is given twice (series {seen[history.series_id]} and "
+                    f"{position}); send each series once per request (its whole history in one entry)"
+                )
+            seen[history.series_id] = position
+        return series
 
 
 #: The example body of ``/v1/forecast`` on ``/docs`` (Swagger UI's "Try it out" starts from it): the bundled series
