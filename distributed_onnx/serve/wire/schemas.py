@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.model.quantiles import QuantileLevels
@@ -49,6 +49,17 @@ def _bounded_id(series_id: str) -> str:
     return series_id
 
 
+def _timestamp_text(value: Any) -> Any:
+    """A timestamp as a request gives it: ISO 8601 text (or a datetime, from Python), never a number."""
+    if value is None or isinstance(value, str | datetime):
+        return value
+    raise ValueError(f"expected an ISO 8601 timestamp string, got {type(value).__name__}")
+
+
+#: A timestamp: ISO 8601 text parsed (strict mode would take only a datetime object from Python, refusing the
+#: text every JSON client and the Python API's dicts send), any other type refused rather than read as epoch seconds.
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp_text), Field(strict=False)]
+
 #: A series id as the routes take it: not empty, at most :data:`~distributed_onnx.bounds.MAX_SERIES_ID_BYTES`.
 SeriesId = Annotated[str, Field(min_length=1), AfterValidator(_bounded_id)]
 
@@ -73,7 +84,7 @@ class SeriesHistory(_Strict):
         description="History, oldest first; null = missing. Longer than the context: the last context_length "
         "values are used, as a backtest window would use them.",
     )
-    start: datetime | None = Field(
+    start: Timestamp | None = Field(
         default=None, description="Timestamp of y[0] (UTC if naive); when given, forecasts carry timestamps."
     )
 
