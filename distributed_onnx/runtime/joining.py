@@ -39,7 +39,7 @@ def check_ray_answers(address: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
     raise RayStartError(
-        f"No Ray answered at {address} ({why}). Start one there (ray start --head --port {port}) or give the "
+        f"No Ray answered at {address} ({why}). Start one there (ray start --head, on port {port}) or give the "
         "address of a running Ray's head (ray status shows it) with --address; leave --address out for an "
         "embedded Ray.",
         address=address,
