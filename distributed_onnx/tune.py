@@ -147,6 +147,19 @@ class TuneRequest(CommandSettings):
             raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
         return found[0]
 
+    @field_validator("cpus")
+    @classmethod
+    def _on_this_machine(cls, value: int | None) -> int | None:
+        # Every layout of N cores builds up to N sessions here: 1000 "cores" on 2 built hundreds of sessions and
+        # wrote nothing within minutes of a 45 s budget. tune measures this machine: more cores than it has mean
+        # nothing.
+        here = os.cpu_count() or 1
+        if value is not None and value > here:
+            raise ValueError(
+                f"is {value}, but this machine has {here} cores; tune measures this machine: give at most {here}"
+            )
+        return value
+
     @field_validator("checkpoint", mode="before")
     @classmethod
     def _local(cls, value: Any) -> Any:

@@ -23,6 +23,7 @@ import ray
 
 from distributed_onnx.runtime import ray_auth, ray_private
 from distributed_onnx.runtime.addresses import AUTO
+from distributed_onnx.runtime.joining import check_ray_answers
 from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
 from distributed_onnx.runtime.running_ray import find_local_ray, listens_on_loopback_only
 
@@ -108,6 +109,7 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
         address, joined = found.address, found.reason
     address = address or os.environ.get("RAY_ADDRESS")  # Ray's own variable keeps Ray's meaning, "auto" included
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
+        check_ray_answers(address)  # else ray.init retries for many minutes, naming a rewritten address (joining.py)
         if listens_on_loopback_only(address):
             use_loopback_only()  # else Ray rewrites 127.0.0.1 into an address that Ray does not listen on
             ray_auth.check_token(address)  # a refused token: one line now, not Ray's retries
