@@ -118,8 +118,9 @@ class _BacktestRun:
         settings_record = {"settings": plan.settings.model_dump(mode="json")}
         # The part and batch sizes are recorded so that a rerun (on any cluster) plans the same parts.
         manifest = {**settings_record, **plan.part_sizes(), **identity_records(plan.identities)}
+        # Identities first: a changed checkpoint is refused naming its fields, even where it changed the fingerprint.
+        check_identities(output, plan.identities, plan.run_fingerprint)  # never a mix of two meanings of one
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
-        check_identities(output, plan.identities)  # never a resume that mixes two meanings of a checkpoint
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         earlier = previous_summary(output, plan.run_fingerprint)
