@@ -123,6 +123,7 @@ class _BacktestRun:
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
+        outputs.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute
