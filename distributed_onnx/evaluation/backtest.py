@@ -66,10 +66,12 @@ def run_backtest(
         early = start_early(settings, quiet_ray=quiet_ray)
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(run_lock(settings.output))  # one run at a time in a folder, for the run's life
             models = resolve(settings)
             data = load(settings, models.spec, models.resolution_minutes)
             planned = plan(settings, models, data)
+            # One run at a time in a folder, for the run's life: taken once the input is good (bad input makes no
+            # folder), before the folder is read or written.
+            held.enter_context(run_lock(settings.output))
         except BaseException:
             if early is not None:  # bad input, or the folder in use: the pool is not needed
                 early.abandon(wait=wait_for_ray_stop)

@@ -93,6 +93,8 @@ def check_output_folder(output: Location) -> None:
 
 #: The run's lock (:mod:`.run_lock`): in the run directory, never a file a folder without a run record is refused for.
 LOCK = "run.lock"
+#: Where the Python API writes a run's in-memory data (``distributed_onnx/api.py``) before the run starts.
+INPUTS_DIR = "inputs"
 
 
 def check_run_folder(output: Location) -> None:
@@ -104,7 +106,7 @@ def check_run_folder(output: Location) -> None:
     fs, base = storage.filesystem(output)
     listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
-    found = [name for name in found if name != LOCK]
+    found = [name for name in found if name != LOCK and not name.startswith(f"{INPUTS_DIR}/")]
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise ConfigError(
