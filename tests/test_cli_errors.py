@@ -258,7 +258,7 @@ def test_a_run_that_plans_no_window_is_refused_naming_why(
     argv = _backtest(tiny_checkpoint.weights_path, data, output, "--start", "3000-01-01", "--end", "3000-01-02")
     assert cli.main(argv) == 2
     line = _one_line(capsys)
-    assert "no window to evaluate" in line and "3000-01-01T00:00:00Z" in line and "--start/--end" in line, line
+    assert "no window to evaluate" in line and "3000-01-01T00:00:00Z" in line and "start/end" in line, line
     assert not output.exists()
 
     short = tmp_path / "short.csv"

@@ -99,7 +99,7 @@ HOSTILE: dict[str, tuple[bytes, Callable[[bytes], object]]] = {
         lambda body: plan_job(parse_body(body, ForecastRequest), METADATA),
     ),
     "many one-value series": (
-        b'{"series": [' + b",".join([b'{"series_id":"a","y":[0]}'] * (N // 10)) + b"]}",
+        b'{"series": [' + b",".join(b'{"series_id":"%d","y":[0]}' % i for i in range(N // 10)) + b"]}",
         lambda body: plan_job(parse_body(body, ForecastRequest), METADATA),
     ),
     "v2 nested data of 0": (

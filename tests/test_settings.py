@@ -164,11 +164,14 @@ def test_serve_checkpoint_in_yaml_is_relative_to_the_file(tmp_path: Path) -> Non
 
 def test_comma_lists_from_flags() -> None:
     settings = BacktestSettings.from_sources(
-        _flags(output="out", quantiles="0.1, 0.5,0.9", covariates="temp,wind , ", providers="cuda,cpu")
+        _flags(output="out", quantiles="0.1, 0.5,0.9", covariates="temp,wind ", providers="cuda,cpu")
     )
     assert settings.quantiles == [0.1, 0.5, 0.9]
     assert settings.covariates == ["temp", "wind"]
     assert settings.providers == [provider_from_kind("cuda"), provider_from_kind("cpu")]
+    # An empty entry (a trailing comma included) is refused naming the flag, as docs/cli.md says of every list.
+    with pytest.raises(ConfigError, match=r"covariates.*empty entry between commas"):
+        BacktestSettings.from_sources(_flags(output="out", covariates="temp,wind , "))
 
 
 def test_lists_from_yaml(tmp_path: Path) -> None:

@@ -187,7 +187,8 @@ def test_a_horizon_of_fewer_patches_is_refused_naming_the_export(
     assert "horizon 4 spans 1 output patch(es) of 4 steps" in error and "always computes 2" in error, error
     assert "distributed-onnx export chronos2 --horizon 4" in error, error
     data = write_dataset(tmp_path / "load.parquet")
-    argv = ["backtest", "--checkpoint", str(upstream.weights_path), "--data", str(data), "--output", str(tmp_path)]
+    output = tmp_path / "run"  # a folder of its own: tmp_path holds the data, and a folder of other files is refused
+    argv = ["backtest", "--checkpoint", str(upstream.weights_path), "--data", str(data), "--output", str(output)]
     assert cli.main([*argv, "--horizon", str(HORIZON // 2), "--n-windows", "2", "--no-progress"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "distributed-onnx export chronos2 --horizon 4" in lines[0], lines

@@ -361,20 +361,21 @@ def _nothing_to_evaluate(windows: WindowPlan, spec: WindowSpec, table: SeriesTab
     last = _utc(int((starts + (lengths - 1) * step_us).max()))
     held = f"{len(lengths)} series from {first} to {last}, {int(lengths.min())}..{int(lengths.max())} steps each"
     skipped = (
-        f"; {windows.skipped} window(s) left out for too little observed context (--min-context-coverage "
+        f"; {windows.skipped} window(s) left out for too little observed context (min_context_coverage "
         f"{spec.min_context_coverage:g})"
         if windows.skipped
         else ""
     )
     if spec.start_us is not None and spec.end_us is not None:
         return ConfigError(
-            f"no window to evaluate: no origin from --start {_utc(spec.start_us)} to --end {_utc(spec.end_us)} has "
-            f"a window in the data ({held}; {needs}){skipped}. Give --start/--end inside the data, or --n-windows.",
+            f"no window to evaluate: no origin from start {_utc(spec.start_us)} to end {_utc(spec.end_us)} has "
+            f"a window in the data ({held}; {needs}){skipped}. Give a start/end inside the data, or a number of "
+            "windows.",
             key="start",
         )
     return ConfigError(
-        f"no window to evaluate: {needs}, and the data holds {held}{skipped}. Give longer series (--data), or a "
-        "shorter --horizon.",
+        f"no window to evaluate: {needs}, and the data holds {held}{skipped}. Give longer series, or a shorter "
+        "horizon.",
         key="n_windows",
     )
 
