@@ -33,6 +33,7 @@ from distributed_onnx.cli_words import normalized_words, parse_words
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text, shown
+from distributed_onnx.runtime import ray_console
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser(words)
     args = parse_words(parser, words)
     configure_logging(verbose=args.verbose)
+    ray_console.choose(quiet=not args.verbose)  # Ray's own lines only with -v, wherever a command starts Ray
     flags = command_flags(parser, args.command)
     try:
         result: int = args.handler(args)
@@ -370,11 +372,13 @@ def _backtest(args: argparse.Namespace) -> int:
     settings = _settings(args, tuned=tuned.source if tuned is not None else None)
     chosen = None
     if tuned is not None:
-        # Measured on another checkpoint: refused, naming both. A variant tune chose runs in its parent's place, said.
-        checkpoints, chosen = tuned.checkpoints_to_run(settings.checkpoint)
+        # Measured on another checkpoint: refused, naming both. A variant tune chose runs in its parent's place; the
+        # file and what it changed are said and recorded, choice or not.
+        from distributed_onnx.tune import tuned_lines
+
+        checkpoints, chosen = tuned.checkpoints_to_run(settings.checkpoint, settings)
         settings = settings.model_copy(update={"checkpoint": checkpoints})
-        if chosen is not None:
-            print(chosen["said"], file=sys.stderr)
+        print("\n".join(tuned_lines(chosen)), file=sys.stderr)
     check_backtest(settings)  # what the whole run would be refused for, before Ray starts
     early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
 
@@ -419,10 +423,8 @@ def _headline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from distributed_onnx.runtime.local_ray import quiet_ray_logging
     from distributed_onnx.serve.runner import serve_forever
 
-    quiet_ray_logging(quiet=not args.verbose)
     return serve_forever(_settings(args))
 
 

@@ -340,9 +340,13 @@ def _help(field: FieldInfo) -> str:
 def comma_list(value: Any) -> Any:
     """A list field from ``a,b`` (a flag, an environment variable); anything else is left to the field's own
     validation (a YAML list, repeated flags). A value given twice is refused: it is a slip (``--covariates
-    temp,temp``), and each entry names one thing."""
+    temp,temp``), and each entry names one thing; so is an empty entry (``0.5,,0.9``, a trailing comma): dropping it
+    would run without what the user meant to write there."""
     if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
+        parts = [part.strip() for part in value.split(",")]
+        if value.strip() and not all(parts):
+            raise ValueError(f"{value!r} has an empty entry between commas: give a value in each, or remove the comma")
+        value = [part for part in parts if part]
     if isinstance(value, list):
         twice = sorted({str(each) for each in value if value.count(each) > 1})
         if twice:

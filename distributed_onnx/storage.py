@@ -366,6 +366,50 @@ def sha256(location: Location) -> str:
     return digest.hexdigest()
 
 
+#: Words of pyarrow's and the stores' errors that say the store was not reached (pyarrow's S3 raises a bare OSError
+#: carrying curl's code): refused, unreachable, not resolved, timed out.
+_UNANSWERED_WORDS = (
+    "could not connect",
+    "couldn't connect",
+    "failed to connect",
+    "connection refused",
+    "curlcode: 6,",
+    "curlcode: 7,",
+    "curlcode: 28,",
+    "network is unreachable",
+    "timed out",
+    "could not resolve",
+    "name or service not known",
+)
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the storage did not answer - a refused or unreachable
+    store, a name that does not resolve, a timeout - rather than that it answered (no such file, no permission).
+    The one classification every reader's error goes through (:func:`read_error`)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionError | TimeoutError) or type(seen).__name__ in {"ClientConnectorError"}:
+            return True
+        if isinstance(seen, OSError) and any(word in str(seen).lower() for word in _UNANSWERED_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def read_error(exc: BaseException, location: Location, what: str) -> StorageError | None:
+    """A :class:`StorageError` (exit 3: the environment) naming ``what`` at ``location`` when ``exc`` says the
+    storage did not answer (:func:`unanswered`); None when it answered, the caller's own error then applies (a
+    missing or unreadable file: exit 2)."""
+    if not unanswered(exc):
+        return None
+    return StorageError(
+        f"Cannot read {what} {location}: the storage does not answer ({location.scrub(_redaction.quoted(exc))}). "
+        "Check the URL's endpoint and the network, and rerun when the storage answers.",
+        path=str(location),
+    )
+
+
 def read_retrying(
     read: Callable[[], T],
     what: str,

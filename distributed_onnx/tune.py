@@ -37,7 +37,7 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -58,6 +58,7 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoin
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
 from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
+from distributed_onnx.redact import redact_text
 from distributed_onnx.resources import REFERENCE_DATASET
 from distributed_onnx.settings_sources import CommandSettings
 from distributed_onnx.tune_variants import Choice, choose, variants_beside
@@ -146,6 +147,19 @@ class TuneRequest(CommandSettings):
             names = ", ".join(path.name for path in found)
             raise ValueError(f"tune measures one checkpoint; the folder {value} holds {len(found)} ({names}): name one")
         return found[0]
+
+    @field_validator("cpus")
+    @classmethod
+    def _on_this_machine(cls, value: int | None) -> int | None:
+        # Every layout of N cores builds up to N sessions here: 1000 "cores" on 2 built hundreds of sessions and
+        # wrote nothing within minutes of a 45 s budget. tune measures this machine: more cores than it has mean
+        # nothing.
+        here = os.cpu_count() or 1
+        if value is not None and value > here:
+            raise ValueError(
+                f"is {value}, but this machine has {here} cores; tune measures this machine: give at most {here}"
+            )
+        return value
 
     @field_validator("checkpoint", mode="before")
     @classmethod
@@ -304,16 +318,36 @@ class TunedFile:
         """``(file, settings)`` for :meth:`~.settings_sources.CommandSettings.from_sources`."""
         return str(self.path), self.settings
 
-    def checkpoints_to_run(self, checkpoints: Sequence[Path]) -> tuple[list[Path], dict[str, Any] | None]:
+    def checkpoints_to_run(self, checkpoints: Sequence[Path], settings: Any) -> tuple[list[Path], dict[str, Any]]:
         """The run's checkpoints once checked (:meth:`check_checkpoints`), with the file's choice applied (a variant
-        in its parent's place: :meth:`.tune_variants.Choice.apply`), and the record of it for ``summary.json``
-        (None: the file holds no choice)."""
+        in its parent's place: :meth:`.tune_variants.Choice.apply`), and the record of the file for
+        ``summary.json``, whatever it changed: its ``settings`` the run took (``settings``: the run's, after every
+        source), those a user's flag, environment or ``--config`` ``overridden``, and its choice (None: it holds
+        none). ``said`` (shown on stderr and in the report's notes) names the file and what it changed, so the file
+        a run used is never silent (a file without a choice once left no trace anywhere)."""
         resolved = [LocalCheckpoint(path=path).resolve() for path in checkpoints]
         self._check(resolved)
+        used, overridden = self._taken(settings)
+        taken = {"settings": used, "overridden": overridden}
         if self.choice is None or self.identity is None:
-            return list(checkpoints), None
+            said = f"distributed-onnx backtest --tuned {self.path}: {_settings_said(used, overridden)}; it holds no "
+            said += "choice of checkpoint (no variant was chosen): the checkpoints ran as given"
+            record: dict[str, Any] = {"file": str(self.path), "choice": None, "replaced": {}, "said": said}
+            return list(checkpoints), record | taken
         run = [(path, identity_of(checkpoint)) for path, checkpoint in zip(checkpoints, resolved, strict=True)]
-        return self.choice.apply(run, self.identity)
+        paths, record = self.choice.apply(run, self.identity)
+        return paths, record | taken | {"settings_said": _settings_said(used, overridden)}
+
+    def _taken(self, settings: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The file's settings the run holds (taken from it), and those it holds otherwise: ``{key: {"tuned": the
+        file's, "used": the run's}}`` (a flag, the environment or ``--config`` is above the file)."""
+        used = {key: tuned for key, tuned in self.settings.items() if getattr(settings, key) == tuned}
+        overridden = {
+            key: {"tuned": tuned, "used": getattr(settings, key)}
+            for key, tuned in self.settings.items()
+            if key not in used
+        }
+        return used, overridden
 
     def check_checkpoints(self, checkpoints: Sequence[Path]) -> None:
         """Refuse a run none of whose ``checkpoints`` has the identity the file was tuned on (or that of the variant
@@ -344,6 +378,20 @@ class TunedFile:
             key="tuned",
             path=str(self.path),
         )
+
+
+def _settings_said(used: Mapping[str, Any], overridden: Mapping[str, Mapping[str, Any]]) -> str:
+    """What a tuned file's settings changed, in words: those taken, those given otherwise above the file."""
+    said = f"ran with its {', '.join(f'{key}={value}' for key, value in used.items())}" if used else "took none of it"
+    if overridden:
+        above = ", ".join(f"{key}={each['used']} (its {each['tuned']})" for key, each in overridden.items())
+        said += f"; a flag, the environment or --config gave {above}"
+    return said
+
+
+def tuned_lines(record: Mapping[str, Any]) -> list[str]:
+    """The lines ``backtest --tuned`` says on stderr: what the file's settings changed, and its choice."""
+    return [line for line in (record.get("settings_said"), record["said"]) if line]
 
 
 def load_tuned(given: LocationLike) -> TunedFile:
@@ -381,7 +429,17 @@ def load_tuned(given: LocationLike) -> TunedFile:
             key=foreign[0],
             path=str(path),
         )
-    identity = CheckpointIdentity.from_record(document.get("checkpoint_identity"))
+    recorded = document.get("checkpoint_identity")
+    identity = CheckpointIdentity.from_record(recorded)
+    if identity is None and recorded is not None:  # there, but not the record tune writes: not "records none"
+        shown = redact_text(" ".join(json.dumps(recorded, default=str).split()))[:80]
+        raise ConfigError(
+            f"{path} records checkpoint_identity as a {type(recorded).__name__} ({shown}), not the identity record "
+            "tune writes (a mapping with the graph's sha256 and the metadata fields): the file was edited or "
+            "damaged; run distributed-onnx tune again, or distributed-onnx backtest without --tuned",
+            key="tuned",
+            path=str(path),
+        )
     choice = Choice.from_record(document.get("choice"), str(path))
     return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity, choice)
 

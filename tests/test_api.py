@@ -158,3 +158,9 @@ def test_the_other_settings_pass_through(tmp_path: Path) -> None:
     origins = sorted(set(result.forecasts.column("origin").to_pylist()))
     assert len(origins) == 3  # 00:00, 01:00, 02:00 on a 30-minute grid with stride 2
     assert result.summary["settings"]["start"].startswith(start.date().isoformat())
+
+
+def test_the_apis_inputs_folder_is_the_one_a_run_folder_check_exempts() -> None:
+    from distributed_onnx.evaluation import outputs
+
+    assert INPUTS_DIR == outputs.INPUTS_DIR

@@ -295,8 +295,7 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
     """A real storage error (a directory where the part's file must go) is retried, recorded, never fatal."""
     settings = settings_for(tiny, data, tmp_path / "run")
     blocker = Path(settings.output) / outputs.FORECASTS_DIR / "model=tiny" / "part-000001.parquet"
-    blocker.mkdir(parents=True)
-    (blocker / "keep").write_text("a directory cannot be replaced by a file")
+    blocker.mkdir(parents=True)  # empty: a folder holding files but no run record is refused (test_run_folder.py)
 
     with pytest.raises(BatchError, match="part 1") as info:
         run_backtest(settings)
@@ -309,7 +308,6 @@ def test_a_part_that_cannot_be_written_fails_alone_and_resumes(tmp_path: Path, t
         "part-000000.parquet",
         "part-000002.parquet",
     }
-    (blocker / "keep").unlink()
     blocker.rmdir()
 
     resumed = run_backtest(settings)

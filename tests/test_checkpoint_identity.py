@@ -252,3 +252,54 @@ def test_weights_kept_beside_the_graph_edited_between_two_runs_are_refused_never
     assert f'external data tiny.onnx.data "{recorded["external"]["tiny.onnx.data"]}" (recorded)' in lines[0]
     assert f"move {parts}" in lines[0], lines[0]
     assert sorted(path.name for path in parts.iterdir()) == kept  # nothing deleted, nothing computed
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_each_identity_field_of_the_bundled_checkpoint_edited_is_refused_naming_it_not_by_fingerprint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside test: a copy of the bundled checkpoint run into a folder, then one metadata field edited and the
+    same command rerun. ``native_quantiles``, ``context_length``, ``horizon_patches`` and ``training_data_end``
+    also change the run's fingerprint, and the fingerprint was compared first: the refusal named two digests,
+    no field, and advised deleting the folder. Each identity field (enumerated from the metadata model) edited
+    alone must be refused naming it, the forecasts untouched: never the fingerprint line, never a mixed run."""
+    from distributed_onnx.model.checkpoint import read_metadata
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    weights = folder / REFERENCE_CHECKPOINT.name
+    shutil.copy(REFERENCE_CHECKPOINT, weights)
+    metadata_path = folder / f"{REFERENCE_CHECKPOINT.stem}.metadata.json"
+    shutil.copy(REFERENCE_CHECKPOINT.with_name(metadata_path.name), metadata_path)
+    original = metadata_path.read_text()
+    base = read_metadata(metadata_path)
+    output = tmp_path / "rid"
+    argv = ["backtest", "--output", str(output), "--checkpoint", str(weights), "--n-windows", "4", "--stride", "48"]
+    argv += ["--actors", "1", "--no-progress"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    parts = output / "forecasts" / f"model={weights.stem}"
+    kept = {path.name: path.stat().st_mtime_ns for path in parts.iterdir()}
+    run_record = (output / "run.json").read_text()
+    for name in identity_fields():
+        edited = _edited(base, name)
+        document = json.loads(original)
+        if edited is not None:
+            document[name] = edited.model_dump(mode="json")[name]
+        else:  # no value valid alone on this checkpoint (max_horizon_length without unrolling): refused as invalid
+            info = CheckpointMetadata.model_fields[name]
+            document[name] = next(each for each in _candidates(document.get(name), info) if each != document.get(name))
+        metadata_path.write_text(json.dumps(document))
+        capsys.readouterr()
+        assert cli.main(argv) == 2, (name, capsys.readouterr().err)
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(lines) == 1 and "Traceback" not in err, (name, err)
+        # Named by the identity check, or by a check the edited value fails first (a 31-minute grid the data is not on).
+        value = document[name]
+        assert name in lines[0] or f"{value}-minute" in lines[0], (name, lines[0])
+        assert "other settings" not in lines[0], (name, lines[0])
+        assert {path.name: path.stat().st_mtime_ns for path in parts.iterdir()} == kept, name  # nothing redone
+        assert (output / "run.json").read_text() == run_record, name
+    metadata_path.write_text(original)

@@ -162,12 +162,13 @@ def test_a_data_error_shows_no_file_byte_nor_any_value_of_the_locations_options(
         port = closed.getsockname()[1]
         store = f"s3://K:S@bkt/x.csv?endpoint_override=http://127.0.0.1:{port}&scheme=http"
         lines = []
-        for data in (str(png), store):
+        # A file that is not a table is the data's fault (2); a store that does not answer, the environment's (3).
+        for data, expected in ((str(png), 2), (store, 3)):
             words = ["tune", str(tiny_checkpoint.weights_path), "--data", data, "--output", str(tmp_path / "t")]
             code = cli.main(words)
             err = capsys.readouterr().err
             lines.append(err)
-            assert code == 2, err
+            assert code == expected, err
     bytes_line, store_line = lines
     assert "Cannot read data file" in bytes_line and "IHDR\\x1b[2J" in bytes_line, bytes_line
     assert "\x1b" not in bytes_line and "\x00" not in bytes_line and "\x07" not in bytes_line

@@ -718,3 +718,106 @@ def test_fev_takes_the_backtests_pool_settings_and_deadlines(
     assert time.monotonic() - started < 60  # the task's data, three seconds of waiting, the pool stopped
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: 1 of 2 worker actors (1 CPU, 0 GPU each) were placed within 3 s; "), line
+
+
+@pytest.mark.integration
+def test_an_object_store_task_loads_through_the_store_and_a_task_no_rerun_helps_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outside tester's three findings, met through the command, on moto's S3 server on 127.0.0.1:
+
+    - a task whose ``dataset_path`` is an S3 URL with options (credentials in its user-info, an endpoint holding
+      ``/``) never loaded (fev checked the file type on the whole text, query included: "failed ... rerun to
+      retry"), and fev named it after its text's folders, which the endpoint's ``/`` moved into the query: the
+      error line, fev_summary.json and the pairs folder showed ``fevdir/data.parquet?endpoint_override=http:``.
+      Now it is read through the store with its options and scored, named ``***@bkt/fevdir``, and no file or
+      line holds its credentials or any option's value;
+    - an ``initial_cutoff`` without the zone its data's timestamps carry was ``failed`` ("rerun to retry"),
+      though every rerun fails the same way: ``rejected``, naming initial_cutoff;
+    - Ray's token-authentication notice reached stderr without -v (the backtest silenced it, fev did not).
+    """
+    import subprocess
+
+    import pyarrow.fs as pafs
+    import yaml
+
+    moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the 'dev' extra)")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookups (no network here)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        _, port = server.get_host_and_port()
+        options = f"endpoint_override=http://127.0.0.1:{port}&scheme=http&region=us-east-1"
+        bucket = f"s3://FEVKEY:FEVSECRET99@bkt?{options}&allow_bucket_creation=true"
+        pafs.FileSystem.from_uri(bucket)[0].create_dir("bkt")
+        url = f"s3://FEVKEY:FEVSECRET99@bkt/fevdir/data.parquet?{options}"
+        store, inner = pafs.FileSystem.from_uri(url)
+        with store.open_output_stream(inner) as upload:
+            upload.write(Path(_tasks(tmp_path / "datasets")[0].dataset_path).read_bytes())
+        stamps = pa.array([_stamps("2029-12-25", 200, "h")], pa.list_(pa.timestamp("ms", tz="UTC")))
+        zoned = pa.table({"id": ["z"], "timestamp": stamps, "target": [list(np.sin(np.arange(200.0)))]})
+        (tmp_path / "zoned").mkdir()
+        pq.write_table(zoned, tmp_path / "zoned" / "data.parquet")
+        common = {"horizon": 8, "num_windows": 2, "window_step_size": 12, "seasonality": 24}
+        naive = {"dataset_path": str(tmp_path / "zoned" / "data.parquet"), "task_name": "naive"}
+        tasks = [{"dataset_path": url, **common}, {**naive, **common, "initial_cutoff": "2030-01-01T00:00:00"}]
+        bench = tmp_path / "bench.yaml"
+        bench.write_text(yaml.safe_dump({"tasks": tasks}))
+        tiny = write_tiny_chronos2(
+            tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
+        )
+        output = tmp_path / "out"
+        command = [sys.executable, "-m", "distributed_onnx", "fev", str(bench), "--checkpoint", str(tiny.weights_path)]
+        environment = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+        done = subprocess.run(
+            [*command, "--output", str(output), "--actors", "1"],
+            env=environment,  # without RAY_AUTH_MODE Ray announces token authentication as it starts
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        server.stop()
+
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: 1 task x checkpoint pair(s) rejected (e.g. naive x tiny: the task's data cannot be used: "
+        "ConfigError: initial_cutoff '2030-01-01T00:00:00' cannot be compared with the task's timestamps"
+    ), line
+    assert line.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), line
+    assert "failed" not in line and "rerun to retry" not in line, line
+    assert "Token authentication" not in done.stderr, done.stderr
+    document = json.loads((output / "fev_summary.json").read_text())
+    assert [(p["task"], p["task_dir"], p["status"]) for p in document["pairs"]] == [
+        ("***@bkt/fevdir", "000-bkt_fevdir", "done"),
+        ("naive", "001-naive", "rejected"),
+    ]
+    assert [path.name for path in (output / "pairs").iterdir()] == ["000-bkt_fevdir"]  # a load's refusal: no record
+    (summary,) = json.loads((output / "summaries.json").read_text())
+    assert summary["task_name"] == "***@bkt/fevdir" and summary["num_forecasts"] > 0
+    assert summary["dataset_path"] == "s3://***@bkt/fevdir/data.parquet?endpoint_override=***&scheme=***&region=***"
+    written = [done.stdout, done.stderr] + [
+        f"{path.relative_to(output)}\n{path.read_text() if path.suffix in ('.json', '.jsonl', '.csv') else ''}"
+        for path in output.rglob("*")
+    ]
+    for secret in ("FEVKEY", "FEVSECRET99", f"127.0.0.1:{port}", "endpoint_override=http", "scheme=http"):
+        assert not [text for text in written if secret in text], secret
+
+
+def test_a_task_named_after_its_url_shows_no_part_of_its_query() -> None:
+    """fev names a task without ``task_name`` after its path's folders, on the whole text: a ``/`` in an option's
+    value moved the name into the query (``dir/data.parquet?sig=ab``). The name is the redacted path's only."""
+    from distributed_onnx.evaluation.fev_tasks.sources import named
+
+    for url, name in [
+        ("s3://K1:S3CRET@bkt/dir/data.parquet?sig=ab/S3CRET/cd&region=r", "***@bkt/dir"),
+        ("s3://bkt/a/b/data.parquet?endpoint_override=http://127.0.0.1:9/x", "a/b"),
+        ("https://host/data.parquet?token=a/b/c", "host"),
+    ]:
+        task = fev.Task(dataset_path=url, horizon=4)
+        assert named(task).task_name == name, url
+        assert task.task_name != name  # the user's own Task is left as fev made it
+    given = fev.Task(dataset_path="s3://bkt/dir/data.parquet?x=a/b", horizon=4, task_name="mine")
+    assert named(given).task_name == "mine"

@@ -142,3 +142,60 @@ def test_tune_times_only_the_batches_one_trial_can_hold() -> None:
     assert affordable_batches(256, window_s=0.001, budget_s=45, layouts=2) == [1, 4, 16, 64, 256]
     assert affordable_batches(10, window_s=0.001, budget_s=45, layouts=2) == [1, 4]
     assert affordable_batches(256, window_s=60.0, budget_s=45, layouts=2) == [1]  # nothing fits: one window
+
+
+def test_a_tuned_file_whose_identity_is_not_a_record_is_named_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An outside tester's report: a tuned file whose ``checkpoint_identity`` was replaced by a string was refused
+    as one that "records no checkpoint identity", though it records one, of the wrong type: the line says what it
+    holds."""
+    edited = tmp_path / "edited.json"
+    document = {"format": FORMAT, "settings": {"actors": 1}, "checkpoint": str(REFERENCE_CHECKPOINT)}
+    document["checkpoint_identity"] = "x1"
+    edited.write_text(json.dumps(document))
+    argv = ["backtest", "--tuned", str(edited), "--data", str(REFERENCE_DATASET), "--output", str(tmp_path / "run")]
+    line = _refused(argv, capsys)
+    assert f'{edited} records checkpoint_identity as a str ("x1"), not the identity record tune writes' in line, line
+    assert "records no checkpoint identity" not in line and "run distributed-onnx tune again" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_a_tuned_file_without_a_choice_is_recorded_and_said_with_what_it_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An outside tester's report: ``backtest --tuned F`` with a valid file that holds no variant choice (``tune
+    --no-variants``, or no variant beside the checkpoint) wrote no ``tuned`` key to summary.json and said nothing
+    on stderr: the settings file a run used was recorded nowhere. Now the file, the settings the run took from it
+    and those a flag gave instead are said and recorded, choice or not."""
+    from distributed_onnx.model.checkpoint import LocalCheckpoint
+
+    reference = LocalCheckpoint(path=REFERENCE_CHECKPOINT).resolve()
+    tuned = tmp_path / "tune.json"
+    settings = {"actors": 1, "cpus_per_actor": 1.0, "rows_per_batch": 16, "graph_optimization": "basic"}
+    document = {
+        "format": FORMAT,
+        "settings": settings,
+        "checkpoint": str(REFERENCE_CHECKPOINT),
+        "checkpoint_identity": identity_of(reference).record(),
+    }
+    tuned.write_text(json.dumps(document))
+    output = tmp_path / "run"
+    argv = ["backtest", "--tuned", str(tuned), "--data", str(REFERENCE_DATASET), "--output", str(output)]
+    argv += ["--n-windows", "2", "--stride", "48", "--rows-per-batch", "8", "--no-progress"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    said = (
+        f"distributed-onnx backtest --tuned {tuned}: ran with its actors=1, cpus_per_actor=1.0, "
+        "graph_optimization=basic; a flag, the environment or --config gave rows_per_batch=8 (its 16); it holds no "
+        "choice of checkpoint (no variant was chosen): the checkpoints ran as given"
+    )
+    assert said in err.splitlines(), err
+    recorded = json.loads((output / "summary.json").read_text())["tuned"]
+    assert recorded["file"] == str(tuned) and recorded["choice"] is None and recorded["replaced"] == {}
+    assert recorded["settings"] == {"actors": 1, "cpus_per_actor": 1.0, "graph_optimization": "basic"}
+    assert recorded["overridden"] == {"rows_per_batch": {"tuned": 16, "used": 8}}
+    assert recorded["said"] == said

@@ -15,6 +15,7 @@ same settings on the same directory runs only the rest.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from distributed_onnx.evaluation.driver.early import START_HERE, StartHere, star
 from distributed_onnx.evaluation.driver.report import BacktestResult, report
 from distributed_onnx.evaluation.driver.run import run
 from distributed_onnx.evaluation.planning import plan, resolve
+from distributed_onnx.evaluation.run_lock import run_lock
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.up_front import check_backtest
 from distributed_onnx.runtime.early_start import EarlyStart
@@ -62,13 +64,17 @@ def run_backtest(
     if isinstance(early, StartHere):
         check_backtest(settings)  # before Ray starts (the command and fev check before they start it themselves)
         early = start_early(settings, quiet_ray=quiet_ray)
-    try:
-        models = resolve(settings)
-        data = load(settings, models.spec, models.resolution_minutes)
-        planned = plan(settings, models, data)
-    except BaseException:
-        if early is not None:  # bad input: the pool is not needed
-            early.abandon(wait=wait_for_ray_stop)
-        raise
-    scores = run(planned, clock, early, quiet_ray)
-    return report(scores, tuned)
+    with contextlib.ExitStack() as held:
+        try:
+            models = resolve(settings)
+            data = load(settings, models.spec, models.resolution_minutes)
+            planned = plan(settings, models, data)
+            # One run at a time in a folder, for the run's life: taken once the input is good (bad input makes no
+            # folder), before the folder is read or written.
+            held.enter_context(run_lock(settings.output))
+        except BaseException:
+            if early is not None:  # bad input, or the folder in use: the pool is not needed
+                early.abandon(wait=wait_for_ray_stop)
+            raise
+        scores = run(planned, clock, early, quiet_ray)
+        return report(scores, tuned)

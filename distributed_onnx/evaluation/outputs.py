@@ -79,6 +79,7 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
     each differing setting of the recorded ``settings``)."""
     _make_run_directory(output)
     path = storage.join(output, MANIFEST)
+    check_run_folder(output)
     if storage.is_file(path):
         previous = _manifest_fingerprint(path)
         if previous != fingerprint:
@@ -99,6 +100,32 @@ def check_output_folder(output: Location) -> None:
     before Ray starts (``evaluation/up_front.py``) and again when the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+
+
+#: The run's lock (:mod:`.run_lock`): in the run directory, never a file a folder without a run record is refused for.
+LOCK = "run.lock"
+#: Where the Python API writes a run's in-memory data (``distributed_onnx/api.py``) before the run starts.
+INPUTS_DIR = "inputs"
+
+
+def check_run_folder(output: Location) -> None:
+    """Refuse (exit 2) a folder that holds files but no ``run.json``: not a run of this project, or one whose
+    record was deleted. Writing into it would overwrite its files (``metrics.parquet``) and leave others inside
+    the run's ``forecasts/`` dataset (an older run's parts, anything else), read back as this run's."""
+    if storage.is_file(storage.join(output, MANIFEST)) or not storage.is_dir(output):
+        return
+    fs, base = storage.filesystem(output)
+    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
+    found = [name for name in found if name != LOCK and not name.startswith(f"{INPUTS_DIR}/")]
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ConfigError(
+            f"--output {output} holds {len(found)} file(s) but no run record ({MANIFEST}): {shown}. A backtest "
+            "writes into a new or empty folder, or resumes one holding its run: give another --output, or move "
+            "those files out of it.",
+            key="output",
+        )
 
 
 def _make_run_directory(output: Location) -> None:
@@ -157,11 +184,12 @@ def _manifest_fingerprint(path: Location) -> Any:
     except ValueError as exc:  # not UTF-8, or not JSON
         document, problem = None, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     else:
-        problem = f"a JSON {type(document).__name__}"
+        kind = "object without one" if isinstance(document, dict) else type(document).__name__
+        problem = f"a JSON {kind}"
     if not isinstance(document, dict) or "fingerprint" not in document:
         raise ConfigError(
             f"{path} is not a backtest manifest (expected a JSON object with a 'fingerprint', found {problem:.200}); "
-            "use another --output directory, or delete that file if the directory holds no other run.",
+            "the folder's files cannot be told to be a run's: use another --output directory.",
             key="output",
         )
     return document["fingerprint"]
@@ -301,6 +329,38 @@ def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[st
             str(target_location),
         )
     return moved
+
+
+def set_aside_foreign_forecasts(output: Location, models: Sequence[str], n_parts: int) -> list[str]:
+    """Move every file under ``forecasts/`` that is not one of this plan's parts (``model=M/part-N.parquet``,
+    ``M`` a model of the run, ``N`` below ``n_parts``) to the same place under ``removed/``; the files moved.
+
+    ``forecasts/`` is one dataset that readers take whole: a stray file there (a part of a longer plan, notes)
+    would be read as this run's forecasts. Moved with a warning, not deleted. Removed models' folders are moved
+    whole before (:func:`set_aside_removed_models`); partial files are cleaned (:func:`clean_partials`).
+    """
+    fs, base = storage.filesystem(storage.join(output, FORECASTS_DIR))
+    _, removed = storage.filesystem(storage.join(output, REMOVED_DIR))
+    kept = {f"{MODEL_KEY}={model}/part-{index:06d}.parquet" for model in models for index in range(n_parts)}
+    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    stray = sorted(
+        info.path[len(base) :].lstrip("/")
+        for info in listed
+        if info.type == pafs.FileType.File and info.path[len(base) :].lstrip("/") not in kept
+    )
+    for name in stray:
+        target = f"{removed}/{name}"
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        fs.move(f"{base}/{name}", target)
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        logger.warning(
+            "%d file(s) in forecasts/ are not this run's parts: moved to %s (%s)",
+            len(stray),
+            str(storage.join(output, REMOVED_DIR)),
+            shown,
+        )
+    return stray
 
 
 def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) -> None:

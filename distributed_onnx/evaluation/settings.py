@@ -31,6 +31,7 @@ from distributed_onnx.model.backend.providers import ExecutionProvider, Provider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.quantiles import QuantileLevels
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
+from distributed_onnx.runtime.addresses import check_address_or_none
 from distributed_onnx.settings_sources import comma_list, read_yaml
 
 __all__ = ["BacktestSettings", "gpu_chain_problem", "read_yaml"]
@@ -227,6 +228,8 @@ class BacktestSettings(ColumnSettings):
         default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
     )
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
+
+    _ray_address = field_validator("address")(check_address_or_none)  # the one parse (runtime/addresses.py)
 
     @field_validator("compare_realized")
     @classmethod

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.outputs import check_output_folder
+from distributed_onnx.evaluation.outputs import check_output_folder, check_run_folder
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
@@ -64,6 +64,7 @@ def check_backtest(settings: BacktestSettings) -> None:
         [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
     )
     check_output_folder(settings.output)
+    check_run_folder(settings.output)  # files but no run record: refused before Ray starts, and again under the lock
     if settings.clamp_quantiles:
         return
     found = [(path.stem, peek_metadata(path)) for path in settings.checkpoint]

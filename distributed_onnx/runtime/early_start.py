@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import DistributedOnnxError, RayLostError, WorkerStartError
+from distributed_onnx.errors import DistributedOnnxError, RayLostError, RayStartError, WorkerStartError
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.pool_request import PoolRequest
 from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT
@@ -60,6 +60,12 @@ IMPORT_TIMEOUT_S = 60.0
 WATCH_EVERY_S = 0.5
 #: The longest the main thread waits, after a lost Ray, for what it left of the run to be stopped.
 ABANDON_TIMEOUT_S = 15.0
+#: The longest the driver waits for the embedded Ray to start (its import included) on a cold, loaded node; a
+#: joined Ray gets twice :data:`~.joining.JOIN_TIMEOUT_S` (its address answering, then Ray's own join).
+EMBEDDED_START_TIMEOUT_S = 300.0
+#: Beyond the pool's own deadlines (room, then loading), what :meth:`EarlyStart.wait` allows for the rest of the
+#: start (the actors' creation, the answers' way back).
+POOL_SLACK_S = 60.0
 
 
 @dataclass
@@ -82,6 +88,7 @@ class EarlyStart:
     infos: list[WorkerInfo] = field(default_factory=list)
     _error: BaseException | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
+    _connected: threading.Event = field(default_factory=threading.Event)  # Ray up or joined (or that failed)
     _stop: threading.Event = field(default_factory=threading.Event)
     _imported: threading.Event = field(default_factory=threading.Event)  # Ray's modules imported (or failed to)
     _thread: threading.Thread | None = None
@@ -110,9 +117,14 @@ class EarlyStart:
                 return
             if self.quiet_ray is not None:
                 quiet_ray_logging(quiet=self.quiet_ray)
+            from distributed_onnx.runtime.ray_private import keep_signal_handlers
+
             connected_before = ray.is_initialized()
-            self.started_ray = connect(self.address, stand_in_agents=True)  # Ray for this run only
+            # No C++ failure-signal handler in the driver: a SIGTERM is the command's exit 130, not a stack dump.
+            with keep_signal_handlers():
+                self.started_ray = connect(self.address, stand_in_agents=True)  # Ray for this run only
             self.joined_ray = not connected_before and not self.started_ray
+            self._connected.set()
             if self._left_to_exit:
                 return
             if not connected_before:
@@ -124,6 +136,7 @@ class EarlyStart:
         except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
             self._error = exc
         finally:
+            self._connected.set()
             self._ready.set()
         self._stop.wait()
         if self._left_to_exit or self.lost is not None:  # a lost Ray is not asked anything (it would not answer)
@@ -175,12 +188,33 @@ class EarlyStart:
         return self._ready.is_set()
 
     def wait(self) -> None:
-        """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error)."""
-        self._ready.wait()
+        """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error), or a
+        :class:`RayStartError` naming what did not come within its deadline: Ray's start or join
+        (:meth:`connect_timeout_s`), then the pool (its placement and ready deadlines and :data:`POOL_SLACK_S`); or the
+        loss of the run's Ray (:class:`RayLostError`, seen by the watch)."""
+        connect_s = self.connect_timeout_s()
+        if not self._connected.wait(connect_s):
+            where = f"the Ray at {self.address}" if self.address else "the embedded local Ray on 127.0.0.1"
+            raise RayStartError(
+                f"Could not join {where} within {connect_s:g} s: Ray's join did not return (its address accepts "
+                "connections, but no Ray answered there). Check --address (a running Ray's head: ray status shows "
+                "it), or leave it out for an embedded Ray.",
+                address=self.address,
+            )
+        take_sigterm_back()
+        pool_s = POOL_SLACK_S + (self.pool.placement_timeout_s + self.pool.ready_timeout_s if self.pool else 0.0)
+        if not self._ready.wait(pool_s):
+            raise RayStartError(f"The worker actors' start did not return within {pool_s:g} s.", address=self.address)
         if self.lost is not None:
             raise self.lost
         if self._error is not None:
             raise self._error
+
+    def connect_timeout_s(self) -> float:
+        """The deadline of Ray's start (embedded) or join (``address``, which may be ``auto``)."""
+        from distributed_onnx.runtime.joining import JOIN_TIMEOUT_S
+
+        return 2 * JOIN_TIMEOUT_S if self.address else EMBEDDED_START_TIMEOUT_S
 
     def hand_job(self, job_factory: JobFactory, job_input: Any) -> None:
         """Give every actor of the pool its job (``job_input`` may be an ObjectRef, resolved in the actor), within
@@ -272,12 +306,28 @@ def ray_connected() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-def exit_on_sigterm() -> None:
-    """SIGTERM exits through the interpreter (atexit stops Ray), as Ray's own driver handler does.
+#: What a SIGTERM of a backtest (or a fev run) ends it with: the CLI's interrupted exit, 130 (docs/cli.md).
+TERMINATED = "interrupted by SIGTERM; rerun the same command to resume"
 
-    ``ray.init`` sets that handler only on the main thread (and warns, on Ray's logger, that it did not).
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the run as Ctrl-C does (a KeyboardInterrupt naming SIGTERM: the CLI's exit 130 and one line;
+    atexit stops Ray), where Ray's own driver handler exited with the signal's number, 15, outside the exit
+    codes. ``ray.init`` would set its handler only on the main thread (and warns, on Ray's logger, that it did not).
     """
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+def take_sigterm_back() -> None:
+    """Our SIGTERM handler in force again once Ray is up: Ray's native start installs absl's failure-signal handler
+    in the driver (also for SIGTERM, on any thread), which printed Ray's C++ stack dump
+    (``*** SIGTERM received at time=...``) before chaining to ours; setting ours again replaces it."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _terminated:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(TERMINATED)

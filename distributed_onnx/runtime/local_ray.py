@@ -9,7 +9,8 @@ listening socket of the embedded instance is on 127.0.0.1. A single-machine inst
 and :func:`connect` reads the sockets of its process tree once Ray is up and warns about any beyond loopback.
 
 Ray's own console logging (its token-authentication notice, start-up lines) would land on top of a command's
-progress line: the commands call :func:`quiet_ray_logging`, and :func:`connect` never lets ``ray.init``
+progress line: :func:`connect`, which every start or join of Ray goes through, applies the command line's choice
+(:mod:`.ray_console`) with :func:`quiet_ray_logging` before ``ray.init``, and never lets ``ray.init``
 reconfigure logging, so the choice holds.
 """
 
@@ -21,8 +22,9 @@ from typing import Any
 
 import ray
 
-from distributed_onnx.runtime import ray_auth, ray_private
+from distributed_onnx.runtime import ray_auth, ray_console, ray_private
 from distributed_onnx.runtime.addresses import AUTO
+from distributed_onnx.runtime.joining import check_ray_answers
 from distributed_onnx.runtime.listening import exposed_sockets, listening_addresses
 from distributed_onnx.runtime.running_ray import find_local_ray, listens_on_loopback_only
 
@@ -95,7 +97,13 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
     and says why (:mod:`.running_ray`). A token that a loopback Ray refuses is one
     :class:`~distributed_onnx.errors.RayStartError` before ``ray.init``. ``RAY_ADDRESS`` is Ray's own and keeps
     Ray's meaning.
+
+    Ray's console lines are hidden or shown as the command line chose (:mod:`.ray_console`), before ``ray.init``
+    logs its notices.
     """
+    quiet = ray_console.chosen()
+    if quiet is not None:
+        quiet_ray_logging(quiet=quiet)
     if ray.is_initialized():
         return False
     joined = ""
@@ -108,6 +116,7 @@ def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents
         address, joined = found.address, found.reason
     address = address or os.environ.get("RAY_ADDRESS")  # Ray's own variable keeps Ray's meaning, "auto" included
     if address:  # a cluster (ray job submit sets RAY_ADDRESS for the driver it starts)
+        check_ray_answers(address)  # else ray.init retries for many minutes, naming a rewritten address (joining.py)
         if listens_on_loopback_only(address):
             use_loopback_only()  # else Ray rewrites 127.0.0.1 into an address that Ray does not listen on
             ray_auth.check_token(address)  # a refused token: one line now, not Ray's retries

@@ -234,6 +234,17 @@ class StartInterrupted(KeyboardInterrupt):
     with exit 130 and this one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
 
 
+def _connect_interruptibly(address: str | None, connecting: threading.Event) -> bool:
+    """:func:`connect` with ``connecting`` set meanwhile: a signal then ends the start at once (the handler raises
+    :class:`StartInterrupted` inside ``ray.init``) rather than after Ray's own retries."""
+    with ray_private.keep_signal_handlers():
+        connecting.set()
+        try:
+            return connect(address)
+        finally:
+            connecting.clear()
+
+
 def serve_forever(settings: ServeSettings) -> int:
     """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
 
@@ -245,10 +256,14 @@ def serve_forever(settings: ServeSettings) -> int:
     stop_requested = threading.Event()
     received: list[str] = []
 
+    connecting = threading.Event()  # inside ray.init: a signal ends the start there, not after Ray's own deadlines
+
     def request_stop(signum: int, frame: FrameType | None) -> None:
         logger.info("Received %s; shutting down", signal.Signals(signum).name)
         received.append(signal.Signals(signum).name)
         stop_requested.set()
+        if connecting.is_set():  # inside ray.init: end the start there (one raise; the flag is cleared on the way out)
+            stop_if_asked()
 
     def stop_if_asked() -> None:
         if stop_requested.is_set():
@@ -268,8 +283,7 @@ def serve_forever(settings: ServeSettings) -> int:
     os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
-        with ray_private.keep_signal_handlers():
-            started_ray = connect(settings.address)
+        started_ray = _connect_interruptibly(settings.address, connecting)
         # ray.init installs its own SIGTERM handlers (a Python one that exits, kept out above, and a C-level one
         # that aborts the driver with exit -6 - measured): take the signals back before deploying.
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -28,6 +28,7 @@ from distributed_onnx.model.backend.providers import ProviderChain
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+from distributed_onnx.runtime.addresses import check_address_or_none
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings, comma_list
@@ -217,7 +218,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
                 "serve keeps its Serve instance (controller, proxies) in the Ray it runs on, so it joins a running Ray "
                 "only by its address (--address HOST:PORT), not by auto; leave it out for an embedded Ray"
             )
-        return value
+        return check_address_or_none(value)  # the one parse (runtime/addresses.py)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServeSettings:

@@ -81,7 +81,9 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
         else:
             table = storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)) from exc
+        raise storage.read_error(exc, path, "data file") or DataError(
+            f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)
+        ) from exc
     return names.rename(table, str(path))
 
 
@@ -94,7 +96,9 @@ def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     try:
         return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)) from exc
+        raise storage.read_error(exc, path, "data file") or DataError(
+            f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)
+        ) from exc
 
 
 def load_series(

@@ -7,6 +7,12 @@ checkpoint's forecasts are still in ``forecasts/`` is refused before anything is
 field that differs with both values and what to do. Resuming it would keep the parts computed under the old
 meaning beside new ones: a silently mixed run.
 
+It runs before the run's fingerprint is compared (:func:`~distributed_onnx.evaluation.outputs.prepare_output`):
+a field that changes the windows or the levels as well (``context_length``, ``horizon_patches``, the native
+levels a run forecasts by default, ``training_data_end``) changes the fingerprint too, and the refusal must still
+name the field and both values, not only two fingerprints. Then nothing in the directory can be reused, and the
+only way on is another ``--output``.
+
 The refusal is the message; the guarantee is the part files: each carries its model's fingerprint, which holds
 the identity's digest (:mod:`..planning`), so a part computed under another identity never verifies and is redone,
 whatever ``run.json`` says (a directory written before identities were recorded is so recomputed whole).
@@ -38,17 +44,35 @@ def identity_records(identities: Mapping[str, CheckpointIdentity]) -> dict[str, 
     return {CHECKPOINTS_KEY: {name: identity.record() for name, identity in identities.items()}}
 
 
-def check_identities(output: Location, identities: Mapping[str, CheckpointIdentity]) -> None:
+def check_identities(
+    output: Location, identities: Mapping[str, CheckpointIdentity], run_fingerprint: str | None = None
+) -> None:
     """Refuse a checkpoint whose identity differs from the one recorded while its forecasts are here; record
     the identities of checkpoints new to the directory (or whose forecasts were moved out of it).
 
-    Called after :func:`~distributed_onnx.evaluation.outputs.prepare_output` (the manifest exists and is this
-    run's). Raises :class:`ConfigError` (exit 2) naming the checkpoint, each field with both values, and the two
-    ways on: another ``--output``, or moving the checkpoint's forecasts out to recompute them.
+    Called before :func:`~distributed_onnx.evaluation.outputs.prepare_output` compares the run's fingerprint
+    (module docstring); a directory without a readable manifest is left to it (a new one records the identities
+    with its manifest). With a ``run_fingerprint`` other than the recorded one, a changed identity is refused
+    whether or not its forecasts are here (nothing of that run can be reused), and nothing is recorded. Raises
+    :class:`ConfigError` (exit 2) naming the checkpoint, each field with both values, and the ways on.
     """
     path = storage.join(output, outputs.MANIFEST)
-    document = json.loads(storage.read_retrying(lambda: storage.read_bytes(path), str(path)).decode("utf-8"))
+    if not storage.is_file(path):
+        return
+    try:
+        document = json.loads(storage.read_retrying(lambda: storage.read_bytes(path), str(path)).decode("utf-8"))
+    except ValueError:  # not a manifest: prepare_output refuses it, naming it
+        return
+    if not isinstance(document, dict):
+        return
     recorded = document.get(CHECKPOINTS_KEY)
+    previous = document.get("fingerprint")
+    if run_fingerprint is not None and previous != run_fingerprint:
+        for name, identity in identities.items():
+            before = CheckpointIdentity.from_record(recorded.get(name)) if isinstance(recorded, dict) else None
+            if before is not None and before.differences(identity):
+                raise _refusal(output, name, before, identity, (str(previous), run_fingerprint))
+        return  # other settings, the same checkpoints: prepare_output refuses, naming the settings
     if not isinstance(recorded, dict):
         if outputs.has_scored_parts(output):
             logger.warning(
@@ -76,13 +100,31 @@ def _has_forecasts(output: Location, name: str) -> bool:
     return bool(storage.list_files(outputs.model_dir(output, name), "part-", ".parquet"))
 
 
-def _refusal(output: Location, name: str, before: CheckpointIdentity, now: CheckpointIdentity) -> ConfigError:
+def _refusal(
+    output: Location,
+    name: str,
+    before: CheckpointIdentity,
+    now: CheckpointIdentity,
+    fingerprints: tuple[str, str] | None = None,
+) -> ConfigError:
+    """The refusal of a changed identity; ``fingerprints`` (recorded, this run's) when the change also changed
+    the run's fingerprint: then no forecast of the directory can be reused, and moving one checkpoint's out
+    would only meet the fingerprint's refusal."""
     folder = str(outputs.model_dir(output, name))
     differences = describe_differences(before.differences(now), "recorded", "now")
-    return ConfigError(
+    said = (
         f"{output} holds forecasts of checkpoint {name!r} computed under another identity "
-        f"(identity {before.digest} recorded, {now.digest} now): {differences}. Resuming would mix forecasts of "
-        f"two meanings of {name!r}. Use another --output, or move {folder} out of the run directory to compute "
-        "its forecasts again (the other checkpoints' are kept).",
+        f"(identity {before.digest} recorded, {now.digest} now): {differences}."
+    )
+    if fingerprints is not None:
+        return ConfigError(
+            f"{said} The change also changes the run's windows or levels (run fingerprint {fingerprints[0]} "
+            f"recorded, {fingerprints[1]} now), so nothing in {output} can be reused: use another --output "
+            f"(the run in {output} stays as it is).",
+            key="output",
+        )
+    return ConfigError(
+        f"{said} Resuming would mix forecasts of two meanings of {name!r}. Use another --output, or move {folder} "
+        "out of the run directory to compute its forecasts again (the other checkpoints' are kept).",
         key="output",
     )

@@ -123,10 +123,12 @@ class _BacktestRun:
             **identity_records(plan.identities),
             outputs.FINGERPRINTED_KEY: plan.fingerprinted,  # a rerun of other settings is refused naming each
         }
+        # Identities first: a changed checkpoint is refused naming its fields, even where it changed the fingerprint.
+        check_identities(output, plan.identities, plan.run_fingerprint)  # never a mix of two meanings of one
         outputs.prepare_output(output, plan.run_fingerprint, manifest)
-        check_identities(output, plan.identities)  # never a resume that mixes two meanings of a checkpoint
         outputs.clean_partials(output, plan.model_names)
         outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
+        outputs.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute

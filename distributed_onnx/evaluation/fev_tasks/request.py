@@ -24,6 +24,7 @@ from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ExecutionProvider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
+from distributed_onnx.runtime.addresses import check_address_or_none
 from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["FevRequest"]
@@ -80,6 +81,8 @@ class FevRequest(CommandSettings):
         if not found:
             raise ValueError("give at least one checkpoint")
         return found
+
+    _ray_address = field_validator("address")(check_address_or_none)  # the backtest's one parse
 
     @field_validator("providers")
     @classmethod

@@ -47,11 +47,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from distributed_onnx import storage
-from distributed_onnx.errors import BatchError, ConfigError, DataError, DistributedOnnxError
+from distributed_onnx.errors import BatchError, ConfigError, DistributedOnnxError
 from distributed_onnx.evaluation.fev_tasks.checks import check_tasks, levels_reason
 from distributed_onnx.evaluation.fev_tasks.fev_import import FEV_VERSION, raised_by_fev
 from distributed_onnx.evaluation.fev_tasks.pair_records import REJECTED, SUMMARY, pair_key, plain, read_pair, write_pair
 from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
+from distributed_onnx.evaluation.fev_tasks.sources import dataset_location
 from distributed_onnx.evaluation.fev_tasks.tasks import (
     TaskData,
     checkpoint_reason,
@@ -65,6 +66,8 @@ from distributed_onnx.evaluation.fev_tasks.tasks import (
     task_reason,
     task_slug,
 )
+from distributed_onnx.evaluation.fev_tasks.verdicts import REJECTED as REJECTED_STATUS
+from distributed_onnx.evaluation.fev_tasks.verdicts import verdict
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MODEL_KEY, check_output_folder
 from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.evaluation.up_front import check_checkpoint_names
@@ -289,10 +292,10 @@ def _plan_task(  # noqa: PLR0913 - the planner's state, passed through
     unusable: tuple[str, str] | None = None  # (status, reason)
     try:
         data = task_data(task)
-    except DataError as exc:  # loaded, but not a backtest's data (a target of letters): every rerun finds it so
-        unusable = ("rejected", f"the task's data cannot be used: {_words(exc)}")
-    except Exception as exc:  # fev's loader: a missing file, no network for a hub dataset, irregular data
-        unusable = ("failed", f"fev could not load the task's data: {_words(exc)}")  # fev's words name its path
+    except Exception as exc:  # rejected (the task's definition or data) or failed (a missing file, no network)
+        judged = verdict(exc)
+        said = "the task's data cannot be used" if judged == REJECTED_STATUS else "fev could not load the task's data"
+        unusable = (judged, f"{said}: {_words(exc, dataset_location(task))}")  # fev's words name its path
     if unusable is not None:
         status, problem = unusable
         for each in serving:
@@ -318,10 +321,11 @@ def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> 
     return (metadata.resolution_minutes, context_length(task, metadata), known, past)
 
 
-def _words(exc: BaseException) -> str:
-    """An exception as a pair's reason: its class and its message on one line (a URL's secrets masked), cut at
-    300 characters."""
-    return f"{type(exc).__name__}: {redact_text(' '.join(str(exc).split()))[:300]}"
+def _words(exc: BaseException, location: Location | None = None) -> str:
+    """An exception as a pair's reason: its class and its message on one line (a URL's secrets masked, those of
+    the task's dataset ``location`` in any form a library quoted them), cut at 300 characters."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {(location.scrub(text) if location is not None else redact_text(text))[:300]}"
 
 
 def _execute(
@@ -335,7 +339,7 @@ def _execute(
     try:
         return _run_merged(run, output, settings, pools, refused_fails=False)
     except DistributedOnnxError as exc:
-        if exc.exit_code != ConfigError.exit_code:
+        if verdict(exc) != REJECTED_STATUS:
             raise
         logger.warning("A merged run of %d fev tasks was refused (%s); running them one by one", len(run.tasks), exc)
         outcomes: dict[int, dict[str, dict[str, Any]]] = {}
@@ -356,7 +360,7 @@ def _run_merged(
     try:
         inference_s, batch_error = _backtest(run, output, run_dir, settings, pools)
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
-        if exc.exit_code != ConfigError.exit_code or not refused_fails:
+        if verdict(exc) != REJECTED_STATUS or not refused_fails:
             raise
         rejection = {REJECTED: f"the backtest refuses the task: {type(exc).__name__}: {exc}"}
         outcome = {**rejection, "run_dir": str(run_dir)}
@@ -476,12 +480,13 @@ def _scored(
     try:
         predictions = task_predictions(task, number, forecasts)
         summary = task.evaluation_summary(predictions, model_name=model, inference_time_s=inference_s, extra_info=extra)
-    except MissingForecastsError as exc:
-        return {"reason": f"{exc}; {batch_error}" if batch_error is not None else str(exc)}
     except Exception as exc:
-        if not raised_by_fev(exc):
+        if not isinstance(exc, MissingForecastsError) and not raised_by_fev(exc):
             raise
-        return {REJECTED: f"fev rejects the task: {_words(exc)}"}
+        if verdict(exc) == REJECTED_STATUS:
+            return {REJECTED: f"fev rejects the task: {_words(exc)}"}
+        reason = _words(exc) if not isinstance(exc, MissingForecastsError) else str(exc)
+        return {"reason": f"{reason}; {batch_error}" if batch_error is not None else reason}
     return {SUMMARY: redacted(plain(summary))}  # fev's summary echoes the task's dataset path and name
 
 

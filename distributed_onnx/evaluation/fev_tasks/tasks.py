@@ -154,8 +154,11 @@ def takes_covariates(task: Any, supports: bool, max_covariates: int | None) -> b
 
 
 def task_data(task: Any) -> TaskData:
-    """Load ``task``'s dataset with fev (its own loader: local, object store or hub) and lay it out."""
-    dataset = task.load_full_dataset()
+    """Load ``task``'s dataset with fev's loader (:func:`~.sources.load_dataset`: a local file, an object read
+    through the store with its URL's options, or the hub) and lay it out."""
+    from distributed_onnx.evaluation.fev_tasks.sources import load_dataset
+
+    dataset = load_dataset(task)
     table = dataset.data.table
     stamps = table.column(task.timestamp_column).combine_chunks()
     lengths = pc.list_value_length(stamps).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -167,7 +170,7 @@ def task_data(task: Any) -> TaskData:
         stamp_us = _micros(flat_stamps)
         grid = np.unique(stamp_us)
         positions = np.searchsorted(grid, stamp_us).astype(np.int64)
-        cutoff_us = [_micros(pc.cast(pa.array([cutoff]), flat_stamps.type))[0] for cutoff in cutoffs]
+        cutoff_us = [_cutoff_us(cutoff, flat_stamps.type, task.initial_cutoff) for cutoff in cutoffs]
         origins = tuple(int(np.searchsorted(grid, cut, side="right")) for cut in cutoff_us)
     else:
         index = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -219,6 +222,26 @@ def merged_settings(tasks: Sequence[Any], step_minutes: int, context_length: int
     }
 
 
+def _cutoff_us(cutoff: str, stamps: pa.DataType, initial_cutoff: str) -> int:
+    """A timestamp cutoff as microseconds on the data's own timestamps; a cutoff that cannot be read as one (no
+    zone offset where the timestamps carry a zone, or one where they carry none: fev cannot compare them either)
+    is a :class:`ConfigError` naming ``initial_cutoff``, the task's definition, which no rerun changes."""
+    try:
+        return int(_micros(pc.cast(pa.array([cutoff]), stamps))[0])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        zone = getattr(stamps, "tz", None)
+        hint = (
+            f"write it with the offset of the data's zone {zone} (e.g. {initial_cutoff}+00:00 for UTC)"
+            if zone
+            else "write it without a zone offset, as the data's timestamps are"
+        )
+        raise ConfigError(
+            f"initial_cutoff {initial_cutoff!r} cannot be compared with the task's timestamps ({stamps}): "
+            f"{' '.join(str(exc).split())[:200]}; {hint}",
+            key="initial_cutoff",
+        ) from None
+
+
 def _micros(values: pa.Array) -> np.ndarray:
     """Timestamps as int64 microseconds since the epoch, whatever their unit and zone."""
     kind = values.type
@@ -229,7 +252,9 @@ def _micros(values: pa.Array) -> np.ndarray:
 def load_tasks(benchmark: Any) -> list[Any]:
     """The tasks of a ``fev.Benchmark``, a list of ``fev.Task``, or a benchmark YAML file's path or URL; at least one
     (a benchmark without tasks is refused, from a file as from Python, rather than run into empty summaries)."""
-    tasks = _tasks_of(benchmark)
+    from distributed_onnx.evaluation.fev_tasks.sources import named
+
+    tasks = [named(task) for task in _tasks_of(benchmark)]  # never named after a URL's query (sources.py)
     if not tasks:
         where = "" if isinstance(benchmark, list | tuple) else f" {benchmark}"
         raise ConfigError(

@@ -12,10 +12,14 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from distributed_onnx.evaluation.data.layout import SeriesTable
+import numpy as np
+
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.data.layout import FlatSeries, SeriesTable
 from distributed_onnx.evaluation.data.series_source import SeriesSource
 from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX, VintagedCovariates
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
@@ -208,6 +212,8 @@ class RunPlan:
 def plan(settings: BacktestSettings, models: Checkpoints, dataset: Dataset) -> RunPlan:
     """The run's fingerprints and parts, from its checkpoints and its data (read once, by the load stage)."""
     spec, roles = models.spec, dataset.roles
+    if dataset.windows.planned == 0:
+        raise _nothing_to_evaluate(dataset.windows, spec, dataset.table, models.resolution_minutes)
     notes = models.notes + _plan_notes(dataset.windows, spec) + models.clamp_notes
     for note in notes:
         logger.warning("%s", note)
@@ -338,6 +344,43 @@ def _part_size(
                 return size, width, each_rows, recorded.fingerprint
     size, width, rows = chosen  # a new directory (or another run's: refused, naming it, by its manifest)
     return size, width, rows, _run_fingerprint(run_config, size, width, rows)
+
+
+def _nothing_to_evaluate(windows: WindowPlan, spec: WindowSpec, table: SeriesTable, step_minutes: int) -> ConfigError:
+    """The refusal of a run that plans no window (exit 2, before any part, summary or report is written): what
+    the windows asked for against what the series hold. A run of nothing would exit 0 with an empty report."""
+    series = table.series
+    lengths = series.lengths if isinstance(series, FlatSeries) else np.asarray([one.n_points for one in series])
+    starts = table.start_us
+    step_us = step_minutes * 60_000_000
+    needs = f"a window needs its horizon ({spec.horizon} steps) after its origin and observed context before it"
+    needs += f" (up to context_length {spec.context_length}; context + horizon = {spec.context_length + spec.horizon})"
+    if len(lengths) == 0:
+        return ConfigError(f"no window to evaluate: {table.source} holds no series.", key="data")
+    first = _utc(int(starts.min()))
+    last = _utc(int((starts + (lengths - 1) * step_us).max()))
+    held = f"{len(lengths)} series from {first} to {last}, {int(lengths.min())}..{int(lengths.max())} steps each"
+    skipped = (
+        f"; {windows.skipped} window(s) left out for too little observed context (--min-context-coverage "
+        f"{spec.min_context_coverage:g})"
+        if windows.skipped
+        else ""
+    )
+    if spec.start_us is not None and spec.end_us is not None:
+        return ConfigError(
+            f"no window to evaluate: no origin from --start {_utc(spec.start_us)} to --end {_utc(spec.end_us)} has "
+            f"a window in the data ({held}; {needs}){skipped}. Give --start/--end inside the data, or --n-windows.",
+            key="start",
+        )
+    return ConfigError(
+        f"no window to evaluate: {needs}, and the data holds {held}{skipped}. Give longer series (--data), or a "
+        "shorter --horizon.",
+        key="n_windows",
+    )
+
+
+def _utc(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _plan_notes(windows: WindowPlan, spec: WindowSpec) -> list[str]:

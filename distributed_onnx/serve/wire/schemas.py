@@ -3,8 +3,9 @@
 Every request model forbids unknown fields, so a typo is a 4xx naming the field rather than a silently
 ignored option, and is strict: a value of another JSON type is a 422 rather than converted (``"y": ["1"]``,
 ``"y": [true]`` and ``"horizon": "4"`` were taken as numbers). Floats in a forecast history may be ``null``
-(missing) but never NaN or infinite; an integer is a number; a timestamp is an ISO 8601 string. A series id
-appears once per request: two histories of one series would be logged as two windows at the same origin. v2 tensor
+(missing) but never NaN or infinite; an integer is a number; a timestamp is an ISO 8601 string. A window
+appears once per request: one series id twice with one start and history length would be logged as two windows at
+the same origin (one series at two origins is two windows). v2 tensor
 ``data`` is kept as received (flat row-major, or nested as the protocol also allows) and checked against
 ``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.wire.protocol`, which names the tensor at fault.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from distributed_onnx.bounds import MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.model.quantiles import QuantileLevels
@@ -49,6 +50,17 @@ def _bounded_id(series_id: str) -> str:
     return series_id
 
 
+def _timestamp_text(value: Any) -> Any:
+    """A timestamp as a request gives it: ISO 8601 text (or a datetime, from Python), never a number."""
+    if value is None or isinstance(value, str | datetime):
+        return value
+    raise ValueError(f"expected an ISO 8601 timestamp string, got {type(value).__name__}")
+
+
+#: A timestamp: ISO 8601 text parsed (strict mode would take only a datetime object from Python, refusing the
+#: text every JSON client and the Python API's dicts send), any other type refused rather than read as epoch seconds.
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp_text), Field(strict=False)]
+
 #: A series id as the routes take it: not empty, at most :data:`~distributed_onnx.bounds.MAX_SERIES_ID_BYTES`.
 SeriesId = Annotated[str, Field(min_length=1), AfterValidator(_bounded_id)]
 
@@ -73,7 +85,7 @@ class SeriesHistory(_Strict):
         description="History, oldest first; null = missing. Longer than the context: the last context_length "
         "values are used, as a backtest window would use them.",
     )
-    start: datetime | None = Field(
+    start: Timestamp | None = Field(
         default=None, description="Timestamp of y[0] (UTC if naive); when given, forecasts carry timestamps."
     )
 
@@ -95,17 +107,20 @@ class ForecastRequest(_Strict):
 
     @field_validator("series")
     @classmethod
-    def _one_history_per_series(cls, series: list[SeriesHistory]) -> list[SeriesHistory]:
-        """Each series id once: the forecast log keys a window by series and origin, so two histories of one series
-        in one request would be two windows of that key (and their forecasts indistinguishable to ``score``)."""
-        seen: dict[str, int] = {}
+    def _one_history_per_window(cls, series: list[SeriesHistory]) -> list[SeriesHistory]:
+        """Each window once: the forecast log keys a window by series and origin (``start`` plus the history's
+        length), so two histories of one series ending at one origin would be two windows of that key, their
+        forecasts indistinguishable to ``score``. One series at two origins (histories of other lengths) is two
+        windows, as a backtest's."""
+        seen: dict[tuple[str, Any, int], int] = {}
         for position, history in enumerate(series):
-            if history.series_id in seen:
+            key = (history.series_id, history.start, len(history.y))
+            if key in seen:
                 raise ValueError(
-                    f"series_id {history.series_id!r} is given twice (series {seen[history.series_id]} and "
-                    f"{position}); send each series once per request (its whole history in one entry)"
+                    f"series_id {history.series_id!r} is given twice with the same start and history length "
+                    f"(series {seen[key]} and {position}): one window sent twice; send each window once per request"
                 )
-            seen[history.series_id] = position
+            seen[key] = position
         return series
 
 
