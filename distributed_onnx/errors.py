@@ -36,7 +36,7 @@ input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run
     │   │   └── RayStartError          Ray could not be started or joined (the Python API's ray.init)
     │   ├── UnsupportedRayError        the installed Ray lacks a private part this package relies on (names it
     │   │                              and the Ray version tested)
-    │   ├── RayLostError               the Ray under a running ``serve`` went away (names the process or GCS)
+    │   ├── RayLostError               the Ray under a running ``serve`` or run went away (names the process or GCS)
     │   └── LoopbackError              the embedded Ray or Serve listens beyond 127.0.0.1 (names the sockets)
     └── BatchError                     exit 1: dispatched work failed (names the parts; their windows are listed)
 

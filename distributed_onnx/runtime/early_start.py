@@ -21,6 +21,14 @@ data error first), left to the exit once the thread has imported Ray: a Ray stil
 that started it (above), one already up is stopped by ``ray.init``'s own exit handler. The thread then never
 stops Ray itself, so two shutdowns never race.
 
+While the run needs Ray, a second thread polls the one watch of the Ray it runs on (:mod:`.ray_watch`): a Ray
+that went away (its GCS or raylet killed, the embedded one's or a joined ``ray start`` head's) is recorded as a
+:class:`~distributed_onnx.errors.RayLostError` and the main thread is interrupted (SIGINT to it, which Ray's waits
+answer as they answer Ctrl-C); the run turns that into the error (one line, exit 3: finished parts are kept), and
+what the lost Ray left of this run (the embedded Ray's processes, the run's actors on a joined Ray of this
+machine) is stopped by signal, ``ray.shutdown`` taken off the exit handlers: nothing waits on the dead GCS until
+Ray's core would abort the process a minute later. A process that held Ray before the run keeps its own.
+
 This module imports Ray on the thread, not at its own import: the command creates an :class:`EarlyStart` before
 it imports the rest of the backtest, so Ray's processes start while the driver still imports (what that gains:
 ``benchmarks/results/mechanisms.md``).
@@ -35,18 +43,23 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.errors import DistributedOnnxError, RayStartError, WorkerStartError
+from distributed_onnx.errors import DistributedOnnxError, RayLostError, RayStartError, WorkerStartError
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.pool_request import PoolRequest
 from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT
 
 if TYPE_CHECKING:
     from distributed_onnx.runtime.actors import JobFactory
+    from distributed_onnx.runtime.ray_watch import RayWatch
 
 logger = logging.getLogger(__name__)
 
 #: The longest an abandoned start waits for the thread to finish importing Ray (seconds on a cold, loaded node).
 IMPORT_TIMEOUT_S = 60.0
+#: Seconds between two looks at the run's Ray (:mod:`.ray_watch`): a lost Ray is noticed within about one.
+WATCH_EVERY_S = 0.5
+#: The longest the main thread waits, after a lost Ray, for what it left of the run to be stopped.
+ABANDON_TIMEOUT_S = 15.0
 #: The longest the driver waits for the embedded Ray to start (its import included) on a cold, loaded node; a
 #: joined Ray gets twice :data:`~.joining.JOIN_TIMEOUT_S` (its address answering, then Ray's own join).
 EMBEDDED_START_TIMEOUT_S = 300.0
@@ -80,6 +93,10 @@ class EarlyStart:
     _imported: threading.Event = field(default_factory=threading.Event)  # Ray's modules imported (or failed to)
     _thread: threading.Thread | None = None
     _left_to_exit: bool = False  # the process exits: Ray's exit handler stops Ray, not the thread
+    #: The Ray went away while the run needed it (the watch thread says so; :meth:`wait` and the run raise it).
+    lost: RayLostError | None = None
+    _watching: threading.Lock = field(default_factory=threading.Lock)  # a loss is recorded only before a stop
+    _abandoned: threading.Event = field(default_factory=threading.Event)  # what the lost Ray left is stopped
 
     def __post_init__(self) -> None:
         if not ray_connected():  # a process that holds Ray already keeps its own signal handling
@@ -110,6 +127,10 @@ class EarlyStart:
             self._connected.set()
             if self._left_to_exit:
                 return
+            if not connected_before:
+                self._start_watch()
+            if self._left_to_exit:
+                return
             if self.pool is not None and not self._stop.is_set():
                 self.actors, self.infos = start_pool(self.pool)
         except BaseException as exc:  # handed to the driver by wait(): the same error it would have got itself
@@ -118,7 +139,7 @@ class EarlyStart:
             self._connected.set()
             self._ready.set()
         self._stop.wait()
-        if self._left_to_exit:
+        if self._left_to_exit or self.lost is not None:  # a lost Ray is not asked anything (it would not answer)
             return
         try:
             import ray
@@ -131,6 +152,36 @@ class EarlyStart:
         except Exception as exc:  # stopping is best effort: the run's results are written already
             logger.warning("Stopping Ray: %s", exc)
 
+    def _start_watch(self) -> None:
+        """Watch the Ray this run started or joined, on a thread of its own, while the run needs it."""
+        from distributed_onnx.runtime.ray_watch import watch_connected_ray
+
+        watch = watch_connected_ray(self.started_ray)
+        threading.Thread(target=self._watch_ray, args=(watch,), name="ray-watch", daemon=True).start()
+
+    def _watch_ray(self, watch: RayWatch) -> None:
+        """Until the run is done with Ray: on a loss, record it, interrupt the main thread, stop what is left."""
+        from distributed_onnx.runtime.ray_watch import abandon_lost_ray, ray_workers
+
+        while not self._stop.wait(WATCH_EVERY_S):
+            reason = watch.lost()
+            if reason is None:
+                continue
+            with self._watching:
+                if self._stop.is_set():  # the run is done with Ray: it is stopping as it would anyway
+                    return
+                self.lost = lost_ray_error(reason, self.started_ray)
+            self._ready.set()  # a driver still waiting for the pool hears it at once (:meth:`wait`)
+            interrupt_main_thread()
+            # The run's actors on a joined Ray of this machine: nothing else ends them while its GCS is gone.
+            local = bool(watch.processes) and not self.started_ray
+            actors = ray_workers(info.pid for info in self.infos) if local else []
+            try:
+                abandon_lost_ray(self.started_ray, watch, also=actors)
+            finally:
+                self._abandoned.set()
+            return
+
     @property
     def ready(self) -> bool:
         """True once Ray is up and the pool warm (or starting them failed): :meth:`wait` would return at once."""
@@ -139,7 +190,8 @@ class EarlyStart:
     def wait(self) -> None:
         """Block until Ray is up and the pool warm; raise what went wrong there (a typed start-up error), or a
         :class:`RayStartError` naming what did not come within its deadline: Ray's start or join
-        (:meth:`connect_timeout_s`), then the pool (its placement and ready deadlines and :data:`POOL_SLACK_S`)."""
+        (:meth:`connect_timeout_s`), then the pool (its placement and ready deadlines and :data:`POOL_SLACK_S`); or the
+        loss of the run's Ray (:class:`RayLostError`, seen by the watch)."""
         connect_s = self.connect_timeout_s()
         if not self._connected.wait(connect_s):
             where = f"the Ray at {self.address}" if self.address else "the embedded local Ray on 127.0.0.1"
@@ -153,6 +205,8 @@ class EarlyStart:
         pool_s = POOL_SLACK_S + (self.pool.placement_timeout_s + self.pool.ready_timeout_s if self.pool else 0.0)
         if not self._ready.wait(pool_s):
             raise RayStartError(f"The worker actors' start did not return within {pool_s:g} s.", address=self.address)
+        if self.lost is not None:
+            raise self.lost
         if self._error is not None:
             raise self._error
 
@@ -189,7 +243,8 @@ class EarlyStart:
     def stop(self) -> None:
         """Kill the pool and stop Ray (if this process started it) on the owning thread; returns at once."""
         if not self.kept:
-            self._stop.set()
+            with self._watching:
+                self._stop.set()
 
     def abandon(self, *, wait: bool = True) -> None:
         """Stop for a run that will not use the pool (its input was bad): waiting for Ray to stop, or (``wait``
@@ -209,14 +264,40 @@ class EarlyStart:
         """Wait until Ray has stopped (after :meth:`stop`)."""
         if self.kept:
             return
-        self._stop.set()
-        if self._thread is not None:
+        with self._watching:
+            self._stop.set()
+        if self.lost is not None:  # the owning thread may wait on the dead GCS: wait for the watch's stop instead
+            self._abandoned.wait(ABANDON_TIMEOUT_S if timeout_s is None else timeout_s)
+        elif self._thread is not None:
             self._thread.join(timeout_s)
 
     def release(self) -> None:
         """End a kept pool: kill its actors and stop Ray (if this process started it), and wait for that."""
         self.kept = False
         self.join()
+
+
+def lost_ray_error(reason: str, started_ray: bool) -> RayLostError:
+    """The one line for a Ray lost under a run: what went, where to look for why, and that a rerun resumes."""
+    if started_ray:
+        look = "Ray's logs (/tmp/ray/session_latest/logs by default: gcs_server.out, raylet.out) or dmesg"
+        again = "rerun the same command to resume"
+    else:
+        look = "that Ray's logs (gcs_server.out, raylet.out in its session's logs folder)"
+        again = "start that Ray again (or leave --address out) and rerun the same command to resume"
+    return RayLostError(
+        f"Ray went away during the run: {reason}. Finished parts are kept; see {look} for why (memory, a kill), "
+        f"then {again}.",
+        reason=reason,
+    )
+
+
+def interrupt_main_thread() -> None:
+    """Interrupt the main thread as Ctrl-C does: SIGINT to it wakes a wait in Ray or a sleep, and its handler raises
+    there. Nothing when the process does not handle SIGINT in Python (ignored, or left to end the process)."""
+    main = threading.main_thread().ident
+    if callable(signal.getsignal(signal.SIGINT)) and main is not None:
+        signal.pthread_kill(main, signal.SIGINT)
 
 
 def ray_connected() -> bool:

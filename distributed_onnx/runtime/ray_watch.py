@@ -3,21 +3,29 @@
 When the GCS of the Ray a driver is connected to stops, Ray's core worker retries for
 ``gcs_rpc_server_reconnect_timeout_s`` (60 s by default), then logs "Failed to connect to GCS ... The program will
 terminate" from a background thread and aborts the process: no ``error:`` line, no exit code of the project's, and
-the embedded Ray's raylet, agents and workers left running (measured under ``serve``, issue 46). ``serve`` polls a
-:class:`RayWatch` in its main loop instead, which sees the loss within a second or two:
+the embedded Ray's raylet, agents and workers left running (measured under ``serve``, issue 46, and under a
+backtest joined to a ``ray start`` head). The one watch of every command, :func:`watch_connected_ray` (``serve``
+polls it in its main loop, the backtest on a thread of :mod:`.early_start`), sees the loss within a second or two:
 
 - the embedded Ray (started by this process): its ``gcs_server`` and ``raylet`` are this process's children, read
   from /proc when the watch starts; one that exited is the loss (they never restart);
-- a cluster (``--address``): the GCS address (``ray.get_runtime_context().gcs_address``) is probed with a TCP
-  connect; a GCS may restart (fault-tolerant GCS), so only one that refused or timed out for :data:`CLUSTER_GRACE_S`
-  on end is the loss, well inside Ray's own window.
+- a Ray joined on this machine (``--address auto``, or its loopback address: ``ray start --head`` as
+  docs/cluster.md says): the ``gcs_server`` listening on the joined address and the ``raylet`` this driver is
+  connected to (its node id on the command line), found in /proc as :mod:`.running_ray` finds a head's processes;
+  a GCS without external storage never restarts, so one that exited is the loss;
+- any other cluster: the GCS address (``ray.get_runtime_context().gcs_address``) is probed with a TCP connect; a
+  GCS may restart (fault-tolerant GCS), so only one that refused or timed out for :data:`CLUSTER_GRACE_S` on end is
+  the loss, well inside Ray's own window.
 
-:func:`stop_process_tree` then stops what the embedded Ray left (``ray.shutdown`` would wait on the dead GCS).
+:func:`abandon_lost_ray` then stops what the embedded Ray left and takes ``ray.shutdown`` off the exit handlers
+(it would wait on the dead GCS until Ray's core aborts the process).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -27,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distributed_onnx.runtime.listening import process_tree
+from distributed_onnx.runtime.running_ray import gcs_listener, session_processes
+
+logger = logging.getLogger(__name__)
 
 #: The embedded Ray's processes whose end is the end of the instance (neither restarts).
 VITAL_PROCESSES = ("gcs_server", "raylet")
@@ -86,8 +97,10 @@ def gcs_answers(address: str, timeout_s: float = 1.0) -> bool:
 class RayWatch:
     """Polled by a long-running command: :meth:`lost` is None while Ray is there, else the line saying why not."""
 
-    #: The embedded Ray's vital processes (pid -> name); empty when joined to a cluster.
+    #: The vital processes of a Ray on this machine (pid -> name); empty when joined to a remote cluster.
     processes: dict[int, str] = field(default_factory=dict)
+    #: Whose processes they are, in the line that says one exited.
+    owner: str = "the embedded Ray"
     #: The process that started the embedded Ray: its tree is remembered every ``remember_every_s`` while Ray is
     #: there, since a killed raylet's workers are no longer in it once it is lost (they are re-parented).
     root: int | None = None
@@ -115,7 +128,7 @@ class RayWatch:
     def lost(self) -> str | None:
         for pid, name in self.processes.items():
             if _status(pid) in (None, "Z", "X"):
-                return f"the embedded Ray's {name} (pid {pid}) exited"
+                return f"{self.owner}'s {name} (pid {pid}) exited"
         now = self.clock()
         if self._remembered_at is None or now - self._remembered_at >= self.remember_every_s:
             self._remember()
@@ -144,22 +157,94 @@ class RayWatch:
         return {pid for pid, started in self._tree.items() if started is not None and _start_time(pid) == started}
 
 
-def stop_process_tree(root: int, timeout_s: float = 3.0, also: Iterable[int] = ()) -> list[int]:
-    """SIGTERM every descendant of ``root`` (not ``root``) and ``also``, SIGKILL those left after ``timeout_s``;
-    returns those that still had not exited (zombies excepted) after the SIGKILL."""
-    descendants = (process_tree(root) | set(also)) - {root}
-    for pid in descendants:
+def watch_connected_ray(started_ray: bool) -> RayWatch:
+    """The one watch of the Ray this process is connected to (module docstring): the embedded Ray's processes
+    when this process started it, a joined Ray's on this machine, else the cluster's GCS. Call it once Ray is up
+    (its processes are read now)."""
+    import ray
+
+    if started_ray:
+        watch = RayWatch.embedded()
+        if watch.processes:
+            return watch
+    context = ray.get_runtime_context()
+    address = str(context.gcs_address)
+    local = joined_vital_processes(address, str(context.get_node_id()))
+    if local:
+        return RayWatch(processes=local, owner=f"the Ray at {address}")
+    return RayWatch(gcs_address=address)
+
+
+def joined_vital_processes(gcs_address: str, node_id: str) -> dict[int, str]:
+    """The ``gcs_server`` listening on ``gcs_address`` on this machine and the ``raylet`` of node ``node_id`` in
+    its session (pid -> name); empty when the GCS is not a process of this machine this user can read, or either
+    is not found (the GCS is then probed instead)."""
+    host, _, port = gcs_address.rpartition(":")
+    if not port.isdigit() or host.strip("[]") not in {"127.0.0.1", "localhost", "::1"}:
+        return {}
+    found = gcs_listener(int(port))
+    if found is None:
+        return {}
+    gcs, session = found
+    raylets = [
+        pid
+        for pid in session_processes(session)
+        if _name(pid) == "raylet" and f"--node_id={node_id}" in _command_line(pid)
+    ]
+    if _name(gcs) != "gcs_server" or len(raylets) != 1:
+        return {}
+    return {gcs: "gcs_server", raylets[0]: "raylet"}
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def ray_workers(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that still run as Ray workers on this machine (Ray names them ``ray::...``)."""
+    return [pid for pid in pids if (_name(pid) or "").startswith("ray::") and _status(pid) not in (None, "Z", "X")]
+
+
+def abandon_lost_ray(started_ray: bool, watch: RayWatch | None, also: Iterable[int] = ()) -> None:
+    """Stop what is left of a lost Ray without asking it (``ray.shutdown``, ``ray.kill`` would wait on the dead
+    GCS until Ray's core aborts the process): ``ray.shutdown`` is taken off the exit handlers, the embedded
+    instance's processes (this process's descendants) and ``also`` (this run's actors on a joined Ray of this
+    machine) are stopped by signal."""
+    with contextlib.suppress(ImportError):
+        import ray
+
+        atexit.unregister(ray.shutdown)
+    others = set(also)
+    if started_ray:
+        others |= watch.remembered() if watch is not None else set()
+        left = stop_process_tree(os.getpid(), also=others)
+    else:
+        left = stop_process_tree(os.getpid(), also=others, descendants=False) if others else []
+    if left:
+        logger.warning("Processes of the lost Ray still running after SIGKILL: %s", left)
+
+
+def stop_process_tree(
+    root: int, timeout_s: float = 3.0, also: Iterable[int] = (), *, descendants: bool = True
+) -> list[int]:
+    """SIGTERM every descendant of ``root`` (not ``root``; none when not ``descendants``) and ``also``, SIGKILL
+    those left after ``timeout_s``; returns those that still had not exited (zombies excepted) after the SIGKILL."""
+    stopped = ((process_tree(root) if descendants else set()) | set(also)) - {root}
+    for pid in stopped:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _running(descendants):
+    while time.monotonic() < deadline and _running(stopped):
         time.sleep(0.1)
-    for pid in _running(descendants):
+    for pid in _running(stopped):
         _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and _running(descendants):
+    while time.monotonic() < deadline and _running(stopped):
         time.sleep(0.05)
-    _reap(descendants)
-    return sorted(_running(descendants))
+    _reap(stopped)
+    return sorted(_running(stopped))
 
 
 def _running(pids: set[int]) -> set[int]:

@@ -165,6 +165,14 @@ def _environment(pid: int) -> dict[str, str]:
     return kept
 
 
+def gcs_listener(port: int) -> tuple[int, str] | None:
+    """The process listening on a Ray's GCS ``port`` on this machine and its Ray session (None: none, or not a
+    Ray process this user can read): what the watch of a joined Ray watches (``ray_watch.py``)."""
+    pid = _listener(port)
+    session = _session_name(pid) if pid is not None else None
+    return (pid, session) if pid is not None and session else None
+
+
 def _listener(port: int) -> int | None:
     """The process listening on ``port`` (None: nothing listens, or not a process this user can read)."""
     inodes = {inode for address, inode in listening_sockets() if int(address.rsplit(":", 1)[1]) == port}
@@ -200,6 +208,11 @@ def _session_name(pid: int) -> str | None:
         if argument.startswith("--session-name="):
             return argument.removeprefix("--session-name=") or None
     return None
+
+
+def session_processes(session: str) -> set[int]:
+    """Every process of a Ray session on this machine (:func:`_session_processes`)."""
+    return _session_processes(session)
 
 
 def _session_processes(session: str) -> set[int]:

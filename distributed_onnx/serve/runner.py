@@ -9,13 +9,13 @@ costs one line and exit code 2 instead of seconds of start-up and pages of Ray's
 deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
 for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`). While it serves,
 the main loop polls a :class:`~distributed_onnx.runtime.ray_watch.RayWatch`: a Ray that went away (GCS or raylet
-killed) is one ``error:`` line and exit 3, what is left of the embedded Ray stopped (:func:`abandon`), before Ray's
+killed) is one ``error:`` line and exit 3, what is left of the embedded Ray stopped
+(:func:`~distributed_onnx.runtime.ray_watch.abandon_lost_ray`), before Ray's
 own core would abort the process a minute later.
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import http.client
 import logging
@@ -37,7 +37,7 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
 from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
-from distributed_onnx.runtime.ray_watch import RayWatch, stop_process_tree
+from distributed_onnx.runtime.ray_watch import RayWatch, abandon_lost_ray, watch_connected_ray
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
@@ -160,25 +160,6 @@ def stop(started_ray: bool, deployed: bool = True) -> None:
             serve.delete(APP_NAME)
     finally:
         disconnect(started_ray)
-
-
-def watch_ray(started_ray: bool) -> RayWatch:
-    """The watch of the Ray ``serve`` runs on (its own processes when embedded, else the cluster's GCS)."""
-    watch = RayWatch.embedded() if started_ray else RayWatch()
-    if not watch.processes:  # a cluster, or no /proc to read the embedded Ray's processes from
-        watch.gcs_address = ray.get_runtime_context().gcs_address
-    return watch
-
-
-def abandon(started_ray: bool, watch: RayWatch | None) -> None:
-    """Stop what is left of a lost Ray without asking it (``serve.delete`` and ``ray.shutdown`` would wait on the
-    dead GCS, until Ray's core aborts the process): the embedded instance's processes are stopped by signal, and
-    ``ray.shutdown`` is taken off the exit handlers."""
-    atexit.unregister(ray.shutdown)
-    if started_ray:
-        left = stop_process_tree(os.getpid(), also=watch.remembered() if watch is not None else ())
-        if left:
-            logger.warning("Processes of the embedded Ray still running after SIGKILL: %s", left)
 
 
 def lost_ray_error(reason: str, started_ray: bool) -> RayLostError:
@@ -315,7 +296,7 @@ def serve_forever(settings: ServeSettings) -> int:
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
             serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
             check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
-        watch = watch_ray(started_ray)  # before the ready line: its processes read while they all run
+        watch = watch_connected_ray(started_ray)  # before the ready line: its processes read while they all run
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
             served_models(settings),
@@ -337,7 +318,7 @@ def serve_forever(settings: ServeSettings) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if lost:
-            abandon(started_ray, watch)
+            abandon_lost_ray(started_ray, watch)  # serve.delete and ray.shutdown would wait on the dead GCS
         elif deployed or started_ray:
             stop(started_ray, deployed)
     return 0

@@ -157,6 +157,8 @@ class _BacktestRun:
             clock.mark("merge")
         except BaseException:
             self._ending().close()
+            if self.early is not None and self.early.lost is not None:  # the interruption was the watch's
+                raise self.early.lost from None
             raise
         return RunScores(
             plan=plan,
