@@ -389,6 +389,7 @@ _NOT_OURS = {"--no-deps", "--local-dir", "--no_future_covariates", "--head", "--
     "--dashboard_agent_command",
     "--runtime_env_agent_command",
     "--node-id",
+    "--node_id",
     "--session-dir",
     "--session-name",
     "--ports",
