@@ -20,7 +20,6 @@ the run's parent by its file name and checked to have the identity tune weighed,
 from __future__ import annotations
 
 import json
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
