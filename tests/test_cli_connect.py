@@ -51,7 +51,7 @@ def test_an_address_ray_cannot_parse_is_refused_naming_the_flag(tmp_path: Path) 
 
 
 def test_an_address_port_of_other_digits_is_refused_and_auto_is_taken_in_any_case(tmp_path: Path) -> None:
-    """Outside test: ``--address 127.0.0.1:١`` (an Arabic-Indic digit) was port 1, and ``--address AUTO`` was
+    """Outside test: ``--address 127.0.0.1:\\u0661`` (an Arabic-Indic digit) was port 1, and ``--address AUTO`` was
     refused as "no HOST:PORT". A port is ASCII digits; auto is auto in any case."""
     from distributed_onnx.evaluation.settings import BacktestSettings
 

@@ -30,7 +30,7 @@ def check_address(value: str) -> str:
     ValueError: expected HOST:PORT of a running Ray (e.g. 127.0.0.1:6379) or auto, got 'garbage:xyz': its port ...
 
     ``auto`` in any case is :data:`AUTO` (``AUTO`` was refused as "no HOST:PORT"); a port is ASCII digits only
-    (``int()`` reads other scripts' digits, so ``127.0.0.1:١`` was port 1):
+    (``int()`` reads other scripts' digits, so ``127.0.0.1:\\u0661`` was port 1):
 
     >>> check_address("AUTO")
     'auto'
