@@ -257,6 +257,13 @@ def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
         ], notes
     assert scores["nixtla"].num_rows > 0 and scores["nixtla"].equals(scores["own"])
     assert "series_id" in scores["nixtla"].column_names
+    # Outside test: without --id-col/--time-col, a misleading "Windows of 30-minute models are not scored: the
+    # actuals are not on that grid" warning came before the missing columns' error: that error alone is said.
+    argv = ["score", "--forecasts", str(tmp_path / "log"), "--output", str(tmp_path / "unmapped")]
+    assert main([*argv, "--actuals", str(tmp_path / "nixtla.parquet")]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: ") and "missing column(s)" in said[0], said
+    assert "not scored" not in said[0] and "grid" not in said[0], said
 
 
 def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_path: Path) -> None:
