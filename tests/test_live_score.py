@@ -8,6 +8,7 @@ that log must give the backtest's metrics. Unit tests cover placement (pending, 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -233,7 +234,7 @@ def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) ->
 
 
 def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 46: ``--id-col``/``--time-col`` read Nixtla-named actuals as the project's own (the same scores),
     and the command says in one line why windows were not scored, not only in summary.json's counts."""
@@ -260,7 +261,9 @@ def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
     # Outside test: without --id-col/--time-col, a misleading "Windows of 30-minute models are not scored: the
     # actuals are not on that grid" warning came before the missing columns' error: that error alone is said.
     argv = ["score", "--forecasts", str(tmp_path / "log"), "--output", str(tmp_path / "unmapped")]
+    caplog.clear()
     assert main([*argv, "--actuals", str(tmp_path / "nixtla.parquet")]) == 2
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and said[0].startswith("error: ") and "missing column(s)" in said[0], said
     assert "not scored" not in said[0] and "grid" not in said[0], said
