@@ -314,7 +314,7 @@ def test_auto_looks_where_ray_start_records_its_address_with_or_without_temp_dir
     missing = running_ray.find_local_ray()
     assert missing.address is None and not missing.refused
     own, beside = tmp_path / "ray" / "ray_current_cluster", tmp_path / "ray_current_cluster"
-    assert f"({own} or {beside} not found; a Ray started with another --temp-dir" in missing.reason, missing.reason
+    assert f"({own} or {beside} not found; a Ray whose temp directory is elsewhere" in missing.reason, missing.reason
     for place in (beside, own):  # --temp-dir D; none (Ray's own place, looked first)
         place.parent.mkdir(exist_ok=True)
         place.write_text(f"127.0.0.1:{1 if place == beside else 2}")

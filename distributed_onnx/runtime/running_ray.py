@@ -67,8 +67,8 @@ def find_local_ray() -> LocalRay:
         looked = " or ".join(dict.fromkeys(str(place) for place in places))
         return LocalRay(
             None,
-            f"no Ray started by `ray start` on this machine ({looked} not found; a Ray started with another "
-            "--temp-dir is joined with --address HOST:PORT)",
+            f"no Ray started by `ray start` on this machine ({looked} not found; a Ray whose temp directory is "
+            "elsewhere is joined with --address HOST:PORT)",
         )
     recorded = _read_address_file(address_file)
     if isinstance(recorded, LocalRay):
