@@ -40,7 +40,6 @@ SHADOW_ERROR = "error"
 SHADOW_NONFINITE = "nonfinite"
 #: The request header whose value becomes the log's ``request_id`` (a fresh UUID when absent).
 REQUEST_ID_HEADER = "x-request-id"
-_US_PER_MINUTE = 60_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
