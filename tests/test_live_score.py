@@ -299,3 +299,28 @@ def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_
     assert set(left_out["value"].to_pylist()) == {1.0}
     pairs = {entry["scored_with"]: entry["left_out"] for entry in result.summary["pairs"]}
     assert pairs["m,shadow"]["shadow"]["nonfinite_windows"] == 1
+
+
+def test_score_refuses_a_folder_of_other_files_and_reruns_into_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside tester: ``score --output DIR`` wrote its files into a folder of unrelated ones (backtest refuses
+    such a folder): refused the same way, naming them, nothing written; its own folder reruns."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    log.submit(_item("placed", "a", start + 60 * step_us))
+    log.close()
+    argv = ["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(tmp_path / "actuals.parquet")]
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    for name in ("notes.txt", "sub/data.csv", "summary.json"):
+        (mine / name).write_text("mine")
+    assert main([*argv, "--output", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {mine} holds 2 file(s) that score does not write: notes.txt, sub/data.csv" in err, err
+    assert sorted(str(path.relative_to(mine)) for path in mine.rglob("*")) == [
+        "notes.txt", "sub", "sub/data.csv", "summary.json"
+    ]  # fmt: skip
+    output = tmp_path / "score"
+    assert main([*argv, "--output", str(output)]) == 0, capsys.readouterr().err
+    assert main([*argv, "--output", str(output)]) == 0, capsys.readouterr().err  # its own folder: reruns
