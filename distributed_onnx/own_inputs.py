@@ -36,8 +36,9 @@ CHECKPOINT_SUFFIXES = (".onnx", ".metadata.json", ".onnx.data", ".parity.json")
 @dataclass(frozen=True)
 class Written:
     """What a command writes (``flag``: the setting that names it, shown as its flag, or a positional argument's
-    upper-case name): a file, or a folder (``entries``: the names it writes in it; a folder's other
-    contents are left alone, so an input there is no concern)."""
+    name as the command's help shows it, :func:`~distributed_onnx.settings_sources.flag_name`): a file, or a
+    folder (``entries``: the names it writes in it; a folder's other contents are left alone, so an input there is
+    no concern)."""
 
     flag: str
     location: LocationLike
@@ -86,11 +87,10 @@ def _refuse(output: Written, source: Read, key: str, whole: bool) -> None:
     """One line: the flag and what it names, the input's flag and the file of it that would be lost."""
     given = f"{_flag(output.flag)} {Location.parse(output.location)} {'is' if whole else 'would write over'}"
     if source.files:
-        lost = (
-            f"{Location.parse(key)}, a file of the {source.what} {_flag(source.flag)} {Location.parse(source.location)}"
-        )
+        lost = f"{Location.parse(key)}, a file of the {source.what} {_given(source)}"
     else:
-        lost = f"the {_flag(source.flag)} {source.what} {Location.parse(source.location)}"
+        flag, where = _flag(source.flag), Location.parse(source.location)
+        lost = f"the {flag} {source.what} {where}" if flag.startswith("--") else f"the {source.what} {_given(source)}"
     raise ConfigError(
         f"{given} {lost}: a command never writes over one of its own inputs; give another {_flag(output.flag)}.",
         key=output.flag,
@@ -98,7 +98,16 @@ def _refuse(output: Written, source: Read, key: str, whole: bool) -> None:
 
 
 def _flag(name: str) -> str:
-    return name if name.isupper() else f"--{name.replace('_', '-')}"
+    """A setting's flag (``data`` -> ``--data``); a positional argument's name as the command's help shows it
+    (``CHECKPOINT.onnx``) as it is."""
+    return f"--{name.replace('_', '-')}" if name.isidentifier() and name.islower() else name
+
+
+def _given(source: Read) -> str:
+    """How the user gave ``source``: ``--checkpoint m/x.onnx``, or ``m/x.onnx (the CHECKPOINT.onnx argument)``: a
+    positional argument's name before the path read as a placeholder ("the checkpoint CHECKPOINT /tmp/...")."""
+    flag, where = _flag(source.flag), Location.parse(source.location)
+    return f"{flag} {where}" if flag.startswith("--") else f"{where} (the {flag} argument)"
 
 
 def _key(location: LocationLike) -> str:

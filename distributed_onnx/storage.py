@@ -243,6 +243,12 @@ def read_parquet_metadata(location: Location) -> Any:
 def _replaced_atomically(path: Path) -> Iterator[str]:
     """A temporary name beside ``path`` to write to; renamed onto ``path`` only if the block succeeds.
 
+    The temporary file is made new (``O_EXCL``, never an existing name) and the rename replaces the *entry* at
+    ``path``: a symbolic or hard link planted there is replaced by the file, and what it pointed to is untouched.
+    Every file a command writes at a fixed name (``run.json``, ``summary.json``, ``metrics.parquet``...) goes
+    through here; the run's lock, which must stay one file, refuses such an entry instead
+    (:mod:`distributed_onnx.evaluation.run_lock`).
+
     The file gets the mode a plain ``open`` would give it, ``0666`` less the process's umask (a temporary file
     starts as 0600): outputs and checkpoints are shared data where the umask says so, and private where it does
     not (``umask 077``), as the directories already were.

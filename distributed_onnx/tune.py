@@ -60,7 +60,7 @@ from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.redact import redact_text
 from distributed_onnx.resources import REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings
+from distributed_onnx.settings_sources import CommandSettings, flag_name
 from distributed_onnx.tune_variants import Choice, choose, variants_beside
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "choice_lines", "load_tuned", "read_tuned", "run_tune"]
@@ -172,7 +172,7 @@ class TuneRequest(CommandSettings):
     def _writes_no_input(self) -> TuneRequest:
         """``--output`` is never one of tune's inputs (:mod:`distributed_onnx.own_inputs`: the checkpoint's files,
         its variants', ``--data``), nor an existing file tune did not write: tune replaces only its own file."""
-        inputs = [checkpoint_files(self.checkpoint, "CHECKPOINT"), Read("data", self.data)]
+        inputs = [checkpoint_files(self.checkpoint, flag_name(type(self), "checkpoint")), Read("data", self.data)]
         check_own_inputs([Written("output", self.output)], inputs)
         if not storage.is_file(self.output):
             return self

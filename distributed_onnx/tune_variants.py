@@ -19,6 +19,7 @@ the run's parent by its file name and checked to have the identity tune weighed,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from distributed_onnx.errors import CheckpointError, ConfigError
 from distributed_onnx.evaluation.scoring.variants import ALPHA, DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
+from distributed_onnx.redact import redact_text
 
 __all__ = ["MIN_SPEEDUP", "Choice", "choose", "variants_beside"]
 
@@ -199,9 +201,23 @@ class Choice:
 
     @classmethod
     def from_record(cls, record: Any, source: str) -> Choice | None:
-        """The file's ``choice``, or None when it has none (``--no-variants``, or written before choices)."""
-        if not isinstance(record, dict) or not {"chosen", "parent", "file", "identity"} <= set(record):
+        """The file's ``choice``, or None when it has none (``null``: ``--no-variants``, or no ``choice`` key: written
+        before choices). Anything else must be the record tune writes: ``5`` or a mapping without the chosen file
+        was once read as "no choice" and the parent ran, while the file said a variant was chosen."""
+        if record is None:
             return None
+        keys = ("chosen", "parent", "file", "identity")
+        if not isinstance(record, dict) or not set(keys) <= set(record):
+            shown = redact_text(" ".join(json.dumps(record, default=str).split()))[:80]
+            missing = f", without {[key for key in keys if key not in record]}" if isinstance(record, dict) else ""
+            raise ConfigError(
+                f"Invalid tuned settings: choice [from {source}] holds {type(record).__name__} ({shown}){missing}, "
+                f"not the record tune writes (a mapping with {', '.join(keys)}) or null for no choice: the file was "
+                "edited or damaged; write it again with distributed-onnx tune, or run distributed-onnx backtest "
+                "without --tuned",
+                key="tuned",
+                path=source,
+            )
         _check_choice(record, source)
         return cls(dict(record), source)
 

@@ -50,6 +50,19 @@ def test_an_address_ray_cannot_parse_is_refused_naming_the_flag(tmp_path: Path) 
         assert "internal error" not in done.stderr
 
 
+def test_an_address_port_of_other_digits_is_refused_and_auto_is_taken_in_any_case(tmp_path: Path) -> None:
+    """Outside test: ``--address 127.0.0.1:\\u0661`` (an Arabic-Indic digit) was port 1, and ``--address AUTO`` was
+    refused as "no HOST:PORT". A port is ASCII digits; auto is auto in any case."""
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    done = _run("backtest", "--output", str(tmp_path / "run"), "--address", "127.0.0.1:\u0661")
+    line = _error_line(done.stderr)
+    assert done.returncode == 2, done.stderr
+    assert "--address" in line and "port '\u0661' is not a number from 1 to 65535" in line, line
+    for given in ("AUTO", "Auto"):
+        assert BacktestSettings.from_sources({"output": "run", "address": given}).address == "auto"
+
+
 def test_tune_refuses_more_cpus_than_the_machine_has(tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path) -> None:
     here = os.cpu_count() or 1
     done = _run(

@@ -233,7 +233,7 @@ def test_score_output_that_is_a_file_is_exit_2_naming_it(tmp_path: Path, capsys:
     assert err.startswith("error: --output") and "a-file" in err and "rerun" not in err, err
 
 
-def test_a_quantile_list_with_an_empty_entry_is_refused_naming_the_flag(
+def test_a_quantile_or_provider_list_with_an_empty_entry_or_one_twice_is_refused_naming_the_flag(
     tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Outside test: ``--quantiles 0.5,,0.9`` ran with [0.5, 0.9] (the empty entry dropped), while ``''`` was
@@ -243,6 +243,17 @@ def test_a_quantile_list_with_an_empty_entry_is_refused_naming_the_flag(
         assert code == 2
         line = _one_line(capsys)
         assert "--quantiles" in line and repr(given) in line and "empty entry" in line, line
+    # Outside test: --providers 'cpu,,', ',cpu' and cpu,cpu ran (the last with ONNX Runtime's "Duplicate provider"
+    # warning from each worker): the same parser, naming the flag and the entry.
+    for given, says in (
+        ("cpu,,", "'cpu,,' has an empty entry"),
+        (",cpu", "',cpu' has an empty entry"),
+        ("cpu,cpu", "['cpu'] given more than once"),
+    ):
+        code = cli.main(_backtest(tiny_checkpoint.weights_path, data, tmp_path / "run", "--providers", given))
+        assert code == 2
+        line = _one_line(capsys)
+        assert "--providers" in line and says in line, line
     assert not (tmp_path / "run").exists()
 
 

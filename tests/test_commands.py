@@ -710,6 +710,10 @@ def test_every_command_with_an_output_refuses_one_of_its_own_inputs_as_it(
             line = _one_error(capsys)
             assert code == 2 and line.startswith("error: --output "), (command, target, line)
             assert "never writes over one of its own inputs" in line or "export never replaces one" in line, line
+            if target == metadata:  # tune's checkpoint is named as its help names it, not "CHECKPOINT /tmp/..."
+                given = "(the CHECKPOINT.onnx argument)" if command == "tune" else f"--checkpoint {tiny}"
+                assert f"{metadata}, a file of the checkpoint " in line and given in line, line
+                assert "CHECKPOINT " not in line, line
             checked.append((command, target.name))
     assert {command for command, _ in checked} == {"export", "fev", "tune", "backtest", "score"}, checked
     assert all(path.read_bytes() == content for path, content in before.items())

@@ -787,6 +787,7 @@ def test_an_object_store_task_loads_through_the_store_and_a_task_no_rerun_helps_
         "ConfigError: initial_cutoff '2030-01-01T00:00:00' cannot be compared with the task's timestamps"
     ), line
     assert line.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), line
+    assert "write it with the offset of the data's zone UTC: '2030-01-01T00:00:00+00:00'" in line, line
     assert "failed" not in line and "rerun to retry" not in line, line
     assert "Token authentication" not in done.stderr, done.stderr
     document = json.loads((output / "fev_summary.json").read_text())
@@ -821,3 +822,36 @@ def test_a_task_named_after_its_url_shows_no_part_of_its_query() -> None:
         assert task.task_name != name  # the user's own Task is left as fev made it
     given = fev.Task(dataset_path="s3://bkt/dir/data.parquet?x=a/b", horizon=4, task_name="mine")
     assert named(given).task_name == "mine"
+
+
+@pytest.mark.parametrize(
+    ("cutoff", "stamps", "advice"),
+    [
+        (
+            "2030-01-01T00:00:00",
+            pa.timestamp("ms", tz="UTC"),
+            "offset of the data's zone UTC: '2030-01-01T00:00:00+00:00'",
+        ),
+        (
+            "2030-07-01T00:00:00",
+            pa.timestamp("ms", tz="America/Argentina/ComodRivadavia"),
+            "data's zone America/Argentina/ComodRivadavia: '2030-07-01T00:00:00-03:00'",
+        ),
+        ("2030-01-01T00:00:00+01:00", pa.timestamp("ms"), "write it without one, as the data's are"),
+    ],
+)
+def test_an_initial_cutoff_without_the_data_zone_is_rejected_with_the_whole_advice(
+    cutoff: str, stamps: pa.DataType, advice: str
+) -> None:
+    """Outside test: the pair's reason for a naive ``initial_cutoff`` on zoned data ended mid-sentence (pyarrow's
+    words cut: "... cast to timestamp without timezone, then"), without docs/fev.md's advice. It is the package's
+    own sentence, whole in the pair's reason: the task's initial_cutoff, the data's zone and what to write."""
+    from distributed_onnx.errors import ConfigError
+    from distributed_onnx.evaluation.fev_tasks.runner import _words
+    from distributed_onnx.evaluation.fev_tasks.tasks import _cutoff_us
+
+    with pytest.raises(ConfigError) as refused:
+        _cutoff_us(cutoff, stamps, cutoff)
+    reason = _words(refused.value)
+    assert reason.startswith(f"ConfigError: initial_cutoff {cutoff!r} cannot be compared with the task's timestamps")
+    assert reason.endswith(advice), reason

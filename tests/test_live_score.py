@@ -8,6 +8,7 @@ that log must give the backtest's metrics. Unit tests cover placement (pending, 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -233,7 +234,7 @@ def test_windows_that_cannot_be_placed_are_counted_not_scored(tmp_path: Path) ->
 
 
 def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 46: ``--id-col``/``--time-col`` read Nixtla-named actuals as the project's own (the same scores),
     and the command says in one line why windows were not scored, not only in summary.json's counts."""
@@ -257,6 +258,15 @@ def test_score_maps_the_actuals_columns_and_says_why_windows_are_not_scored(
         ], notes
     assert scores["nixtla"].num_rows > 0 and scores["nixtla"].equals(scores["own"])
     assert "series_id" in scores["nixtla"].column_names
+    # Outside test: without --id-col/--time-col, a misleading "Windows of 30-minute models are not scored: the
+    # actuals are not on that grid" warning came before the missing columns' error: that error alone is said.
+    argv = ["score", "--forecasts", str(tmp_path / "log"), "--output", str(tmp_path / "unmapped")]
+    caplog.clear()
+    assert main([*argv, "--actuals", str(tmp_path / "nixtla.parquet")]) == 2
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: ") and "missing column(s)" in said[0], said
+    assert "not scored" not in said[0] and "grid" not in said[0], said
 
 
 def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_path: Path) -> None:
@@ -289,3 +299,28 @@ def test_a_primary_and_its_shadow_are_scored_together_on_their_common_pairs(tmp_
     assert set(left_out["value"].to_pylist()) == {1.0}
     pairs = {entry["scored_with"]: entry["left_out"] for entry in result.summary["pairs"]}
     assert pairs["m,shadow"]["shadow"]["nonfinite_windows"] == 1
+
+
+def test_score_refuses_a_folder_of_other_files_and_reruns_into_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside tester: ``score --output DIR`` wrote its files into a folder of unrelated ones (backtest refuses
+    such a folder): refused the same way, naming them, nothing written; its own folder reruns."""
+    step_us, start = _ramp_actuals(tmp_path / "actuals.parquet")
+    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    log.submit(_item("placed", "a", start + 60 * step_us))
+    log.close()
+    argv = ["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(tmp_path / "actuals.parquet")]
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    for name in ("notes.txt", "sub/data.csv", "summary.json"):
+        (mine / name).write_text("mine")
+    assert main([*argv, "--output", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {mine} holds 2 file(s) that score does not write: notes.txt, sub/data.csv" in err, err
+    assert sorted(str(path.relative_to(mine)) for path in mine.rglob("*")) == [
+        "notes.txt", "sub", "sub/data.csv", "summary.json"
+    ]  # fmt: skip
+    output = tmp_path / "score"
+    assert main([*argv, "--output", str(output)]) == 0, capsys.readouterr().err
+    assert main([*argv, "--output", str(output)]) == 0, capsys.readouterr().err  # its own folder: reruns

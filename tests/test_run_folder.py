@@ -10,6 +10,7 @@ a second run on a folder in use is refused at once, naming the run that holds it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,63 @@ def test_a_second_backtest_on_a_folder_in_use_is_refused_at_once_naming_the_run_
         holder.kill()
         holder.wait()
     assert cli.main(argv) == 0, capsys.readouterr().err  # the holder gone (killed), its lock went with it
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_entries_planted_in_a_run_folder_are_refused_or_replaced_never_written_through(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside tester: a link at ``run.lock`` had the lock's record written over its target (a checkpoint, notes);
+    an entry in the way (``removed`` a file, ``run.lock`` a folder) was exit 3 "rerun to resume"; ``removed/``
+    overwrote what an earlier run set aside; a dangling link as --output said "File exists"."""
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    output = tmp_path / "base"
+    argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data), "--no-progress"]
+    argv += ["--actors", "1", "--n-windows", "2", "--stride", "48", "--output", str(output)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    precious = tmp_path / "precious.onnx"
+    precious.write_bytes(tiny_checkpoint.weights_path.read_bytes())
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    lock = output / "run.lock"
+
+    lock.unlink()
+    lock.symlink_to(precious)
+    assert cli.main(argv) == 2
+    line = _error(capsys)
+    assert f"{lock}, the run's lock, cannot be written: a symbolic link to {precious}" in line, line
+    lock.unlink()
+    os.link(notes, lock)
+    assert cli.main(argv) == 2
+    assert "is a file with 2 names (a hard link)" in _error(capsys)
+    lock.unlink()
+    lock.mkdir()
+    assert cli.main(argv) == 2
+    assert f"{lock} is in the way: the run writes a file there, and it is a folder" in _error(capsys)
+    lock.rmdir()
+    (output / "removed").write_text("in the way")
+    assert cli.main(argv) == 2
+    assert f"{output / 'removed'} is in the way: the run makes a folder there, and it is a file" in _error(capsys)
+    (output / "removed").unlink()
+    assert precious.read_bytes() == tiny_checkpoint.weights_path.read_bytes() and notes.read_text() == "my notes"
+
+    # Links planted at the files the run writes are replaced, their targets untouched; removed/ keeps both strays.
+    for name in ("summary.json", "report.html", "metrics.parquet"):
+        (output / name).unlink()
+        (output / name).symlink_to(precious)
+    (output / "removed").mkdir()
+    (output / "removed" / "README").write_text("first")
+    (output / "forecasts" / "README").write_text("second")
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert precious.read_bytes() == tiny_checkpoint.weights_path.read_bytes() and notes.read_text() == "my notes"
+    for name in ("summary.json", "report.html", "metrics.parquet", "run.lock"):
+        assert (output / name).is_file() and not (output / name).is_symlink(), name
+    assert (output / "removed" / "README").read_text() == "first"
+    assert (output / "removed" / "README.1").read_text() == "second"
+
+    dangling = tmp_path / "dl"
+    dangling.symlink_to(tmp_path / "missing")
+    assert cli.main([*argv[:-1], str(dangling)]) == 2
+    line = _error(capsys)
+    assert f"--output {dangling} is a symbolic link to {tmp_path / 'missing'}, which does not exist" in line, line

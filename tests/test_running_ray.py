@@ -302,3 +302,21 @@ def test_each_unusable_address_file_has_its_own_reason(monkeypatch: pytest.Monke
     dead = reason(b"0.0.0.0:1").reason
     assert "(0.0.0.0:1) is not running on this machine (nothing listens on port 1)" in dead
     assert "not found" in reason(None).reason
+
+
+def test_auto_looks_where_ray_start_records_its_address_with_or_without_temp_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Outside test: a Ray started with ``RAY_TMPDIR=D ray start --temp-dir D`` records ``D/ray_current_cluster``;
+    ``--address auto`` looked for ``D/ray/ray_current_cluster`` only and said "no Ray started by ray start on this
+    machine" (false). Ray's real address-file function, on real files (no Ray runs on port 1)."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    missing = running_ray.find_local_ray()
+    assert missing.address is None and not missing.refused
+    own, beside = tmp_path / "ray" / "ray_current_cluster", tmp_path / "ray_current_cluster"
+    assert f"({own} or {beside} not found; a Ray whose temp directory is elsewhere" in missing.reason, missing.reason
+    for place in (beside, own):  # --temp-dir D; none (Ray's own place, looked first)
+        place.parent.mkdir(exist_ok=True)
+        place.write_text(f"127.0.0.1:{1 if place == beside else 2}")
+        found = running_ray.find_local_ray()
+        assert f"the Ray recorded in {place} ({place.read_text()}) is not running" in found.reason, found.reason

@@ -174,6 +174,60 @@ def test_comma_lists_from_flags() -> None:
         BacktestSettings.from_sources(_flags(output="out", covariates="temp,wind , "))
 
 
+#: One entry of each list setting, for the test below: a new list setting of a command must be added here.
+_LIST_ENTRIES = {
+    "checkpoint": "m.onnx",
+    "quantiles": "0.5",
+    "covariates": "temp",
+    "past_covariates": "load_lag",
+    "providers": "cpu",
+    "shadow": "challenger",
+}
+
+
+def _command_settings() -> list[type[CommandSettings]]:
+    """Every command's settings model (each command's module imported, so each has registered its subclass)."""
+    import distributed_onnx.evaluation.fev_tasks.request
+    import distributed_onnx.export.request
+    import distributed_onnx.live.score.settings
+    import distributed_onnx.model.inspection
+    import distributed_onnx.tune  # noqa: F401
+
+    found: list[type[CommandSettings]] = []
+    pending = list(CommandSettings.__subclasses__())
+    while pending:
+        model = pending.pop()
+        found.append(model)
+        pending.extend(model.__subclasses__())
+    return found
+
+
+def test_every_list_setting_of_every_command_refuses_an_empty_entry_or_an_entry_twice() -> None:
+    """Outside test: ``--providers 'cpu,,'``, ``',cpu'`` and ``cpu,cpu`` ran (exit 0; ONNX Runtime's "Duplicate
+    provider" warning reached the console from each worker), while docs/cli.md says a list with an empty entry or
+    the same entry twice is exit 2 naming the flag. Every list setting reads the one parser of comma lists."""
+    lists = {
+        (model.__name__, name)
+        for model in _command_settings()
+        for name, field in model.model_fields.items()
+        if "list[" in str(field.annotation)
+    }
+    assert {name for _, name in lists} <= set(_LIST_ENTRIES), "a new list setting: add an entry to _LIST_ENTRIES"
+    assert len(lists) >= 10, lists  # the three commands' checkpoint and providers, backtest's four, serve's shadow
+    models = {model.__name__: model for model in _command_settings()}
+    for model_name, name in sorted(lists):
+        entry = _LIST_ENTRIES[name]
+        for given, says in (
+            (f"{entry},,", "empty entry between commas"),
+            (f",{entry}", "empty entry between commas"),
+            (f"{entry},{entry}", "given more than once"),
+        ):
+            with pytest.raises(ConfigError) as refused:
+                models[model_name].from_sources({name: given}, as_flags=True)
+            flag = "--" + name.replace("_", "-")
+            assert f"{flag}: " in str(refused.value) and says in str(refused.value), (model_name, str(refused.value))
+
+
 def test_lists_from_yaml(tmp_path: Path) -> None:
     config = _yaml(tmp_path, "output: out\nquantiles: [0.25, 0.75]\ncovariates: [temp]\nproviders: [cpu]\n")
     settings = BacktestSettings.from_sources(_flags(), config)

@@ -329,6 +329,13 @@ def test_a_tuned_choice_edited_to_another_file_or_name_is_refused_naming_the_key
         line = _refused([*argv, str(tuned)], capsys)
         assert says in line and "distributed-onnx tune" in line, line
         assert "plain-int8.onnx" in line or "passwd" in line, line
+    # Outside test: a choice that is not the record tune writes ("choice": 5, or a mapping without "file") was read
+    # as "no choice" and the parent ran, exit 0. Only null means no choice; anything else is refused naming it.
+    for whole, says in ((5, "holds int (5)"), ({"chosen": "plain-int8"}, "without ['parent', 'file', 'identity']")):
+        tuned = tmp_path / "tuned.json"
+        tuned.write_text(json.dumps(document | {"choice": whole}))
+        line = _refused([*argv, str(tuned)], capsys)
+        assert "choice [from " in line and says in line and "distributed-onnx tune" in line, line
     assert not (tmp_path / "run").exists()
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 FORECASTS_DIR = "forecasts"
 SCORES_DIR = "scores"
+#: Where what leaves ``forecasts/`` is moved (a dropped checkpoint's forecasts, stray files): out of the dataset, kept.
+REMOVED_DIR = "removed"
 MANIFEST = "run.json"
 #: The run's merged metrics and its leaderboard, written by the driver's merge, read by the report and ``score``.
 METRICS = "metrics.parquet"
@@ -96,36 +100,113 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
 
 
 def check_output_folder(output: Location) -> None:
-    """Refuse an output that is an existing file (exit 2): a run's output is a folder, new or one it wrote. Asked
-    before Ray starts (``evaluation/up_front.py``) and again when the folder is made."""
+    """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
+    output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when
+    the folder is made."""
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+    local = output.local_path
+    if local is not None and local.is_symlink() and not local.exists():
+        raise ConfigError(
+            f"--output {output} is a symbolic link to {os.readlink(local)}, which does not exist; make that folder, "
+            "or give another --output.",
+            key="output",
+        )
 
 
 #: The run's lock (:mod:`.run_lock`): in the run directory, never a file a folder without a run record is refused for.
 LOCK = "run.lock"
 #: Where the Python API writes a run's in-memory data (``distributed_onnx/api.py``) before the run starts.
 INPUTS_DIR = "inputs"
+#: Prefix of a file being written (:mod:`distributed_onnx.storage`), left behind only by a killed process.
+PARTIAL_PREFIX = ".tmp-"
 
 
 def check_run_folder(output: Location) -> None:
     """Refuse (exit 2) a folder that holds files but no ``run.json``: not a run of this project, or one whose
     record was deleted. Writing into it would overwrite its files (``metrics.parquet``) and leave others inside
     the run's ``forecasts/`` dataset (an older run's parts, anything else), read back as this run's."""
-    if storage.is_file(storage.join(output, MANIFEST)) or not storage.is_dir(output):
+    check_own_folder(output, "A backtest", record=MANIFEST, own=(LOCK, INPUTS_DIR))
+
+
+def check_own_folder(output: Location, command: str, *, record: str | None, own: Sequence[str]) -> None:
+    """Refuse (exit 2) an existing ``output`` folder that holds files not of ``command``'s making, naming them.
+
+    A folder holding ``record`` (its run record) is the command's own, whatever else is in it. Otherwise every
+    file must sit under one of the ``own`` top-level entries (what the command writes, or may find there): a
+    rerun rewrites those, and would overwrite or mix with anything else. Files being written (``.tmp-``, a killed
+    run's) are not counted. One check for ``backtest`` (``record`` its ``run.json``) and ``score`` (no record: its
+    own entries)."""
+    if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
         return
     fs, base = storage.filesystem(output)
     listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
-    found = [name for name in found if name != LOCK and not name.startswith(f"{INPUTS_DIR}/")]
+    found = [
+        name
+        for name in found
+        if name.split("/")[0] not in own and not name.rsplit("/", 1)[-1].startswith(PARTIAL_PREFIX)
+    ]
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        held = f"but no run record ({record})" if record is not None else f"that {command.lower()} does not write"
         raise ConfigError(
-            f"--output {output} holds {len(found)} file(s) but no run record ({MANIFEST}): {shown}. A backtest "
-            "writes into a new or empty folder, or resumes one holding its run: give another --output, or move "
-            "those files out of it.",
+            f"--output {output} holds {len(found)} file(s) {held}: {shown}. {command} writes into a new or empty "
+            "folder, or one holding its own output: give another --output, or move those files out of it.",
             key="output",
         )
+
+
+#: The folders a backtest writes in its run directory, and the files it writes there at fixed names.
+RUN_FOLDERS = (FORECASTS_DIR, SCORES_DIR, REMOVED_DIR)
+RUN_FILES = (MANIFEST, METRICS, LEADERBOARD, "summary.json", "report.html", "failed_windows.json", LOCK)
+
+
+def check_run_entries(output: Location) -> None:
+    """Refuse (exit 2) a local run folder the run cannot write into, naming what is in the way and what to do.
+
+    Each was an I/O error (exit 3) advising a rerun that could never succeed: a folder that cannot be written
+    (read-only, no permission), a file (or a link to nothing) where the run makes a folder (``removed``), a
+    folder where it writes a file (``run.lock``). Cheap: a few ``lstat`` calls, asked before Ray starts."""
+    folder = output.local_path
+    if folder is None or not folder.is_dir():
+        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--output {output} cannot be written (read-only, or no permission); make it writable, or give "
+            "another --output.",
+            key="output",
+        )
+    for name in RUN_FOLDERS:
+        entry = folder / name
+        if os.path.lexists(entry) and not entry.is_dir():
+            raise ConfigError(
+                f"{entry} is in the way: the run makes a folder there, and it is {_entry_kind(entry)}. Move it out "
+                "of the run folder and rerun.",
+                key="output",
+            )
+        if entry.is_dir() and not os.access(entry, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"{entry} cannot be written (read-only, or no permission); make it writable.", key="output"
+            )
+    for name in RUN_FILES:
+        entry = folder / name
+        if entry.is_dir():
+            raise ConfigError(
+                f"{entry} is in the way: the run writes a file there, and it is {_entry_kind(entry)}. Move it out "
+                "of the run folder and rerun.",
+                key="output",
+            )
+
+
+def _entry_kind(entry: Path) -> str:
+    """What ``entry`` is, in words: a link (and to what), a folder, a file, something else."""
+    if entry.is_symlink():
+        target = os.readlink(entry)
+        return f"a symbolic link to {target}" + ("" if entry.exists() else ", which does not exist")
+    if entry.is_dir():
+        return "a folder"
+    return "a file" if entry.is_file() else "not a regular file"
 
 
 def _make_run_directory(output: Location) -> None:
@@ -290,10 +371,6 @@ def clean_partials(output: Location, models: Sequence[str] = ()) -> None:
             storage.delete(path)
 
 
-#: Where the forecasts of a checkpoint no longer in the run are moved: out of the ``forecasts/`` dataset, kept.
-REMOVED_DIR = "removed"
-
-
 def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[str]:
     """Move ``forecasts/model=X/`` of every ``X`` not among ``models`` to ``removed/model=X/``; the names moved.
 
@@ -312,8 +389,7 @@ def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[st
             continue
         source, target = f"{base}/{name}", f"{removed}/{name}"
         fs.create_dir(removed, recursive=True)
-        if fs.get_file_info(target).type != pafs.FileType.NotFound:  # set aside before: the newer copy wins
-            fs.delete_dir(target)
+        target = _free_name(fs, target)  # set aside before: both kept, this one under a numbered name
         if isinstance(fs, pafs.LocalFileSystem):
             fs.move(source, target)
         else:  # object stores move objects, not folders
@@ -321,7 +397,7 @@ def set_aside_removed_models(output: Location, models: Sequence[str]) -> list[st
                 if info.type == pafs.FileType.File:
                     fs.move(info.path, target + info.path[len(source) :])
             fs.delete_dir(source)
-        target_location = storage.join(output, REMOVED_DIR, name)
+        target_location = storage.join(output, REMOVED_DIR, target[len(removed) :].lstrip("/"))
         moved.append(name.removeprefix(f"{MODEL_KEY}="))
         logger.warning(
             "Checkpoint %r is no longer in this run: its forecasts moved out of forecasts/ to %s",
@@ -351,7 +427,7 @@ def set_aside_foreign_forecasts(output: Location, models: Sequence[str], n_parts
     for name in stray:
         target = f"{removed}/{name}"
         fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        fs.move(f"{base}/{name}", target)
+        fs.move(f"{base}/{name}", _free_name(fs, target))
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         logger.warning(
@@ -361,6 +437,22 @@ def set_aside_foreign_forecasts(output: Location, models: Sequence[str], n_parts
             shown,
         )
     return stray
+
+
+def _free_name(fs: pafs.FileSystem, target: str) -> str:
+    """``target``, or when something is there already (set aside by an earlier run) the first free
+    ``NAME.N.SUFFIX`` beside it (``README.1``, ``part-000003.1.parquet``, ``model=x.1``): ``removed/`` keeps
+    everything it was given, never overwritten."""
+    if fs.get_file_info(target).type == pafs.FileType.NotFound:
+        return target
+    folder, _, name = target.rpartition("/")
+    stem, dot, suffix = name.partition(".") if not name.startswith(f"{MODEL_KEY}=") else (name, "", "")
+    number = 1
+    while True:
+        candidate = f"{folder}/{stem}.{number}{dot}{suffix}"
+        if fs.get_file_info(candidate).type == pafs.FileType.NotFound:
+            return candidate
+        number += 1
 
 
 def discard_part(output: Location, part_index: int, models: Sequence[str] = ()) -> None:

@@ -9,9 +9,11 @@ and metadata (no graph, no digest of the weights) and what the output path is:
   (:mod:`distributed_onnx.names`), no two alike (their forecasts share one folder per name);
 - :func:`levels_problem`: the quantile levels asked of a checkpoint inside its native range, unless clamping is
   asked for (a clamped level comes back under its own name holding the nearest native level's values);
-- the output: a folder, new or existing, never an existing file
-  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`); for a command whose output is one file
-  (``tune``), :func:`check_output_file`: not an existing folder, in a folder that can be made and written;
+- the output: a folder, new or existing, never an existing file nor a link to nothing
+  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`), writable, with nothing in the way of what
+  the run writes there (:func:`~distributed_onnx.evaluation.outputs.check_run_entries`); for a command whose
+  output is one file (``tune``), :func:`check_output_file`: not an existing folder, in a folder that can be made
+  and written;
 - the seasonality (at least one step) and every other bound: the settings model's own fields
   (:class:`~distributed_onnx.evaluation.settings.BacktestSettings`), which a fev task's values are validated
   against too.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.outputs import check_output_folder, check_run_folder
+from distributed_onnx.evaluation.outputs import check_output_folder, check_run_entries, check_run_folder
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
@@ -65,6 +67,7 @@ def check_backtest(settings: BacktestSettings) -> None:
     )
     check_output_folder(settings.output)
     check_run_folder(settings.output)  # files but no run record: refused before Ray starts, and again under the lock
+    check_run_entries(settings.output)  # a read-only folder, an entry in the way: refused now, not an I/O error later
     if settings.clamp_quantiles:
         return
     found = [(path.stem, peek_metadata(path)) for path in settings.checkpoint]

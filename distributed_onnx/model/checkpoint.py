@@ -30,7 +30,7 @@ from distributed_onnx.errors import (
 )
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
-from distributed_onnx.settings_sources import flag_of
+from distributed_onnx.settings_sources import comma_list, flag_of
 
 logger = logging.getLogger(__name__)
 
@@ -322,10 +322,11 @@ def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
 def local_checkpoints(value: object) -> object:
     """A settings field's checkpoints (one, several comma-separated, a list) as local paths (:func:`local_checkpoint`);
     anything else is left to the field's own validation. The field is a command's ``checkpoint``: a refusal names
-    its flag (every command with such a field has ``--checkpoint``)."""
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    elif isinstance(value, Path | Location):
+    its flag (every command with such a field has ``--checkpoint``). Several are read by the one parser of comma
+    lists (:func:`~distributed_onnx.settings_sources.comma_list`): an empty entry or a checkpoint given twice is
+    refused."""
+    value = comma_list(value)
+    if isinstance(value, Path | Location):
         value = [value]
     if isinstance(value, list | tuple):
         return [

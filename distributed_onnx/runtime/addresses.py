@@ -28,14 +28,20 @@ def check_address(value: str) -> str:
     Traceback (most recent call last):
     ...
     ValueError: expected HOST:PORT of a running Ray (e.g. 127.0.0.1:6379) or auto, got 'garbage:xyz': its port ...
+
+    ``auto`` in any case is :data:`AUTO` (``AUTO`` was refused as "no HOST:PORT"); a port is ASCII digits only
+    (``int()`` reads other scripts' digits, so ``127.0.0.1:\\u0661`` was port 1):
+
+    >>> check_address("AUTO")
+    'auto'
     """
-    if value == AUTO:
-        return value
+    if value.lower() == AUTO:
+        return AUTO
     host, colon, port = value.rpartition(":")
     expected = f"expected HOST:PORT of a running Ray (e.g. 127.0.0.1:6379) or {AUTO}, got {value!r}"
     if not colon or not host:
         raise ValueError(f"{expected}: it has no HOST:PORT")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         raise ValueError(f"{expected}: its port {port!r} is not a number from 1 to 65535")
     if not _is_host(host):
         raise ValueError(f"{expected}: {host!r} is not a host name or an IP address")

@@ -61,7 +61,15 @@ def find_local_ray() -> LocalRay:
     ``host:port``, a Ray elsewhere, one that is not running, run by another user, or listening beyond loopback.
     """
     ray_private.check_names(ray_private.RUNNING_RAY_NAMES)
-    address_file = Path(ray_private.RAY_ADDRESS_FILE.get()(None))
+    places = address_files()
+    address_file = next((place for place in places if place.exists() or place.is_symlink()), None)
+    if address_file is None:
+        looked = " or ".join(dict.fromkeys(str(place) for place in places))
+        return LocalRay(
+            None,
+            f"no Ray started by `ray start` on this machine ({looked} not found; a Ray whose temp directory is "
+            "elsewhere is joined with --address HOST:PORT)",
+        )
     recorded = _read_address_file(address_file)
     if isinstance(recorded, LocalRay):
         return recorded
@@ -101,6 +109,19 @@ def find_local_ray() -> LocalRay:
         )
     auth = RayAuth.from_environment(_environment(gcs))
     return LocalRay(address, f"the Ray at {address} (started by `ray start`, loopback only)", auth=auth)
+
+
+def address_files() -> tuple[Path, Path]:
+    """Where ``ray start`` records its address (``ray_current_cluster``), in the order looked.
+
+    ``ray start`` writes it in its temp directory: ``--temp-dir`` where given, else ``<temp>/ray`` (``<temp>``:
+    ``RAY_TMPDIR``, else ``TMPDIR`` on Linux, else ``/tmp``). So first Ray's own place, ``<temp>/ray/``, where
+    ``ray.init(address="auto")`` itself looks; then ``<temp>`` itself, where a Ray started with ``RAY_TMPDIR`` and
+    ``--temp-dir`` naming one directory records it (it was looked for under ``<temp>/ray/`` only, and the command
+    said "no Ray started" of a running one). A ``--temp-dir`` elsewhere cannot be known from here: the fallback
+    line names both places, and such a Ray is joined by its address."""
+    own = Path(ray_private.RAY_ADDRESS_FILE.get()(None))  # <temp>/ray/ray_current_cluster
+    return own, Path(ray_private.RAY_ADDRESS_FILE.get()(str(own.parent.parent)))
 
 
 def _read_address_file(address_file: Path) -> str | LocalRay:

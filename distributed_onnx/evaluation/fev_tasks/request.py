@@ -25,7 +25,7 @@ from distributed_onnx.model.backend.providers import ExecutionProvider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.runtime.addresses import check_address_or_none
-from distributed_onnx.settings_sources import CommandSettings
+from distributed_onnx.settings_sources import CommandSettings, flag_name
 
 __all__ = ["FevRequest"]
 
@@ -99,7 +99,7 @@ class FevRequest(CommandSettings):
         """``--output`` never lands on what fev reads (:mod:`distributed_onnx.own_inputs`): the benchmark YAML, the
         checkpoints' files."""
         inputs = [
-            Read("BENCHMARK", self.benchmark),
+            Read(flag_name(type(self), "benchmark"), self.benchmark),
             *(checkpoint_files(path, "checkpoint") for path in self.checkpoint),
         ]
         written = ("summaries.jsonl", "summaries.json", "fev_summary.json", "runs")

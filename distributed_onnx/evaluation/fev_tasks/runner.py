@@ -323,9 +323,12 @@ def _shape(task: Any, checkpoint: ResolvedCheckpoint, types: dict[str, str]) -> 
 
 def _words(exc: BaseException, location: Location | None = None) -> str:
     """An exception as a pair's reason: its class and its message on one line (a URL's secrets masked, those of
-    the task's dataset ``location`` in any form a library quoted them), cut at 300 characters."""
+    the task's dataset ``location`` in any form a library quoted them). A library's words are cut at 300
+    characters; this package's own (a :class:`DistributedOnnxError`) are sentences written to be read whole, whose
+    advice comes last, and are cut only past 600."""
     text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {(location.scrub(text) if location is not None else redact_text(text))[:300]}"
+    cut = 600 if isinstance(exc, DistributedOnnxError) else 300
+    return f"{type(exc).__name__}: {(location.scrub(text) if location is not None else redact_text(text))[:cut]}"
 
 
 def _execute(

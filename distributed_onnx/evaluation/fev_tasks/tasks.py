@@ -225,21 +225,38 @@ def merged_settings(tasks: Sequence[Any], step_minutes: int, context_length: int
 def _cutoff_us(cutoff: str, stamps: pa.DataType, initial_cutoff: str) -> int:
     """A timestamp cutoff as microseconds on the data's own timestamps; a cutoff that cannot be read as one (no
     zone offset where the timestamps carry a zone, or one where they carry none: fev cannot compare them either)
-    is a :class:`ConfigError` naming ``initial_cutoff``, the task's definition, which no rerun changes."""
+    is a :class:`ConfigError` naming ``initial_cutoff``, the task's definition, which no rerun changes.
+
+    The reason is this package's own sentence, whole: the task's ``initial_cutoff``, the data's zone and what to
+    write (pyarrow's words, cut to fit a pair's reason, once ended mid-sentence before the advice)."""
     try:
         return int(_micros(pc.cast(pa.array([cutoff]), stamps))[0])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        zone = getattr(stamps, "tz", None)
-        hint = (
-            f"write it with the offset of the data's zone {zone} (e.g. {initial_cutoff}+00:00 for UTC)"
-            if zone
-            else "write it without a zone offset, as the data's timestamps are"
+        raise ConfigError(_cutoff_problem(initial_cutoff, stamps, exc), key="initial_cutoff") from None
+
+
+def _cutoff_problem(initial_cutoff: str, stamps: pa.DataType, exc: Exception) -> str:
+    """Why ``initial_cutoff`` cannot be compared with timestamps of type ``stamps``, and what to write instead."""
+    import pandas as pd
+
+    head = f"initial_cutoff {initial_cutoff!r} cannot be compared with the task's timestamps ({stamps})"
+    zone = getattr(stamps, "tz", None)
+    try:
+        written = pd.Timestamp(initial_cutoff)
+    except (ValueError, TypeError):
+        return f"{head}: it is not a timestamp ({' '.join(str(exc).split())[:120]}); write it as ISO 8601"
+    if zone and written.tzinfo is None:
+        try:
+            example = f": {written.tz_localize(zone).isoformat()!r}"
+        except (ValueError, TypeError, KeyError):  # a zone pandas does not know: the advice without the example
+            example = ""
+        return (
+            f"{head}: it has no zone offset, while they carry the zone {zone}; write it with the offset of the "
+            f"data's zone {zone}{example}"
         )
-        raise ConfigError(
-            f"initial_cutoff {initial_cutoff!r} cannot be compared with the task's timestamps ({stamps}): "
-            f"{' '.join(str(exc).split())[:200]}; {hint}",
-            key="initial_cutoff",
-        ) from None
+    if not zone and written.tzinfo is not None:
+        return f"{head}: it has a zone offset, while they carry no zone; write it without one, as the data's are"
+    return f"{head}: {' '.join(str(exc).split())[:120]}; write it as the data's timestamps are written"
 
 
 def _micros(values: pa.Array) -> np.ndarray:

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames
+from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, check_columns
 from distributed_onnx.evaluation.data.table import SeriesTable, read_table, series_from_table
 from distributed_onnx.evaluation.scoring.naive import SeasonalScaler, default_season, season_count
 from distributed_onnx.live.score.log_windows import LogWindows
@@ -123,8 +123,12 @@ class Actuals:
         return self._tables[resolution_minutes]
 
     def _read(self) -> pa.Table:
+        """The actuals' columns, refused (their own :class:`DataError`) where a required one is missing: every
+        resolution's problem, said once, not first as each resolution's grid warning (Nixtla's ``unique_id``/``ds``
+        once warned that 30-minute windows are not scored before the error)."""
         if self._raw is None:
             raw = read_table(self._location, self._names)
+            check_columns(raw.column_names, (), str(self._location), also_read=raw.column_names)
             keep = [name for name in ("series_id", "timestamp", "y") if name in raw.column_names]
             self._raw = raw.select(keep) if len(keep) == 3 else raw
         return self._raw

@@ -10,7 +10,8 @@ it on its next run.
 
 ``--output`` must not be a backtest's output directory either: ``score`` writes ``metrics.parquet``,
 ``leaderboard.parquet``, ``summary.json`` and ``report.html``, the names a backtest writes, and would overwrite
-them.
+them; nor a folder of anything else (``backtest`` refuses the same: the one check
+:func:`~distributed_onnx.evaluation.outputs.check_own_folder`), only a new or empty one or its own.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST
+from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST, check_own_folder
 from distributed_onnx.live.score.batches import SCORED_DIR
-from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.live.score.settings import SCORE_ENTRIES, ScoreSettings
 from distributed_onnx.location import Location
 
 SETTINGS_FILE = "settings.json"
@@ -51,6 +52,7 @@ def check_output(settings: ScoreSettings, has_batches: bool) -> None:
             "a directory of its own (and the backtest as --backtest).",
             key="output",
         )
+    check_own_folder(output, "Score", record=None, own=SCORE_ENTRIES)  # the check backtest makes: no one's files
     path = storage.join(output, SCORED_DIR, SETTINGS_FILE)
     if not has_batches or not storage.is_file(path):
         return

@@ -12,6 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from distributed_onnx.settings_sources import comma_list
+
 #: ONNX Runtime's provider form: ``(provider_name, provider_options)``.
 OrtProvider = tuple[str, dict[str, str]]
 
@@ -174,12 +176,28 @@ _BY_KIND: dict[str, type[_ProviderConfig]] = {
 
 
 def parse_provider_chain(value: Any) -> Any:
-    """``"cuda,cpu"`` or ``["cuda", {...}]`` -> provider configs; anything else is left to pydantic."""
-    if isinstance(value, str):
-        value = [part for part in value.split(",") if part.strip()]
+    """``"cuda,cpu"`` or ``["cuda", {...}]`` -> provider configs; anything else is left to pydantic.
+
+    Read by the one parser of comma lists (:func:`~distributed_onnx.settings_sources.comma_list`): an empty entry
+    (``cpu,,``) is refused, as is a provider given twice (``cpu,cpu``, or ``cpu,CPU``), which ONNX Runtime only
+    warns of, from each worker."""
+    value = comma_list(value)
     if isinstance(value, list):
-        return [provider_from_kind(item) if isinstance(item, str) else item for item in value]
+        chain = [provider_from_kind(item) if isinstance(item, str) else item for item in value]
+        kinds = [_kind_of(item) for item in chain]
+        twice = sorted({kind for kind in kinds if kind is not None and kinds.count(kind) > 1})
+        if twice:
+            raise ValueError(f"{twice} given more than once: give each provider once")
+        return chain
     return value
+
+
+def _kind_of(item: Any) -> str | None:
+    """A provider's tag (``"cpu"``) from its config or its mapping; None for anything pydantic is left to refuse."""
+    if isinstance(item, _ProviderConfig):
+        return str(getattr(item, "kind", "")) or None
+    kind = item.get("kind") if isinstance(item, dict) else None
+    return kind.strip().lower() if isinstance(kind, str) else None
 
 
 def provider_from_kind(kind: str) -> ExecutionProvider:

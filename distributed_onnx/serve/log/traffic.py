@@ -30,6 +30,7 @@ from distributed_onnx.live.log.layout import MAX_REQUEST_ID_CHARS, LoggedForecas
 from distributed_onnx.live.log.throttled import ThrottledWarning
 from distributed_onnx.live.log.writer import ForecastLog
 from distributed_onnx.serve.operations.metrics import LiveMetrics
+from distributed_onnx.serve.wire.forecasting import window_origin
 from distributed_onnx.serve.wire.schemas import ForecastRequest
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ SHADOW_ERROR = "error"
 SHADOW_NONFINITE = "nonfinite"
 #: The request header whose value becomes the log's ``request_id`` (a fresh UUID when absent).
 REQUEST_ID_HEADER = "x-request-id"
-_US_PER_MINUTE = 60_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -80,16 +80,10 @@ def request_id(header: str | None) -> str:
 
 
 def origins_us(request: ForecastRequest, resolution_minutes: int) -> list[int | None]:
-    """Each series' first forecast timestamp (``start`` + its history's length in steps), None without ``start``."""
-    step_us = resolution_minutes * _US_PER_MINUTE
-    found: list[int | None] = []
-    for series in request.series:
-        if series.start is None:
-            found.append(None)
-            continue
-        start = series.start.replace(tzinfo=UTC) if series.start.tzinfo is None else series.start.astimezone(UTC)
-        found.append((start - _EPOCH) // _MICROSECOND + len(series.y) * step_us)
-    return found
+    """Each series' origin (:func:`~distributed_onnx.serve.wire.forecasting.window_origin`) in microseconds, None
+    without ``start``."""
+    origins = (window_origin(series, resolution_minutes) for series in request.series)
+    return [None if origin is None else (origin - _EPOCH) // _MICROSECOND for origin in origins]
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,39 @@ def plan_job(request: ForecastRequest, metadata: CheckpointMetadata, enqueued_s:
     for index, series in enumerate(request.series):
         if series.start is not None:
             check_timestamps_fit(series.start, len(series.y), horizon, metadata.resolution_minutes, index)
+    check_one_window_per_origin(request.series, metadata.resolution_minutes)
     quantiles = tuple(request.quantiles or metadata.native_quantiles)
     return ForecastJob(history_block(request.series, metadata.context_length), horizon, quantiles, enqueued_s)
+
+
+def window_origin(series: SeriesHistory, resolution_minutes: int) -> datetime | None:
+    """A window's origin, the forecast log's key with its series id: its first forecast timestamp (``start`` plus
+    the history's length in steps, UTC), None without ``start``."""
+    if series.start is None:
+        return None
+    return _as_utc(series.start) + len(series.y) * timedelta(minutes=resolution_minutes)
+
+
+def check_one_window_per_origin(series: Sequence[SeriesHistory], resolution_minutes: int) -> None:
+    """Refuse (422 naming the id and the origin) two histories of one series that end at one origin, whatever
+    their starts and lengths: the log would hold two windows of one key, their forecasts indistinguishable to
+    ``score``. The request's schema refuses the same start and length twice; only here, with the model's
+    resolution, is ``start`` 00:00 with 4 values the same origin as 00:30 with 3 on a 30-minute model. One series
+    at two origins is two windows."""
+    seen: dict[tuple[str, datetime], int] = {}
+    for index, item in enumerate(series):
+        origin = window_origin(item, resolution_minutes)
+        if origin is None:
+            continue
+        first = seen.setdefault((item.series_id, origin), index)
+        if first != index:
+            raise InputValidationError(
+                f"series[{index}]: series_id {item.series_id!r} has a window at origin {origin.isoformat()} already "
+                f"(series[{first}]: its start plus {len(series[first].y)} steps of {resolution_minutes} minutes, as "
+                f"this one's plus {len(item.y)}): two windows at one origin, which the forecast log could not tell "
+                "apart; send each window once per request",
+                field=f"series[{index}]",
+            )
 
 
 def check_timestamps_fit(start: datetime, n_history: int, horizon: int, resolution_minutes: int, index: int) -> None:

@@ -5,7 +5,9 @@ ignored option, and is strict: a value of another JSON type is a 422 rather than
 ``"y": [true]`` and ``"horizon": "4"`` were taken as numbers). Floats in a forecast history may be ``null``
 (missing) but never NaN or infinite; an integer is a number; a timestamp is an ISO 8601 string. A window
 appears once per request: one series id twice with one start and history length would be logged as two windows at
-the same origin (one series at two origins is two windows). v2 tensor
+the same origin (one series at two origins is two windows); the same origin from other starts and lengths needs the
+model's resolution, and is refused where the request is planned for its model
+(:func:`~distributed_onnx.serve.wire.forecasting.check_one_window_per_origin`). v2 tensor
 ``data`` is kept as received (flat row-major, or nested as the protocol also allows) and checked against
 ``shape`` and ``datatype`` by :mod:`distributed_onnx.serve.wire.protocol`, which names the tensor at fault.
 """
