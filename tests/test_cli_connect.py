@@ -82,13 +82,11 @@ def test_an_address_where_no_ray_answers_ends_with_exit_3_naming_it(
     backtest = ["backtest", "--output", str(tmp_path / "run"), "--checkpoint", str(tiny_checkpoint.weights_path)]
     # serve's ports are its defaults: the refusal comes before any is bound
     for command in ([*backtest, "--no-progress", "--n-windows", "2", "--stride", "48"], ["serve"]):
-        started = time.monotonic()
-        done = _run(*command, "--address", "127.0.0.1:1")
+        done = _run(*command, "--address", "127.0.0.1:1")  # a hang is _run's timeout (it hung for good before)
         line = _error_line(done.stderr)
         assert done.returncode == 3, done.stderr
         assert "No Ray answered at 127.0.0.1:1" in line, line
         assert "192.0.2" not in done.stderr and "Failed to connect to GCS" not in done.stderr
-        assert time.monotonic() - started < 60
 
 
 @pytest.mark.integration

@@ -85,12 +85,14 @@ def test_a_folder_that_is_not_this_runs_is_refused_and_forecasts_hold_only_the_r
         path.unlink() if path.is_file() else path.rmdir()
     assert cli.main(first) == 0, capsys.readouterr().err
     (output / "forecasts" / "mynotes.txt").write_text("mine")
-    (parts / "part-000099.parquet").write_bytes((parts / "part-000000.parquet").read_bytes())
+    stray = (parts / "part-000000.parquet").read_bytes()
+    (parts / "part-000099.parquet").write_bytes(stray)
     capsys.readouterr()
     assert cli.main(first) == 0, capsys.readouterr().err
     assert "2 file(s) in forecasts/ are not this run's parts: moved to" in caplog.text
     assert (output / "removed" / "mynotes.txt").read_text() == "mine"
-    assert (output / "removed" / "model=tiny" / "part-000099.parquet").is_file()
+    assert (output / "removed" / "model=tiny" / "part-000099.parquet").read_bytes() == stray
+    assert not (parts / "part-000099.parquet").exists() and not (output / "forecasts" / "mynotes.txt").exists()
     summary = json.loads((output / "summary.json").read_text())
     forecasts = pd.read_parquet(output / "forecasts")
     assert forecasts["window_id"].nunique() == summary["windows"]["planned"]

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -224,7 +223,6 @@ def test_auto_joins_a_ray_started_as_the_docs_say_and_a_refused_token_is_one_lin
 
         wrong = tmp_path / "wrong_token"
         wrong.write_text("0" * 64)
-        started = time.monotonic()
         refused = subprocess.run(
             _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "refused", "--address", "auto"),
             env={**env, "RAY_AUTH_TOKEN_PATH": str(wrong)},
@@ -233,13 +231,13 @@ def test_auto_joins_a_ray_started_as_the_docs_say_and_a_refused_token_is_one_lin
             timeout=240,
             check=False,
         )
-        elapsed = time.monotonic() - started
     assert refused.returncode == 3, refused.stderr
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "authentication to the Ray at" in errors[0], refused.stderr
     assert f"RAY_AUTH_TOKEN_PATH={wrong}" not in errors[0] and "RAY_AUTH_TOKEN_PATH" in errors[0]
     assert "InvalidAuthToken" not in refused.stderr and "joined" not in refused.stderr, refused.stderr
-    assert elapsed < 15, elapsed  # before: about 21 s of Ray's retries
+    # Refused before Ray's own join: none of its GCS client's retry lines (about 20 of them, 21 s, before the fix).
+    assert "gcs_client" not in refused.stderr and "Failed to connect to Ray cluster" not in refused.stderr
 
 
 @pytest.mark.integration
