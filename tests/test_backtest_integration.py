@@ -8,6 +8,7 @@ nothing about the numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -158,31 +159,47 @@ def test_reference_checkpoint_distributed_equals_in_process(tmp_path: Path) -> N
 def test_actor_killed_mid_run_loses_and_doubles_nothing(
     tmp_path: Path, tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kills the pool's first actor as soon as the first part's receipt is in (from the run's own callback)."""
+    """Kills the actor the dispatcher is about to hand a part to, the first time it does so after a part's
+    receipt is in: the loss is then certain, not a race between the kill and a tiny part finishing (killing an
+    actor whose calls had all finished, and which the dispatcher's tail then left idle, lost nothing to notice)."""
     started: list[Any] = []
     receipts: list[int] = []
+    killed: list[Any] = []
     real_start, real_on_result = actors_module.start_worker_actor, run_module._BacktestRun._on_result
+    real_dispatcher = dispatching_module.Dispatcher
 
     def start_and_record(*args: Any, **kwargs: Any) -> Any:
         started.append(real_start(*args, **kwargs))
         return started[-1]
 
-    def on_result_then_kill(self: Any, part: Any, receipt: Any) -> None:
+    def on_result_and_record(self: Any, part: Any, receipt: Any) -> None:
         real_on_result(self, part, receipt)
         receipts.append(part.index)
-        if len(receipts) == 1:
-            ray.kill(started[0], no_restart=True)
-            wait_dead(started[0])
-            # Ray's view of free resources lags the actor's death; the run starts a replacement once it shows
-            # room. Waiting here (the dispatcher's own callback) keeps the tiny run from finishing first.
-            deadline = time.monotonic() + 60
-            while not actors_module.has_room(settings.cpus_per_actor, settings.gpus_per_actor):
-                assert time.monotonic() < deadline, "the killed actor's CPU never showed as free"
-                time.sleep(0.05)
+
+    def kill_then_submit(submit: Any) -> Any:
+        def submit_to(actor: Any, part: Any) -> Any:
+            if receipts and not killed:
+                killed.append(actor)
+                ray.kill(actor, no_restart=True)
+                wait_dead(actor)
+                # Ray's view of free resources lags the actor's death; the run starts a replacement once it
+                # shows room. Waiting here (inside the dispatcher) keeps the tiny run from finishing first.
+                deadline = time.monotonic() + 60
+                while not actors_module.has_room(settings.cpus_per_actor, settings.gpus_per_actor):
+                    assert time.monotonic() < deadline, "the killed actor's CPU never showed as free"
+                    time.sleep(0.05)
+            return submit(actor, part)
+
+        return submit_to
+
+    def dispatcher_killing_once(actors: Any, callbacks: Any, *args: Any, **kwargs: Any) -> Any:
+        callbacks = dataclasses.replace(callbacks, submit=kill_then_submit(callbacks.submit))
+        return real_dispatcher(actors, callbacks, *args, **kwargs)
 
     monkeypatch.setattr(actors_module, "start_worker_actor", start_and_record)
     monkeypatch.setattr(dispatching_module, "start_worker_actor", start_and_record)
-    monkeypatch.setattr(run_module._BacktestRun, "_on_result", on_result_then_kill)
+    monkeypatch.setattr(dispatching_module, "Dispatcher", dispatcher_killing_once)
+    monkeypatch.setattr(run_module._BacktestRun, "_on_result", on_result_and_record)
     settings = settings_for(tiny, data, tmp_path / "run", rows_per_batch=1)
 
     result = run_backtest(settings)
@@ -193,7 +210,7 @@ def test_actor_killed_mid_run_loses_and_doubles_nothing(
     assert parts["retried"] >= 1
     assert parts["completed"] == 12 and parts["failed"] == 0
     assert parts["replacements_started"] == 1
-    assert len(started) == 3  # two in the pool, one replacement
+    assert len(killed) == 1 and len(started) == 3  # two in the pool, one replacement
     forecasts = read_forecasts(Path(settings.output))
     assert Counter(forecasts["window_id"].to_pylist()) == dict.fromkeys(planned_window_ids(settings), 8)
     assert_same_forecasts(forecasts, in_process_forecasts(settings))
