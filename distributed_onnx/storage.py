@@ -117,7 +117,29 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
             ) from None
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
             raise ConfigError(f"Cannot open {location}: {location.scrub(str(exc))}.", location=str(location)) from None
-        return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), str(path)
+        return pafs.PyFileSystem(_AnsweringFSSpecHandler(spec_fs)), str(path)
+
+
+class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
+    """pyarrow's handler of an fsspec filesystem, except that a server that does not answer is not "no such file".
+
+    fsspec's HTTP filesystem raises ``FileNotFoundError`` for a refused connection too (the connection error is its
+    cause), and pyarrow's handler turns every ``FileNotFoundError`` into a missing file: ``--data https://...`` at
+    a host that is down would say "not found" (exit 2) where the storage did not answer (exit 3, rerun later).
+    """
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        infos = []
+        for path in paths:
+            try:
+                info = self.fs.info(path)
+            except FileNotFoundError as exc:
+                if exc.__cause__ is not None and unanswered(exc.__cause__):
+                    raise ConnectionError(_redaction.quoted(exc.__cause__)) from exc.__cause__
+                infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
+            else:
+                infos.append(self._create_file_info(path, info))
+        return infos
 
 
 def is_file(location: Location) -> bool:

@@ -174,3 +174,42 @@ def test_a_data_error_shows_no_file_byte_nor_any_value_of_the_locations_options(
     assert "\x1b" not in bytes_line and "\x00" not in bytes_line and "\x07" not in bytes_line
     assert len(bytes_line) < 1_000, len(bytes_line)
     assert "endpoint_override=***" in store_line and f"127.0.0.1:{port}" not in store_line, store_line
+
+
+@pytest.mark.integration  # an HTTP server on 127.0.0.1
+def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one_that_does_is_exit_2(
+    tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fsspec's HTTP filesystem raises "file not found" for a refused connection too (the connection error as its
+    cause): ``--data https://...`` at a host that is down said "Data file not found" (exit 2, nothing to retry)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # its access log would share the command's stderr
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    answering = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=answering.serve_forever, daemon=True).start()
+    with socket.socket() as closed:  # a port nothing listens on (bound, never listened)
+        closed.bind(("127.0.0.1", 0))
+        silent = closed.getsockname()[1]
+        try:
+            seen = {}
+            for port in (answering.server_address[1], silent):
+                data = f"http://user:PASSWORD@127.0.0.1:{port}/nowhere.parquet?sig=SIGNATURE"
+                words = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", data]
+                code = cli.main([*words, "--output", str(tmp_path / "run")])
+                seen[port] = (code, capsys.readouterr().err)
+        finally:
+            answering.shutdown()
+            answering.server_close()
+    missing, down = seen[answering.server_address[1]], seen[silent]
+    assert missing[0] == 2 and "Data file not found" in missing[1], missing
+    assert down[0] == 3 and "does not answer" in down[1] and "not found" not in down[1], down
+    for _, err in (missing, down):
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert "PASSWORD" not in err and "SIGNATURE" not in err, err
+    assert not (tmp_path / "run").exists()
