@@ -150,7 +150,7 @@ def test_a_checkpoint_onnx_runtime_cannot_load_is_one_line_naming_it_and_exit_2(
 
 @pytest.mark.usefixtures("ray_session")
 def test_replicas_without_room_stop_serve_within_its_deadline_naming_what_they_asked(
-    tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str]
+    tiny_checkpoint: ResolvedCheckpoint, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A replica that fits the cluster but finds no room (another actor holds the CPUs) kept ``serve`` waiting
     without end; now it stops within ``--ready-timeout-s``, naming the replicas, what was free and Serve's word.
@@ -168,8 +168,20 @@ def test_replicas_without_room_stop_serve_within_its_deadline_naming_what_they_a
 
     holder = Holder.remote()  # type: ignore[attr-defined]
     ray.get(holder.ping.remote(), timeout=60)
+    from distributed_onnx.serve import runner
+
+    stop = runner.stop
+
+    def stop_with_the_room_back(started_ray: bool, deployed: bool = True) -> None:
+        # The error line is made (what was free included) before serve stops. Deleting the application asks each
+        # replica to shut down, and a replica Ray has no room for cannot answer: Serve waits its graceful-shutdown
+        # timeout (20 s) before it kills it. The room given back first, the replica starts and answers.
+        ray.kill(holder)
+        stop(started_ray, deployed)
+
+    monkeypatch.setattr(runner, "stop", stop_with_the_room_back)
     arguments = ["serve", "--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(free_port())]
-    arguments += ["--grpc-port", str(free_port()), "--ready-timeout-s", "8"]
+    arguments += ["--grpc-port", str(free_port()), "--ready-timeout-s", "2"]
     started = time.monotonic()
     try:
         code = cli.main(arguments)
@@ -185,7 +197,7 @@ def test_replicas_without_room_stop_serve_within_its_deadline_naming_what_they_a
     assert time.monotonic() - started < 90
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(
-        "error: the deployment of 1 Serve replicas (1 CPU, 0 GPU each) was not ready within 8 s (http://127.0.0.1:"
+        "error: the deployment of 1 Serve replicas (1 CPU, 0 GPU each) was not ready within 2 s (http://127.0.0.1:"
     ), last
     assert "; the cluster has 0 CPU, 2 GPU" in last and "free of 2 CPU, 2 GPU" in last, last
     assert "raise --ready-timeout-s for a large model." in last, last
