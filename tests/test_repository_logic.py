@@ -211,7 +211,8 @@ def test_a_store_that_does_not_answer_is_asked_once_per_relisting_interval_not_o
         raise OSError("When listing objects under key 'models': connection refused")
 
     monkeypatch.setattr(storage, "list_files", down)
-    repository._listed_at -= 60  # the last listing is old: the next lookup relists
+    monkeypatch.setattr(repository_module, "RELIST_INTERVAL_S", 60.0)  # however slow this machine: within it
+    repository._listed_at -= 120  # the last listing is old: the next lookup relists
     for call in (models.names, lambda: models.index([]), models.names):
         with pytest.raises(ModelUnavailableError, match="does not answer"):
             call()
