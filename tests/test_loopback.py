@@ -2,7 +2,8 @@
 
 Runs the embedded start-up (``local_ray.connect``) in a fresh interpreter, without the test suite's
 environment switch, exactly as ``distributed-onnx backtest`` does; then ``distributed-onnx serve`` the same way,
-with an unauthenticated client probing every socket it listens on (measurements below).
+with an unauthenticated client probing every socket it listens on (measurements below), and stopped by SIGTERM
+or Ctrl-C (the same run checks that it stops cleanly).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import free_port, wait_until_ready
 
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.runtime.listening import is_loopback, listening_addresses, process_tree
 from distributed_onnx.runtime.ray_private import CLUSTER_SWITCH
 
@@ -145,22 +148,34 @@ def _probe(port: int, marker: str) -> str:
     return "OK (answered!)"
 
 
-def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
-    tiny_checkpoint: object, tmp_path: object
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_serve_runs_in_the_foreground_on_loopback_only_refuses_unauthenticated_clients_and_stops_cleanly(
+    tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
-    from pathlib import Path
-
+    """One ``serve`` run, as a user starts it (no test switch in its environment): it answers a forecast and says
+    what it serves; every socket of its process tree is on loopback and refuses a pickle probe sent without a
+    token; SIGTERM or Ctrl-C then stops it cleanly: exit 0 within seconds, nothing that reads like a failure on
+    the way out, and no process of the embedded Ray left behind."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {CLUSTER_SWITCH, "RAY_ADDRESS"}}
-    checkpoint = str(tiny_checkpoint.weights_path)  # type: ignore[attr-defined]
+    checkpoint = str(tiny_checkpoint.weights_path)
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
+    command += ["--max-batch-size", "4"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process, timeout_s=180)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url, process, timeout_s=180)
+        response = httpx.post(f"{url}/v1/forecast", json={"series": [{"series_id": "a", "y": [1.0, 3.0]}]}, timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == tiny_checkpoint.weights_path.stem
+        # /docs says what is served (its OpenAPI description): the models, the shadows and the log.
+        described = httpx.get(f"{url}/openapi.json", timeout=30).json()["info"]["description"]
+        assert f"`{tiny_checkpoint.weights_path.stem}`" in described and "**Forecast log**: off" in described
+
         addresses = listening_addresses(process.pid)
         exposed = [address for address in addresses if not is_loopback(address)]
         assert not exposed, f"serve listens beyond loopback: {exposed} (all: {addresses})"
-        marker = Path(str(tmp_path)) / "executed"
+        marker = tmp_path / "executed"
         report = {address: _probe(int(address.rsplit(":", 1)[1]), str(marker)) for address in addresses}
         print("\nunauthenticated pickle probe per listening socket:")
         for address, outcome in report.items():
@@ -168,10 +183,27 @@ def test_serve_listens_on_loopback_only_and_refuses_unauthenticated_clients(
         assert not marker.exists(), f"a server unpickled an unauthenticated request: {report}"
         assert not any(outcome.startswith("OK") for outcome in report.values()), report
         assert any(outcome.startswith("UNAUTHENTICATED") for outcome in report.values()), report
+
+        ray_processes = process_tree(process.pid) - {process.pid}
+        assert ray_processes, "found no child processes: the /proc reading is broken"
+        process.send_signal(stop_signal)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output
+        assert "ready: http://127.0.0.1" in output
+        assert f"models: {tiny_checkpoint.weights_path.stem} (default); forecast log: off" in output
+        assert "failed" not in output.lower() and "Traceback" not in output, output
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/v2/health/live", timeout=2)
+        left = {pid for pid in ray_processes if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)}
+        assert not left, f"processes of the embedded Ray still running after exit: {sorted(left)}"
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False

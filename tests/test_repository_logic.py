@@ -189,3 +189,38 @@ def test_a_store_that_stops_answering_is_a_503_with_retry_after_and_an_unknown_n
     assert unknown.value.status_code == 404
     with pytest.raises(ModelUnavailableError, match=r"'a' is unavailable: the model repository .* does not answer"):
         asyncio.run(models.model("a"))
+
+
+def test_a_store_that_does_not_answer_is_asked_once_per_relisting_interval_not_once_per_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each listing of a store that does not answer waits out the store client's retries (6 s on S3, measured),
+    one request after another behind the listing lock: requests within the interval get the failure at once."""
+    from distributed_onnx import storage
+    from distributed_onnx.serve import repository as repository_module
+    from distributed_onnx.serve.wire.http import ModelUnavailableError
+
+    checkpoint(tmp_path, "a")
+    repository = CheckpointRepository(tmp_path)
+    models = ModelRepository(repository, lambda name, weights: object())
+    assert repository.names() == ["a"]
+    asked: list[str] = []
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        asked.append("list")
+        raise OSError("When listing objects under key 'models': connection refused")
+
+    monkeypatch.setattr(storage, "list_files", down)
+    monkeypatch.setattr(repository_module, "RELIST_INTERVAL_S", 60.0)  # however slow this machine: within it
+    repository._listed_at -= 120  # the last listing is old: the next lookup relists
+    for call in (models.names, lambda: models.index([]), models.names):
+        with pytest.raises(ModelUnavailableError, match="does not answer"):
+            call()
+    with pytest.raises(HttpError) as unknown:
+        asyncio.run(models.model("nowhere"))
+    assert unknown.value.status_code == 404
+    assert asked == ["list"]
+    monkeypatch.setattr(repository_module, "RELIST_INTERVAL_S", 0.0)  # the interval over: the store is asked again
+    with pytest.raises(ModelUnavailableError, match="does not answer"):
+        models.names()
+    assert asked == ["list", "list"]

@@ -82,7 +82,9 @@ def test_a_load_ramp_scales_one_to_two_replicas_and_back_without_a_failed_reques
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         wait_until_ready(f"http://127.0.0.1:{port}", process, timeout_s=240)
-        ramp = run_ramp(port, process.pid, peak_max_s=45.0, down_max_s=45.0)
+        # The ramp's phases shortened (the benchmark's warm 3 s, hold 4 s, settle 2 s): one replica at the start,
+        # two that both answer, one at the end are conditions it polls, not durations.
+        ramp = run_ramp(port, process.pid, warm_s=1.0, hold_s=2.0, settle_s=1.0, peak_max_s=45.0, down_max_s=45.0)
     finally:
         process.send_signal(signal.SIGINT)
         try:

@@ -1,7 +1,8 @@
 """The ingress choice (unit) and ``distributed-onnx serve`` through each fast ingress (integration, subprocesses).
 
 Direct ingress on the bundled reference checkpoint: ``tritonclient.grpc`` and ``tritonclient.http`` give the
-same numbers, both equal to the backend's; HAProxy over two replicas of the tiny graph answers HTTP and gRPC.
+same numbers, both equal to the backend's, and concurrent forecasts of the same server's default model (a graph
+that fails on demand) merge into batches; HAProxy over two replicas of the tiny graph answers HTTP and gRPC.
 """
 
 from __future__ import annotations
@@ -138,8 +139,15 @@ def triton_inputs(module: Any, inputs: dict[str, np.ndarray]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def direct() -> Iterator[Server]:
-    server = Server()  # the bundled reference checkpoint, one replica: direct ingress
+def direct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One replica, direct ingress: the graph that fails on demand (``failing_graph``, the default model, its
+    batches waiting up to 500 ms) and the bundled reference checkpoint, one server for both tests that use it."""
+    from failing_graph import write_failing_chronos2
+
+    from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+    failing = write_failing_chronos2(tmp_path_factory.mktemp("failing")).weights_path
+    server = Server("--checkpoint", str(failing), "--checkpoint", str(REFERENCE_CHECKPOINT), "--batch-wait-ms", "500")
     try:
         yield server
     finally:
@@ -175,6 +183,35 @@ def test_tritonclient_grpc_gives_the_same_numbers_as_http_on_the_reference_check
     np.testing.assert_allclose(from_grpc.as_numpy("quantile_preds"), local["quantile_preds"], rtol=1e-5)
     over_grpc.close()
     over_http.close()
+
+
+@pytest.mark.integration
+def test_with_direct_ingress_concurrent_forecasts_still_merge_into_one_model_call(direct: Server) -> None:
+    """Sixteen concurrent requests, one poisoned (``failing_graph``): the poisoned call's error names its batch.
+
+    One request finds the replica idle and runs alone; the others arrive while it runs and wait for a batch
+    (up to 16 requests or 500 ms), so the poison's batch holds more than one request unless the 16 requests
+    trickle in over more than half a second. The server's ingress is direct (asserted when the fixture stops it).
+    """
+    import asyncio
+    import re
+
+    from failing_graph import POISON
+
+    bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k + 1)] * 16}]} for k in range(16)]
+    bodies[9]["series"][0]["y"][-1] = 2 * POISON
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=direct.url, timeout=30) as client:
+            return await asyncio.gather(*(client.post("/v1/forecast", json=body) for body in bodies))
+
+    responses = asyncio.run(burst())
+    failed = [response for response in responses if response.status_code != 200]
+    assert responses[9] in failed and {r.status_code for r in failed} == {500}
+    (error,) = {response.json()["error"] for response in failed}
+    match = re.search(r"a batch of (\d+) requests", error)
+    assert match is not None, error  # the poisoned request was merged with others
+    assert int(match.group(1)) == len(failed) >= 2
 
 
 @pytest.mark.integration
@@ -232,38 +269,3 @@ def test_the_serve_config_file_is_valid_for_serve_and_for_our_settings() -> None
     from ray.serve.config import AutoscalingConfig
 
     AutoscalingConfig(**settings.deployment_options()["autoscaling_config"])  # the file autoscales
-
-
-@pytest.mark.integration
-def test_with_direct_ingress_concurrent_forecasts_still_merge_into_one_model_call(tmp_path: Path) -> None:
-    """Sixteen concurrent requests, one poisoned (``failing_graph``): the poisoned call's error names its batch.
-
-    One request finds the replica idle and runs alone; the others arrive while it runs and wait for a batch
-    (up to 16 requests or 500 ms), so the poison's batch holds more than one request unless the 16 requests
-    trickle in over more than half a second.
-    """
-    import asyncio
-    import re
-
-    from failing_graph import POISON, write_failing_chronos2
-
-    checkpoint = write_failing_chronos2(tmp_path)
-    server = Server("--checkpoint", str(checkpoint.weights_path), "--batch-wait-ms", "500")
-    try:
-        bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k + 1)] * 16}]} for k in range(16)]
-        bodies[9]["series"][0]["y"][-1] = 2 * POISON
-
-        async def burst() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-                return await asyncio.gather(*(client.post("/v1/forecast", json=body) for body in bodies))
-
-        responses = asyncio.run(burst())
-        failed = [response for response in responses if response.status_code != 200]
-        assert responses[9] in failed and {r.status_code for r in failed} == {500}
-        (error,) = {response.json()["error"] for response in failed}
-        match = re.search(r"a batch of (\d+) requests", error)
-        assert match is not None, error  # the poisoned request was merged with others
-        assert int(match.group(1)) == len(failed) >= 2
-    finally:
-        output = server.stop()
-    assert "ingress: direct" in output, output

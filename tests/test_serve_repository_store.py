@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -164,16 +165,23 @@ def _load_failures_are_the_models(server: Server, log: Path) -> None:
     assert {row["model"] for row in rows if row["status"] == 404} == {None}  # '..' is no model's name
 
 
+GONE_PATHS = ("/v2/models", "/v2/models/region01/ready", "/v2/models/nowhere/ready")
+
+
 def _the_store_is_gone(port: int) -> None:
     time.sleep(1.2)  # past the relisting interval
-    for path in ("/v2/models", "/v2/models/region01/ready"):
-        status, headers, answer = _get(port, path)
-        assert status == 503 and "retry-after" in headers, (path, status, answer)
-        assert "does not answer" in answer["error"], (path, answer)
-    status, answer = _post(port, "/v2/repository/index", {})
-    assert status == 503 and "does not answer" in answer["error"], answer
-    status, _, answer = _get(port, "/v2/models/nowhere/ready")
-    assert status == 404 and "nowhere" in answer["error"], answer
+    # Asked at once, as several clients would: each answer waits out the store client's own retries (seconds).
+    with ThreadPoolExecutor(max_workers=4) as clients:
+        models, listed, nowhere = (clients.submit(_get, port, path) for path in GONE_PATHS)
+        index = clients.submit(_post, port, "/v2/repository/index", {})
+        for path, asked in zip(GONE_PATHS[:2], (models, listed), strict=True):
+            status, headers, answer = asked.result()
+            assert status == 503 and "retry-after" in headers, (path, status, answer)
+            assert "does not answer" in answer["error"], (path, answer)
+        status, answer = index.result()
+        assert status == 503 and "does not answer" in answer["error"], answer
+        status, _, answer = nowhere.result()
+        assert status == 404 and "nowhere" in answer["error"], answer
     assert _get(port, "/v2/models/region00/ready")[0] == 200  # the held model still answers
     assert _post(port, "/v1/forecast", {"series": SERIES, "model": "region00"})[0] == 200
     assert _get(port, "/v2/health/ready")[0] == 200

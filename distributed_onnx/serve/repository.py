@@ -51,7 +51,9 @@ logger = logging.getLogger(__name__)
 #: The weights' suffix; the metadata is ``<stem>.metadata.json`` beside them (the checkpoint layout).
 WEIGHTS_SUFFIX = ".onnx"
 #: An unknown name relists the repository at most this often (a client asking for names that do not exist must
-#: not turn into a listing per request on an object store).
+#: not turn into a listing per request on an object store); a listing that failed is not tried again sooner
+#: either: requests meanwhile get its error at once, instead of each waiting out the store client's own retries
+#: (seconds on S3) one after another behind the listing lock.
 RELIST_INTERVAL_S = 1.0
 #: Names shown in a 404 (a repository of hundreds would make the message a page).
 NAMES_IN_ERRORS = 10
@@ -68,13 +70,21 @@ class CheckpointRepository:
         self._cache_dir = cache_dir
         self._names: list[str] = []
         self._listed_at = float("-inf")
+        self._failed: tuple[float, OSError] | None = None  # the last listing's failure: when, and its error
         self._lock = threading.Lock()
 
     def names(self, *, refresh: bool = False) -> list[str]:
         """The checkpoints' names, sorted; listed again when ``refresh`` and the last listing is not recent."""
         with self._lock:
             if (refresh and time.monotonic() - self._listed_at >= RELIST_INTERVAL_S) or self._listed_at < 0:
-                found = storage.list_files(self.location, "", WEIGHTS_SUFFIX)
+                if self._failed is not None and time.monotonic() - self._failed[0] < RELIST_INTERVAL_S:
+                    raise self._failed[1].with_traceback(None)
+                try:
+                    found = storage.list_files(self.location, "", WEIGHTS_SUFFIX)
+                except OSError as exc:
+                    self._failed = (time.monotonic(), exc)
+                    raise
+                self._failed = None
                 stems = [self._stem(path) for path in found]
                 # An object ``...onnx`` is the stem ``..``: a name the names rule refuses is no model.
                 self._names = sorted(stem for stem in stems if path_names.is_safe(stem))
