@@ -206,7 +206,7 @@ def test_auto_joins_a_ray_started_as_the_docs_say_and_a_refused_token_is_one_lin
     from backtest_data import write_dataset
 
     data = write_dataset(tmp_path / "data.parquet", covariate=False)
-    with ray_head(loopback_only=True, as_documented=True) as head:
+    with ray_head(loopback_only=True, as_documented=True, dashboard=False) as head:
         shell = {key: value for key, value in head.client_env().items() if not key.startswith("RAY_AUTH")}
         env = {**shell, "RAY_TMPDIR": str(head.ray_tmpdir), "HOME": os.environ["HOME"]}  # not the head's HOME
         joined = subprocess.run(
