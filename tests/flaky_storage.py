@@ -5,7 +5,8 @@
 store is. :data:`FAILURES` maps a substring of a path to how many more reads of matching paths fail with
 ``OSError(EIO)`` (reads: opening for reading, and file info, which the size check uses); ``-1`` fails for ever.
 A key ``open:PATTERN`` or ``info:PATTERN`` fails only that operation; ``write:PATTERN`` makes a write store half
-of its bytes, then fail (a connection lost during an upload).
+of its bytes, then fail (a connection lost during an upload). A pattern in :data:`REFUSING` makes every read of
+matching paths raise ``ConnectionRefusedError``: a store that does not answer at all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 FAILURES: dict[str, int] = {}
 #: Every read attempt that failed, in order: (operation, path).
 FAILED: list[tuple[str, str]] = []
+#: Substrings of paths whose every read is refused (``ConnectionRefusedError``), recorded in :data:`FAILED` too.
+REFUSING: set[str] = set()
 
 
 class FlakyFileSystem(MemoryFileSystem):  # type: ignore[misc]
@@ -33,6 +36,9 @@ class FlakyFileSystem(MemoryFileSystem):  # type: ignore[misc]
         return str(super()._strip_protocol(text))
 
     def _maybe_fail(self, operation: str, path: str) -> None:
+        if any(pattern in path for pattern in REFUSING) and operation != "write":
+            FAILED.append((operation, path))
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused", path)
         for key, left in FAILURES.items():
             only, _, pattern = key.rpartition(":")
             if pattern in path and left != 0 and only in ("", operation):

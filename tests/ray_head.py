@@ -13,6 +13,8 @@ Isolation, so the test neither depends on nor disturbs anyone else's Ray on the 
   written;
 - every fixed port chosen free by the OS (ephemeral range, outside Ray's worker ports 10002-19999), every
   address 127.0.0.1 (the dashboard included);
+- with ``dashboard=False``, no dashboard (nor its job and state APIs): for a test that only joins the head, which
+  then is up once ``ray start`` has recorded its address, without the seconds the dashboard takes to start;
 - teardown never runs ``ray stop`` (it stops every Ray of the user): ``ray start --block`` runs in its own
   session, gets SIGTERM (it then stops the processes it started), and whatever survives is killed by pid:
   the members of that process group and the processes whose command line names this head's temp dir.
@@ -44,7 +46,7 @@ LOOPBACK = "127.0.0.1"
 @dataclass(frozen=True)
 class RayHead:
     gcs_address: str
-    dashboard_url: str
+    dashboard_url: str  # "" for a head started without its dashboard
     temp_dir: Path
     env: dict[str, str]  # what a client of this head runs with: token auth on, this head's token
     pid: int
@@ -56,7 +58,12 @@ class RayHead:
 
 @contextmanager
 def ray_head(
-    num_cpus: int = 2, timeout_s: float = 90.0, *, loopback_only: bool = False, as_documented: bool = False
+    num_cpus: int = 2,
+    timeout_s: float = 90.0,
+    *,
+    loopback_only: bool = False,
+    as_documented: bool = False,
+    dashboard: bool = True,
 ) -> Iterator[RayHead]:
     root = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
     temp_dir = root / "ray"  # Ray's default temp dir under RAY_TMPDIR=root
@@ -73,18 +80,20 @@ def ray_head(
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)})
     # The switch for the head's processes only: a client (head.env) runs as a user's command does, without it.
     head_env = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback_only else env
-    gcs, dashboard, client, agent_http, agent_grpc, runtime_env, metrics = free_ports(7)
+    gcs, dashboard_port, client, agent_http, agent_grpc, runtime_env, metrics = free_ports(7)
+    shown = [f"--dashboard-host={LOOPBACK}", f"--dashboard-port={dashboard_port}"] if dashboard else []
     command = [
         RAY, "start", "--head", "--block", "--disable-usage-stats",
-        f"--node-ip-address={LOOPBACK}", f"--dashboard-host={LOOPBACK}", "--include-dashboard=true",
-        f"--port={gcs}", f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+        f"--node-ip-address={LOOPBACK}", f"--include-dashboard={str(dashboard).lower()}", *shown,
+        f"--port={gcs}", f"--ray-client-server-port={client}",
         f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
         f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0",
     ]  # fmt: skip
     log = (temp_dir / "ray-start.log").open("wb")
     process = subprocess.Popen(command, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    head = RayHead(f"{LOOPBACK}:{gcs}", f"http://{LOOPBACK}:{dashboard}", temp_dir, env, process.pid, root)
+    url = f"http://{LOOPBACK}:{dashboard_port}" if dashboard else ""
+    head = RayHead(f"{LOOPBACK}:{gcs}", url, temp_dir, env, process.pid, root)
     try:
         _wait_for_jobs_api(head, process, timeout_s)
         yield head
@@ -95,14 +104,14 @@ def ray_head(
 
 
 def _wait_for_jobs_api(head: RayHead, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Until the dashboard answers and ``ray start`` has recorded the head's address (its last step)."""
+    """Until ``ray start`` has recorded the head's address (its last step) and the dashboard, if any, answers."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"ray start exited with {process.returncode}: {_log_tail(head.temp_dir)}")
-        if (head.temp_dir / "ray_current_cluster").is_file() and _answers(head):
+        if (head.temp_dir / "ray_current_cluster").is_file() and (not head.dashboard_url or _answers(head)):
             return
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise TimeoutError(f"Ray head not up after {timeout_s}s: {_log_tail(head.temp_dir)}")
 
 

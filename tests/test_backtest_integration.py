@@ -34,6 +34,7 @@ from backtest_data import (  # noqa: E402
     settings_for,
     write_dataset,
 )
+from conftest import start_test_ray  # noqa: E402
 from failing_graph import POISON, write_failing_chronos2  # noqa: E402
 from graphs import tiny_chronos2_metadata  # noqa: E402
 from ray_actors import wait_dead  # noqa: E402
@@ -41,12 +42,13 @@ from ray_actors import wait_dead  # noqa: E402
 from distributed_onnx import cli  # noqa: E402
 from distributed_onnx.errors import BatchError, ConfigError, DataError  # noqa: E402
 from distributed_onnx.evaluation import outputs  # noqa: E402
-from distributed_onnx.evaluation.backtest import run_backtest  # noqa: E402
+from distributed_onnx.evaluation.backtest import BacktestResult, run_backtest  # noqa: E402
 from distributed_onnx.evaluation.data.windows import plan_series  # noqa: E402
 from distributed_onnx.evaluation.dataset import _scan as scan_module  # noqa: E402
 from distributed_onnx.evaluation.driver import _dispatching as dispatching_module  # noqa: E402
 from distributed_onnx.evaluation.driver import run as run_module  # noqa: E402
 from distributed_onnx.evaluation.planning import prepare  # noqa: E402
+from distributed_onnx.evaluation.settings import BacktestSettings  # noqa: E402
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint, write_checkpoint  # noqa: E402
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET  # noqa: E402
 from distributed_onnx.runtime import actors as actors_module  # noqa: E402
@@ -77,14 +79,24 @@ def tiny(tiny_checkpoint: ResolvedCheckpoint) -> Path:
     return tiny_checkpoint.weights_path
 
 
+@pytest.fixture(scope="module")
+def default_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: ResolvedCheckpoint
+) -> tuple[BacktestSettings, BacktestResult]:
+    """The tiny checkpoint on :func:`write_dataset`'s data at :func:`settings_for`'s defaults, run once for the
+    tests that compare with it (each run starts a pool of actors and a report process). Read it; never write to
+    its run directory."""
+    start_test_ray()
+    root = tmp_path_factory.mktemp("default-run")
+    settings = settings_for(tiny_checkpoint.weights_path, write_dataset(root / "load.parquet"), root / "run")
+    return settings, run_backtest(settings)
+
+
 # --- 1. distributed == in-process ---------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_distributed_forecasts_equal_an_in_process_loop(tmp_path: Path, tiny: Path, data: Path) -> None:
-    settings = settings_for(tiny, data, tmp_path / "run")
-
-    result = run_backtest(settings)
+def test_distributed_forecasts_equal_an_in_process_loop(default_run: tuple[BacktestSettings, BacktestResult]) -> None:
+    settings, result = default_run  # settings_for(tiny, data, run), run here
 
     distributed = read_forecasts(Path(settings.output))
     assert distributed.column_names == FORECAST_COLUMNS
@@ -273,11 +285,13 @@ def test_rerun_redoes_missing_torn_and_foreign_parts_and_refuses_other_settings(
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_input_file_transport_gives_the_object_store_forecasts(tmp_path: Path, tiny: Path, data: Path) -> None:
-    by_store = settings_for(tiny, data, tmp_path / "store", series_transport="object_store")
-    by_file = settings_for(tiny, data, tmp_path / "file", series_transport="input_file")
+def test_input_file_transport_gives_the_object_store_forecasts(
+    tmp_path: Path, tiny: Path, default_run: tuple[BacktestSettings, BacktestResult]
+) -> None:
+    by_store, by_store_result = default_run  # settings_for's defaults: the object store carries these series
+    assert by_store_result.summary["transport"]["series_transport"] == "object_store"
+    by_file = settings_for(tiny, by_store.data.local_path, tmp_path / "file", series_transport="input_file")
 
-    run_backtest(by_store)
     result = run_backtest(by_file)
 
     assert result.summary["transport"]["series_transport"] == "input_file"
@@ -447,12 +461,13 @@ def test_csv_input_plans_like_parquet(tmp_path: Path, tiny: Path, data: Path) ->
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_known_future_covariates_reach_the_model(tmp_path: Path, tiny: Path, data: Path) -> None:
-    with_covariate = settings_for(tiny, data, tmp_path / "with", covariates=[COVARIATE])
-    without = settings_for(tiny, data, tmp_path / "without")
+def test_known_future_covariates_reach_the_model(
+    tmp_path: Path, tiny: Path, default_run: tuple[BacktestSettings, BacktestResult]
+) -> None:
+    without, _ = default_run  # settings_for(tiny, data, without), run once for the module
+    with_covariate = settings_for(tiny, without.data.local_path, tmp_path / "with", covariates=[COVARIATE])
 
     run_backtest(with_covariate)
-    run_backtest(without)
 
     forecasts_with = read_forecasts(Path(with_covariate.output))
     assert_same_forecasts(forecasts_with, in_process_forecasts(with_covariate))

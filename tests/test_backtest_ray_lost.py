@@ -103,7 +103,7 @@ def test_a_killed_gcs_of_a_joined_ray_ends_the_backtest_with_exit_3_and_a_rerun_
 ) -> None:
     output = tmp_path / "run"
     command = _command(tiny_checkpoint.weights_path, output, "--address", "auto")
-    with ray_head(loopback_only=True, as_documented=True) as head:
+    with ray_head(loopback_only=True, as_documented=True, dashboard=False) as head:
         shell = {key: value for key, value in head.client_env().items() if not key.startswith("RAY_AUTH")}
         env = {**shell, "RAY_TMPDIR": str(head.ray_tmpdir), "HOME": os.environ["HOME"]}
 

@@ -130,3 +130,34 @@ def test_sigterm_of_a_running_backtest_is_exit_130_without_rays_stack_dump(
     assert process.returncode == 130, stderr
     assert _error_line(stderr) == "error: interrupted by SIGTERM; rerun the same command to resume"
     assert "SIGTERM received" not in stderr and "PC: @" not in stderr, stderr
+
+
+def test_a_data_store_that_does_not_answer_is_asked_once(tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path) -> None:
+    """The backtest's data read asked a store that does not answer twice: the streamed scan's look at the file
+    failed, was taken for "not a file it can stream", and the whole read asked again. pyarrow's S3 client retries
+    for seconds before it gives up, so the user of the test above waited that out twice before the error line."""
+    import uuid
+
+    import flaky_storage
+
+    from distributed_onnx.errors import StorageError
+    from distributed_onnx.evaluation.dataset import load
+    from distributed_onnx.evaluation.planning import resolve
+    from distributed_onnx.evaluation.settings import BacktestSettings
+
+    data = f"flaky://{uuid.uuid4().hex}/data/taylor.parquet"
+    settings = BacktestSettings.model_validate(
+        {"checkpoint": tiny_checkpoint.weights_path, "data": data, "output": tmp_path / "run", "n_windows": 2}
+    )
+    models = resolve(settings)
+    flaky_storage.REFUSING.add(data.removeprefix("flaky://"))
+    flaky_storage.FAILED.clear()
+    try:
+        with pytest.raises(StorageError, match="does not answer") as refused:
+            load(settings, models.spec, models.resolution_minutes)
+        asked = list(flaky_storage.FAILED)
+    finally:
+        flaky_storage.REFUSING.clear()
+        flaky_storage.FAILED.clear()
+    assert "Cannot read data file flaky://" in str(refused.value)
+    assert len(asked) == 1, asked

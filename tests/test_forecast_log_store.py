@@ -12,6 +12,7 @@ Integration tier: ``distributed-onnx serve`` in a subprocess (embedded Ray), rea
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -60,6 +61,22 @@ def _log_files(filesystem: pafs.FileSystem) -> list[str]:
     return sorted(info.path for info in infos if info.type == pafs.FileType.File and info.base_name.startswith("part-"))
 
 
+def _output_until(process: subprocess.Popen[str], text: str, timeout_s: float) -> str:
+    """What ``process`` wrote to its stdout pipe until it wrote ``text`` (or ``timeout_s`` passed, or it ended),
+    read from the pipe's descriptor: the rest stays in the pipe for ``communicate``."""
+    assert process.stdout is not None
+    descriptor, read = process.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout_s
+    while text.encode() not in read and (left_s := deadline - time.monotonic()) > 0:
+        if not select.select([descriptor], [], [], left_s)[0]:
+            break
+        chunk = os.read(descriptor, 65536)
+        if not chunk:
+            break
+        read += chunk
+    return read.decode(errors="replace")
+
+
 def test_a_forecast_log_at_an_s3_url_with_options_lands_in_the_bucket(
     endpoint: str, tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
 ) -> None:
@@ -101,9 +118,9 @@ def test_a_forecast_log_at_an_s3_url_with_options_lands_in_the_bucket(
             bucket.delete_dir_contents(BUCKET)
             bucket.delete_dir(BUCKET)
             assert client.post("/v1/forecast", json=body).status_code == 200
-            time.sleep(3)
+            output = _output_until(server.process, "writing failed", timeout_s=60)
     finally:
-        output = server.stop()
+        output += server.stop()
     assert server.process.returncode == 0, output
     ready = next(line for line in output.splitlines() if line.startswith("ready:"))
     assert f"forecast log: s3://***@{BUCKET}/served?endpoint_override=***" in ready, ready

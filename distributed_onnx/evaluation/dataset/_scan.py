@@ -11,7 +11,8 @@ and keeps per series only its id, first instant, grid length and rows in the fil
 
 Whatever the scan cannot vouch for (unsorted or ungrouped rows, CSV, any data error, a series on a coarser grid
 than the others) makes it give up (``None``), and the caller reads the whole table as before: every error then
-comes from the same checks and names the same file and rows, and unsorted inputs keep working (in memory).
+comes from the same checks and names the same file and rows, and unsorted inputs keep working (in memory). A
+store that does not answer is raised at once, the whole read's error (it would only ask the store again).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def scan_sorted_parquet(
     """Check a sorted Parquet input chunk by chunk and plan its windows, keeping per-series summaries only.
 
     ``None`` when the input is not a Parquet file of more than one chunk, sorted by (series_id, timestamp), that
-    passes every check chunk by chunk: the caller then reads it whole (see the module docstring).
+    passes every check chunk by chunk: the caller then reads it whole (see the module docstring). A store that
+    does not answer (:func:`~distributed_onnx.storage.unanswered`) is the one error raised here: the whole read
+    would ask it again and the user would wait out the store client's retries twice before hearing it.
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
@@ -95,7 +98,10 @@ def scan_sorted_parquet(
             return None
         source = storage.open_input_file(location)
         parquet = pq.ParquetFile(source)
-    except (pa.ArrowInvalid, OSError):
+    except (pa.ArrowInvalid, OSError) as exc:
+        unanswered = storage.read_error(exc, location, "data file")
+        if unanswered is not None:
+            raise unanswered from exc
         return None
     try:
         metadata = parquet.metadata
