@@ -1,13 +1,13 @@
 """Toto, built from ``toto-ts``'s own classes, exported, backtested, equal to its pipeline's distribution.
 
-A small random-weight ``Toto`` (``export --random-weights --size tiny``'s model, written as the hub's folder) is
-exported with ``distributed-onnx export toto``, backtested through the CLI on data with gaps and histories shorter
-than the context, and its quantiles compared with those of the distribution upstream's own
-``TotoForecaster.forecast`` builds on each window's history (inverted through that distribution's ``cdf``).
-Upstream's samples converge to the same quantiles (checked loosely: they are random). A horizon beyond one call
-is refused in one line, at the backtest and the export.
+A small random-weight ``Toto`` is exported with ``distributed-onnx export toto --random-weights --size tiny`` (the
+session's export, tests/families.py; upstream's model is the same seeded weights written as the hub's folder),
+backtested through the CLI on data with gaps and histories shorter than the context, and its quantiles compared with
+those of the distribution upstream's own ``TotoForecaster.forecast`` builds on each window's history (inverted
+through that distribution's ``cdf``). Upstream's samples converge to the same quantiles (checked loosely: they are
+random). A horizon beyond one call is refused in one line, at the backtest and the export.
 
-Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per module.
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per session.
 """
 
 from __future__ import annotations
@@ -48,14 +48,13 @@ STEPS = TOTO["tiny"]["patch_size"]  # one call: one patch
 
 
 @pytest.fixture(scope="module")
-def toto(root: Path) -> tuple[Path, Any]:
+def toto(toto_random_export: Path, root: Path) -> tuple[Path, Any]:
+    """The session's ``export toto --random-weights --size tiny`` (tests/families.py) and upstream's ``Toto`` with
+    the same seeded weights, written as the hub's folder (``write_toto``: the writer the export builds it with)."""
     from toto.model.toto import Toto
 
     pretrained = write_toto(root / "pretrained", "tiny")
-    output = root / "toto" / "toto.onnx"
-    argv = ["export", "toto", "--from-pretrained", str(pretrained), "--output", str(output)]
-    assert cli.main([*argv, "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
-    return output, Toto.load_from_checkpoint(str(pretrained)).eval()
+    return toto_random_export, Toto.load_from_checkpoint(str(pretrained)).eval()
 
 
 def history(window: np.ndarray) -> np.ndarray:
