@@ -2,7 +2,9 @@
 CLI, equal to upstream's ``Chronos2Pipeline.predict_df`` on the same windows.
 
 A small seeded random-weight model is built from chronos-forecasting's own classes (``Chronos2Model``,
-``Chronos2CoreConfig``: nothing is downloaded), saved with ``save_pretrained`` and exported once per module.
+``Chronos2CoreConfig``: nothing is downloaded; ``export --random-weights --size tiny``'s model), saved with
+``save_pretrained`` and exported once per module for HORIZON, with its dynamic int8 variant beside it; the export
+at the defaults is the session's random-weights one (tests/families.py), of the same weights.
 The data has gaps in the target (NaN rows), a numeric known-future covariate, a numeric past-only one, a text
 day type (with nulls) and a bool holiday flag, and a per-series region for ``--group-by``. Each window's
 reference is ``predict_df`` on that window's own ``df`` (its context rows) and ``future_df`` (its horizon's
