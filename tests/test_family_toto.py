@@ -48,12 +48,18 @@ STEPS = TOTO["tiny"]["patch_size"]  # one call: one patch
 
 
 @pytest.fixture(scope="module")
-def toto(toto_random_export: Path, root: Path) -> tuple[Path, Any]:
-    """The session's ``export toto --random-weights --size tiny`` (tests/families.py) and upstream's ``Toto`` with
-    the same seeded weights, written as the hub's folder (``write_toto``: the writer the export builds it with)."""
+def pretrained(root: Path) -> Path:
+    """The tiny ``Toto`` written as the hub's folder by ``write_toto``, the writer the random-weights export builds
+    it with: the same seeded weights (read-only)."""
+    return write_toto(root / "pretrained", "tiny")
+
+
+@pytest.fixture(scope="module")
+def toto(toto_random_export: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The session's ``export toto --random-weights --size tiny`` (tests/families.py) and upstream's ``Toto`` of
+    the same weights."""
     from toto.model.toto import Toto
 
-    pretrained = write_toto(root / "pretrained", "tiny")
     return toto_random_export, Toto.load_from_checkpoint(str(pretrained)).eval()
 
 
@@ -152,7 +158,7 @@ def test_backtest_equals_the_distribution_of_its_forecaster_on_each_history(
 
 
 def test_a_horizon_beyond_one_call_is_refused_in_one_line(
-    toto: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toto: tuple[Path, Any], pretrained: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     weights, _ = toto
     capsys.readouterr()
@@ -161,8 +167,6 @@ def test_a_horizon_beyond_one_call_is_refused_in_one_line(
     assert err.startswith("error: ") and f"horizon {STEPS + 1}" in err and "sampling paths" in err, err
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
 
-    pretrained = tmp_path / "pretrained"
-    write_toto(pretrained, "tiny")
     argv = ["export", "toto", "--from-pretrained", str(pretrained), "--output", str(tmp_path / "long.onnx")]
     assert cli.main([*argv, "--horizon", str(2 * STEPS), "--resolution-minutes", "30"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
