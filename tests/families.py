@@ -13,6 +13,7 @@ module; a test module must not import them, or it would build its own copy).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,26 @@ def data(root: Path, series: dict[str, np.ndarray]) -> Path:
 # Built once per session, shared by every module that asks. Their folders are READ-ONLY by convention: a test that
 # edits a checkpoint, its metadata or a pretrained folder copies the folder first (shutil.copytree into its
 # tmp_path) and edits the copy; a test writes its own outputs (runs, profiles, tune files) under its tmp_path.
+# family_root checks the convention at the session's end: a shared folder changed fails there, naming it.
+
+
+#: Each shared folder's files (name -> size, modification time) as built: :func:`family_root` checks at the end of
+#: the session that no test changed one (the read-only convention, enforced).
+_BUILT: dict[Path, dict[str, tuple[int, int]]] = {}
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _built(folder: Path) -> Path:
+    """Record ``folder`` as built (see :data:`_BUILT`)."""
+    _BUILT[folder] = _listing(folder)
+    return folder
 
 
 def _cli_export(family: str, output: Path, *flags: str) -> Path:
@@ -142,13 +163,19 @@ def _cli_export(family: str, output: Path, *flags: str) -> Path:
     from distributed_onnx import cli
 
     assert cli.main(["export", family, "--output", str(output), *flags]) == 0
+    _built(output.parent)
     return output
 
 
 @pytest.fixture(scope="session")
-def family_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's folder for the shared models and exports."""
-    return tmp_path_factory.mktemp("families")
+def family_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's folder for the shared models and exports. At the session's end: every shared folder still
+    holds what it was built with (a test that edited one would have changed what later tests were given)."""
+    root = tmp_path_factory.mktemp("families")
+    yield root
+    changed = {str(folder): _listing(folder) for folder, built in _BUILT.items() if _listing(folder) != built}
+    _BUILT.clear()
+    assert not changed, f"a test changed the session's shared family folders (copy a folder to edit it): {changed}"
 
 
 @pytest.fixture(scope="session")
@@ -161,13 +188,13 @@ def gappy_data(family_root: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bolt_pretrained(family_root: Path) -> Path:
     """:func:`write_tiny_bolt`'s folder (read-only: copy it to edit it)."""
-    return write_tiny_bolt(family_root / "bolt-pretrained")
+    return _built(write_tiny_bolt(family_root / "bolt-pretrained"))
 
 
 @pytest.fixture(scope="session")
 def tiny_tirex_pretrained(family_root: Path) -> Path:
     """:func:`write_tiny_tirex`'s folder (read-only: copy it to edit it)."""
-    return write_tiny_tirex(family_root / "tirex-pretrained")
+    return _built(write_tiny_tirex(family_root / "tirex-pretrained"))
 
 
 @pytest.fixture(scope="session")
