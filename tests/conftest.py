@@ -41,6 +41,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 if importlib.util.find_spec("torch") is not None:
     import torch  # noqa: F401
 
+from families import (  # noqa: F401 (the family tests' session fixtures: registered here, one instance for all)
+    bolt_export,
+    chronos2_random_export,
+    family_root,
+    gappy_data,
+    moirai2_random_export,
+    timesfm_random_export,
+    tiny_bolt_pretrained,
+    tiny_tirex_pretrained,
+    tirex_export,
+    toto_random_export,
+)
 from graphs import write_tiny_chronos2
 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint

@@ -24,7 +24,7 @@ onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 pytest.importorskip("chronos")
 
-from families import BOLT_CONTEXT, BOLT_STEPS, gappy_series, write_tiny_bolt  # noqa: E402
+from families import BOLT_CONTEXT, BOLT_STEPS, gappy_series  # noqa: E402
 
 from distributed_onnx.export import chronos_bolt  # noqa: E402
 from distributed_onnx.export.common import context_module, export_context_graph  # noqa: E402
@@ -75,11 +75,11 @@ def _export(pipeline: Any, output: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def pipeline(tiny_bolt_pretrained: Path) -> Any:
+    """The session's tiny Bolt (tests/families.py), loaded by upstream's pipeline (its folder only read)."""
     from chronos import ChronosBoltPipeline
 
-    folder = write_tiny_bolt(tmp_path_factory.mktemp("bolt-pretrained"))
-    return ChronosBoltPipeline.from_pretrained(str(folder), local_files_only=True)
+    return ChronosBoltPipeline.from_pretrained(str(tiny_bolt_pretrained), local_files_only=True)
 
 
 def test_cross_attention_skips_projecting_the_encoder_tokens_and_forecasts_stay_upstreams(

@@ -2,7 +2,9 @@
 CLI, equal to upstream's ``Chronos2Pipeline.predict_df`` on the same windows.
 
 A small seeded random-weight model is built from chronos-forecasting's own classes (``Chronos2Model``,
-``Chronos2CoreConfig``: nothing is downloaded), saved with ``save_pretrained`` and exported once per module.
+``Chronos2CoreConfig``: nothing is downloaded; ``export --random-weights --size tiny``'s model), saved with
+``save_pretrained`` and exported once per module for HORIZON, with its dynamic int8 variant beside it; the export
+at the defaults is the session's random-weights one (tests/families.py), of the same weights.
 The data has gaps in the target (NaN rows), a numeric known-future covariate, a numeric past-only one, a text
 day type (with nulls) and a bool holiday flag, and a per-series region for ``--group-by``. Each window's
 reference is ``predict_df`` on that window's own ``df`` (its context rows) and ``future_df`` (its horizon's
@@ -30,6 +32,7 @@ torch = pytest.importorskip("torch")
 from backtest_data import read_forecasts  # noqa: E402
 
 from distributed_onnx import cli  # noqa: E402
+from distributed_onnx.export.random_weights import CHRONOS2  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +41,11 @@ HORIZON = PATCH * PATCHES
 #: The model's max_output_patches (its default prediction length is MAX_PATCHES x PATCH steps); the module's
 #: checkpoint is exported for HORIZON, i.e. PATCHES of them, as upstream computes a HORIZON-step forecast.
 MAX_PATCHES = 5
+assert (CHRONOS2["tiny"]["chronos_config"]["context_length"], CHRONOS2["tiny"]["chronos_config"]["patch"]) == (
+    CONTEXT,
+    PATCH,
+)
+assert CHRONOS2["tiny"]["chronos_config"]["max_output_patches"] == MAX_PATCHES
 LEVELS = [0.1, 0.5, 0.9]
 N_SERIES, LENGTH = 6, 160
 REGIONS = ["north", "north", "north", "south", "south", "north"]
@@ -93,39 +101,34 @@ def data(frame: Any, workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def pipeline(workdir: Path) -> Any:
-    from chronos.chronos2 import Chronos2Model
-    from chronos.chronos2.config import Chronos2CoreConfig
+    """``export --random-weights --size tiny``'s Chronos-2 (``Chronos2Model`` of ``Chronos2CoreConfig``, seeded),
+    saved by ``save_pretrained``: the same weights as the session's random-weights export (tests/families.py)."""
     from chronos.chronos2.pipeline import Chronos2Pipeline
 
-    torch.manual_seed(0)
-    config = Chronos2CoreConfig(
-        d_model=64,
-        d_kv=16,
-        d_ff=128,
-        num_layers=2,
-        num_heads=4,
-        chronos_config={
-            "context_length": CONTEXT,
-            "input_patch_size": PATCH,
-            "output_patch_size": PATCH,
-            "input_patch_stride": PATCH,
-            "quantiles": [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99],
-            "use_reg_token": True,
-            "use_arcsinh": True,
-            "max_output_patches": MAX_PATCHES,
-            "time_encoding_scale": CONTEXT,
-        },
-    )
-    Chronos2Pipeline(Chronos2Model(config).eval()).save_pretrained(workdir / "pretrained")
+    from distributed_onnx.export.random_weights import write_chronos2
+
+    write_chronos2(workdir / "pretrained", "tiny")
     return Chronos2Pipeline.from_pretrained(str(workdir / "pretrained"))
 
 
 @pytest.fixture(scope="module")
-def checkpoint(pipeline: Any, workdir: Path, data: Path) -> Path:
+def exported(pipeline: Any, workdir: Path, data: Path) -> tuple[Path, str]:
+    """The module's checkpoint, exported for HORIZON with its dynamic int8 variant beside it (one export serves
+    the forecasts' tests and the dynamic variant's), and what the export printed on stdout. Read-only."""
+    import contextlib
+    import io
+
     output = workdir / "export" / "chronos2-tiny.onnx"
     argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    assert cli.main([*argv, "--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]) == 0
-    return output
+    argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", "dynamic"]) == 0
+    return output, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(exported: tuple[Path, str]) -> Path:
+    return exported[0]
 
 
 def backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> pa.Table:
@@ -215,16 +218,14 @@ def test_backtest_equals_predict_df(
 
 
 @pytest.fixture(scope="module")
-def default_export(pipeline: Any, workdir: Path, data: Path) -> Path:
-    """Exported as a user first does, without ``--horizon``: up to the model's default prediction length."""
+def default_export(chronos2_random_export: Path) -> Path:
+    """Exported as a user first does, without ``--horizon``: up to the model's default prediction length (the
+    session's ``export chronos2 --random-weights --size tiny``, tests/families.py: :func:`pipeline`'s weights)."""
     import json
 
-    output = workdir / "default" / "chronos2-tiny.onnx"
-    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    assert cli.main([*argv, "--data", str(data), "--parity-windows", "2"]) == 0
-    metadata = json.loads(output.with_suffix(".metadata.json").read_text())
+    metadata = json.loads(chronos2_random_export.with_suffix(".metadata.json").read_text())
     assert (metadata["horizon_patches"], metadata["short_horizon"]) == (MAX_PATCHES, "output_patches")
-    return output
+    return chronos2_random_export
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -317,18 +318,29 @@ def test_second_session_loads_the_cached_optimized_graph(
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_int8_variant_names_its_parent_and_stays_near_it(
-    mode: str, pipeline: Any, data: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+    mode: str,
+    exported: tuple[Path, str],
+    pipeline: Any,
+    data: Path,
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The dynamic variant is the module checkpoint's (:func:`exported`, the same export command with
+    ``--quantize int8 --quantize-mode dynamic``); the static one is exported here, beside its own parent."""
     import json
 
     from distributed_onnx.model.backend.providers import CpuProvider
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
-    output = workdir / f"int8-{mode}" / "chronos2-tiny.onnx"
-    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
-    assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", mode]) == 0
-    assert f"chronos2-tiny-int8.onnx (int8, {mode})" in capsys.readouterr().out
+    if mode == "dynamic":
+        output, printed = exported
+    else:
+        output = workdir / f"int8-{mode}" / "chronos2-tiny.onnx"
+        argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+        argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
+        assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", mode]) == 0
+        printed = capsys.readouterr().out
+    assert f"chronos2-tiny-int8.onnx (int8, {mode})" in printed
 
     variant = output.with_name("chronos2-tiny-int8.onnx")
     parent_metadata = json.loads(output.with_suffix(".metadata.json").read_text())

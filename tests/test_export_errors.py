@@ -5,7 +5,8 @@ context 0, corrupt weights, a ``config.json`` that is not JSON, an ``--output`` 
 traceback file, or 3 with "Finished parts are kept; rerun" (an export has no parts): each is now exit 2 and one
 ``error:`` line naming the input. A graph whose parity is not finite (inf weights gave ``max_abs_diff: NaN``,
 exit 0) is refused and removed; and a one-series ``--data`` no longer fixes TiRex's batch axis at 1.
-The folders are the tiny random-weight models of ``families.py``, built once; every command runs in-process.
+The folders are the tiny random-weight models of ``families.py``, built once per session; every command runs
+in-process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from families import gappy_series, write_gappy_dataset, write_tiny_bolt, write_tiny_tirex
+from families import gappy_series, write_gappy_dataset
 
 from distributed_onnx import cli
 
@@ -24,10 +25,14 @@ pytestmark = pytest.mark.integration  # real torch exports and ONNX Runtime sess
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def folders(
+    tmp_path_factory: pytest.TempPathFactory, tiny_bolt_pretrained: Path, tiny_tirex_pretrained: Path
+) -> dict[str, Path]:
+    """The inputs, bad and good; the good models are the session's (tests/families.py: read-only, copied here
+    where a case edits them)."""
     root = tmp_path_factory.mktemp("export-errors")
-    bolt = write_tiny_bolt(root / "bolt")
-    made = {"bolt": bolt, "tirex": write_tiny_tirex(root / "tirex")}
+    bolt = tiny_bolt_pretrained
+    made = {"bolt": bolt, "tirex": tiny_tirex_pretrained}
     series = gappy_series()
     made["data"] = write_gappy_dataset(root / "data.parquet", series)
     made["one-series"] = write_gappy_dataset(root / "one.parquet", {"a": series["a"]})

@@ -108,16 +108,17 @@ def test_exactly_one_model_source_is_required(flags: list[str], capsys: pytest.C
     assert len(error) == 1 and ("--random-weights" in error[0] or "--size" in error[0]), error
 
 
+#: The session's ``export FAMILY --random-weights --size tiny`` of each family here (tests/families.py).
+RANDOM_WEIGHTS_EXPORTS = {"chronos2": "chronos2_random_export", "tirex": "tirex_export"}
+
+
 @pytest.mark.parametrize("family", ["chronos2", "tirex"])
-def test_every_family_exports_with_random_weights(
-    family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_family_exports_with_random_weights(family: str, request: pytest.FixtureRequest) -> None:
     """The tiny configs of the other two families export and pass their parity (Chronos-2's tiny config once
-    had quantiles that upstream's ``predict`` refused to unroll: an internal error)."""
+    had quantiles that upstream's ``predict`` refused to unroll: an internal error). The exports are the
+    session's (tests/families.py, whose fixtures assert each exited 0), shared with the families' own tests."""
     pytest.importorskip("tirex")
-    output = tmp_path / f"{family}.onnx"
-    argv = ["export", family, "--random-weights", "--output", str(output), "--resolution-minutes", "60"]
-    assert cli.main([*argv, "--parity-windows", "2"]) == 0, capsys.readouterr().err[-2000:]
+    output: Path = request.getfixturevalue(RANDOM_WEIGHTS_EXPORTS[family])
     metadata = json.loads(output.with_suffix(".metadata.json").read_text())
     assert metadata["model_family"] == family and metadata["description"].startswith(MEANINGLESS)
     assert json.loads(output.with_suffix(".parity.json").read_text())["passed"] is True

@@ -170,14 +170,12 @@ def test_covariates_are_refused_in_one_line(
     assert not list((tmp_path / "cov").glob("forecasts/*/part-*.parquet"))
 
 
-def test_random_weights_without_horizon_export_one_call_and_pass_their_parity(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_random_weights_without_horizon_export_one_call_and_pass_their_parity(moirai2_random_export: Path) -> None:
     """Without ``--horizon`` the graph is one model call, and the parity compares at that horizon (the shared
-    default, two calls, is beyond what the graph answers: the export failed its own parity)."""
-    output = tmp_path / "moirai2.onnx"
-    argv = ["export", "moirai2", "--random-weights", "--size", "tiny", "--output", str(output)]
-    assert cli.main([*argv, "--parity-windows", "2", "--resolution-minutes", "60"]) == 0, capsys.readouterr().err
+    default, two calls, is beyond what the graph answers: the export failed its own parity). The export is the
+    session's ``export moirai2 --random-weights --size tiny`` (tests/families.py), which its fixture asserts
+    exited 0."""
+    output = moirai2_random_export
     metadata = json.loads(output.with_suffix(".metadata.json").read_text())
     assert (metadata["horizon_patches"], metadata["long_horizon"]) == (PER_CALL, "refuse")
     assert metadata["description"].startswith("random weights: forecasts are meaningless")

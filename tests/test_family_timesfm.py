@@ -1,12 +1,13 @@
 """TimesFM 2.5, built from the ``timesfm`` package's own classes, exported, backtested, equal to its ``forecast``.
 
-A small random-weight model (``export --random-weights --size tiny``'s: ``TimesFM_2p5_200M_torch_module`` built
-from a small ``TimesFM_2p5_200M_Definition`` set as its class attribute, saved by ``save_pretrained``) is exported
-through the CLI at a horizon of two output patches (the autoregressive decode step in the graph), backtested
-through the CLI on data with gaps (leading, scattered and a run of NaN), and compared with upstream's own
-``compile`` + ``forecast`` on the same windows. A horizon beyond the exported one is refused in one line.
+A small random-weight model (``export --random-weights --size tiny``'s: ``TimesFM_2p5_200M_torch_module`` built from
+a small ``TimesFM_2p5_200M_Definition`` set as its class attribute, saved by ``save_pretrained``) is exported
+through the CLI (``--random-weights --size tiny``, the session's export of tests/families.py) at a horizon of two
+output patches (the autoregressive decode step in the graph), backtested through the CLI on data with gaps (leading,
+scattered and a run of NaN), and compared with upstream's own ``compile`` + ``forecast`` on the same windows. A
+horizon beyond the exported one is refused in one line.
 
-Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per module.
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per session.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ timesfm = pytest.importorskip("timesfm")
 from backtest_data import read_forecasts  # noqa: E402
 from families import (  # noqa: E402, F401 (data, root, series: the shared module fixtures)
     LEVELS,
-    RESOLUTION_MINUTES,
+    TIMESFM_HORIZON,
     WINDOWS,
     data,
     forecast_block,
@@ -45,6 +46,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 CONTEXT = TIMESFM["tiny"]["forecast_config"]["max_context"]
 PATCH = TIMESFM["tiny"]["sizes"]["output_patch_len"]
 HORIZON = PATCH + PATCH // 2  # two output patches decoded in the graph, the second cut
+assert HORIZON == TIMESFM_HORIZON  # the session's export (tests/families.py) is traced for it
 #: TimesFM README's ``ForecastConfig`` (the export's default flags), at the tiny context and this horizon.
 FORECAST = {
     "max_context": CONTEXT,
@@ -63,17 +65,14 @@ def pretrained(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(root: Path, pretrained: Path) -> tuple[Path, Any]:
-    """The tiny model exported through the CLI, and upstream's own model compiled as the graph was."""
+def exported(timesfm_random_export: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The session's ``export timesfm --random-weights --size tiny --horizon 24`` (tests/families.py; its
+    weights are :func:`pretrained`'s, the same seeded writer), and upstream's own model compiled as the graph was."""
     from distributed_onnx.export.timesfm import load_model
 
-    output = root / "timesfm" / "timesfm.onnx"
-    argv = ["export", "timesfm", "--from-pretrained", str(pretrained), "--output", str(output)]
-    flags = ["--horizon", str(HORIZON), "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]
-    assert cli.main([*argv, *flags]) == 0
     model = load_model(pretrained)  # the package's classes, its class-attribute config set to the tiny one
     model.compile(timesfm.ForecastConfig(**FORECAST, per_core_batch_size=4))
-    return output, model
+    return timesfm_random_export, model
 
 
 def _backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> int:
@@ -125,7 +124,9 @@ def test_backtest_equals_upstream_forecast_on_gappy_windows(
     assert float(np.abs(ours[:, : PATCH // 2] - np.asarray(first)[..., 1:]).max()) < 1e-4
 
 
-def test_a_shorter_horizon_decodes_only_its_patches(exported: tuple[Path, Any], pretrained: Path) -> None:
+def test_a_shorter_horizon_decodes_only_its_patches(
+    exported: tuple[Path, Any], pretrained: Path, tmp_path: Path
+) -> None:
     """A run of one output patch on the graph of two: upstream's forecast for that horizon, and the graph's
     autoregressive step not run at all (its layers' products absent from ONNX Runtime's profile of the call)."""
     import onnxruntime as ort
@@ -159,7 +160,7 @@ def test_a_shorter_horizon_decodes_only_its_patches(exported: tuple[Path, Any], 
         trace = json.loads(Path(session.end_profiling()).read_text())
         return sum(1 for e in trace if e.get("cat") == "Node" and e["args"].get("op_name") == "MatMul")
 
-    one, two = products(1, weights.parent), products(2, weights.parent)
+    one, two = products(1, tmp_path), products(2, tmp_path)  # the profiles: not in the shared export's folder
     layers = TIMESFM["tiny"]["sizes"]["num_layers"]
     assert two - one >= 4 * layers, (one, two)  # the step's attention and feed-forward products, per layer
 

@@ -1,13 +1,13 @@
 """Toto, built from ``toto-ts``'s own classes, exported, backtested, equal to its pipeline's distribution.
 
-A small random-weight ``Toto`` (``export --random-weights --size tiny``'s model, written as the hub's folder) is
-exported with ``distributed-onnx export toto``, backtested through the CLI on data with gaps and histories shorter
-than the context, and its quantiles compared with those of the distribution upstream's own
-``TotoForecaster.forecast`` builds on each window's history (inverted through that distribution's ``cdf``).
-Upstream's samples converge to the same quantiles (checked loosely: they are random). A horizon beyond one call
-is refused in one line, at the backtest and the export.
+A small random-weight ``Toto`` is exported with ``distributed-onnx export toto --random-weights --size tiny`` (the
+session's export, tests/families.py; upstream's model is the same seeded weights written as the hub's folder),
+backtested through the CLI on data with gaps and histories shorter than the context, and its quantiles compared with
+those of the distribution upstream's own ``TotoForecaster.forecast`` builds on each window's history (inverted
+through that distribution's ``cdf``). Upstream's samples converge to the same quantiles (checked loosely: they are
+random). A horizon beyond one call is refused in one line, at the backtest and the export.
 
-Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per module.
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the model is exported once per session.
 """
 
 from __future__ import annotations
@@ -48,14 +48,19 @@ STEPS = TOTO["tiny"]["patch_size"]  # one call: one patch
 
 
 @pytest.fixture(scope="module")
-def toto(root: Path) -> tuple[Path, Any]:
+def pretrained(root: Path) -> Path:
+    """The tiny ``Toto`` written as the hub's folder by ``write_toto``, the writer the random-weights export builds
+    it with: the same seeded weights (read-only)."""
+    return write_toto(root / "pretrained", "tiny")
+
+
+@pytest.fixture(scope="module")
+def toto(toto_random_export: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The session's ``export toto --random-weights --size tiny`` (tests/families.py) and upstream's ``Toto`` of
+    the same weights."""
     from toto.model.toto import Toto
 
-    pretrained = write_toto(root / "pretrained", "tiny")
-    output = root / "toto" / "toto.onnx"
-    argv = ["export", "toto", "--from-pretrained", str(pretrained), "--output", str(output)]
-    assert cli.main([*argv, "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
-    return output, Toto.load_from_checkpoint(str(pretrained)).eval()
+    return toto_random_export, Toto.load_from_checkpoint(str(pretrained)).eval()
 
 
 def history(window: np.ndarray) -> np.ndarray:
@@ -153,7 +158,7 @@ def test_backtest_equals_the_distribution_of_its_forecaster_on_each_history(
 
 
 def test_a_horizon_beyond_one_call_is_refused_in_one_line(
-    toto: tuple[Path, Any], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toto: tuple[Path, Any], pretrained: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     weights, _ = toto
     capsys.readouterr()
@@ -162,8 +167,6 @@ def test_a_horizon_beyond_one_call_is_refused_in_one_line(
     assert err.startswith("error: ") and f"horizon {STEPS + 1}" in err and "sampling paths" in err, err
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
 
-    pretrained = tmp_path / "pretrained"
-    write_toto(pretrained, "tiny")
     argv = ["export", "toto", "--from-pretrained", str(pretrained), "--output", str(tmp_path / "long.onnx")]
     assert cli.main([*argv, "--horizon", str(2 * STEPS), "--resolution-minutes", "30"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

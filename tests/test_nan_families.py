@@ -5,7 +5,8 @@ exported with ``distributed-onnx export``, backtested through the CLI on data wi
 longer than one call, and compared with the upstream pipeline's own forecasts on the same windows
 (``ChronosBoltPipeline.predict``, ``TiRexZero.forecast``). Then the three families side by side in one run.
 
-Integration tier: real ONNX Runtime sessions, the shared local Ray; the models are exported once per module.
+Integration tier: real ONNX Runtime sessions, the shared local Ray; the models are exported once per session
+(tests/families.py's session fixtures, shared with the families' own modules).
 """
 
 from __future__ import annotations
@@ -40,8 +41,6 @@ from families import (  # noqa: E402, F401 (data, root, series: the shared modul
     series,
     window_contexts,
     write_gappy_dataset,
-    write_tiny_bolt,
-    write_tiny_tirex,
 )
 from graphs import write_tiny_upstream_chronos2  # noqa: E402
 
@@ -55,31 +54,21 @@ TIREX_HORIZON = 2 * TIREX_STEPS + TIREX_STEPS // 2  # three calls
 LATER_FAMILIES = ("moirai2", "toto", "timesfm")
 
 
-def _export(family: str, pretrained: Path, output: Path) -> dict[str, Any]:
-    """The family's export, with its int8 variant (dynamic) beside it: ``NAME-int8.onnx``."""
-    argv = ["export", family, "--from-pretrained", str(pretrained), "--output", str(output), "--quantize", "int8"]
-    assert cli.main([*argv, "--parity-windows", "4", "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
-    return dict(json.loads(output.with_suffix(".parity.json").read_text()))
-
-
 @pytest.fixture(scope="module")
-def bolt(root: Path) -> tuple[Path, Any]:
+def bolt(bolt_export: Path, tiny_bolt_pretrained: Path) -> tuple[Path, Any]:
+    """The session's Chronos-Bolt export (with its dynamic int8 variant, tests/families.py) and its pipeline."""
     from chronos import ChronosBoltPipeline
 
-    pretrained = write_tiny_bolt(root / "bolt-pretrained")
-    output = root / "bolt" / "bolt.onnx"
-    _export("chronos_bolt", pretrained, output)
-    return output, ChronosBoltPipeline.from_pretrained(str(pretrained), local_files_only=True)
+    return bolt_export, ChronosBoltPipeline.from_pretrained(str(tiny_bolt_pretrained), local_files_only=True)
 
 
 @pytest.fixture(scope="module")
-def tirex(root: Path) -> tuple[Path, Any]:
+def tirex(tirex_export: Path, tiny_tirex_pretrained: Path) -> tuple[Path, Any]:
+    """The session's TiRex export (with its dynamic int8 variant, tests/families.py) and upstream's model."""
     from tirex.models.tirex import TiRexZero
 
-    pretrained = write_tiny_tirex(root / "tirex-pretrained")
-    output = root / "tirex" / "tirex.onnx"
-    _export("tirex", pretrained, output)
-    return output, TiRexZero.from_pretrained(str(pretrained / "model.ckpt"), backend="torch", device="cpu").eval()
+    checkpoint = str(tiny_tirex_pretrained / "model.ckpt")
+    return tirex_export, TiRexZero.from_pretrained(checkpoint, backend="torch", device="cpu").eval()
 
 
 def _backtest(checkpoints: list[Path], data: Path, output: Path, *flags: str) -> int:
@@ -156,21 +145,11 @@ def test_a_graph_disagreeing_with_its_metadata_is_refused_before_any_part(
     assert not list((tmp_path / "run").glob("forecasts/*/part-*.parquet"))
 
 
-def _random_weights_export(family: str, output: Path, data: Path) -> Path:
-    """``export FAMILY --random-weights --size tiny``: the family's tiny model from its upstream package's classes,
-    with its int8 variant (static: its activations calibrated on ``data``'s windows) beside it."""
-    argv = ["export", family, "--random-weights", "--size", "tiny", "--output", str(output), "--parity-windows", "2"]
-    argv += ["--quantize", "int8", "--quantize-mode", "static", "--data", str(data)]
-    assert cli.main([*argv, "--resolution-minutes", str(RESOLUTION_MINUTES)]) == 0
-    return output
-
-
 @pytest.fixture(scope="module")
-def later(root: Path, data: Path) -> dict[str, Path]:
-    """:data:`LATER_FAMILIES`, exported once for the module."""
-    for module in ("uni2ts.model.moirai2", "toto.model.toto", "timesfm"):
-        pytest.importorskip(module)
-    return {family: _random_weights_export(family, root / family / f"{family}.onnx", data) for family in LATER_FAMILIES}
+def later(moirai2_random_export: Path, toto_random_export: Path, timesfm_random_export: Path) -> dict[str, Path]:
+    """:data:`LATER_FAMILIES`, each ``export FAMILY --random-weights --size tiny`` with its static int8 variant: the
+    session's exports (tests/families.py)."""
+    return {"moirai2": moirai2_random_export, "toto": toto_random_export, "timesfm": timesfm_random_export}
 
 
 def test_the_int8_variant_of_every_exported_family_quantizes_runs_and_stays_near_its_parent(
