@@ -47,11 +47,13 @@ from families import (  # noqa: F401 (the family tests' session fixtures: regist
     family_root,
     gappy_data,
     moirai2_random_export,
-    timesfm_random_export,
+    timesfm_export,
+    timesfm_pretrained,
     tiny_bolt_pretrained,
     tiny_tirex_pretrained,
     tirex_export,
-    toto_random_export,
+    toto_export,
+    toto_pretrained,
 )
 from graphs import write_tiny_chronos2
 

@@ -235,6 +235,14 @@ def _random_weights_export(family: str, output: Path, data: Path, *flags: str) -
     return _cli_export(family, output, *argv)
 
 
+def _pretrained_export(family: str, output: Path, pretrained: Path, data: Path, *flags: str) -> Path:
+    """``export FAMILY --from-pretrained PRETRAINED``, as a user exports a downloaded model, with its int8 variant
+    (static: its activations calibrated on ``data``'s windows) beside it."""
+    argv = ["--from-pretrained", str(pretrained), "--quantize", "int8", "--quantize-mode", "static"]
+    argv += ["--data", str(data), "--resolution-minutes", str(RESOLUTION_MINUTES), *flags]
+    return _cli_export(family, output, *argv)
+
+
 @pytest.fixture(scope="session")
 def moirai2_random_export(family_root: Path, gappy_data: Path) -> Path:
     """Moirai 2's :func:`_random_weights_export` at its default horizon (one model call), parity on 2 windows of
@@ -246,11 +254,21 @@ def moirai2_random_export(family_root: Path, gappy_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def toto_random_export(family_root: Path, gappy_data: Path) -> Path:
-    """Toto's :func:`_random_weights_export` (one call: one patch), parity on 4 windows of :func:`gappy_data`
-    (read-only)."""
+def toto_pretrained(family_root: Path) -> Path:
+    """The tiny ``Toto`` written as the hub's folder by ``write_toto`` (the builder ``--random-weights`` uses),
+    read-only: what upstream's ``Toto.load_from_checkpoint`` and ``export --from-pretrained`` both read."""
     pytest.importorskip("toto.model.toto")
-    return _random_weights_export("toto", family_root / "toto" / "toto.onnx", gappy_data, "--parity-windows", "4")
+    from distributed_onnx.export.random_weights import write_toto
+
+    return _built(write_toto(family_root / "toto-pretrained", "tiny"))
+
+
+@pytest.fixture(scope="session")
+def toto_export(family_root: Path, toto_pretrained: Path, gappy_data: Path) -> Path:
+    """Toto's :func:`_pretrained_export` of :func:`toto_pretrained` (one call: one patch), parity on 4 windows of
+    :func:`gappy_data` (read-only)."""
+    output = family_root / "toto" / "toto.onnx"
+    return _pretrained_export("toto", output, toto_pretrained, gappy_data, "--parity-windows", "4")
 
 
 #: The horizon TimesFM's shared export is traced for: two output patches of 16, the second cut (the autoregressive
@@ -259,11 +277,19 @@ TIMESFM_HORIZON = 16 + 8
 
 
 @pytest.fixture(scope="session")
-def timesfm_random_export(family_root: Path, gappy_data: Path) -> Path:
-    """TimesFM 2.5's :func:`_random_weights_export` at ``--horizon`` :data:`TIMESFM_HORIZON`, parity on 4 windows
-    of :func:`gappy_data` (read-only)."""
+def timesfm_pretrained(family_root: Path) -> Path:
+    """The tiny TimesFM 2.5 written by ``write_timesfm`` (``save_pretrained``; the builder ``--random-weights``
+    uses), read-only: what the package's ``load_model`` and ``export --from-pretrained`` both read."""
     pytest.importorskip("timesfm")
+    from distributed_onnx.export.random_weights import write_timesfm
+
+    return _built(write_timesfm(family_root / "timesfm-pretrained", "tiny"))
+
+
+@pytest.fixture(scope="session")
+def timesfm_export(family_root: Path, timesfm_pretrained: Path, gappy_data: Path) -> Path:
+    """TimesFM 2.5's :func:`_pretrained_export` of :func:`timesfm_pretrained` at ``--horizon``
+    :data:`TIMESFM_HORIZON`, parity on 4 windows of :func:`gappy_data` (read-only)."""
     output = family_root / "timesfm" / "timesfm.onnx"
-    return _random_weights_export(
-        "timesfm", output, gappy_data, "--horizon", str(TIMESFM_HORIZON), "--parity-windows", "4"
-    )
+    flags = ["--horizon", str(TIMESFM_HORIZON), "--parity-windows", "4"]
+    return _pretrained_export("timesfm", output, timesfm_pretrained, gappy_data, *flags)

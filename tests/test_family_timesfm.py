@@ -39,7 +39,7 @@ from families import (  # noqa: E402, F401 (data, root, series: the shared modul
 )
 
 from distributed_onnx import cli  # noqa: E402
-from distributed_onnx.export.random_weights import TIMESFM, write_timesfm  # noqa: E402
+from distributed_onnx.export.random_weights import TIMESFM  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
 
@@ -60,19 +60,20 @@ FORECAST = {
 
 
 @pytest.fixture(scope="module")
-def pretrained(root: Path) -> Path:
-    return write_timesfm(root / "pretrained", "tiny")
+def pretrained(timesfm_pretrained: Path) -> Path:
+    """The session's tiny TimesFM 2.5 folder written by ``write_timesfm`` (tests/families.py; read-only)."""
+    return timesfm_pretrained
 
 
 @pytest.fixture(scope="module")
-def exported(timesfm_random_export: Path, pretrained: Path) -> tuple[Path, Any]:
-    """The session's ``export timesfm --random-weights --size tiny --horizon 24`` (tests/families.py; its
-    weights are :func:`pretrained`'s, the same seeded writer), and upstream's own model compiled as the graph was."""
+def exported(timesfm_export: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The session's ``export timesfm --from-pretrained`` of :func:`pretrained` at ``--horizon 24``
+    (tests/families.py), and upstream's own model loaded from the same folder, compiled as the graph was."""
     from distributed_onnx.export.timesfm import load_model
 
     model = load_model(pretrained)  # the package's classes, its class-attribute config set to the tiny one
     model.compile(timesfm.ForecastConfig(**FORECAST, per_core_batch_size=4))
-    return timesfm_random_export, model
+    return timesfm_export, model
 
 
 def _backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> int:

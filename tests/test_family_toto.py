@@ -39,7 +39,7 @@ from families import (  # noqa: E402, F401 (data, root, series: the shared modul
 )
 
 from distributed_onnx import cli  # noqa: E402
-from distributed_onnx.export.random_weights import TOTO, write_toto  # noqa: E402
+from distributed_onnx.export.random_weights import TOTO  # noqa: E402
 from distributed_onnx.export.toto import upstream_quantiles  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_session")]
@@ -48,19 +48,18 @@ STEPS = TOTO["tiny"]["patch_size"]  # one call: one patch
 
 
 @pytest.fixture(scope="module")
-def pretrained(root: Path) -> Path:
-    """The tiny ``Toto`` written as the hub's folder by ``write_toto``, the writer the random-weights export builds
-    it with: the same seeded weights (read-only)."""
-    return write_toto(root / "pretrained", "tiny")
+def pretrained(toto_pretrained: Path) -> Path:
+    """The session's tiny ``Toto`` written as the hub's folder by ``write_toto`` (tests/families.py; read-only)."""
+    return toto_pretrained
 
 
 @pytest.fixture(scope="module")
-def toto(toto_random_export: Path, pretrained: Path) -> tuple[Path, Any]:
-    """The session's ``export toto --random-weights --size tiny`` (tests/families.py) and upstream's ``Toto`` of
-    the same weights."""
+def toto(toto_export: Path, pretrained: Path) -> tuple[Path, Any]:
+    """The session's ``export toto --from-pretrained`` of :func:`pretrained` (tests/families.py) and upstream's
+    ``Toto`` loaded from the same folder."""
     from toto.model.toto import Toto
 
-    return toto_random_export, Toto.load_from_checkpoint(str(pretrained)).eval()
+    return toto_export, Toto.load_from_checkpoint(str(pretrained)).eval()
 
 
 def history(window: np.ndarray) -> np.ndarray:

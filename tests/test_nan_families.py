@@ -146,10 +146,10 @@ def test_a_graph_disagreeing_with_its_metadata_is_refused_before_any_part(
 
 
 @pytest.fixture(scope="module")
-def later(moirai2_random_export: Path, toto_random_export: Path, timesfm_random_export: Path) -> dict[str, Path]:
-    """:data:`LATER_FAMILIES`, each ``export FAMILY --random-weights --size tiny`` with its static int8 variant: the
-    session's exports (tests/families.py)."""
-    return {"moirai2": moirai2_random_export, "toto": toto_random_export, "timesfm": timesfm_random_export}
+def later(moirai2_random_export: Path, toto_export: Path, timesfm_export: Path) -> dict[str, Path]:
+    """:data:`LATER_FAMILIES`, each the session's export of its tiny model with its static int8 variant
+    (tests/families.py: Moirai 2 ``--random-weights``, Toto and TimesFM ``--from-pretrained``)."""
+    return {"moirai2": moirai2_random_export, "toto": toto_export, "timesfm": timesfm_export}
 
 
 def test_the_int8_variant_of_every_exported_family_quantizes_runs_and_stays_near_its_parent(
