@@ -25,6 +25,8 @@ import pytest
 from conftest import free_ports
 from graphs import write_tiny_chronos2
 
+from distributed_onnx.runtime.listening import process_tree
+
 pytest.importorskip("ray.serve")
 pytest.importorskip("onnxruntime")
 
@@ -47,12 +49,14 @@ ray._raylet.CoreWorker = created_then_signalled
 from distributed_onnx.cli import run
 run()
 """
+#: How long after serve's exit a process it started may still be ending.
+GRACE_S = 5.0
 CRASH_MARKS = ("*** SIGTERM received", "Stack trace", "SIGSEGV", "Segmentation fault", "core dumped", "Traceback")
 
 
-def _signalled(checkpoint: Path, delay: float | None) -> tuple[int, str, str]:
+def _signalled(checkpoint: Path, delay: float | None) -> tuple[int, str, str, list[str]]:
     """Start serve, SIGTERM it ``delay`` s after its ingress line (None: as its core worker is up, by itself);
-    its exit code, stdout and stderr."""
+    its exit code, stdout, stderr, and the processes it started that still ran :data:`GRACE_S` after its exit."""
     port, grpc_port = free_ports(2)
     launcher = ["-m", "distributed_onnx"] if delay is not None else ["-c", CORE_WORKER_UP]
     command = [sys.executable, *launcher, "serve", "--checkpoint", str(checkpoint)]
@@ -76,25 +80,64 @@ def _signalled(checkpoint: Path, delay: float | None) -> tuple[int, str, str]:
     if delay is not None:
         time.sleep(delay)
         process.send_signal(signal.SIGTERM)
-    try:  # wait, not communicate: the reader thread owns stderr
-        process.wait(timeout=180)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        pytest.fail(f"serve did not end within 180 s of SIGTERM at {delay} s:\n{''.join(lines)}")
+    started_processes: dict[int, tuple[str, str]] = {}  # seen while it ran: Ray's head and agents, Serve's actors
+    deadline = time.monotonic() + 180
+    while process.poll() is None:  # polled, not communicate: the reader thread owns stderr
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            pytest.fail(f"serve did not end within 180 s of SIGTERM at {delay} s:\n{''.join(lines)}")
+        started_processes |= _descendants(process.pid)
+        time.sleep(0.1)
     assert process.stdout is not None
     stdout = process.stdout.read()
     reader.join(30)
-    return process.returncode, stdout, "".join(lines)
+    return process.returncode, stdout, "".join(lines), _still_running(started_processes)
+
+
+def _descendants(root: int) -> dict[int, tuple[str, str]]:
+    """Each process below ``root`` now: its pid, name and start time (which tells a reused pid apart)."""
+    found = {}
+    for pid in process_tree(root) - {root}:
+        stat = _stat(pid)
+        if stat is not None:
+            found[pid] = (stat[0], stat[2])
+    return found
+
+
+def _still_running(processes: dict[int, tuple[str, str]]) -> list[str]:
+    """Those of ``processes`` that still run (not zombies) :data:`GRACE_S` after serve's exit: ``pid name``."""
+    deadline = time.monotonic() + GRACE_S
+    while True:
+        left = []
+        for pid, (name, started) in processes.items():
+            stat = _stat(pid)
+            if stat is not None and stat[2] == started and stat[1] != "Z":
+                left.append(f"{pid} {name}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _stat(pid: int) -> tuple[str, str, str] | None:
+    """A process's name, state and start time (``/proc/PID/stat``), or None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()  # from the state, the stat's third field, on
+    return name, fields[0], fields[19]
 
 
 @pytest.mark.timeout(600)
 def test_sigterm_during_start_up_exits_130_with_one_line(tmp_path: Path) -> None:
     checkpoint = write_tiny_chronos2(tmp_path).weights_path
     outcomes = [(delay, *_signalled(checkpoint, delay)) for delay in (*DELAYS_S, None)]
-    for delay, code, stdout, stderr in outcomes:
+    for delay, code, stdout, stderr, left in outcomes:
         when = "as the core worker was up" if delay is None else f"{delay} s after the ingress line"
         where = f"SIGTERM {when}: exit {code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        assert not left, f"processes of serve still running {GRACE_S:g} s after its exit: {left}\n{where}"
         if delay is not None and "ready:" in stdout:  # the start beat the signal on this machine: a clean stop
             assert code == 0, where
             continue
@@ -102,4 +145,4 @@ def test_sigterm_during_start_up_exits_130_with_one_line(tmp_path: Path) -> None
         assert not any(mark in stderr for mark in CRASH_MARKS), where
         errors = [line for line in stderr.splitlines() if line.startswith("error:")]
         assert errors == ["error: interrupted by SIGTERM while starting; nothing was served"], where
-    assert any(code == 130 for _, code, _, _ in outcomes), [(d, c) for d, c, _, _ in outcomes]
+    assert any(code == 130 for _, code, *_ in outcomes), [(d, c) for d, c, *_ in outcomes]
