@@ -322,9 +322,11 @@ def exit_on_sigterm() -> None:
 
 
 def take_sigterm_back() -> None:
-    """Our SIGTERM handler in force again once Ray is up: Ray's native start installs absl's failure-signal handler
-    in the driver (also for SIGTERM, on any thread), which printed Ray's C++ stack dump
-    (``*** SIGTERM received at time=...``) before chaining to ours; setting ours again replaces it."""
+    """Our SIGTERM handler in force again once Ray is up, whatever C-level handler Ray's native start left: the
+    driver's core worker would install absl's failure-signal handler (also for SIGTERM, on any thread), which prints
+    Ray's C++ stack dump (``*** SIGTERM received at time=...``) before chaining to ours. The start is kept from
+    installing it (:func:`~.ray_private.keep_signal_handlers`); setting ours again is the second guard, for the
+    time after the start only."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _terminated:
         signal.signal(signal.SIGTERM, _terminated)
 

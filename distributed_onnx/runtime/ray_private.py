@@ -134,12 +134,15 @@ RAY_ADDRESS_FILE = PrivateName("ray._common.utils", "get_ray_address_file")
 #: stack dump, 3 of 12 tries). :func:`keep_signal_handlers` keeps the caller's handler through ``ray.init``.
 SIGTERM_HANDLER = PrivateName("ray._private.utils", "set_sigterm_handler")
 #: Connects the driver (creates its core worker) inside ``ray.init``, after the head's processes started. The
-#: core worker installs absl's failure-signal handler for SIGTERM too, which printed Ray's C++ stack dump for a
-#: SIGTERM during the start; :func:`keep_signal_handlers` sets :data:`NO_FAILURE_SIGNAL_HANDLER` around this call
-#: only, so the driver alone goes without it (the head's processes and the workers started before or after keep
-#: theirs).
+#: core worker installs absl's failure-signal handler for SIGTERM too (over Python's, which it chains to), which
+#: printed Ray's C++ stack dump for a SIGTERM from then until the caller set its handler again: the rest of
+#: ``ray.init``, seconds on a loaded node (1 to 2 of 3 tries of ``serve`` signalled there). :func:`keep_signal_handlers`
+#: sets :data:`NO_FAILURE_SIGNAL_HANDLER` around this call only, so the driver alone goes without it (the head's
+#: processes and the workers keep theirs).
 DRIVER_CONNECT = PrivateName("ray._private.worker", "connect")
-NO_FAILURE_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+#: Whether a core worker skips absl's failure-signal handler: Ray reads this constant (its environment variable
+#: read once, when Ray is imported) as it creates the core worker, so setting the variable later does nothing.
+NO_FAILURE_SIGNAL_HANDLER = PrivateName("ray._private.ray_constants", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -235,6 +238,7 @@ RUNNING_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, RAY_ADDRESS_FILE,
 SERVE_NAMES = (
     SIGTERM_HANDLER,
     DRIVER_CONNECT,
+    NO_FAILURE_SIGNAL_HANDLER,
     REPLICA_GRPC_PORT,
     GRPC_INGRESS_ADDRESS,
     HAPROXY_BINARY,
@@ -400,23 +404,23 @@ def with_stand_in_agents(command: list[str], python: str = sys.executable) -> li
 def keep_signal_handlers() -> Iterator[None]:
     """While this block runs (``ray.init``), Ray does not replace this process's SIGTERM handler
     (:data:`SIGTERM_HANDLER`), nor does the driver's core worker install its C++ failure-signal handler
-    (:data:`DRIVER_CONNECT`): the caller's handler stays, so a signal during the start is the caller's to handle
-    once Ray is up, and is shut down cleanly, instead of an exit from inside the start or a stack dump."""
+    (:data:`DRIVER_CONNECT`, :data:`NO_FAILURE_SIGNAL_HANDLER`): the caller's handler stays, so a signal during the
+    start is the caller's to handle once Ray is up, and is shut down cleanly, instead of an exit from inside the
+    start or a stack dump. The handler the core worker would install stays out after the block too: absl installs
+    it once, at the core worker's creation."""
     owner = SIGTERM_HANDLER.owner()
     original = owner.__dict__[SIGTERM_HANDLER.attribute]
     worker = DRIVER_CONNECT.owner()
     connect = worker.__dict__[DRIVER_CONNECT.attribute]
+    constants = NO_FAILURE_SIGNAL_HANDLER.owner()
 
     def connect_without_failure_handler(*args: Any, **kwargs: Any) -> Any:
-        before = os.environ.get(NO_FAILURE_SIGNAL_HANDLER)
-        os.environ[NO_FAILURE_SIGNAL_HANDLER] = "1"
+        before = constants.__dict__[NO_FAILURE_SIGNAL_HANDLER.attribute]
+        setattr(constants, NO_FAILURE_SIGNAL_HANDLER.attribute, True)
         try:
             return connect(*args, **kwargs)
         finally:
-            if before is None:
-                os.environ.pop(NO_FAILURE_SIGNAL_HANDLER, None)
-            else:
-                os.environ[NO_FAILURE_SIGNAL_HANDLER] = before
+            setattr(constants, NO_FAILURE_SIGNAL_HANDLER.attribute, before)
 
     setattr(owner, SIGTERM_HANDLER.attribute, _kept)
     setattr(worker, DRIVER_CONNECT.attribute, connect_without_failure_handler)

@@ -234,35 +234,43 @@ class StartInterrupted(KeyboardInterrupt):
     with exit 130 and this one line (a KeyboardInterrupt, so the CLI's interrupted exit applies)."""
 
 
-def _connect_interruptibly(address: str | None, connecting: threading.Event) -> bool:
-    """:func:`connect` with ``connecting`` set meanwhile: a signal then ends the start at once (the handler raises
-    :class:`StartInterrupted` inside ``ray.init``) rather than after Ray's own retries."""
+def _connect_interruptibly(address: str | None, joining: threading.Event) -> bool:
+    """:func:`connect`, with ``joining`` set while it joins a running Ray (``address`` or ``RAY_ADDRESS``): a signal
+    then ends the join at once (the handler raises :class:`StartInterrupted` inside ``ray.init``) rather than after
+    Ray's own retries.
+
+    An embedded Ray's start is not cut: raised while ``ray.init`` built the head, the interruption left the raylet's
+    two agents running for about a minute after the exit (Ray's shutdown never learnt of the half-started head, and
+    its reaper stopped the rest). The signal is taken once Ray is up instead, and Ray shut down whole.
+    """
     with ray_private.keep_signal_handlers():
-        connecting.set()
+        if address or os.environ.get("RAY_ADDRESS"):
+            joining.set()
         try:
             return connect(address)
         finally:
-            connecting.clear()
+            joining.clear()
 
 
 def serve_forever(settings: ServeSettings) -> int:
     """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
 
-    A signal while Ray starts is held until Ray is up (its start is not cut: see
-    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers`); then Ray is shut down and
-    :class:`StartInterrupted` raised (exit 130, one line). A signal once the deploy began lets the start finish
+    A signal while an embedded Ray starts is held until Ray is up (its start is not cut: see
+    :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers` and :func:`_connect_interruptibly`); then Ray
+    is shut down and :class:`StartInterrupted` raised (exit 130, one line); one while joining a cluster ends the
+    join at once. A signal once the deploy began lets the start finish
     (a client may be served already), prints the ``ready:`` line and stops as after it (exit 0).
     """
     stop_requested = threading.Event()
     received: list[str] = []
 
-    connecting = threading.Event()  # inside ray.init: a signal ends the start there, not after Ray's own deadlines
+    joining = threading.Event()  # inside ray.init's join: a signal ends it there, not after Ray's own retries
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         logger.info("Received %s; shutting down", signal.Signals(signum).name)
         received.append(signal.Signals(signum).name)
         stop_requested.set()
-        if connecting.is_set():  # inside ray.init: end the start there (one raise; the flag is cleared on the way out)
+        if joining.is_set():  # inside ray.init's join: end it there (one raise; the flag is cleared on the way out)
             stop_if_asked()
 
     def stop_if_asked() -> None:
@@ -283,7 +291,7 @@ def serve_forever(settings: ServeSettings) -> int:
     os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
-        started_ray = _connect_interruptibly(settings.address, connecting)
+        started_ray = _connect_interruptibly(settings.address, joining)
         # ray.init installs its own SIGTERM handlers (a Python one that exits, kept out above, and a C-level one
         # that aborts the driver with exit -6 - measured): take the signals back before deploying.
         for signum in (signal.SIGINT, signal.SIGTERM):

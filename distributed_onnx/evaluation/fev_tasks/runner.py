@@ -578,8 +578,8 @@ def run_benchmark(
 def _join_ray(address: str | None) -> None:
     """Ray for the benchmark, with SIGTERM left to this process: it exits through the interpreter (its exit
     handlers stop the actors and Ray), as a backtest does, instead of printing Ray's C++ stack dump (a killed
-    ``fev`` did). Ray's start keeps its hands off the handler, and the one set before it is set again after:
-    the driver's core worker installs its failure-signal handler for SIGTERM underneath Python's."""
+    ``fev`` did). Ray's start keeps its hands off the handler (and the driver's core worker goes without Ray's
+    failure-signal handler), and the one set before it is set again after."""
     import signal
     import threading
 
