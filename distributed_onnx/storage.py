@@ -120,6 +120,10 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
         return pafs.PyFileSystem(_AnsweringFSSpecHandler(spec_fs)), str(path)
 
 
+class _NoAnswerError(ConnectionError):
+    """The store did not answer a look at a path that fsspec would have called missing (see below)."""
+
+
 class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
     """pyarrow's handler of an fsspec filesystem, except that a server that does not answer is not "no such file".
 
@@ -135,19 +139,34 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
                 info = self.fs.info(path)
             except FileNotFoundError as exc:
                 if exc.__cause__ is not None and unanswered(exc.__cause__):
-                    raise ConnectionError(_redaction.quoted(exc.__cause__)) from exc.__cause__
+                    raise _NoAnswerError(_redaction.quoted(exc.__cause__)) from exc.__cause__
                 infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
             else:
                 infos.append(self._create_file_info(path, info))
         return infos
 
 
-def is_file(location: Location) -> bool:
+def _file_info(location: Location, what: str = "") -> pafs.FileInfo:
+    """What the store says is at ``location`` (a file, a folder, nothing); a store that does not answer is one
+    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`)."""
+    fs, inner = filesystem(location)
+    try:
+        return fs.get_file_info(inner)
+    except _NoAnswerError as exc:
+        raise StorageError(
+            f"Cannot read {what}{' ' if what else ''}{location}: the storage does not answer "
+            f"({location.scrub(_redaction.quoted(exc))}). "
+            "Check the URL's endpoint and the network, and rerun when the storage answers.",
+            path=str(location),
+        ) from exc
+
+
+def is_file(location: Location, what: str = "") -> bool:
+    """True for an existing file; ``what`` (``"data file"``) names it in the error of a store that does not answer."""
     path = location.local_path
     if path is not None:
         return path.is_file()
-    fs, inner = filesystem(location)
-    return bool(fs.get_file_info(inner).type == pafs.FileType.File)
+    return bool(_file_info(location, what).type == pafs.FileType.File)
 
 
 def is_dir(location: Location) -> bool:
@@ -155,8 +174,7 @@ def is_dir(location: Location) -> bool:
     path = location.local_path
     if path is not None:
         return path.is_dir()
-    fs, inner = filesystem(location)
-    return bool(fs.get_file_info(inner).type == pafs.FileType.Directory)
+    return bool(_file_info(location).type == pafs.FileType.Directory)
 
 
 def file_size(location: Location) -> int | None:
@@ -164,8 +182,7 @@ def file_size(location: Location) -> int | None:
     path = location.local_path
     if path is not None:
         return path.stat().st_size if path.is_file() else None
-    fs, inner = filesystem(location)
-    info = fs.get_file_info(inner)
+    info = _file_info(location)
     return int(info.size) if info.type == pafs.FileType.File else None
 
 

@@ -72,7 +72,7 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
     """Read a Parquet or CSV file into Arrow, with a clear error for a missing or unreadable file; the columns
     ``names`` gives (``--id-col``...) come back under the project's names (the one place they are mapped)."""
     try:
-        if not storage.is_file(path):
+        if not storage.is_file(path, "data file"):
             raise DataError(f"Data file not found: {path}", path=str(path))
         if path.suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
