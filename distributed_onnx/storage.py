@@ -128,8 +128,9 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
     """pyarrow's handler of an fsspec filesystem, except that a server that does not answer is not "no such file".
 
     fsspec's HTTP filesystem raises ``FileNotFoundError`` for a refused connection too (the connection error is its
-    cause), and pyarrow's handler turns every ``FileNotFoundError`` into a missing file: ``--data https://...`` at
-    a host that is down would say "not found" (exit 2) where the storage did not answer (exit 3, rerun later).
+    cause), and for a server's own failure (a 5xx status), and pyarrow's handler turns every ``FileNotFoundError``
+    into a missing file: ``--data https://...`` at a host that is down would say "not found" (exit 2) where the
+    storage did not answer (exit 3, rerun later).
     """
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
@@ -138,12 +139,19 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
             try:
                 info = self.fs.info(path)
             except FileNotFoundError as exc:
-                if exc.__cause__ is not None and unanswered(exc.__cause__):
-                    raise _NoAnswerError(_redaction.quoted(exc.__cause__)) from exc.__cause__
+                cause = exc.__cause__
+                if cause is not None and (unanswered(cause) or _server_failed(cause)):
+                    raise _NoAnswerError(_redaction.quoted(cause)) from cause
                 infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
             else:
                 infos.append(self._create_file_info(path, info))
         return infos
+
+
+def _server_failed(exc: BaseException) -> bool:
+    """An HTTP answer of the server's own failure (5xx, aiohttp's ``ClientResponseError.status``): not "no file"."""
+    status = getattr(exc, "status", None)
+    return isinstance(status, int) and status >= 500
 
 
 def _file_info(location: Location, what: str = "") -> pafs.FileInfo:

@@ -14,6 +14,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -190,6 +191,12 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
         def log_message(self, *args: object) -> None:  # its access log would share the command's stderr
             pass
 
+        def send_head(self) -> Any:
+            if "broken" in self.path:  # the server's own failure: not "no such file" either
+                self.send_error(500)
+                return None
+            return super().send_head()
+
     handler = functools.partial(Quiet, directory=str(tmp_path))
     answering = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=answering.serve_forever, daemon=True).start()
@@ -197,19 +204,24 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
         closed.bind(("127.0.0.1", 0))
         silent = closed.getsockname()[1]
         try:
-            seen = {}
-            for port in (answering.server_address[1], silent):
-                data = f"http://user:PASSWORD@127.0.0.1:{port}/nowhere.parquet?sig=SIGNATURE"
+            seen = []
+            for port, name in (
+                (answering.server_address[1], "nowhere"),
+                (silent, "nowhere"),
+                (answering.server_address[1], "broken"),
+            ):
+                data = f"http://user:PASSWORD@127.0.0.1:{port}/{name}.parquet?sig=SIGNATURE"
                 words = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", data]
                 code = cli.main([*words, "--output", str(tmp_path / "run")])
-                seen[port] = (code, capsys.readouterr().err)
+                seen.append((code, capsys.readouterr().err))
         finally:
             answering.shutdown()
             answering.server_close()
-    missing, down = seen[answering.server_address[1]], seen[silent]
+    missing, down, failing = seen
     assert missing[0] == 2 and "Data file not found" in missing[1], missing
-    assert down[0] == 3 and "does not answer" in down[1] and "not found" not in down[1], down
-    for _, err in (missing, down):
+    for code, err in (down, failing):
+        assert code == 3 and "does not answer" in err and "not found" not in err, (code, err)
+    for _, err in seen:
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert "PASSWORD" not in err and "SIGNATURE" not in err, err
     assert not (tmp_path / "run").exists()
