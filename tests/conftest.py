@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -116,25 +117,38 @@ def _unit_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     monkeypatch.setattr(socket.socket, "listen", refuse("listens on a socket (a server)"))
 
 
-#: Ray's default worker port range (``--min-worker-port``/``--max-worker-port``): a port picked for a server or
-#: a Ray head outside it cannot be taken later by a worker that Ray starts.
-RAY_WORKER_PORTS = range(10002, 20000)
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as found:
+            return int(found.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: Where tests pick their servers' ports: above Ray's worker ports (10002-19999, which Ray's workers take later)
+#: and the product's HAProxy ranges (which start
+#: at 20000), below the kernel's ephemeral range. Ray's own processes bind port 0 while Ray starts, which takes
+#: ports from the ephemeral range: a port a test picked there (as ``bind(("127.0.0.1", 0))`` would) was once
+#: taken by one of them between the pick and serve's bind, and serve's probe met HTTP/2 frames.
+TEST_PORTS = range(26000, _ephemeral_low())
 
 
 def free_ports(count: int = 1) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 now, outside :data:`RAY_WORKER_PORTS` (the sockets are held
-    together while picking, so the ports differ). Pick them when the server starts, not at import."""
+    """``count`` distinct ports free on 127.0.0.1 now, from :data:`TEST_PORTS` (outside Ray's worker ports and the
+    kernel's ephemeral range). Pick them when the server starts, not at import."""
+    chooser = random.Random()
     ports: list[int] = []
     while len(ports) < count:
-        sockets = [socket.socket() for _ in range(count - len(ports))]
-        try:
-            for sock in sockets:
-                sock.bind(("127.0.0.1", 0))
-            picked = [int(sock.getsockname()[1]) for sock in sockets]
-        finally:
-            for sock in sockets:
-                sock.close()
-        ports += [port for port in picked if port not in RAY_WORKER_PORTS and port not in ports]
+        port = chooser.choice(TEST_PORTS)
+        if port in ports:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 

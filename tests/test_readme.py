@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -63,12 +63,6 @@ def runnable(code: str) -> tuple[str, list[str]]:
         else:
             kept.append(line)
     return "\n".join(kept) + "\n", left_out
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -123,8 +117,8 @@ def test_every_sh_and_python_block_of_the_readme_runs_as_written() -> None:
     assert any(language == "sh" for language, _ in blocks), "README.md has no ```sh block to run"
     environment = dict(os.environ)
     environment["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{environment.get('PATH', '')}"
-    environment["DISTRIBUTED_ONNX_PORT"] = str(_free_port())
-    environment["DISTRIBUTED_ONNX_GRPC_PORT"] = str(_free_port())
+    environment["DISTRIBUTED_ONNX_PORT"] = str(free_port())
+    environment["DISTRIBUTED_ONNX_GRPC_PORT"] = str(free_port())
     environment.pop("VIRTUAL_ENV", None)
     python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
     for index, (language, code) in enumerate(blocks):

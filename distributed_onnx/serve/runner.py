@@ -186,16 +186,8 @@ def wait_ready(settings: ServeSettings) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         check_not_failed()
-        # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
-        connection = http.client.HTTPConnection(host, settings.port, timeout=2.0)
-        try:
-            connection.request("GET", "/v2/health/ready")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
+        if answers_ready(host, settings.port):
+            return
         time.sleep(0.2)
     asked = replicas_asked(settings)
     said = (deployment_message() or "nothing").rstrip(".")
@@ -206,6 +198,42 @@ def wait_ready(settings: ServeSettings) -> None:
         requested=asked.count,
         suggestions=(asked.lower(), Suggestion("Or raise {} for a large model.", (("ready_timeout_s", None),))),
     )
+
+
+def answers_ready(host: str, port: int) -> bool:
+    """Whether Serve's proxy at ``host:port`` answers ``/v2/health/ready`` with 200 now; False while nothing listens
+    or the proxy is not up yet.
+
+    Something that answers but not in HTTP/1.1 is another process on the port (the preflight found it free, but
+    Ray's own processes take ports from the kernel's ephemeral range while Ray starts, and Serve's proxy then
+    cannot bind it): one error line naming the port, not an internal error from the HTTP client.
+    """
+    # The standard library's client: httpx is only a test dependency, and no proxy applies on loopback.
+    connection = http.client.HTTPConnection(host, port, timeout=2.0)
+    try:
+        connection.request("GET", "/v2/health/ready")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    except http.client.HTTPException as exc:
+        raise ConfigError(
+            f"{host}:{port} answers, but not as Serve's HTTP proxy ({type(exc).__name__}): another process took the "
+            f"port while Ray started (Ray's own processes take ports from the kernel's ephemeral range, "
+            f"{_ephemeral_range()}); choose a --port outside that range.",
+            key="port",
+        ) from None
+    finally:
+        connection.close()
+
+
+def _ephemeral_range() -> str:
+    """The kernel's ephemeral port range as ``"low-high"`` (Linux), or a description where it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as found:
+            low, high = found.read().split()
+    except (OSError, ValueError):
+        return "the ports the kernel hands out for port 0"
+    return f"{low}-{high}"
 
 
 def check_not_failed() -> None:
