@@ -184,8 +184,28 @@ def _metrics(task: Any) -> list[str]:
     return [fev.metrics.get_metric(m).name for m in [task.eval_metric, *task.extra_metrics]]
 
 
+@pytest.fixture
+def report_processes_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of the report processes this process starts from now (the real ones, counted); a child an earlier
+    test's run left warm is stopped first, so the test's first run starts its own."""
+    from distributed_onnx.evaluation.driver import report_process
+
+    report_process.close_kept_report_process()
+    started: list[int] = []
+    real_init = report_process.ReportProcess.__init__
+
+    def counted_init(self: report_process.ReportProcess) -> None:
+        real_init(self)
+        started.append(self.pid)
+
+    monkeypatch.setattr(report_process.ReportProcess, "__init__", counted_init)
+    return started
+
+
 @pytest.mark.integration
-def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: None, tmp_path: Path) -> None:
+def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
+    ray_session: None, tmp_path: Path, report_processes_started: list[int]
+) -> None:
     from distributed_onnx import fev_benchmark
     from distributed_onnx.model.checkpoint import LocalCheckpoint
 
@@ -249,6 +269,9 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(ray_session: Non
     for run in runs:  # each run's own report, naming the models it compared
         page = (run / "report.html").read_text()
         assert "<svg" in page and "taylor_chronos2_patchtst" in page
+        # drawn by the report process, one for the three runs: the first run's, kept warm (its imports paid once)
+        assert json.loads((run / "summary.json").read_text())["timing"]["report_drawn_by"] == "report process"
+    assert len(report_processes_started) == 1, report_processes_started
     models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"

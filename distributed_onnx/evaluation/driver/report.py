@@ -215,7 +215,8 @@ def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
         drawn = ending.report_process.draw(request)
         if drawn is not None:
             leaderboard, child_cpu_s = drawn
-            summary["timing"]["report_cpu_s"] = round(child_cpu_s, 4)  # the child's, its imports included
+            # the child's for this report (its imports too, when it was started for this run)
+            summary["timing"]["report_cpu_s"] = round(child_cpu_s, 4)
             summary["timing"]["report_drawn_by"] = "report process"
             ending.clock.mark("report")
             return leaderboard

@@ -26,7 +26,7 @@ from distributed_onnx.evaluation.driver._summary import previous_summary
 from distributed_onnx.evaluation.driver.clock import PhaseClock
 from distributed_onnx.evaluation.driver.early import start_ray_and_pool, worker_configs
 from distributed_onnx.evaluation.driver.merge import RunSums
-from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess
+from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess, warm_report_process
 from distributed_onnx.evaluation.fans import FanPicker
 from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.planning import RunPlan
@@ -77,9 +77,10 @@ class RunEnding:
     report_process: ReportProcess | None
 
     def close(self) -> None:
-        """End the report process (drawn, or not needed after an error) and wait for Ray to stop."""
+        """Give the report process back (drawn, or not needed after an error: kept warm for the process's next
+        run, :mod:`.report_process`) and wait for Ray to stop."""
         if self.report_process is not None:
-            self.report_process.close()
+            self.report_process.release()
         if self.early is not None:
             self.early.join()
 
@@ -266,12 +267,13 @@ class _BacktestRun:
         self._dispatch_started_s = self.clock.elapsed_s()
 
     def _start_report_process(self) -> None:
-        """Start the report process (once): its imports and warm-up then run beside the rest of the run."""
+        """Start the report process (once), or take the one an earlier run of this process left warm: its imports
+        and warm-up then run beside the rest of the run."""
         if self._report_started:
             return
         self._report_started = True
         try:
-            self.report_process = ReportProcess()
+            self.report_process = warm_report_process()
         except OSError as exc:  # no child process here: the driver imports and draws at the end (no gain measured
             # from importing on a thread meanwhile: benchmarks/results/mechanisms.md)
             logger.warning("Could not start the report process (%s); the driver draws the report", exc)
