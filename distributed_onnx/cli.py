@@ -366,7 +366,7 @@ def _backtest(args: argparse.Namespace) -> int:
 
     tuned = None
     if args.tuned is not None:
-        from distributed_onnx.tune import load_tuned
+        from distributed_onnx.tuned_file import load_tuned
 
         tuned = load_tuned(args.tuned)
     settings = _settings(args, tuned=tuned.source if tuned is not None else None)
@@ -374,7 +374,7 @@ def _backtest(args: argparse.Namespace) -> int:
     if tuned is not None:
         # Measured on another checkpoint: refused, naming both. A variant tune chose runs in its parent's place; the
         # file and what it changed are said and recorded, choice or not.
-        from distributed_onnx.tune import tuned_lines
+        from distributed_onnx.tuned_file import tuned_lines
 
         checkpoints, chosen = tuned.checkpoints_to_run(settings.checkpoint, settings)
         settings = settings.model_copy(update={"checkpoint": checkpoints})
