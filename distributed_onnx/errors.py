@@ -2,7 +2,7 @@
 
 Every error the package raises on purpose derives from :class:`DistributedOnnxError`, so callers can
 catch the family with one clause and the CLI can turn it into a one-line message and a non-zero exit.
-The exit code is the class's ``exit_code`` (``cli.describe_error`` reads it): 2, bad input or settings,
+The exit code is the class's ``exit_code`` (``cli_errors.describe_error`` reads it): 2, bad input or settings,
 unless a base says otherwise; 3 under :class:`EnvironmentFailedError` (the environment failed, not the
 input: rerunning resumes); 1 for :class:`BatchError` (some parts failed; the run is resumable)::
 

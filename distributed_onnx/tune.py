@@ -22,27 +22,26 @@ every measurement (windows per second) beside it, and ``machine`` the CPU they w
 decide int8's speed (:mod:`.model.backend.cpu_features`). The figures are this machine's, under whatever load it
 had: tune on the machine that runs the backtest, and quiet.
 
-What a backtest takes from the file is what tune measured, nothing else: only the keys of :data:`TUNED_KEYS` are
-accepted under ``settings`` (a file edited to carry ``checkpoint``, ``data`` or ``horizon`` is refused naming
-the key: those say what a run computes, and come from what a user writes). The file records the identity of the
-checkpoint it was measured on (:mod:`distributed_onnx.model.identity`), and a run none of whose checkpoints has
-that identity is refused naming both: the speed of one graph says little about another's.
+What a backtest takes from the file is what tune measured, nothing else (:mod:`.tuned_file`, which reads it):
+only the keys of :data:`~.tuned_file.TUNED_KEYS` are accepted under ``settings`` (a file edited to carry
+``checkpoint``, ``data`` or ``horizon`` is refused naming the key: those say what a run computes, and come from
+what a user writes). The file records the identity of the checkpoint it was measured on
+(:mod:`distributed_onnx.model.identity`), and a run none of whose checkpoints has that identity is refused naming
+both: the speed of one graph says little about another's.
+
+This module is the command's request and its flow: what is tried in which order and what is written. What is
+measured and how the budget is shared are :mod:`.tune_plan`'s (pure), the timed trials :mod:`.tune_trials`'.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import platform
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-import numpy as np
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliPositionalArg
 
@@ -51,36 +50,20 @@ from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.scoring.variants import DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.evaluation.up_front import check_output_file
-from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.location import Location
 from distributed_onnx.model.backend.cpu_features import detect_cpu
-from distributed_onnx.model.backend.providers import CpuProvider, SessionOptionsConfig
+from distributed_onnx.model.backend.providers import SessionOptionsConfig
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint, checkpoint_paths, local_checkpoint
-from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
-from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
+from distributed_onnx.model.identity import identity_of
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
-from distributed_onnx.redact import redact_text
 from distributed_onnx.resources import REFERENCE_DATASET
 from distributed_onnx.settings_sources import CommandSettings, flag_name
-from distributed_onnx.tune_variants import Choice, choose, variants_beside
+from distributed_onnx.tune_plan import GATE_SHARE, LEVELS, affordable_batches
+from distributed_onnx.tune_trials import Measure, data_contexts, one_window_s
+from distributed_onnx.tune_variants import choose, variants_beside
+from distributed_onnx.tuned_file import FORMAT, FORMAT_WITHOUT_IDENTITY, TUNED_KEYS, TunedFile, load_tuned, read_tuned
 
 __all__ = ["LEVELS", "TUNED_KEYS", "TunedFile", "TuneRequest", "choice_lines", "load_tuned", "read_tuned", "run_tune"]
-
-#: The graph optimization levels measured, as the backtest's ``graph_optimization`` names them.
-LEVELS: dict[str, Literal["ENABLE_BASIC", "ENABLE_EXTENDED", "ENABLE_ALL"]] = {
-    "basic": "ENABLE_BASIC",
-    "extended": "ENABLE_EXTENDED",
-    "all": "ENABLE_ALL",
-}
-#: The batch sizes tried (those above the windows held are left out).
-BATCHES = (1, 4, 16, 64, 256)
-#: The file's format, for a reader to refuse another (2: the checkpoint's identity is recorded).
-FORMAT = "distributed-onnx tune 2"
-#: Format 1 recorded the graph's sha256 only: refused with a word on why (tune again).
-_FORMAT_WITHOUT_IDENTITY = "distributed-onnx tune 1"
-#: The settings tune measures and writes: the only keys ``--tuned`` accepts.
-TUNED_KEYS = ("actors", "cpus_per_actor", "rows_per_batch", "graph_optimization")
-#: The share of the budget the variants' accuracy gate takes when there are variants (:mod:`.tune_gate`).
-GATE_SHARE = 1 / 3
 
 
 class TuneRequest(CommandSettings):
@@ -180,7 +163,7 @@ class TuneRequest(CommandSettings):
             found = json.loads(storage.read_bytes(self.output)).get("format")
         except (ValueError, AttributeError):  # not JSON, not UTF-8, not an object
             found = None
-        if found not in (FORMAT, _FORMAT_WITHOUT_IDENTITY):
+        if found not in (FORMAT, FORMAT_WITHOUT_IDENTITY):
             raise ConfigError(
                 f"--output {self.output} exists and is not a file distributed-onnx tune wrote (no format "
                 f"{FORMAT!r}): tune replaces only its own file. Give another --output, or remove that file.",
@@ -196,15 +179,15 @@ def run_tune(request: TuneRequest) -> dict[str, Any]:
     started = time.perf_counter()
     checkpoint = LocalCheckpoint(path=request.checkpoint).resolve()
     variants, left_out = variants_beside(checkpoint) if request.variants else ([], [])
-    contexts = _windows(request.data, checkpoint, request.windows)
+    contexts = data_contexts(request.data, checkpoint, request.windows)
     cpus = request.cpus or os.cpu_count() or 1
     layouts = [(actors, cpus // actors) for actors in range(1, cpus + 1) if cpus % actors == 0]
-    window_s = _one_window_s(checkpoint, contexts)
+    window_s = one_window_s(checkpoint, contexts)
     gate_s = request.budget_s * GATE_SHARE if variants else 0.0
     timed_s = request.budget_s - gate_s
     others = len(layouts) + (1 + len(variants) if variants else 0)  # layouts, then the variants' timings
     batches = affordable_batches(len(contexts), window_s, timed_s, others)
-    measure = _Measure(checkpoint, contexts, timed_s / (len(LEVELS) + len(batches) + others))
+    measure = Measure(checkpoint, contexts, timed_s / (len(LEVELS) + len(batches) + others))
     middle = batches[len(batches) // 2]
     trials = [measure(level, middle, 1, cpus) for level in LEVELS]
     level = max((t for t in trials if t["stage"] == "level"), key=_speed)["graph_optimization"]
@@ -266,7 +249,7 @@ def _weigh(
     variants: list[ResolvedCheckpoint],
     request: TuneRequest,
     affordable: int,
-    measure: _Measure,
+    measure: Measure,
     best: dict[str, Any],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The variants' part of the file (:mod:`.tune_variants`): the gate on about ``affordable`` windows each, the
@@ -291,165 +274,6 @@ def _weigh(
     return {"gate": gate.record(), "accuracy_margin": margin, "weighed": records, "choice": choice}, trials
 
 
-def affordable_batches(windows: int, window_s: float, budget_s: float, layouts: int) -> list[int]:
-    """The batch sizes of :data:`BATCHES` a trial can time: at most ``windows``, and one call of the size takes at
-    most half of a trial's share of the budget (a trial runs a warm-up call and at least one timed call, so a
-    longer call overruns the budget: a 256-row call of a Chronos-2-sized graph on one core takes minutes).
-    ``window_s`` is one window's call on one thread, the slowest layout; ``layouts`` the trials besides the levels
-    and the batches (the layouts, and the variants' timings). 1 when nothing larger fits."""
-    trial_s = budget_s / (len(LEVELS) + len(BATCHES) + layouts)
-    return [size for size in BATCHES if size <= windows and size * window_s <= trial_s / 2] or [1]
-
-
-@dataclass(frozen=True)
-class TunedFile:
-    """A file ``tune`` wrote, read and checked: its ``settings`` (only :data:`TUNED_KEYS`) and the identity of the
-    checkpoint they were measured on."""
-
-    path: Location
-    settings: dict[str, Any]
-    checkpoint: str
-    identity: CheckpointIdentity | None
-    #: Which checkpoint a run of the tuned one runs: it, or a variant tune chose (:mod:`.tune_variants`).
-    choice: Choice | None = None
-
-    @property
-    def source(self) -> tuple[str, dict[str, Any]]:
-        """``(file, settings)`` for :meth:`~.settings_sources.CommandSettings.from_sources`."""
-        return str(self.path), self.settings
-
-    def checkpoints_to_run(self, checkpoints: Sequence[Path], settings: Any) -> tuple[list[Path], dict[str, Any]]:
-        """The run's checkpoints once checked (:meth:`check_checkpoints`), with the file's choice applied (a variant
-        in its parent's place: :meth:`.tune_variants.Choice.apply`), and the record of the file for
-        ``summary.json``, whatever it changed: its ``settings`` the run took (``settings``: the run's, after every
-        source), those a user's flag, environment or ``--config`` ``overridden``, and its choice (None: it holds
-        none). ``said`` (shown on stderr and in the report's notes) names the file and what it changed, so the file
-        a run used is never silent (a file without a choice once left no trace anywhere)."""
-        resolved = [LocalCheckpoint(path=path).resolve() for path in checkpoints]
-        self._check(resolved)
-        used, overridden = self._taken(settings)
-        taken = {"settings": used, "overridden": overridden}
-        if self.choice is None or self.identity is None:
-            said = f"distributed-onnx backtest --tuned {self.path}: {_settings_said(used, overridden)}; it holds no "
-            said += "choice of checkpoint (no variant was chosen): the checkpoints ran as given"
-            record: dict[str, Any] = {"file": str(self.path), "choice": None, "replaced": {}, "said": said}
-            return list(checkpoints), record | taken
-        run = [(path, identity_of(checkpoint)) for path, checkpoint in zip(checkpoints, resolved, strict=True)]
-        paths, record = self.choice.apply(run, self.identity)
-        return paths, record | taken | {"settings_said": _settings_said(used, overridden)}
-
-    def _taken(self, settings: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        """The file's settings the run holds (taken from it), and those it holds otherwise: ``{key: {"tuned": the
-        file's, "used": the run's}}`` (a flag, the environment or ``--config`` is above the file)."""
-        used = {key: tuned for key, tuned in self.settings.items() if getattr(settings, key) == tuned}
-        overridden = {
-            key: {"tuned": tuned, "used": getattr(settings, key)}
-            for key, tuned in self.settings.items()
-            if key not in used
-        }
-        return used, overridden
-
-    def check_checkpoints(self, checkpoints: Sequence[Path]) -> None:
-        """Refuse a run none of whose ``checkpoints`` has the identity the file was tuned on (or that of the variant
-        it chose), naming both."""
-        self._check([LocalCheckpoint(path=path).resolve() for path in checkpoints])
-
-    def _check(self, resolved: Sequence[ResolvedCheckpoint]) -> None:
-        identities = {each.name: identity_of(each) for each in resolved}
-        tuned_name = Path(self.checkpoint).stem
-        if self.identity is None:
-            raise ConfigError(
-                f"{self.path} records no checkpoint identity, so nothing says it was tuned for "
-                f"{', '.join(identities)}: run distributed-onnx tune again, or distributed-onnx backtest without "
-                "--tuned",
-                path=str(self.path),
-            )
-        accepted = [self.identity, *([self.choice.identity] if self.choice and self.choice.identity else [])]
-        if any(not known.differences(each) for known in accepted for each in identities.values()):
-            return
-        name = tuned_name if tuned_name in identities else next(iter(identities))
-        found = identities[name]
-        differences = describe_differences(self.identity.differences(found), "tuned", f"this run's {name}")
-        raise ConfigError(
-            f"{self.path} was tuned for checkpoint {tuned_name} (identity {self.identity.digest}), not for this "
-            f"run's {name} (identity {found.digest}): {differences}. The speed measured on one checkpoint says "
-            f"little about another: tune this one (distributed-onnx tune {resolved[0].weights_path}), or run "
-            "distributed-onnx backtest without --tuned",
-            key="tuned",
-            path=str(self.path),
-        )
-
-
-def _settings_said(used: Mapping[str, Any], overridden: Mapping[str, Mapping[str, Any]]) -> str:
-    """What a tuned file's settings changed, in words: those taken, those given otherwise above the file."""
-    said = f"ran with its {', '.join(f'{key}={value}' for key, value in used.items())}" if used else "took none of it"
-    if overridden:
-        above = ", ".join(f"{key}={each['used']} (its {each['tuned']})" for key, each in overridden.items())
-        said += f"; a flag, the environment or --config gave {above}"
-    return said
-
-
-def tuned_lines(record: Mapping[str, Any]) -> list[str]:
-    """The lines ``backtest --tuned`` says on stderr: what the file's settings changed, and its choice."""
-    return [line for line in (record.get("settings_said"), record["said"]) if line]
-
-
-def load_tuned(given: LocationLike) -> TunedFile:
-    """Read a file ``tune`` wrote (a path or a URL, as its ``--output``; named redacted): its format, only the keys
-    tune writes under ``settings``, the checkpoint's identity (compared with the run's by
-    :meth:`TunedFile.check_checkpoints`)."""
-    path = Location.parse(given)
-    try:
-        document = json.loads(storage.read_bytes(path))
-    except FileNotFoundError as exc:
-        msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
-        raise ConfigError(msg, path=str(path)) from exc
-    except (OSError, ValueError) as exc:
-        msg = f"Tuned settings file {path} is not JSON ({path.scrub(str(exc))}); write it with distributed-onnx tune"
-        raise ConfigError(msg, path=str(path)) from exc
-    settings = document.get("settings") if isinstance(document, dict) else None
-    if isinstance(settings, dict) and document.get("format") == _FORMAT_WITHOUT_IDENTITY:
-        raise ConfigError(
-            f"{path} was written by an older distributed-onnx tune ({_FORMAT_WITHOUT_IDENTITY!r}), which did not "
-            f"record the identity of the checkpoint it measured: run distributed-onnx tune again",
-            path=str(path),
-        )
-    if not isinstance(settings, dict) or document.get("format") != FORMAT:
-        raise ConfigError(
-            f"{path} is not a tuned settings file (expected format {FORMAT!r} with a 'settings' mapping); "
-            "write it with distributed-onnx tune",
-            path=str(path),
-        )
-    foreign = [key for key in settings if key not in TUNED_KEYS]
-    if foreign:
-        raise ConfigError(
-            f"Invalid tuned settings: settings.{foreign[0]} [from {path}] is not a key distributed-onnx tune "
-            f"writes; a tuned file holds only {', '.join(TUNED_KEYS)}. Give {foreign[0]} as a flag or in --config, "
-            "and remove it from the file",
-            key=foreign[0],
-            path=str(path),
-        )
-    recorded = document.get("checkpoint_identity")
-    identity = CheckpointIdentity.from_record(recorded)
-    if identity is None and recorded is not None:  # there, but not the record tune writes: not "records none"
-        shown = redact_text(" ".join(json.dumps(recorded, default=str).split()))[:80]
-        raise ConfigError(
-            f"{path} records checkpoint_identity as a {type(recorded).__name__} ({shown}), not the identity record "
-            "tune writes (a mapping with the graph's sha256 and the metadata fields): the file was edited or "
-            "damaged; run distributed-onnx tune again, or distributed-onnx backtest without --tuned",
-            key="tuned",
-            path=str(path),
-        )
-    choice = Choice.from_record(document.get("choice"), str(path))
-    return TunedFile(path, dict(settings), str(document.get("checkpoint") or "?"), identity, choice)
-
-
-def read_tuned(path: LocationLike) -> tuple[str, dict[str, Any]]:
-    """``(file, settings)`` of a file ``tune`` wrote, for :meth:`~.settings_sources.CommandSettings.from_sources`
-    (:func:`load_tuned`, less the checkpoint's identity)."""
-    return load_tuned(path).source
-
-
 def _speed(trial: dict[str, Any]) -> float:
     return float(trial["windows_per_s"])
 
@@ -459,124 +283,3 @@ def _load() -> list[float] | None:
         return [round(value, 2) for value in os.getloadavg()]
     except OSError:
         return None
-
-
-def _windows(data: Location, checkpoint: ResolvedCheckpoint, count: int) -> np.ndarray:
-    """``count`` contexts ``[W, context_length]`` of the data's series: each series' latest window first, then
-    stepping back one horizon at a time, round robin over the series (NaN where a series is short); repeated
-    when the data holds fewer (the speed of a call does not depend on which windows it holds)."""
-    from distributed_onnx.evaluation.data.table import load_series
-
-    metadata = checkpoint.metadata
-    arrays = load_series(data, metadata.resolution_minutes).arrays()
-    length = metadata.context_length
-    taken: list[np.ndarray] = []
-    step = 0
-    while len(taken) < count:
-        before = len(taken)
-        for series in range(len(arrays.series_ids)):
-            values = arrays.values[arrays.offsets[series] : arrays.offsets[series + 1]]
-            end = len(values) - step * max(metadata.horizon_length, 1)
-            if end <= 0:
-                continue
-            window = np.full(length, np.nan)
-            piece = values[max(0, end - length) : end]
-            window[length - len(piece) :] = piece
-            taken.append(window)
-            if len(taken) == count:
-                break
-        if len(taken) == before:
-            break
-        step += 1
-    if not taken:
-        raise ConfigError(f"{data} has no values to tune on")
-    return np.resize(np.asarray(taken, dtype=np.float32), (count, length))
-
-
-def _worker_config(checkpoint: ResolvedCheckpoint, level: str, threads: int) -> WorkerConfig:
-    options = SessionOptionsConfig(
-        graph_optimization_level=LEVELS[level], intra_op_num_threads=threads, allow_spinning=False
-    )
-    return WorkerConfig(checkpoint=checkpoint.weights_path, providers=[CpuProvider()], session_options=options)
-
-
-def _one_window_s(checkpoint: ResolvedCheckpoint, contexts: np.ndarray) -> float:
-    """Seconds of a one-window call on one thread (after a first call), at the default level: what sizes the
-    batches a trial can afford (:func:`affordable_batches`)."""
-    worker = InferenceWorker.from_config(_worker_config(checkpoint, "all", 1))
-    metadata = checkpoint.metadata
-    try:
-        one = contexts[:1]
-        worker.forecast(one, metadata.horizon_length, list(metadata.native_quantiles))
-        started = time.perf_counter()
-        worker.forecast(one, metadata.horizon_length, list(metadata.native_quantiles))
-        return time.perf_counter() - started
-    finally:
-        worker.close()
-
-
-class _Measure:
-    """One timed trial: ``actors`` sessions of ``threads`` intra-op threads, each forecasting batches of
-    ``rows`` windows from its own thread for ``trial_s``; windows per second over them all."""
-
-    def __init__(self, checkpoint: ResolvedCheckpoint, contexts: np.ndarray, trial_s: float) -> None:
-        self.checkpoint, self.contexts, self.trial_s = checkpoint, contexts, trial_s
-        metadata = checkpoint.metadata
-        self.horizon, self.levels = metadata.horizon_length, list(metadata.native_quantiles)
-
-    def of(self, checkpoint: ResolvedCheckpoint) -> _Measure:
-        """The same trials of another checkpoint (a variant: the same contexts, the same share of the budget)."""
-        return _Measure(checkpoint, self.contexts, self.trial_s)
-
-    def __call__(self, level: str, rows: int, actors: int, threads: int, stage: str = "level") -> dict[str, Any]:
-        config = _worker_config(self.checkpoint, level, threads)
-        built = time.perf_counter()
-        workers = [InferenceWorker.from_config(config) for _ in range(actors)]
-        build_s = (time.perf_counter() - built) / actors
-        batch = self.contexts[: max(rows, 1)]
-        for worker in workers:  # a warm-up call each: the first call allocates
-            worker.forecast(batch, self.horizon, self.levels)
-        done = [0] * actors
-        deadline = time.perf_counter() + self.trial_s
-        started = time.perf_counter()
-
-        def run(index: int, forecast: Callable[..., Any]) -> None:
-            while True:
-                forecast(batch, self.horizon, self.levels)
-                done[index] += len(batch)
-                if time.perf_counter() >= deadline:
-                    return
-
-        _in_threads([functools.partial(run, index, worker.forecast) for index, worker in enumerate(workers)])
-        elapsed = time.perf_counter() - started
-        for worker in workers:
-            worker.close()
-        return {
-            "stage": stage,
-            "graph_optimization": level,
-            "rows_per_batch": len(batch),
-            "actors": actors,
-            "threads": threads,
-            "windows_per_s": round(sum(done) / elapsed, 3),
-            "session_build_s": round(build_s, 3),
-            "seconds": round(elapsed, 3),
-        }
-
-
-def _in_threads(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run ``tasks`` at once, one thread each; the first error of any is raised here."""
-    errors: list[BaseException] = []
-
-    def guarded(task: Callable[[], None]) -> None:
-        try:
-            task()
-        except BaseException as exc:  # raised again below, in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(task,)) for task in tasks]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

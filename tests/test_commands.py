@@ -16,6 +16,7 @@ without editing this file:
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 import typing
@@ -354,9 +355,9 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def _handler_roots(command: str, modules: dict[str, Path]) -> set[str]:
-    """The modules a command's handler and its settings model import (from cli.py's source)."""
+    """The modules a command's handler and its settings model import (from the handler's module's source)."""
     entry = next(each for each in cli.COMMANDS if each.name == command)
-    tree = ast.parse(Path(cli.__file__).read_text())
+    tree = ast.parse(Path(inspect.getsourcefile(entry.handler) or "").read_text())
     handler = next(
         node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == entry.handler.__name__
     )

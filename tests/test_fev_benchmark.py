@@ -286,7 +286,7 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
 
 
 def test_tasks_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_path: Path) -> None:
-    from distributed_onnx.evaluation.fev_tasks.runner import _shape
+    from distributed_onnx.evaluation.fev_tasks.run_plan import run_shape
     from distributed_onnx.model.checkpoint import LocalCheckpoint
 
     reference = LocalCheckpoint(path=REFERENCE / "taylor_chronos2_patchtst.onnx").resolve()
@@ -295,13 +295,13 @@ def test_tasks_share_a_run_only_with_the_same_grid_context_and_covariates(tmp_pa
     task = fev.Task(dataset_path="x/y/data.parquet", horizon=8, known_dynamic_columns=["price"])
     other = fev.Task(dataset_path="x/z/data.parquet", horizon=16, num_windows=3, known_dynamic_columns=["price"])
     types = {"price": "double"}
-    shapes = {each.name: _shape(task, each, types) for each in (reference, same, shorter)}
+    shapes = {each.name: run_shape(task, each, types) for each in (reference, same, shorter)}
     assert shapes["taylor_chronos2_patchtst"] == shapes["same"] == (30, 512, (("price", "double"),), ())
     assert shapes["short"] == (30, 64, (("price", "double"),), ())
-    assert _shape(other, reference, types) == shapes["taylor_chronos2_patchtst"]  # horizon, windows: any
-    assert _shape(other, reference, {"price": "int64"}) != shapes["taylor_chronos2_patchtst"]
+    assert run_shape(other, reference, types) == shapes["taylor_chronos2_patchtst"]  # horizon, windows: any
+    assert run_shape(other, reference, {"price": "int64"}) != shapes["taylor_chronos2_patchtst"]
     capped = fev.Task(dataset_path="x/y/data.parquet", horizon=8, max_context_length=100)
-    assert [_shape(capped, each, {})[:2] for each in (reference, same, shorter)] == [(30, 100), (30, 100), (30, 64)]
+    assert [run_shape(capped, each, {})[:2] for each in (reference, same, shorter)] == [(30, 100), (30, 100), (30, 64)]
 
 
 def _hourly_yaml(root: Path, extra_tasks: list[dict[str, Any]]) -> Path:
@@ -870,11 +870,11 @@ def test_an_initial_cutoff_without_the_data_zone_is_rejected_with_the_whole_advi
     words cut: "... cast to timestamp without timezone, then"), without docs/fev.md's advice. It is the package's
     own sentence, whole in the pair's reason: the task's initial_cutoff, the data's zone and what to write."""
     from distributed_onnx.errors import ConfigError
-    from distributed_onnx.evaluation.fev_tasks.runner import _words
+    from distributed_onnx.evaluation.fev_tasks.reasons import pair_reason
     from distributed_onnx.evaluation.fev_tasks.tasks import _cutoff_us
 
     with pytest.raises(ConfigError) as refused:
         _cutoff_us(cutoff, stamps, cutoff)
-    reason = _words(refused.value)
+    reason = pair_reason(refused.value)
     assert reason.startswith(f"ConfigError: initial_cutoff {cutoff!r} cannot be compared with the task's timestamps")
     assert reason.endswith(advice), reason

@@ -1,0 +1,70 @@
+"""How an error that ended a command becomes its exit code and its one line on stderr (the exit codes of
+:mod:`.cli`'s docstring).
+
+Pure (an exception in, a code and a line out; Ray's exception classes are looked for only when Ray is already
+imported), apart from the entry point that prints the line (:func:`.cli.main`), so that each error's code and
+words are tested alone (tests/test_cli_errors.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from distributed_onnx.errors import DistributedOnnxError
+
+EXIT_DONE = 0
+EXIT_PARTS_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+
+def interrupted_line(interrupted: KeyboardInterrupt, *, resumes: bool) -> str:
+    """The line (without ``error:``) for an interrupted command: the interruption's own words when it has them
+    (an export stopped by SIGTERM), else what to do. Ctrl-C's ``KeyboardInterrupt`` has no words: its ``str`` is
+    empty (the exception itself is always true, so ``interrupted or ...`` printed ``error:`` alone)."""
+    again = "; rerun the same command to resume" if resumes else ""
+    return _one_line(interrupted) if str(interrupted).strip() else f"interrupted{again}"
+
+
+def describe_error(
+    exc: BaseException, *, resumes: bool = True, flags: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """The exit code and the one line (without ``error:``) for an exception that ended a command; ``resumes``:
+    whether rerunning the command resumes it (a backtest, a score), else the line says only to rerun; ``flags``:
+    the command's flags by setting name, the only ones an error's suggestions may name (none: Python's words)."""
+    cause = _own_cause(exc)
+    if isinstance(cause, DistributedOnnxError):  # the class says (errors.py: the tree, grouped by exit code)
+        return cause.exit_code, _one_line(cause.render(flags) if flags is not None else cause)
+    ray_exceptions = sys.modules.get("ray.exceptions")  # a Ray error needs Ray imported: never import it here
+    # A task's own exception (RayTaskError) is ours: a bug, below.
+    if (
+        ray_exceptions is not None
+        and isinstance(exc, ray_exceptions.RayError)
+        and not isinstance(exc, ray_exceptions.RayTaskError)
+    ):
+        kept = "Finished parts are kept; fix" if resumes else "Fix"
+        again = "rerun the same command to resume" if resumes else "rerun"
+        return EXIT_ENVIRONMENT, (
+            f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. {kept} the cluster (disk, memory, nodes) and {again}."
+        )
+    if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
+        again = "Finished parts are kept; rerun the same command to resume." if resumes else "Fix it and rerun."
+        return EXIT_ENVIRONMENT, f"I/O error: {type(exc).__name__}: {_one_line(exc)}. {again}"
+    if isinstance(exc, MemoryError):
+        again = "finished parts are kept, rerun to resume" if resumes else "free memory and rerun"
+        return EXIT_ENVIRONMENT, f"out of memory (MemoryError); {again}."
+    return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {_one_line(exc)}."
+
+
+def _own_cause(exc: BaseException) -> BaseException:
+    """Our own error inside a Ray task error (``RayTaskError.cause``), else ``exc`` itself."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, DistributedOnnxError) else exc
+
+
+def _one_line(exc: BaseException | str, limit: int = 2_000) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
