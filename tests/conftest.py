@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +84,7 @@ def ray_session() -> Iterator[None]:
 def start_test_ray() -> None:
     """Start the shared local Ray unless it is up (:func:`ray_session`; module-scoped fixtures call it directly)."""
     ray = pytest.importorskip("ray")
+    _leave_a_ray_an_earlier_test_abandoned()
     if not ray.is_initialized():
         from distributed_onnx.runtime import local_ray, ray_private
 
@@ -95,6 +97,28 @@ def start_test_ray() -> None:
                 configure_logging=False,
                 _system_config=local_ray.EMBEDDED_SYSTEM_CONFIG,
             )
+
+
+def _leave_a_ray_an_earlier_test_abandoned() -> None:
+    """Disconnect from a Ray that an earlier test's in-process ``cli.main`` started early and abandoned.
+
+    On bad input the command leaves the Ray it started early to the process's exit
+    (``EarlyStart.abandon(wait=False)``): its thread (``ray-owner``) returns, and Ray's processes, which die with
+    the thread that started them, go; this process stays connected to a Ray without a GCS. A test that took it
+    as the shared Ray (``ray.is_initialized()`` is true) was ended, with the whole pytest process, by Ray's core
+    worker 60 s later (exit 1, no summary: ``test_object_store``, ``test_data_errors_cli``, ``test_secrets``
+    run in that order, every time). So: wait for such a thread, then shut down a connected Ray whose GCS does not
+    answer, and start the shared one afresh.
+    """
+    import ray
+
+    from distributed_onnx.runtime.ray_watch import gcs_answers
+
+    for thread in threading.enumerate():
+        if thread.name == "ray-owner" and thread.is_alive():
+            thread.join(timeout=120)
+    if ray.is_initialized() and not gcs_answers(ray.get_runtime_context().gcs_address):
+        ray.shutdown()
 
 
 @pytest.fixture(autouse=True)
