@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -145,24 +145,33 @@ def _scope_table(
     metric_names, levels, values, counts, valid = _unit_rows(sums, *layout)
     unit, column = np.nonzero(valid)  # row-major: unit after unit, each in unit_rows' order
     n = unit.size
-    columns: dict[str, pa.Array] = {
-        "model": pa.array(np.full(n, model, dtype=object), pa.string()),
-        "scope": pa.array(np.full(n, scope, dtype=object), pa.string()),
-    }
+    columns: dict[str, pa.Array] = {"model": _repeated(model, n), "scope": _repeated(scope, n)}
     if scope == "series":
-        ids = pa.array(list(series_ids), pa.string())
-        columns["series_id"] = ids.take(pa.array(unit))
+        columns["series_id"] = _decoded(unit, list(series_ids))
     else:
         columns["series_id"] = pa.nulls(n, pa.string())
     columns["lead"] = pa.array((unit + 1).astype(np.int32)) if scope == "lead" else pa.nulls(n, pa.int32())
-    columns["metric"] = pa.array(np.asarray(metric_names, dtype=object)[column], pa.string())
+    columns["metric"] = _decoded(column, metric_names)
     level = levels[column]
     columns["quantile"] = pa.array(level, pa.float64(), mask=np.isnan(level))
     columns["value"] = pa.array(values[unit, column], pa.float64())
     columns["n"] = pa.array(counts[unit, column], pa.int64())
-    columns["convention"] = pa.array(np.full(n, POOLED, dtype=object), pa.string())
+    columns["convention"] = _repeated(POOLED, n)
     arrays = [columns[name].cast(field.type) for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)]
     return pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
+
+
+def _decoded(indices: npt.NDArray[np.integer[Any]], texts: Sequence[str]) -> pa.Array:
+    """``texts[indices]`` as one string array, decoded by Arrow from a dictionary: the table's text columns hold
+    a few distinct values over millions of rows, where one Python string object per row cost the driver seconds
+    at 40,000 series (benchmarks/results/time_to_results.md)."""
+    dictionary = pa.array(list(texts), pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32, copy=False)), dictionary).cast(pa.string())
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` ``n`` times as a string array (:func:`_decoded` of one value)."""
+    return _decoded(np.zeros(n, dtype=np.int32), [text])
 
 
 def _unit_rows(
