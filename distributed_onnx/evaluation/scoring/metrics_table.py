@@ -76,9 +76,12 @@ def metrics_tables(
     series: Mapping[str, F64],
     leads: Mapping[str, F64],
     series_per_table: int = SERIES_PER_TABLE,
+    *,
+    with_series: bool = True,
 ) -> Iterator[pa.Table]:
     """:func:`metrics_table`'s rows as a sequence of tables: the global rows, the series block in tables of
-    ``series_per_table`` series (sorted by id), then the lead rows.
+    ``series_per_table`` series (sorted by id), then the lead rows; without the series block when not
+    ``with_series`` (the run-wide rows, built without a row per series).
 
     A writer that takes them one at a time holds one table of a few hundred thousand rows, not the whole table
     (5.4 M rows at 100,000 series: benchmarks/results/time_to_results.md). Each row's arithmetic is the whole
@@ -86,9 +89,9 @@ def metrics_tables(
     """
     if series_per_table < 1:
         raise ValueError(f"series_per_table must be at least 1; got {series_per_table}")
-    order = sorted_series(series_index)
     global_sums = {name: values.sum(axis=0)[None, ...] for name, values in series.items()}
     yield _scope_table(model, "global", global_sums, layout)
+    order = sorted_series(series_index if with_series else {})
     for start in range(0, len(order.ids), series_per_table):
         rows = order.rows[start : start + series_per_table]
         sums = {name: values[rows] for name, values in series.items()}
