@@ -18,7 +18,10 @@ Four comparisons (issue "Time to results"), each mode in its own subprocess:
    history caps a series at 3,936 windows).
 3. ``many_series``: tens of thousands of short hourly series (260 points, 2 windows each, a tiny model): the
    whole CLI process against a plain pandas-groupby + ONNX Runtime loop (read, group, window, run, write
-   Parquet; no scoring), report.html's size, and the driver's peak RSS at several series counts.
+   Parquet; no scoring) at the first ``--series`` count, ``--rounds`` pairs in alternating order (the median
+   pair's ratio), report.html's size, and the driver's peak RSS at the other counts. ``million_series`` (not in
+   the default set) is the command alone on 1,000,000 such series of 1 window each (``--million``): that it
+   ends, the driver's peak RSS, the whole process's seconds and CPU, report.html's size.
 4. ``first_forecast``: seconds from process start to the first forecast, CLI against Ray Data ``map_batches``
    (tiny model; Ray Data needs the ``bench`` extra: ray[data], pandas).
 
@@ -29,6 +32,10 @@ Reproduce (2 cores: about 15 minutes unloaded)::
         --name time_to_results_make_backtest      # the main job: 3 counted rounds, embedded and attached
     .venv/bin/python benchmarks/time_to_results.py --only one_minute --rounds 4 \
         --name time_to_results_one_minute         # ~1 minute of work, 4 alternating pairs
+    .venv/bin/python benchmarks/time_to_results.py --only many_series --series 40000 --rounds 5 \
+        --name time_to_results_many_series        # 40,000 series x 2 windows against the pandas loop, 5 pairs
+    .venv/bin/python benchmarks/time_to_results.py --only million_series \
+        --name time_to_results_million_series     # 1,000,000 series x 1 window: the driver's peak RSS
 
 Results go to benchmarks/results/<name>.json (``--name``), and by hand into time_to_results.md, the current
 figures of each comparison (git keeps the earlier ones); every timing is wall clock, and the ratios are
@@ -78,6 +85,10 @@ ONE_MINUTE_WINDOWS = 59_200
 #: Windows per series of the long runs (``one_minute``, ``five_minutes``): the 1-minute scenario's.
 WINDOWS_PER_SERIES = 2_960
 SERIES_POINTS = 260
+#: Series of the ``million_series`` run (``--million``).
+MILLION_SERIES = 1_000_000
+#: Series generated (and written) at a time by :func:`write_many_series`.
+MANY_SERIES_PER_CHUNK = 20_000
 #: The command's argv prefix; ``--cli-from-this-python`` replaces it (see benchmarks/cli_no_pandas.py).
 #: ``python -m distributed_onnx``, not the console script: the script's entry point is fixed when the venv is
 #: installed, while ``-m`` runs the entry of whichever tree is first on PYTHONPATH (this one, or the baseline).
@@ -300,7 +311,12 @@ def one_minute(output: Path, n_windows: int, rounds: int = 1) -> dict[str, Any]:
 
 
 def write_many_series(directory: Path, n_series: int) -> tuple[Path, Path]:
-    """``n_series`` hourly series of :data:`SERIES_POINTS` points and a tiny hourly model (context 32, horizon 24)."""
+    """``n_series`` hourly series of :data:`SERIES_POINTS` points and a tiny hourly model (context 32, horizon 24).
+
+    Written :data:`MANY_SERIES_PER_CHUNK` series at a time, each chunk from its own seed (``SeedSequence(0)``
+    spawned per chunk), so that 1,000,000 series (260 M rows) are written without holding them, and the first
+    series of every count are the same.
+    """
     from graphs import tiny_chronos2_metadata, tiny_chronos2_model, write_checkpoint
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -310,21 +326,28 @@ def write_many_series(directory: Path, n_series: int) -> tuple[Path, Path]:
         tiny_chronos2_model(**sizes).SerializeToString(),
         tiny_chronos2_metadata(**sizes, resolution_minutes=60),
     )
-    rng = np.random.default_rng(0)
     steps = np.arange(SERIES_POINTS)
     timestamps = np.datetime64("2024-01-01T00:00", "us") + steps * np.timedelta64(3600, "s")
-    ids = np.repeat(np.array([f"meter_{i:06d}" for i in range(n_series)], dtype=object), SERIES_POINTS)
-    daily = np.sin(steps * 2 * np.pi / 24)[None, :] * rng.uniform(1, 5, (n_series, 1))
-    y = (daily + rng.normal(0, 0.3, (n_series, SERIES_POINTS))).ravel()
-    table = pa.table(
-        {
-            "series_id": pa.array(ids, pa.string()),
-            "timestamp": pa.array(np.tile(timestamps, n_series), pa.timestamp("us", tz="UTC")),
-            "y": y,
-        }
-    )
+    schema = pa.schema([("series_id", pa.string()), ("timestamp", pa.timestamp("us", tz="UTC")), ("y", pa.float64())])
     data = directory / "data.parquet"
-    pq.write_table(table, data, row_group_size=1_000_000)
+    chunks = -(-n_series // MANY_SERIES_PER_CHUNK)
+    with pq.ParquetWriter(data, schema) as writer:
+        for chunk, seed in enumerate(np.random.SeedSequence(0).spawn(chunks)):
+            rng = np.random.default_rng(seed)
+            first = chunk * MANY_SERIES_PER_CHUNK
+            count = min(MANY_SERIES_PER_CHUNK, n_series - first)
+            names = pa.array([f"meter_{i:07d}" for i in range(first, first + count)], pa.string())
+            daily = np.sin(steps * 2 * np.pi / 24)[None, :] * rng.uniform(1, 5, (count, 1))
+            y = (daily + rng.normal(0, 0.3, (count, SERIES_POINTS))).ravel()
+            table = pa.table(
+                {
+                    "series_id": names.take(pa.array(np.repeat(np.arange(count), SERIES_POINTS))),
+                    "timestamp": pa.array(np.tile(timestamps, count), pa.timestamp("us", tz="UTC")),
+                    "y": y,
+                },
+                schema=schema,
+            )
+            writer.write_table(table, row_group_size=1_000_000)
     return data, checkpoint.weights_path
 
 
@@ -343,7 +366,9 @@ def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path
     contexts, series_ids, origins = [], [], []
     for series_id, group in frame.groupby("series_id", sort=True):
         values = group["y"].to_numpy(dtype=np.float64)
-        stamps = group["timestamp"].to_numpy()
+        # As datetime64 (UTC), not the tz-aware column's default: an object array of Timestamps, built per series,
+        # was half of this loop's time (measured), a cost of how the loop was written rather than of pandas.
+        stamps = group["timestamp"].to_numpy(dtype="datetime64[us]")
         for back in range(n_windows - 1, -1, -1):
             origin = len(values) - horizon - back
             window = np.full(context, np.nan)
@@ -370,7 +395,7 @@ def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path
     out = pd.DataFrame(
         {
             "series_id": np.repeat(series_ids, horizon),
-            "origin": np.repeat(origins, horizon),
+            "origin": pd.to_datetime(np.repeat(origins, horizon), utc=True),
             "lead": np.tile(np.arange(1, horizon + 1), len(series_ids)),
         }
     )
@@ -386,12 +411,16 @@ def plain_pandas_loop(data: Path, checkpoint: Path, n_windows: int, output: Path
     }
 
 
-def many_series(output: Path, counts: list[int], baseline_tree: str | None = None) -> dict[str, Any]:
-    """CLI against the plain pandas loop at the first count; the CLI alone at the others (driver RSS).
+def many_series(output: Path, counts: list[int], baseline_tree: str | None = None, rounds: int = 1) -> dict[str, Any]:
+    """The CLI against the plain pandas loop at the first count, ``rounds`` alternating pairs; the CLI alone at
+    the others (the driver's peak RSS as the series grow).
 
-    With ``baseline_tree`` the CLI also runs from that checkout at every count (alternating with this tree), and
-    both trees' planning alone (``prepare`` in a child process: reading, checking and planning the data) gives
-    the data layer's own peak RSS apart from the merge and the report.
+    At the first count each pair runs the loop and the command (2 windows per series, 2 actors) in the order of
+    :func:`alternating_pairs`; the result is the median of the pairs' ``loop / command`` ratios (above 1: the
+    command is faster), and the pair whose ratio it is is reported in full. With ``baseline_tree`` the CLI also
+    runs from that checkout at every count (after this tree's), and both trees' planning alone (``prepare`` in a
+    child process: reading, checking and planning the data) gives the data layer's own peak RSS apart from the
+    merge and the report.
     """
     trees: dict[str, dict[str, str] | None] = {"this tree": None}
     if baseline_tree:
@@ -403,26 +432,57 @@ def many_series(output: Path, counts: list[int], baseline_tree: str | None = Non
         arguments = two_actor_arguments(str(checkpoint), str(data), 2, ROWS_PER_BATCH)
         args = argparse.Namespace(data=str(data), checkpoint=str(checkpoint), n_windows_per_series=2)
         entry: dict[str, Any] = {}
-        for name, env in trees.items():
-            key = "cli_2_actors" if name == "this tree" else "baseline_cli_2_actors"
-            entry[key] = cli_process(arguments, output / f"cli_{n_series}", env)
-            entry[key.replace("cli_2_actors", "plan_only")] = child("plan_only", args, output / "plan", env)
-            print(f"many_series {n_series} {name}: {entry[key]}", flush=True)
         if index == 0:
-            # This tree with every series in the object store (read whole by the driver, as before): the transport
-            # that ``auto`` no longer picks for a multi-chunk sorted input, measured against the streamed one.
-            by_store = [*arguments, "--series-transport", "object_store"]
-            entry["cli_2_actors_object_store"] = cli_process(by_store, output / f"cli_{n_series}")
-            entry["plain_pandas_loop"] = child("pandas_loop", args, output / f"pandas_{n_series}")
-            plain_s = entry["plain_pandas_loop"].get("process_s")
-            for key in ("cli_2_actors", "baseline_cli_2_actors", "cli_2_actors_object_store"):
-                cli_s = entry.get(key, {}).get("process_s")
-                if cli_s and plain_s:
-                    entry[key.replace("cli_2_actors", "cli_vs_plain")] = plain_s / cli_s
+            pairs = alternating_pairs(
+                rounds,
+                lambda a=args, n=n_series: child("pandas_loop", a, output / f"pandas_{n}"),
+                lambda a=arguments, n=n_series: cli_process(a, output / f"cli_{n}"),
+            )
+            middle, median = median_pair(pairs, _loop_over_cli)
+            entry["plain_pandas_loop"], entry["cli_2_actors"] = pairs[middle]
+            entry["cli_vs_plain"] = median  # the median pair's: plain loop's seconds over the command's
+            entry["rounds"] = [
+                {
+                    "order": "loop first" if round_ % 2 == 0 else "command first",
+                    "loop_process_s": loop.get("process_s"),
+                    "cli_process_s": cli.get("process_s"),
+                    "ratio": _loop_over_cli(loop, cli),
+                    "cli_wall_phases_s": cli.get("wall_phases_s"),
+                    "cli_driver_peak_rss_mb": cli.get("driver_peak_rss_mb"),
+                    "loop_peak_rss_mb": loop.get("peak_rss_mb"),
+                }
+                for round_, (loop, cli) in enumerate(pairs)
+            ]
+        else:
+            entry["cli_2_actors"] = cli_process(arguments, output / f"cli_{n_series}")
+        print(f"many_series {n_series} this tree: {entry['cli_2_actors']}", flush=True)
+        if baseline_tree:
+            entry["baseline_cli_2_actors"] = cli_process(arguments, output / f"cli_{n_series}", trees["baseline"])
+            for name, env in trees.items():
+                key = "plan_only" if name == "this tree" else "baseline_plan_only"
+                entry[key] = child("plan_only", args, output / "plan", env)
         runs[str(n_series)] = entry
         print(f"many_series {n_series}: {entry}", flush=True)
         shutil.rmtree(output / f"data_{n_series}", ignore_errors=True)
     return runs
+
+
+def million_series(output: Path, n_series: int) -> dict[str, Any]:
+    """The command alone on ``n_series`` short hourly series (1,000,000 by default), 1 window each, 2 actors: that
+    it ends, the driver's peak RSS (``summary.json``), the whole process's wall seconds and its tree's CPU by role
+    (``process_cpu.py``), its phases and report.html's size (bounded: the page never draws a row per series).
+
+    The data (260 points a series: 2.2 GB of Parquet at 1,000,000) is written a chunk at a time
+    (:func:`write_many_series`) and removed after the run; the run's own outputs are removed too.
+    """
+    data, checkpoint = write_many_series(output / "data", n_series)
+    arguments = two_actor_arguments(str(checkpoint), str(data), 1, ROWS_PER_BATCH)
+    result = cli_process(arguments, output / "cli")
+    result["series"] = n_series
+    result["data_bytes"] = data.stat().st_size
+    print(f"million_series {n_series}: {result}", flush=True)
+    shutil.rmtree(output, ignore_errors=True)
+    return result
 
 
 def plan_only(data: Path, checkpoint: Path, n_windows: int, output: Path) -> dict[str, Any]:
@@ -525,10 +585,22 @@ def main() -> None:
         "--rounds",
         type=int,
         help="make_backtest: runs per tree, the first not counted (default 2); one_minute, five_minutes, "
-        "first_forecast: pairs of the two sides (default 1)",
+        "many_series, first_forecast: pairs of the two sides (default 1)",
     )
     parser.add_argument("--name", default="time_to_results", help="results file stem under benchmarks/results/")
-    parser.add_argument("--series", type=int, nargs="*", default=[40_000, 10_000, 100_000])
+    parser.add_argument(
+        "--series",
+        type=int,
+        nargs="*",
+        default=[40_000, 10_000, 100_000],
+        help="many_series: the series counts; the first is compared with the pandas loop (--rounds pairs)",
+    )
+    parser.add_argument(
+        "--million",
+        type=int,
+        default=MILLION_SERIES,
+        help="million_series: how many series, 1 window each (default 1,000,000)",
+    )
     parser.add_argument(
         "--cli-from-this-python",
         action="store_true",
@@ -578,7 +650,9 @@ def main() -> None:
             print(f"five_minutes: {report['five_minutes']}", flush=True)
         if "many_series" in wanted:
             counts = [max(1, int(n * args.scale)) for n in args.series]
-            report["many_series"] = many_series(work / "many_series", counts, args.baseline_tree)
+            report["many_series"] = many_series(work / "many_series", counts, args.baseline_tree, rounds_of_long_runs)
+        if "million_series" in wanted:
+            report["million_series"] = million_series(work / "million_series", max(1, int(args.million * args.scale)))
         if "first_forecast" in wanted:
             report["first_forecast"] = first_forecast(
                 work / "first_forecast", int(150_000 * args.scale), rounds_of_long_runs

@@ -22,6 +22,7 @@ from distributed_onnx.evaluation.sums import PartSums, read_done_part
 from distributed_onnx.model.checkpoint import write_checkpoint
 from tests.backtest_data import START_US, STEP_US, run_parts_in_process, settings_for, write_dataset
 from tests.graphs import tiny_chronos2_metadata, tiny_chronos2_model
+from tests.test_metrics_writer import assert_same_table
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +98,9 @@ def _in_process(checkpoint: Path, data: Path, output: Path, **overrides: object)
 
     scores, unverified = sums.merge_parts(list(by_index), read)
     assert not unverified
-    sums.write_metrics(plan.settings.output, scores)
+    run_wide = sums.write_metrics(plan.settings.output, scores)
+    assert ("in_sample" in run_wide.column("scope").to_pylist()) == (sums.in_sample is not None)
+    assert_same_table(sums.run_wide(scores), run_wide)  # built without the series block, before the file
     board = write_leaderboard(plan.settings.output, scores, plan.step_us).to_pylist()
     (mae,) = [r for r in board if r["kind"] == "metric" and r["model"] == "trained" and r["metric"] == "mae"]
     return sums.in_sample_windows, mae["n"], _pairs(output, "global"), _pairs(output, "in_sample")

@@ -65,6 +65,8 @@ def test_metrics_written_a_block_of_series_at_a_time_equal_the_whole_table(
     assert np.isnan(whole.column("value").to_numpy()).any()  # a NaN value (WQL), which Arrow's equals calls unequal
     assert_same_table(run_wide, whole.filter(pc.field("scope") != "series"))
     assert set(run_wide.column("scope").to_pylist()) == {"global", "lead"}
+    # The same rows built without the series block: what the report gets before metrics.parquet is written.
+    assert_same_table(RunSums(QUANTILES, HORIZON).run_wide(scores), run_wide)
 
 
 def test_the_whole_table_series_rows_are_the_per_unit_definition() -> None:

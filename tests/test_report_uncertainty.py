@@ -63,6 +63,30 @@ def test_a_many_series_panel_keeps_the_series_bootstrap(tmp_path: Path) -> None:
     assert "bootstrap over 40 series" in page
 
 
+def test_the_verdict_reads_the_leaderboards_own_resamples_without_drawing_them_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report's verdict (uncertainty) after the leaderboard: the same draws, not a second bootstrap."""
+    from distributed_onnx.evaluation.scoring import leaderboard as board_module
+
+    fresh = board_module.series_resamples(panel_scores(40, 5), ["good", "bad"])  # drawn: no leaderboard yet
+    scores = panel_scores(40, 5)
+    leaderboard(scores, STEP_US)
+    runs: list[int] = []
+    real_run = board_module._Bootstrap.run
+    monkeypatch.setattr(board_module._Bootstrap, "run", lambda self, *a: runs.append(1) or real_run(self, *a))
+    sure = uncertainty(scores, STEP_US)
+    assert runs == [] and sure.verdict is not None and np.isfinite(sure.verdict["margin_low"])
+    kept = board_module.series_resamples(scores, ["good", "bad"])
+    assert runs == []
+    for model in ("good", "bad"):
+        for metric, values in fresh[model].items():
+            np.testing.assert_array_equal(kept[model][metric], values)
+    scores.merge(panel_scores(40, 5))  # merged into since: its resamples are drawn again
+    board_module.series_resamples(scores, ["good", "bad"])
+    assert runs == [1]
+
+
 def test_too_few_origins_say_no_interval_can_be_formed(tmp_path: Path) -> None:
     scores = panel_scores(1, 1)
     sure = uncertainty(scores, STEP_US)

@@ -109,24 +109,55 @@ class RunSums:
             for table in (scores or self.merged()).tables(series_per_table):
                 run_wide.append(table.filter(pc.not_equal(table.column("scope"), "series")))
                 yield table
-            if self.in_sample is not None:  # the in-sample windows apart: their global rows, scope in_sample
-                table = self.in_sample.fev_and_count_rows().slice(0, 0)
-                for part in self.in_sample.tables(series_per_table):
-                    table = pa.concat_tables([table, part.filter(pc.equal(part.column("scope"), "global"))])
-                scope = pa.array([IN_SAMPLE] * table.num_rows, pa.string())
-                index = table.schema.get_field_index("scope")
-                table = table.set_column(index, table.schema.field(index), scope)
-                run_wide.append(table)
-                yield table
+            in_sample = self._in_sample_rows()
+            if in_sample is not None:
+                run_wide.append(in_sample)
+                yield in_sample
 
         storage.write_parquet_tables(storage.join(output, METRICS), METRICS_SCHEMA, tables())
         return pa.concat_tables(run_wide).combine_chunks()
+
+    def run_wide(self, scores: PairScores) -> pa.Table:
+        """The rows :meth:`write_metrics` returns (every scope but ``series``), built without the series block:
+        what the report needs before ``metrics.parquet`` is written (:class:`PendingMetrics`)."""
+        tables = list(scores.tables(with_series=False))
+        in_sample = self._in_sample_rows()
+        return pa.concat_tables([*tables, *([] if in_sample is None else [in_sample])]).combine_chunks()
+
+    def _in_sample_rows(self) -> pa.Table | None:
+        """The in-sample windows apart: their global rows, scope ``in_sample`` (None: no in-sample sums)."""
+        if self.in_sample is None:
+            return None
+        table = self.in_sample.fev_and_count_rows().slice(0, 0)
+        for part in self.in_sample.tables(with_series=False):
+            table = pa.concat_tables([table, part.filter(pc.equal(part.column("scope"), "global"))])
+        scope = pa.array([IN_SAMPLE] * table.num_rows, pa.string())
+        index = table.schema.get_field_index("scope")
+        return table.set_column(index, table.schema.field(index), scope)
 
     def fans(self) -> FanPicker:
         picker = FanPicker(self._horizon, self._quantiles)
         for index in sorted(self._fans):
             picker.add(self._fans[index])
         return picker
+
+
+class PendingMetrics:
+    """``metrics.parquet`` of a run's merged sums, written once when :meth:`write` is first called.
+
+    The run stage hands it on unwritten: the report stage writes it while the report process draws the
+    leaderboard and the page (:mod:`.report_process`), both after the last part; one after the other they were
+    the end of every run's wait (at 40,000 series, seconds: benchmarks/results/time_to_results.md).
+    """
+
+    def __init__(self, sums: RunSums, output: Location, scores: PairScores) -> None:
+        self._sums, self._output, self._scores = sums, output, scores
+        self.written = False
+
+    def write(self) -> None:
+        if not self.written:
+            self._sums.write_metrics(self._output, self._scores)
+            self.written = True
 
 
 def fan_windows(picker: FanPicker, plan: RunPlan, series_scores: SeriesScores) -> list[FanWindow]:

@@ -1,7 +1,8 @@
 """The report stage: a run's :class:`~.run.RunScores` -> leaderboard, report.html, summary.json -> the result.
 
-Everything here is written from the merged sums the run stage handed on, never from the forecasts: the
-leaderboard and report.html (by the report process the run started, else by the driver), the covariates' ages,
+Everything here is written from the merged sums the run stage handed on, never from the forecasts:
+``metrics.parquet`` (by the driver, while the report process draws), the leaderboard and report.html (by the
+report process the run started, else by the driver), the covariates' ages,
 ``failed_windows.json`` and ``nonfinite_windows.json``, and last ``summary.json``, the run's record. Ray stops on
 its own thread meanwhile; this stage waits for it (:meth:`~.run.RunEnding.close`) before summary.json is written.
 """
@@ -78,6 +79,7 @@ def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> Backtes
         _in_sample(summary, scores)
         nonfinite = _compared(summary, scores, tuned)
         leaderboard = _draw(summary, scores)
+        scores.metrics.write()  # written by _draw already, meanwhile: here only should _draw have returned early
         _from_leaderboard(summary, scores, leaderboard)
     finally:
         ending.close()  # the report process ended, and Ray stopped on the thread that started it
@@ -198,7 +200,8 @@ def _from_leaderboard(summary: dict[str, Any], scores: RunScores, board: pa.Tabl
 
 def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
     """Write leaderboard.parquet and draw report.html (returns the leaderboard): by the report process the run
-    started (:mod:`.report_process`), else here, in the driver, while Ray stops on its own thread.
+    started (:mod:`.report_process`) while the driver writes metrics.parquet, else here, in the driver (after
+    metrics.parquet), while Ray stops on its own thread.
 
     Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
     part: seconds of wall time at the end of every run (measured), for a second of the driver's CPU.
@@ -212,7 +215,7 @@ def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
     if ending.report_process is not None:
         shown = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, series, merged, plan.step_us)
         request = (*shown, registry.added())
-        drawn = ending.report_process.draw(request)
+        drawn = ending.report_process.draw(request, meanwhile=scores.metrics.write)
         if drawn is not None:
             leaderboard, child_cpu_s = drawn
             # the child's for this report (its imports too, when it was started for this run)
@@ -220,6 +223,7 @@ def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
             summary["timing"]["report_drawn_by"] = "report process"
             ending.clock.mark("report")
             return leaderboard
+    scores.metrics.write()
     leaderboard = write_leaderboard(plan.settings.output, merged, plan.step_us)
     arguments = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, leaderboard, series)
     try:

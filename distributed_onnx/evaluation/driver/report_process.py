@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -72,10 +73,15 @@ class ReportProcess:
     def alive(self) -> bool:
         return self._healthy and self._process.poll() is None
 
-    def draw(self, request: ReportRequest, timeout_s: float = DRAW_TIMEOUT_S) -> tuple[Any, float] | None:
+    def draw(
+        self, request: ReportRequest, timeout_s: float = DRAW_TIMEOUT_S, meanwhile: Callable[[], None] | None = None
+    ) -> tuple[Any, float] | None:
         """Send the request; ``(leaderboard, the child's CPU seconds for it)`` once both files are written, else None
         (the child failed, died or took too long: it is stopped, and the caller draws them). The CPU seconds
-        include the child's imports when this is its first request."""
+        include the child's imports when this is its first request.
+
+        ``meanwhile``: the driver's own work while the child draws (``metrics.parquet``), run on the calling
+        thread once the request is on its way; what it raises is raised here, the child stopped (never kept)."""
         answer: list[tuple[bool, Any]] = []
 
         def exchange() -> None:
@@ -89,7 +95,16 @@ class ReportProcess:
 
         thread = threading.Thread(target=exchange, name="report-process", daemon=True)
         thread.start()
-        thread.join(timeout_s)
+        started = time.monotonic()
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                self._healthy = False
+                self._process.kill()
+                self._process.wait()
+                raise
+        thread.join(max(timeout_s - (time.monotonic() - started), 0.0))
         ok, value = answer[0] if answer else (False, f"no answer within {timeout_s:.0f} s")
         value = value if ok else str(value)
         if not ok:

@@ -3,8 +3,8 @@
 The driver schedules, retries and merges; nothing per window passes through it. Each actor gets the run's
 :class:`~distributed_onnx.evaluation.part_messages.PartJob` once (the series zero-copy from the object store, or
 the path to read them from) and then three integers per part; it packs, forecasts, writes the part and its
-sums, and answers with a receipt. The driver verifies each part, merges the sums in part order and writes
-``metrics.parquet``; the report stage (:mod:`.report`) writes the rest from the :class:`RunScores` handed on.
+sums, and answers with a receipt. The driver verifies each part and merges the sums in part order; the report
+stage (:mod:`.report`) writes ``metrics.parquet`` and the rest from the :class:`RunScores` handed on.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from distributed_onnx.evaluation.driver._progress import Progress
 from distributed_onnx.evaluation.driver._summary import previous_summary
 from distributed_onnx.evaluation.driver.clock import PhaseClock
 from distributed_onnx.evaluation.driver.early import start_ray_and_pool, worker_configs
-from distributed_onnx.evaluation.driver.merge import RunSums
+from distributed_onnx.evaluation.driver.merge import PendingMetrics, RunSums
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess, warm_report_process
 from distributed_onnx.evaluation.fans import FanPicker
 from distributed_onnx.evaluation.part_messages import PartReceipt
@@ -46,8 +46,8 @@ class RunScores:
     """What the run stage hands the report: every model's merged sums over the parts done, and what the run did.
 
     The sums are the parts' own, verified and added in part order (:mod:`.merge`), so a resumed run's are
-    bit-identical to an uninterrupted one's; ``metrics.parquet`` is written already (``run_wide`` is its rows
-    other than the series scope).
+    bit-identical to an uninterrupted one's; ``metrics.parquet`` is still to be written (``metrics``: the report
+    stage writes it while the report process draws), ``run_wide`` is its rows other than the series scope.
     """
 
     plan: RunPlan
@@ -61,6 +61,7 @@ class RunScores:
     #: The parts' fan candidates, merged: the report picks the windows it draws from them.
     fans: FanPicker
     run_wide: pa.Table
+    metrics: PendingMetrics
     outcome: RunOutcome
     #: The summary an earlier invocation of this run left (its record of who computed the parts), if any.
     earlier: dict[str, Any] | None
@@ -154,7 +155,7 @@ class _BacktestRun:
             failed = {failure.part for failure in self.ledger.failures}
             self.done += [part.index for part in todo if part.index not in failed]
             scores = self._merged()
-            run_wide = self.sums.write_metrics(output, scores)  # the leaderboard is written with the report
+            run_wide = self.sums.run_wide(scores)  # metrics.parquet is written with the report (PendingMetrics)
             clock.mark("merge")
         except BaseException:
             self._ending().close()
@@ -170,6 +171,7 @@ class _BacktestRun:
             in_sample_windows=self.sums.in_sample_windows,
             fans=self.sums.fans(),
             run_wide=run_wide,
+            metrics=PendingMetrics(self.sums, output, scores),
             outcome=self._outcome(todo, done_windows, dispatched),
             earlier=earlier,
             ending=self._ending(),

@@ -35,6 +35,7 @@ the driver several times what ``scipy.special`` does).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,10 @@ __all__ = [
 
 #: Bootstrap resamples drawn and applied at once (bounds the leaderboard's memory, see :class:`_Bootstrap`).
 RESAMPLE_CHUNK = 32
+#: Each scores' series resamples of every model's global metrics, kept by :func:`leaderboard` for
+#: :func:`series_resamples`: the report's verdict reads its margin from the leaderboard's own draws, and drawing
+#: and applying them again cost as much as the leaderboard's whole bootstrap (at 40,000 series, measured).
+_RESAMPLED: weakref.WeakKeyDictionary[PairScores, _Resampled] = weakref.WeakKeyDictionary()
 #: Resamples whose picks are drawn at once (``8 x DRAW_CHUNK x S`` bytes; only the weights are a whole chunk).
 DRAW_CHUNK = 8
 RATIO_BOUNDS = (1e-2, 100.0)  # fev's min_relative_error / max_relative_error
@@ -297,12 +302,40 @@ class _Bootstrap:
         return np.concatenate(self.skills[key])
 
 
+@dataclass(frozen=True)
+class _Resampled:
+    """What :func:`leaderboard` resampled, and of which sums (a scores object merged into since is resampled again)."""
+
+    series: list[str]
+    n_resamples: int
+    pairs: tuple[float, ...]  # every model's pairs, summed over series
+    globals_: dict[str, dict[str, F64]]
+
+    def holds(self, scores: PairScores, series: list[str], models: Sequence[str], n_resamples: int) -> bool:
+        return (
+            self.n_resamples == n_resamples
+            and self.pairs == _pairs_of(scores)
+            and all(model in self.globals_ for model in models)
+            and self.series == series
+        )
+
+
+def _pairs_of(scores: PairScores) -> tuple[float, ...]:
+    return tuple(float(scores.pooled[model].series_views()["pairs"].sum()) for model in scores.models)
+
+
 def series_resamples(
     scores: PairScores, models: Sequence[str], n_resamples: int = N_RESAMPLES
 ) -> dict[str, dict[str, F64]]:
     """model -> metric -> ``[B]``: every pooled global metric of ``models`` in each of the leaderboard's series
-    resamples (its draws: the verdict's margin over series is read from the same resamples as its intervals)."""
+    resamples (its draws: the verdict's margin over series is read from the same resamples as its intervals).
+
+    Those :func:`leaderboard` drew for these scores when it has (:data:`_RESAMPLED`), else drawn now: a model's
+    resampled metrics depend on its own sums and the draws only, so they are the same either way."""
     series = sorted(scores.pooled[models[0]].series_ids)
+    kept = _RESAMPLED.get(scores)
+    if kept is not None and kept.holds(scores, series, models, n_resamples):
+        return {model: kept.globals_[model] for model in models}
     bootstrap = _Bootstrap(len(series), n_resamples)
     sums = {model: _series_matrix(scores, model, series) for model in models}
     bootstrap.run(sums, scores.has_median, _SkillMatrix.of(len(series), [], lambda key: np.empty(0)))
@@ -392,6 +425,10 @@ def leaderboard(
     blocks = origin_blocks(scores, step_us, n_resamples=n_resamples)
     bootstrap = _Bootstrap(len(series), n_resamples)
     bootstrap.run(sums, has_median, _SkillMatrix.of(len(series), keys if series else [], ratio_of))
+    global_resamples = {
+        model: {name: bootstrap.global_(model, name) for name in bootstrap.globals_.get(model, {})} for model in models
+    }
+    _RESAMPLED[scores] = _Resampled(series, n_resamples, _pairs_of(scores), global_resamples)
     records: list[dict[str, Any]] = []
 
     def add(kind: str, model: str, metric: str, value: float, low: float, high: float, n: int, **extra: Any) -> None:
@@ -414,7 +451,7 @@ def leaderboard(
         point = _global(sums[model], np.ones((1, len(series))), has_median)
         n_pairs = int(sums[model]["pairs"].sum())
         for metric, value in point.items():
-            low, high, how = _interval_of(blocks, percentile_interval(bootstrap.global_(model, metric)), model, metric)
+            low, high, how = _interval_of(blocks, percentile_interval(global_resamples[model][metric]), model, metric)
             add("metric", model, metric, float(value[0]), low, high, n_pairs, resampling=how)
         for versus, metric in versus_metrics[model]:
             key = (model, versus, metric)

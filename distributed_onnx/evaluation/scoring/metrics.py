@@ -358,10 +358,14 @@ class MetricsAccumulator:
             self._leads,
         )
 
-    def tables(self, model: str, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
-        """:meth:`to_table`'s rows a table at a time: global, the series ``series_per_table`` at a time, leads."""
+    def tables(
+        self, model: str, series_per_table: int = SERIES_PER_TABLE, *, with_series: bool = True
+    ) -> Iterator[pa.Table]:
+        """:meth:`to_table`'s rows a table at a time: global, the series ``series_per_table`` at a time (unless
+        not ``with_series``), leads."""
         layout = self._row_layout()
-        return metrics_tables(model, layout, self._series_index, self._series, self._leads, series_per_table)
+        series = (self._series_index, self._series, self._leads)
+        return metrics_tables(model, layout, *series, series_per_table, with_series=with_series)
 
     def sorted_series(self) -> SortedSeries:
         """The series sorted by id (the order of the table's series block), with their rows of the sums."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -76,9 +76,12 @@ def metrics_tables(
     series: Mapping[str, F64],
     leads: Mapping[str, F64],
     series_per_table: int = SERIES_PER_TABLE,
+    *,
+    with_series: bool = True,
 ) -> Iterator[pa.Table]:
     """:func:`metrics_table`'s rows as a sequence of tables: the global rows, the series block in tables of
-    ``series_per_table`` series (sorted by id), then the lead rows.
+    ``series_per_table`` series (sorted by id), then the lead rows; without the series block when not
+    ``with_series`` (the run-wide rows, built without a row per series).
 
     A writer that takes them one at a time holds one table of a few hundred thousand rows, not the whole table
     (5.4 M rows at 100,000 series: benchmarks/results/time_to_results.md). Each row's arithmetic is the whole
@@ -86,9 +89,9 @@ def metrics_tables(
     """
     if series_per_table < 1:
         raise ValueError(f"series_per_table must be at least 1; got {series_per_table}")
-    order = sorted_series(series_index)
     global_sums = {name: values.sum(axis=0)[None, ...] for name, values in series.items()}
     yield _scope_table(model, "global", global_sums, layout)
+    order = sorted_series(series_index if with_series else {})
     for start in range(0, len(order.ids), series_per_table):
         rows = order.rows[start : start + series_per_table]
         sums = {name: values[rows] for name, values in series.items()}
@@ -145,24 +148,33 @@ def _scope_table(
     metric_names, levels, values, counts, valid = _unit_rows(sums, *layout)
     unit, column = np.nonzero(valid)  # row-major: unit after unit, each in unit_rows' order
     n = unit.size
-    columns: dict[str, pa.Array] = {
-        "model": pa.array(np.full(n, model, dtype=object), pa.string()),
-        "scope": pa.array(np.full(n, scope, dtype=object), pa.string()),
-    }
+    columns: dict[str, pa.Array] = {"model": _repeated(model, n), "scope": _repeated(scope, n)}
     if scope == "series":
-        ids = pa.array(list(series_ids), pa.string())
-        columns["series_id"] = ids.take(pa.array(unit))
+        columns["series_id"] = _decoded(unit, list(series_ids))
     else:
         columns["series_id"] = pa.nulls(n, pa.string())
     columns["lead"] = pa.array((unit + 1).astype(np.int32)) if scope == "lead" else pa.nulls(n, pa.int32())
-    columns["metric"] = pa.array(np.asarray(metric_names, dtype=object)[column], pa.string())
+    columns["metric"] = _decoded(column, metric_names)
     level = levels[column]
     columns["quantile"] = pa.array(level, pa.float64(), mask=np.isnan(level))
     columns["value"] = pa.array(values[unit, column], pa.float64())
     columns["n"] = pa.array(counts[unit, column], pa.int64())
-    columns["convention"] = pa.array(np.full(n, POOLED, dtype=object), pa.string())
+    columns["convention"] = _repeated(POOLED, n)
     arrays = [columns[name].cast(field.type) for name, field in zip(METRICS_SCHEMA.names, METRICS_SCHEMA, strict=True)]
     return pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
+
+
+def _decoded(indices: npt.NDArray[np.integer[Any]], texts: Sequence[str]) -> pa.Array:
+    """``texts[indices]`` as one string array, decoded by Arrow from a dictionary: the table's text columns hold
+    a few distinct values over millions of rows, where one Python string object per row cost the driver seconds
+    at 40,000 series (benchmarks/results/time_to_results.md)."""
+    dictionary = pa.array(list(texts), pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32, copy=False)), dictionary).cast(pa.string())
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` ``n`` times as a string array (:func:`_decoded` of one value)."""
+    return _decoded(np.zeros(n, dtype=np.int32), [text])
 
 
 def _unit_rows(

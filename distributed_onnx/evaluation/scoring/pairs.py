@@ -255,11 +255,12 @@ class PairScores:
         """The long metrics table: each model pooled (every scope), then fev (global), then left-out counts."""
         return pa.concat_tables(list(self.tables(SERIES_PER_TABLE)))
 
-    def tables(self, series_per_table: int = SERIES_PER_TABLE) -> Iterator[pa.Table]:
+    def tables(self, series_per_table: int = SERIES_PER_TABLE, *, with_series: bool = True) -> Iterator[pa.Table]:
         """:meth:`to_table`'s rows a table at a time (the series block ``series_per_table`` series at a time), so
-        ``metrics.parquet`` is written without the whole table in memory (:func:`.metrics_table.metrics_tables`)."""
+        ``metrics.parquet`` is written without the whole table in memory (:func:`.metrics_table.metrics_tables`);
+        not ``with_series``: the run-wide rows only (every scope but ``series``), in the same order."""
         for name in self.models:
-            yield from self.pooled[name].tables(name, series_per_table)
+            yield from self.pooled[name].tables(name, series_per_table, with_series=with_series)
         yield self.fev_and_count_rows()
 
     def origin_table(self) -> pa.Table:
