@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import cpu_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -220,7 +220,11 @@ def _predict(task: Any, window: Any, metadata: Any, session: Any) -> list[dict[s
 
 def runner(tasks: list[Any], paths: list[Path], cores: int, output: Path) -> tuple[float, list[dict[str, Any]]]:
     from distributed_onnx import fev_benchmark
+    from distributed_onnx.evaluation.driver import report_process
 
+    # Each round as a fresh `distributed-onnx fev` pays it: the report process an earlier round left warm in this
+    # process is stopped (the benchmark's runs share one within a round, as the command's do).
+    report_process.close_kept_report_process()
     started = time.perf_counter()
     result = fev_benchmark(tasks, checkpoint=paths, output=output, actors=cores, cpus_per_actor=1.0)
     return time.perf_counter() - started, result.summaries
@@ -277,7 +281,7 @@ def main() -> None:
         "median_ratio_fev_loop_over_runner": round(statistics.median(r["ratio"] for r in rounds), 3),
         "max_test_error_difference": max(r["max_diff"] for r in rounds),
         "load_average_before_after": [load_before, os.getloadavg()],
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": cpu_facts(),
     }
     print(json.dumps(record, indent=2))
     if not args.smoke:
@@ -297,7 +301,8 @@ def _markdown(record: dict[str, Any]) -> str:
 {record["windows_per_task"]} windows per task, {record["cores"]} cores on each side (`benchmarks/fev_bench.py`).
 Median of the paired ratios fev loop / runner: **{record["median_ratio_fev_loop_over_runner"]}** (above 1: the
 runner is faster). Largest difference between the two sides' `test_error`: {record["max_test_error_difference"]}.
-Load average before and after: {record["load_average_before_after"]}; machine: {record["machine"]}.
+Load average before and after: {record["load_average_before_after"]}; machine: {record["machine"]}
+(CPU model, kernel flags, cores).
 
 | round | order | fev loop s | runner s | ratio |
 |---|---|---|---|---|
