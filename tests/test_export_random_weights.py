@@ -8,6 +8,7 @@ export, ONNX Runtime, the shared local Ray.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -62,6 +63,22 @@ def test_export_shows_each_phase_with_elapsed_seconds_and_no_training_mode_warni
     for phase, expected in zip(progress, [*PHASES, "done"], strict=True):
         assert phase.startswith(expected) and phase.endswith(" s)"), progress
     assert "training mode" not in done.stderr + done.stdout
+
+
+def test_the_export_keeps_its_weights_digest_for_the_first_backtest(
+    exported: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """Issue 52: a backtest's plan needs the sha256 of the checkpoint's external weights (its identity); the first
+    one after an export hashed them (a published TimesFM: 925 MB, seconds of its start). The export now leaves the
+    digest in the cache folder (``$DISTRIBUTED_ONNX_CACHE``, this test session's). Before the backtest below,
+    which would keep it itself."""
+    output, done = exported
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights = output.with_name(output.name + ".data")
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    kept = Path(os.environ["DISTRIBUTED_ONNX_CACHE"]) / "digests"
+    found = [path.name for path in kept.glob("*.sha256")] if kept.is_dir() else []
+    assert any((kept / name).read_text().strip() == digest for name in found), (weights, found)
 
 
 @pytest.mark.usefixtures("ray_session")

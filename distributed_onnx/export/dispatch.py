@@ -41,7 +41,7 @@ def _exported(request: ExportRequest, declared: Family, exporter: str) -> Export
     """The export itself: the family's exporter module's ``export(request)``, on a built model for
     ``--random-weights``, then the int8 variant if asked for."""
     from distributed_onnx.export import variants
-    from distributed_onnx.export.common import phase, resolution_of, scratch_folder, start_progress
+    from distributed_onnx.export.common import phase, remember_digests, resolution_of, scratch_folder, start_progress
 
     start_progress()
     module: Any = importlib.import_module(exporter)
@@ -56,10 +56,12 @@ def _exported(request: ExportRequest, declared: Family, exporter: str) -> Export
             folder = scratch / f"{request.family}-{request.random_size}-random-weights"
             write_random_pretrained(declared, request.random_size, folder)
             result = module.export(request.model_copy(update={"from_pretrained": folder}))
+    remember_digests(result.weights_path)
     if request.quantize is None:
         phase("done")
         return result
     phase("writing the int8 variant")
     path, comparison = variants.write_int8_variant(request)
+    remember_digests(path)
     phase("done")
     return result.model_copy(update={"variant_path": path, "variant": comparison})
