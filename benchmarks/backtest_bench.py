@@ -83,7 +83,7 @@ def settings_for(args: argparse.Namespace, output: Path) -> Any:
 
 def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, Any]:
     """The plain single-process loop: the actors' own part runner over every part, no Ray."""
-    from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation import run_manifest
     from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
     from distributed_onnx.evaluation.planning import prepare
@@ -95,7 +95,7 @@ def run_loop(args: argparse.Namespace, output: Path, threads: int) -> dict[str, 
     options = SessionOptionsConfig(intra_op_num_threads=threads, allow_spinning=False)
     worker = InferenceWorker.from_config(WorkerConfig(checkpoint=plan.checkpoint.weights_path, session_options=options))
     worker.warm_up()
-    outputs.prepare_output(output, plan.run_fingerprint, {})
+    run_manifest.prepare_output(output, plan.run_fingerprint, {})
     runner = PartRunner(worker, plan.job(SeriesStore.from_table(plan.table)))
     loop_started = time.perf_counter()
     first = None
@@ -179,7 +179,7 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     import ray.data
     from ray.data import ActorPoolStrategy
 
-    from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation import outputs, run_manifest
     from distributed_onnx.evaluation.data.packing import pack_batch
     from distributed_onnx.evaluation.data.series_source import SeriesStore
     from distributed_onnx.evaluation.data.windows import PlannedBatch, batches, plan_series
@@ -189,7 +189,7 @@ def run_ray_data(args: argparse.Namespace, output: Path) -> dict[str, Any]:
     started = time.perf_counter()
     plan = prepare(settings_for(args, output))
     connect(None)
-    outputs.prepare_output(output, plan.run_fingerprint, {})
+    run_manifest.prepare_output(output, plan.run_fingerprint, {})
     checkpoint = str(plan.checkpoint.weights_path)
     spec, quantiles, step_us, fingerprint = plan.spec, plan.quantiles, plan.step_us, plan.window_fingerprint
     store_ref = ray.put(SeriesStore.from_table(plan.table))

@@ -43,7 +43,7 @@ def run_once(
     """Every part of one run (the first ``max_parts``) by one in-process runner; the summed receipt seconds.
 
     ``data``: another dataset than the bundled series (``--series``)."""
-    from distributed_onnx.evaluation import outputs
+    from distributed_onnx.evaluation import run_manifest
     from distributed_onnx.evaluation.actor.part import PartRunner
     from distributed_onnx.evaluation.data.series_source import SeriesStore
     from distributed_onnx.evaluation.planning import prepare
@@ -56,7 +56,7 @@ def run_once(
         checkpoint=checkpoints, output=output, n_windows=n_windows, rows_per_batch=256, progress=False, **extra
     )
     plan = prepare(settings)
-    outputs.prepare_output(settings.output, plan.run_fingerprint, {})
+    run_manifest.prepare_output(settings.output, plan.run_fingerprint, {})
     options = SessionOptionsConfig(intra_op_num_threads=1, inter_op_num_threads=1)
     workers = {
         each.name: InferenceWorker.from_config(WorkerConfig(checkpoint=each.weights_path, session_options=options))

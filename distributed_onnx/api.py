@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from distributed_onnx.location import Location
 
 #: Where in-memory data is written inside the run directory (the run's fingerprint hashes the data file).
-INPUTS_DIR = "inputs"  # evaluation/outputs.py exempts it (INPUTS_DIR) from the check of a folder without a run record
+INPUTS_DIR = "inputs"  # outputs.py's INPUTS_DIR, which evaluation/output_checks.py exempts from the folder check
 _SORT_KEYS = [("model", "ascending"), ("series_id", "ascending"), ("origin", "ascending"), ("lead", "ascending")]
 
 

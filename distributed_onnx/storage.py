@@ -332,7 +332,7 @@ def _upload_atomically(location: Location, payload: bytes) -> None:
     *publishes* what was uploaded so far: a torn object under the final name (measured on an S3 server: a
     1,000-byte object after an exception inside ``with open_output_stream(...)``). So the final name only ever
     receives a whole object, by a copy; a failed upload leaves at most a ``.tmp-`` object, deleted here or by
-    the next run (:func:`distributed_onnx.evaluation.outputs.clean_partials`).
+    the next run (:func:`distributed_onnx.evaluation.output_cleanup.clean_partials`).
     """
     fs, inner = filesystem(location)
     directory, _, name = inner.rpartition("/")

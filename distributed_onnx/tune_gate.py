@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation import run_manifest
 from distributed_onnx.evaluation.actor.part import PartRunner
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.table import read_table
@@ -122,7 +122,7 @@ def run_gate(
             }
         )
         plan = prepare(settings)
-        outputs.prepare_output(settings.output, plan.run_fingerprint, {})
+        run_manifest.prepare_output(settings.output, plan.run_fingerprint, {})
         stage_s = _run_parts(plan, options)
         parts = {part.index: part.n_windows for part in plan.parts()}
         sums = RunSums(plan.quantiles, plan.spec.horizon, plan.model_names)

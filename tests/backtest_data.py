@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from distributed_onnx import storage
-from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation import outputs, run_manifest
 from distributed_onnx.evaluation.actor.part import PartRunner
 from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
@@ -132,7 +132,7 @@ def first_batch(plan: RunPlan) -> tuple[PlannedBatch, pa.RecordBatch]:
 def run_parts_in_process(settings: BacktestSettings, overlap_packing: bool | None = None) -> RunPlan:
     """Every part of the plan run by one in-process :class:`PartRunner` (what each actor does), no Ray."""
     plan = prepare(settings)
-    outputs.prepare_output(settings.output, plan.run_fingerprint, {})
+    run_manifest.prepare_output(settings.output, plan.run_fingerprint, {})
     workers = {
         each.name: InferenceWorker.from_config(WorkerConfig(checkpoint=each.weights_path)) for each in plan.checkpoints
     }

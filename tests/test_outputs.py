@@ -18,17 +18,16 @@ from distributed_onnx.evaluation.data.packing import pack_batch
 from distributed_onnx.evaluation.data.series_source import SeriesStore
 from distributed_onnx.evaluation.data.table import Series, SeriesTable
 from distributed_onnx.evaluation.data.windows import PlannedBatch
+from distributed_onnx.evaluation.output_cleanup import clean_partials, discard_part
 from distributed_onnx.evaluation.outputs import (
     FORECASTS_DIR,
     MANIFEST,
-    clean_partials,
-    discard_part,
     forecast_table,
     part_path,
     part_record,
-    prepare_output,
     write_part,
 )
+from distributed_onnx.evaluation.run_manifest import prepare_output
 from distributed_onnx.location import Location
 
 STEP_US = 15 * 60_000_000

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation import outputs, run_manifest
 from distributed_onnx.evaluation.data.windows import PartSpec, WindowPlan
 from distributed_onnx.evaluation.planning._part_count import (
     LEGACY_ROWS_PER_BATCH,
@@ -113,7 +113,7 @@ def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, t
 
     first = prepare(settings(tmp_path / "run", actors=2))
     record = {MANIFEST_KEY: first.windows_per_part, RAMP_KEY: first.ramp_width}
-    outputs.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
+    run_manifest.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
     fresh = prepare(settings(tmp_path / "other", actors=20))
     assert fresh.parts() != first.parts()  # more actors, more parts: the default follows the cluster
 
@@ -122,7 +122,7 @@ def test_a_rerun_on_another_cluster_plans_the_parts_it_resumes(tmp_path: Path, t
 
     # A directory of before the size was recorded: its plan (about 64 parts) is found by its fingerprint.
     old = prepare(settings(tmp_path / "old", actors=2, windows_per_part=default_windows_per_part(1000, 4)))
-    outputs.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {})
+    run_manifest.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {})
     resumed = prepare(settings(tmp_path / "old", actors=20))
     assert (resumed.parts(), resumed.run_fingerprint) == (old.parts(), old.run_fingerprint)
 
@@ -192,7 +192,7 @@ def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint
     weights = tiny_checkpoint.weights_path
     first = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=2))
     record = {MANIFEST_KEY: first.windows_per_part, RAMP_KEY: first.ramp_width, ROWS_KEY: first.rows_per_batch}
-    outputs.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
+    run_manifest.prepare_output(Location(tmp_path / "run"), first.run_fingerprint, record)
     fresh = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fresh", actors=8))
     assert fresh.rows_per_batch != first.rows_per_batch  # the default follows the actors
     rerun = prepare(_sizes_settings(tmp_path, weights, tmp_path / "run", actors=8))
@@ -205,13 +205,13 @@ def test_a_rerun_resumes_with_the_recorded_sizes(tmp_path: Path, tiny_checkpoint
     # An explicit part size: the batch chosen for it is recorded and taken too.
     fixed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=2, windows_per_part=8))
     record = {MANIFEST_KEY: fixed.windows_per_part, RAMP_KEY: 1, ROWS_KEY: fixed.rows_per_batch}
-    outputs.prepare_output(Location(tmp_path / "fixed"), fixed.run_fingerprint, record)
+    run_manifest.prepare_output(Location(tmp_path / "fixed"), fixed.run_fingerprint, record)
     again = prepare(_sizes_settings(tmp_path, weights, tmp_path / "fixed", actors=4, windows_per_part=8))
     assert (again.rows_per_batch, again.run_fingerprint) == (fixed.rows_per_batch, fixed.run_fingerprint)
 
     # A directory of before the batch was chosen: batches of 256 and parts for its actors, found by fingerprint.
     old = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=2, rows_per_batch=256))
-    outputs.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})
+    run_manifest.prepare_output(Location(tmp_path / "old"), old.run_fingerprint, {MANIFEST_KEY: old.windows_per_part})
     resumed = prepare(_sizes_settings(tmp_path, weights, tmp_path / "old", actors=4))
     assert (resumed.rows_per_batch, resumed.parts(), resumed.run_fingerprint) == (
         256,

@@ -9,7 +9,7 @@ import pytest
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation import output_cleanup, outputs, run_manifest
 from distributed_onnx.evaluation.data.table import read_table
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
@@ -50,19 +50,19 @@ def test_run_directory_round_trip(kind: str, tmp_path: Path) -> None:
         "object-store": f"memory://{tmp_path.name}/run",  # fsspec's (process-global) store, through pyarrow
     }[kind]
     output = Location.parse(given)
-    outputs.prepare_output(output, "fp-1", {"settings": {}})
-    outputs.prepare_output(output, "fp-1", {"settings": {}})  # same run: resumes
+    run_manifest.prepare_output(output, "fp-1", {"settings": {}})
+    run_manifest.prepare_output(output, "fp-1", {"settings": {}})  # same run: resumes
     for index in (3, 0):
         size = outputs.write_part(output, "m", index, TABLE, {"part": index})
         assert storage.file_size(outputs.part_path(output, "m", index)) == size
-    outputs.clean_partials(output, ["m"])
+    output_cleanup.clean_partials(output, ["m"])
     records = [outputs.part_record(output, "m", index) for index in (0, 1, 3)]
     assert records == [({"part": 0}, 2), None, ({"part": 3}, 2)]
     assert storage.read_parquet(outputs.part_path(output, "m", 3)).replace_schema_metadata(None).equals(TABLE)
     storage.write_bytes(storage.join(output, "summary.json"), b"{}")
     assert storage.read_bytes(storage.join(output, "summary.json")) == b"{}"
     with pytest.raises(Exception, match="other settings"):
-        outputs.prepare_output(output, "fp-2", {})
+        run_manifest.prepare_output(output, "fp-2", {})
     if kind != "object-store":  # local writes leave no temporary file behind
         assert sorted(p.name for p in (tmp_path / "run" / "forecasts" / "model=m").iterdir()) == [
             "part-000000.parquet",

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.outputs import LOCK, check_output_folder, check_run_entries
+from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_entries
+from distributed_onnx.evaluation.outputs import LOCK
 from distributed_onnx.location import Location
 
 __all__ = ["run_lock"]

@@ -10,8 +10,8 @@ and metadata (no graph, no digest of the weights) and what the output path is:
 - :func:`levels_problem`: the quantile levels asked of a checkpoint inside its native range, unless clamping is
   asked for (a clamped level comes back under its own name holding the nearest native level's values);
 - the output: a folder, new or existing, never an existing file nor a link to nothing
-  (:func:`~distributed_onnx.evaluation.outputs.check_output_folder`), writable, with nothing in the way of what
-  the run writes there (:func:`~distributed_onnx.evaluation.outputs.check_run_entries`); for a command whose
+  (:func:`~distributed_onnx.evaluation.output_checks.check_output_folder`), writable, with nothing in the way of what
+  the run writes there (:func:`~distributed_onnx.evaluation.output_checks.check_run_entries`); for a command whose
   output is one file (``tune``), :func:`check_output_file`: not an existing folder, in a folder that can be made
   and written;
 - the seasonality (at least one step) and every other bound: the settings model's own fields
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.outputs import check_output_folder, check_run_entries, check_run_folder
+from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_entries, check_run_folder
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata

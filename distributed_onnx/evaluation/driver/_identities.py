@@ -7,7 +7,7 @@ checkpoint's forecasts are still in ``forecasts/`` is refused before anything is
 field that differs with both values and what to do. Resuming it would keep the parts computed under the old
 meaning beside new ones: a silently mixed run.
 
-It runs before the run's fingerprint is compared (:func:`~distributed_onnx.evaluation.outputs.prepare_output`):
+It runs before the run's fingerprint is compared (:func:`~distributed_onnx.evaluation.run_manifest.prepare_output`):
 a field that changes the windows or the levels as well (``context_length``, ``horizon_patches``, the native
 levels a run forecasts by default, ``training_data_end``) changes the fingerprint too, and the refusal must still
 name the field and both values, not only two fingerprints. Then nothing in the directory can be reused, and the
@@ -50,7 +50,7 @@ def check_identities(
     """Refuse a checkpoint whose identity differs from the one recorded while its forecasts are here; record
     the identities of checkpoints new to the directory (or whose forecasts were moved out of it).
 
-    Called before :func:`~distributed_onnx.evaluation.outputs.prepare_output` compares the run's fingerprint
+    Called before :func:`~distributed_onnx.evaluation.run_manifest.prepare_output` compares the run's fingerprint
     (module docstring); a directory without a readable manifest is left to it (a new one records the identities
     with its manifest). With a ``run_fingerprint`` other than the recorded one, a changed identity is refused
     whether or not its forecasts are here (nothing of that run can be reused), and nothing is recorded. Raises

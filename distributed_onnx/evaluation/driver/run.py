@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from distributed_onnx.errors import BatchError
-from distributed_onnx.evaluation import outputs
+from distributed_onnx.evaluation import output_cleanup, run_manifest
 from distributed_onnx.evaluation.data.windows import PartSpec
 from distributed_onnx.evaluation.driver._identities import check_identities, identity_records
 from distributed_onnx.evaluation.driver._outcome import Dispatched, PartFailure, RunOutcome
@@ -123,14 +123,14 @@ class _BacktestRun:
             **settings_record,
             **plan.part_sizes(),
             **identity_records(plan.identities),
-            outputs.FINGERPRINTED_KEY: plan.fingerprinted,  # a rerun of other settings is refused naming each
+            run_manifest.FINGERPRINTED_KEY: plan.fingerprinted,  # a rerun of other settings is refused naming each
         }
         # Identities first: a changed checkpoint is refused naming its fields, even where it changed the fingerprint.
         check_identities(output, plan.identities, plan.run_fingerprint)  # never a mix of two meanings of one
-        outputs.prepare_output(output, plan.run_fingerprint, manifest)
-        outputs.clean_partials(output, plan.model_names)
-        outputs.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
-        outputs.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
+        run_manifest.prepare_output(output, plan.run_fingerprint, manifest)
+        output_cleanup.clean_partials(output, plan.model_names)
+        output_cleanup.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
+        output_cleanup.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
         earlier = previous_summary(output, plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute
@@ -230,7 +230,7 @@ class _BacktestRun:
                 # Forecasts that verify for their model stay: the part's actor reads them back and rescores. It
                 # is told which may be there, so on a fresh run it opens no footer at all.
                 discarded = unverified_models(*args)
-                outputs.discard_part(output, part.index, discarded)
+                output_cleanup.discard_part(output, part.index, discarded)
                 may_be_written = tuple(name for name in models if name not in discarded)
                 todo.append(replace(part, written=may_be_written))
             else:

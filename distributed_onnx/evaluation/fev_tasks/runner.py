@@ -56,7 +56,7 @@ from distributed_onnx.evaluation.fev_tasks.summary_files import write_outputs
 from distributed_onnx.evaluation.fev_tasks.tasks import merged_settings, task_name
 from distributed_onnx.evaluation.fev_tasks.verdicts import REJECTED as REJECTED_STATUS
 from distributed_onnx.evaluation.fev_tasks.verdicts import verdict
-from distributed_onnx.evaluation.outputs import check_output_folder
+from distributed_onnx.evaluation.output_checks import check_output_folder
 from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.evaluation.up_front import check_checkpoint_names
 from distributed_onnx.location import Location, LocationLike

@@ -11,7 +11,7 @@ it on its next run.
 ``--output`` must not be a backtest's output directory either: ``score`` writes ``metrics.parquet``,
 ``leaderboard.parquet``, ``summary.json`` and ``report.html``, the names a backtest writes, and would overwrite
 them; nor a folder of anything else (``backtest`` refuses the same: the one check
-:func:`~distributed_onnx.evaluation.outputs.check_own_folder`), only a new or empty one or its own.
+:func:`~distributed_onnx.evaluation.output_checks.check_own_folder`), only a new or empty one or its own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST, check_own_folder
+from distributed_onnx.evaluation.output_checks import check_own_folder
+from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST
 from distributed_onnx.live.score.batches import SCORED_DIR
 from distributed_onnx.live.score.settings import SCORE_ENTRIES, ScoreSettings
 from distributed_onnx.location import Location

@@ -1,0 +1,118 @@
+"""The checks of a run's output folder before anything is written there: each refusal is a setting to fix (exit 2).
+
+A folder that cannot hold the run (a file, a link to nothing, read-only, an entry where the run writes) or that
+holds someone else's files would otherwise fail as an I/O error (exit 3) advising a rerun that cannot succeed, or
+be written into, mixing the run's files with others. Asked before Ray starts (:mod:`.up_front`), again under the
+run's lock (:mod:`.run_lock`) and when the folder is made (:mod:`.run_manifest`); ``score`` and ``fev`` ask the
+ones that fit their folders. The names checked are the layout's (:mod:`.outputs`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from distributed_onnx import storage
+from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.outputs import INPUTS_DIR, LOCK, MANIFEST, PARTIAL_PREFIX, RUN_FILES, RUN_FOLDERS
+from distributed_onnx.location import Location
+
+
+def check_output_folder(output: Location) -> None:
+    """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
+    output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when
+    the folder is made."""
+    if storage.is_file(output):
+        raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+    local = output.local_path
+    if local is not None and local.is_symlink() and not local.exists():
+        raise ConfigError(
+            f"--output {output} is a symbolic link to {os.readlink(local)}, which does not exist; make that folder, "
+            "or give another --output.",
+            key="output",
+        )
+
+
+def check_run_folder(output: Location) -> None:
+    """Refuse (exit 2) a folder that holds files but no ``run.json``: not a run of this project, or one whose
+    record was deleted. Writing into it would overwrite its files (``metrics.parquet``) and leave others inside
+    the run's ``forecasts/`` dataset (an older run's parts, anything else), read back as this run's."""
+    check_own_folder(output, "A backtest", record=MANIFEST, own=(LOCK, INPUTS_DIR))
+
+
+def check_own_folder(output: Location, command: str, *, record: str | None, own: Sequence[str]) -> None:
+    """Refuse (exit 2) an existing ``output`` folder that holds files not of ``command``'s making, naming them.
+
+    A folder holding ``record`` (its run record) is the command's own, whatever else is in it. Otherwise every
+    file must sit under one of the ``own`` top-level entries (what the command writes, or may find there): a
+    rerun rewrites those, and would overwrite or mix with anything else. Files being written (``.tmp-``, a killed
+    run's) are not counted. One check for ``backtest`` (``record`` its ``run.json``) and ``score`` (no record: its
+    own entries)."""
+    if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
+        return
+    fs, base = storage.filesystem(output)
+    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
+    found = [
+        name
+        for name in found
+        if name.split("/")[0] not in own and not name.rsplit("/", 1)[-1].startswith(PARTIAL_PREFIX)
+    ]
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        held = f"but no run record ({record})" if record is not None else f"that {command.lower()} does not write"
+        raise ConfigError(
+            f"--output {output} holds {len(found)} file(s) {held}: {shown}. {command} writes into a new or empty "
+            "folder, or one holding its own output: give another --output, or move those files out of it.",
+            key="output",
+        )
+
+
+def check_run_entries(output: Location) -> None:
+    """Refuse (exit 2) a local run folder the run cannot write into, naming what is in the way and what to do.
+
+    Each was an I/O error (exit 3) advising a rerun that could never succeed: a folder that cannot be written
+    (read-only, no permission), a file (or a link to nothing) where the run makes a folder (``removed``), a
+    folder where it writes a file (``run.lock``). Cheap: a few ``lstat`` calls, asked before Ray starts."""
+    folder = output.local_path
+    if folder is None or not folder.is_dir():
+        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--output {output} cannot be written (read-only, or no permission); make it writable, or give "
+            "another --output.",
+            key="output",
+        )
+    for name in RUN_FOLDERS:
+        entry = folder / name
+        if os.path.lexists(entry) and not entry.is_dir():
+            raise ConfigError(
+                f"{entry} is in the way: the run makes a folder there, and it is {_entry_kind(entry)}. Move it out "
+                "of the run folder and rerun.",
+                key="output",
+            )
+        if entry.is_dir() and not os.access(entry, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"{entry} cannot be written (read-only, or no permission); make it writable.", key="output"
+            )
+    for name in RUN_FILES:
+        entry = folder / name
+        if entry.is_dir():
+            raise ConfigError(
+                f"{entry} is in the way: the run writes a file there, and it is {_entry_kind(entry)}. Move it out "
+                "of the run folder and rerun.",
+                key="output",
+            )
+
+
+def _entry_kind(entry: Path) -> str:
+    """What ``entry`` is, in words: a link (and to what), a folder, a file, something else."""
+    if entry.is_symlink():
+        target = os.readlink(entry)
+        return f"a symbolic link to {target}" + ("" if entry.exists() else ", which does not exist")
+    if entry.is_dir():
+        return "a folder"
+    return "a file" if entry.is_file() else "not a regular file"
