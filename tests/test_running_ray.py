@@ -16,8 +16,6 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,18 +38,6 @@ def _backtest(head: RayHead, checkpoint: Path, data: Path, output: Path, *flags:
     command = [sys.executable, "-m", "distributed_onnx", "backtest", "--checkpoint", str(checkpoint)]
     command += ["--data", str(data), "--output", str(output), "--n-windows", "3", "--quantiles", "0.1,0.5,0.9"]
     return [*command, "--no-progress", *flags]
-
-
-@contextmanager
-def _started(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """``command`` running in the background (stdout and stderr piped), killed on the way out if still running."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def _alive_worker_actors(head: RayHead) -> list[dict[str, object]]:
@@ -85,45 +71,49 @@ def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
         # The user's HOME (matplotlib's font cache there: the report process does not rebuild it); the token
         # comes from RAY_AUTH_TOKEN_PATH.
         env = head.client_env(RAY_TMPDIR=str(head.ray_tmpdir), HOME=os.environ["HOME"])
-        # No address: the command's own Ray, though Ray's default temp dir records this one. Its Ray is its own, so it
-        # runs beside the two runs that join this one; its output is read after theirs.
-        with _started(_backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"), env) as own:
-            joined = subprocess.run(
-                _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=240,
-                check=False,
-            )
-            assert joined.returncode == 0, joined.stderr
-            assert f"--address auto: joined the Ray at {head.gcs_address}" in joined.stderr
-            assert "Started an embedded local Ray" not in joined.stderr
+        joined = subprocess.run(
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert joined.returncode == 0, joined.stderr
+        assert f"--address auto: joined the Ray at {head.gcs_address}" in joined.stderr
+        assert "Started an embedded local Ray" not in joined.stderr
 
-            named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
-                _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
-                env=head.client_env(HOME=os.environ["HOME"]),
-                capture_output=True,
-                text=True,
-                timeout=240,
-                check=False,
-            )
-            assert named.returncode == 0, named.stderr
-            assert "Started an embedded local Ray" not in named.stderr
+        named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
+            env=head.client_env(HOME=os.environ["HOME"]),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert named.returncode == 0, named.stderr
+        assert "Started an embedded local Ray" not in named.stderr
 
-            _, own_stderr = own.communicate(timeout=240)
-            assert own.returncode == 0, own_stderr  # before: exit 4, Ray joined this head and refused num_cpus for it
-            assert "Started an embedded local Ray" in own_stderr
+        own = subprocess.run(  # no address: the command's own Ray, though Ray's default temp dir records this one
+            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert own.returncode == 0, own.stderr  # before: exit 4, Ray joined this head and refused num_cpus for it
+        assert "Started an embedded local Ray" in own.stderr
 
-            assert _alive_worker_actors(head) == []
-            port = int(head.gcs_address.rsplit(":", 1)[1])
-            assert any(address.endswith(f":{port}") for address, _ in listening_sockets()), "the head was stopped"
+        assert _alive_worker_actors(head) == []
+        port = int(head.gcs_address.rsplit(":", 1)[1])
+        assert any(address.endswith(f":{port}") for address, _ in listening_sockets()), "the head was stopped"
 
-            finished = _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto")
-            command = [sys.executable, "-c", RERUN, *finished[3:]]
-            rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
-            assert rerun.returncode == 0, rerun.stderr
-            assert "RESULT 0 False" in rerun.stdout, rerun.stdout + rerun.stderr  # exit 0, Ray never imported
+        finished = _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto")
+        command = [sys.executable, "-c", RERUN, *finished[3:]]
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+        assert rerun.returncode == 0, rerun.stderr
+        assert "RESULT 0 False" in rerun.stdout, rerun.stdout + rerun.stderr  # exit 0, Ray never imported
     summary = json.loads((tmp_path / "auto" / "summary.json").read_text())
     assert summary["windows"]["run_now"] == 0 and summary["windows"]["done_before"] > 0
     assert summary["timing"]["report_drawn_by"] == "report process"  # started at once: nothing to compute
