@@ -27,6 +27,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 #: Seconds the backtest may take from the kill to its exit (it sees the loss within a second; stopping takes a few).
 EXIT_WITHIN_S = 20.0
+#: Seconds the run's processes may take to be gone once the backtest exited (a SIGKILLed one is reaped by its parent).
+REAPED_WITHIN_S = 1.0
 
 
 def _name(pid: int) -> str:
@@ -92,7 +94,9 @@ def _assert_one_lost_line(code: int, stderr: str, killed: str, run: set[int]) ->
     assert "Ray went away during the run" in errors[0] and f"{killed} (pid " in errors[0], errors[0]
     assert "Finished parts are kept" in errors[0] and "rerun the same command to resume" in errors[0], errors[0]
     assert "The program will terminate" not in stderr and "Traceback" not in stderr, stderr
-    time.sleep(1.0)  # a SIGKILLed process is reaped by its parent
+    deadline = time.monotonic() + REAPED_WITHIN_S  # a SIGKILLed process is reaped by its parent
+    while _running(run) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not _running(run), f"processes of the run still running: {[(p, _name(p)) for p in _running(run)]}"
 
 

@@ -3,8 +3,9 @@ CLI, equal to upstream's ``Chronos2Pipeline.predict_df`` on the same windows.
 
 A small seeded random-weight model is built from chronos-forecasting's own classes (``Chronos2Model``,
 ``Chronos2CoreConfig``: nothing is downloaded; ``export --random-weights --size tiny``'s model), saved with
-``save_pretrained`` and exported once per module for HORIZON, with its dynamic int8 variant beside it; the export
-at the defaults is the session's random-weights one (tests/families.py), of the same weights.
+``save_pretrained`` and exported once per module for HORIZON, with its dynamic int8 variant beside it, and once
+for another horizon, with its static int8 variant; the export at the defaults is the session's random-weights one
+(tests/families.py), of the same weights.
 The data has gaps in the target (NaN rows), a numeric known-future covariate, a numeric past-only one, a text
 day type (with nulls) and a bool holiday flag, and a per-series region for ``--group-by``. Each window's
 reference is ``predict_df`` on that window's own ``df`` (its context rows) and ``future_df`` (its horizon's
@@ -131,6 +132,26 @@ def checkpoint(exported: tuple[Path, str]) -> Path:
     return exported[0]
 
 
+#: The patches of the module's second export (:func:`sized_static`): a horizon other than HORIZON's.
+SIZED_PATCHES = 4
+
+
+@pytest.fixture(scope="module")
+def sized_static(pipeline: Any, workdir: Path, data: Path) -> tuple[Path, str]:
+    """The module's second checkpoint, exported for SIZED_PATCHES patches with its static int8 variant beside it:
+    one export for the test of an export sized to its horizon (the parent) and the static variant's test. What
+    the export printed on stdout. Read-only. (``pipeline`` wrote the pretrained folder it exports.)"""
+    import contextlib
+    import io
+
+    output = workdir / f"sized-{SIZED_PATCHES}-int8-static" / "chronos2-tiny.onnx"
+    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
+    argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(SIZED_PATCHES * PATCH)]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", "static"]) == 0
+    return output, printed.getvalue()
+
+
 def backtest(checkpoint: Path, data: Path, output: Path, *flags: str) -> pa.Table:
     argv = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output)]
     assert cli.main([*argv, *WINDOW_FLAGS, *flags]) == 0
@@ -250,16 +271,16 @@ def test_one_export_forecasts_every_horizon_as_predict_df_does(
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_export_sized_to_the_horizon_equals_predict_df(pipeline: Any, data: Path, frame: Any, workdir: Path) -> None:
+def test_export_sized_to_the_horizon_equals_predict_df(
+    sized_static: tuple[Path, str], pipeline: Any, data: Path, frame: Any, workdir: Path
+) -> None:
     """A graph exported for a horizon (``--horizon``) says so (``horizon_patches``, the longest a run may ask)
-    and forecasts what ``predict_df`` does at that horizon."""
+    and forecasts what ``predict_df`` does at that horizon (:func:`sized_static`'s parent)."""
     import json
 
-    patches = 4
+    patches = SIZED_PATCHES
     horizon = patches * PATCH
-    output = workdir / f"sized-{patches}" / "chronos2-tiny.onnx"
-    argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-    assert cli.main([*argv, "--data", str(data), "--parity-windows", "2", "--horizon", str(horizon)]) == 0
+    output, _ = sized_static
     assert json.loads(output.with_suffix(".metadata.json").read_text())["horizon_patches"] == patches
 
     got = forecasts_by_window(backtest(output, data, workdir / f"run-sized-{patches}", "--horizon", str(horizon)))
@@ -318,28 +339,18 @@ def test_second_session_loads_the_cached_optimized_graph(
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_int8_variant_names_its_parent_and_stays_near_it(
-    mode: str,
-    exported: tuple[Path, str],
-    pipeline: Any,
-    data: Path,
-    workdir: Path,
-    capsys: pytest.CaptureFixture[str],
+    mode: str, request: pytest.FixtureRequest, pipeline: Any
 ) -> None:
-    """The dynamic variant is the module checkpoint's (:func:`exported`, the same export command with
-    ``--quantize int8 --quantize-mode dynamic``); the static one is exported here, beside its own parent."""
+    """The dynamic variant is the module checkpoint's (:func:`exported`, the export command with ``--quantize int8
+    --quantize-mode dynamic``, for HORIZON); the static one :func:`sized_static`'s (``--quantize-mode static``,
+    for SIZED_PATCHES patches), beside its own parent."""
     import json
 
     from distributed_onnx.model.backend.providers import CpuProvider
     from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 
-    if mode == "dynamic":
-        output, printed = exported
-    else:
-        output = workdir / f"int8-{mode}" / "chronos2-tiny.onnx"
-        argv = ["export", "chronos2", "--from-pretrained", str(workdir / "pretrained"), "--output", str(output)]
-        argv += ["--data", str(data), "--parity-windows", "6", "--horizon", str(HORIZON)]
-        assert cli.main([*argv, "--quantize", "int8", "--quantize-mode", mode]) == 0
-        printed = capsys.readouterr().out
+    output, printed = request.getfixturevalue("exported" if mode == "dynamic" else "sized_static")
+    horizon = HORIZON if mode == "dynamic" else SIZED_PATCHES * PATCH
     assert f"chronos2-tiny-int8.onnx (int8, {mode})" in printed
 
     variant = output.with_name("chronos2-tiny-int8.onnx")
@@ -354,7 +365,7 @@ def test_int8_variant_names_its_parent_and_stays_near_it(
     assert metadata["precision"] == "int8" and metadata["horizon_patches"] == parent_metadata["horizon_patches"]
     comparison = json.loads(variant.with_suffix(".parity.json").read_text())
     assert (comparison["parent"], comparison["variant"]) == ("chronos2-tiny", "chronos2-tiny-int8")
-    assert comparison["windows"] == 6 and comparison["horizon"] == HORIZON
+    assert comparison["windows"] == 6 and comparison["horizon"] == horizon
     # int8 moves the forecasts (a variant equal to its parent would mean nothing was quantized), but not far.
     assert 0.0 < comparison["max_rel_diff"] < 0.5, comparison
     windows = np.random.default_rng(5).normal(60.0, 8.0, (4, CONTEXT)).astype(np.float32)
@@ -362,7 +373,7 @@ def test_int8_variant_names_its_parent_and_stays_near_it(
     forecasts = []
     for checkpoint in (output, variant):
         worker = InferenceWorker.from_config(WorkerConfig(checkpoint=checkpoint, providers=[CpuProvider()]))
-        forecasts.append(worker.forecast(windows, HORIZON, LEVELS))
+        forecasts.append(worker.forecast(windows, horizon, LEVELS))
         worker.close()
     parent, int8 = forecasts
     assert not np.array_equal(parent, int8)  # it is a different graph

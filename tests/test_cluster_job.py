@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -105,9 +106,11 @@ def test_submitted_backtest_equals_a_local_run(
 
     local = run_backtest(BacktestSettings.from_sources({"output": str(tmp_path / "local-run")}, config))
 
-    with ray_head() as head:
-        # Token authentication is on: a client without this cluster's token is refused...
-        refused = subprocess.run(
+    with ray_head() as head, ThreadPoolExecutor(max_workers=2) as beside:
+        # The refused client and the job with bad input run beside the good job: each is a process of its own, and
+        # the bad job stops at its data, before it asks the head for any actor.
+        refusing = beside.submit(
+            subprocess.run,
             [RAY, "job", "list", "--address", head.dashboard_url],
             env=head.client_env(RAY_AUTH_TOKEN="0" * 64),
             capture_output=True,
@@ -115,16 +118,20 @@ def test_submitted_backtest_equals_a_local_run(
             timeout=60,
             check=False,
         )
+        failing = beside.submit(submit, head, config, "--data", str(tmp_path / "missing.parquet"))
+        submission_id, log, code = submit(head, config)
+
+        # Token authentication is on: a client without this cluster's token is refused...
+        refused = refusing.result()
         assert refused.returncode != 0
         assert "AuthenticationError" in refused.stdout + refused.stderr
 
         # ...and one with it (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH) submits and runs the job.
-        submission_id, log, code = submit(head, config)
         assert code == 0, log
         assert job_status(head, submission_id) == "SUCCEEDED", log
 
         # Bad input: the job fails, with the error in its log (exit code 2 like the CLI).
-        failed_id, failed_log, _ = submit(head, config, "--data", str(tmp_path / "missing.parquet"))
+        failed_id, failed_log, _ = failing.result()
         assert job_status(head, failed_id) == "FAILED", failed_log
         assert "Data file not found" in failed_log
 

@@ -140,11 +140,11 @@ def test_bad_data_on_a_fresh_output_stops_the_early_started_ray_and_leaves_no_pr
         # may come before Ray's processes exist, which is what the early start must then leave behind (none)
         assert any(ray_temp.iterdir()), "no Ray session under the test's temp dir: the early start did not happen"
     left: list[int] = []
-    for _ in range(60):  # Ray's processes die with the thread that started them: give the kernel a moment
+    for _ in range(300):  # Ray's processes die with the thread that started them: give the kernel a moment
         left = _processes_naming(str(ray_temp))
         if not left:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     shutil.rmtree(ray_temp, ignore_errors=True)
     assert not left, f"Ray processes outlived the run: {left}"
 

@@ -104,7 +104,7 @@ def server(setup: Setup) -> Iterator[Server]:
         except httpx.HTTPError:
             pass
         assert time.monotonic() < deadline, "the application did not become ready"
-        time.sleep(0.5)
+        time.sleep(0.1)
     try:
         yield Server(url, grpc_port)
     finally:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -44,22 +46,58 @@ def _name(pid: int) -> str:
         return "?"
 
 
+#: The Ray process each case of the test kills, one serve each.
+KILLED = ("gcs_server", "raylet")
+
+
+@dataclass
+class _Serve:
+    """A ``serve`` of the module, its stderr read into ``stderr`` by a thread as it comes."""
+
+    process: subprocess.Popen[str]
+    port: int
+    stderr: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+
+@pytest.fixture(scope="module")
+def serves(tiny_checkpoint: ResolvedCheckpoint) -> Iterator[dict[str, _Serve]]:
+    """One ``serve`` (its own embedded Ray) per case, started together: most of a start is waiting on Ray's
+    processes, so the second costs little beside the first. Each case kills its own serve's process."""
+    ports = free_ports(2 * len(KILLED))  # picked together: each serve's differ from the other's
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    started: dict[str, _Serve] = {}
+    try:
+        for index, killed in enumerate(KILLED):
+            port, grpc_port = ports[2 * index : 2 * index + 2]
+            command = [sys.executable, "-m", "distributed_onnx", "serve"]
+            command += ["--checkpoint", str(tiny_checkpoint.weights_path), "--host", "127.0.0.1"]
+            command += ["--port", str(port), "--grpc-port", str(grpc_port)]
+            process = subprocess.Popen(
+                command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            serve = started[killed] = _Serve(process, port)
+            serve.reader = threading.Thread(target=lambda s=serve: s.stderr.extend(s.process.stderr or []), daemon=True)
+            serve.reader.start()
+        for serve in started.values():
+            wait_until_ready(f"http://127.0.0.1:{serve.port}", serve.process)
+        yield started
+    finally:
+        for serve in started.values():
+            if serve.process.poll() is None:
+                serve.process.kill()
+                serve.process.wait()
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("killed", ["gcs_server", "raylet"])
+@pytest.mark.parametrize("killed", KILLED)
 def test_a_killed_gcs_or_raylet_ends_serve_with_one_error_line_exit_3_and_no_process_left(
-    tiny_checkpoint: ResolvedCheckpoint, killed: str
+    serves: dict[str, _Serve], killed: str
 ) -> None:
-    port, grpc_port = free_ports(2)
-    command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", str(tiny_checkpoint.weights_path)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--grpc-port", str(grpc_port)]
-    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr: list[str] = []
-    reader = threading.Thread(target=lambda: stderr.extend(process.stderr or []), daemon=True)
-    reader.start()
+    serve = serves[killed]
+    process, stderr = serve.process, serve.stderr
     try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process)
         assert process.stdout is not None and process.stdout.readline().startswith("ready: ")
         session = process_tree(process.pid) - {process.pid}
         names = {pid: _name(pid) for pid in session}
@@ -69,7 +107,8 @@ def test_a_killed_gcs_or_raylet_ends_serve_with_one_error_line_exit_3_and_no_pro
         killed_at = time.monotonic()
         process.wait(timeout=EXIT_WITHIN_S)
         took = time.monotonic() - killed_at
-        reader.join(10)
+        assert serve.reader is not None
+        serve.reader.join(10)
         text = "".join(stderr)
         assert process.returncode == 3, f"exit {process.returncode} after {took:.1f} s:\n{text}"
         errors = [line for line in text.splitlines() if line.startswith("error:")]

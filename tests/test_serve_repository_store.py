@@ -90,7 +90,7 @@ def _failures(log: Path, status: int, count: int) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = table.to_pylist()
         if sum(row["status"] == status for row in rows) >= count or time.monotonic() > deadline:
             return rows
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 SERIES = [{"series_id": "a", "y": [1.0, 2.0, 3.0]}]

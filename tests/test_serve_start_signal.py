@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,9 @@ GRACE_S = 5.0
 CRASH_MARKS = ("*** SIGTERM received", "Stack trace", "SIGSEGV", "Segmentation fault", "core dumped", "Traceback")
 
 
-def _signalled(checkpoint: Path, delay: float | None) -> tuple[int, str, str, list[str]]:
+def _signalled(checkpoint: Path, delay: float | None, port: int, grpc_port: int) -> tuple[int, str, str, list[str]]:
     """Start serve, SIGTERM it ``delay`` s after its ingress line (None: as its core worker is up, by itself);
     its exit code, stdout, stderr, and the processes it started that still ran :data:`GRACE_S` after its exit."""
-    port, grpc_port = free_ports(2)
     launcher = ["-m", "distributed_onnx"] if delay is not None else ["-c", CORE_WORKER_UP]
     command = [sys.executable, *launcher, "serve", "--checkpoint", str(checkpoint)]
     command += ["--max-replicas", "2", "--port", str(port), "--grpc-port", str(grpc_port)]
@@ -133,7 +133,16 @@ def _stat(pid: int) -> tuple[str, str, str] | None:
 @pytest.mark.timeout(600)
 def test_sigterm_during_start_up_exits_130_with_one_line(tmp_path: Path) -> None:
     checkpoint = write_tiny_chronos2(tmp_path).weights_path
-    outcomes = [(delay, *_signalled(checkpoint, delay)) for delay in (*DELAYS_S, None)]
+    delays = (*DELAYS_S, None)
+    ports = free_ports(2 * len(delays))  # picked together: each serve's differ from the others'
+    # The serves run at once, each in its own embedded Ray: most of a start is waiting (Ray's processes coming up,
+    # the deploy), and each signal is timed from its own serve's ingress line.
+    with ThreadPoolExecutor(max_workers=len(delays)) as runs:
+        started = [
+            runs.submit(_signalled, checkpoint, delay, *ports[2 * index : 2 * index + 2])
+            for index, delay in enumerate(delays)
+        ]
+        outcomes = [(delay, *run.result()) for delay, run in zip(delays, started, strict=True)]
     for delay, code, stdout, stderr, left in outcomes:
         when = "as the core worker was up" if delay is None else f"{delay} s after the ingress line"
         where = f"SIGTERM {when}: exit {code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
