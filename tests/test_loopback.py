@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, wait_until_ready
+from conftest import free_ports, wait_until_ready
 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.runtime.listening import is_loopback, listening_addresses, process_tree
@@ -156,11 +156,11 @@ def test_serve_runs_in_the_foreground_on_loopback_only_refuses_unauthenticated_c
     what it serves; every socket of its process tree is on loopback and refuses a pickle probe sent without a
     token; SIGTERM or Ctrl-C then stops it cleanly: exit 0 within seconds, nothing that reads like a failure on
     the way out, and no process of the embedded Ray left behind."""
-    port = free_port()
+    port, grpc_port = free_ports(2)  # both: another serve on this machine may hold the default gRPC port
     env = {k: v for k, v in os.environ.items() if k not in {CLUSTER_SWITCH, "RAY_ADDRESS"}}
     checkpoint = str(tiny_checkpoint.weights_path)
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", checkpoint, "--port", str(port)]
-    command += ["--max-batch-size", "4"]
+    command += ["--grpc-port", str(grpc_port), "--max-batch-size", "4"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 from backtest_data import in_process_forecasts, read_forecasts, settings_for, write_dataset
-from conftest import free_port, wait_until_ready
+from conftest import free_ports, wait_until_ready
 from graphs import tiny_context_quantiles_model, write_tiny_context_quantiles
 
 from distributed_onnx import cli
@@ -119,10 +119,10 @@ def test_a_plugin_family_backtests_on_ray_and_serves_over_http(tmp_path: Path) -
         np.testing.assert_allclose(shifted, SHIFT, rtol=0, atol=1e-2)
 
     # The replica (another process) loads the plugin too.
-    port = free_port()
+    port, grpc_port = free_ports(2)  # both: another serve on this machine may hold the default gRPC port
     command = [sys.executable, "-m", "distributed_onnx", "serve", "--checkpoint", str(checkpoint.weights_path)]
     process = subprocess.Popen(
-        [*command, "--port", str(port), "--max-batch-size", "4"],
+        [*command, "--port", str(port), "--grpc-port", str(grpc_port), "--max-batch-size", "4"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
