@@ -237,3 +237,32 @@ def test_a_cache_folder_that_cannot_be_written_costs_only_the_hashing(tmp_path: 
     blocked = tmp_path / "a-file"
     blocked.write_text("in the way of the cache folder")
     assert file_sha256(weights, blocked) == storage.sha256(Location(weights))
+
+
+@pytest.mark.integration
+def test_weights_edited_in_place_with_their_old_time_restored_forecast_from_the_new_weights(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """Attack E, defect 1: the weights file rewritten in place (same size, its modification time set back with
+    ``touch -r``) and a backtest into a new folder: the actors loaded the optimized graph cached from the old
+    weights (keyed by size and time) and every forecast was the old one, exit 0. Now they are the new weights'."""
+    from backtest_data import read_forecasts, settings_for, write_dataset
+
+    from distributed_onnx import cli
+
+    checkpoint = write_tiny_chronos2_external(tmp_path / "models")
+    data_file = tmp_path / "models" / "tiny.onnx.data"
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    settings = settings_for(checkpoint.weights_path, data, tmp_path / "a", actors=1, n_windows=2)
+    words = ["backtest", "--checkpoint", str(checkpoint.weights_path), "--data", str(data), "--actors", "1"]
+    words += ["--n-windows", "2", "--stride", str(settings.stride), "--cpus-per-actor", "1", "--no-progress"]
+    assert cli.main([*words, "--output", str(tmp_path / "a")]) == 0
+    stat = data_file.stat()
+    write_tiny_chronos2_external(tmp_path / "models", shift=1.0)  # the same graph bytes and size, other weights
+    assert data_file.stat().st_size == stat.st_size
+    os.utime(data_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # touch -r
+    assert cli.main([*words, "--output", str(tmp_path / "b")]) == 0
+    before, after = read_forecasts(tmp_path / "a"), read_forecasts(tmp_path / "b")
+    assert before.column("window_id").equals(after.column("window_id"))
+    moved = after.column("q0.5").to_numpy() - before.column("q0.5").to_numpy()
+    np.testing.assert_allclose(moved, 1.0, atol=1e-4)  # each quantile offset moved by the shift

@@ -25,16 +25,31 @@ def test_key_changes_with_the_graph_its_weights_the_runtime_and_the_level(tmp_pa
     # A file beside the graph that the graph does not load changes nothing it computes: the same key.
     checkpoint.weights_path.with_name("tiny.onnx.data").write_bytes(b"not this graph's weights")
     assert folder == optimized_cache.cache_folder(checkpoint, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache")
-    # The weights a graph keeps as external data (their bytes are not in the graph's sha256): rewritten, or only
-    # touched, another key.
+    # The weights a graph keeps as external data (their bytes are not in the graph's sha256): rewritten, another
+    # key; only touched, the same bytes, the same key.
     external = write_tiny_chronos2_external(tmp_path / "external")
-    others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    external_folder = optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache")
+    others.add(external_folder)
     data = tmp_path / "external" / "tiny.onnx.data"
     os.utime(data, ns=(1, 1))
-    others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
+    assert optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache") == external_folder
     write_tiny_chronos2_external(tmp_path / "external", shift=1.0)  # the same graph bytes, other weights
     others.add(optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache"))
-    assert folder not in others and len({path.name for path in others}) == 6
+    assert folder not in others and len({path.name for path in others}) == 5
+
+
+def test_weights_edited_in_place_with_their_old_time_restored_are_another_key(tmp_path: Path) -> None:
+    """Attack E: the same size, the same modification time (``touch -r``), other bytes: keyed by size and time,
+    the old optimized graph was loaded and every forecast came from the old weights."""
+    external = write_tiny_chronos2_external(tmp_path / "external")
+    data = tmp_path / "external" / "tiny.onnx.data"
+    os.utime(data, ns=(10**18, 10**18))  # long ago: the digest is kept, as after any earlier command
+    before = optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache")
+    edited = bytearray(data.read_bytes())
+    edited[-8:] = bytes(8)  # the last weights zeroed in place: the size stays
+    data.write_bytes(bytes(edited))
+    os.utime(data, ns=(10**18, 10**18))
+    assert optimized_cache.cache_folder(external, "ENABLE_EXTENDED", "1.32.0", tmp_path / "cache") != before
 
 
 @pytest.mark.parametrize(

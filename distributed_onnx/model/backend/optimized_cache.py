@@ -8,8 +8,12 @@ any process on this machine, loads that file with optimization disabled.
 What is saved must stay valid wherever the key matches: only CPU-provider sessions are cached, at most at
 ``ENABLE_EXTENDED`` (``ENABLE_ALL`` adds layout rewrites chosen for this CPU; ORT warns such a file is not
 portable), and the key changes with whatever changes the optimized graph: the graph file's sha256, each of its
-external data files' name, size and modification time (their bytes are not in the graph's sha256; the files are
-those the graph names, :mod:`~distributed_onnx.model.external_data`), the ONNX Runtime version and the level. A
+external data files' name and sha256 (their bytes are not in the graph's sha256; the files are those the graph
+names, :mod:`~distributed_onnx.model.external_data`), the ONNX Runtime version and the level. The weights' digests
+are the ones the checkpoint's identity uses (:mod:`~distributed_onnx.model.file_digests`: kept per version of the
+file, so asking costs a ``stat`` once a command has hashed them). Keyed by size and modification time instead, a
+weights file edited in place with its old time restored (``touch -r``) loaded the old optimized graph: every
+backtest and serve forecast from the old weights, silently, while the run recorded the new weights' digest. A
 cached graph is published by renaming a finished folder into place, so two actors racing never see half a file:
 the loser's folder is dropped and both read the winner's.
 
@@ -30,6 +34,7 @@ from distributed_onnx import storage
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.model.external_data import external_data_locations
+from distributed_onnx.model.file_digests import file_sha256
 from distributed_onnx.model.user_cache import cache_root
 
 #: The levels, weakest first; the cached graph is optimized at most at :data:`PORTABLE_LEVEL`.
@@ -53,20 +58,19 @@ def cache_folder(checkpoint: ResolvedCheckpoint, level: str, runtime_version: st
     weights = checkpoint.weights_path
     graph_sha = checkpoint.metadata.sha256 or storage.sha256(Location(weights))  # verified on resolve when recorded
     data_stamp = (
-        ",".join(f"{location}:{_stamp(weights.parent / location)}" for location in external_data_locations(weights))
+        ",".join(f"{location}:{_digest(weights.parent / location)}" for location in external_data_locations(weights))
         or "-"
     )
     key = hashlib.sha256(f"{graph_sha}|{data_stamp}|{runtime_version}|{level}".encode()).hexdigest()[:24]
     return (root or cache_root()) / "optimized-graphs" / f"{checkpoint.name}-{key}"
 
 
-def _stamp(path: Path) -> str:
-    """A file's size and modification time (``-`` when it is missing: loading the graph then says so)."""
+def _digest(path: Path) -> str:
+    """A weights file's sha256 (``-`` when it cannot be read: loading the graph then says so)."""
     try:
-        stat = path.stat()
+        return file_sha256(path)
     except OSError:
         return "-"
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def staging_folder(folder: Path) -> Path:
