@@ -33,6 +33,9 @@ MAX_WORKERS = 100_000
 #: CPUs and GPUs one actor or replica asks Ray for.
 MAX_CPUS = 4096
 MAX_GPUS = 64
+#: The smallest nonzero share of a CPU or GPU an actor or replica may ask for: Ray counts resources in units of
+#: 1/10,000 and refuses a request below one unit with its own error (``--cpus-per-actor 1e-300`` was exit 4).
+MIN_RESOURCE_SHARE = 1e-4
 #: Windows per model call (backtest and serve), requests merged into one call, warm-up rows.
 MAX_ROWS_PER_BATCH = 10_000_000
 #: Seconds of a timeout, a delay or a flush interval: one week.
@@ -73,3 +76,10 @@ def id_bytes(series_id: str) -> int:
     (5, 7, 6)
     """
     return len(series_id.encode("utf-8"))
+
+
+def resource_share(value: float) -> float:
+    """A GPU share an actor or replica asks for: none, or at least :data:`MIN_RESOURCE_SHARE` (a field validator)."""
+    if 0 < value < MIN_RESOURCE_SHARE:
+        raise ValueError(f"must be 0 or at least {MIN_RESOURCE_SHARE:g} (Ray counts resources in 1/10,000 units)")
+    return value

@@ -180,3 +180,18 @@ def test_an_actor_that_dies_while_the_pool_starts_is_one_typed_error(tiny_checkp
     expected = r"A worker actor died while the pool of 1 started: ActorDiedError: The actor died"
     with pytest.raises(WorkerStartError, match=expected):
         start_pool(_pool(config, 1), job_factory=_die_while_starting)
+
+
+def test_a_default_pool_of_a_tiny_share_is_refused_naming_it_not_started() -> None:
+    """Attack E: ``--cpus-per-actor 0.0001`` without ``--actors`` filled the 2-CPU test Ray with 20,000 actor
+    processes; Ray's GCS went down and the command died 60 s later with Ray's own line. Refused now, before any
+    actor starts; a share that gives a few actors per CPU is still filled as before."""
+    import ray
+
+    from distributed_onnx.errors import ConfigError
+    from distributed_onnx.runtime.actors import MAX_DEFAULT_ACTORS_PER_CPU, default_actor_count
+
+    cpus = ray.cluster_resources()["CPU"]
+    with pytest.raises(ConfigError, match=r"--cpus-per-actor 0\.0001 fills this cluster .* give --actors"):
+        default_actor_count(num_cpus=0.0001, num_gpus=0)
+    assert default_actor_count(num_cpus=1 / MAX_DEFAULT_ACTORS_PER_CPU, num_gpus=0) == int(cpus) * 4

@@ -584,3 +584,30 @@ def test_auto_joins_a_running_ray_for_a_backtest_and_serve_refuses_it(
     with pytest.raises(ValueError, match=r"joins a running Ray only by its address \(--address HOST:PORT\)"):
         ServeSettings(checkpoint=["m.onnx"], address="auto")
     assert ServeSettings(checkpoint=["m.onnx"], address="127.0.0.1:6379").address == "127.0.0.1:6379"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["backtest", "--output", "o", "--cpus-per-actor", "1e-300"],
+        ["backtest", "--output", "o", "--gpus-per-actor", "1e-9"],
+        ["serve", "--cpus-per-replica", "0.00001"],
+        ["serve", "--gpus-per-replica", "1e-300"],
+    ],
+)
+def test_a_share_below_rays_unit_is_one_line_naming_the_flag(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack E: Ray counts resources in units of 0.0001 and refused a smaller share with its own ValueError,
+    which the command reported as an internal error (exit 4)."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and argv[-2] in err, err
+
+
+def test_zero_gpus_and_one_unit_are_taken() -> None:
+    settings = BacktestSettings(checkpoint=[REFERENCE_CHECKPOINT], data=REFERENCE_DATASET, output="o")
+    assert settings.model_copy(update={"gpus_per_actor": 0.0}).gpus_per_actor == 0.0
+    assert BacktestSettings(
+        checkpoint=[REFERENCE_CHECKPOINT], data=REFERENCE_DATASET, output="o", cpus_per_actor=1e-4, gpus_per_actor=1e-4
+    ).cpus_per_actor == pytest.approx(1e-4)

@@ -23,6 +23,8 @@ from distributed_onnx.bounds import (
     MAX_SECONDS,
     MAX_STEPS,
     MAX_WORKERS,
+    MIN_RESOURCE_SHARE,
+    resource_share,
 )
 from distributed_onnx.evaluation.data.columns import ColumnSettings
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
@@ -164,7 +166,7 @@ class BacktestSettings(ColumnSettings):
         default=None, gt=0, le=MAX_WORKERS, description="Worker actors (default: as many as the cluster fits)."
     )
     cpus_per_actor: float = Field(
-        default=1.0, gt=0, le=MAX_CPUS, description="CPUs per actor; sets ONNX Runtime's threads."
+        default=1.0, ge=MIN_RESOURCE_SHARE, le=MAX_CPUS, description="CPUs per actor; sets ONNX Runtime's threads."
     )
     gpus_per_actor: float = Field(default=0.0, ge=0, le=MAX_GPUS, description="GPUs per actor; fractions share a GPU.")
     # Twice Ray's own deadline for a new worker process to register (worker_register_timeout_seconds, 60 s): an
@@ -229,6 +231,7 @@ class BacktestSettings(ColumnSettings):
     )
     progress: bool | None = Field(default=None, description="Progress bar (default: when stderr is a terminal).")
 
+    _gpu_share = field_validator("gpus_per_actor")(resource_share)  # none, or one of Ray's units at least
     _ray_address = field_validator("address")(check_address_or_none)  # the one parse (runtime/addresses.py)
 
     @field_validator("compare_realized")

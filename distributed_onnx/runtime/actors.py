@@ -331,8 +331,15 @@ def has_room(num_cpus: float, num_gpus: float) -> bool:
     return free.get("CPU", 0.0) >= num_cpus and free.get("GPU", 0.0) >= num_gpus
 
 
+#: The most actors per cluster CPU a pool starts when no count is given: a tiny share (``--cpus-per-actor 0.0001``)
+#: "fills" a 2-CPU machine with 20,000 actor processes, and Ray's GCS went down under them (the command then died
+#: 60 s later with Ray's own "Failed to connect to GCS" line).
+MAX_DEFAULT_ACTORS_PER_CPU = 4
+
+
 def default_actor_count(num_cpus: float, num_gpus: float) -> int:
-    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share.
+    """Fill the cluster: one actor per GPU share when actors take GPUs, else one per CPU share; more than
+    :data:`MAX_DEFAULT_ACTORS_PER_CPU` per CPU is refused (a ConfigError asking for ``--actors``).
 
     >>> import ray
     >>> resources = ray.cluster_resources()
@@ -343,5 +350,15 @@ def default_actor_count(num_cpus: float, num_gpus: float) -> int:
     """
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     if num_gpus > 0:
-        return max(1, int(resources.get("GPU", 0) / num_gpus))
-    return max(1, int(resources.get("CPU", 1) / num_cpus))
+        count = max(1, int(resources.get("GPU", 0) / num_gpus))
+    else:
+        count = max(1, int(resources.get("CPU", 1) / num_cpus))
+    cpus = resources.get("CPU", 1)
+    if count > MAX_DEFAULT_ACTORS_PER_CPU * max(cpus, 1):
+        share = f"--gpus-per-actor {num_gpus:g}" if num_gpus > 0 else f"--cpus-per-actor {num_cpus:g}"
+        raise ConfigError(
+            f"{share} fills this cluster ({cpus:g} CPUs) with {count:,} actors, each a process holding the models; "
+            f"give --actors (at most {MAX_DEFAULT_ACTORS_PER_CPU} per CPU are started without it) or a larger share.",
+            key="actors",
+        )
+    return count

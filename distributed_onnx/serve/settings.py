@@ -22,6 +22,8 @@ from distributed_onnx.bounds import (
     MAX_ROWS_PER_BATCH,
     MAX_SECONDS,
     MAX_WORKERS,
+    MIN_RESOURCE_SHARE,
+    resource_share,
 )
 from distributed_onnx.location import Location
 from distributed_onnx.model.backend.providers import ProviderChain
@@ -115,7 +117,9 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     address: str | None = Field(
         default=None, min_length=1, description="Ray address (default: an embedded local Ray on 127.0.0.1)."
     )
-    cpus_per_replica: float = Field(default=1.0, gt=0, le=MAX_CPUS, description="CPUs per replica; sets ORT's threads.")
+    cpus_per_replica: float = Field(
+        default=1.0, ge=MIN_RESOURCE_SHARE, le=MAX_CPUS, description="CPUs per replica; sets ORT's threads."
+    )
     gpus_per_replica: float = Field(
         default=0.0, ge=0, le=MAX_GPUS, description="GPUs per replica; fractions share a GPU."
     )
@@ -227,6 +231,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         return self
 
     #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
+    _gpu_share = field_validator("gpus_per_replica")(resource_share)  # none, or one of Ray's units at least
     _local = field_validator("checkpoint", mode="before")(local_checkpoints)
     #: Folders and metadata files as the checkpoints they mean (model/checkpoint.py).
     _folders = field_validator("checkpoint")(checkpoint_paths)
