@@ -192,6 +192,6 @@ def test_a_default_pool_of_a_tiny_share_is_refused_naming_it_not_started() -> No
     from distributed_onnx.runtime.actors import MAX_DEFAULT_ACTORS_PER_CPU, default_actor_count
 
     cpus = ray.cluster_resources()["CPU"]
-    with pytest.raises(ConfigError, match=r"--cpus-per-actor 0\.0001 fills this cluster .* give --actors"):
+    with pytest.raises(ConfigError, match=r"actors of 0\.0001 CPU each would fill this cluster .* 20,000 actors"):
         default_actor_count(num_cpus=0.0001, num_gpus=0)
     assert default_actor_count(num_cpus=1 / MAX_DEFAULT_ACTORS_PER_CPU, num_gpus=0) == int(cpus) * 4

@@ -355,10 +355,13 @@ def default_actor_count(num_cpus: float, num_gpus: float) -> int:
         count = max(1, int(resources.get("CPU", 1) / num_cpus))
     cpus = resources.get("CPU", 1)
     if count > MAX_DEFAULT_ACTORS_PER_CPU * max(cpus, 1):
-        share = f"--gpus-per-actor {num_gpus:g}" if num_gpus > 0 else f"--cpus-per-actor {num_cpus:g}"
+        share, key = (
+            (f"{num_gpus:g} GPU", "gpus_per_actor") if num_gpus > 0 else (f"{num_cpus:g} CPU", "cpus_per_actor")
+        )
         raise ConfigError(
-            f"{share} fills this cluster ({cpus:g} CPUs) with {count:,} actors, each a process holding the models; "
-            f"give --actors (at most {MAX_DEFAULT_ACTORS_PER_CPU} per CPU are started without it) or a larger share.",
-            key="actors",
+            f"actors of {share} each would fill this cluster ({cpus:g} CPUs) with {count:,} actors, each a process "
+            f"holding the models; at most {MAX_DEFAULT_ACTORS_PER_CPU} per CPU are started when no count is given.",
+            key=key,
+            suggestions=(Suggestion("Give {} or raise {}.", (("actors", None), (key, None))),),
         )
     return count
