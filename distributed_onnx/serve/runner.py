@@ -236,6 +236,11 @@ def _ephemeral_range() -> str:
     return f"{low}-{high}"
 
 
+def _serve_ports(settings: ServeSettings, plan: IngressPlan) -> tuple[int, int, int, int]:
+    """The ports serve listens on by the user's word: theirs, and the proxies' behind an ingress."""
+    return (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
+
+
 def check_not_failed() -> None:
     """Raise the replicas' start-up error (its last line: the exception) once Serve marks the deploy failed."""
     application = serve.status().applications.get(APP_NAME)
@@ -286,8 +291,9 @@ def serve_forever(settings: ServeSettings) -> int:
     A signal while an embedded Ray starts is held until Ray is up (its start is not cut: see
     :func:`~distributed_onnx.runtime.ray_private.keep_signal_handlers` and :func:`_connect_interruptibly`); then Ray
     is shut down and :class:`StartInterrupted` raised (exit 130, one line); one while joining a cluster ends the
-    join at once. A signal once the deploy began lets the start finish
-    (a client may be served already), prints the ``ready:`` line and stops as after it (exit 0).
+    join at once. A signal once the deploy began lets the deploy finish (a start cut short leaves Serve's actors
+    half made), then stops without the ``ready:`` line: exit 130, one line. A supervisor that stopped serve must
+    not read "ready" (it did, with exit 0, until an outside attack found it).
     """
     stop_requested = threading.Event()
     received: list[str] = []
@@ -301,9 +307,9 @@ def serve_forever(settings: ServeSettings) -> int:
         if joining.is_set():  # inside ray.init's join: end it there (one raise; the flag is cleared on the way out)
             stop_if_asked()
 
-    def stop_if_asked() -> None:
+    def stop_if_asked(said: str = "nothing was served") -> None:
         if stop_requested.is_set():
-            raise StartInterrupted(f"interrupted by {received[0]} while starting; nothing was served")
+            raise StartInterrupted(f"interrupted by {received[0]} while starting; {said}")
 
     previous: dict[signal.Signals, Any] = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -327,11 +333,11 @@ def serve_forever(settings: ServeSettings) -> int:
         stop_if_asked()  # a signal during Ray's start: nothing deployed yet, stop here
         check_fits(replicas_asked(settings))  # replicas no node (or the whole cluster) can hold: exit 2, not a wait
         deployed = True
-        deploy(settings, plan)  # a signal from here on: the start completes, then stops as after ready (exit 0)
+        deploy(settings, plan)  # a signal from here on: the deploy completes, then stops before the ready line
         wait_ready(settings)
+        stop_if_asked("stopped before the ready line")
         if started_ray:  # every socket of the embedded instance on loopback, but those the user asked for
-            serve_ports = (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
-            check_listening(os.getpid(), allowed_ports(settings.host, serve_ports, plan.environment))
+            check_listening(os.getpid(), allowed_ports(settings.host, _serve_ports(settings, plan), plan.environment))
         watch = watch_connected_ray(started_ray)  # before the ready line: its processes read while they all run
         logger.info(
             "Serving %s on http://%s:%d (docs at /docs); Ctrl-C to stop",
