@@ -56,6 +56,49 @@ def test_a_port_in_use_is_one_line_and_exit_2(tiny_checkpoint: ResolvedCheckpoin
     assert lines == [f"error: 127.0.0.1:{port} is already in use; stop what listens there or choose another --port."]
 
 
+#: Runs serve with its HTTP port taken (a listener that never answers) after the preflight found it free, as
+#: one of Ray's own processes or another program may take it while Ray starts.
+PORT_TAKEN_AFTER_PREFLIGHT = """
+import socket, sys
+from distributed_onnx.serve import runner
+deploy = runner.deploy
+held = []
+def taken_then_deployed(settings, plan):
+    taker = socket.socket()
+    taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taker.bind((settings.host, settings.port))
+    taker.listen()
+    held.append(taker)
+    return deploy(settings, plan)
+runner.deploy = taken_then_deployed
+from distributed_onnx.cli import run
+run()
+"""
+
+
+def test_a_port_taken_after_the_preflight_is_one_line_naming_the_ports(tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """Attack E: Serve's own words (``NoAvailablePortError: No available ports on node ... for
+    RequestProtocol.HTTP``) named neither the port nor the flag."""
+    port, grpc_port = free_port(), free_port()
+    arguments = ["serve", "--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(port)]
+    arguments += ["--grpc-port", str(grpc_port), "--ready-timeout-s", "60"]
+    result = subprocess.run(
+        [sys.executable, "-c", PORT_TAKEN_AFTER_PREFLIGHT, *arguments],
+        check=False,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors == [
+        f"error: the deployment could not bind its ports (127.0.0.1:{port} HTTP, 127.0.0.1:{grpc_port} gRPC): "
+        "another process took one after they were found free (Ray's own processes take ports while Ray starts); "
+        "choose free ports with --port and --grpc-port."
+    ], result.stderr[-3000:]
+
+
 def test_replicas_no_node_can_host_are_one_line_and_exit_2_not_a_wait_without_end(
     tiny_checkpoint: ResolvedCheckpoint,
 ) -> None:

@@ -185,7 +185,7 @@ def wait_ready(settings: ServeSettings) -> None:
     timeout_s = settings.ready_timeout_s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        check_not_failed()
+        check_not_failed(settings)
         if answers_ready(host, settings.port):
             return
         time.sleep(0.2)
@@ -241,13 +241,27 @@ def _serve_ports(settings: ServeSettings, plan: IngressPlan) -> tuple[int, int, 
     return (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
 
 
-def check_not_failed() -> None:
-    """Raise the replicas' start-up error (its last line: the exception) once Serve marks the deploy failed."""
+#: What Serve says when a replica cannot bind the ports it was given (another process took one after the
+#: preflight found them free: Ray's own processes take ports while Ray starts).
+NO_PORT_ERROR = "NoAvailablePortError"
+
+
+def check_not_failed(settings: ServeSettings) -> None:
+    """Raise the replicas' start-up error (its last line: the exception) once Serve marks the deploy failed; a port
+    taken meanwhile is named as such (Serve's own words name neither the port nor the flag)."""
     application = serve.status().applications.get(APP_NAME)
     # The status is a str enum, whose str() is "ApplicationStatus.DEPLOY_FAILED" on Python 3.11: its value.
     if application is None or getattr(application.status, "value", application.status) != "DEPLOY_FAILED":
         return
-    raise ConfigError(f"the deployment failed to start: {deployment_message() or 'no reason given by Serve'}")
+    said = deployment_message()
+    if NO_PORT_ERROR in said:
+        raise ConfigError(
+            f"the deployment could not bind its ports ({settings.host}:{settings.port} HTTP, "
+            f"{settings.host}:{settings.grpc_port} gRPC): another process took one after they were found free "
+            f"(Ray's own processes take ports while Ray starts); choose free ports with --port and --grpc-port.",
+            key="port",
+        )
+    raise ConfigError(f"the deployment failed to start: {said or 'no reason given by Serve'}")
 
 
 def deployment_message() -> str:
