@@ -196,3 +196,27 @@ def test_prepare_output_refuses_a_directory_of_another_run(tmp_path: Path) -> No
     assert str(tmp_path) in str(caught.value)
     assert caught.value.key == "output"  # type: ignore[attr-defined]
     assert json.loads((tmp_path / MANIFEST).read_text())["fingerprint"] == "fp-1"
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        ("memory://x", "is a store inside one process (memory://)"),
+        ("s3:/", "looks like a URL without its //"),
+        ("gs:bucket/run", "looks like a URL without its //"),
+        ("s3://", "names no bucket or host"),
+    ],
+)
+def test_an_output_no_actor_could_write_to_is_refused_before_anything_runs(
+    output: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack E, defect 7: ``--output memory://x`` and ``--output s3:/`` ran, every part then failed ("reported
+    written but does not verify", exit 1, "rerun to resume", which could not help), and ``s3:/`` made a folder
+    ``s3:`` in the working directory. Refused now, in one line, before Ray starts and before anything is made."""
+    from distributed_onnx import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["backtest", "--output", output, "--n-windows", "1", "--stride", "48"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --output ") and said in err and "\n" not in err, err
+    assert not any(tmp_path.iterdir())

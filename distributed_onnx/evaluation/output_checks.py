@@ -10,8 +10,10 @@ ones that fit their folders. The names checked are the layout's (:mod:`.outputs`
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -20,11 +22,33 @@ from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation.outputs import INPUTS_DIR, LOCK, MANIFEST, PARTIAL_PREFIX, RUN_FILES, RUN_FOLDERS
 from distributed_onnx.location import Location
 
+#: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
+#: made a folder ``s3:`` in the working directory and the run failed at its end.
+LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
+#: fsspec's stores that live inside one process: what one process writes there, no other sees.
+PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
+
 
 def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
     output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when
     the folder is made."""
+    if output.scheme in PROCESS_LOCAL_SCHEMES:
+        raise ConfigError(
+            f"--output {output} is a store inside one process ({output.scheme}://): the actors, other processes, "
+            "cannot write there and no later command could read it; give a folder or an object store.",
+            key="output",
+        )
+    if output.local_path is not None and LOOKS_LIKE_A_URL.match(str(output.local_path)):
+        raise ConfigError(
+            f"--output {output} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give "
+            "a local folder of that name by its absolute path.",
+            key="output",
+        )
+    if output.is_url and not urlsplit(output.reveal()).netloc:
+        raise ConfigError(
+            f"--output {output} names no bucket or host (a URL is SCHEME://BUCKET/PATH); give one.", key="output"
+        )
     if storage.is_file(output):
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
     local = output.local_path
