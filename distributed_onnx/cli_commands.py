@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from distributed_onnx.cli_headlines import backtest_headline, failure_headline, score_headline
+from distributed_onnx.cli_headlines import backtest_headline, failure_headline, folder_words, score_headline
 from distributed_onnx.location import Location
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _fev(args: argparse.Namespace) -> int:
     result = run_benchmark(request.benchmark, request.checkpoint, request.output, request.backtest_settings())
     counts = {status: sum(p["status"] == status for p in result.pairs) for status in ("done", "resumed", "skipped")}
     print(json.dumps({"pairs": counts, "skipped": [p for p in result.pairs if p["status"] == "skipped"]}, indent=2))
-    print(f"wrote {request.output}/ (summaries.jsonl, fev_summary.json, runs/)")
+    print(f"wrote {folder_words(request.output)} (summaries.jsonl, fev_summary.json, runs/)")
     return 0
 
 
@@ -155,7 +155,7 @@ def _backtest(args: argparse.Namespace) -> int:
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(backtest_headline(result.summary, run_wide.to_pylist()), indent=2))
-    print(f"wrote {settings.output}/ (forecasts/, metrics.parquet, summary.json, report.html)")
+    print(f"wrote {folder_words(settings.output)} (forecasts/, metrics.parquet, summary.json, report.html)")
     return 0
 
 
@@ -188,7 +188,7 @@ def _score(args: argparse.Namespace) -> int:
     not_scored = why_not_scored(result.summary["windows"])
     if not_scored is not None:  # summary.json has the counts; this says what they mean
         print(f"note: {not_scored}", file=sys.stderr)
-    print(f"wrote {settings.output}/ ({', '.join(written)})")
+    print(f"wrote {folder_words(settings.output)} ({', '.join(written)})")
     return 0
 
 

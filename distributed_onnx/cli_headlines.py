@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from distributed_onnx.location import Location
+
 
 def backtest_headline(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``backtest``'s headline: its windows, its speed, each model's headline metrics (:func:`headline_rows`)."""
@@ -57,3 +59,10 @@ def score_headline(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     for row in headline_rows(rows):
         groups.setdefault(str(row.get("scored_with")), {})[f"{row['model']}.{row['metric']}"] = round(row["value"], 4)
     return groups
+
+
+def folder_words(folder: Location) -> str:
+    """A written folder as the ``wrote ...`` lines show it: with a trailing ``/``, unless a URL's query ends it
+    (``s3://b/run?region=***/`` read as part of the query)."""
+    text = str(folder)
+    return text if "?" in text else f"{text}/"

@@ -52,3 +52,14 @@ def test_failure_rates_name_only_models_with_requests_and_their_non_zero_kinds()
         "failure_rate": 1.0,
     }
     assert failure_headline({"recorded": False}) == "not recorded (a log written before failures were logged)"
+
+
+def test_a_written_folder_ends_in_a_slash_unless_a_query_ends_it() -> None:
+    """Attack E: an S3 run's line ended ``...&region=***/``, the slash read as part of the query."""
+    from distributed_onnx.cli_headlines import folder_words
+    from distributed_onnx.location import Location
+
+    assert folder_words(Location("/tmp/run")) == "/tmp/run/"
+    assert folder_words(Location("s3://b/run")) == "s3://b/run/"
+    shown = folder_words(Location("s3://b/run?endpoint_override=127.0.0.1:9000&region=us-east-1"))
+    assert shown.startswith("s3://b/run?") and not shown.endswith("/") and "us-east-1" not in shown
