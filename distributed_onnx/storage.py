@@ -109,7 +109,7 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
                 location=str(location),
             ) from None
         try:
-            spec_fs, path = fsspec.core.url_to_fs(location.reveal())
+            spec_fs, path = fsspec.core.url_to_fs(location.reveal(), **_fsspec_options(scheme))
         except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
             raise MissingExtraError(
                 f"Cannot open {location}: {location.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
@@ -118,6 +118,45 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
             raise ConfigError(f"Cannot open {location}: {location.scrub(str(exc))}.", location=str(location)) from None
         return pafs.PyFileSystem(_AnsweringFSSpecHandler(spec_fs)), str(path)
+
+
+#: The environment variable that sets :data:`HTTP_READ_TIMEOUT_S` (seconds; docs/backtest.md).
+HTTP_READ_TIMEOUT_VARIABLE = "DISTRIBUTED_ONNX_HTTP_READ_TIMEOUT_S"
+#: The longest an ``http(s)://`` location may stay silent: to connect, and between two reads of its answer (the
+#: headers, each chunk of a body). A server that accepts the connection and never sends a byte held a command for
+#: fsspec's HEAD then its GET, each under aiohttp's own bound (5 minutes for the whole request); a slow server that
+#: keeps sending passes however long the whole file takes (no bound on the total).
+HTTP_READ_TIMEOUT_S = 30.0
+
+
+def http_read_timeout_s() -> float:
+    """:data:`HTTP_READ_TIMEOUT_S`, or the seconds :data:`HTTP_READ_TIMEOUT_VARIABLE` gives (read at each open, so a
+    test or a driver process may set it); a :class:`ConfigError` (exit 2) for a value that is not a positive number."""
+    text = os.environ.get(HTTP_READ_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return HTTP_READ_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(
+            f"{HTTP_READ_TIMEOUT_VARIABLE}={text!r} is not a number of seconds above 0: give one such as "
+            f"{HTTP_READ_TIMEOUT_S:g}, or unset it for that default.",
+            key=HTTP_READ_TIMEOUT_VARIABLE,
+        )
+    return seconds
+
+
+def _fsspec_options(scheme: str) -> dict[str, Any]:
+    """The options :func:`filesystem` gives fsspec for ``scheme``: for ``http(s)://``, aiohttp's waits bounded by
+    :func:`http_read_timeout_s` (to connect, for each read) instead of its default, with no bound on a whole answer."""
+    if scheme not in {"http", "https"}:
+        return {}
+    import aiohttp
+
+    bound = http_read_timeout_s()
+    return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=bound, sock_read=bound)}}
 
 
 class _NoAnswerError(ConnectionError):
@@ -141,11 +180,19 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
             except FileNotFoundError as exc:
                 cause = exc.__cause__
                 if cause is not None and (unanswered(cause) or _server_failed(cause)):
-                    raise _NoAnswerError(_redaction.quoted(cause)) from cause
+                    raise _NoAnswerError(self._no_answer(cause)) from cause
                 infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
             else:
                 infos.append(self._create_file_info(path, info))
         return infos
+
+    def _no_answer(self, cause: BaseException) -> str:
+        """What the store's silence was: a timeout of an ``http(s)://`` server says its bound and what sets it."""
+        said = _redaction.quoted(cause)
+        if isinstance(cause, TimeoutError) and "http" in self.fs.protocol:
+            bound = f"nothing within {http_read_timeout_s():g} s, the wait {HTTP_READ_TIMEOUT_VARIABLE} sets"
+            return f"{said}: {bound}" if said else bound
+        return said
 
 
 def _server_failed(exc: BaseException) -> bool:
