@@ -159,6 +159,12 @@ def _fsspec_options(scheme: str) -> dict[str, Any]:
     return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=bound, sock_read=bound)}}
 
 
+class StorageNotAnsweringError(StorageError, ConnectionError):
+    """A store that did not answer a write (refused, unreachable, timed out): the command's line names the location
+    in the storage's own words (exit 3). Also a ``ConnectionError``, so every caller that retries a write on an
+    ``OSError`` (an actor's part: :mod:`~distributed_onnx.evaluation.actor.part`) still does."""
+
+
 class _NoAnswerError(ConnectionError):
     """The store did not answer a look at a path that fsspec would have called missing (see below)."""
 
@@ -203,17 +209,31 @@ def _server_failed(exc: BaseException) -> bool:
 
 def _file_info(location: Location, what: str = "") -> pafs.FileInfo:
     """What the store says is at ``location`` (a file, a folder, nothing); a store that does not answer is one
-    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`)."""
+    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`;
+    pyarrow's own stores raise their ``OSError`` directly: that becomes a :class:`StorageNotAnsweringError`, still
+    an ``OSError`` for a caller that retries on one)."""
     fs, inner = filesystem(location)
+    doing = f"read {what}".strip()
     try:
         return fs.get_file_info(inner)
     except _NoAnswerError as exc:
-        raise StorageError(
-            f"Cannot read {what}{' ' if what else ''}{location}: the storage does not answer "
-            f"({location.scrub(_redaction.quoted(exc))}). "
-            "Check the URL's endpoint and the network, and rerun when the storage answers.",
-            path=str(location),
-        ) from exc
+        raise not_answering(location, doing, exc, StorageError) from exc
+    except OSError as exc:
+        if unanswered(exc):
+            raise not_answering(location, doing, exc) from exc
+        raise
+
+
+def not_answering(
+    location: Location, doing: str, exc: BaseException, error: type[StorageError] = StorageNotAnsweringError
+) -> StorageError:
+    """The one line of a store that did not answer (``doing``: ``read data file``, ``write``): what failed at
+    ``location`` (redacted), the client's words (the location's secrets masked in them), what to do."""
+    return error(
+        f"Cannot {doing} {location}: the storage does not answer ({location.scrub(_redaction.quoted(exc))}). "
+        "Check the URL's endpoint and the network, and rerun when the storage answers.",
+        path=str(location),
+    )
 
 
 def is_file(location: Location, what: str = "") -> bool:
@@ -248,7 +268,12 @@ def make_dirs(location: Location) -> None:
         return
     fs, inner = filesystem(location)
     with _writable(location):
-        fs.create_dir(inner, recursive=True)
+        try:
+            fs.create_dir(inner, recursive=True)
+        except OSError as exc:
+            if unanswered(exc):
+                raise not_answering(location, "write", exc) from exc
+            raise
 
 
 @contextmanager
@@ -384,13 +409,20 @@ def _upload_atomically(location: Location, payload: bytes) -> None:
     fs, inner = filesystem(location)
     directory, _, name = inner.rpartition("/")
     temporary = f"{directory}/.tmp-{name}.{uuid.uuid4().hex}" if directory else f".tmp-{name}.{uuid.uuid4().hex}"
+    answered = True
     try:
         with _writable(location), fs.open_output_stream(temporary) as stream:
             stream.write(payload)
         fs.copy_file(temporary, inner)
+    except OSError as exc:
+        if unanswered(exc):
+            answered = False  # no delete then: it would wait out the client's retries again, on the same silence
+            raise not_answering(location, "write", exc) from exc
+        raise
     finally:
-        with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
-            fs.delete_file(temporary)
+        if answered:
+            with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
+                fs.delete_file(temporary)
 
 
 def write_bytes(location: Location, payload: bytes) -> int:
@@ -503,11 +535,7 @@ def read_error(exc: BaseException, location: Location, what: str) -> StorageErro
     missing or unreadable file: exit 2)."""
     if not unanswered(exc):
         return None
-    return StorageError(
-        f"Cannot read {what} {location}: the storage does not answer ({location.scrub(_redaction.quoted(exc))}). "
-        "Check the URL's endpoint and the network, and rerun when the storage answers.",
-        path=str(location),
-    )
+    return not_answering(location, f"read {what}", exc, StorageError)
 
 
 def read_retrying(
