@@ -42,6 +42,7 @@ from distributed_onnx.cli_errors import (
     interrupted_line,
 )
 from distributed_onnx.cli_words import normalized_words, parse_words
+from distributed_onnx.interrupts import RESUMING_COMMANDS, command_given
 from distributed_onnx.location import Location
 from distributed_onnx.redact import shown
 from distributed_onnx.runtime import ray_console
@@ -67,7 +68,8 @@ logger = logging.getLogger("distributed_onnx")
 
 
 def run() -> NoReturn:
-    """The console script (and ``python -m distributed_onnx``): :func:`main`, then a prompt exit.
+    """:func:`main`, then a prompt exit: what the console script (and ``python -m distributed_onnx``) runs once it
+    has set its interrupts (:mod:`distributed_onnx.__main__`).
 
     After a backtest, the interpreter's own teardown (freeing every module and object, Ray's native core
     worker included) took up to several seconds of wall time after the last file was written
@@ -108,17 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-#: The commands a rerun resumes (finished parts, scored batches are kept): only their lines say so.
-RESUMING_COMMANDS = frozenset({"backtest", "score"})
-
-
 def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line, every subcommand generated from its settings model (:data:`COMMANDS`). Only the command
     given gets its flags: each model costs its imports (the backtest's data layer, Serve's settings) and its flags'
     generation, ~0.1 s before a backtest starts Ray."""
     from distributed_onnx.cli_words import PointingParser, plain_text
 
-    given = _command_given(normalized_words(sys.argv[1:] if argv is None else argv))
+    given = command_given(normalized_words(sys.argv[1:] if argv is None else argv))
     parser = PointingParser(prog="distributed-onnx", description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument(
@@ -172,8 +170,3 @@ def command_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, st
                 if each.option_strings and each.option_strings[0].startswith("--")
             }
     return {}
-
-
-def _command_given(argv: Sequence[str]) -> str | None:
-    """The command in ``argv``: its first word that is not an option (the top level's options take no value)."""
-    return next((word for word in argv if not word.startswith("-")), None)

@@ -12,21 +12,24 @@ import sys
 from collections.abc import Mapping
 
 from distributed_onnx.errors import DistributedOnnxError
+from distributed_onnx.interrupts import EXIT_INTERRUPTED, interrupted_line
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_DONE",
+    "EXIT_ENVIRONMENT",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_PARTS_FAILED",
+    "describe_error",
+    "interrupted_line",
+]
 
 EXIT_DONE = 0
 EXIT_PARTS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
 EXIT_INTERNAL = 4
-EXIT_INTERRUPTED = 130
-
-
-def interrupted_line(interrupted: KeyboardInterrupt, *, resumes: bool) -> str:
-    """The line (without ``error:``) for an interrupted command: the interruption's own words when it has them
-    (an export stopped by SIGTERM), else what to do. Ctrl-C's ``KeyboardInterrupt`` has no words: its ``str`` is
-    empty (the exception itself is always true, so ``interrupted or ...`` printed ``error:`` alone)."""
-    again = "; rerun the same command to resume" if resumes else ""
-    return _one_line(interrupted) if str(interrupted).strip() else f"interrupted{again}"
 
 
 def describe_error(

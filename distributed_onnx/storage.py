@@ -109,7 +109,7 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
                 location=str(location),
             ) from None
         try:
-            spec_fs, path = fsspec.core.url_to_fs(location.reveal())
+            spec_fs, path = fsspec.core.url_to_fs(location.reveal(), **_fsspec_options(scheme))
         except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
             raise MissingExtraError(
                 f"Cannot open {location}: {location.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
@@ -118,6 +118,51 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
             raise ConfigError(f"Cannot open {location}: {location.scrub(str(exc))}.", location=str(location)) from None
         return pafs.PyFileSystem(_AnsweringFSSpecHandler(spec_fs)), str(path)
+
+
+#: The environment variable that sets :data:`HTTP_READ_TIMEOUT_S` (seconds; docs/backtest.md).
+HTTP_READ_TIMEOUT_VARIABLE = "DISTRIBUTED_ONNX_HTTP_READ_TIMEOUT_S"
+#: The longest an ``http(s)://`` location may stay silent: to connect, and between two reads of its answer (the
+#: headers, each chunk of a body). A server that accepts the connection and never sends a byte held a command for
+#: fsspec's HEAD then its GET, each under aiohttp's own bound (5 minutes for the whole request); a slow server that
+#: keeps sending passes however long the whole file takes (no bound on the total).
+HTTP_READ_TIMEOUT_S = 30.0
+
+
+def http_read_timeout_s() -> float:
+    """:data:`HTTP_READ_TIMEOUT_S`, or the seconds :data:`HTTP_READ_TIMEOUT_VARIABLE` gives (read at each open, so a
+    test or a driver process may set it); a :class:`ConfigError` (exit 2) for a value that is not a positive number."""
+    text = os.environ.get(HTTP_READ_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return HTTP_READ_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(
+            f"{HTTP_READ_TIMEOUT_VARIABLE}={text!r} is not a number of seconds above 0: give one such as "
+            f"{HTTP_READ_TIMEOUT_S:g}, or unset it for that default.",
+            key=HTTP_READ_TIMEOUT_VARIABLE,
+        )
+    return seconds
+
+
+def _fsspec_options(scheme: str) -> dict[str, Any]:
+    """The options :func:`filesystem` gives fsspec for ``scheme``: for ``http(s)://``, aiohttp's waits bounded by
+    :func:`http_read_timeout_s` (to connect, for each read) instead of its default, with no bound on a whole answer."""
+    if scheme not in {"http", "https"}:
+        return {}
+    import aiohttp
+
+    bound = http_read_timeout_s()
+    return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=bound, sock_read=bound)}}
+
+
+class StorageNotAnsweringError(StorageError, ConnectionError):
+    """A store that did not answer a write (refused, unreachable, timed out): the command's line names the location
+    in the storage's own words (exit 3). Also a ``ConnectionError``, so every caller that retries a write on an
+    ``OSError`` (an actor's part: :mod:`~distributed_onnx.evaluation.actor.part`) still does."""
 
 
 class _NoAnswerError(ConnectionError):
@@ -141,11 +186,19 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
             except FileNotFoundError as exc:
                 cause = exc.__cause__
                 if cause is not None and (unanswered(cause) or _server_failed(cause)):
-                    raise _NoAnswerError(_redaction.quoted(cause)) from cause
+                    raise _NoAnswerError(self._no_answer(cause)) from cause
                 infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
             else:
                 infos.append(self._create_file_info(path, info))
         return infos
+
+    def _no_answer(self, cause: BaseException) -> str:
+        """What the store's silence was: a timeout of an ``http(s)://`` server says its bound and what sets it."""
+        said = _redaction.quoted(cause)
+        if isinstance(cause, TimeoutError) and "http" in self.fs.protocol:
+            bound = f"nothing within {http_read_timeout_s():g} s, the wait {HTTP_READ_TIMEOUT_VARIABLE} sets"
+            return f"{said}: {bound}" if said else bound
+        return said
 
 
 def _server_failed(exc: BaseException) -> bool:
@@ -156,17 +209,31 @@ def _server_failed(exc: BaseException) -> bool:
 
 def _file_info(location: Location, what: str = "") -> pafs.FileInfo:
     """What the store says is at ``location`` (a file, a folder, nothing); a store that does not answer is one
-    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`)."""
+    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`;
+    pyarrow's own stores raise their ``OSError`` directly: that becomes a :class:`StorageNotAnsweringError`, still
+    an ``OSError`` for a caller that retries on one)."""
     fs, inner = filesystem(location)
+    doing = f"read {what}".strip()
     try:
         return fs.get_file_info(inner)
     except _NoAnswerError as exc:
-        raise StorageError(
-            f"Cannot read {what}{' ' if what else ''}{location}: the storage does not answer "
-            f"({location.scrub(_redaction.quoted(exc))}). "
-            "Check the URL's endpoint and the network, and rerun when the storage answers.",
-            path=str(location),
-        ) from exc
+        raise not_answering(location, doing, exc, StorageError) from exc
+    except OSError as exc:
+        if unanswered(exc):
+            raise not_answering(location, doing, exc) from exc
+        raise
+
+
+def not_answering(
+    location: Location, doing: str, exc: BaseException, error: type[StorageError] = StorageNotAnsweringError
+) -> StorageError:
+    """The one line of a store that did not answer (``doing``: ``read data file``, ``write``): what failed at
+    ``location`` (redacted), the client's words (the location's secrets masked in them), what to do."""
+    return error(
+        f"Cannot {doing} {location}: the storage does not answer ({location.scrub(_redaction.quoted(exc))}). "
+        "Check the URL's endpoint and the network, and rerun when the storage answers.",
+        path=str(location),
+    )
 
 
 def is_file(location: Location, what: str = "") -> bool:
@@ -201,7 +268,12 @@ def make_dirs(location: Location) -> None:
         return
     fs, inner = filesystem(location)
     with _writable(location):
-        fs.create_dir(inner, recursive=True)
+        try:
+            fs.create_dir(inner, recursive=True)
+        except OSError as exc:
+            if unanswered(exc):
+                raise not_answering(location, "write", exc) from exc
+            raise
 
 
 @contextmanager
@@ -337,13 +409,20 @@ def _upload_atomically(location: Location, payload: bytes) -> None:
     fs, inner = filesystem(location)
     directory, _, name = inner.rpartition("/")
     temporary = f"{directory}/.tmp-{name}.{uuid.uuid4().hex}" if directory else f".tmp-{name}.{uuid.uuid4().hex}"
+    answered = True
     try:
         with _writable(location), fs.open_output_stream(temporary) as stream:
             stream.write(payload)
         fs.copy_file(temporary, inner)
+    except OSError as exc:
+        if unanswered(exc):
+            answered = False  # no delete then: it would wait out the client's retries again, on the same silence
+            raise not_answering(location, "write", exc) from exc
+        raise
     finally:
-        with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
-            fs.delete_file(temporary)
+        if answered:
+            with contextlib.suppress(Exception):  # best effort: a leftover is cleaned by the next run
+                fs.delete_file(temporary)
 
 
 def write_bytes(location: Location, payload: bytes) -> int:
@@ -456,11 +535,7 @@ def read_error(exc: BaseException, location: Location, what: str) -> StorageErro
     missing or unreadable file: exit 2)."""
     if not unanswered(exc):
         return None
-    return StorageError(
-        f"Cannot read {what} {location}: the storage does not answer ({location.scrub(_redaction.quoted(exc))}). "
-        "Check the URL's endpoint and the network, and rerun when the storage answers.",
-        path=str(location),
-    )
+    return not_answering(location, f"read {what}", exc, StorageError)
 
 
 def read_retrying(

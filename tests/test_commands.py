@@ -238,7 +238,7 @@ def test_every_flag_of_every_command_refuses_a_bad_value(
     make = cli._parser
 
     def parser_once(argv: Any = None) -> Any:  # the same parser for every line of a command: it is the slow part
-        command = cli._command_given(argv or [])
+        command = cli.command_given(argv or [])
         if command not in built:
             built[command] = make(argv)
         return built[command]

@@ -225,3 +225,40 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert "PASSWORD" not in err and "SIGNATURE" not in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration  # a listening socket on 127.0.0.1; tune builds the checkpoint's ORT session first
+def test_an_http_server_that_accepts_and_never_answers_is_exit_3_after_the_wait_the_environment_sets(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A server that accepts the connection and never sends a byte held ``--data http://...`` for fsspec's HEAD and
+    then its GET, each under aiohttp's five minutes: the command waited ten. Each wait for the server is bounded
+    (``DISTRIBUTED_ONNX_HTTP_READ_TIMEOUT_S``, here 1 s), and the end is the same line as a closed port's. The
+    command is ``tune``, which reads the data as the backtest does but starts no Ray (a backtest here would start
+    one in this process for a fresh output)."""
+    import threading
+
+    from distributed_onnx.storage import HTTP_READ_TIMEOUT_VARIABLE
+
+    monkeypatch.setenv(HTTP_READ_TIMEOUT_VARIABLE, "1")
+    with socket.socket() as silent:  # listening, never accepting: the kernel completes the handshake, nothing answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        data = f"http://user:PASSWORD@127.0.0.1:{silent.getsockname()[1]}/d.parquet?sig=SIGNATURE"
+        words = ["tune", str(tiny_checkpoint.weights_path), "--data", data, "--output", str(tmp_path / "tuned.json")]
+        codes: list[int] = []
+        command = threading.Thread(target=lambda: codes.append(cli.main(words)))
+        started = time.monotonic()
+        command.start()
+        command.join(timeout=30)  # a watchdog only: without the bound the command waits ten minutes
+        waited = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert not command.is_alive() and codes == [3], (waited, codes, err)
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "http://***@127.0.0.1:" in err and "/d.parquet?sig=***: the storage does not answer" in err, err
+    assert f"nothing within 1 s, the wait {HTTP_READ_TIMEOUT_VARIABLE} sets" in err, err
+    assert "PASSWORD" not in err and "SIGNATURE" not in err, err
+    assert not (tmp_path / "tuned.json").exists()

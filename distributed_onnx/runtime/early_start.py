@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distributed_onnx.errors import DistributedOnnxError, RayLostError, RayStartError, WorkerStartError
+from distributed_onnx.interrupts import SigtermInterrupt, is_ours, sigterm_words
 from distributed_onnx.model.worker import WorkerInfo
 from distributed_onnx.runtime.pool_request import PoolRequest
 from distributed_onnx.runtime.pool_room import RAISE_READY_TIMEOUT
@@ -307,17 +308,21 @@ def ray_connected() -> bool:
 
 
 #: What a SIGTERM of a backtest (or a fev run) ends it with: the CLI's interrupted exit, 130 (docs/cli.md).
-TERMINATED = "interrupted by SIGTERM; rerun the same command to resume"
+TERMINATED = sigterm_words(resumes=True)
+_terminated = SigtermInterrupt(TERMINATED)
 
 
 def exit_on_sigterm() -> None:
     """SIGTERM ends the run as Ctrl-C does (a KeyboardInterrupt naming SIGTERM: the CLI's exit 130 and one line;
     atexit stops Ray), where Ray's own driver handler exited with the signal's number, 15, outside the exit
     codes. ``ray.init`` would set its handler only on the main thread (and warns, on Ray's logger, that it did not).
+    The command's own, set before its imports (:mod:`distributed_onnx.interrupts`), gives way to the run's: the one
+    :func:`take_sigterm_back` sets again after Ray's start.
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler is signal.SIG_DFL or is_ours(handler):
         signal.signal(signal.SIGTERM, _terminated)
 
 
@@ -329,7 +334,3 @@ def take_sigterm_back() -> None:
     time after the start only."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _terminated:
         signal.signal(signal.SIGTERM, _terminated)
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(TERMINATED)
