@@ -99,6 +99,10 @@ def start_test_ray() -> None:
             )
 
 
+#: The longest :func:`_leave_a_ray_an_earlier_test_abandoned` waits for earlier tests' Ray threads, all together.
+ABANDONED_RAY_WAIT_S = 5.0
+
+
 def _leave_a_ray_an_earlier_test_abandoned() -> None:
     """Disconnect from a Ray that an earlier test's in-process ``cli.main`` started early and abandoned.
 
@@ -107,16 +111,19 @@ def _leave_a_ray_an_earlier_test_abandoned() -> None:
     the thread that started them, go; this process stays connected to a Ray without a GCS. A test that took it
     as the shared Ray (``ray.is_initialized()`` is true) was ended, with the whole pytest process, by Ray's core
     worker 60 s later (exit 1, no summary: ``test_object_store``, ``test_data_errors_cli``, ``test_secrets``
-    run in that order, every time). So: wait for such a thread, then shut down a connected Ray whose GCS does not
-    answer, and start the shared one afresh.
+    run in that order, every time). So: give such a thread a moment to end, then shut down a connected Ray whose
+    GCS does not answer, and start the shared one afresh.
     """
     import ray
 
     from distributed_onnx.runtime.ray_watch import gcs_answers
 
+    # A thread that has just returned takes its Ray's processes with it: give one that is ending a moment (a few
+    # seconds in all; one that waits for its run's stop, a kept pool, does not end here and is not waited for).
+    deadline = time.monotonic() + ABANDONED_RAY_WAIT_S
     for thread in threading.enumerate():
         if thread.name == "ray-owner" and thread.is_alive():
-            thread.join(timeout=120)
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
     if ray.is_initialized() and not gcs_answers(ray.get_runtime_context().gcs_address):
         ray.shutdown()
 
