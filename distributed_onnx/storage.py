@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from distributed_onnx import redact as _redaction
-from distributed_onnx.errors import ConfigError, MissingExtraError, StorageError
+from distributed_onnx.errors import ConfigError, DataError, MissingExtraError, StorageError
 from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
 
@@ -187,10 +187,25 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
                 cause = exc.__cause__
                 if cause is not None and (unanswered(cause) or _server_failed(cause)):
                     raise _NoAnswerError(self._no_answer(cause)) from cause
+                if cause is not None and getattr(cause, "status", None) in REFUSED_STATUSES:
+                    raise _RefusedError(_redaction.quoted(cause)) from cause
                 infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
             else:
                 infos.append(self._create_file_info(path, info))
         return infos
+
+    def open_input_file(self, path: str) -> Any:
+        """The file, read by ranges; one a server sends only as a stream (no size, or no range requests) is refused
+        here: Parquet is read from its footer back, and fsspec's stream failed at the first seek (exit 4)."""
+        from pyarrow import PythonFile
+
+        if not self.fs.isfile(path):
+            raise FileNotFoundError(path)
+        opened = self.fs.open(path, mode="rb")
+        if not _takes_ranges(opened):
+            opened.close()
+            raise _StreamOnlyError(path)
+        return PythonFile(opened, mode="r")
 
     def _no_answer(self, cause: BaseException) -> str:
         """What the store's silence was: a timeout of an ``http(s)://`` server says its bound and what sets it."""
@@ -199,6 +214,24 @@ class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
             bound = f"nothing within {http_read_timeout_s():g} s, the wait {HTTP_READ_TIMEOUT_VARIABLE} sets"
             return f"{said}: {bound}" if said else bound
         return said
+
+
+#: HTTP statuses of a server that answers but refuses this client: not "no such file".
+REFUSED_STATUSES = (401, 403)
+
+
+class _RefusedError(PermissionError):
+    """The server refused access to a path (401, 403) that fsspec would have called missing."""
+
+
+class _StreamOnlyError(OSError):
+    """The server sends the file only as a stream (fsspec's ``HTTPStreamFile``): it cannot be read by ranges."""
+
+
+def _takes_ranges(opened: Any) -> bool:
+    """Whether an fsspec file can seek (fsspec opens an http(s) file a server gives no size or ranges for as a
+    stream, whose ``seek`` raises)."""
+    return type(opened).__name__ != "HTTPStreamFile"
 
 
 def _server_failed(exc: BaseException) -> bool:
@@ -218,6 +251,12 @@ def _file_info(location: Location, what: str = "") -> pafs.FileInfo:
         return fs.get_file_info(inner)
     except _NoAnswerError as exc:
         raise not_answering(location, doing, exc, StorageError) from exc
+    except _RefusedError as exc:
+        raise StorageError(
+            f"Cannot {doing} {location}: the server refuses access ({location.scrub(str(exc))}). Check the URL's "
+            "credentials and the server's permissions.",
+            path=str(location),
+        ) from exc
     except OSError as exc:
         if unanswered(exc):
             raise not_answering(location, doing, exc) from exc
@@ -330,7 +369,24 @@ def open_input_file(location: Location) -> Any:
     if path is not None:
         return path
     fs, inner = filesystem(location)
-    return fs.open_input_file(inner)
+    try:
+        return fs.open_input_file(inner)
+    except _StreamOnlyError:
+        raise DataError(
+            f"Cannot read {location} by ranges: the server sends it only as a stream (no size, or no range "
+            "requests), and Parquet is read from its end first. Download it and give the local path, or serve it "
+            "from a server that takes range requests."
+        ) from None
+
+
+def open_input_stream(location: Location) -> Any:
+    """A pyarrow stream read from start to end (a CSV, a copy), or the local path itself: unlike
+    :func:`open_input_file`, it takes a file a server sends only as a stream."""
+    path = location.local_path
+    if path is not None:
+        return path
+    fs, inner = filesystem(location)
+    return fs.open_input_stream(inner)
 
 
 def read_parquet(location: Location, columns: list[str] | None = None, filters: Any = None) -> pa.Table:

@@ -5,6 +5,7 @@ The cases that used to escape as a TypeError, an uncaught ArrowInvalid or a mult
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
@@ -195,6 +196,13 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
             if "broken" in self.path:  # the server's own failure: not "no such file" either
                 self.send_error(500)
                 return None
+            if "forbidden" in self.path:  # it answers, and refuses this client: not "no such file" (attack E)
+                self.send_error(403)
+                return None
+            if "stream" in self.path:  # no size, no ranges: fsspec's stream failed at the first seek, exit 4
+                self.send_response(200)
+                self.end_headers()
+                return io.BytesIO(b"PAR1 not a parquet file " * 8)
             return super().send_head()
 
     handler = functools.partial(Quiet, directory=str(tmp_path))
@@ -209,6 +217,8 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
                 (answering.server_address[1], "nowhere"),
                 (silent, "nowhere"),
                 (answering.server_address[1], "broken"),
+                (answering.server_address[1], "forbidden"),
+                (answering.server_address[1], "stream"),
             ):
                 data = f"http://user:PASSWORD@127.0.0.1:{port}/{name}.parquet?sig=SIGNATURE"
                 words = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", data]
@@ -217,10 +227,12 @@ def test_an_http_server_that_does_not_answer_is_exit_3_and_a_missing_file_on_one
         finally:
             answering.shutdown()
             answering.server_close()
-    missing, down, failing = seen
+    missing, down, failing, forbidden, stream = seen
     assert missing[0] == 2 and "Data file not found" in missing[1], missing
     for code, err in (down, failing):
         assert code == 3 and "does not answer" in err and "not found" not in err, (code, err)
+    assert forbidden[0] == 3 and "the server refuses access (403" in forbidden[1], forbidden
+    assert stream[0] == 2 and "by ranges: the server sends it only as a stream" in stream[1], stream
     for _, err in seen:
         assert err.startswith("error: ") and err.count("\n") == 1, err
         assert "PASSWORD" not in err and "SIGNATURE" not in err, err

@@ -33,6 +33,22 @@ def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
     output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when
     the folder is made."""
+    if storage.is_file(output):
+        raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
+    local = output.local_path
+    if local is not None and local.is_symlink() and not local.exists():
+        raise ConfigError(
+            f"--output {output} is a symbolic link to {os.readlink(local)}, which does not exist; make that folder, "
+            "or give another --output.",
+            key="output",
+        )
+
+
+def check_output_reachable(output: Location) -> None:
+    """Refuse (exit 2), before Ray starts, an output that a run's actors could not write to or a later command
+    read: fsspec's ``memory://`` (a store inside one process), a URL with no bucket, a local path that is a URL
+    without its ``//``. Asked by the commands' up-front checks only: a process that writes its own run folder
+    (a test, :func:`~.run_manifest.prepare_output`) may keep one in ``memory://``."""
     if output.scheme in PROCESS_LOCAL_SCHEMES:
         raise ConfigError(
             f"--output {output} is a store inside one process ({output.scheme}://): the actors, other processes, "
@@ -48,15 +64,6 @@ def check_output_folder(output: Location) -> None:
     if output.is_url and not urlsplit(output.reveal()).netloc:
         raise ConfigError(
             f"--output {output} names no bucket or host (a URL is SCHEME://BUCKET/PATH); give one.", key="output"
-        )
-    if storage.is_file(output):
-        raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
-    local = output.local_path
-    if local is not None and local.is_symlink() and not local.exists():
-        raise ConfigError(
-            f"--output {output} is a symbolic link to {os.readlink(local)}, which does not exist; make that folder, "
-            "or give another --output.",
-            key="output",
         )
 
 

@@ -30,7 +30,12 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_entries, check_run_folder
+from distributed_onnx.evaluation.output_checks import (
+    check_output_folder,
+    check_output_reachable,
+    check_run_entries,
+    check_run_folder,
+)
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
@@ -65,6 +70,7 @@ def check_backtest(settings: BacktestSettings) -> None:
         [Written("output", settings.output, RUN_ENTRIES)],
         [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
     )
+    check_output_reachable(settings.output)
     check_output_folder(settings.output)
     check_run_folder(settings.output)  # files but no run record: refused before Ray starts, and again under the lock
     check_run_entries(settings.output)  # a read-only folder, an entry in the way: refused now, not an I/O error later

@@ -77,7 +77,7 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
         if path.suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
-            table = pa_csv.read_csv(storage.open_input_file(path), convert_options=ids_as_text)
+            table = pa_csv.read_csv(storage.open_input_stream(path), convert_options=ids_as_text)
         else:
             table = storage.read_parquet(path)
     except (pa.ArrowInvalid, OSError) as exc:

@@ -56,7 +56,7 @@ from distributed_onnx.evaluation.fev_tasks.summary_files import write_outputs
 from distributed_onnx.evaluation.fev_tasks.tasks import merged_settings, task_name
 from distributed_onnx.evaluation.fev_tasks.verdicts import REJECTED as REJECTED_STATUS
 from distributed_onnx.evaluation.fev_tasks.verdicts import verdict
-from distributed_onnx.evaluation.output_checks import check_output_folder
+from distributed_onnx.evaluation.output_checks import check_output_folder, check_output_reachable
 from distributed_onnx.evaluation.settings import BacktestSettings, gpu_chain_problem
 from distributed_onnx.evaluation.up_front import check_checkpoint_names
 from distributed_onnx.location import Location, LocationLike
@@ -292,6 +292,7 @@ def run_benchmark(
     except ValueError as exc:  # a folder that holds no checkpoint
         raise ConfigError(str(exc), key="checkpoint") from exc
     check_checkpoint_names(paths)  # the backtest's own refusals, before anything is loaded or started
+    check_output_reachable(Location.parse(output))
     check_output_folder(Location.parse(output))
     shared = BacktestSettings.from_sources({**settings, "output": output}, source="the benchmark's settings")
     gpu_chain = gpu_chain_problem(shared.providers, shared.gpus_per_actor)  # every run's pool would refuse it

@@ -101,7 +101,7 @@ def load_dataset(task: Any) -> Any:
         return _loaded_from(task, str(location.local_path))
     with tempfile.TemporaryDirectory(prefix="distributed-onnx-fev-") as folder:
         copied = Path(folder) / f"data{location.suffix}"
-        with storage.open_input_file(location) as source, copied.open("wb") as target:
+        with storage.open_input_stream(location) as source, copied.open("wb") as target:
             shutil.copyfileobj(source, target)
         return _loaded_from(task, str(copied))
 
