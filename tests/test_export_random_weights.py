@@ -66,19 +66,38 @@ def test_export_shows_each_phase_with_elapsed_seconds_and_no_training_mode_warni
 
 
 def test_the_export_keeps_its_weights_digest_for_the_first_backtest(
-    exported: tuple[Path, subprocess.CompletedProcess[str]],
+    exported: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 52: a backtest's plan needs the sha256 of the checkpoint's external weights (its identity); the first
-    one after an export hashed them (a published TimesFM: 925 MB, seconds of its start). The export now leaves the
-    digest in the cache folder (``$DISTRIBUTED_ONNX_CACHE``, this test session's). Before the backtest below,
-    which would keep it itself."""
+    one after an export hashed them (a published TimesFM: 925 MB, seconds of its start). The export leaves the
+    digest in the cache folder for weights from ``KEEP_DIGESTS_FROM_BYTES`` on; a tiny export (this module's)
+    leaves it to the first command, without waiting out the racy window. The export's own call, on a copy of the
+    tiny export with the bound at 0 and its files' times in the past (no wait)."""
+    from distributed_onnx.export import common
+    from distributed_onnx.model import file_digests
+
     output, done = exported
     assert done.returncode == 0, done.stderr[-3000:]
-    weights = output.with_name(output.name + ".data")
+    copied = tmp_path / output.name
+    for each in (output, output.with_name(output.name + ".data"), output.with_suffix(".metadata.json")):
+        copied.with_name(each.name).write_bytes(each.read_bytes())
+        os.utime(copied.with_name(each.name), ns=(10**18, 10**18))
+    weights = copied.with_name(copied.name + ".data")
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()
     kept = Path(os.environ["DISTRIBUTED_ONNX_CACHE"]) / "digests"
-    found = [path.name for path in kept.glob("*.sha256")] if kept.is_dir() else []
-    assert any((kept / name).read_text().strip() == digest for name in found), (weights, found)
+
+    version = hashlib.sha256(file_digests._version(weights).encode()).hexdigest()[:32]  # this file's entry
+
+    def found() -> bool:
+        entry = kept / f"{version}.sha256"
+        return entry.is_file() and entry.read_text().strip() == digest
+
+    monkeypatch.setattr(file_digests, "_KNOWN", {})
+    common.remember_digests(copied)  # tiny: left to the first command
+    assert not found()
+    monkeypatch.setattr(common, "KEEP_DIGESTS_FROM_BYTES", 0)
+    common.remember_digests(copied)
+    assert found(), (weights, version)
 
 
 @pytest.mark.usefixtures("ray_session")

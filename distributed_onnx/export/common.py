@@ -297,6 +297,11 @@ def resolution_of(request: ExportRequest) -> int:
     return max(1, int(steps.min()) // 60_000_000)
 
 
+#: The size of a checkpoint's files from which the export hashes them itself (:func:`remember_digests`): below it,
+#: hashing when first asked costs less than the export's wait for the racy window (sha256 runs at hundreds of MB/s).
+KEEP_DIGESTS_FROM_BYTES = 64 << 20
+
+
 def remember_digests(weights_path: Path) -> None:
     """Hash the written checkpoint's files now, into this machine's digest cache (:mod:`~..model.file_digests`).
 
@@ -305,7 +310,9 @@ def remember_digests(weights_path: Path) -> None:
     that backtest's planning. The export has just written the files, and minutes of it make seconds of hashing
     small: the next command finds the digests kept. A file written less than :data:`~..model.file_digests.RACY_S`
     ago is not kept (its version could not tell a second write in the same tick), so the export waits out that
-    rest first (a tiny model's parity can end sooner). Best effort: what cannot be hashed or kept now is hashed
+    rest first (a tiny model's parity can end sooner). Weights smaller than :data:`KEEP_DIGESTS_FROM_BYTES` are
+    left to the first command that asks (hashing them then costs less than that wait: every tiny export of the
+    test suite waited it, twice with an int8 variant). Best effort: what cannot be hashed or kept now is hashed
     when first asked for, as before.
     """
     from distributed_onnx.model.checkpoint import LocalCheckpoint
@@ -315,6 +322,8 @@ def remember_digests(weights_path: Path) -> None:
 
     try:
         files = [weights_path, *(weights_path.parent / each for each in external_data_locations(weights_path))]
+        if sum(each.stat().st_size for each in files) < KEEP_DIGESTS_FROM_BYTES:
+            return
         newest_ns = max(each.stat().st_mtime_ns for each in files)
         time.sleep(max(0.0, RACY_S + 0.1 - (time.time_ns() - newest_ns) / 1e9))
         identity_of(LocalCheckpoint(path=weights_path).resolve())
