@@ -53,7 +53,9 @@ def describe_error(
         return EXIT_ENVIRONMENT, (
             f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. {kept} the cluster (disk, memory, nodes) and {again}."
         )
-    if isinstance(exc, OSError):  # storage or the system (a full disk, a store that stopped answering)
+    aiohttp = sys.modules.get("aiohttp")  # fsspec's http(s) client: its failures are the store's, as OSError's are
+    if isinstance(exc, OSError) or (aiohttp is not None and isinstance(exc, aiohttp.ClientError)):
+        # storage or the system (a full disk, a store that stopped answering, a server that closed mid-answer)
         again = "Finished parts are kept; rerun the same command to resume." if resumes else "Fix it and rerun."
         return EXIT_ENVIRONMENT, f"I/O error: {type(exc).__name__}: {_one_line(exc)}. {again}"
     if isinstance(exc, MemoryError):

@@ -279,3 +279,14 @@ def test_a_run_that_plans_no_window_is_refused_naming_why(
     line = _one_line(capsys)
     assert "no window to evaluate" in line and "5..5 steps each" in line and "context + horizon = 24" in line, line
     assert not output.exists()
+
+
+def test_an_http_server_that_closes_mid_answer_is_an_io_error_not_an_internal_one() -> None:
+    """Attack F: a server that sent half of a Content-Length body and closed ended the backtest with exit 4
+    ``internal error: ClientPayloadError`` (aiohttp's errors are not ``OSError``): the store failed, exit 3."""
+    import aiohttp
+
+    error = aiohttp.ClientPayloadError("Response payload is not completed: not enough data (received 88715 of 177430)")
+    code, line = cli.describe_error(error)
+    assert code == 3 and line.startswith("I/O error: ClientPayloadError: Response payload is not completed"), line
+    assert line.endswith("rerun the same command to resume.")

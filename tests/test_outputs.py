@@ -205,6 +205,7 @@ def test_prepare_output_refuses_a_directory_of_another_run(tmp_path: Path) -> No
         ("s3:/", "looks like a URL without its //"),
         ("gs:bucket/run", "looks like a URL without its //"),
         ("s3://", "names no bucket or host"),
+        ("https://user:pw@127.0.0.1:9/x", "is an https:// server, which is read here, never written"),
     ],
 )
 def test_an_output_no_actor_could_write_to_is_refused_before_anything_runs(

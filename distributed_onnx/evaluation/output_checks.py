@@ -25,6 +25,8 @@ from distributed_onnx.location import Location
 #: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
 #: made a folder ``s3:`` in the working directory and the run failed at its end.
 LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
+#: Stores this package reads and never writes (``storage``: a write there is refused, after Ray's start).
+READ_ONLY_SCHEMES = frozenset({"http", "https"})
 #: fsspec's stores that live inside one process: what one process writes there, no other sees.
 PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
 
@@ -59,6 +61,12 @@ def check_output_reachable(output: Location) -> None:
         raise ConfigError(
             f"--output {output} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give "
             "a local folder of that name by its absolute path.",
+            key="output",
+        )
+    if output.scheme in READ_ONLY_SCHEMES:
+        raise ConfigError(
+            f"--output {output} is an {output.scheme}:// server, which is read here, never written; give a folder "
+            "or an object store.",
             key="output",
         )
     if output.is_url and not urlsplit(output.reveal()).netloc:
