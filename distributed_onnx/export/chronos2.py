@@ -62,19 +62,11 @@ from typing import Any, cast
 import numpy as np
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.export.common import (
-    UpstreamForecast,
-    described,
-    finish,
-    parity_report,
-    parity_windows,
-    phase,
-    pretrained_folder,
-    quiet_loggers,
-    resolution_of,
-    save_program,
-    write_metadata,
-)
+from distributed_onnx.export.graph import quiet_loggers, save_program
+from distributed_onnx.export.metadata import described, resolution_of, write_metadata
+from distributed_onnx.export.parity_check import UpstreamForecast, finish, parity_report, parity_windows
+from distributed_onnx.export.pretrained import pretrained_folder
+from distributed_onnx.export.progress import phase
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 
