@@ -86,8 +86,8 @@ def scan_sorted_parquet(
 
     ``None`` when the input is not a Parquet file of more than one chunk, sorted by (series_id, timestamp), that
     passes every check chunk by chunk: the caller then reads it whole (see the module docstring). A store that
-    does not answer (:func:`~distributed_onnx.storage.unanswered`) is the one error raised here: the whole read
-    would ask it again and the user would wait out the store client's retries twice before hearing it.
+    does not answer (:func:`~distributed_onnx.storage_unanswered.unanswered`) is the one error raised here: the
+    whole read would ask it again and the user would wait out the store client's retries twice before hearing it.
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
