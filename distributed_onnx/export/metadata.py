@@ -45,8 +45,9 @@ def resolution_of(request: ExportRequest) -> int:
         )
     import pyarrow.compute as pc
 
+    from distributed_onnx.evaluation.data.column_values import timestamps_us
     from distributed_onnx.evaluation.data.columns import check_columns
-    from distributed_onnx.evaluation.data.table import read_table, timestamps_us
+    from distributed_onnx.evaluation.data.table import read_table
 
     source = str(request.data)
     table = read_table(request.data)
