@@ -13,8 +13,9 @@ Each bound is far above any real use and low enough that the arithmetic done wit
 the typed settings (``Field(le=...)``) refuse a value beyond it in one line naming the setting (exit 2).
 
 The inputs' bounds (:data:`MAX_SERIES_ID_BYTES`, :data:`FLOAT32_MAX`) are read by every door a series comes in by:
-the backtest's and ``score``'s tables (``evaluation/data/table.py``), the served routes (``serve/wire/``) and the
-forecast log ``score`` reads (``live/``), so that a series one of them takes, the others take too.
+the backtest's and ``score``'s tables (``evaluation/data/validation.py``, ``evaluation/data/column_values.py``),
+the served routes (``serve/wire/``) and the forecast log ``score`` reads (``live/``), so that a series one of
+them takes, the others take too.
 """
 
 from __future__ import annotations

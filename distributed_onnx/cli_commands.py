@@ -75,7 +75,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from distributed_onnx.errors import EnvironmentFailedError
     from distributed_onnx.export import run_export
-    from distributed_onnx.export.common import MEANINGLESS
+    from distributed_onnx.export.metadata import MEANINGLESS
 
     request = _settings(args)
     if request.random_size is not None:

@@ -14,7 +14,8 @@ node's own temp directory.
 Writes are atomic either way: a local file is written under a temporary name, fsynced and renamed into place
 (so a killed run never leaves a half-written file under a final name); an object is uploaded from memory under a
 temporary name and copied into place by the store, since pyarrow publishes a stream that failed part-way.
-``file://`` URLs are local paths.
+``file://`` URLs are local paths. What ``http(s)://`` takes beyond fsspec's own reading (a server's silence, its
+refusals, a file it sends only as a stream, the read timeout) is :mod:`distributed_onnx.storage_http`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ from distributed_onnx import redact as _redaction
 from distributed_onnx.errors import ConfigError, DataError, MissingExtraError, StorageError
 from distributed_onnx.location import Location
 from distributed_onnx.redact import redact_text
+from distributed_onnx.storage_http import (
+    AnsweringFSSpecHandler,
+    NoAnswerError,
+    RefusedError,
+    StreamOnlyError,
+    fsspec_options,
+)
+from distributed_onnx.storage_unanswered import unanswered
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +118,7 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
                 location=str(location),
             ) from None
         try:
-            spec_fs, path = fsspec.core.url_to_fs(location.reveal(), **_fsspec_options(scheme))
+            spec_fs, path = fsspec.core.url_to_fs(location.reveal(), **fsspec_options(scheme))
         except ImportError as exc:  # fsspec knows the scheme; its implementation's package is missing
             raise MissingExtraError(
                 f"Cannot open {location}: {location.scrub(str(exc))} (fsspec's implementation of {scheme}:// is not "
@@ -117,46 +126,7 @@ def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
             ) from None
         except ValueError as exc:  # fsspec does not know the scheme either, or refused the URL
             raise ConfigError(f"Cannot open {location}: {location.scrub(str(exc))}.", location=str(location)) from None
-        return pafs.PyFileSystem(_AnsweringFSSpecHandler(spec_fs)), str(path)
-
-
-#: The environment variable that sets :data:`HTTP_READ_TIMEOUT_S` (seconds; docs/backtest.md).
-HTTP_READ_TIMEOUT_VARIABLE = "DISTRIBUTED_ONNX_HTTP_READ_TIMEOUT_S"
-#: The longest an ``http(s)://`` location may stay silent: to connect, and between two reads of its answer (the
-#: headers, each chunk of a body). A server that accepts the connection and never sends a byte held a command for
-#: fsspec's HEAD then its GET, each under aiohttp's own bound (5 minutes for the whole request); a slow server that
-#: keeps sending passes however long the whole file takes (no bound on the total).
-HTTP_READ_TIMEOUT_S = 30.0
-
-
-def http_read_timeout_s() -> float:
-    """:data:`HTTP_READ_TIMEOUT_S`, or the seconds :data:`HTTP_READ_TIMEOUT_VARIABLE` gives (read at each open, so a
-    test or a driver process may set it); a :class:`ConfigError` (exit 2) for a value that is not a positive number."""
-    text = os.environ.get(HTTP_READ_TIMEOUT_VARIABLE, "").strip()
-    if not text:
-        return HTTP_READ_TIMEOUT_S
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigError(
-            f"{HTTP_READ_TIMEOUT_VARIABLE}={text!r} is not a number of seconds above 0: give one such as "
-            f"{HTTP_READ_TIMEOUT_S:g}, or unset it for that default.",
-            key=HTTP_READ_TIMEOUT_VARIABLE,
-        )
-    return seconds
-
-
-def _fsspec_options(scheme: str) -> dict[str, Any]:
-    """The options :func:`filesystem` gives fsspec for ``scheme``: for ``http(s)://``, aiohttp's waits bounded by
-    :func:`http_read_timeout_s` (to connect, for each read) instead of its default, with no bound on a whole answer."""
-    if scheme not in {"http", "https"}:
-        return {}
-    import aiohttp
-
-    bound = http_read_timeout_s()
-    return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=bound, sock_read=bound)}}
+        return pafs.PyFileSystem(AnsweringFSSpecHandler(spec_fs)), str(path)
 
 
 class StorageNotAnsweringError(StorageError, ConnectionError):
@@ -165,93 +135,19 @@ class StorageNotAnsweringError(StorageError, ConnectionError):
     ``OSError`` (an actor's part: :mod:`~distributed_onnx.evaluation.actor.part`) still does."""
 
 
-class _NoAnswerError(ConnectionError):
-    """The store did not answer a look at a path that fsspec would have called missing (see below)."""
-
-
-class _AnsweringFSSpecHandler(pafs.FSSpecHandler):  # type: ignore[misc]
-    """pyarrow's handler of an fsspec filesystem, except that a server that does not answer is not "no such file".
-
-    fsspec's HTTP filesystem raises ``FileNotFoundError`` for a refused connection too (the connection error is its
-    cause), and for a server's own failure (a 5xx status), and pyarrow's handler turns every ``FileNotFoundError``
-    into a missing file: ``--data https://...`` at a host that is down would say "not found" (exit 2) where the
-    storage did not answer (exit 3, rerun later).
-    """
-
-    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        infos = []
-        for path in paths:
-            try:
-                info = self.fs.info(path)
-            except FileNotFoundError as exc:
-                cause = exc.__cause__
-                if cause is not None and (unanswered(cause) or _server_failed(cause)):
-                    raise _NoAnswerError(self._no_answer(cause)) from cause
-                if cause is not None and getattr(cause, "status", None) in REFUSED_STATUSES:
-                    raise _RefusedError(_redaction.quoted(cause)) from cause
-                infos.append(pafs.FileInfo(path, pafs.FileType.NotFound))
-            else:
-                infos.append(self._create_file_info(path, info))
-        return infos
-
-    def open_input_file(self, path: str) -> Any:
-        """The file, read by ranges; one a server sends only as a stream (no size, or no range requests) is refused
-        here: Parquet is read from its footer back, and fsspec's stream failed at the first seek (exit 4)."""
-        from pyarrow import PythonFile
-
-        if not self.fs.isfile(path):
-            raise FileNotFoundError(path)
-        opened = self.fs.open(path, mode="rb")
-        if not _takes_ranges(opened):
-            opened.close()
-            raise _StreamOnlyError(path)
-        return PythonFile(opened, mode="r")
-
-    def _no_answer(self, cause: BaseException) -> str:
-        """What the store's silence was: a timeout of an ``http(s)://`` server says its bound and what sets it."""
-        said = _redaction.quoted(cause)
-        if isinstance(cause, TimeoutError) and "http" in self.fs.protocol:
-            bound = f"nothing within {http_read_timeout_s():g} s, the wait {HTTP_READ_TIMEOUT_VARIABLE} sets"
-            return f"{said}: {bound}" if said else bound
-        return said
-
-
-#: HTTP statuses of a server that answers but refuses this client: not "no such file".
-REFUSED_STATUSES = (401, 403)
-
-
-class _RefusedError(PermissionError):
-    """The server refused access to a path (401, 403) that fsspec would have called missing."""
-
-
-class _StreamOnlyError(OSError):
-    """The server sends the file only as a stream (fsspec's ``HTTPStreamFile``): it cannot be read by ranges."""
-
-
-def _takes_ranges(opened: Any) -> bool:
-    """Whether an fsspec file can seek (fsspec opens an http(s) file a server gives no size or ranges for as a
-    stream, whose ``seek`` raises)."""
-    return type(opened).__name__ != "HTTPStreamFile"
-
-
-def _server_failed(exc: BaseException) -> bool:
-    """An HTTP answer of the server's own failure (5xx, aiohttp's ``ClientResponseError.status``): not "no file"."""
-    status = getattr(exc, "status", None)
-    return isinstance(status, int) and status >= 500
-
-
 def _file_info(location: Location, what: str = "") -> pafs.FileInfo:
     """What the store says is at ``location`` (a file, a folder, nothing); a store that does not answer is one
-    :class:`StorageError` naming the location (exit 3), whichever command asked (:class:`_AnsweringFSSpecHandler`;
-    pyarrow's own stores raise their ``OSError`` directly: that becomes a :class:`StorageNotAnsweringError`, still
-    an ``OSError`` for a caller that retries on one)."""
+    :class:`StorageError` naming the location (exit 3), whichever command asked
+    (:class:`~distributed_onnx.storage_http.AnsweringFSSpecHandler`; pyarrow's own stores raise their ``OSError``
+    directly: that becomes a :class:`StorageNotAnsweringError`, still an ``OSError`` for a caller that retries on
+    one)."""
     fs, inner = filesystem(location)
     doing = f"read {what}".strip()
     try:
         return fs.get_file_info(inner)
-    except _NoAnswerError as exc:
+    except NoAnswerError as exc:
         raise not_answering(location, doing, exc, StorageError) from exc
-    except _RefusedError as exc:
+    except RefusedError as exc:
         raise StorageError(
             f"Cannot {doing} {location}: the server refuses access ({location.scrub(str(exc))}). Check the URL's "
             "credentials and the server's permissions.",
@@ -371,7 +267,7 @@ def open_input_file(location: Location) -> Any:
     fs, inner = filesystem(location)
     try:
         return fs.open_input_file(inner)
-    except _StreamOnlyError:
+    except StreamOnlyError:
         raise DataError(
             f"Cannot read {location} by ranges: the server sends it only as a stream (no size, or no range "
             "requests), and Parquet is read from its end first. Download it and give the local path, or serve it "
@@ -554,41 +450,10 @@ def sha256(location: Location) -> str:
     return digest.hexdigest()
 
 
-#: Words of pyarrow's and the stores' errors that say the store was not reached (pyarrow's S3 raises a bare OSError
-#: carrying curl's code): refused, unreachable, not resolved, timed out.
-_UNANSWERED_WORDS = (
-    "could not connect",
-    "couldn't connect",
-    "failed to connect",
-    "connection refused",
-    "curlcode: 6,",
-    "curlcode: 7,",
-    "curlcode: 28,",
-    "network is unreachable",
-    "timed out",
-    "could not resolve",
-    "name or service not known",
-)
-
-
-def unanswered(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it was raised from) says the storage did not answer - a refused or unreachable
-    store, a name that does not resolve, a timeout - rather than that it answered (no such file, no permission).
-    The one classification every reader's error goes through (:func:`read_error`)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionError | TimeoutError) or type(seen).__name__ in {"ClientConnectorError"}:
-            return True
-        if isinstance(seen, OSError) and any(word in str(seen).lower() for word in _UNANSWERED_WORDS):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def read_error(exc: BaseException, location: Location, what: str) -> StorageError | None:
     """A :class:`StorageError` (exit 3: the environment) naming ``what`` at ``location`` when ``exc`` says the
-    storage did not answer (:func:`unanswered`); None when it answered, the caller's own error then applies (a
-    missing or unreadable file: exit 2)."""
+    storage did not answer (:func:`~distributed_onnx.storage_unanswered.unanswered`); None when it answered, the
+    caller's own error then applies (a missing or unreadable file: exit 2)."""
     if not unanswered(exc):
         return None
     return not_answering(location, f"read {what}", exc, StorageError)

@@ -114,6 +114,23 @@ def shared_part(blocks: list[InstallBlock]) -> tuple[tuple[str, ...], ...]:
 # ------------------------------------------------------------------------------------ inside a block's venv
 
 
+#: The export code every family's exporter shares (``distributed_onnx/export/``): read for its imports as the
+#: exporter module is, those inside functions included.
+SHARED_EXPORT_CODE = (
+    "context_model",
+    "digests",
+    "graph",
+    "metadata",
+    "parity",
+    "parity_check",
+    "pretrained",
+    "progress",
+    "scratch",
+    "torch_extra",
+    "torch_patches",
+)
+
+
 def imported_modules(family: str) -> list[str]:
     """The modules ``family``'s exporter imports, read from its source: the exporter module and the shared export
     code (every import, inside functions too), its random-weights writer function and its adapter's module.
@@ -122,7 +139,7 @@ def imported_modules(family: str) -> list[str]:
     from distributed_onnx.model import families
 
     record = families.family(family)
-    sources: list[tuple[str, str | None]] = [("distributed_onnx.export.common", None)]
+    sources: list[tuple[str, str | None]] = [(f"distributed_onnx.export.{name}", None) for name in SHARED_EXPORT_CODE]
     if record.exporter is not None:
         sources.append((record.exporter, None))
     for path in (record.random_weights, record.adapter):

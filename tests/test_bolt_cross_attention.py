@@ -27,7 +27,7 @@ pytest.importorskip("chronos")
 from families import BOLT_CONTEXT, BOLT_STEPS, gappy_series  # noqa: E402
 
 from distributed_onnx.export import chronos_bolt  # noqa: E402
-from distributed_onnx.export.common import context_module, export_context_graph  # noqa: E402
+from distributed_onnx.export.graph import context_module, export_context_graph  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -253,7 +253,7 @@ def test_an_http_server_that_accepts_and_never_answers_is_exit_3_after_the_wait_
     one in this process for a fresh output)."""
     import threading
 
-    from distributed_onnx.storage import HTTP_READ_TIMEOUT_VARIABLE
+    from distributed_onnx.storage_http import HTTP_READ_TIMEOUT_VARIABLE
 
     monkeypatch.setenv(HTTP_READ_TIMEOUT_VARIABLE, "1")
     with socket.socket() as silent:  # listening, never accepting: the kernel completes the handshake, nothing answers

@@ -19,7 +19,7 @@ import pytest
 from families import RESOLUTION_MINUTES, gappy_series, write_gappy_dataset
 
 from distributed_onnx import cli
-from distributed_onnx.export.common import MEANINGLESS
+from distributed_onnx.export.metadata import MEANINGLESS
 
 pytest.importorskip("torch")
 pytest.importorskip("chronos")
@@ -73,7 +73,7 @@ def test_the_export_keeps_its_weights_digest_for_the_first_backtest(
     digest in the cache folder for weights from ``KEEP_DIGESTS_FROM_BYTES`` on; a tiny export (this module's)
     leaves it to the first command, without waiting out the racy window. The export's own call, on a copy of the
     tiny export with the bound at 0 and its files' times in the past (no wait)."""
-    from distributed_onnx.export import common
+    from distributed_onnx.export import digests
     from distributed_onnx.model import file_digests
 
     output, done = exported
@@ -93,10 +93,10 @@ def test_the_export_keeps_its_weights_digest_for_the_first_backtest(
         return entry.is_file() and entry.read_text().strip() == digest
 
     monkeypatch.setattr(file_digests, "_KNOWN", {})
-    common.remember_digests(copied)  # tiny: left to the first command
+    digests.remember_digests(copied)  # tiny: left to the first command
     assert not found()
-    monkeypatch.setattr(common, "KEEP_DIGESTS_FROM_BYTES", 0)
-    common.remember_digests(copied)
+    monkeypatch.setattr(digests, "KEEP_DIGESTS_FROM_BYTES", 0)
+    digests.remember_digests(copied)
     assert found(), (weights, version)
 
 

@@ -117,7 +117,7 @@ def test_extra_columns_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixtu
 def test_tz_naive_timestamps_read_as_utc(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     path = tmp_path / "naive.parquet"
     pq.write_table(_table(["a", "a"], [0, 30], [1.0, 2.0], pa.timestamp("us")), path)
-    with caplog.at_level(logging.WARNING, logger="distributed_onnx.evaluation.data.table"):
+    with caplog.at_level(logging.WARNING, logger="distributed_onnx.evaluation.data.column_values"):
         result = load_series(Location(path), 30)
     assert result.series[0].start_us == T0_US
     assert any("no time zone" in r.getMessage() for r in caplog.records)

@@ -29,10 +29,10 @@ computed in the graph from the group-time mask itself: no query has an unmasked 
 
 A token at a masked time step (a padding or all-NaN patch) has no unmasked key at all: upstream adds
 ``finfo.min`` to every score and gets a uniform average of the batch's values, the branch its own ``o(v(.))``,
-so such tokens' hidden states differ (by 1e-2 in the tiny test model). They never reach a forecast: time
-attention masks them as keys (their weight is ``exp(finfo.min)`` = 0 beside any unmasked key, and the REG and
-output-patch tokens are always unmasked), and in group attention every row is its own group, so no other
-query attends them. Evidence: ``tests/test_chronos2_pipeline.py::test_univariate_gappy_windows_equal_upstream_predict``
+so such tokens' hidden states differ. They never reach a forecast: time attention masks them as keys (their
+weight is ``exp(finfo.min)`` = 0 beside any unmasked key, and the REG and output-patch tokens are always
+unmasked), and in group attention every row is its own group, so no other query attends them.
+Evidence: ``tests/test_chronos2_pipeline.py::test_univariate_gappy_windows_equal_upstream_predict``
 (leading NaN, a NaN run, a short series, against ``Chronos2Pipeline.predict``) and the parity report;
 ``test_univariate_call_skips_the_group_attentions_arithmetic`` counts the multiply-adds skipped.
 
@@ -62,19 +62,11 @@ from typing import Any, cast
 import numpy as np
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.export.common import (
-    UpstreamForecast,
-    described,
-    finish,
-    parity_report,
-    parity_windows,
-    phase,
-    pretrained_folder,
-    quiet_loggers,
-    resolution_of,
-    save_program,
-    write_metadata,
-)
+from distributed_onnx.export.graph import quiet_loggers, save_program
+from distributed_onnx.export.metadata import described, resolution_of, write_metadata
+from distributed_onnx.export.parity_check import UpstreamForecast, finish, parity_report, parity_windows
+from distributed_onnx.export.pretrained import pretrained_folder
+from distributed_onnx.export.progress import phase
 from distributed_onnx.export.request import ExportRequest, ExportResult
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 

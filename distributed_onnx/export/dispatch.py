@@ -1,8 +1,8 @@
 """``run_export``: an :class:`~.request.ExportRequest` handed to its family's exporter module, then the variant.
 
 Apart from the request type (:mod:`.request`), which every exporter imports: the dispatch imports the exporters'
-shared code (:mod:`.common`, :mod:`.variants`, :mod:`.random_weights`), so the two in one module made an import
-circle through each of them.
+shared code (:mod:`.progress`, :mod:`.scratch`, :mod:`.variants`, :mod:`.random_weights`), so the two in one
+module made an import circle through each of them.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ def run_export(request: ExportRequest) -> ExportResult:
             "forecasts).",
             key="from_pretrained",
         )
-    from distributed_onnx.export.common import sigterm_interrupts
+    from distributed_onnx.export.scratch import sigterm_interrupts
 
-    with sigterm_interrupts():  # a killed export removes its temporary folders (common.sigterm_interrupts)
+    with sigterm_interrupts():  # a killed export removes its temporary folders (scratch.sigterm_interrupts)
         return _exported(request, declared, declared.exporter)
 
 
@@ -41,7 +41,10 @@ def _exported(request: ExportRequest, declared: Family, exporter: str) -> Export
     """The export itself: the family's exporter module's ``export(request)``, on a built model for
     ``--random-weights``, then the int8 variant if asked for."""
     from distributed_onnx.export import variants
-    from distributed_onnx.export.common import phase, remember_digests, resolution_of, scratch_folder, start_progress
+    from distributed_onnx.export.digests import remember_digests
+    from distributed_onnx.export.metadata import resolution_of
+    from distributed_onnx.export.progress import phase, start_progress
+    from distributed_onnx.export.scratch import scratch_folder
 
     start_progress()
     module: Any = importlib.import_module(exporter)

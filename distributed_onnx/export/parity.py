@@ -1,7 +1,8 @@
 """The statistics of a parity report: how far one forecast lies from the one it must equal (numpy only).
 
 Every parity report computes them alike: the export's (ONNX Runtime against the upstream pipeline,
-:func:`.common.parity_report`) and a variant's (the variant against its parent, :func:`.variants.compare_to_parent`).
+:func:`.parity_check.parity_report`) and a variant's (the variant against its parent,
+:func:`.variants.compare_to_parent`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def parity_statistics(ours: np.ndarray, reference: np.ndarray, reference_name: s
     export's against upstream and a variant's against its parent.
 
     ``max_abs_diff`` and ``median_abs_diff``; ``max_rel_diff``, the largest difference over the largest reference
-    magnitude (what :data:`.common.PARITY_TOLERANCE` bounds: one scale for the whole forecast, so a near-zero
+    magnitude (what :data:`.parity_check.PARITY_TOLERANCE` bounds: one scale for the whole forecast, so a near-zero
     value does not inflate it); and that magnitude, as ``max_abs_<reference_name>``.
 
     >>> parity_statistics(np.array([1.0, 2.5]), np.array([1.0, 2.0]), "parent")

@@ -5,7 +5,7 @@ random weights, written as the package writes a pretrained folder (``save_pretra
 ``model.safetensors``; TiRex's Lightning ``model.ckpt``; TimesFM's ``save_pretrained`` plus our
 ``forecast_config.json``), and then exported by the family's exporter exactly as a downloaded folder is: one
 export path. The checkpoint's metadata says its forecasts are meaningless
-(:data:`~distributed_onnx.export.common.MEANINGLESS`).
+(:data:`~distributed_onnx.export.metadata.MEANINGLESS`).
 
 Sizes:
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.export.common import require_torch
+from distributed_onnx.export.torch_extra import require_torch
 from distributed_onnx.model.families import Family, load_object
 
 Size = Literal["tiny", "published"]
@@ -332,7 +332,7 @@ def write_timesfm(directory: Path, size: Size, seed: int = SEED) -> Path:
     from timesfm.timesfm_2p5 import timesfm_2p5_torch
     from timesfm.timesfm_2p5.timesfm_2p5_base import TimesFM_2p5_200M_Definition
 
-    from distributed_onnx.export.common import patched
+    from distributed_onnx.export.torch_patches import patched
 
     chosen = TIMESFM[size]
     sizes = chosen["sizes"]

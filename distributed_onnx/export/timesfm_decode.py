@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from distributed_onnx.export.common import require_torch
+from distributed_onnx.export.torch_extra import require_torch
 
 
 @dataclasses.dataclass

@@ -50,15 +50,13 @@ from typing import Any
 import numpy as np
 
 from distributed_onnx.errors import ConfigError, MissingExtraError
-from distributed_onnx.export.common import (
-    context_module,
-    export_context_model,
-    patched,
-    pretrained_folder,
-    require_torch,
-    resolution_of,
-)
+from distributed_onnx.export.context_model import export_context_model
+from distributed_onnx.export.graph import context_module
+from distributed_onnx.export.metadata import resolution_of
+from distributed_onnx.export.pretrained import pretrained_folder
 from distributed_onnx.export.request import ExportRequest, ExportResult
+from distributed_onnx.export.torch_extra import require_torch
+from distributed_onnx.export.torch_patches import patched
 from distributed_onnx.model.checkpoint import CheckpointMetadata
 from distributed_onnx.model.families import rules_of
 

@@ -21,8 +21,9 @@ import numpy as np
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ParityError
-from distributed_onnx.export.common import parity_windows, write_metadata
+from distributed_onnx.export.metadata import write_metadata
 from distributed_onnx.export.parity import parity_statistics
+from distributed_onnx.export.parity_check import parity_windows
 from distributed_onnx.export.request import ExportRequest
 from distributed_onnx.location import Location
 from distributed_onnx.model.adapters import adapter_for
@@ -35,7 +36,7 @@ from distributed_onnx.model.worker import InferenceWorker, WorkerConfig
 CALIBRATION_BATCH = 16
 #: The largest ``max_rel_diff`` (the variant's largest difference from its parent over the parent's largest
 #: forecast, :func:`~.parity.parity_statistics`) an int8 variant is kept with. int8 moves forecasts by design, so
-#: this is no parity to float rounding (:data:`.common.PARITY_TOLERANCE`): it only catches a quantization that
+#: this is no parity to float rounding (:data:`.parity_check.PARITY_TOLERANCE`): it only catches a quantization that
 #: broke the graph. Every family's tiny export stays well inside it in both modes
 #: (``benchmarks/results/int8_families.md``).
 VARIANT_TOLERANCE = 0.1

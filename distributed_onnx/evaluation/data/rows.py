@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data import table as table_module
+from distributed_onnx.evaluation.data import column_values
+from distributed_onnx.evaluation.data.column_values import covariate_column, float_column, timestamps_us
 from distributed_onnx.evaluation.data.columns import REQUIRED_COLUMNS
 from distributed_onnx.evaluation.data.layout import FlatSeries, Series, SeriesArrays
 from distributed_onnx.evaluation.data.log_filters import silenced
-from distributed_onnx.evaluation.data.table import covariate_column, float_column, timestamps_us
 from distributed_onnx.location import Location
 
 #: Decoded row groups an actor keeps: consecutive parts of one actor usually share their row groups.
@@ -164,7 +164,7 @@ class SeriesRows(FlatSeries):
         kind = column.type
         text_dictionary = pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type)
         ids = (column if text_dictionary else pc.cast(column, pa.string())).combine_chunks()
-        with silenced(logging.getLogger(table_module.__name__)):  # the driver logged its warnings already
+        with silenced(logging.getLogger(column_values.__name__)):  # the driver logged its warnings already
             decoded = (
                 ids,
                 timestamps_us(rows["timestamp"], name),

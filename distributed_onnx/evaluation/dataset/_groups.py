@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data.table import rows_error
+from distributed_onnx.evaluation.data.row_errors import rows_error
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.settings_sources import flag_name
 

@@ -20,7 +20,8 @@ from distributed_onnx.evaluation.data.categories import is_categorical
 from distributed_onnx.evaluation.data.columns import ColumnNames, check_columns
 from distributed_onnx.evaluation.data.layout import SeriesTable
 from distributed_onnx.evaluation.data.series_source import SeriesTransport
-from distributed_onnx.evaluation.data.table import read_schema, read_table, validate_table
+from distributed_onnx.evaluation.data.table import read_schema, read_table
+from distributed_onnx.evaluation.data.validation import validate_table
 from distributed_onnx.evaluation.data.vintages import VintagedCovariates
 from distributed_onnx.evaluation.data.window_covariates import CovariateRoles
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec, plan_windows

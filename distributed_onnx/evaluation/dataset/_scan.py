@@ -4,7 +4,7 @@ Reading the whole input and holding every series dense made the driver's memory 
 GB at 100,000 series, ``benchmarks/results/time_to_results.md``). When the input is a Parquet file of more
 than one chunk (:data:`STREAM_CHUNK_ROWS`), sorted by ``series_id`` then ``timestamp`` (how files are usually
 written), :func:`scan_sorted_parquet` reads it chunk by chunk over the needed columns, checks each chunk with
-the same code as the whole-table reader (:func:`~..data.table.validate_table`), counts each series' windows,
+the same code as the whole-table reader (:func:`~..data.validation.validate_table`), counts each series' windows,
 and keeps per series only its id, first instant, grid length and rows in the file
 (:class:`~..data.rows.SeriesRows`). The actors then read the rows of the series of their part themselves
 (:mod:`..data.rows`), a few row groups at a time.
@@ -28,12 +28,12 @@ import pyarrow.parquet as pq
 
 from distributed_onnx import storage
 from distributed_onnx.errors import DataError
-from distributed_onnx.evaluation.data import table as table_module
+from distributed_onnx.evaluation.data import column_values
 from distributed_onnx.evaluation.data.columns import REQUIRED_COLUMNS, check_columns, check_unique
 from distributed_onnx.evaluation.data.layout import SeriesArrays, SeriesTable
 from distributed_onnx.evaluation.data.log_filters import once_per_message
 from distributed_onnx.evaluation.data.rows import SeriesRows
-from distributed_onnx.evaluation.data.table import GRID_POINTS_PER_ROW, TOTAL_GRID_SLACK_POINTS, validate_table
+from distributed_onnx.evaluation.data.validation import GRID_POINTS_PER_ROW, TOTAL_GRID_SLACK_POINTS, validate_table
 from distributed_onnx.evaluation.data.windows import WindowPlan, WindowSpec, plan_windows
 from distributed_onnx.location import Location
 
@@ -86,8 +86,8 @@ def scan_sorted_parquet(
 
     ``None`` when the input is not a Parquet file of more than one chunk, sorted by (series_id, timestamp), that
     passes every check chunk by chunk: the caller then reads it whole (see the module docstring). A store that
-    does not answer (:func:`~distributed_onnx.storage.unanswered`) is the one error raised here: the whole read
-    would ask it again and the user would wait out the store client's retries twice before hearing it.
+    does not answer (:func:`~distributed_onnx.storage_unanswered.unanswered`) is the one error raised here: the
+    whole read would ask it again and the user would wait out the store client's retries twice before hearing it.
     """
     name = str(location)
     chunk_rows = chunk_rows or STREAM_CHUNK_ROWS
@@ -114,7 +114,7 @@ def scan_sorted_parquet(
             return None  # the whole-table reader names what is missing
         check_columns(names, covariates, name)
         group_rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-        with once_per_message(logging.getLogger(table_module.__name__)):
+        with once_per_message(logging.getLogger(column_values.__name__)):
             summaries = _scan(parquet, name, resolution_minutes, covariates, spec, chunk_rows)
     finally:
         if hasattr(source, "close"):
@@ -183,7 +183,7 @@ def _last_series_start(rows: pa.Table) -> int | None:
     last = ids[-1]
     if not last.is_valid:
         return None
-    # Arrow's own conversions to numpy import pandas where it is installed (see table.numpy_view): stay in Arrow.
+    # Arrow's own conversions to numpy import pandas where it is installed (column_values.numpy_view): stay in Arrow.
     other = pc.indices_nonzero(pc.not_equal(ids, last).fill_null(True).combine_chunks())
     return int(other[-1].as_py()) + 1 if len(other) else 0
 

@@ -16,8 +16,10 @@ import pyarrow.compute as pc
 
 from distributed_onnx.bounds import MAX_LATENCY_MINUTES
 from distributed_onnx.errors import DataError, Suggestion
+from distributed_onnx.evaluation.data.column_values import float_column, timestamps_us
 from distributed_onnx.evaluation.data.layout import SeriesTable
-from distributed_onnx.evaluation.data.table import float_column, read_table, rows_error, rows_text, timestamps_us
+from distributed_onnx.evaluation.data.row_errors import rows_error, rows_text
+from distributed_onnx.evaluation.data.table import read_table
 from distributed_onnx.evaluation.data.vintages import (
     AVAILABLE_AT,
     SERIES_ID,

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx.evaluation.data.table import numpy_view
+from distributed_onnx.evaluation.data.column_values import numpy_view
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
 from distributed_onnx.evaluation.scoring.registry import (
     METRICS,
