@@ -78,3 +78,27 @@ def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path
         ],
     )
 
+
+def test_an_integer_setting_takes_only_a_whole_number_written_as_one(tmp_path: Path) -> None:
+    """``--port 18523.0`` served on 18523 while ``--stride 1.5`` was refused: every integer setting, of every
+    command and from every source, takes digits only (one rule: ``CommandSettings``)."""
+    arguments = ["backtest", "--n-windows", "3.0", "--stride", "1.5", "--output", "run"]
+    code, lines = run_cli(arguments, tmp_path, DISTRIBUTED_ONNX_ACTORS="2.0")
+    assert code == 2, lines
+    assert lines == [
+        "error: Invalid backtest settings: "
+        "--n-windows: is '3.0', not a whole number; give one written as digits only (such as 3) [from command line]; "
+        "--stride: is '1.5', not a whole number; give one written as digits only (such as 3) [from command line]; "
+        "actors: is '2.0', not a whole number; give one written as digits only (such as 2) "
+        "[from environment DISTRIBUTED_ONNX_ACTORS]"
+    ]
+    code, lines = run_cli(["serve", "--port", "18523.0", "--grpc-port", "1e4"], tmp_path)
+    assert code == 2, lines
+    assert lines == [
+        "error: Invalid serve settings: "
+        "--port: is '18523.0', not a whole number; give one written as digits only (such as 18523) "
+        "[from command line]; "
+        "--grpc-port: is '1e4', not a whole number; give one written as digits only (such as 10000) "
+        "[from command line]"
+    ]
+    assert not any(tmp_path.iterdir())
