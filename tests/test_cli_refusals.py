@@ -102,3 +102,28 @@ def test_an_integer_setting_takes_only_a_whole_number_written_as_one(tmp_path: P
         "[from command line]"
     ]
     assert not any(tmp_path.iterdir())
+
+
+def test_a_fev_task_whose_target_holds_no_numbers_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A task whose target column is letters (or numbers written as text, which fev's scoring does not cast) was
+    rejected once Ray had started, pair by pair, and no rerun could get past it: refused up front now, from its
+    Parquet file's schema, naming the task, the column and its type (exit 2, nothing written)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    stamps = pa.array([[1_600_000_000_000 + hour * 3_600_000 for hour in range(48)]], pa.list_(pa.timestamp("ms")))
+    data = tmp_path / "letters" / "data.parquet"
+    data.parent.mkdir()
+    pq.write_table(pa.table({"id": ["a"], "timestamp": stamps, "target": [[f"x{i}" for i in range(48)]]}), data)
+    task = {"dataset_path": str(data), "task_name": "letters", "horizon": 8}
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump({"tasks": [task]}))
+    code, lines = run_cli(["fev", "bench.yaml", "--output", "out"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            f"error: fev task 'letters', 1 of 1 in the benchmark: its target column 'target' in {data} holds string "
+            "values, not numbers; the families forecast numbers: fix the task's data or its target, or drop the task."
+        ],
+    )
+    assert not (tmp_path / "out").exists()
