@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import numbers
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -60,6 +62,8 @@ from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.location import Location, LocationLike
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
+#: How an integer setting is written, on a command line, in the environment or in a YAML string: digits, a sign.
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 #: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
 _CLI_SOURCE = "settings_cli_source"
 #: The sources :meth:`CommandSettings.from_sources` asks for beyond the arguments (none for direct construction).
@@ -83,6 +87,27 @@ class CommandSettings(BaseSettings):
 
     #: What error messages call these settings: "Invalid {label}: ...".
     label: ClassVar[str] = "settings"
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every integer setting takes only a whole number written as one, by one rule rather than each field's:
+        pydantic's lax mode read ``--port 18523.0`` as 18523 (and ``3.0``, ``1_000``, ``true`` alike) while
+        ``--stride 1.5`` was refused, so a float that happened to be whole passed unnoticed. Runs after a field's
+        own "before" validators (pydantic runs a base class's last), on what they made of the value."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or not set(_members(field.annotation)) <= {int, type(None)} or value is None:
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
+            return value
+        try:
+            near = float(value)
+        except (TypeError, ValueError):
+            near = 3.0
+        example = int(near) if near.is_integer() else 3
+        raise ValueError(f"is {value!r}, not a whole number; give one written as digits only (such as {example})")
 
     @classmethod
     def settings_customise_sources(

@@ -48,6 +48,7 @@ from pydantic_settings import CliPositionalArg
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_CPUS, MAX_SECONDS, MAX_TUNE_WINDOWS
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.output_checks import check_output_reachable
 from distributed_onnx.evaluation.scoring.variants import DEFAULT_MARGIN, accuracy_holds
 from distributed_onnx.evaluation.up_front import check_output_file
 from distributed_onnx.location import Location
@@ -155,6 +156,7 @@ class TuneRequest(CommandSettings):
     def _writes_no_input(self) -> TuneRequest:
         """``--output`` is never one of tune's inputs (:mod:`distributed_onnx.own_inputs`: the checkpoint's files,
         its variants', ``--data``), nor an existing file tune did not write: tune replaces only its own file."""
+        check_output_reachable(self.output, what="file")  # ftp://, -, s3:/x: before any look at the place
         inputs = [checkpoint_files(self.checkpoint, flag_name(type(self), "checkpoint")), Read("data", self.data)]
         check_own_inputs([Written("output", self.output)], inputs)
         if not storage.is_file(self.output):

@@ -21,6 +21,7 @@ RAY_LINE = re.compile(r"\t(DEBUG|INFO|WARNING|ERROR) \S+\.py:\d+ -- ")
 @pytest.fixture
 def ray_logger_level(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("RAY_SERVE_LOG_TO_STDERR", raising=False)  # restored (absent) after the test
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
     loggers = [logging.getLogger(name) for name in ("ray", "ray.serve")]
     levels = [logger.level for logger in loggers]
     yield
@@ -58,6 +59,7 @@ def test_quiet_ray_logging_hides_rays_warnings_and_verbose_shows_them() -> None:
         notice.error("a real Ray error")
         assert set(records.messages) == {"a real Ray error"}
         assert os.environ["RAY_SERVE_LOG_TO_STDERR"] == "0"  # Serve's actors log to their files
+        assert os.environ["GRPC_VERBOSITY"] == "NONE"  # gRPC's C core of Ray's workers writes no raw lines
 
         quiet_ray_logging(quiet=False)
         notice.warning("Token authentication is enabled for this Ray cluster.")

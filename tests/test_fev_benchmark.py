@@ -560,24 +560,25 @@ def test_a_task_no_rerun_can_get_past_is_rejected_alone(
     """One task's data the backtest refuses (an infinite covariate) rejects that task alone, not the tasks planned
     with it: the merged run is retried one run per task (issue 51: it said "failed ... rerun to retry"). A task
     whose target is letters stopped where its data is laid out and was recorded ``failed`` ("rerun to retry"),
-    though a rerun fails the same way: rejected too, before anything is forecast. One status for both, and for
-    fev's own refusals: ``rejected`` (the two words the branches had, ``refused`` and ``rejected``, said the same)."""
+    though a rerun fails the same way: it is now refused before anything starts (exit 2,
+    ``tests/test_cli_refusals.py``). One status for what is found while running, and for fev's own refusals:
+    ``rejected`` (the two words the branches had, ``refused`` and ``rejected``, said the same)."""
     import yaml
 
     from distributed_onnx import cli
 
-    def task(name: str, bad: bool = False, letters: bool = False) -> dict[str, Any]:
+    def task(name: str, bad: bool = False) -> dict[str, Any]:
         n = 60
         covariate = np.ones(n)
         if bad:
             covariate[3] = np.inf
-        target = [f"x{i}" for i in range(n)] if letters else list(np.sin(np.arange(n)))
+        target = list(np.sin(np.arange(n)))
         rows = [{"id": "a", "timestamp": _stamps("2021-01-01", n, "h"), "target": target, "x": list(covariate)}]
         path = _write_fev_dataset(tmp_path / name / "data.parquet", rows)
         return {"dataset_path": path, "task_name": name, "horizon": 8, "known_dynamic_columns": ["x"]}
 
     bench = tmp_path / "bench.yaml"
-    bench.write_text(yaml.safe_dump({"tasks": [task("good"), task("bad", bad=True), task("letters", letters=True)]}))
+    bench.write_text(yaml.safe_dump({"tasks": [task("good"), task("bad", bad=True)]}))
     tiny = write_tiny_chronos2(
         tmp_path / "ckpt", name="tiny", context_length=64, output_patch_size=8, horizon_patches=3
     )
@@ -585,20 +586,15 @@ def test_a_task_no_rerun_can_get_past_is_rejected_alone(
     assert cli.main([*argv, "--actors", "1"]) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(
-        "error: 2 task x checkpoint pair(s) rejected (e.g. bad x tiny: the backtest refuses the task: DataError: "
+        "error: 1 task x checkpoint pair(s) rejected (e.g. bad x tiny: the backtest refuses the task: DataError: "
     ), line
     assert "column 'x' has infinite values" in line, line
     assert line.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), line
     assert "failed" not in line and "rerun to retry" not in line, line
     document = json.loads((tmp_path / "out" / "fev_summary.json").read_text())
     status = {p["task"]: p["status"] for p in document["pairs"]}
-    assert status == {"good": "done", "bad": "rejected", "letters": "rejected"}
-    assert document["counts"] == {"done": 1, "resumed": 0, "skipped": 0, "rejected": 2, "failed": 0}
-    reasons = {p["task"]: p["reason"] for p in document["pairs"]}
-    assert reasons["letters"].startswith(
-        "the task's data cannot be used: DataError: the target column 'target' holds values that are not numbers"
-    ), reasons["letters"]
-    assert "Failed to parse string: 'x" in reasons["letters"], reasons["letters"]  # a value that is no number
+    assert status == {"good": "done", "bad": "rejected"}
+    assert document["counts"] == {"done": 1, "resumed": 0, "skipped": 0, "rejected": 1, "failed": 0}
     summaries = [json.loads(line) for line in (tmp_path / "out" / "summaries.jsonl").read_text().splitlines()]
     assert [(s["task_name"], s["run_tasks"]) for s in summaries] == [("good", 1)]
     assert len(list((tmp_path / "out" / "data").iterdir())) == 3  # the merged run's input, then each task's
@@ -611,8 +607,9 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
     """Three checkpoints, one too short for a task, make two sets of checkpoints. On the test's 2-CPU Ray the
     first set's pool (filling the cluster) kept both CPUs and the second set's waited for room it never got:
     no progress, no error. And a task whose windows or data fev refuses as it scores them (an initial cutoff past
-    the data, more windows than the data holds, a target of numbers written as text) ended the whole run with
-    exit 4 from inside scoring, the healthy tasks' summaries never written; a rerun crashed the same way.
+    the data, more windows than the data holds; a target of numbers written as text too, now refused before
+    anything starts: ``tests/test_cli_refusals.py``) ended the whole run with exit 4 from inside scoring, the
+    healthy tasks' summaries never written; a rerun crashed the same way.
 
     Now each set's pool is released before the next set's starts, the rejected tasks' pairs are recorded with
     fev's reason, everything else is written, the command exits 1 naming them, and a rerun says the same from
@@ -622,15 +619,12 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
     from distributed_onnx import cli
 
     hourly = _tasks(tmp_path / "datasets")[0].dataset_path
-    as_text = [{"id": "t", "timestamp": _stamps("2021-03-01", 120, "h"), "target": [str(x % 24) for x in range(120)]}]
-    text_path = _write_fev_dataset(tmp_path / "datasets" / "text" / "data.parquet", as_text)
     base = {"dataset_path": hourly, "horizon": 8, "num_windows": 2, "window_step_size": 12, "seasonality": 24}
     tasks = [
         {**base, "task_name": "short"},  # every checkpoint serves it
         {**base, "task_name": "long", "horizon": 20},  # short3's 8 steps do not: a second set of checkpoints
         {**base, "task_name": "late", "initial_cutoff": "2030-01-01"},
         {**base, "task_name": "many", "num_windows": 30},
-        {**base, "task_name": "text", "dataset_path": text_path},
     ]
     bench = tmp_path / "bench.yaml"
     bench.write_text(yaml.safe_dump({"tasks": tasks}))
@@ -647,7 +641,7 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
     assert cli.main(argv) == 1
     first = capsys.readouterr().err.strip().splitlines()[-1]
     assert first.startswith(
-        "error: 9 task x checkpoint pair(s) rejected (e.g. late x long1: fev rejects the task: ValueError: "
+        "error: 6 task x checkpoint pair(s) rejected (e.g. late x long1: fev rejects the task: ValueError: "
         "All time series in the dataset are too short for the chosen cutoff"
     ), first
     assert first.endswith("fix or drop the rejected tasks (a rerun rejects them again)"), first
@@ -658,7 +652,7 @@ def test_sets_of_checkpoints_run_one_pool_at_a_time_and_a_task_fev_rejects_fails
         ("long", "long1"): "done",
         ("long", "long2"): "done",
         ("long", "short3"): "skipped",
-        **{(task, model): "rejected" for task in ("late", "many", "text") for model in sizes},
+        **{(task, model): "rejected" for task in ("late", "many") for model in sizes},
     }
     reasons = {p["task"]: p["reason"] for p in document["pairs"] if p["status"] == "rejected"}
     assert all(reason.startswith("fev rejects the task: ") for reason in reasons.values()), reasons

@@ -221,3 +221,24 @@ def test_an_output_no_actor_could_write_to_is_refused_before_anything_runs(
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --output ") and said in err and "\n" not in err, err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_a_local_folder_written_as_dot_slash_with_a_colon_is_written_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output ./s3:/run`` is the folder ``s3:/run`` here: refused as a URL without its ``//`` before, and once
+    accepted, every part failed ("reported written but does not verify": pyarrow read the relative path
+    ``s3:/run/forecasts/...`` as an ``s3:`` URL). The run writes there, and nothing elsewhere."""
+    from distributed_onnx import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["backtest", "--output", "./s3:/run", "--n-windows", "1", "--stride", "48"]) == 0
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .endswith("wrote ./s3:/run/ (forecasts/, metrics.parquet, summary.json, report.html)")
+    )
+    assert (tmp_path / "s3:" / "run" / MANIFEST).is_file() and (tmp_path / "s3:" / "run" / "metrics.parquet").is_file()
+    assert [entry.name for entry in tmp_path.iterdir()] == ["s3:"]

@@ -236,7 +236,7 @@ def test_serve_refuses_a_ray_without_a_private_name_in_one_line_before_ray_start
 
     from distributed_onnx.runtime.ray_private import SERVE_NAMES
     from distributed_onnx.serve.operations.ingress import free_port
-    from distributed_onnx.serve.runner import preflight
+    from distributed_onnx.serve.preflight import preflight
     from distributed_onnx.serve.settings import ServeSettings
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

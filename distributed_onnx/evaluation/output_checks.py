@@ -23,12 +23,19 @@ from distributed_onnx.evaluation.outputs import INPUTS_DIR, LOCK, MANIFEST, PART
 from distributed_onnx.location import Location
 
 #: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
-#: made a folder ``s3:`` in the working directory and the run failed at its end.
+#: made a folder ``s3:`` in the working directory and the run failed at its end. Written ``./s3:/bucket`` it is a
+#: local folder (:class:`~distributed_onnx.location.Location` keeps that ``./``).
 LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
+#: The stores an output is written to besides local folders (and ``file://`` URLs, which are local): the
+#: filesystems pyarrow writes itself (``storage.filesystem``). Any other scheme went to fsspec, which either lacks
+#: it or reached a server only once the run had started (``ftp://``: Ray's start, then an I/O error naming no URL).
+WRITABLE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 #: Stores this package reads and never writes (``storage``: a write there is refused, after Ray's start).
 READ_ONLY_SCHEMES = frozenset({"http", "https"})
 #: fsspec's stores that live inside one process: what one process writes there, no other sees.
 PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
+#: What the dash means on most command lines: standard output, which a run's files cannot go to.
+STANDARD_OUTPUT = "-"
 
 
 def check_output_folder(output: Location) -> None:
@@ -46,27 +53,43 @@ def check_output_folder(output: Location) -> None:
         )
 
 
-def check_output_reachable(output: Location) -> None:
-    """Refuse (exit 2), before Ray starts, an output that a run's actors could not write to or a later command
-    read: fsspec's ``memory://`` (a store inside one process), a URL with no bucket, a local path that is a URL
-    without its ``//``. Asked by the commands' up-front checks only: a process that writes its own run folder
-    (a test, :func:`~.run_manifest.prepare_output`) may keep one in ``memory://``."""
+def check_output_reachable(output: Location, *, what: str = "folder") -> None:
+    """Refuse (exit 2), before Ray starts or anything is measured, an output the command could not write to or a
+    later command read: a scheme this package does not write (``ftp://``; :data:`WRITABLE_SCHEMES`), an
+    ``http(s)://`` server (read only), fsspec's ``memory://`` (a store inside one process), a URL with no bucket,
+    a local path that is a URL without its ``//``, and ``-`` (standard output elsewhere; here a folder ``-``).
+    ``what`` the output is (``folder``, or ``file`` for ``tune``), for the message. The one home of these checks:
+    asked by the backtest's up-front checks, the fev runner, ``score`` and ``tune``; a process that writes its own
+    run folder (a test, :func:`~.run_manifest.prepare_output`) may keep one in ``memory://``."""
+    written = str(output)
+    plain_path = output.local_path is not None and "://" not in written  # as written: not a file:// URL
+    supported = f"give a local {what} or a URL of " + ", ".join(f"{scheme}://" for scheme in WRITABLE_SCHEMES)
+    if plain_path and written == STANDARD_OUTPUT:
+        raise ConfigError(
+            f"--output - is not standard output here: the command writes a {what}, and would make one named '-'; "
+            f"give a {what} (./- for one of that name).",
+            key="output",
+        )
     if output.scheme in PROCESS_LOCAL_SCHEMES:
         raise ConfigError(
             f"--output {output} is a store inside one process ({output.scheme}://): the actors, other processes, "
-            "cannot write there and no later command could read it; give a folder or an object store.",
+            f"cannot write there and no later command could read it; {supported}.",
             key="output",
         )
-    if output.local_path is not None and LOOKS_LIKE_A_URL.match(str(output.local_path)):
+    if plain_path and LOOKS_LIKE_A_URL.match(written):
         raise ConfigError(
             f"--output {output} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give "
-            "a local folder of that name by its absolute path.",
+            f"a local {what} of that name as ./{written}.",
             key="output",
         )
     if output.scheme in READ_ONLY_SCHEMES:
         raise ConfigError(
-            f"--output {output} is an {output.scheme}:// server, which is read here, never written; give a folder "
-            "or an object store.",
+            f"--output {output} is an {output.scheme}:// server, which is read here, never written; {supported}.",
+            key="output",
+        )
+    if output.is_url and output.scheme not in WRITABLE_SCHEMES:
+        raise ConfigError(
+            f"--output {output}: this package does not write to {output.scheme}:// locations; {supported}.",
             key="output",
         )
     if output.is_url and not urlsplit(output.reveal()).netloc:

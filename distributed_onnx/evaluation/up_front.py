@@ -90,7 +90,9 @@ def check_output_file(output: Location, example: str) -> None:
     store that does not answer): an existing folder in its place, a folder on its way that is a file, a place
     that refuses a write (read-only, no permission, a store's credentials). Its folder is made (as the command
     would), and a probe file is written beside it and removed: only a write says whether a write works.
-    ``example`` is a file name the message offers inside a folder given in its place."""
+    ``example`` is a file name the message offers inside a folder given in its place. A place no write could
+    reach (``ftp://``, ``-``) is refused first, as a backtest's output is (:func:`check_output_reachable`)."""
+    check_output_reachable(output, what="file")
     if storage.is_dir(output):
         raise ConfigError(
             f"--output {output} is a folder; give the file to write (e.g. {output / example}).", key="output"

@@ -65,6 +65,11 @@ def warn_if_exposed(root_pid: int | None = None) -> list[str]:
     return exposed
 
 
+#: gRPC's variable for its C core's own logging (``NONE``, ``ERROR``, ``INFO``, ``DEBUG``), read when a process
+#: starts gRPC: Ray's workers inherit it from the process that starts Ray.
+GRPC_VERBOSITY = "GRPC_VERBOSITY"
+
+
 def quiet_ray_logging(*, quiet: bool = True) -> None:
     """Ray's own console logging at ERROR when ``quiet``, else at Ray's default INFO.
 
@@ -73,12 +78,16 @@ def quiet_ray_logging(*, quiet: bool = True) -> None:
     Ray; a command that serves imports Serve first. When quiet, the Serve actors an embedded Ray starts (its
     controller, proxy, replicas) log to their files under the session's log directory instead of streaming
     to this console (``RAY_SERVE_LOG_TO_STDERR=0``, unless set already); the backtest's actors still stream
-    their output (``log_to_driver``): a provider fall-back warning there is ours, not Ray's chatter.
+    their output (``log_to_driver``): a provider fall-back warning there is ours, not Ray's chatter. gRPC's own C
+    core writes to its process's stderr, past every logger (a replica that could not bind serve's ``--grpc-port``
+    printed two ``add_port.cc ... Address already in use`` lines before serve's one ``error:`` line): when quiet it
+    is silenced in the processes Ray starts (``GRPC_VERBOSITY=NONE``, unless set already).
     """
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.INFO)
     if quiet:
         os.environ.setdefault(ray_private.LOG_TO_STDERR, "0")
+        os.environ.setdefault(GRPC_VERBOSITY, "NONE")
 
 
 def connect(address: str | None, num_cpus: int | None = None, *, stand_in_agents: bool = False) -> bool:

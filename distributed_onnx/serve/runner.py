@@ -3,9 +3,10 @@
 Without ``address`` the runner starts an embedded Ray bound to 127.0.0.1 (as the backtest does) and shuts
 Serve and Ray down on exit; with ``address`` it deploys to that cluster and deletes only its application.
 
-What can be checked before Ray starts is checked first (:func:`preflight`: the checkpoint resolves, the ports
-are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a wrong Ray
-costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs. Once an embedded
+What can be checked before Ray starts is checked first (:func:`~.preflight.preflight`: the checkpoint resolves,
+the ports are free, the installed Ray still has the private parts the embedded Serve relies on), so a typo or a
+wrong Ray costs one line and exit code 2 instead of seconds of start-up and pages of Ray's logs; a port taken
+after it is named by :mod:`.operations.ports` too, the one home of serve's port conflicts. Once an embedded
 deployment is ready, the sockets of this process tree are read: any beyond loopback that the user did not ask
 for stops the command (:func:`distributed_onnx.serve.operations.loopback.check_listening`). While it serves,
 the main loop polls a :class:`~distributed_onnx.runtime.ray_watch.RayWatch`: a Ray that went away (GCS or raylet
@@ -16,12 +17,10 @@ own core would abort the process a minute later.
 
 from __future__ import annotations
 
-import errno
 import http.client
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from types import FrameType
@@ -31,9 +30,6 @@ import ray
 from ray import serve
 
 from distributed_onnx.errors import ConfigError, RayLostError, Suggestion, WorkerStartError
-from distributed_onnx.live.log.health import check_writable
-from distributed_onnx.model.adapters import adapter_for
-from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
 from distributed_onnx.runtime.pool_room import ActorShape, Asked, check_fits, room_words
@@ -41,7 +37,8 @@ from distributed_onnx.runtime.ray_watch import RayWatch, abandon_lost_ray, watch
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
-from distributed_onnx.serve.repository import check_repository
+from distributed_onnx.serve.operations.ports import not_the_proxy, taken_while_starting
+from distributed_onnx.serve.preflight import preflight
 from distributed_onnx.serve.served_text import served_models
 from distributed_onnx.serve.settings import ServeSettings
 from distributed_onnx.serve.wire.grpc_api import message_limit_environment
@@ -104,47 +101,6 @@ def replicas_asked(settings: ServeSettings) -> Asked:
         "cpus_per_replica",
         "gpus_per_replica",
     )
-
-
-def preflight(settings: ServeSettings) -> None:
-    """Fail fast, before Ray starts, on what would otherwise fail inside it (embedded Ray only).
-
-    On a cluster (``address``) the checkpoint path and the ports are the cluster nodes' business, not this
-    machine's, so they are not checked here; a forecast log at a URL is checked either way (it is the same store
-    from every node): a log that cannot be written stops the command (:func:`~.health.check_writable`).
-    """
-    embedded = not (settings.address or os.environ.get("RAY_ADDRESS"))
-    if settings.forecast_log is not None and (embedded or settings.forecast_log.is_url):
-        check_writable(settings.forecast_log)  # StorageError naming the log: no ready line for a log that drops all
-    if not embedded:
-        return
-    for checkpoint in settings.checkpoint:
-        # CheckpointError naming the missing or corrupt file; PluginError naming a family's plugin that does not
-        # load (it would otherwise surface as the replica's ActorDiedError)
-        adapter_for(LocalCheckpoint(path=checkpoint).resolve().metadata)
-    if settings.model_repository is not None:
-        check_repository(settings.model_repository)
-    check_port_free(settings.host, settings.port, "port")
-    check_port_free(settings.host, settings.grpc_port, "grpc_port")
-    # UnsupportedRayError naming the first private part of Ray (Serve) that is gone
-    ray_private.check_names((*ray_private.EMBEDDED_RAY_NAMES, *ray_private.SERVE_NAMES))
-
-
-def check_port_free(host: str, port: int, key: str) -> None:
-    """Refuse a port something already listens on, as the server would when it binds it (SO_REUSEADDR)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(
-                    f"{host}:{port} is already in use; stop what listens there or choose another "
-                    f"--{key.replace('_', '-')}.",
-                    key=key,
-                ) from None
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}", key=key) from None
 
 
 def stop(started_ray: bool, deployed: bool = True) -> None:
@@ -216,34 +172,14 @@ def answers_ready(host: str, port: int) -> bool:
     except OSError:
         return False
     except http.client.HTTPException as exc:
-        raise ConfigError(
-            f"{host}:{port} answers, but not as Serve's HTTP proxy ({type(exc).__name__}): another process took the "
-            f"port while Ray started (Ray's own processes take ports from the kernel's ephemeral range, "
-            f"{_ephemeral_range()}); choose a --port outside that range.",
-            key="port",
-        ) from None
+        raise not_the_proxy(host, port, exc) from None
     finally:
         connection.close()
-
-
-def _ephemeral_range() -> str:
-    """The kernel's ephemeral port range as ``"low-high"`` (Linux), or a description where it cannot be read."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as found:
-            low, high = found.read().split()
-    except (OSError, ValueError):
-        return "the ports the kernel hands out for port 0"
-    return f"{low}-{high}"
 
 
 def _serve_ports(settings: ServeSettings, plan: IngressPlan) -> tuple[int, int, int, int]:
     """The ports serve listens on by the user's word: theirs, and the proxies' behind an ingress."""
     return (settings.port, settings.grpc_port, plan.proxy_http_port, plan.proxy_grpc_port)
-
-
-#: What Serve says when a replica cannot bind the ports it was given (another process took one after the
-#: preflight found them free: Ray's own processes take ports while Ray starts).
-NO_PORT_ERROR = "NoAvailablePortError"
 
 
 def check_not_failed(settings: ServeSettings) -> None:
@@ -254,13 +190,9 @@ def check_not_failed(settings: ServeSettings) -> None:
     if application is None or getattr(application.status, "value", application.status) != "DEPLOY_FAILED":
         return
     said = deployment_message()
-    if NO_PORT_ERROR in said:
-        raise ConfigError(
-            f"the deployment could not bind its ports ({settings.host}:{settings.port} HTTP, "
-            f"{settings.host}:{settings.grpc_port} gRPC): another process took one after they were found free "
-            f"(Ray's own processes take ports while Ray starts); choose free ports with --port and --grpc-port.",
-            key="port",
-        )
+    taken = taken_while_starting(settings.host, settings.port, settings.grpc_port, said)
+    if taken is not None:
+        raise taken
     raise ConfigError(f"the deployment failed to start: {said or 'no reason given by Serve'}")
 
 

@@ -10,7 +10,8 @@ there. Here, before any scoring:
 - ``--backtest``, when given, lends its resolved settings: ``seasonality`` and ``context_length`` default to the
   backtest's, so the live baselines and scale are the backtest's; a flag that disagrees is refused, because the
   live-versus-backtest comparison would then set scores on different baselines side by side;
-- the output folder is created.
+- the output is one score can write (``evaluation/output_checks.py``: not ``ftp://``, ``-`` nor ``s3:/x``), and
+  its folder is created.
 
 Per-file checks (a torn or foreign file inside a log that is one) belong to the log reader, not here.
 """
@@ -25,6 +26,7 @@ import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.evaluation.output_checks import check_output_reachable
 from distributed_onnx.live.log.layout import log_files
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.location import Location
@@ -40,6 +42,7 @@ _EXPECTED = "expected the folder `distributed-onnx serve --forecast-log` writes 
 
 def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
     """The settings to score with, and a note per setting taken from ``--backtest`` (see the module docstring)."""
+    check_output_reachable(settings.output)  # ftp://, -, s3:/x: refused before anything is read or written
     check_forecast_log(settings.forecasts)
     notes: list[str] = []
     if settings.backtest is not None:

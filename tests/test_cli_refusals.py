@@ -1,0 +1,129 @@
+"""Settings no run could use, refused by ``distributed-onnx`` itself (a subprocess, as a user runs it): one line,
+exit 2, before Ray starts or anything is measured or made.
+
+An outside attack found each of these accepted, or refused late in someone else's words: ``--output ftp://...``
+ran through Ray's start to an I/O error naming no URL, ``--output -`` made a folder ``-``, ``./s3:/x`` (a local
+folder, written as one) was refused as a URL without its ``//``, and ``--port 18523.0`` served on 18523.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+COMMAND = [sys.executable, "-m", "distributed_onnx"]
+#: A location whose user-info and option value must never be shown.
+FTP = "ftp://someone:pa55word@127.0.0.1:9/runs/x?token=t0ken-value"
+SUPPORTED = "give a local {} or a URL of s3://, gs://, gcs://, abfs://, abfss://, hdfs://, viewfs://."
+
+
+def run_cli(arguments: list[str], folder: Path, **environment: str) -> tuple[int, list[str]]:
+    """The command's exit code and its non-empty lines (stdout and stderr), run in ``folder``."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"} | environment
+    result = subprocess.run(
+        [*COMMAND, *arguments], check=False, cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
+    return result.returncode, [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "what"),
+    [
+        (["backtest", "--n-windows", "1"], "folder"),
+        (["fev", "benchmark.yaml"], "folder"),
+        (["score", "--forecasts", "log", "--actuals", "actuals.parquet"], "folder"),
+        (["tune", str(REFERENCE_CHECKPOINT), "--budget-s", "5"], "file"),
+    ],
+    ids=["backtest", "fev", "score", "tune"],
+)
+def test_an_output_no_write_can_reach_is_one_line_naming_it_redacted(
+    arguments: list[str], what: str, tmp_path: Path
+) -> None:
+    """``ftp://`` (any scheme the storage does not write) and ``-`` are refused by every command that writes its
+    output, by the one check (``evaluation/output_checks.check_output_reachable``), before anything is made."""
+    code, lines = run_cli([*arguments, "--output", FTP], tmp_path)
+    assert code == 2, lines
+    assert lines == [
+        "error: --output ftp://***@127.0.0.1:9/runs/x?token=***: this package does not write to ftp:// locations; "
+        + SUPPORTED.format(what)
+    ]
+    code, lines = run_cli([*arguments, "--output", "-"], tmp_path)
+    assert code == 2, lines
+    assert lines == [
+        f"error: --output - is not standard output here: the command writes a {what}, and would make one named "
+        f"'-'; give a {what} (./- for one of that name)."
+    ]
+    assert not any(tmp_path.iterdir())  # no folder '-', nothing written
+
+
+def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path: Path) -> None:
+    """``./s3:/x`` is a folder ``s3:`` in the working directory, written plainly as a local path: it passes the
+    output checks (the run stops at the next one, the quantile levels, before Ray starts); ``s3:/x`` without its
+    ``./`` is still refused as a URL without its ``//``."""
+    code, lines = run_cli(["backtest", "--output", "./s3:/x", "--quantiles", "0.001,0.5"], tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: quantile level(s) 0.001 lie outside"), lines
+    code, lines = run_cli(["backtest", "--output", "s3:/x"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            "error: --output s3:/x looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give "
+            "a local folder of that name as ./s3:/x."
+        ],
+    )
+
+
+def test_an_integer_setting_takes_only_a_whole_number_written_as_one(tmp_path: Path) -> None:
+    """``--port 18523.0`` served on 18523 while ``--stride 1.5`` was refused: every integer setting, of every
+    command and from every source, takes digits only (one rule: ``CommandSettings``)."""
+    arguments = ["backtest", "--n-windows", "3.0", "--stride", "1.5", "--output", "run"]
+    code, lines = run_cli(arguments, tmp_path, DISTRIBUTED_ONNX_ACTORS="2.0")
+    assert code == 2, lines
+    assert lines == [
+        "error: Invalid backtest settings: "
+        "--n-windows: is '3.0', not a whole number; give one written as digits only (such as 3) [from command line]; "
+        "--stride: is '1.5', not a whole number; give one written as digits only (such as 3) [from command line]; "
+        "actors: is '2.0', not a whole number; give one written as digits only (such as 2) "
+        "[from environment DISTRIBUTED_ONNX_ACTORS]"
+    ]
+    code, lines = run_cli(["serve", "--port", "18523.0", "--grpc-port", "1e4"], tmp_path)
+    assert code == 2, lines
+    assert lines == [
+        "error: Invalid serve settings: "
+        "--port: is '18523.0', not a whole number; give one written as digits only (such as 18523) "
+        "[from command line]; "
+        "--grpc-port: is '1e4', not a whole number; give one written as digits only (such as 10000) "
+        "[from command line]"
+    ]
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_fev_task_whose_target_holds_no_numbers_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A task whose target column is letters (or numbers written as text, which fev's scoring does not cast) was
+    rejected once Ray had started, pair by pair, and no rerun could get past it: refused up front now, from its
+    Parquet file's schema, naming the task, the column and its type (exit 2, nothing written)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    stamps = pa.array([[1_600_000_000_000 + hour * 3_600_000 for hour in range(48)]], pa.list_(pa.timestamp("ms")))
+    data = tmp_path / "letters" / "data.parquet"
+    data.parent.mkdir()
+    pq.write_table(pa.table({"id": ["a"], "timestamp": stamps, "target": [[f"x{i}" for i in range(48)]]}), data)
+    task = {"dataset_path": str(data), "task_name": "letters", "horizon": 8}
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump({"tasks": [task]}))
+    code, lines = run_cli(["fev", "bench.yaml", "--output", "out"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            f"error: fev task 'letters', 1 of 1 in the benchmark: its target column 'target' in {data} holds string "
+            "values, not numbers; the families forecast numbers: fix the task's data or its target, or drop the task."
+        ],
+    )
+    assert not (tmp_path / "out").exists()
