@@ -37,7 +37,7 @@ from distributed_onnx.runtime.ray_watch import RayWatch, abandon_lost_ray, watch
 from distributed_onnx.serve.app import APP_NAME, DEPLOYMENT_NAME, build_app
 from distributed_onnx.serve.operations.ingress import IngressHost, IngressPlan, free_port, free_range, plan_ingress
 from distributed_onnx.serve.operations.loopback import allowed_ports, check_listening
-from distributed_onnx.serve.operations.ports import not_the_proxy, taken_while_starting
+from distributed_onnx.serve.operations.ports import not_the_proxy, proxy_could_not_bind, taken_while_starting
 from distributed_onnx.serve.preflight import preflight
 from distributed_onnx.serve.served_text import served_models
 from distributed_onnx.serve.settings import ServeSettings
@@ -83,11 +83,17 @@ def deploy(settings: ServeSettings, plan: IngressPlan) -> None:
         request_timeout_s=settings.request_timeout_s,
     )
     http_options = settings.http_options() | {"port": plan.proxy_http_port}
-    serve.start(http_options=http_options, grpc_options=grpc_options)
-    # Not serve.run: it waits for the application without a deadline (replicas Ray has no room for: forever).
-    # wait_ready waits instead, within --ready-timeout-s, and names Serve's own error if it gives up on them.
-    target = serve.RunTarget(target=build_app(settings), name=APP_NAME, route_prefix="/")
-    serve.run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    try:
+        serve.start(http_options=http_options, grpc_options=grpc_options)
+        # Not serve.run: it waits for the application without a deadline (replicas Ray has no room for: forever).
+        # wait_ready waits instead, within --ready-timeout-s, and names Serve's own error if it gives up on them.
+        target = serve.RunTarget(target=build_app(settings), name=APP_NAME, route_prefix="/")
+        serve.run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    except Exception as exc:  # Ray's task error of a proxy that could not bind: one line naming the port
+        unbound = proxy_could_not_bind(settings.host, (settings.port, settings.grpc_port), exc)
+        if unbound is None:
+            raise
+        raise unbound from None
 
 
 def replicas_asked(settings: ServeSettings) -> Asked:

@@ -24,6 +24,7 @@ unit-tested.
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Literal
 
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.serve.operations.loopback import GRPC_HOST_VARIABLE, PROXY_CALLBACK, PROXY_CALLBACK_VARIABLE
+from distributed_onnx.serve.operations.ports import ephemeral_low
 
 IngressMode = Literal["auto", "direct", "haproxy", "proxy"]
 
@@ -153,10 +155,27 @@ def _pinning(grpc_host: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ host facts
 
 
+#: Where the loopback ports nobody is told about (Serve's unused proxy, HAProxy's stats and exporter) are picked:
+#: above the consecutive ranges :func:`free_range` hands out from 20000 and below the kernel's ephemeral range.
+#: Not port 0: Ray's own processes bind port 0 while Ray starts, so a port the kernel handed out here was once
+#: taken by one of them before Serve's proxy bound it, and serve failed on a port the user never chose.
+HIDDEN_PORTS_FIRST = 24000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free on ``host`` now, chosen at random from :data:`HIDDEN_PORTS_FIRST` up to the ephemeral range (at
+    random: two serves starting together do not pick the same one)."""
+    chooser = random.Random()
+    candidates = range(HIDDEN_PORTS_FIRST, ephemeral_low())
+    for _ in range(len(candidates)):
+        port = chooser.choice(candidates)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no free port between {candidates.start} and {candidates.stop - 1}")
 
 
 def free_range(count: int, above: int = 0, host: str = "127.0.0.1", first: int = 20000, last: int = 32000) -> int:

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import errno
 import http.client
+import re
 import socket
 
-from distributed_onnx.errors import ConfigError
+from distributed_onnx.errors import ConfigError, DistributedOnnxError, EnvironmentFailedError
 
-__all__ = ["NO_PORT_ERROR", "check_port_free", "not_the_proxy", "taken_while_starting"]
+__all__ = [
+    "NO_PORT_ERROR",
+    "check_port_free",
+    "ephemeral_low",
+    "not_the_proxy",
+    "proxy_could_not_bind",
+    "taken_while_starting",
+]
 
 #: What Serve says when a replica cannot bind the ports it was given (another process took one after the
 #: preflight found them free: Ray's own processes take ports while Ray starts).
@@ -69,9 +77,40 @@ def not_the_proxy(host: str, port: int, exc: http.client.HTTPException) -> Confi
 
 def _ephemeral_range() -> str:
     """The kernel's ephemeral port range as ``"low-high"`` (Linux), or a description where it cannot be read."""
+    found = _read_ephemeral_range()
+    return "the ports the kernel hands out for port 0" if found is None else f"{found[0]}-{found[1]}"
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default, 32768, where it cannot be read)."""
+    found = _read_ephemeral_range()
+    return 32768 if found is None else found[0]
+
+
+def _read_ephemeral_range() -> tuple[int, int] | None:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as found:
             low, high = found.read().split()
+        return int(low), int(high)
     except (OSError, ValueError):
-        return "the ports the kernel hands out for port 0"
-    return f"{low}-{high}"
+        return None
+
+
+def proxy_could_not_bind(host: str, user_ports: tuple[int, int], error: BaseException) -> DistributedOnnxError | None:
+    """The error for Serve's proxy failing to bind its gRPC port when Serve starts (Ray's ``Failed to bind to
+    address HOST:PORT`` inside a task error), or None for any other failure. The user's port: their flag to
+    change (exit 2); a port this command chose for the unused proxy: another process took it meanwhile, so
+    running again is the remedy (exit 3), not a flag."""
+    found = _BIND_FAILED.search(str(error))
+    if found is None:
+        return None
+    port = int(found.group(1))
+    if port in user_ports:
+        return taken_while_starting(host, user_ports[0], user_ports[1], NO_PORT_ERROR)
+    return EnvironmentFailedError(
+        f"Serve's proxy could not bind {host}:{port}, a loopback port this command chose for it (not one of yours): "
+        "another process took it while Ray started; run the command again."
+    )
+
+
+_BIND_FAILED = re.compile(r"Failed to bind to address \S*?:(\d+)")
