@@ -209,6 +209,16 @@ class RunFolder:
         """The file ``name`` of the run directory (one of the names above)."""
         return self.location / name
 
+    def previous_summary(self, run_fingerprint: str) -> dict[str, Any] | None:
+        """The ``summary.json`` an earlier invocation of this same run left, if readable (its record of who
+        computed the parts, kept by a rerun)."""
+        path = self.path(SUMMARY)
+        try:
+            document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
+        except (OSError, ValueError):
+            return None
+        return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
+
     def earlier_files(self, vintaged_parts: Iterable[int]) -> EarlierFiles:
         """The vintage counts ``vintaged_parts`` wrote, in part order (a part without its file, or a torn one, has
         none), and whether ``failed_windows.json`` is there."""

@@ -8,7 +8,6 @@ computed by this invocation / seconds from the first part dispatched to the last
 
 from __future__ import annotations
 
-import json
 import platform
 from collections import Counter
 from collections.abc import Mapping
@@ -23,7 +22,6 @@ from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
 from distributed_onnx.evaluation.driver._failures import nonfinite_error
 from distributed_onnx.evaluation.driver.clock import driver_cpu_s, peak_rss_mb
-from distributed_onnx.evaluation.outputs import SUMMARY
 from distributed_onnx.evaluation.sums import IN_SAMPLE
 from distributed_onnx.location import Location
 from distributed_onnx.version import __version__
@@ -53,16 +51,6 @@ def versions() -> dict[str, str | None]:
         "pyarrow": installed("pyarrow"),
         "python": platform.python_version(),
     }
-
-
-def previous_summary(output: Location, run_fingerprint: str) -> dict[str, Any] | None:
-    """The summary an earlier invocation of this same run left, if readable."""
-    path = storage.join(output, SUMMARY)
-    try:
-        document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
 
 
 def summarize(

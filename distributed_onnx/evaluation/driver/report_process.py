@@ -194,9 +194,10 @@ def _serve() -> None:
 def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
     """One request's leaderboard and report, and the CPU seconds since ``started_cpu_s``."""
     try:
-        from distributed_onnx.evaluation.driver._drawing import write_leaderboard
+        from distributed_onnx.evaluation.outputs import RunFolder
         from distributed_onnx.evaluation.report import page
         from distributed_onnx.evaluation.scoring import registry
+        from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 
         output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics = request
         for metric in registry.added():  # a run's metrics are its own: an earlier run's are not drawn again
@@ -204,7 +205,8 @@ def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
         for metric in metrics:
             registry.register(metric)
 
-        table = write_leaderboard(output, scores, step_us)
+        table = leaderboard(scores, step_us)
+        RunFolder(output).write_leaderboard(table)
         summary["timing"]["report_drawn_by"] = "report process"
         page.write_report(
             output, summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us

@@ -22,12 +22,12 @@ from distributed_onnx.evaluation.driver._identities import check_identities, ide
 from distributed_onnx.evaluation.driver._outcome import Dispatched, PartFailure, RunOutcome
 from distributed_onnx.evaluation.driver._part_ledger import PartLedger
 from distributed_onnx.evaluation.driver._progress import Progress
-from distributed_onnx.evaluation.driver._summary import previous_summary
 from distributed_onnx.evaluation.driver.clock import PhaseClock
 from distributed_onnx.evaluation.driver.early import start_ray_and_pool, worker_configs
 from distributed_onnx.evaluation.driver.merge import PendingMetrics, RunSums
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess, warm_report_process
 from distributed_onnx.evaluation.fans import FanPicker
+from distributed_onnx.evaluation.outputs import RunFolder
 from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.evaluation.scoring.pairs import PairScores
@@ -131,7 +131,7 @@ class _BacktestRun:
         output_cleanup.clean_partials(output, plan.model_names)
         output_cleanup.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         output_cleanup.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
-        earlier = previous_summary(output, plan.run_fingerprint)
+        earlier = RunFolder(output).previous_summary(plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute
         logger.info(
