@@ -49,7 +49,10 @@ def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder) -> pa.Ta
             ending.clock.mark("report")
             return leaderboard
     scores.metrics.write()
-    leaderboard = write_leaderboard(folder.location, merged, plan.step_us)
+    from distributed_onnx.evaluation.scoring.leaderboard import leaderboard as board_of  # scipy: only where built
+
+    leaderboard = board_of(merged, plan.step_us)
+    folder.write_leaderboard(leaderboard)
     started = time.process_time()
     try:
         from distributed_onnx.evaluation.report import page  # matplotlib: loaded only where the report is drawn
@@ -75,8 +78,8 @@ def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder) -> pa.Ta
 
 
 def write_leaderboard(output: Location, scores: PairScores, step_us: int) -> pa.Table:
-    """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair); by the driver
-    and by the report process alike."""
+    """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair) and return it:
+    what :func:`draw` and the report process (:mod:`.report_process`) do, for a caller with only the scores."""
     from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
 
     table = leaderboard(scores, step_us)

@@ -34,7 +34,6 @@ from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.location import Location
-from distributed_onnx.model.quantiles import central_intervals
 
 REPORT = "report.html"
 
@@ -175,7 +174,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValu
                 by_level[round(high, 9)],
                 shown.clamped_bands[(low, high)],
             )
-            for low, high in central_intervals(quantiles)
+            for low, high in shown.clamped_bands  # the run's central intervals, widest first
             if round(low, 9) in by_level and round(high, 9) in by_level
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -73,7 +73,7 @@ class PageValues:
     fans_scored_by: str
     #: The requested levels that were clamped, each to the native level that served it.
     clamped: dict[float, float]
-    #: Whether each central interval of the run's levels uses a clamped level.
+    #: Each central interval of the run's levels, widest first, and whether it uses a clamped level.
     clamped_bands: dict[tuple[float, float], bool]
     notes: list[str]
     #: The run's model's sections (its series table with the filter box that filters every checkpoint's).
@@ -96,14 +96,17 @@ def page_values(
     clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
     scores = Scores(metrics, series)
     shown = per_checkpoint(scores.has_median)
-    intervals = central_intervals(quantiles)
-    bands = {(low, high): _is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals}
+    # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
+    bands = {
+        (low, high): any(abs(level - requested) <= LEVEL_TOLERANCE for level in (low, high) for requested in clamped)
+        for low, high in central_intervals(quantiles)
+    }
     values = [
         CheckpointValues(
             tables.headline(scores, name),
             tables.series_table(scores, name, search=index == 0),
             _skill(scores, name, shown),
-            _calibration(scores, name, intervals, bands),
+            _calibration(scores, name, bands),
         )
         for index, name in enumerate([model, *others])
     ]
@@ -119,10 +122,6 @@ def page_values(
         tables.throughput(summary),
         tables.provenance(summary),
     )
-
-
-def _is_clamped(level: float, clamped: dict[float, float]) -> bool:
-    return any(abs(level - requested) <= LEVEL_TOLERANCE for requested in clamped)
 
 
 def _skill(scores: Scores, model: str, shown: Sequence[Metric]) -> SkillCurves | None:
@@ -141,11 +140,9 @@ def _skill(scores: Scores, model: str, shown: Sequence[Metric]) -> SkillCurves |
     return SkillCurves(leads, curves[model], curves[SEASONAL_NAIVE], shown[0].name, skills)
 
 
-def _calibration(
-    scores: Scores, model: str, central: Sequence[tuple[float, float]], bands: dict[tuple[float, float], bool]
-) -> Calibration | None:
-    """The checkpoint's coverage of each central interval it was scored on (None without any)."""
-    intervals = [(low, high) for low, high in central if scores.value(model, "coverage", low) is not None]
+def _calibration(scores: Scores, model: str, bands: dict[tuple[float, float], bool]) -> Calibration | None:
+    """The checkpoint's coverage of each central interval (``bands``) it was scored on (None without any)."""
+    intervals = [(low, high) for low, high in bands if scores.value(model, "coverage", low) is not None]
     if not intervals:
         return None
     nominal = np.array([1 - 2 * low for low, _ in intervals])
