@@ -5,6 +5,11 @@ Everything here is written from the merged sums the run stage handed on, never f
 report process the run started, else by the driver), the covariates' ages,
 ``failed_windows.json`` and ``nonfinite_windows.json``, and last ``summary.json``, the run's record. Ray stops on
 its own thread meanwhile; this stage waits for it (:meth:`~.run.RunEnding.close`) before summary.json is written.
+
+Each step is one call, in turn: the run folder read once (:meth:`~..outputs.RunFolder.earlier_files`), the
+covariates found (:mod:`._vintage_summary`), the summary built (:mod:`._summary`), the leaderboard and report.html
+drawn (:mod:`._drawing`), what the leaderboard says added (:mod:`._leaderboard_findings`), and the run's record
+written once (:meth:`~..outputs.RunFolder.write_record`): the stage hands the folder on, never the bare location.
 """
 
 from __future__ import annotations
