@@ -28,7 +28,7 @@ from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.covariates import covariates_section
-from distributed_onnx.evaluation.report.page_values import Calibration, PageValues, SkillCurves, page_values
+from distributed_onnx.evaluation.report.page_values import PageValues, page_values
 from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import PairScores
@@ -65,9 +65,11 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
     others = checkpoints[1:] if model in checkpoints else []
     shown = page_values(summary, metrics, series, quantiles, model, others)
+    fans_drawn, figures = _figures(fans, quantiles, shown, model, lead_label(step_us))
     sure = (
         uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
     )
+    verdict = report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else ""
     comparison = []
     if leaderboard is not None and leaderboard.num_rows:
         comparison = [
@@ -85,7 +87,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
-        report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else "",
+        verdict,
         *variants_section(summary, leaderboard),
         *shown.notes,
         *comparison,
@@ -93,14 +95,14 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         shown.first.headline,
         "<h2>Forecasts</h2>",
-        _fans(fans, quantiles, shown, model),
+        fans_drawn,
         "<h2>Skill by lead</h2>",
-        _skill(shown.first.skill, model, step_us),
+        figures[0][0],
         "<h2>Calibration of the central intervals</h2>",
-        _calibration(shown.first.calibration, lead_label(step_us)),
+        figures[0][1],
         f"<h2>Series, ranked by {shown.primary.upper()}</h2>",
         shown.first.series,
-        *_other_checkpoints(shown, step_us),
+        *_other_checkpoints(shown, figures[1:]),
         "<h2>Throughput</h2>",
         shown.throughput,
         "<h2>Provenance</h2>",
@@ -112,26 +114,68 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     return write_page(output, f"Backtest of {title}", sections)
 
 
-def _other_checkpoints(shown: PageValues, step_us: int | None) -> list[str]:
+def _other_checkpoints(shown: PageValues, figures: Sequence[tuple[str, str]]) -> list[str]:
     """The details of every checkpoint after the first (headline, skill by lead, calibration, series), each
-    folded: the first checkpoint's are the sections above, and the leaderboard compares them all."""
+    folded: the first checkpoint's are the sections above, and the leaderboard compares them all. ``figures``:
+    each one's skill by lead and calibration (:func:`_figures`)."""
     if not shown.others:
         return []
     sections = ["<h2>Every other checkpoint</h2>"]
-    for name, values in shown.others:
+    for (name, values), (skill, calibration) in zip(shown.others, figures, strict=True):
         sections.append(
             f"<details class='checkpoint'><summary>{escape(name)}: scores, skill by lead, calibration, series"
             "</summary>"
             + values.headline
             + "<h3>Skill by lead</h3>"
-            + _skill(values.skill, name, step_us)
+            + skill
             + "<h3>Calibration of the central intervals</h3>"
-            + _calibration(values.calibration, lead_label(step_us))
+            + calibration
             + f"<h3>Series, ranked by {shown.primary.upper()}</h3>"
             + values.series
             + "</details>"
         )
     return sections
+
+
+def _figures(
+    fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str, lead_label: str
+) -> tuple[str, list[tuple[str, str]]]:
+    """Every figure of the page's own sections, drawn from the record: the run's model's forecast fans, and each
+    checkpoint's skill by lead (its primary metric against seasonal naive, and the skill of each skill metric
+    among :func:`~..scoring.registry.per_checkpoint`'s) and calibration of the central intervals (figure and
+    table), the run's model first, then the others in the page's order."""
+    fans_drawn = _fans(fans, quantiles, shown, model)
+    drawn = []
+    for name, values in [(model, shown.first), *shown.others]:
+        curves, found = values.skill, values.calibration
+        skill = (
+            "<p>(no metrics by lead)</p>"
+            if curves is None
+            else report_plots.skill_by_lead(
+                curves.leads,
+                curves.model,
+                curves.naive,
+                name,
+                lead_label,
+                scored=curves.scored,
+                skills=curves.skills,
+            )
+        )
+        if found is None:
+            calibration = "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
+        else:
+            figure = report_plots.calibration(
+                found.nominal,
+                found.empirical,
+                found.marks,
+                [f"{n:.0%}" for n in found.nominal],
+                per_series=found.per_series if found.n_series > 1 else (),
+                by_lead=found.by_lead,
+                lead_label=lead_label,
+            )
+            calibration = f"<div class='side'>{figure}{found.table}</div>{found.sampled}"
+        drawn.append((skill, calibration))
+    return fans_drawn, drawn
 
 
 def write_page(output: Location, title: str, sections: Sequence[str]) -> Location:
@@ -210,50 +254,5 @@ def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
     return "<ul class='legend'>" + "".join(items) + "</ul>"
 
 
-def _skill(curves: SkillCurves | None, model: str, step_us: int | None) -> str:
-    """The checkpoint's primary metric by lead against seasonal naive, and the skill of each skill metric among
-    :func:`~..scoring.registry.per_checkpoint`'s."""
-    if curves is None:
-        return "<p>(no metrics by lead)</p>"
-    return report_plots.skill_by_lead(
-        curves.leads,
-        curves.model,
-        curves.naive,
-        model,
-        lead_label(step_us),
-        scored=curves.scored,
-        skills=curves.skills,
-    )
-
-
 def lead_label(step_us: int | None) -> str:
     return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
-
-
-def _calibration(found: Calibration | None, lead_label: str) -> str:
-    if found is None:
-        return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
-    labels = [f"{n:.0%}" for n in found.nominal]
-    rows = "".join(
-        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
-        f"<td>{e - n:+.3f}</td></tr>"
-        for (low, high), n, e, mark in zip(found.intervals, found.nominal, found.empirical, found.marks, strict=True)
-    )
-    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
-    series_points = found.per_series if found.n_series > 1 else ()
-    figure = report_plots.calibration(
-        found.nominal,
-        found.empirical,
-        found.marks,
-        labels,
-        per_series=series_points,
-        by_lead=found.by_lead,
-        lead_label=lead_label,
-    )
-    sampled = (
-        f"<p class='hint'>Series points: {found.drawn} of {found.n_series} series, evenly spaced (all: "
-        "metrics.parquet).</p>"
-        if found.drawn < found.n_series
-        else ""
-    )
-    return f"<div class='side'>{figure}{table}</div>{sampled}"

@@ -50,6 +50,9 @@ class Calibration:
     drawn: int
     n_series: int
     by_lead: tuple[np.ndarray, list[np.ndarray]] | None
+    #: The table beside the figure (nominal, empirical, their difference per interval) and the sampling's hint.
+    table: str
+    sampled: str
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def page_values(
     """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints."""
     clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
     scores = Scores(metrics, series)
+    notes, throughput, provenance = tables.notes(summary), tables.throughput(summary), tables.provenance(summary)
     shown = per_checkpoint(scores.has_median)
     # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
     bands = {
@@ -116,11 +120,11 @@ def page_values(
         primary(has_median(quantiles)),
         clamped,
         bands,
-        tables.notes(summary),
+        notes,
         values[0],
         list(zip(others, values[1:], strict=True)),
-        tables.throughput(summary),
-        tables.provenance(summary),
+        throughput,
+        provenance,
     )
 
 
@@ -161,4 +165,17 @@ def _calibration(scores: Scores, model: str, bands: dict[tuple[float, float], bo
     curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
     found = [curve for curve in curves if curve is not None]
     by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
-    return Calibration(intervals, nominal, empirical, marks, per_series, int(drawn.size), n_series, by_lead)
+    rows = "".join(
+        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
+        f"<td>{e - n:+.3f}</td></tr>"
+        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
+    )
+    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
+    sampled = (
+        f"<p class='hint'>Series points: {drawn.size} of {n_series} series, evenly spaced (all: metrics.parquet).</p>"
+        if drawn.size < n_series
+        else ""
+    )
+    return Calibration(
+        intervals, nominal, empirical, marks, per_series, int(drawn.size), n_series, by_lead, table, sampled
+    )
