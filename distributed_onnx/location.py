@@ -67,7 +67,8 @@ class Location:
         object.__setattr__(self, "_text", text)
         object.__setattr__(self, "_path", path)
         if path is None:  # masked in every message of this process from now on (redact.py: a library's own text)
-            remember(_secrets_of(_secret_parts(text)))
+            secrets = _secrets_of(_secret_parts(text))
+            remember(secrets)
 
     @classmethod
     def parse(cls, value: LocationLike) -> Location:

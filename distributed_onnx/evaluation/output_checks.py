@@ -38,6 +38,18 @@ PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
 STANDARD_OUTPUT = "-"
 
 
+def check_run_output(output: Location) -> None:
+    """Every check of a backtest's output before Ray starts (exit 2 on the first found), in the order a user meets
+    them: an output the run's actors can reach (:func:`check_output_reachable`), a folder and not a file
+    (:func:`check_output_folder`), no one else's files in it (:func:`check_run_folder`: refused now, and again under
+    the run's lock), nothing in the way of what the run writes there (:func:`check_run_entries`: a read-only folder,
+    an entry in the way: refused now, not an I/O error later)."""
+    check_output_reachable(output)
+    check_output_folder(output)
+    check_run_folder(output)
+    check_run_entries(output)
+
+
 def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
     output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,14 @@ INPUTS_DIR = "inputs"
 PARTIAL_PREFIX = ".tmp-"
 #: The folders a backtest writes in its run directory, and the files it writes there at fixed names.
 RUN_FOLDERS = (FORECASTS_DIR, SCORES_DIR, REMOVED_DIR)
-RUN_FILES = (MANIFEST, METRICS, LEADERBOARD, "summary.json", "report.html", "failed_windows.json", LOCK)
+SUMMARY = "summary.json"
+#: Which windows the latest invocation could not forecast (removed once every window is done).
+FAILED_WINDOWS = "failed_windows.json"
+#: Per model, the windows holding NaN or infinite forecasts (removed once none are).
+NONFINITE_WINDOWS = "nonfinite_windows.json"
+#: Per covariate and lead, the age of the vintaged values the models saw (joins ``metrics.parquet`` on ``lead``).
+COVARIATE_AGES = "covariate_ages.parquet"
+RUN_FILES = (MANIFEST, METRICS, LEADERBOARD, SUMMARY, "report.html", FAILED_WINDOWS, LOCK)
 
 
 def model_dir(output: Location, model: str) -> Location:
@@ -74,7 +82,7 @@ def sums_path(output: Location, part_index: int) -> Location:
 
 def has_scored_parts(output: Location) -> bool:
     """Whether any part of a run has written its scores here (a rerun, perhaps with nothing left to do)."""
-    return bool(storage.list_files(storage.join(output, SCORES_DIR), "part-", ".arrow"))
+    return bool(storage.list_files(output / SCORES_DIR, "part-", ".arrow"))
 
 
 def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequence[float], step_us: int) -> pa.Table:
@@ -161,3 +169,79 @@ def read_vintage_stats(output: Location, part_index: int) -> dict[str, Any] | No
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
+
+
+@dataclass(frozen=True)
+class EarlierFiles:
+    """What the run folder holds of earlier work when the report stage starts: the vintage counts of the parts
+    done (in part order), and whether an earlier invocation left ``failed_windows.json``."""
+
+    vintage_documents: list[dict[str, Any]]
+    failed_windows: bool
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the report stage writes last, in this order: ``covariate_ages.parquet`` (when covariates were vintaged),
+    ``nonfinite_windows.json`` (removed when every forecast was finite), ``summary.json``, and
+    ``failed_windows.json`` (when parts failed; else an earlier invocation's is removed first: every window is done).
+    """
+
+    summary: dict[str, Any]
+    covariate_ages: pa.Table | None
+    nonfinite_windows: dict[str, list[str]]
+    failed_windows: list[dict[str, Any]]
+    #: An earlier invocation's failed_windows.json to remove (:attr:`EarlierFiles.failed_windows`).
+    stale_failed_windows: bool
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run directory's reads and writes of the run's own files after its parts: the one owner of those files.
+
+    The report stage is handed this once (made from ``settings.output``): it reads what the parts and earlier
+    invocations left (:meth:`earlier_files`) and writes what the run concluded (:meth:`write_record`), rather than
+    taking the bare location to :mod:`distributed_onnx.storage` from each of its steps."""
+
+    location: Location
+
+    def path(self, name: str) -> Location:
+        """The file ``name`` of the run directory (one of the names above)."""
+        return self.location / name
+
+    def previous_summary(self, run_fingerprint: str) -> dict[str, Any] | None:
+        """The ``summary.json`` an earlier invocation of this same run left, if readable (its record of who
+        computed the parts, kept by a rerun)."""
+        path = self.path(SUMMARY)
+        try:
+            document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
+        except (OSError, ValueError):
+            return None
+        return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
+
+    def earlier_files(self, vintaged_parts: Iterable[int]) -> EarlierFiles:
+        """The vintage counts ``vintaged_parts`` wrote, in part order (a part without its file, or a torn one, has
+        none), and whether ``failed_windows.json`` is there."""
+        found = (read_vintage_stats(self.location, index) for index in sorted(vintaged_parts))
+        documents = [document for document in found if document is not None]
+        return EarlierFiles(documents, storage.is_file(self.path(FAILED_WINDOWS)))
+
+    def write_leaderboard(self, table: pa.Table) -> None:
+        """Write ``leaderboard.parquet`` (by the driver, or by the report process: :mod:`.driver.report_process`)."""
+        storage.write_parquet(self.path(LEADERBOARD), table)
+
+    def write_record(self, record: RunRecord) -> None:
+        """Write (and remove) the files of :class:`RunRecord`, in its order: ``summary.json`` the last but for the
+        failed windows' ids."""
+        if record.covariate_ages is not None:
+            storage.write_parquet(self.path(COVARIATE_AGES), record.covariate_ages)
+        nonfinite = self.path(NONFINITE_WINDOWS)
+        if record.nonfinite_windows:
+            storage.write_bytes(nonfinite, json.dumps(record.nonfinite_windows, indent=2).encode())
+        elif storage.is_file(nonfinite):
+            storage.delete(nonfinite)
+        if record.stale_failed_windows and not record.failed_windows:
+            storage.delete(self.path(FAILED_WINDOWS))
+        storage.write_bytes(self.path(SUMMARY), json.dumps(record.summary, indent=2, default=str).encode())
+        if record.failed_windows:
+            storage.write_bytes(self.path(FAILED_WINDOWS), json.dumps(record.failed_windows, indent=2).encode())

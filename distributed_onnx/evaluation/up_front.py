@@ -9,9 +9,9 @@ and metadata (no graph, no digest of the weights) and what the output path is:
   (:mod:`distributed_onnx.names`), no two alike (their forecasts share one folder per name);
 - :func:`levels_problem`: the quantile levels asked of a checkpoint inside its native range, unless clamping is
   asked for (a clamped level comes back under its own name holding the nearest native level's values);
-- the output: a folder, new or existing, never an existing file nor a link to nothing
-  (:func:`~distributed_onnx.evaluation.output_checks.check_output_folder`), writable, with nothing in the way of what
-  the run writes there (:func:`~distributed_onnx.evaluation.output_checks.check_run_entries`); for a command whose
+- the output: a folder, new or existing, never an existing file nor a link to nothing, writable, with nothing in the
+  way of what the run writes there (:func:`~distributed_onnx.evaluation.output_checks.check_run_output`, all in one
+  place); for a command whose
   output is one file (``tune``), :func:`check_output_file`: not an existing folder, in a folder that can be made
   and written;
 - the seasonality (at least one step) and every other bound: the settings model's own fields
@@ -30,15 +30,10 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.output_checks import (
-    check_output_folder,
-    check_output_reachable,
-    check_run_entries,
-    check_run_folder,
-)
+from distributed_onnx.evaluation.output_checks import check_run_output
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
-from distributed_onnx.model.checkpoint import CheckpointMetadata, default_metadata_path, read_metadata
+from distributed_onnx.model.checkpoint import CheckpointMetadata, peek_metadata
 from distributed_onnx.model.quantiles import clamped_levels
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 
@@ -70,10 +65,7 @@ def check_backtest(settings: BacktestSettings) -> None:
         [Written("output", settings.output, RUN_ENTRIES)],
         [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
     )
-    check_output_reachable(settings.output)
-    check_output_folder(settings.output)
-    check_run_folder(settings.output)  # files but no run record: refused before Ray starts, and again under the lock
-    check_run_entries(settings.output)  # a read-only folder, an entry in the way: refused now, not an I/O error later
+    check_run_output(settings.output)
     if settings.clamp_quantiles:
         return
     found = [(path.stem, peek_metadata(path)) for path in settings.checkpoint]
@@ -145,12 +137,3 @@ def levels_problem(name: str, levels: Sequence[float], metadata: CheckpointMetad
         f"quantile level(s) {shown} lie outside {name}'s native range {native[0]:g}..{native[-1]:g}: the graph "
         "forecasts nothing there"
     )
-
-
-def peek_metadata(weights: Path) -> CheckpointMetadata | None:
-    """A checkpoint's metadata, read without resolving it (no digest of the weights, no graph); None when its
-    files are not there (resolving it later names what is missing)."""
-    metadata_path = default_metadata_path(weights)
-    if not (weights.is_file() and metadata_path.is_file()):
-        return None
-    return read_metadata(metadata_path)

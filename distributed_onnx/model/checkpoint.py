@@ -408,6 +408,15 @@ class LocalCheckpoint(BaseModel):
         return ResolvedCheckpoint(weights_path=self.path, metadata=metadata)
 
 
+def peek_metadata(weights: Path) -> CheckpointMetadata | None:
+    """A checkpoint's metadata, read without resolving it (no digest of the weights, no graph); None when its
+    files are not there (resolving it later names what is missing). What the commands' up-front checks read."""
+    metadata_path = default_metadata_path(weights)
+    if not (weights.is_file() and metadata_path.is_file()):
+        return None
+    return read_metadata(metadata_path)
+
+
 def read_metadata(path: Path) -> CheckpointMetadata:
     """Parse one metadata file, naming the file and the offending keys on failure."""
     try:

@@ -1,7 +1,8 @@
 """``failed_windows.json``: which windows a run could not forecast, and the one error that says so.
 
 The file describes the latest invocation: a rerun that fails again rewrites it, and one that finishes every
-window removes it (:func:`clear_failed_windows`), so it never lists windows that are done.
+window removes it (the report stage, through :class:`~..outputs.RunFolder`), so it never lists windows that are
+done; likewise ``nonfinite_windows.json``.
 
 The driver never holds window ids while a run goes well; only for the parts that failed does it recompute their
 windows (from the same pure plan the actors used) so a user can see exactly what is missing.
@@ -9,19 +10,14 @@ windows (from the same pure plan the actors used) so a user can see exactly what
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
-from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation.data.windows import PartSpec, plan_series, window_ids
 from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.location import Location
-
-FAILED_WINDOWS = "failed_windows.json"
-NONFINITE_WINDOWS = "nonfinite_windows.json"
 
 
 def part_window_ids(plan: RunPlan, part: PartSpec) -> list[str]:
@@ -41,13 +37,12 @@ def part_window_ids(plan: RunPlan, part: PartSpec) -> list[str]:
     return ids
 
 
-def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str, Any]]) -> BatchError:
-    """Write ``failed_windows.json`` (each failed part with its error and window ids) and return the error to raise."""
+def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str, Any]], path: Location) -> BatchError:
+    """Add each failed part's window ids to its record (``failed_windows.json``'s rows, written at ``path`` by the
+    report stage) and return the error to raise."""
     by_index = {part.index: part for part in parts}
     for failure in failures:
         failure["window_ids"] = part_window_ids(plan, by_index[failure["part"]])
-    path = storage.join(plan.settings.output, FAILED_WINDOWS)
-    storage.write_bytes(path, json.dumps(failures, indent=2).encode())
     first = failures[0]
     return BatchError(
         f"{len(failures)} part(s) failed; their window ids are in {path}; rerun to resume. "
@@ -56,20 +51,15 @@ def failure_error(plan: RunPlan, parts: list[PartSpec], failures: list[dict[str,
     )
 
 
-def nonfinite_error(plan: RunPlan, nonfinite: dict[str, list[str]]) -> BatchError | None:
-    """Write ``nonfinite_windows.json`` (per model, the windows holding NaN or infinite forecasts) and return the
-    one-line error to raise, or None when every forecast was finite.
+def nonfinite_error(bad: dict[str, list[str]], path: Location) -> BatchError | None:
+    """The one-line error to raise for the windows holding NaN or infinite forecasts (``bad``, per model: what
+    ``nonfinite_windows.json`` at ``path`` holds), or None when every forecast was finite.
 
     A non-finite forecast is a model failure, not a gap: its pairs are left out of every model's scores (the
     run's common pairs), its forecasts are written as they are, and the run exits 1 like a run with failed parts.
     """
-    path = storage.join(plan.settings.output, NONFINITE_WINDOWS)
-    bad = {model: ids for model, ids in nonfinite.items() if ids}
     if not bad:
-        if storage.is_file(path):
-            storage.delete(path)
         return None
-    storage.write_bytes(path, json.dumps(bad, indent=2).encode())
     counts = ", ".join(f"{model}: {len(ids)}" for model, ids in bad.items())
     total = sum(len(ids) for ids in bad.values())
     return BatchError(
@@ -77,12 +67,3 @@ def nonfinite_error(plan: RunPlan, nonfinite: dict[str, list[str]]) -> BatchErro
         f"scores; their window ids are in {path}",
         failed_batches=[],
     )
-
-
-def clear_failed_windows(output: Location) -> bool:
-    """Remove a ``failed_windows.json`` an earlier invocation left, once every window is done; True if there was one."""
-    path = storage.join(output, FAILED_WINDOWS)
-    if not storage.is_file(path):
-        return False
-    storage.delete(path)
-    return True

@@ -8,24 +8,29 @@ computed by this invocation / seconds from the first part dispatched to the last
 
 from __future__ import annotations
 
-import json
 import platform
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from distributed_onnx import storage
+from distributed_onnx.errors import BatchError
+from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
+from distributed_onnx.evaluation.driver._failures import nonfinite_error
 from distributed_onnx.evaluation.driver.clock import driver_cpu_s, peak_rss_mb
+from distributed_onnx.evaluation.sums import IN_SAMPLE
 from distributed_onnx.location import Location
 from distributed_onnx.version import __version__
 
 if TYPE_CHECKING:
     from distributed_onnx.evaluation.driver._outcome import RunOutcome
     from distributed_onnx.evaluation.driver.clock import PhaseClock
+    from distributed_onnx.evaluation.driver.run import RunScores
     from distributed_onnx.evaluation.planning import RunPlan
-
-SUMMARY = "summary.json"
 
 
 def versions() -> dict[str, str | None]:
@@ -48,18 +53,57 @@ def versions() -> dict[str, str | None]:
     }
 
 
-def previous_summary(output: Location, run_fingerprint: str) -> dict[str, Any] | None:
-    """The summary an earlier invocation of this same run left, if readable."""
-    path = storage.join(output, SUMMARY)
-    try:
-        document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
+def summarize(
+    scores: RunScores,
+    tuned: Mapping[str, Any] | None,
+    covariates: dict[str, Any],
+    nonfinite: dict[str, list[str]],
+    nonfinite_path: Location,
+) -> tuple[dict[str, Any], BatchError | None]:
+    """The run's summary as the report draws it (``timing`` covers the phases marked so far; the report stage adds
+    what the leaderboard says and the final timing), and the error of non-finite forecasts, raised at the end.
 
-
-def write_summary(output: Location, summary: dict[str, Any]) -> None:
-    storage.write_bytes(storage.join(output, SUMMARY), json.dumps(summary, indent=2, default=str).encode())
+    ``covariates``: :func:`~._vintage_summary.covariates_found`'s record; ``nonfinite``: per model, the windows
+    holding NaN or infinite forecasts (``nonfinite_windows.json``, at ``nonfinite_path``); ``tuned``: what
+    ``backtest --tuned`` did with a tuned file's choice between a checkpoint and its variants
+    (``distributed_onnx/tune_variants.py``), kept as ``summary["tuned"]`` and said in a note, so that a variant
+    run in place of its parent is never silent."""
+    plan = scores.plan
+    summary = build_summary(plan, scores.outcome, scores.ending.clock, scores.earlier)
+    summary["covariates"] = covariates
+    # The windows at or before a checkpoint's training_data_end, counted.
+    if plan.in_sample_end_us is not None:
+        windows = scores.in_sample_windows
+        summary["in_sample"] = {
+            "training_data_end": str(np.datetime64(plan.in_sample_end_us, "us")) + "Z",
+            "windows": windows,
+            "in_leaderboard": plan.settings.include_in_sample,
+            "scope": IN_SAMPLE,
+        }
+        if windows and not plan.settings.include_in_sample:
+            summary["notes"].append(
+                f"{windows} in-sample window(s) (origin at or before the training data's end "
+                f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
+                "the leaderboard; the setting include_in_sample keeps them in"
+            )
+    # The models: fingerprints, identities, pairs scored and left out, parts computed per model.
+    summary["models"] = plan.model_records()
+    if tuned is not None:  # the tuned file's choice of checkpoint: said, never silent
+        summary["tuned"] = dict(tuned)
+        summary["notes"].append(str(tuned["said"]))
+    for twin in plan.realized_models:  # --compare-realized: the same checkpoint on the realized covariates
+        summary["models"][twin] = {
+            "realized_of": twin.removesuffix(REALIZED_SUFFIX),
+            "fingerprint": plan.model_fingerprints[twin],
+        }
+    summary["pairs"] = scores.scores.left_out()
+    summary["parts"]["computed_by_model"] = dict(
+        Counter(name for receipt in scores.outcome.receipts for name in receipt.models_computed)
+    )
+    error = nonfinite_error(nonfinite, nonfinite_path)
+    if error is not None:
+        summary["notes"].append(str(error))
+    return summary, error
 
 
 def build_summary(

@@ -51,8 +51,7 @@ def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) ->
         checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
     except DistributedOnnxError:
         return None
-    configs = worker_configs(settings, [each.weights_path for each in checkpoints])
-    return start_ray_and_pool(settings, configs, quiet_ray=quiet_ray)
+    return start_ray_and_pool(settings, [each.weights_path for each in checkpoints], quiet_ray=quiet_ray)
 
 
 def kept_pool(settings: BacktestSettings) -> EarlyStart:
@@ -61,25 +60,27 @@ def kept_pool(settings: BacktestSettings) -> EarlyStart:
     them with :meth:`~.runtime.early_start.EarlyStart.release`. For runs with the same checkpoints, providers,
     actors and resources (a fev benchmark's runs)."""
     checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
-    configs = worker_configs(settings, [each.weights_path for each in checkpoints])  # the sessions' options too
-    return EarlyStart(settings.address, pool_request(settings, configs), kept=True)
+    request = pool_request(settings, [each.weights_path for each in checkpoints])  # the sessions' options too
+    return EarlyStart(settings.address, request, kept=True)
 
 
 def start_ray_and_pool(
-    settings: BacktestSettings, configs: list[WorkerConfig], *, quiet_ray: bool | None = None
+    settings: BacktestSettings, checkpoints: list[Path], *, quiet_ray: bool | None = None
 ) -> EarlyStart:
     """Ray (joined, or the embedded one started) and the run's pool, on the thread that later stops them.
 
     The one way a backtest starts its pool and stops Ray: early, while the plan is made (:func:`start_early`),
     or once the plan shows parts to run (a resumed run, a process already holding Ray).
     """
-    return EarlyStart(settings.address, pool_request(settings, configs), quiet_ray=quiet_ray)
+    request = pool_request(settings, checkpoints)
+    return EarlyStart(settings.address, request, quiet_ray=quiet_ray)
 
 
-def pool_request(settings: BacktestSettings, configs: list[WorkerConfig]) -> PoolRequest:
-    """The run's pool: its actors, their shape and the deadlines of their start, from the settings."""
+def pool_request(settings: BacktestSettings, checkpoints: list[Path]) -> PoolRequest:
+    """The run's pool for ``checkpoints`` (their weights' paths): its actors, each loading every model of the run
+    (:func:`worker_configs`), their shape and the deadlines of their start, from the settings."""
     return PoolRequest(
-        configs,
+        worker_configs(settings, checkpoints),
         settings.actors,
         settings.cpus_per_actor,
         settings.gpus_per_actor,

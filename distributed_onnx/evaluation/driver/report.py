@@ -5,47 +5,33 @@ Everything here is written from the merged sums the run stage handed on, never f
 report process the run started, else by the driver), the covariates' ages,
 ``failed_windows.json`` and ``nonfinite_windows.json``, and last ``summary.json``, the run's record. Ray stops on
 its own thread meanwhile; this stage waits for it (:meth:`~.run.RunEnding.close`) before summary.json is written.
+
+Each step is one call, in turn: the run folder read once (:meth:`~..outputs.RunFolder.earlier_files`), the
+covariates found (:mod:`._vintage_summary`), the summary built (:mod:`._summary`), the leaderboard and report.html
+drawn (:mod:`._drawing`), what the leaderboard says added (:mod:`._leaderboard_findings`), and the run's record
+written once (:meth:`~..outputs.RunFolder.write_record`): the stage hands the folder on, never the bare location.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from distributed_onnx import storage
-from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.data.vintages import REALIZED_SUFFIX
-from distributed_onnx.evaluation.driver._failures import (
-    FAILED_WINDOWS,
-    clear_failed_windows,
-    failure_error,
-    nonfinite_error,
-)
-from distributed_onnx.evaluation.driver._summary import build_summary, driver_timing, write_summary
-from distributed_onnx.evaluation.driver._vintage_summary import covariates_record, merged_stats, write_covariate_ages
-from distributed_onnx.evaluation.driver.clock import driver_cpu_s
-from distributed_onnx.evaluation.driver.merge import fan_windows
+from distributed_onnx.evaluation.driver._drawing import draw, write_leaderboard
+from distributed_onnx.evaluation.driver._failures import failure_error
+from distributed_onnx.evaluation.driver._leaderboard_findings import add_leaderboard_findings
+from distributed_onnx.evaluation.driver._summary import driver_timing, summarize
+from distributed_onnx.evaluation.driver._vintage_summary import covariates_found
 from distributed_onnx.evaluation.driver.run import RunScores
-from distributed_onnx.evaluation.fans import FanWindow
-from distributed_onnx.evaluation.scoring import registry
-from distributed_onnx.evaluation.scoring.pairs import PairScores
-from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
-from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
-from distributed_onnx.evaluation.scoring.variants import variant_verdicts
-from distributed_onnx.evaluation.sums import IN_SAMPLE
+from distributed_onnx.evaluation.outputs import FAILED_WINDOWS, NONFINITE_WINDOWS, RunFolder, RunRecord
 from distributed_onnx.location import Location
 
-__all__ = ["BacktestResult", "render_report", "report", "write_leaderboard"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["BacktestResult", "report", "write_leaderboard"]
 
 
 @dataclass
@@ -72,166 +58,31 @@ def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> Backtes
     variants (``distributed_onnx/tune_variants.py``): kept as ``summary["tuned"]``, its ``said`` a note of the
     summary and the report, so that a variant run in place of its parent is never silent."""
     plan, outcome, ending = scores.plan, scores.outcome, scores.ending
-    output, clock = plan.settings.output, ending.clock
+    folder, clock = RunFolder(plan.settings.output), ending.clock
+    nonfinite = {model: ids for model, ids in scores.scores.nonfinite.items() if ids}
     try:
-        summary = build_summary(plan, outcome, clock, scores.earlier)
-        _covariates(summary, scores)
-        _in_sample(summary, scores)
-        nonfinite = _compared(summary, scores, tuned)
-        leaderboard = _draw(summary, scores)
-        scores.metrics.write()  # written by _draw already, meanwhile: here only should _draw have returned early
-        _from_leaderboard(summary, scores, leaderboard)
+        earlier = folder.earlier_files(scores.done if plan.vintaged is not None else ())
+        covariates = covariates_found(plan, earlier.vintage_documents)
+        summary, nonfinite_error = summarize(
+            scores, tuned, covariates.record, nonfinite, folder.path(NONFINITE_WINDOWS)
+        )
+        leaderboard = draw(summary, scores, folder)
+        scores.metrics.write()  # written by draw already, meanwhile: here only should draw have returned early
+        add_leaderboard_findings(summary, plan, leaderboard)
     finally:
         ending.close()  # the report process ended, and Ray stopped on the thread that started it
     clock.mark("ray_stop")
     summary["timing"].update(driver_timing(clock, outcome.windows_computed))
-    if not outcome.failures and clear_failed_windows(output):
+    failures = [failure.as_record() for failure in outcome.failures]
+    if not failures and earlier.failed_windows:
         summary["notes"].append(f"{FAILED_WINDOWS} of an earlier invocation was removed: every window is done")
+    error = failure_error(plan, list(scores.parts), failures, folder.path(FAILED_WINDOWS)) if failures else None
     # The user's wait: from the start (the process's, for the command) to summary.json, the last file
     # written; what follows is the interpreter's exit (benchmarks/results/ measures it from outside).
     summary["timing"]["total_s"] = clock.elapsed_s()
-    write_summary(output, summary)
-    failures = [failure.as_record() for failure in outcome.failures]
-    if failures:
-        raise failure_error(plan, list(scores.parts), failures)
-    if nonfinite is not None:
-        raise nonfinite
-    return BacktestResult(summary, scores.run_wide, storage.join(output, outputs.METRICS), failures)
-
-
-def write_leaderboard(output: Location, scores: PairScores, step_us: int) -> pa.Table:
-    """Write ``leaderboard.parquet`` (:mod:`..scoring.leaderboard`: a few rows per model and pair)."""
-    from distributed_onnx.evaluation.scoring.leaderboard import leaderboard  # scipy: only where it is built
-
-    table = leaderboard(scores, step_us)
-    storage.write_parquet(storage.join(output, outputs.LEADERBOARD), table)
-    return table
-
-
-def render_report(  # noqa: PLR0913 - what write_report draws, passed through
-    output: Location,
-    summary: dict[str, Any],
-    metrics: pa.Table,
-    quantiles: list[float],
-    fans: list[FanWindow],
-    leaderboard: pa.Table | None = None,
-    series: SeriesScores | None = None,
-    *,
-    pair_scores: PairScores | None = None,
-    step_us: int | None = None,
-) -> float:
-    """Write report.html and return the CPU seconds it took (matplotlib's import included).
-
-    ``metrics``: the run-wide rows; ``series``: the per-series values (else the series rows of ``metrics``)."""
-    started = time.process_time()
-    from distributed_onnx.evaluation.report import page as report  # matplotlib: loaded only where the report is drawn
-
-    report.write_report(
-        output, summary, metrics, quantiles, fans, leaderboard, series, pair_scores=pair_scores, step_us=step_us
-    )
-    return time.process_time() - started
-
-
-def _in_sample(summary: dict[str, Any], scores: RunScores) -> None:
-    """``summary["in_sample"]``: the windows at or before a checkpoint's ``training_data_end``, counted."""
-    plan = scores.plan
-    if plan.in_sample_end_us is None:
-        return
-    windows = scores.in_sample_windows
-    summary["in_sample"] = {
-        "training_data_end": str(np.datetime64(plan.in_sample_end_us, "us")) + "Z",
-        "windows": windows,
-        "in_leaderboard": plan.settings.include_in_sample,
-        "scope": IN_SAMPLE,
-    }
-    if windows and not plan.settings.include_in_sample:
-        summary["notes"].append(
-            f"{windows} in-sample window(s) (origin at or before the training data's end "
-            f"{summary['in_sample']['training_data_end']}) are scored apart (scope {IN_SAMPLE}) and left out of "
-            "the leaderboard; the setting include_in_sample keeps them in"
-        )
-
-
-def _covariates(summary: dict[str, Any], scores: RunScores) -> None:
-    """``summary["covariates"]``: each covariate vintaged or known; the vintages' counts and ages, also
-    written as ``covariate_ages.parquet`` (:mod:`._vintage_summary`)."""
-    plan = scores.plan
-    stats = None
-    if plan.vintaged is not None:
-        stats = merged_stats(plan.settings.output, scores.done, plan.spec.horizon, plan.step_us)
-        write_covariate_ages(plan.settings.output, stats)
-    summary["covariates"] = covariates_record(plan, stats)
-
-
-def _compared(summary: dict[str, Any], scores: RunScores, tuned: Mapping[str, Any] | None) -> BatchError | None:
-    """The models' part of summary.json (fingerprints, identities, pairs scored and left out, parts computed per
-    model, and ``tuned``: a tuned file's choice of checkpoint); returns the error of non-finite forecasts (written
-    to ``nonfinite_windows.json``), raised at the end."""
-    plan = scores.plan
-    summary["models"] = plan.model_records()
-    if tuned is not None:  # the tuned file's choice of checkpoint: said, never silent
-        summary["tuned"] = dict(tuned)
-        summary["notes"].append(str(tuned["said"]))
-    for twin in plan.realized_models:  # --compare-realized: the same checkpoint on the realized covariates
-        summary["models"][twin] = {
-            "realized_of": twin.removesuffix(REALIZED_SUFFIX),
-            "fingerprint": plan.model_fingerprints[twin],
-        }
-    summary["pairs"] = scores.scores.left_out()
-    summary["parts"]["computed_by_model"] = dict(
-        Counter(name for receipt in scores.outcome.receipts for name in receipt.models_computed)
-    )
-    nonfinite = nonfinite_error(plan, scores.scores.nonfinite)
-    if nonfinite is not None:
-        summary["notes"].append(str(nonfinite))
-    return nonfinite
-
-
-def _from_leaderboard(summary: dict[str, Any], scores: RunScores, board: pa.Table | None) -> None:
-    """What summary.json reads off the leaderboard: the realized twins' gaps, the variants' verdicts."""
-    if board is None:
-        return
-    if scores.plan.realized_models:
-        summary["covariates"]["realized_comparison"] = realized_gaps(board)
-    verdicts = variant_verdicts(summary.get("models") or {}, board, summary["timing"].get("actor_stage_s"))
-    if verdicts:
-        summary["variants"] = verdicts
-
-
-def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
-    """Write leaderboard.parquet and draw report.html (returns the leaderboard): by the report process the run
-    started (:mod:`.report_process`) while the driver writes metrics.parquet, else here, in the driver (after
-    metrics.parquet), while Ray stops on its own thread.
-
-    Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
-    part: seconds of wall time at the end of every run (measured), for a second of the driver's CPU.
-    A report that cannot be drawn is a note in summary.json, never a lost run: the parts, the metrics and
-    the summary are the results.
-    """
-    plan, merged, ending = scores.plan, scores.scores, scores.ending
-    series = SeriesScores(merged)  # per-series values from the sums: the long table is never held
-    fans = fan_windows(scores.fans, plan, series)
-    summary["timing"]["driver_cpu_s"] = round(driver_cpu_s(), 3)  # until now; summary.json gets the final
-    if ending.report_process is not None:
-        shown = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, series, merged, plan.step_us)
-        request = (*shown, registry.added())
-        drawn = ending.report_process.draw(request, meanwhile=scores.metrics.write)
-        if drawn is not None:
-            leaderboard, child_cpu_s = drawn
-            # the child's for this report (its imports too, when it was started for this run)
-            summary["timing"]["report_cpu_s"] = round(child_cpu_s, 4)
-            summary["timing"]["report_drawn_by"] = "report process"
-            ending.clock.mark("report")
-            return leaderboard
-    scores.metrics.write()
-    leaderboard = write_leaderboard(plan.settings.output, merged, plan.step_us)
-    arguments = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, leaderboard, series)
-    try:
-        cpu_s = render_report(*arguments, pair_scores=merged, step_us=plan.step_us)
-        summary["timing"]["report_cpu_s"] = round(cpu_s, 4)
-        summary["timing"]["report_drawn_by"] = "driver"
-    except Exception as exc:  # matplotlib, storage: whatever failed, the run's results stand
-        logger.error("Could not write report.html: %s", exc)
-        summary["notes"].append(f"report.html could not be written: {type(exc).__name__}: {exc}")
-    ending.clock.mark("report")
-    return leaderboard
+    folder.write_record(RunRecord(summary, covariates.ages, nonfinite, failures, earlier.failed_windows))
+    if error is not None:
+        raise error
+    if nonfinite_error is not None:
+        raise nonfinite_error
+    return BacktestResult(summary, scores.run_wide, folder.path(outputs.METRICS), failures)

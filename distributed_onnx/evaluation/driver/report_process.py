@@ -194,8 +194,7 @@ def _serve() -> None:
 def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
     """One request's leaderboard and report, and the CPU seconds since ``started_cpu_s``."""
     try:
-        from distributed_onnx import storage
-        from distributed_onnx.evaluation.outputs import LEADERBOARD
+        from distributed_onnx.evaluation.outputs import RunFolder
         from distributed_onnx.evaluation.report import page
         from distributed_onnx.evaluation.scoring import registry
         from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
@@ -207,7 +206,7 @@ def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
             registry.register(metric)
 
         table = leaderboard(scores, step_us)
-        storage.write_parquet(storage.join(output, LEADERBOARD), table)
+        RunFolder(output).write_leaderboard(table)
         summary["timing"]["report_drawn_by"] = "report process"
         page.write_report(
             output, summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us

@@ -22,17 +22,16 @@ from distributed_onnx.evaluation.driver._identities import check_identities, ide
 from distributed_onnx.evaluation.driver._outcome import Dispatched, PartFailure, RunOutcome
 from distributed_onnx.evaluation.driver._part_ledger import PartLedger
 from distributed_onnx.evaluation.driver._progress import Progress
-from distributed_onnx.evaluation.driver._summary import previous_summary
 from distributed_onnx.evaluation.driver.clock import PhaseClock
-from distributed_onnx.evaluation.driver.early import start_ray_and_pool, worker_configs
+from distributed_onnx.evaluation.driver.early import start_ray_and_pool
 from distributed_onnx.evaluation.driver.merge import PendingMetrics, RunSums
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess, warm_report_process
 from distributed_onnx.evaluation.fans import FanPicker
+from distributed_onnx.evaluation.outputs import RunFolder
 from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
-from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart
 
@@ -131,7 +130,7 @@ class _BacktestRun:
         output_cleanup.clean_partials(output, plan.model_names)
         output_cleanup.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         output_cleanup.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
-        earlier = previous_summary(output, plan.run_fingerprint)
+        earlier = RunFolder(output).previous_summary(plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute
         logger.info(
@@ -190,7 +189,8 @@ class _BacktestRun:
     def _ray_ready(self) -> None:
         """Ray and the pool up for the dispatch: started while the data was read and planned, else now."""
         if self.early is None:  # a resumed run, or a process that holds Ray already: the pool is needed now
-            self.early = start_ray_and_pool(self.plan.settings, self.worker_config(), quiet_ray=self.quiet_ray)
+            checkpoints = [each.weights_path for each in self.plan.checkpoints]  # each actor loads every model
+            self.early = start_ray_and_pool(self.plan.settings, checkpoints, quiet_ray=self.quiet_ray)
         self.early.wait()
 
     def _outcome(self, todo: list[PartSpec], done_windows: int, dispatched: Dispatched) -> RunOutcome:
@@ -205,10 +205,6 @@ class _BacktestRun:
             dispatch_stats=dispatched.stats,
             first_result_s=self.ledger.first_result_s,
         )
-
-    def worker_config(self) -> list[WorkerConfig]:
-        """One config per checkpoint: each actor loads every model of the run."""
-        return worker_configs(self.plan.settings, [each.weights_path for each in self.plan.checkpoints])
 
     def _todo(self) -> list[PartSpec]:
         """The parts still to run (:meth:`_verified_todo`); none: the report process starts now, its imports

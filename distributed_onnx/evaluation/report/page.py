@@ -28,17 +28,14 @@ from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.covariates import covariates_section
-from distributed_onnx.evaluation.report.tables import Scores, SeriesValues, escape
+from distributed_onnx.evaluation.report.page_values import PageValues, page_values
+from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
-from distributed_onnx.evaluation.scoring.registry import has_median, per_checkpoint, primary
+from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.location import Location
-from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 REPORT = "report.html"
-#: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
-MAX_CALIBRATION_SERIES = 500
 
 
 def write_report(  # noqa: PLR0913 - the run's products the page draws, each of its own kind
@@ -62,15 +59,17 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
     """
     model = str(summary["model"])
-    scores = Scores(metrics, series)
-    clamped = _clamped_levels(summary)
     step_us = step_us or (fans[0].step_us if fans else None)
-    sure = (
-        uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
-    )
     models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow
     checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
     title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
+    others = checkpoints[1:] if model in checkpoints else []
+    shown = page_values(summary, metrics, series, quantiles, model, others)
+    fans_drawn, figures = _figures(fans, quantiles, shown, model, lead_label(step_us))
+    sure = (
+        uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
+    )
+    verdict = report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else ""
     comparison = []
     if leaderboard is not None and leaderboard.num_rows:
         comparison = [
@@ -79,35 +78,35 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
             "<h3>Pairs scored and left out</h3>",
             report_compare.pairs_section(summary),
             "<h3>Skill by lead, every model</h3>",
-            report_compare.skill_by_lead(scores, models, lead_label(step_us)),
+            report_compare.skill_by_lead(shown.scores, models, lead_label(step_us)),
             "<h3>Score by forecast origin, every model</h3>",
             report_compare.by_origin(sure, models),
             "<h3>Calibration, every model</h3>",
-            report_compare.calibration_table(scores, models, quantiles),
+            report_compare.calibration_table(shown.scores, models, quantiles),
         ]
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
-        report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else "",
+        verdict,
         *variants_section(summary, leaderboard),
-        *report_tables.notes(summary),
+        *shown.notes,
         *comparison,
         *covariates_section(summary, leaderboard),
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
-        report_tables.headline(scores, model),
+        shown.first.headline,
         "<h2>Forecasts</h2>",
-        _fans(fans, quantiles, clamped, model),
+        fans_drawn,
         "<h2>Skill by lead</h2>",
-        _skill(scores, model, step_us),
+        figures[0][0],
         "<h2>Calibration of the central intervals</h2>",
-        _calibration(scores, model, quantiles, clamped, lead_label(step_us)),
-        f"<h2>Series, ranked by {scores.primary.upper()}</h2>",
-        report_tables.series_table(scores, model),
-        *_other_checkpoints(scores, checkpoints[1:] if model in checkpoints else [], quantiles, clamped, step_us),
+        figures[0][1],
+        f"<h2>Series, ranked by {shown.primary.upper()}</h2>",
+        shown.first.series,
+        *_other_checkpoints(shown, figures[1:]),
         "<h2>Throughput</h2>",
-        report_tables.throughput(summary),
+        shown.throughput,
         "<h2>Provenance</h2>",
-        report_tables.provenance(summary),
+        shown.provenance,
         "<details><summary>summary.json</summary><pre>"
         + escape(json.dumps(summary, indent=2, default=str))
         + "</pre></details>",
@@ -115,28 +114,68 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     return write_page(output, f"Backtest of {title}", sections)
 
 
-def _other_checkpoints(
-    scores: Scores, others: Sequence[str], quantiles: Sequence[float], clamped: dict[float, float], step_us: int | None
-) -> list[str]:
+def _other_checkpoints(shown: PageValues, figures: Sequence[tuple[str, str]]) -> list[str]:
     """The details of every checkpoint after the first (headline, skill by lead, calibration, series), each
-    folded: the first checkpoint's are the sections above, and the leaderboard compares them all."""
-    if not others:
+    folded: the first checkpoint's are the sections above, and the leaderboard compares them all. ``figures``:
+    each one's skill by lead and calibration (:func:`_figures`)."""
+    if not shown.others:
         return []
     sections = ["<h2>Every other checkpoint</h2>"]
-    for name in others:
+    for (name, values), (skill, calibration) in zip(shown.others, figures, strict=True):
         sections.append(
             f"<details class='checkpoint'><summary>{escape(name)}: scores, skill by lead, calibration, series"
             "</summary>"
-            + report_tables.headline(scores, name)
+            + values.headline
             + "<h3>Skill by lead</h3>"
-            + _skill(scores, name, step_us)
+            + skill
             + "<h3>Calibration of the central intervals</h3>"
-            + _calibration(scores, name, quantiles, clamped, lead_label(step_us))
-            + f"<h3>Series, ranked by {scores.primary.upper()}</h3>"
-            + report_tables.series_table(scores, name, search=False)
+            + calibration
+            + f"<h3>Series, ranked by {shown.primary.upper()}</h3>"
+            + values.series
             + "</details>"
         )
     return sections
+
+
+def _figures(
+    fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str, lead_label: str
+) -> tuple[str, list[tuple[str, str]]]:
+    """Every figure of the page's own sections, drawn from the record: the run's model's forecast fans, and each
+    checkpoint's skill by lead (its primary metric against seasonal naive, and the skill of each skill metric
+    among :func:`~..scoring.registry.per_checkpoint`'s) and calibration of the central intervals (figure and
+    table), the run's model first, then the others in the page's order."""
+    fans_drawn = _fans(fans, quantiles, shown, model)
+    drawn = []
+    for name, values in [(model, shown.first), *shown.others]:
+        curves, found = values.skill, values.calibration
+        skill = (
+            "<p>(no metrics by lead)</p>"
+            if curves is None
+            else report_plots.skill_by_lead(
+                curves.leads,
+                curves.model,
+                curves.naive,
+                name,
+                lead_label,
+                scored=curves.scored,
+                skills=curves.skills,
+            )
+        )
+        if found is None:
+            calibration = "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
+        else:
+            figure = report_plots.calibration(
+                found.nominal,
+                found.empirical,
+                found.marks,
+                [f"{n:.0%}" for n in found.nominal],
+                per_series=found.per_series if found.n_series > 1 else (),
+                by_lead=found.by_lead,
+                lead_label=lead_label,
+            )
+            calibration = f"<div class='side'>{figure}{found.table}</div>{found.sampled}"
+        drawn.append((skill, calibration))
+    return fans_drawn, drawn
 
 
 def write_page(output: Location, title: str, sections: Sequence[str]) -> Location:
@@ -153,14 +192,6 @@ def write_page(output: Location, title: str, sections: Sequence[str]) -> Locatio
     return path
 
 
-def _clamped_levels(summary: dict[str, Any]) -> dict[float, float]:
-    return {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
-
-
-def _is_clamped(level: float, clamped: dict[float, float]) -> bool:
-    return any(abs(level - requested) <= LEVEL_TOLERANCE for requested in clamped)
-
-
 def _lede(summary: dict[str, Any], step_us: int | None) -> str:
     resolved, windows = summary.get("resolved", {}), summary.get("windows", {})
     step = f" of {step_us // 60_000_000} min" if step_us else ""
@@ -171,11 +202,11 @@ def _lede(summary: dict[str, Any], step_us: int | None) -> str:
     )
 
 
-def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[float, float], model: str) -> str:
+def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str) -> str:
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
     canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
-    scored_by = primary(has_median(quantiles)).upper()  # the window's score is the primary metric's (merge.py)
+    scored_by = shown.fans_scored_by.upper()  # the window's score is the primary metric's (merge.py)
     figures = []
     for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
         by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
@@ -185,9 +216,9 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], clamped: dict[f
                 high,
                 by_level[round(low, 9)],
                 by_level[round(high, 9)],
-                _is_clamped(low, clamped) or _is_clamped(high, clamped),
+                shown.clamped_bands[(low, high)],
             )
-            for low, high in central_intervals(quantiles)
+            for low, high in shown.clamped_bands  # the run's central intervals, widest first
             if round(low, 9) in by_level and round(high, 9) in by_level
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -223,67 +254,5 @@ def _legend(entries: Sequence[report_plots.LegendEntry]) -> str:
     return "<ul class='legend'>" + "".join(items) + "</ul>"
 
 
-def _skill(scores: Scores, model: str, step_us: int | None) -> str:
-    """The checkpoint's primary metric by lead against seasonal naive, and the skill of each skill metric among
-    :func:`~..scoring.registry.per_checkpoint`'s."""
-    shown = per_checkpoint(scores.has_median)
-    curves: dict[str, dict[str, np.ndarray]] = {model: {}, SEASONAL_NAIVE: {}}
-    leads = None
-    for name, curve in curves.items():
-        for metric in shown:
-            found = scores.by_lead(name, metric.name)
-            if found is not None:
-                leads, curve[metric.name] = found
-    if leads is None:
-        return "<p>(no metrics by lead)</p>"
-    skills = [metric.name for metric in shown if metric.skill]
-    return report_plots.skill_by_lead(
-        leads, curves[model], curves[SEASONAL_NAIVE], model, lead_label(step_us), scored=shown[0].name, skills=skills
-    )
-
-
 def lead_label(step_us: int | None) -> str:
     return "lead (steps ahead" + (f", {step_us // 60_000_000} min each)" if step_us else ")")
-
-
-def _calibration(
-    scores: Scores, model: str, quantiles: Sequence[float], clamped: dict[float, float], lead_label: str
-) -> str:
-    intervals = [
-        (low, high) for low, high in central_intervals(quantiles) if scores.value(model, "coverage", low) is not None
-    ]
-    if not intervals:
-        return "<p>(no central intervals: request quantiles q and 1 - q to score coverage)</p>"
-    nominal = np.array([1 - 2 * low for low, _ in intervals])
-    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
-    marks = np.array([_is_clamped(low, clamped) or _is_clamped(high, clamped) for low, high in intervals])
-    labels = [f"{n:.0%}" for n in nominal]
-    # At most MAX_CALIBRATION_SERIES series' points (evenly spaced in the metrics' order): the figure's size
-    # must not grow with the run (an SVG of 40,000 series' points weighed megabytes).
-    n_series = len(scores.series_ids)
-    drawn = np.unique(np.linspace(0, n_series - 1, min(n_series, MAX_CALIBRATION_SERIES)).astype(np.int64))
-    per_series = [
-        (1 - 2 * low, float(value))
-        for low, _ in intervals
-        for value in scores.series_values(model, "coverage", low)[drawn]
-        if np.isfinite(value)
-    ]
-    rows = "".join(
-        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
-        f"<td>{e - n:+.3f}</td></tr>"
-        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
-    )
-    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
-    curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
-    found = [curve for curve in curves if curve is not None]
-    by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
-    series_points = per_series if len(scores.series_ids) > 1 else ()
-    figure = report_plots.calibration(
-        nominal, empirical, marks, labels, per_series=series_points, by_lead=by_lead, lead_label=lead_label
-    )
-    sampled = (
-        f"<p class='hint'>Series points: {drawn.size} of {n_series} series, evenly spaced (all: metrics.parquet).</p>"
-        if drawn.size < n_series
-        else ""
-    )
-    return f"<div class='side'>{figure}{table}</div>{sampled}"

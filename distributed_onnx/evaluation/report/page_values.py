@@ -1,0 +1,181 @@
+"""What report.html shows of the run's checkpoints, computed once before the page is drawn.
+
+The page (:mod:`.page`) renders its sections and figures from this one record: the metrics indexed
+(:class:`~.tables.Scores`), the tables (headline, per-series, notes, throughput, provenance) and the values each
+figure draws (skill by lead, calibration). Which metrics each shows is the registry's answer
+(:mod:`..scoring.registry`), asked here once for the whole page rather than by each section as it is drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from distributed_onnx.evaluation.report import tables
+from distributed_onnx.evaluation.report.tables import Scores, SeriesValues
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
+from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary
+from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
+
+#: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
+MAX_CALIBRATION_SERIES = 500
+
+
+@dataclass(frozen=True)
+class SkillCurves:
+    """A checkpoint's metrics by lead and seasonal naive's (``scored``, the primary, first), and the skill metrics."""
+
+    leads: np.ndarray
+    model: dict[str, np.ndarray]
+    naive: dict[str, np.ndarray]
+    scored: str
+    skills: list[str]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A checkpoint's coverage of each central interval: nominal, empirical, run-wide and per series, by lead."""
+
+    intervals: list[tuple[float, float]]
+    nominal: np.ndarray
+    empirical: np.ndarray
+    #: Whether an interval uses a clamped level (its band is marked).
+    marks: np.ndarray
+    #: The series' points drawn (at most :data:`MAX_CALIBRATION_SERIES`, evenly spaced), of ``n_series``.
+    per_series: list[tuple[float, float]]
+    drawn: int
+    n_series: int
+    by_lead: tuple[np.ndarray, list[np.ndarray]] | None
+    #: The table beside the figure (nominal, empirical, their difference per interval) and the sampling's hint.
+    table: str
+    sampled: str
+
+
+@dataclass(frozen=True)
+class CheckpointValues:
+    """One checkpoint's sections: its headline and per-series tables (HTML), its skill and calibration values."""
+
+    headline: str
+    series: str
+    skill: SkillCurves | None
+    calibration: Calibration | None
+
+
+@dataclass(frozen=True)
+class PageValues:
+    """Everything the page shows that is computed from the metrics and the summary (see the module docstring)."""
+
+    scores: Scores
+    #: The metric that ranks the series tables (:attr:`~.tables.Scores.primary`).
+    primary: str
+    #: The fans' score: the primary metric of the run's levels (the window's score is the one merge.py picked by).
+    fans_scored_by: str
+    #: The requested levels that were clamped, each to the native level that served it.
+    clamped: dict[float, float]
+    #: Each central interval of the run's levels, widest first, and whether it uses a clamped level.
+    clamped_bands: dict[tuple[float, float], bool]
+    notes: list[str]
+    #: The run's model's sections (its series table with the filter box that filters every checkpoint's).
+    first: CheckpointValues
+    #: Every other checkpoint's, in the page's order.
+    others: list[tuple[str, CheckpointValues]]
+    throughput: str
+    provenance: str
+
+
+def page_values(
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    series: SeriesValues | None,
+    quantiles: Sequence[float],
+    model: str,
+    others: Sequence[str],
+) -> PageValues:
+    """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints."""
+    clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
+    scores = Scores(metrics, series)
+    notes, throughput, provenance = tables.notes(summary), tables.throughput(summary), tables.provenance(summary)
+    shown = per_checkpoint(scores.has_median)
+    # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
+    bands = {
+        (low, high): any(abs(level - requested) <= LEVEL_TOLERANCE for level in (low, high) for requested in clamped)
+        for low, high in central_intervals(quantiles)
+    }
+    values = [
+        CheckpointValues(
+            tables.headline(scores, name),
+            tables.series_table(scores, name, search=index == 0),
+            _skill(scores, name, shown),
+            _calibration(scores, name, bands),
+        )
+        for index, name in enumerate([model, *others])
+    ]
+    return PageValues(
+        scores,
+        scores.primary,
+        primary(has_median(quantiles)),
+        clamped,
+        bands,
+        notes,
+        values[0],
+        list(zip(others, values[1:], strict=True)),
+        throughput,
+        provenance,
+    )
+
+
+def _skill(scores: Scores, model: str, shown: Sequence[Metric]) -> SkillCurves | None:
+    """The checkpoint's metrics by lead against seasonal naive (None without any), for the skill of each skill
+    metric among :func:`~..scoring.registry.per_checkpoint`'s."""
+    curves: dict[str, dict[str, np.ndarray]] = {model: {}, SEASONAL_NAIVE: {}}
+    leads = None
+    for name, curve in curves.items():
+        for metric in shown:
+            found = scores.by_lead(name, metric.name)
+            if found is not None:
+                leads, curve[metric.name] = found
+    if leads is None:
+        return None
+    skills = [metric.name for metric in shown if metric.skill]
+    return SkillCurves(leads, curves[model], curves[SEASONAL_NAIVE], shown[0].name, skills)
+
+
+def _calibration(scores: Scores, model: str, bands: dict[tuple[float, float], bool]) -> Calibration | None:
+    """The checkpoint's coverage of each central interval (``bands``) it was scored on (None without any)."""
+    intervals = [(low, high) for low, high in bands if scores.value(model, "coverage", low) is not None]
+    if not intervals:
+        return None
+    nominal = np.array([1 - 2 * low for low, _ in intervals])
+    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
+    marks = np.array([bands[interval] for interval in intervals])
+    # At most MAX_CALIBRATION_SERIES series' points (evenly spaced in the metrics' order): the figure's size
+    # must not grow with the run (an SVG of 40,000 series' points weighed megabytes).
+    n_series = len(scores.series_ids)
+    drawn = np.unique(np.linspace(0, n_series - 1, min(n_series, MAX_CALIBRATION_SERIES)).astype(np.int64))
+    per_series = [
+        (1 - 2 * low, float(value))
+        for low, _ in intervals
+        for value in scores.series_values(model, "coverage", low)[drawn]
+        if np.isfinite(value)
+    ]
+    curves = [scores.by_lead(model, "coverage", low) for low, _ in intervals]
+    found = [curve for curve in curves if curve is not None]
+    by_lead = (found[0][0], [values for _, values in found]) if len(found) == len(curves) else None
+    rows = "".join(
+        f"<tr><th>{n:.0%} (q{low:g}-q{high:g}){' clamped' if mark else ''}</th><td>{e:.3f}</td>"
+        f"<td>{e - n:+.3f}</td></tr>"
+        for (low, high), n, e, mark in zip(intervals, nominal, empirical, marks, strict=True)
+    )
+    table = f"<table><tr><th>interval</th><th>coverage</th><th>coverage - nominal</th></tr>{rows}</table>"
+    sampled = (
+        f"<p class='hint'>Series points: {drawn.size} of {n_series} series, evenly spaced (all: metrics.parquet).</p>"
+        if drawn.size < n_series
+        else ""
+    )
+    return Calibration(
+        intervals, nominal, empirical, marks, per_series, int(drawn.size), n_series, by_lead, table, sampled
+    )
