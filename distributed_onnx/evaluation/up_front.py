@@ -30,7 +30,7 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.output_checks import check_run_output
+from distributed_onnx.evaluation.output_checks import check_output_reachable, check_run_output
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, peek_metadata
