@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,12 +65,18 @@ class BacktestResult:
         return storage.read_parquet(self.metrics_path)
 
 
-def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> BacktestResult:
+def report(
+    scores: RunScores, tuned: Mapping[str, Any] | None = None, meanwhile: Callable[[float], None] | None = None
+) -> BacktestResult:
     """Write what the run's merged sums say (see the module docstring); raises
     :class:`~distributed_onnx.errors.BatchError` after writing everything if parts failed or forecasts were not
     finite. ``tuned``: what ``backtest --tuned`` did with a tuned file's choice between a checkpoint and its
     variants (``distributed_onnx/tune_variants.py``): kept as ``summary["tuned"]``, its ``said`` a note of the
-    summary and the report, so that a variant run in place of its parent is never silent."""
+    summary and the report, so that a variant run in place of its parent is never silent.
+
+    ``meanwhile``: a caller's work on the run's forecasts (a fev benchmark scores them), given the dispatch's
+    seconds and run while the report process draws, so that the two take a core each instead of one after the
+    other; what it raises ends the run before summary.json is written, as any error of the report stage."""
     plan, outcome, ending = scores.plan, scores.outcome, scores.ending
     output, clock = plan.settings.output, ending.clock
     try:
@@ -78,7 +84,7 @@ def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> Backtes
         _covariates(summary, scores)
         _in_sample(summary, scores)
         nonfinite = _compared(summary, scores, tuned)
-        leaderboard = _draw(summary, scores)
+        leaderboard = _draw(summary, scores, _driver_work(summary, scores, meanwhile))
         scores.metrics.write()  # written by _draw already, meanwhile: here only should _draw have returned early
         _from_leaderboard(summary, scores, leaderboard)
     finally:
@@ -198,10 +204,28 @@ def _from_leaderboard(summary: dict[str, Any], scores: RunScores, board: pa.Tabl
         summary["variants"] = verdicts
 
 
-def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
+def _driver_work(
+    summary: dict[str, Any], scores: RunScores, meanwhile: Callable[[float], None] | None
+) -> Callable[[], None]:
+    """What the driver does while the report is drawn, once: metrics.parquet, then the caller's ``meanwhile``."""
+    done = False
+
+    def work() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        scores.metrics.write()
+        if meanwhile is not None:
+            meanwhile(float(summary["timing"].get("dispatch_s") or 0.0))
+
+    return work
+
+
+def _draw(summary: dict[str, Any], scores: RunScores, driver_work: Callable[[], None]) -> pa.Table | None:
     """Write leaderboard.parquet and draw report.html (returns the leaderboard): by the report process the run
-    started (:mod:`.report_process`) while the driver writes metrics.parquet, else here, in the driver (after
-    metrics.parquet), while Ray stops on its own thread.
+    started (:mod:`.report_process`) while the driver does ``driver_work`` (metrics.parquet, a caller's work),
+    else here, in the driver (after that work), while Ray stops on its own thread.
 
     Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
     part: seconds of wall time at the end of every run (measured), for a second of the driver's CPU.
@@ -215,7 +239,7 @@ def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
     if ending.report_process is not None:
         shown = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, series, merged, plan.step_us)
         request = (*shown, registry.added())
-        drawn = ending.report_process.draw(request, meanwhile=scores.metrics.write)
+        drawn = ending.report_process.draw(request, meanwhile=driver_work)
         if drawn is not None:
             leaderboard, child_cpu_s = drawn
             # the child's for this report (its imports too, when it was started for this run)
@@ -223,7 +247,7 @@ def _draw(summary: dict[str, Any], scores: RunScores) -> pa.Table | None:
             summary["timing"]["report_drawn_by"] = "report process"
             ending.clock.mark("report")
             return leaderboard
-    scores.metrics.write()
+    driver_work()  # done already if the report process was asked and failed
     leaderboard = write_leaderboard(plan.settings.output, merged, plan.step_us)
     arguments = (plan.settings.output, summary, scores.run_wide, plan.quantiles, fans, leaderboard, series)
     try:
