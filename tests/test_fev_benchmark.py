@@ -185,18 +185,20 @@ def _metrics(task: Any) -> list[str]:
 
 
 @pytest.fixture
-def report_processes_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pids of the report processes this process starts from now (the real ones, counted); a child an earlier
-    test's run left warm is stopped first, so the test's first run starts its own."""
+def report_processes_started(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When (``time.time()``) each report process this process starts from now was started (the real ones,
+    counted); a child an earlier test's run left warm is stopped first, so the test's first run starts its own."""
+    import time
+
     from distributed_onnx.evaluation.driver import report_process
 
     report_process.close_kept_report_process()
-    started: list[int] = []
+    started: list[float] = []
     real_init = report_process.ReportProcess.__init__
 
     def counted_init(self: report_process.ReportProcess) -> None:
+        started.append(time.time())
         real_init(self)
-        started.append(self.pid)
 
     monkeypatch.setattr(report_process.ReportProcess, "__init__", counted_init)
     return started
@@ -219,7 +221,7 @@ def windows_cut_for_ids(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.mark.integration
 def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
-    ray_session: None, tmp_path: Path, report_processes_started: list[int], windows_cut_for_ids: list[str]
+    ray_session: None, tmp_path: Path, report_processes_started: list[float], windows_cut_for_ids: list[str]
 ) -> None:
     from distributed_onnx import fev_benchmark
     from distributed_onnx.model.checkpoint import LocalCheckpoint
@@ -297,6 +299,8 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
         ]
         assert records and all(r.stat().st_mtime_ns <= (run / "summary.json").stat().st_mtime_ns for r in records)
     assert len(report_processes_started) == 1, report_processes_started
+    # started once the plan showed runs to make, before the first run's folder: its imports beside the pool's start
+    assert report_processes_started[0] < min((run / "run.json").stat().st_mtime for run in runs)
     models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"

@@ -105,6 +105,7 @@ def run_fev(
     try:
         for number, run in enumerate(set_by_set(runs.values())):
             if number == 0:
+                _warm_report_process()
                 connect()
             _record(run, _execute(run, output, settings, pools), records, summaries)
     finally:
@@ -119,6 +120,21 @@ def run_fev(
     if failed or rejected:
         raise BatchError(unfinished_line(failed, rejected, output))
     return result
+
+
+def _warm_report_process() -> None:
+    """Start the report process the runs draw their reports with, once the plan shows a run to make, and leave it
+    warm for the first run (:func:`~distributed_onnx.evaluation.driver.report_process.warm_report_process`).
+
+    Its imports (scipy, matplotlib) then run while Ray starts and the first pool's actors load their models, where
+    the driver waits, rather than beside the first run's last parts, where they took a core from the actors. A
+    child that cannot start is the first run's to start again or do without, as for a backtest."""
+    from distributed_onnx.evaluation.driver.report_process import warm_report_process
+
+    try:
+        warm_report_process().release()
+    except OSError as exc:
+        logger.warning("Could not start the report process early (%s)", exc)
 
 
 class _SetPools:
