@@ -185,26 +185,43 @@ def _metrics(task: Any) -> list[str]:
 
 
 @pytest.fixture
-def report_processes_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The pids of the report processes this process starts from now (the real ones, counted); a child an earlier
-    test's run left warm is stopped first, so the test's first run starts its own."""
+def report_processes_started(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When (``time.time()``) each report process this process starts from now was started (the real ones,
+    counted); a child an earlier test's run left warm is stopped first, so the test's first run starts its own."""
+    import time
+
     from distributed_onnx.evaluation.driver import report_process
 
     report_process.close_kept_report_process()
-    started: list[int] = []
+    started: list[float] = []
     real_init = report_process.ReportProcess.__init__
 
     def counted_init(self: report_process.ReportProcess) -> None:
+        started.append(time.time())
         real_init(self)
-        started.append(self.pid)
 
     monkeypatch.setattr(report_process.ReportProcess, "__init__", counted_init)
     return started
 
 
+@pytest.fixture
+def windows_cut_for_ids(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The cutoffs of the fev windows this process cuts from now to learn which series fev keeps in them (fev's
+    ``get_ground_truth``, counted; fev's own scoring cuts its windows apart)."""
+    cut: list[str] = []
+    real = fev.task.EvaluationWindow.get_ground_truth
+
+    def counted(self: Any) -> Any:
+        cut.append(str(self.cutoff))
+        return real(self)
+
+    monkeypatch.setattr(fev.task.EvaluationWindow, "get_ground_truth", counted)
+    return cut
+
+
 @pytest.mark.integration
 def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
-    ray_session: None, tmp_path: Path, report_processes_started: list[int]
+    ray_session: None, tmp_path: Path, report_processes_started: list[float], windows_cut_for_ids: list[str]
 ) -> None:
     from distributed_onnx import fev_benchmark
     from distributed_onnx.model.checkpoint import LocalCheckpoint
@@ -220,6 +237,9 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
     result = fev_benchmark(
         fev.Benchmark(tasks), checkpoint=[reference.weights_path, tiny.weights_path], output=output, actors=1
     )
+    # Once per window of each task forecast, whichever of its checkpoints are scored there (hourly and
+    # weekly_short by both), not once per checkpoint.
+    assert len(windows_cut_for_ids) == sum(task.num_windows for task in tasks[:4]), windows_cut_for_ids
 
     status = {(p["task"], p["model"]): (p["status"], p["reason"]) for p in result.pairs}
     assert status[("weekly_gaps", "tiny")][0] == "skipped"
@@ -271,7 +291,16 @@ def test_fev_benchmark_summaries_equal_fev_on_a_plain_onnx_loop(
         assert "<svg" in page and "taylor_chronos2_patchtst" in page
         # drawn by the report process, one for the three runs: the first run's, kept warm (its imports paid once)
         assert json.loads((run / "summary.json").read_text())["timing"]["report_drawn_by"] == "report process"
+        # fev scored the run's pairs while its report was drawn: their records are there before its summary.json
+        records = [
+            output / "pairs" / p["task_dir"] / f"{p['model']}.json"
+            for p in result.pairs
+            if p.get("run_dir") == str(run)
+        ]
+        assert records and all(r.stat().st_mtime_ns <= (run / "summary.json").stat().st_mtime_ns for r in records)
     assert len(report_processes_started) == 1, report_processes_started
+    # started once the plan showed runs to make, before the first run's folder: its imports beside the pool's start
+    assert report_processes_started[0] < min((run / "run.json").stat().st_mtime for run in runs)
     models = set(pq.read_table(Path(run_of[("hourly", "tiny")]) / "leaderboard.parquet").column("model").to_pylist())
     assert {"taylor_chronos2_patchtst", "tiny"} <= models
     assert done[("hourly", "tiny")]["inference_time_shared_with"] == "taylor_chronos2_patchtst"

@@ -16,7 +16,7 @@ same settings on the same directory runs only the rest.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from distributed_onnx.evaluation.dataset import load
@@ -41,6 +41,7 @@ def run_backtest(
     early: EarlyStart | StartHere | None = START_HERE,
     quiet_ray: bool | None = None,
     tuned: Mapping[str, Any] | None = None,
+    meanwhile: Callable[[float], None] | None = None,
 ) -> BacktestResult:
     """Run (or resume) a backtest; raises :class:`~distributed_onnx.errors.BatchError` after writing everything
     else if parts failed.
@@ -57,6 +58,8 @@ def run_backtest(
     imports this module: :func:`~.driver.early.start_early`), or None for none; by default this call starts them.
     ``quiet_ray``: Ray's console logging for a Ray this call starts (:class:`~.runtime.early_start.EarlyStart`).
     ``tuned``: what ``backtest --tuned`` did with a tuned file's choice of checkpoint (:func:`~.driver.report.report`).
+    ``meanwhile``: the caller's own work on the run's forecasts, done while the report is drawn (once every part
+    is done or failed, before summary.json), given the dispatch's seconds (:func:`~.driver.report.report`).
     """
     clock = PhaseClock(started_wall_s)
     if started_wall_s is not None:
@@ -77,4 +80,4 @@ def run_backtest(
                 early.abandon(wait=wait_for_ray_stop)
             raise
         scores = run(planned, clock, early, quiet_ray)
-        return report(scores, tuned)
+        return report(scores, tuned, meanwhile)

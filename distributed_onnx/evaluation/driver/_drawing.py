@@ -1,16 +1,17 @@
 """``leaderboard.parquet`` and ``report.html``, drawn from the run's merged scores at the end of the report stage.
 
-Drawn by the report process the run started (:mod:`.report_process`) while the driver writes ``metrics.parquet``,
-else here, in the driver (after ``metrics.parquet``), while Ray stops on its own thread. Drawn by a Ray worker, it
-cost a cold process importing the package and matplotlib after the last part: seconds of wall time at the end of
-every run (measured), for a second of the driver's CPU. A report that cannot be drawn is a note in summary.json,
-never a lost run: the parts, the metrics and the summary are the results.
+Drawn by the report process the run started (:mod:`.report_process`) while the driver writes ``metrics.parquet``
+(and does a caller's work: :func:`driver_work`), else here, in the driver (after that work), while Ray stops on
+its own thread. Drawn by a Ray worker, it cost a cold process importing the package and matplotlib after the last
+part: seconds of wall time at the end of every run (measured), for a second of the driver's CPU. A report that
+cannot be drawn is a note in summary.json, never a lost run: the parts, the metrics and the summary are the results.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,8 +32,30 @@ __all__ = ["draw", "write_leaderboard"]
 logger = logging.getLogger(__name__)
 
 
-def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder) -> pa.Table | None:
-    """Write leaderboard.parquet and draw report.html (see the module docstring); returns the leaderboard."""
+def driver_work(
+    summary: dict[str, Any], scores: RunScores, meanwhile: Callable[[float], None] | None
+) -> Callable[[], None]:
+    """What the driver does while the report is drawn, once: metrics.parquet, then the caller's ``meanwhile``
+    (given the dispatch's seconds)."""
+    done = False
+
+    def work() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        scores.metrics.write()
+        if meanwhile is not None:
+            meanwhile(float(summary["timing"].get("dispatch_s") or 0.0))
+
+    return work
+
+
+def draw(
+    summary: dict[str, Any], scores: RunScores, folder: RunFolder, work: Callable[[], None]
+) -> pa.Table | None:
+    """Write leaderboard.parquet and draw report.html (see the module docstring) while the driver does ``work``
+    (:func:`driver_work`); returns the leaderboard."""
     plan, merged, ending = scores.plan, scores.scores, scores.ending
     series = SeriesScores(merged)  # per-series values from the sums: the long table is never held
     fans = fan_windows(scores.fans, plan, series)
@@ -40,7 +63,7 @@ def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder) -> pa.Ta
     if ending.report_process is not None:
         shown = (folder.location, summary, scores.run_wide, plan.quantiles, fans, series, merged, plan.step_us)
         request = (*shown, registry.added())
-        drawn = ending.report_process.draw(request, meanwhile=scores.metrics.write)
+        drawn = ending.report_process.draw(request, meanwhile=work)
         if drawn is not None:
             leaderboard, child_cpu_s = drawn
             # the child's for this report (its imports too, when it was started for this run)
@@ -48,7 +71,7 @@ def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder) -> pa.Ta
             summary["timing"]["report_drawn_by"] = "report process"
             ending.clock.mark("report")
             return leaderboard
-    scores.metrics.write()
+    work()  # done already if the report process was asked and failed
     from distributed_onnx.evaluation.scoring.leaderboard import leaderboard as board_of  # scipy: only where built
 
     leaderboard = board_of(merged, plan.step_us)

@@ -14,7 +14,7 @@ written once (:meth:`~..outputs.RunFolder.write_record`): the stage hands the fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.driver._drawing import draw, write_leaderboard
+from distributed_onnx.evaluation.driver._drawing import draw, driver_work, write_leaderboard
 from distributed_onnx.evaluation.driver._failures import failure_error
 from distributed_onnx.evaluation.driver._leaderboard_findings import add_leaderboard_findings
 from distributed_onnx.evaluation.driver._summary import driver_timing, summarize
@@ -51,12 +51,18 @@ class BacktestResult:
         return storage.read_parquet(self.metrics_path)
 
 
-def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> BacktestResult:
+def report(
+    scores: RunScores, tuned: Mapping[str, Any] | None = None, meanwhile: Callable[[float], None] | None = None
+) -> BacktestResult:
     """Write what the run's merged sums say (see the module docstring); raises
     :class:`~distributed_onnx.errors.BatchError` after writing everything if parts failed or forecasts were not
     finite. ``tuned``: what ``backtest --tuned`` did with a tuned file's choice between a checkpoint and its
     variants (``distributed_onnx/tune_variants.py``): kept as ``summary["tuned"]``, its ``said`` a note of the
-    summary and the report, so that a variant run in place of its parent is never silent."""
+    summary and the report, so that a variant run in place of its parent is never silent.
+
+    ``meanwhile``: a caller's work on the run's forecasts (a fev benchmark scores them), given the dispatch's
+    seconds and run while the report process draws, so that the two take a core each instead of one after the
+    other; what it raises ends the run before summary.json is written, as any error of the report stage."""
     plan, outcome, ending = scores.plan, scores.outcome, scores.ending
     folder, clock = RunFolder(plan.settings.output), ending.clock
     nonfinite = {model: ids for model, ids in scores.scores.nonfinite.items() if ids}
@@ -66,7 +72,7 @@ def report(scores: RunScores, tuned: Mapping[str, Any] | None = None) -> Backtes
         summary, nonfinite_error = summarize(
             scores, tuned, covariates.record, nonfinite, folder.path(NONFINITE_WINDOWS)
         )
-        leaderboard = draw(summary, scores, folder)
+        leaderboard = draw(summary, scores, folder, driver_work(summary, scores, meanwhile))
         scores.metrics.write()  # written by draw already, meanwhile: here only should draw have returned early
         add_leaderboard_findings(summary, plan, leaderboard)
     finally:

@@ -18,7 +18,7 @@ from distributed_onnx import storage
 from distributed_onnx.errors import BatchError
 from distributed_onnx.evaluation.fev_tasks.fev_import import raised_by_fev
 from distributed_onnx.evaluation.fev_tasks.pair_records import REJECTED, SUMMARY, pair_key, plain, read_pair, write_pair
-from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, task_predictions
+from distributed_onnx.evaluation.fev_tasks.predictions import MissingForecastsError, RunTask, task_predictions
 from distributed_onnx.evaluation.fev_tasks.reasons import pair_reason
 from distributed_onnx.evaluation.fev_tasks.run_plan import Run
 from distributed_onnx.evaluation.fev_tasks.tasks import merged_origin, task_id_prefix
@@ -41,12 +41,13 @@ def score_run(
         (number, each.name): pair_key(task, each) for number, task, _, _ in run.tasks for each in run.checkpoints
     }
     slugs = {number: slug for number, _, slug, _ in run.tasks}
+    scored_tasks = {number: RunTask(task, number) for number, task, _, _ in run.tasks}  # shared by the checkpoints
     earlier = {pair: read_pair(output, slugs[pair[0]], pair[1], key) for pair, key in pair_keys.items()}
     outcomes: dict[int, dict[str, dict[str, Any]]] = {}
     for each in run.checkpoints:
         forecasts = _model_forecasts(run_dir, each.name, origin_us)
         ids = forecasts.column("series_id")
-        for number, task, slug, _ in run.tasks:
+        for number, _, slug, _ in run.tasks:
             outcome = outcomes.setdefault(number, {})
             resumed = earlier[(number, each.name)]
             if resumed is not None:
@@ -65,7 +66,7 @@ def score_run(
                 "context_length": key.context_length,
                 "covariates_used": covariates,
             }
-            scored = scored_pair(task, number, each.name, forecasts, inference_s * share, extra, batch_error)
+            scored = scored_pair(scored_tasks[number], each.name, forecasts, inference_s * share, extra, batch_error)
             if SUMMARY in scored or REJECTED in scored:
                 write_pair(output, slug, each.name, pair_keys[(number, each.name)], scored)
             outcome[each.name] = {**scored, "run_dir": shown}
@@ -73,8 +74,7 @@ def score_run(
 
 
 def scored_pair(
-    task: Any,
-    number: int,
+    run_task: RunTask,
     model: str,
     forecasts: pa.Table,
     inference_s: float,
@@ -91,8 +91,10 @@ def scored_pair(
     Anything else raised here, with no fev frame on its traceback, is a bug of ours and ends the run (exit 4).
     """
     try:
-        predictions = task_predictions(task, number, forecasts)
-        summary = task.evaluation_summary(predictions, model_name=model, inference_time_s=inference_s, extra_info=extra)
+        predictions = task_predictions(run_task, forecasts)
+        summary = run_task.task.evaluation_summary(
+            predictions, model_name=model, inference_time_s=inference_s, extra_info=extra
+        )
     except Exception as exc:
         if not isinstance(exc, MissingForecastsError) and not raised_by_fev(exc):
             raise

@@ -57,17 +57,46 @@ def window_predictions(
     return pa.table(columns)
 
 
-def task_predictions(task: Any, task_number: int, forecasts: pa.Table) -> list[Any]:
-    """The predictions of every window of ``task`` (the ``task_number``-th of the benchmark) as
-    ``datasets.Dataset`` objects, for ``evaluation_summary``; ``forecasts`` is one model's of the merged run."""
-    import datasets
+class RunTask:
+    """A task of a merged run as its pairs are scored: the task, its position in the benchmark, and the ids of
+    the series fev keeps in each of its windows (:meth:`kept_ids`), asked of fev once per run and shared by the
+    run's checkpoints. fev finds them by cutting each window's data (the split it cuts again to score), a cost
+    per window that each further checkpoint would pay again for the same answer.
 
+    What fev raises while cutting is raised to every pair that asks (nothing is kept): each pair is still scored,
+    or refused, on its own, as if it had asked fev itself."""
+
+    def __init__(self, task: Any, number: int) -> None:
+        self.task = task
+        self.number = number
+        self._ids: list[list[str]] | None = None
+
+    def kept_ids(self) -> list[list[str]]:
+        """Per window of the task, the ids fev keeps there (its ground truth's, in that order)."""
+        if self._ids is None:
+            column = self.task.id_column
+            self._ids = [
+                pc.cast(window.get_ground_truth().data.table.column(column), pa.string()).to_pylist()
+                for window in self.task.iter_windows()
+            ]
+        return self._ids
+
+
+def task_predictions(run_task: RunTask, forecasts: pa.Table) -> list[Any]:
+    """The predictions of every window of the task as ``datasets.Dataset`` objects, for ``evaluation_summary``;
+    ``forecasts`` is one model's of the merged run.
+
+    Each Dataset is given a fingerprint of its own (a random one, as ``datasets`` gives a table it cannot hash):
+    without one, ``datasets`` hashes the whole table to make it, and fev reads the predictions' table only, never
+    their fingerprint (the summary's ``dataset_fingerprint`` is the task's data's)."""
+    import datasets
+    from datasets.fingerprint import generate_random_fingerprint
+
+    task, task_number = run_task.task, run_task.number
     mine = forecasts.filter(pc.starts_with(forecasts.column("series_id"), task_id_prefix(task_number)))
     windows = []
-    for number, window in enumerate(task.iter_windows()):
-        truth = window.get_ground_truth()
-        ids = pc.cast(truth.data.table.column(task.id_column), pa.string()).to_pylist()
+    for number, ids in enumerate(run_task.kept_ids()):
         merged = [merged_series_id(task_number, number, series_id) for series_id in ids]
         table = window_predictions(mine, merged, task.horizon, task.quantile_levels)
-        windows.append(datasets.Dataset(table))
+        windows.append(datasets.Dataset(table, fingerprint=generate_random_fingerprint()))
     return windows

@@ -105,6 +105,7 @@ def run_fev(
     try:
         for number, run in enumerate(set_by_set(runs.values())):
             if number == 0:
+                _warm_report_process()
                 connect()
             _record(run, _execute(run, output, settings, pools), records, summaries)
     finally:
@@ -119,6 +120,21 @@ def run_fev(
     if failed or rejected:
         raise BatchError(unfinished_line(failed, rejected, output))
     return result
+
+
+def _warm_report_process() -> None:
+    """Start the report process the runs draw their reports with, once the plan shows a run to make, and leave it
+    warm for the first run (:func:`~distributed_onnx.evaluation.driver.report_process.warm_report_process`).
+
+    Its imports (scipy, matplotlib) then run while Ray starts and the first pool's actors load their models, where
+    the driver waits, rather than beside the first run's last parts, where they took a core from the actors. A
+    child that cannot start is the first run's to start again or do without, as for a backtest."""
+    from distributed_onnx.evaluation.driver.report_process import warm_report_process
+
+    try:
+        warm_report_process().release()
+    except OSError as exc:
+        logger.warning("Could not start the report process early (%s)", exc)
 
 
 class _SetPools:
@@ -202,15 +218,42 @@ def _run_merged(
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """One backtest for the run's tasks and checkpoints, then fev's summary of each pair computed now."""
     run_dir = storage.join(output, "runs", run.name)
+    early = _ScoredWhileDrawn(run, output, run_dir)
     try:
-        inference_s, batch_error = _backtest(run, output, run_dir, settings, pools)
+        inference_s, batch_error = _backtest(run, output, run_dir, settings, pools, early)
     except DistributedOnnxError as exc:  # exit 2: the run's data or settings refused
         if verdict(exc) != REJECTED_STATUS or not refused_fails:
             raise
         rejection = {REJECTED: f"the backtest refuses the task: {type(exc).__name__}: {exc}"}
         outcome = {**rejection, "run_dir": str(run_dir)}
         return {number: {each.name: outcome for each in run.checkpoints} for number, *_ in run.tasks}
+    if early.error is not None:
+        raise early.error
+    if early.outcomes is not None and batch_error is None:
+        return early.outcomes
     return score_run(run, output, run_dir, inference_s, batch_error)
+
+
+class _ScoredWhileDrawn:
+    """fev's scoring of a run, done while the backtest's report process draws the run's report.
+
+    Scoring is the driver's work and the report the child's: one after the other they left a core idle at the
+    end of every run, on the user's clock. The backtest calls :meth:`score` once the run's parts are done (before
+    summary.json); a run whose parts failed is scored again after (:func:`score_run` then names the failure in
+    the pairs it fails). What scoring raises is raised once the backtest has written everything, as before.
+    """
+
+    def __init__(self, run: Run, output: Location, run_dir: Location) -> None:
+        self._run, self._output, self._run_dir = run, output, run_dir
+        self.outcomes: dict[int, dict[str, dict[str, Any]]] | None = None
+        self.error: Exception | None = None
+
+    def score(self, inference_s: float) -> None:
+        """Score the run's pairs (``inference_s``: the run's dispatch seconds, which its pairs share)."""
+        try:
+            self.outcomes = score_run(self._run, self._output, self._run_dir, inference_s, None)
+        except Exception as exc:  # a bug of ours (exit 4): raised after the backtest, not in its report stage
+            self.error = exc
 
 
 def _backtest(
@@ -219,11 +262,12 @@ def _backtest(
     run_dir: Location,
     settings: dict[str, Any],
     pools: _SetPools,
+    early: _ScoredWhileDrawn,
 ) -> tuple[float, BatchError | None]:
-    """Write the run's input table (once) and run its backtest: the dispatch seconds, and the error if parts
-    failed (the tasks whose forecasts are all there are still scored). The run's data or settings refused by
-    the backtest raise (exit 2); the environment (storage, Ray) stops the benchmark, as it stops a
-    backtest."""
+    """Write the run's input table (once) and run its backtest (``early`` scores it while its report is drawn):
+    the dispatch seconds, and the error if parts failed (the tasks whose forecasts are all there are still
+    scored). The run's data or settings refused by the backtest raise (exit 2); the environment (storage, Ray)
+    stops the benchmark, as it stops a backtest."""
     from distributed_onnx.evaluation.backtest import run_backtest
 
     key = run.key
@@ -252,7 +296,11 @@ def _backtest(
     pool = pools.for_run(key.models, run_settings)  # started once, its actors kept for every run of these checkpoints
     started = time.perf_counter()
     try:
-        result = run_backtest(run_settings, early=pool)
+        result = run_backtest(
+            run_settings,
+            early=pool,
+            meanwhile=lambda dispatch_s: early.score(dispatch_s or time.perf_counter() - started),
+        )
     except DistributedOnnxError as exc:
         if exc.exit_code != BatchError.exit_code:
             raise
