@@ -51,9 +51,7 @@ def driver_work(
     return work
 
 
-def draw(
-    summary: dict[str, Any], scores: RunScores, folder: RunFolder, work: Callable[[], None]
-) -> pa.Table | None:
+def draw(summary: dict[str, Any], scores: RunScores, folder: RunFolder, work: Callable[[], None]) -> pa.Table | None:
     """Write leaderboard.parquet and draw report.html (see the module docstring) while the driver does ``work``
     (:func:`driver_work`); returns the leaderboard."""
     plan, merged, ending = scores.plan, scores.scores, scores.ending
