@@ -27,12 +27,12 @@ from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.page_values import PageValues, page_values
 from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import PairScores
-from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.location import Location
 
 REPORT = "report.html"
@@ -66,24 +66,24 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     others = checkpoints[1:] if model in checkpoints else []
     shown = page_values(summary, metrics, series, quantiles, model, others)
     fans_drawn, figures = _figures(fans, quantiles, shown, model, lead_label(step_us))
-    sure = (
-        uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
+    compared = (
+        comparison_values(
+            leaderboard,
+            models,
+            metrics,
+            shown.scores,
+            quantiles,
+            summary.get("pairs") or {},
+            pair_scores=pair_scores,
+            step_us=step_us,
+        )
+        if leaderboard is not None
+        else None
     )
-    verdict = report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else ""
+    verdict = report_compare.verdict_line(compared) if compared is not None else ""
     comparison = []
-    if leaderboard is not None and leaderboard.num_rows:
-        comparison = [
-            "<h2>Leaderboard</h2>",
-            report_compare.leaderboard_section(leaderboard, models, metrics, sure),
-            "<h3>Pairs scored and left out</h3>",
-            report_compare.pairs_section(summary),
-            "<h3>Skill by lead, every model</h3>",
-            report_compare.skill_by_lead(shown.scores, models, lead_label(step_us)),
-            "<h3>Score by forecast origin, every model</h3>",
-            report_compare.by_origin(sure, models),
-            "<h3>Calibration, every model</h3>",
-            report_compare.calibration_table(shown.scores, models, quantiles),
-        ]
+    if compared is not None and compared.board.num_rows:
+        comparison = report_compare.comparison_sections(compared, lead_label(step_us))
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",

@@ -355,6 +355,31 @@ def skill_by_lead(
     return _svg(figure)
 
 
+def skill_by_lead_every_model(
+    leads: np.ndarray, skills: Mapping[str, tuple[int, np.ndarray]], metric: str, lead_label: str
+) -> tuple[str, Scale]:
+    """``metric``'s skill against seasonal naive by lead, one line per model (``skills``: its colour index and
+    curve), and the scale drawn: a model far off (skill -370) would flatten every other curve, so it is left off
+    the scale and named."""
+    palette = colormaps["tab10"]
+    scale = robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
+    with rc_context(_RC):
+        height_in, bottom_in, anchor = legend_below(len(skills) + 1, 2.58)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
+        for model, (index, skill) in skills.items():
+            label = model + (" (off the scale)" if model in scale.off else "")
+            axis.plot(leads, skill, color=palette(index % 10), lw=1.5, label=label)
+        axis.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
+        axis.set_ylim(scale.low, 1)
+        mark_off_scale(axis, scale)
+        axis.set_xlabel(lead_label)
+        axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
+        axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
+        # Below the axes, never on a curve: the legend's place does not depend on the data.
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
+    return _svg(figure), scale
+
+
 def calibration(
     nominal: np.ndarray,
     empirical: np.ndarray,
