@@ -21,7 +21,6 @@ from distributed_onnx.evaluation.report.tables import Scores
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
 from distributed_onnx.evaluation.scoring.registry import primary, ranking, reported, skill
 from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty, uncertainty
-from distributed_onnx.model.quantiles import central_intervals
 
 
 @dataclass(frozen=True)
@@ -65,14 +64,16 @@ def comparison_values(  # noqa: PLR0913 - the run's products the comparison draw
     models: Sequence[str],
     metrics: pa.Table,
     scores: Scores,
-    quantiles: Sequence[float],
+    intervals: Sequence[tuple[float, float]],
     pairs: dict[str, Any],
     *,
     pair_scores: PairScores | None = None,
     step_us: int | None = None,
 ) -> Comparison:
-    """The record :mod:`.compare` draws. ``pair_scores`` and ``step_us`` give the intervals' resampling, the
-    verdict and the score by origin; without them the comparison shows the leaderboard's intervals as they are."""
+    """The record :mod:`.compare` draws. ``intervals``: the run's central intervals, widest first
+    (:func:`~distributed_onnx.model.quantiles.central_intervals`). ``pair_scores`` and ``step_us`` give the
+    intervals' resampling, the verdict and the score by origin; without them the comparison shows the
+    leaderboard's intervals as they are."""
     sure = uncertainty(pair_scores, step_us) if pair_scores is not None and step_us else None
     same = frozenset((a, b) for group in (sure.identical if sure else []) for a in group for b in group if a != b)
     # Filtered in Arrow first: the table holds a few rows per series (millions at 100,000 series), and converting
@@ -82,40 +83,36 @@ def comparison_values(  # noqa: PLR0913 - the run's products the comparison draw
         (row["model"], row["metric"]): row["value"]
         for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
     }
-    intervals = central_intervals(quantiles)
     coverage = {
         model: [scores.value(model, "coverage", low) for low, _ in intervals]
         for model in models
         if model != SEASONAL_NAIVE  # a point forecast: every quantile is its one value, so no interval to check
     }
+    # The primary metric's skill against seasonal naive by lead of every model but the naive (none without metrics
+    # by lead); each model keeps its index among them, its colour on the figure.
+    rank_metric = scores.primary
+    reference = scores.by_lead(SEASONAL_NAIVE, rank_metric)
+    skill_by_lead = None
+    if reference is not None:
+        leads, naive = reference
+        skills: dict[str, tuple[int, np.ndarray]] = {}
+        for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
+            found = scores.by_lead(model, rank_metric)
+            if found is not None:
+                skills[model] = (index, skill(found[1], naive))
+        skill_by_lead = SkillByLead(leads, rank_metric, skills)
     return Comparison(
         board,
         list(models),
         sure,
-        scores.primary,
+        rank_metric,
         primary(has_median=False),
         [metric.name for metric in ranking()],
         list(reported()),
         fev,
         same,
         pairs,
-        _skill_by_lead(scores, models),
-        intervals,
+        skill_by_lead,
+        list(intervals),
         coverage,
     )
-
-
-def _skill_by_lead(scores: Scores, models: Sequence[str]) -> SkillByLead | None:
-    """The primary metric's skill against seasonal naive by lead of every model but the naive (None without any
-    metrics by lead); each model keeps its index among them, its colour on the figure."""
-    metric = scores.primary
-    reference = scores.by_lead(SEASONAL_NAIVE, metric)
-    if reference is None:
-        return None
-    leads, naive = reference
-    skills: dict[str, tuple[int, np.ndarray]] = {}
-    for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
-        found = scores.by_lead(model, metric)
-        if found is not None:
-            skills[model] = (index, skill(found[1], naive))
-    return SkillByLead(leads, metric, skills)

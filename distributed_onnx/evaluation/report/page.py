@@ -72,7 +72,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
             models,
             metrics,
             shown.scores,
-            quantiles,
+            list(shown.clamped_bands),
             summary.get("pairs") or {},
             pair_scores=pair_scores,
             step_us=step_us,

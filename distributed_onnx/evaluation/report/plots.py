@@ -22,8 +22,6 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from distributed_onnx.evaluation.scoring import registry
-
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
@@ -325,10 +323,11 @@ def skill_by_lead(
     lead_label: str,
     *,
     scored: str,
-    skills: Sequence[str],
+    skills: Sequence[tuple[str, np.ndarray | None]],
 ) -> str:
     """Left: ``scored`` by lead, model against seasonal naive. Right: skill 1 - model/naive by lead of each of
-    ``skills`` (the report passes the registry's choice: the primary metric, then the headline skill metrics)."""
+    ``skills`` (the report passes the registry's choice, the primary metric then the headline skill metrics, each
+    with its skill by lead, None where the model or the naive has no value: its line style stays reserved)."""
     label = scored.upper()
     with rc_context(_RC):
         figure, (scores, skill) = _figure(10.5, 3.7, columns=2, bottom_in=1.0)
@@ -342,9 +341,8 @@ def skill_by_lead(
         scores.set_title(f"{label} by lead", loc="left")
         below = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "ncols": 3, "frameon": False}
         scores.legend(**below)  # below the axes: a legend inside them sat on a curve
-        for metric, style in zip(skills, itertools.cycle(SKILL_STYLES)):
-            if metric in model and metric in naive:
-                ratio = registry.skill(model[metric], naive[metric])
+        for (metric, ratio), style in zip(skills, itertools.cycle(SKILL_STYLES)):
+            if ratio is not None:
                 skill.plot(leads, ratio, color=MODEL_COLOR, ls=style, lw=1.6, label=f"{metric.upper()} skill")
         skill.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
         skill.set_ylim(top=1)

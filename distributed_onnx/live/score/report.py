@@ -33,6 +33,7 @@ from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
 from distributed_onnx.live.score.report_failures import reasons_table, requests_table
 from distributed_onnx.location import Location
+from distributed_onnx.model.quantiles import central_intervals
 
 if TYPE_CHECKING:
     from distributed_onnx.live.score.versus_backtest import VersusBacktest
@@ -286,7 +287,7 @@ def _group_sections(
         f"{group['resolution_minutes']} min, quantiles {group['quantile_levels']})"
     )
     compared = comparison_values(
-        board, models, metrics, scores, quantiles, pairs, pair_scores=pair_scores, step_us=step_us
+        board, models, metrics, scores, central_intervals(quantiles), pairs, pair_scores=pair_scores, step_us=step_us
     )
     sections = [
         f"<h2>{escape(title)}</h2>",
