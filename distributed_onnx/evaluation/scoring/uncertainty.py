@@ -161,11 +161,13 @@ def _verdict(
     if runner is None:
         return verdict
     verdict |= {"next": runner, "next_value": values[runner], "margin": values[runner] - values[best]}
-    low = high = math.nan
+    # The margin's resamples, from the run's resampling (none: no interval), then their one interval.
+    margins = None
     if result.resampling == "origin_blocks":
-        low, high = percentile_interval(resampled[runner][metric] - resampled[best][metric])
+        margins = resampled[runner][metric] - resampled[best][metric]
     elif result.resampling == "series":  # the leaderboard's series resamples (fev's draws)
         by_series = series_resamples(scores, [best, runner], n_resamples)
-        low, high = percentile_interval(by_series[runner][metric] - by_series[best][metric])
+        margins = by_series[runner][metric] - by_series[best][metric]
+    low, high = (math.nan, math.nan) if margins is None else percentile_interval(margins)
     verdict |= {"margin_low": low, "margin_high": high}
     return verdict
