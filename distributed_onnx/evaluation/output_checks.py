@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -36,6 +37,8 @@ READ_ONLY_SCHEMES = frozenset({"http", "https"})
 PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
 #: What the dash means on most command lines: standard output, which a run's files cannot go to.
 STANDARD_OUTPUT = "-"
+#: The top-level entries of a backtest's folder that are its own before its run record exists.
+RUN_OWN = (LOCK, INPUTS_DIR)
 
 
 def check_run_output(output: Location) -> None:
@@ -43,18 +46,56 @@ def check_run_output(output: Location) -> None:
     them: an output the run's actors can reach (:func:`check_output_reachable`), a folder and not a file
     (:func:`check_output_folder`), no one else's files in it (:func:`check_run_folder`: refused now, and again under
     the run's lock), nothing in the way of what the run writes there (:func:`check_run_entries`: a read-only folder,
-    an entry in the way: refused now, not an I/O error later)."""
+    an entry in the way: refused now, not an I/O error later). What the folder holds is looked at once
+    (:func:`look_at_output`) for the checks that read it."""
     check_output_reachable(output)
-    check_output_folder(output)
-    check_run_folder(output)
+    found = look_at_output(output, record=MANIFEST, own=RUN_OWN)
+    _refuse_a_file(output, found.is_file)
+    _refuse_others_files(output, "A backtest", MANIFEST, found.others)
     check_run_entries(output)
+
+
+@dataclass(frozen=True)
+class FoundAtOutput:
+    """What an output holds before anything is written there, looked at once (:func:`look_at_output`)."""
+
+    #: Whether the output is an existing file (a run's output is a folder).
+    is_file: bool
+    #: The files (relative paths) of an existing folder that are not the command's: none when it is new, holds its
+    #: run record, or holds only the command's own entries and partial writes.
+    others: tuple[str, ...]
+
+
+def look_at_output(output: Location, *, record: str | None, own: Sequence[str]) -> FoundAtOutput:
+    """Every question the checks ask the storage about ``output``, asked in one place. A folder holding ``record``
+    (its run record) is the command's own, whatever else is in it; otherwise every file must sit under one of the
+    ``own`` top-level entries (what the command writes, or may find there). Files being written (``.tmp-``, a
+    killed run's) are not counted."""
+    if storage.is_file(output):
+        return FoundAtOutput(is_file=True, others=())
+    if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
+        return FoundAtOutput(is_file=False, others=())
+    fs, base = storage.filesystem(output)
+    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
+    others = tuple(
+        name
+        for name in found
+        if name.split("/")[0] not in own and not name.rsplit("/", 1)[-1].startswith(PARTIAL_PREFIX)
+    )
+    return FoundAtOutput(is_file=False, others=others)
 
 
 def check_output_folder(output: Location) -> None:
     """Refuse an output that is an existing file, or a link to a folder that does not exist (exit 2): a run's
     output is a folder, new or one it wrote. Asked before Ray starts (``evaluation/up_front.py``) and again when
     the folder is made."""
-    if storage.is_file(output):
+    _refuse_a_file(output, storage.is_file(output))
+
+
+def _refuse_a_file(output: Location, is_file: bool) -> None:
+    """:func:`check_output_folder`'s refusals, told whether the output is a file."""
+    if is_file:
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
     local = output.local_path
     if local is not None and local.is_symlink() and not local.exists():
@@ -114,32 +155,24 @@ def check_run_folder(output: Location) -> None:
     """Refuse (exit 2) a folder that holds files but no ``run.json``: not a run of this project, or one whose
     record was deleted. Writing into it would overwrite its files (``metrics.parquet``) and leave others inside
     the run's ``forecasts/`` dataset (an older run's parts, anything else), read back as this run's."""
-    check_own_folder(output, "A backtest", record=MANIFEST, own=(LOCK, INPUTS_DIR))
+    check_own_folder(output, "A backtest", record=MANIFEST, own=RUN_OWN)
 
 
 def check_own_folder(output: Location, command: str, *, record: str | None, own: Sequence[str]) -> None:
-    """Refuse (exit 2) an existing ``output`` folder that holds files not of ``command``'s making, naming them.
+    """Refuse (exit 2) an existing ``output`` folder that holds files not of ``command``'s making, naming them
+    (:func:`look_at_output` says which): a rerun rewrites the command's own entries, and would overwrite or mix
+    with anything else. One check for ``backtest`` (``record`` its ``run.json``) and ``score`` (no record: its own
+    entries)."""
+    _refuse_others_files(output, command, record, look_at_output(output, record=record, own=own).others)
 
-    A folder holding ``record`` (its run record) is the command's own, whatever else is in it. Otherwise every
-    file must sit under one of the ``own`` top-level entries (what the command writes, or may find there): a
-    rerun rewrites those, and would overwrite or mix with anything else. Files being written (``.tmp-``, a killed
-    run's) are not counted. One check for ``backtest`` (``record`` its ``run.json``) and ``score`` (no record: its
-    own entries)."""
-    if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
-        return
-    fs, base = storage.filesystem(output)
-    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
-    found = [
-        name
-        for name in found
-        if name.split("/")[0] not in own and not name.rsplit("/", 1)[-1].startswith(PARTIAL_PREFIX)
-    ]
-    if found:
-        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+def _refuse_others_files(output: Location, command: str, record: str | None, others: Sequence[str]) -> None:
+    """:func:`check_own_folder`'s refusal, told the files that are not ``command``'s."""
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         held = f"but no run record ({record})" if record is not None else f"that {command.lower()} does not write"
         raise ConfigError(
-            f"--output {output} holds {len(found)} file(s) {held}: {shown}. {command} writes into a new or empty "
+            f"--output {output} holds {len(others)} file(s) {held}: {shown}. {command} writes into a new or empty "
             "folder, or one holding its own output: give another --output, or move those files out of it.",
             key="output",
         )

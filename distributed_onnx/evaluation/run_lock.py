@@ -44,8 +44,10 @@ def run_lock(output: Location) -> Iterator[None]:
     if folder is None:
         yield
         return
-    check_output_folder(output)
+    # Asked again under the lock (a folder changed since the up-front checks): nothing in the way of what the run
+    # writes, then a folder and not a file. Either order refuses the same outputs: the first asks only of a folder.
     check_run_entries(output)
+    check_output_folder(output)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError, PermissionError) as exc:

@@ -4,6 +4,9 @@ Every model of a run (checkpoints and the two baselines) is scored on the same p
 compare like with like. Every number names its convention: ``pooled`` (sums over every pair, the metrics'
 default), ``fev`` (per window, then the mean over windows, as fev 0.10.0) or ``fev skill`` (1 - geometric mean
 over series of per-series ratios against seasonal naive, as ``fev.analysis.leaderboard``).
+
+Rendering only: every value comes from the :class:`~.compare_values.Comparison` record, computed once before;
+the figures are :mod:`.plots`'.
 """
 
 from __future__ import annotations
@@ -14,18 +17,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from matplotlib import colormaps, rc_context
 
 from distributed_onnx.evaluation.report import plots as report_plots
-from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
-from distributed_onnx.evaluation.report.tables import Scores, escape, levels_of, number
-from distributed_onnx.evaluation.scoring import registry
+from distributed_onnx.evaluation.report.compare_values import Comparison
+from distributed_onnx.evaluation.report.tables import escape, number
 from distributed_onnx.evaluation.scoring.leaderboard import N_RESAMPLES, SEED
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES
-from distributed_onnx.evaluation.scoring.registry import has_median, primary, ranking, reported
 from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty
-from distributed_onnx.model.quantiles import central_intervals
 
 
 def _rows(board: pa.Table, kind: str) -> list[dict[str, Any]]:
@@ -48,8 +46,27 @@ def _short(value: float) -> str:
     return f"{value:,.0f}" if 1_000 <= abs(value) < 1e7 else number(value, 3)
 
 
-def verdict_line(uncertainty: Uncertainty | None, board: pa.Table) -> str:
+def comparison_sections(values: Comparison, lead_label: str, heading: str = "h2") -> list[str]:
+    """The comparison's sections under their headings (the leaderboard's at level ``heading``), the verdict apart:
+    leaderboard with pairwise tests, pairs left out, skill by lead, score by origin, calibration."""
+    skill, by_origin = _figures(values, lead_label)
+    return [
+        f"<{heading}>Leaderboard</{heading}>",
+        leaderboard_section(values),
+        "<h3>Pairs scored and left out</h3>",
+        pairs_section(values.pairs),
+        "<h3>Skill by lead, every model</h3>",
+        skill,
+        "<h3>Score by forecast origin, every model</h3>",
+        by_origin,
+        "<h3>Calibration, every model</h3>",
+        calibration_table(values),
+    ]
+
+
+def verdict_line(values: Comparison) -> str:
     """The page's first finding: the best model, its margin over the next with an interval and the DM p-value."""
+    uncertainty, board = values.uncertainty, values.board
     if uncertainty is None or uncertainty.verdict is None:
         return ""
     verdict = uncertainty.verdict
@@ -93,33 +110,26 @@ def verdict_line(uncertainty: Uncertainty | None, board: pa.Table) -> str:
     return f"<p class='verdict'>{text}.</p>"
 
 
-def leaderboard_section(
-    board: pa.Table, models: Sequence[str], metrics: pa.Table, uncertainty: Uncertainty | None = None
-) -> str:
+def leaderboard_section(values: Comparison) -> str:
     """Per model: skill against seasonal naive and each global metric with its 95% interval; then pairs."""
+    board, uncertainty = values.board, values.uncertainty
     metric_rows = {(row["model"], row["metric"]): row for row in _rows(board, "metric")}
     skill_rows = {
         (row["model"], row["metric"]): row for row in _rows(board, "skill") if row["versus"] == SEASONAL_NAIVE
     }
     # Against seasonal quantiles: the skill of the metric that ranks probabilistic forecasts (the primary without
     # the median: SQL), the leaderboard's other skills being against seasonal naive.
-    probabilistic_metric = primary(has_median=False)
+    probabilistic_metric = values.probabilistic_metric
     probabilistic = {
         row["model"]: row
         for row in _rows(board, "skill")
         if row["versus"] == SEASONAL_QUANTILES and row["metric"] == probabilistic_metric
     }
-    # Filtered in Arrow first: the table holds a few rows per series (millions at 100,000 series), and converting
-    # every row to Python took most of the report's time there (benchmarks/results/time_to_results.md).
-    global_fev = (pc.field("convention") == "fev") & (pc.field("scope") == "global")
-    fev = {
-        (row["model"], row["metric"]): row["value"]
-        for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
-    }
-    shown = [metric for metric in reported() if any(key[1] == metric for key in metric_rows)]
-    rank_metric = primary(has_median(levels_of(metrics)))
-    skills = [metric.name for metric in ranking()]  # each metric that can rank: the run's primary among them
-    ranked = sorted(models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
+    fev = values.fev
+    shown = [metric for metric in values.reported if any(key[1] == metric for key in metric_rows)]
+    rank_metric = values.rank_metric
+    skills = values.skill_metrics  # each metric that can rank: the run's primary among them
+    ranked = sorted(values.models, key=lambda m: -(skill_rows.get((m, rank_metric)) or {"value": -np.inf})["value"])
     origin_blocks = uncertainty is not None and uncertainty.resampling == "origin_blocks"
     no_interval = uncertainty is not None and uncertainty.resampling == "none"
 
@@ -159,7 +169,7 @@ def leaderboard_section(
         "the naive. Pooled: sums over every pair; fev (below each): each window origin scored, then the mean over "
         f"windows. {escape(_interval_text(uncertainty))}</p>"
     )
-    return table + hint + _pairwise(board, ranked, rank_metric, uncertainty)
+    return table + hint + _pairwise(values, ranked)
 
 
 def _interval_text(uncertainty: Uncertainty | None) -> str:
@@ -180,13 +190,14 @@ def _interval_text(uncertainty: Uncertainty | None) -> str:
     )
 
 
-def _pairwise(board: pa.Table, models: Sequence[str], metric: str, uncertainty: Uncertainty | None = None) -> str:
+def _pairwise(values: Comparison, models: Sequence[str]) -> str:
     """A matrix, row model against column model: the win rate over the p-value, columns numbered as the rows.
 
     Numbered columns, one short line per value and the DM statistic in the cell's tooltip: the table fits a
     1280 px window at any number of models (with the models' names as column heads and the test spelled out in
     each cell, four models scrolled sideways and wrapped each cell over five lines).
     """
+    board, metric, uncertainty = values.board, values.rank_metric, values.uncertainty
     wins = {(row["model"], row["versus"]): row for row in _rows(board, "win_rate") if row["metric"] == metric}
     tests = {(row["model"], row["versus"]): row for row in _rows(board, "dm") if row["metric"] == metric}
     if not wins:
@@ -199,7 +210,7 @@ def _pairwise(board: pa.Table, models: Sequence[str], metric: str, uncertainty: 
             if a == b:
                 cells += "<td>-</td>"
                 continue
-            if uncertainty is not None and uncertainty.same_forecasts(a, b):
+            if (a, b) in values.same:
                 cells += "<td class='same' title='identical forecasts'>same</td>"
                 continue
             win, test = wins.get((a, b)), tests.get((a, b))
@@ -240,19 +251,27 @@ def _p(value: float | None) -> str:
     return "&lt;.001" if value < 0.001 else f"{value:.2g}"
 
 
-def by_origin(uncertainty: Uncertainty | None, models: Sequence[str]) -> str:
-    """Each model's score per forecast origin (the fev convention's per-window score of the primary metric)."""
-    if uncertainty is None or not uncertainty.per_origin or uncertainty.n_origins < 2:
-        return "<p>(fewer than two forecast origins: nothing to draw by origin)</p>"
-    curves = {model: uncertainty.per_origin[model] for model in models}
-    scale = report_plots.robust_scale([np.zeros(1)], {model: [values] for model, values in curves.items()})
-    metric = uncertainty.metric.upper()
-    return report_plots.score_by_origin(uncertainty.origins_us, curves, metric) + off_scale_hint(scale)
+def _figures(values: Comparison, lead_label: str) -> tuple[str, str]:
+    """The comparison's two figures, each with the models it left off its scale: the primary metric's skill
+    against seasonal naive by lead, every model (pooled convention), and each model's score per forecast origin
+    (the fev convention's per-window score of the primary metric)."""
+    skill, skill_scale = "<p>(no metrics by lead)</p>", None
+    if values.skill_by_lead is not None:
+        curves = values.skill_by_lead
+        skill, skill_scale = report_plots.skill_by_lead_every_model(
+            curves.leads, curves.skills, curves.metric, lead_label
+        )
+    sure = values.uncertainty
+    by_origin, origin_scale = "<p>(fewer than two forecast origins: nothing to draw by origin)</p>", None
+    if sure is not None and sure.per_origin and sure.n_origins >= 2:
+        per_origin = {model: sure.per_origin[model] for model in values.models}
+        origin_scale = report_plots.robust_scale([np.zeros(1)], {model: [v] for model, v in per_origin.items()})
+        by_origin = report_plots.score_by_origin(sure.origins_us, per_origin, sure.metric.upper())
+    return skill + off_scale_hint(skill_scale), by_origin + off_scale_hint(origin_scale)
 
 
-def pairs_section(summary: dict[str, Any]) -> str:
+def pairs_section(pairs: dict[str, Any]) -> str:
     """What every model was scored on and what was left out, per reason (the same for every model)."""
-    pairs = summary.get("pairs") or {}
     if not pairs:
         return ""
     keys = ["pairs_scored", "left_out_actual_missing", "left_out_baseline_undefined", "left_out_model_nonfinite"]
@@ -266,56 +285,21 @@ def pairs_section(summary: dict[str, Any]) -> str:
     return f"<table><tr><th>model</th>{head}</tr>{body}</table>"
 
 
-def skill_by_lead(scores: Scores, models: Sequence[str], lead_label: str) -> str:
-    """The primary metric's skill against seasonal naive by lead, one line per model (pooled convention)."""
-    metric = scores.primary
-    reference = scores.by_lead(SEASONAL_NAIVE, metric)
-    if reference is None:
-        return "<p>(no metrics by lead)</p>"
-    leads, naive = reference
-    palette = colormaps["tab10"]
-    skills: dict[str, tuple[int, np.ndarray]] = {}
-    for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
-        found = scores.by_lead(model, metric)
-        if found is not None:
-            skills[model] = (index, registry.skill(found[1], naive))
-    # A model far off (skill -370) would flatten every other curve: it is left off the scale and named.
-    scale = report_plots.robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
-    with rc_context(_RC):
-        height_in, bottom_in, anchor = report_plots.legend_below(len(skills) + 1, 2.58)
-        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
-        for model, (index, skill) in skills.items():
-            label = model + (" (off the scale)" if model in scale.off else "")
-            axis.plot(leads, skill, color=palette(index % 10), lw=1.5, label=label)
-        axis.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
-        axis.set_ylim(scale.low, 1)
-        report_plots.mark_off_scale(axis, scale)
-        axis.set_xlabel(lead_label)
-        axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
-        axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
-        # Below the axes, never on a curve: the legend's place does not depend on the data.
-        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
-    return _svg(figure) + off_scale_hint(scale)
-
-
-def off_scale_hint(scale: report_plots.Scale) -> str:
+def off_scale_hint(scale: report_plots.Scale | None) -> str:
     """Beside a figure, the models it left off its scale (also named inside it)."""
-    return f"<p class='hint off-scale'>{escape(scale.note().capitalize())}.</p>" if scale.off else ""
+    return f"<p class='hint off-scale'>{escape(scale.note().capitalize())}.</p>" if scale and scale.off else ""
 
 
-def calibration_table(scores: Scores, models: Sequence[str], quantiles: Sequence[float]) -> str:
+def calibration_table(values: Comparison) -> str:
     """Each model's empirical coverage of each central interval, against the nominal (pooled convention)."""
-    intervals = central_intervals(quantiles)
+    intervals = values.intervals
     if not intervals:
         return ""
     head = "".join(f"<th>{1 - 2 * low:.0%} (q{low:g}-q{high:g})</th>" for low, high in intervals)
     body = ""
-    for model in models:
-        if model == SEASONAL_NAIVE:  # a point forecast: every quantile is its one value, so no interval to check
-            continue
+    for model, coverage in values.coverage.items():
         cells = ""
-        for low, _ in intervals:
-            value = scores.value(model, "coverage", low)
+        for (low, _), value in zip(intervals, coverage, strict=True):
             gap = "" if value is None else f" <span class='hint'>({value - (1 - 2 * low):+.3f})</span>"
             cells += f"<td>{number(value, 3)}{gap}</td>"
         body += f"<tr><th>{escape(model)}</th>{cells}</tr>"

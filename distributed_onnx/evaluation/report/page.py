@@ -27,12 +27,12 @@ from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import plots as report_plots
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.page_values import PageValues, page_values
 from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
 from distributed_onnx.evaluation.scoring.pairs import PairScores
-from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.location import Location
 
 REPORT = "report.html"
@@ -65,25 +65,25 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
     others = checkpoints[1:] if model in checkpoints else []
     shown = page_values(summary, metrics, series, quantiles, model, others)
-    fans_drawn, figures = _figures(fans, quantiles, shown, model, lead_label(step_us))
-    sure = (
-        uncertainty(pair_scores, step_us) if pair_scores is not None and step_us and leaderboard is not None else None
+    fans_drawn, figures, others_drawn = _checkpoint_sections(fans, quantiles, shown, model, lead_label(step_us))
+    compared = (
+        comparison_values(
+            leaderboard,
+            models,
+            metrics,
+            shown.scores,
+            list(shown.clamped_bands),
+            summary.get("pairs") or {},
+            pair_scores=pair_scores,
+            step_us=step_us,
+        )
+        if leaderboard is not None
+        else None
     )
-    verdict = report_compare.verdict_line(sure, leaderboard) if leaderboard is not None else ""
+    verdict = report_compare.verdict_line(compared) if compared is not None else ""
     comparison = []
-    if leaderboard is not None and leaderboard.num_rows:
-        comparison = [
-            "<h2>Leaderboard</h2>",
-            report_compare.leaderboard_section(leaderboard, models, metrics, sure),
-            "<h3>Pairs scored and left out</h3>",
-            report_compare.pairs_section(summary),
-            "<h3>Skill by lead, every model</h3>",
-            report_compare.skill_by_lead(shown.scores, models, lead_label(step_us)),
-            "<h3>Score by forecast origin, every model</h3>",
-            report_compare.by_origin(sure, models),
-            "<h3>Calibration, every model</h3>",
-            report_compare.calibration_table(shown.scores, models, quantiles),
-        ]
+    if compared is not None and compared.board.num_rows:
+        comparison = report_compare.comparison_sections(compared, lead_label(step_us))
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
@@ -97,12 +97,12 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         "<h2>Forecasts</h2>",
         fans_drawn,
         "<h2>Skill by lead</h2>",
-        figures[0][0],
+        figures[0],
         "<h2>Calibration of the central intervals</h2>",
-        figures[0][1],
+        figures[1],
         f"<h2>Series, ranked by {shown.primary.upper()}</h2>",
         shown.first.series,
-        *_other_checkpoints(shown, figures[1:]),
+        *others_drawn,
         "<h2>Throughput</h2>",
         shown.throughput,
         "<h2>Provenance</h2>",
@@ -114,36 +114,15 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     return write_page(output, f"Backtest of {title}", sections)
 
 
-def _other_checkpoints(shown: PageValues, figures: Sequence[tuple[str, str]]) -> list[str]:
-    """The details of every checkpoint after the first (headline, skill by lead, calibration, series), each
-    folded: the first checkpoint's are the sections above, and the leaderboard compares them all. ``figures``:
-    each one's skill by lead and calibration (:func:`_figures`)."""
-    if not shown.others:
-        return []
-    sections = ["<h2>Every other checkpoint</h2>"]
-    for (name, values), (skill, calibration) in zip(shown.others, figures, strict=True):
-        sections.append(
-            f"<details class='checkpoint'><summary>{escape(name)}: scores, skill by lead, calibration, series"
-            "</summary>"
-            + values.headline
-            + "<h3>Skill by lead</h3>"
-            + skill
-            + "<h3>Calibration of the central intervals</h3>"
-            + calibration
-            + f"<h3>Series, ranked by {shown.primary.upper()}</h3>"
-            + values.series
-            + "</details>"
-        )
-    return sections
-
-
-def _figures(
+def _checkpoint_sections(
     fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str, lead_label: str
-) -> tuple[str, list[tuple[str, str]]]:
-    """Every figure of the page's own sections, drawn from the record: the run's model's forecast fans, and each
+) -> tuple[str, tuple[str, str], list[str]]:
+    """The checkpoints' own sections, drawn from the record: the run's model's forecast fans, and each
     checkpoint's skill by lead (its primary metric against seasonal naive, and the skill of each skill metric
     among :func:`~..scoring.registry.per_checkpoint`'s) and calibration of the central intervals (figure and
-    table), the run's model first, then the others in the page's order."""
+    table). Returns the fans, the run's model's two figures (its sections are the page's own), and the folded
+    details of every checkpoint after the first (headline, skill by lead, calibration, series): the leaderboard
+    compares them all."""
     fans_drawn = _fans(fans, quantiles, shown, model)
     drawn = []
     for name, values in [(model, shown.first), *shown.others]:
@@ -175,7 +154,21 @@ def _figures(
             )
             calibration = f"<div class='side'>{figure}{found.table}</div>{found.sampled}"
         drawn.append((skill, calibration))
-    return fans_drawn, drawn
+    others = ["<h2>Every other checkpoint</h2>"] if shown.others else []
+    for (name, values), (skill, calibration) in zip(shown.others, drawn[1:], strict=True):
+        others.append(
+            f"<details class='checkpoint'><summary>{escape(name)}: scores, skill by lead, calibration, series"
+            "</summary>"
+            + values.headline
+            + "<h3>Skill by lead</h3>"
+            + skill
+            + "<h3>Calibration of the central intervals</h3>"
+            + calibration
+            + f"<h3>Series, ranked by {shown.primary.upper()}</h3>"
+            + values.series
+            + "</details>"
+        )
+    return fans_drawn, drawn[0], others
 
 
 def write_page(output: Location, title: str, sections: Sequence[str]) -> Location:

@@ -18,7 +18,7 @@ import pyarrow as pa
 from distributed_onnx.evaluation.report import tables
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary
+from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary, skill
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 #: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
@@ -27,13 +27,14 @@ MAX_CALIBRATION_SERIES = 500
 
 @dataclass(frozen=True)
 class SkillCurves:
-    """A checkpoint's metrics by lead and seasonal naive's (``scored``, the primary, first), and the skill metrics."""
+    """A checkpoint's metrics by lead and seasonal naive's (``scored``, the primary, first), and each skill metric's
+    skill by lead against the naive (None where either has no value)."""
 
     leads: np.ndarray
     model: dict[str, np.ndarray]
     naive: dict[str, np.ndarray]
     scored: str
-    skills: list[str]
+    skills: list[tuple[str, np.ndarray | None]]
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,16 @@ def _skill(scores: Scores, model: str, shown: Sequence[Metric]) -> SkillCurves |
                 leads, curve[metric.name] = found
     if leads is None:
         return None
-    skills = [metric.name for metric in shown if metric.skill]
-    return SkillCurves(leads, curves[model], curves[SEASONAL_NAIVE], shown[0].name, skills)
+    ours, naive = curves[model], curves[SEASONAL_NAIVE]
+    skills = [
+        (
+            metric.name,
+            skill(ours[metric.name], naive[metric.name]) if metric.name in ours and metric.name in naive else None,
+        )
+        for metric in shown
+        if metric.skill
+    ]
+    return SkillCurves(leads, ours, naive, shown[0].name, skills)
 
 
 def _calibration(scores: Scores, model: str, bands: dict[tuple[float, float], bool]) -> Calibration | None:

@@ -22,8 +22,6 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from distributed_onnx.evaluation.scoring import registry
-
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
@@ -325,10 +323,11 @@ def skill_by_lead(
     lead_label: str,
     *,
     scored: str,
-    skills: Sequence[str],
+    skills: Sequence[tuple[str, np.ndarray | None]],
 ) -> str:
     """Left: ``scored`` by lead, model against seasonal naive. Right: skill 1 - model/naive by lead of each of
-    ``skills`` (the report passes the registry's choice: the primary metric, then the headline skill metrics)."""
+    ``skills`` (the report passes the registry's choice, the primary metric then the headline skill metrics, each
+    with its skill by lead, None where the model or the naive has no value: its line style stays reserved)."""
     label = scored.upper()
     with rc_context(_RC):
         figure, (scores, skill) = _figure(10.5, 3.7, columns=2, bottom_in=1.0)
@@ -342,9 +341,8 @@ def skill_by_lead(
         scores.set_title(f"{label} by lead", loc="left")
         below = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (0.0, -0.22), "ncols": 3, "frameon": False}
         scores.legend(**below)  # below the axes: a legend inside them sat on a curve
-        for metric, style in zip(skills, itertools.cycle(SKILL_STYLES)):
-            if metric in model and metric in naive:
-                ratio = registry.skill(model[metric], naive[metric])
+        for (metric, ratio), style in zip(skills, itertools.cycle(SKILL_STYLES)):
+            if ratio is not None:
                 skill.plot(leads, ratio, color=MODEL_COLOR, ls=style, lw=1.6, label=f"{metric.upper()} skill")
         skill.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
         skill.set_ylim(top=1)
@@ -353,6 +351,31 @@ def skill_by_lead(
         skill.set_title("Skill against seasonal naive (higher is better, 1 = perfect)", loc="left")
         skill.legend(**below)
     return _svg(figure)
+
+
+def skill_by_lead_every_model(
+    leads: np.ndarray, skills: Mapping[str, tuple[int, np.ndarray]], metric: str, lead_label: str
+) -> tuple[str, Scale]:
+    """``metric``'s skill against seasonal naive by lead, one line per model (``skills``: its colour index and
+    curve), and the scale drawn: a model far off (skill -370) would flatten every other curve, so it is left off
+    the scale and named."""
+    palette = colormaps["tab10"]
+    scale = robust_scale([np.array([0.0, 1.0])], {model: [skill] for model, (_, skill) in skills.items()})
+    with rc_context(_RC):
+        height_in, bottom_in, anchor = legend_below(len(skills) + 1, 2.58)
+        figure, (axis,) = _figure(10.5, height_in, bottom_in=bottom_in)
+        for model, (index, skill) in skills.items():
+            label = model + (" (off the scale)" if model in scale.off else "")
+            axis.plot(leads, skill, color=palette(index % 10), lw=1.5, label=label)
+        axis.axhline(0, color=NAIVE_COLOR, lw=1, label="seasonal naive (skill 0)")
+        axis.set_ylim(scale.low, 1)
+        mark_off_scale(axis, scale)
+        axis.set_xlabel(lead_label)
+        axis.set_ylabel(f"1 - {metric.upper()} / naive {metric.upper()}")
+        axis.set_title(f"{metric.upper()} skill by lead, every model (pooled; higher is better)", loc="left")
+        # Below the axes, never on a curve: the legend's place does not depend on the data.
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, anchor), ncols=4, frameon=False)
+    return _svg(figure), scale
 
 
 def calibration(

@@ -346,10 +346,16 @@ def series_resamples(
 
 def clipped_skill_interval(model: F64, reference: F64) -> tuple[float, float]:
     """The interval of one series' skill, ``1 - clip(model / reference)``, from resampled metrics of both."""
+    return percentile_interval(clipped_skill_resamples(model, reference))
+
+
+def clipped_skill_resamples(model: F64, reference: F64) -> F64:
+    """One series' skill, ``1 - clip(model / reference)``, of each resample of both metrics (NaN where undefined):
+    what :func:`clipped_skill_interval` takes the interval of."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = model / reference
     logs, defined = _skill_logs(ratio)
-    return percentile_interval(np.where(defined, 1.0 - np.exp(logs), np.nan))
+    return np.where(defined, 1.0 - np.exp(logs), np.nan)
 
 
 def _interval_of(

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from distributed_onnx.evaluation.scoring.leaderboard import clipped_skill_interval, series_resamples
+from distributed_onnx.evaluation.scoring.leaderboard import clipped_skill_resamples, series_resamples
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, SEASONAL_QUANTILES, PairScores
 from distributed_onnx.evaluation.scoring.registry import primary, ranking
 from distributed_onnx.evaluation.scoring.resampling import (
@@ -109,10 +109,18 @@ def uncertainty(
             "More window origins or more series would give one."
         )
         result.label = "no interval"
+    verdict = _verdict(models, metric, points, result)
+    # The resamples each interval is taken of, drawn first; then every interval, by the one percentile rule.
     resampled = blocks.resampled
-    for model, by_metric in resampled.items():
-        for name in by_metric:
-            result.intervals[(model, name)] = blocks.interval(model, name)
+    margins = None  # the verdict's margin (runner-up minus best) in each resample; None: no interval
+    if verdict is not None and "next" in verdict:
+        best, runner = verdict["best"], verdict["next"]
+        if blocks.resampling == "origin_blocks":
+            margins = resampled[runner][metric] - resampled[best][metric]
+        elif blocks.resampling == "series":  # the leaderboard's series resamples (fev's draws)
+            by_series = series_resamples(scores, [best, runner], n_resamples)
+            margins = by_series[runner][metric] - by_series[best][metric]
+    skills: dict[tuple[str, str], F64] = {}
     if resampled and n_series == 1:  # one series: fev's skill is 1 - the clipped ratio of the series' metrics
         # The report's skill columns: each ranking metric against seasonal naive, the probabilistic one against
         # seasonal quantiles (report/compare.py's leaderboard).
@@ -121,10 +129,15 @@ def uncertainty(
         for model in models:
             for reference, name, key in references:
                 if name in resampled[model] and reference in resampled:
-                    result.skill_intervals[(model, key)] = clipped_skill_interval(
-                        resampled[model][name], resampled[reference][name]
-                    )
-    result.verdict = _verdict(scores, models, metric, points, resampled, result, n_resamples)
+                    skills[(model, key)] = clipped_skill_resamples(resampled[model][name], resampled[reference][name])
+    for model, by_metric in resampled.items():
+        for name in by_metric:
+            result.intervals[(model, name)] = blocks.interval(model, name)
+    result.skill_intervals = {key: percentile_interval(draws) for key, draws in skills.items()}
+    if verdict is not None and "next" in verdict:
+        low, high = (math.nan, math.nan) if margins is None else percentile_interval(margins)
+        verdict |= {"margin_low": low, "margin_high": high}
+    result.verdict = verdict
     return result
 
 
@@ -141,15 +154,10 @@ def _identical(origins: OriginSums, models: Sequence[str]) -> list[list[str]]:
 
 
 def _verdict(
-    scores: PairScores,
-    models: Sequence[str],
-    metric: str,
-    points: Mapping[str, Mapping[str, F64]],
-    resampled: Mapping[str, Mapping[str, F64]],
-    result: Uncertainty,
-    n_resamples: int,
+    models: Sequence[str], metric: str, points: Mapping[str, Mapping[str, F64]], result: Uncertainty
 ) -> dict[str, Any] | None:
-    """The best model by the pooled ``metric`` and its margin over the next distinct one, with an interval."""
+    """The best model by the pooled ``metric`` and its margin over the next distinct one (its interval is
+    :func:`uncertainty`'s, from the resamples)."""
     values = {model: float(points[model][metric][0]) for model in models if np.isfinite(points[model][metric][0])}
     if len(values) < 2:
         return None
@@ -161,11 +169,4 @@ def _verdict(
     if runner is None:
         return verdict
     verdict |= {"next": runner, "next_value": values[runner], "margin": values[runner] - values[best]}
-    low = high = math.nan
-    if result.resampling == "origin_blocks":
-        low, high = percentile_interval(resampled[runner][metric] - resampled[best][metric])
-    elif result.resampling == "series":  # the leaderboard's series resamples (fev's draws)
-        by_series = series_resamples(scores, [best, runner], n_resamples)
-        low, high = percentile_interval(by_series[runner][metric] - by_series[best][metric])
-    verdict |= {"margin_low": low, "margin_high": high}
     return verdict

@@ -26,13 +26,14 @@ from matplotlib import colormaps, rc_context
 
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import tables as report_tables
+from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.page import lead_label, write_page
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
-from distributed_onnx.evaluation.scoring.uncertainty import uncertainty
 from distributed_onnx.live.score.report_failures import reasons_table, requests_table
 from distributed_onnx.location import Location
+from distributed_onnx.model.quantiles import central_intervals
 
 if TYPE_CHECKING:
     from distributed_onnx.live.score.versus_backtest import VersusBacktest
@@ -285,20 +286,13 @@ def _group_sections(
         f"Scored together: {', '.join(checkpoints)} (horizon {group['horizon']} steps of "
         f"{group['resolution_minutes']} min, quantiles {group['quantile_levels']})"
     )
-    sure = uncertainty(pair_scores, step_us) if pair_scores is not None else None
+    compared = comparison_values(
+        board, models, metrics, scores, central_intervals(quantiles), pairs, pair_scores=pair_scores, step_us=step_us
+    )
     sections = [
         f"<h2>{escape(title)}</h2>",
-        report_compare.verdict_line(sure, board),
-        "<h3>Leaderboard</h3>",
-        report_compare.leaderboard_section(board, models, metrics, sure),
-        "<h3>Pairs scored and left out</h3>",
-        report_compare.pairs_section({"pairs": pairs}),
-        "<h3>Skill by lead, every model</h3>",
-        report_compare.skill_by_lead(scores, models, lead_label(step_us)),
-        "<h3>Score by forecast origin, every model</h3>",
-        report_compare.by_origin(sure, models),
-        "<h3>Calibration, every model</h3>",
-        report_compare.calibration_table(scores, models, quantiles),
+        report_compare.verdict_line(compared),
+        *report_compare.comparison_sections(compared, lead_label(step_us), heading="h3"),
     ]
     for model in checkpoints:
         sections += [
