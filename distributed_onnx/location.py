@@ -31,7 +31,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from distributed_onnx.redact import MASK, is_url, redact, redact_text, remember
+from distributed_onnx.redact import MASK, is_url, is_url_without_slashes, redact, redact_text, remember
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -66,7 +66,7 @@ class Location:
             raise TypeError(f"a location is a path or a URL string, got {type(value).__name__}")
         object.__setattr__(self, "_text", text)
         object.__setattr__(self, "_path", path)
-        if path is None:  # masked in every message of this process from now on (redact.py: a library's own text)
+        if self._has_secrets():  # masked in every message of this process from now on (redact.py: a library's text)
             secrets = _secrets_of(_secret_parts(text))
             remember(secrets)
 
@@ -190,7 +190,12 @@ class Location:
         return redact_text(text)
 
     def _secrets(self) -> frozenset[str]:
-        return frozenset() if self._path is not None else _secrets_of(_secret_parts(self._text))
+        return _secrets_of(_secret_parts(self._text)) if self._has_secrets() else frozenset()
+
+    def _has_secrets(self) -> bool:
+        """A URL, or a URL written without its ``//`` (``s3:/b/x?token=T``: a path here, but its options are as
+        secret as a URL's)."""
+        return self._path is None or is_url_without_slashes(self._text)
 
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,

@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "is_url", "quoted", "redact", "redact_text", "redacted", "remember", "shown"]
+__all__ = [
+    "MASK",
+    "is_url",
+    "is_url_without_slashes",
+    "quoted",
+    "redact",
+    "redact_text",
+    "redacted",
+    "remember",
+    "shown",
+]
 
 T = TypeVar("T")
 
@@ -48,6 +58,17 @@ _TRAILING = ".,;:!?"
 _CLOSING = {")": "(", "]": "[", "}": "{"}
 
 
+#: A URL written without its ``//`` (``s3:/AKIA:SECRET@bucket/x?token=T``, ``s3:x?sig=S``): a scheme of two or more
+#: characters, a colon, no ``//``. Not a URL to open (the commands refuse it, or a store reads it as a path), but
+#: its options are as secret as a URL's; a Windows drive (``C:``) has a one-letter scheme and is a path.
+_URL_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:(?!//)")
+
+
+def is_url_without_slashes(location: object) -> bool:
+    """True for ``scheme:rest`` without ``//`` (:data:`_URL_WITHOUT_SLASHES`): shown with its options masked."""
+    return isinstance(location, str) and _URL_WITHOUT_SLASHES.match(location) is not None
+
+
 def is_url(location: object) -> bool:
     """True for ``scheme://...`` strings (a Windows drive letter or a plain path is not a URL)."""
     return isinstance(location, str) and "://" in location and len(urlsplit(location).scheme) > 1
@@ -60,7 +81,8 @@ def redact(location: object) -> str:
     ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``; a local path is returned as it is.
     """
     if not is_url(location):
-        return _BARE_USER_INFO.sub(MASK + "@", str(location))
+        text = _BARE_USER_INFO.sub(MASK + "@", str(location))
+        return _masked_options(text) if is_url_without_slashes(text) else text
     text = str(location)
     try:
         url = urlsplit(text)
@@ -76,6 +98,16 @@ def redact(location: object) -> str:
     )
     fragment = MASK if url.fragment else ""  # a signed URL's fragment is the client's secret as often as not
     return urlunsplit(url._replace(netloc=netloc, query=query, fragment=fragment))
+
+
+def _masked_options(text: str) -> str:
+    """``text``'s option values (after ``?``) and fragment (after ``#``) masked, the rest as written."""
+    head, hash_sign, fragment = text.partition("#")
+    path, question_mark, query = head.partition("?")
+    options = "&".join(
+        f"{option.split('=', 1)[0]}={MASK}" if "=" in option else option for option in query.split("&") if option
+    )
+    return path + question_mark + options + (hash_sign + MASK if fragment else hash_sign)
 
 
 def redact_text(text: str) -> str:

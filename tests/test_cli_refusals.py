@@ -53,6 +53,12 @@ def test_an_output_no_write_can_reach_is_one_line_naming_it_redacted(
         "error: --output ftp://***@127.0.0.1:9/runs/x?token=***: this package does not write to ftp:// locations; "
         + SUPPORTED.format(what)
     ]
+    # A URL without its // is refused as such, its user-info and option values masked (attack G: the query
+    # value was printed, twice).
+    code, lines = run_cli([*arguments, "--output", "s3:/AKIA:SECRETXYZ@bucket/run?secret_key=TOPSECRET99"], tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert "s3:/***@bucket/run?secret_key=***" in lines[0], lines
+    assert "SECRETXYZ" not in lines[0] and "TOPSECRET99" not in lines[0], lines
     code, lines = run_cli([*arguments, "--output", "-"], tmp_path)
     assert code == 2, lines
     assert lines == [
@@ -69,6 +75,9 @@ def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path
     code, lines = run_cli(["backtest", "--output", "./s3:/x", "--quantiles", "0.001,0.5"], tmp_path)
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("error: quantile level(s) 0.001 lie outside"), lines
+    code, lines = run_cli(["backtest", "--data", "s3:/u:pw@b/x.parquet?token=TOKSECRET1", "--output", "run"], tmp_path)
+    assert code == 2 and len(lines) == 1 and "TOKSECRET1" not in lines[0], lines  # its query masked as a URL's
+    assert "s3:/***@b/x.parquet?token=***" in lines[0], lines
     code, lines = run_cli(["backtest", "--output", "s3:/x"], tmp_path)
     assert (code, lines) == (
         2,
