@@ -162,12 +162,31 @@ class CommandSettings(BaseSettings):
             _REQUESTED_SOURCES.reset(token)
 
 
+class _SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's integers: digits and a sign, read in base 10. YAML 1.1's others
+    (``010`` octal, ``0x10``, ``1:00`` sexagesimal, ``1_000``) stay strings, which an integer setting refuses as
+    a flag's would, rather than a config file's ``n_windows: 010`` silently running 8 windows (an attack found
+    each of these planned as YAML 1.1 read it)."""
+
+
+_SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:int"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_DECIMAL_TAG = "tag:distributed-onnx,2026:decimal"
+_SettingsLoader.add_implicit_resolver(_DECIMAL_TAG, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_SettingsLoader.add_constructor(
+    _DECIMAL_TAG,
+    lambda loader, node: int(str(loader.construct_scalar(node)), 10),  # type: ignore[arg-type]
+)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping of settings (keys with ``-`` read as ``_``), with errors that name the file."""
     if not path.is_file():
         raise ConfigError(f"Config file not found: {path}", path=str(path))
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_SettingsLoader)
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"Config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.", path=str(path)

@@ -111,6 +111,16 @@ def test_an_integer_setting_takes_only_a_whole_number_written_as_one(tmp_path: P
         "[from command line]"
     ]
     assert not any(tmp_path.iterdir())
+    # A config file reads integers as YAML 1.2 does (digits, base 10): YAML 1.1's 1:00 (60), 0x10 (16) and
+    # 010 (8) were planned as such (n_windows 60 from "1:00"), while the same text as a flag was refused.
+    (tmp_path / "run.yaml").write_text("n_windows: 1:00\nstride: 0x10\nwindows_per_part: 010\noutput: run\n")
+    code, lines = run_cli(["backtest", "--config", "run.yaml", "--quantiles", "0.001,0.5"], tmp_path)
+    assert code == 2, lines
+    assert lines == [
+        "error: Invalid backtest settings: "
+        "n_windows: is '1:00', not a whole number; give one written as digits only (such as 3) [from run.yaml]; "
+        "stride: is '0x10', not a whole number; give one written as digits only (such as 3) [from run.yaml]"
+    ]  # windows_per_part 010 is 10, as the flag --windows-per-part 010 is
 
 
 def test_a_fev_task_whose_target_holds_no_numbers_is_refused_before_anything_starts(tmp_path: Path) -> None:
