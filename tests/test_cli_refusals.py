@@ -68,6 +68,14 @@ def test_an_output_no_write_can_reach_is_one_line_naming_it_redacted(
     assert not any(tmp_path.iterdir())  # no folder '-', nothing written
 
 
+def test_the_file_systems_root_is_refused_as_an_output_in_one_line(tmp_path: Path) -> None:
+    """``--output file://`` (the root) listed the whole file system, through /proc's loops, to an exit-3
+    PermissionError on a 700-byte line (attack G)."""
+    for output in ("file://", "/"):
+        code, lines = run_cli(["backtest", "--output", output, "--n-windows", "1"], tmp_path)
+        assert (code, lines) == (2, [f"error: --output {output} is the file system's root; give a folder in it."])
+
+
 def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path: Path) -> None:
     """``./s3:/x`` is a folder ``s3:`` in the working directory, written plainly as a local path: it passes the
     output checks (the run stops at the next one, the quantile levels, before Ray starts); ``s3:/x`` without its

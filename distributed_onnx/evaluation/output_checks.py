@@ -75,8 +75,19 @@ def look_at_output(output: Location, *, record: str | None, own: Sequence[str]) 
         return FoundAtOutput(is_file=True, others=())
     if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
         return FoundAtOutput(is_file=False, others=())
+    local = output.local_path
+    if local is not None and local.resolve() == Path(local.resolve().anchor):
+        # file:// is the root too: listing it walked /proc's loops to a PermissionError (exit 3) on a 700-byte line
+        raise ConfigError(f"--output {output} is the file system's root; give a folder in it.", key="output")
     fs, base = storage.filesystem(output)
-    listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    try:
+        listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError as exc:  # a folder holding what this user cannot list is not the command's own
+        raise ConfigError(
+            f"--output {output} holds entries that cannot be listed ({type(exc).__name__}); give a new folder, "
+            "or one this command wrote.",
+            key="output",
+        ) from None
     found = sorted(info.path[len(base) :].lstrip("/") for info in listed if info.type == pafs.FileType.File)
     others = tuple(
         name
