@@ -12,10 +12,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COMMAND = [sys.executable, "-m", "distributed_onnx"]
 #: A location whose user-info and option value must never be shown.
@@ -154,3 +158,116 @@ def test_a_fev_task_whose_target_holds_no_numbers_is_refused_before_anything_sta
         ],
     )
     assert not (tmp_path / "out").exists()
+
+
+def _hourly_table(**columns: object) -> pa.Table:
+    """One series of 48 hourly numbers, with ``columns`` added (or replacing ``target``)."""
+    import pyarrow as pa
+
+    stamps = pa.array([[1_600_000_000_000 + hour * 3_600_000 for hour in range(48)]], pa.list_(pa.timestamp("ms")))
+    fields = {"id": ["a"], "timestamp": stamps, "target": [[float(i) for i in range(48)]], **columns}
+    return pa.Table.from_arrays(
+        [pa.array(value) if isinstance(value, list) else value for value in fields.values()], names=list(fields)
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ("empty", "its dataset_path {path} is empty (0 bytes): Parquet file size is 0 bytes; "),
+        (
+            "png",
+            "its dataset_path {path} is not a Parquet file (or a torn one): Parquet magic bytes not found in "
+            "footer. Either the file is corrupted or this is not a parquet file.; ",
+        ),
+        (
+            "csv",
+            "its dataset_path {path} is not a Parquet file (or a torn one): Parquet magic bytes not found in "
+            "footer. Either the file is corrupted or this is not a parquet file.; ",
+        ),
+    ],
+    ids=["empty", "png", "csv"],
+)
+def test_a_fev_task_whose_data_file_is_empty_or_not_parquet_is_refused_before_anything_starts(
+    case: str, problem: str, tmp_path: Path
+) -> None:
+    """An empty file, a PNG or a CSV named ``.parquet`` printed pyarrow's and the datasets loader's own lines, then
+    exited 1 "rerun to retry the failed ones", though no rerun changes the file: refused up front now from its
+    footer, one line naming the task, the file and what is wrong with it (exit 2, nothing written)."""
+    import yaml
+
+    data = tmp_path / "data" / f"{case}.parquet"
+    data.parent.mkdir()
+    contents = {"empty": b"", "png": b"\x89PNG\r\n\x1a\n" + bytes(64), "csv": b"id,timestamp,target\na,2020,1\n"}
+    data.write_bytes(contents[case])
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump({"tasks": [{"dataset_path": str(data), "task_name": case}]}))
+    code, lines = run_cli(["fev", "bench.yaml", "--output", "out"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            f"error: fev task {case!r}, 1 of 1 in the benchmark: {problem.format(path=data)}fev loads a task's data "
+            "from a Parquet or Arrow file: write the task's data as Parquet there, or drop the task."
+        ],
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fev_task_whose_parquet_repeats_a_column_name_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Two columns named ``target`` ended in exit 4, ``internal error: KeyError: 'Column target does not exist in
+    schema'``, once Ray had started: refused up front now, naming the task, the file and the repeated names."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    data = tmp_path / "twice" / "data.parquet"
+    data.parent.mkdir()
+    table = _hourly_table()
+    pq.write_table(table.append_column("target", table.column("target")).append_column("id", table.column("id")), data)
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump({"tasks": [{"dataset_path": str(data), "task_name": "twice"}]}))
+    code, lines = run_cli(["fev", "bench.yaml", "--output", "out"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            f"error: fev task 'twice', 1 of 1 in the benchmark: its dataset_path {data} holds two or more columns "
+            "named 'id', 'target'; fev's loader reads each column by its name: give each column of the file its own "
+            "name, or drop the task."
+        ],
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fev_task_whose_relative_dataset_path_names_no_file_from_here_is_refused(tmp_path: Path) -> None:
+    """fev reads a relative ``dataset_path`` from the working directory. Run from another folder, the up-front
+    checks skipped it (no file there) and the task "failed" (exit 1, "rerun to retry"), though a rerun from there
+    fails the same: refused now, naming the path and where it was looked for. From the folder it is relative to,
+    the same check reads the same file fev will: a target of letters there is refused by it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    letters = pa.array([[f"x{i}" for i in range(48)]])
+    table = _hourly_table(target=letters)
+    pq.write_table(table, project / "data" / "letters.parquet")
+    task = {"dataset_path": "data/letters.parquet", "task_name": "rel"}
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump({"tasks": [task]}))
+
+    code, lines = run_cli(["fev", str(tmp_path / "bench.yaml"), "--output", "out"], elsewhere)
+    assert (code, lines) == (
+        2,
+        [
+            "error: fev task 'rel', 1 of 1 in the benchmark: its dataset_path data/letters.parquet is relative, and "
+            f"fev reads it from the working directory, where {elsewhere / 'data' / 'letters.parquet'} does not "
+            "exist: run from the folder it is relative to, or give the path in full."
+        ],
+    )
+    assert not (elsewhere / "out").exists()
+    code, lines = run_cli(["fev", str(tmp_path / "bench.yaml"), "--output", "out"], project)
+    assert code == 2, lines
+    assert lines == [
+        "error: fev task 'rel', 1 of 1 in the benchmark: its target column 'target' in data/letters.parquet holds "
+        "string values, not numbers; the families forecast numbers: fix the task's data or its target, or drop the "
+        "task."
+    ]

@@ -1,8 +1,8 @@
 """What a fev benchmark's tasks are refused or skipped for before anything is loaded or Ray is joined.
 
 The rules are the backtest's, applied to each task's own values: the task's settings by the backtest's settings
-model (:func:`check_tasks`: a refusal, exit 2, naming the task; and the type of its target column where its data is
-a local Parquet file, whose footer says it without loading anything), its quantile levels against each checkpoint's
+model (:func:`check_tasks`: a refusal, exit 2, naming the task; and, where its data is a local Parquet file, what
+its footer says without loading anything: :func:`check_local_data`), its quantile levels against each checkpoint's
 native range (:func:`levels_reason`: that task x checkpoint skipped, with the reason, unless clamping is asked).
 The run-wide checks (names, the output) are the backtest's own (``evaluation/up_front.py``).
 """
@@ -10,6 +10,7 @@ The run-wide checks (names, the output) are the backtest's own (``evaluation/up_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +23,7 @@ from distributed_onnx.evaluation.up_front import levels_problem
 from distributed_onnx.location import LocationLike
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
-__all__ = ["check_target_type", "check_tasks", "levels_reason", "task_levels"]
+__all__ = ["check_local_data", "check_tasks", "levels_reason", "task_levels"]
 
 
 def check_tasks(tasks: Sequence[Any], output: LocationLike, settings: dict[str, Any]) -> None:
@@ -34,23 +35,55 @@ def check_tasks(tasks: Sequence[Any], output: LocationLike, settings: dict[str, 
         own = {"horizon": int(task.horizon), "seasonality": task.seasonality, "quantiles": task_levels(task)}
         source = f"fev task {str(task.task_name)!r}, {index + 1} of {len(tasks)} in the benchmark"
         BacktestSettings.from_sources({**settings, **own, "output": output}, source=source[:200])
-        check_target_type(task, source)
+        check_local_data(task, source)
 
 
-def check_target_type(task: Any, source: str) -> None:
-    """Refuse (exit 2) a task whose target column, in its local Parquet file's schema, holds no numbers: letters,
-    or numbers written as text. Every pair of it was rejected once Ray had started (letters at load; text at
-    fev's scoring, which casts no text), and no rerun could get past it. Read from the file's footer only; a file
-    that is missing, not local or unreadable is left to the load, which names what it finds (a missing file is
-    worth a rerun: it may appear)."""
+def check_local_data(task: Any, source: str) -> None:
+    """Refuse (exit 2) a task whose local Parquet file no run could load or score, read from its footer only
+    (nothing loaded), the very file fev will read (a relative ``dataset_path`` is fev's: from the working
+    directory). Each of these was found once Ray had started, recorded as worth a rerun or as an internal error,
+    and no rerun could get past it:
+
+    - a relative path that names no file from here (run from another folder: the task "failed", though a rerun
+      from here fails again). An absolute path that names no file is left to the load (it may appear);
+    - a file that is empty or not Parquet (pyarrow's and the loader's own lines were printed before it failed);
+    - two columns of one name (fev's loader stopped on a ``KeyError``, exit 4);
+    - a target column that holds no numbers: letters, or numbers written as text (fev's scoring casts no text).
+
+    A hub dataset, a URL (read through its store at load), a glob (fev expands it) and an Arrow file are left to
+    the load, which names what it finds."""
     location = dataset_location(task)
     path = None if location is None else location.local_path
-    if path is None or location is None or location.suffix != ".parquet" or not path.is_file():
+    if path is None or location is None or location.suffix != ".parquet" or any(mark in str(path) for mark in "*?["):
+        return
+    if not path.is_file():
+        if not path.is_absolute() and not path.exists():
+            raise ConfigError(
+                f"{source}: its dataset_path {path} is relative, and fev reads it from the working directory, "
+                f"where {Path.cwd() / path} does not exist: run from the folder it is relative to, or give the "
+                "path in full.",
+                key="dataset_path",
+            )
         return
     try:
         schema = pq.read_schema(path)
-    except (OSError, ValueError):  # torn, not Parquet: the load says so
+    except OSError:  # unreadable here (permissions, a vanished mount): the load says what it finds
         return
+    except ValueError as exc:  # pyarrow's ArrowInvalid: empty, torn, or another format
+        what = "is empty (0 bytes)" if path.stat().st_size == 0 else "is not a Parquet file (or a torn one)"
+        raise ConfigError(
+            f"{source}: its dataset_path {path} {what}: {' '.join(str(exc).split())[:200]}; fev loads a task's "
+            "data from a Parquet or Arrow file: write the task's data as Parquet there, or drop the task.",
+            key="dataset_path",
+        ) from exc
+    repeated = sorted({name for name in schema.names if schema.names.count(name) > 1})
+    if repeated:
+        raise ConfigError(
+            f"{source}: its dataset_path {path} holds two or more columns named "
+            f"{', '.join(repr(name) for name in repeated)}; fev's loader reads each column by its name: "
+            "give each column of the file its own name, or drop the task.",
+            key="dataset_path",
+        )
     targets = [task.target] if isinstance(task.target, str) else list(task.target)
     for column in targets:
         if column not in schema.names:
