@@ -15,6 +15,8 @@ from distributed_onnx.interrupts import (
     EXIT_INTERRUPTED,
     RESUMING_COMMANDS,
     command_given,
+    forget,
+    interrupt_on_sigint,
     interrupt_on_sigterm,
     interrupted_line,
 )
@@ -24,11 +26,13 @@ def run() -> NoReturn:
     """Interrupts handled from here on, then the CLI (:func:`distributed_onnx.cli.run`, which exits)."""
     resumes = command_given(sys.argv[1:]) in RESUMING_COMMANDS
     try:
+        interrupt_on_sigint()
         interrupt_on_sigterm(resumes=resumes)
         from distributed_onnx.cli import run as run_command
 
         run_command()
     except KeyboardInterrupt as interrupted:  # before the command's own handling began (imports, its arguments)
+        forget()
         print(f"error: {interrupted_line(interrupted, resumes=resumes)}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
 

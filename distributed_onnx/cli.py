@@ -42,7 +42,7 @@ from distributed_onnx.cli_errors import (
     interrupted_line,
 )
 from distributed_onnx.cli_words import normalized_words, parse_words
-from distributed_onnx.interrupts import RESUMING_COMMANDS, command_given
+from distributed_onnx.interrupts import RESUMING_COMMANDS, command_given, forget, raise_if_arrived
 from distributed_onnx.location import Location
 from distributed_onnx.redact import shown
 from distributed_onnx.runtime import ray_console
@@ -95,8 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ray_console.choose(quiet=not args.verbose)  # Ray's own lines only with -v, wherever a command starts Ray
     flags = command_flags(parser, args.command)
     try:
+        raise_if_arrived()  # an interrupt during the imports above that was swallowed (interrupts.py)
         result: int = args.handler(args)
     except KeyboardInterrupt as interrupted:  # a command's own words when it has them (serve's start: no resume)
+        forget()
         print(f"error: {interrupted_line(interrupted, resumes=args.command in RESUMING_COMMANDS)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line and a code: see the module docstring

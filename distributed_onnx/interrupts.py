@@ -10,6 +10,14 @@ SIGTERM there exited 143 without a word. The parts that need their own words or 
 handler and put this one back after (an export, ``serve``); the backtest's (:mod:`.runtime.early_start`) replaces
 it for the rest of the run.
 
+Every interrupt these handlers raise is also recorded (:func:`arrived`), because a ``KeyboardInterrupt`` raised at
+an arbitrary moment can be swallowed: Python only prints and ignores an exception raised where it cannot propagate
+(a module's finalizer, a ``__del__``, a weak reference's callback), and an outside attack saw ``serve``, Ctrl-C'd
+while it imported, print ``Exception ignored in: <module 'collections.abc'> ... KeyboardInterrupt`` and go on to
+serve. The command checks the record at its checkpoints (:func:`raise_if_arrived`: the CLI before the command
+runs; ``serve`` before Ray starts, before the deploy, before its ``ready:`` line), so a swallowed interrupt still
+ends it with its line and exit 130. The handling of the interrupt clears the record (:func:`forget`).
+
 A foundation module: it imports nothing of the package, so it is in force before anything heavy is imported.
 """
 
@@ -42,6 +50,31 @@ def interrupted_line(interrupted: KeyboardInterrupt, *, resumes: bool) -> str:
     return words or f"interrupted{again}"
 
 
+#: The interrupts raised by this module's handlers and not yet handled: (the signal's name, the words raised).
+_arrived: list[tuple[str, str]] = []
+
+
+def record(signum: int, words: str) -> None:
+    """Keep the interrupt a handler is about to raise, for the checkpoints that a swallowed one must still stop."""
+    _arrived.append((signal.Signals(signum).name, words))
+
+
+def arrived() -> str | None:
+    """The name of the first interrupt recorded and not yet handled (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
+    return _arrived[0][0] if _arrived else None
+
+
+def forget() -> None:
+    """The interrupt was handled (its line printed, or the part that stops on it took it): the record is done."""
+    _arrived.clear()
+
+
+def raise_if_arrived() -> None:
+    """A checkpoint: raise again the interrupt recorded, whose ``KeyboardInterrupt`` may have been swallowed."""
+    if _arrived:
+        raise KeyboardInterrupt(_arrived[0][1]) if _arrived[0][1] else KeyboardInterrupt
+
+
 @dataclass(frozen=True)
 class SigtermInterrupt:
     """SIGTERM's handler: the main thread gets a ``KeyboardInterrupt`` carrying ``words`` (what the line says)."""
@@ -49,7 +82,22 @@ class SigtermInterrupt:
     words: str
 
     def __call__(self, signum: int, frame: Any) -> NoReturn:
+        record(signum, self.words)
         raise KeyboardInterrupt(self.words)
+
+
+def sigint_interrupt(signum: int, frame: Any) -> NoReturn:
+    """SIGINT's handler: Python's own (a bare ``KeyboardInterrupt``), recorded."""
+    record(signum, "")
+    raise KeyboardInterrupt
+
+
+def interrupt_on_sigint() -> None:
+    """Ctrl-C raises a recorded ``KeyboardInterrupt`` (:func:`sigint_interrupt`), only where SIGINT has Python's
+    own handler (an ignored SIGINT, a handler already set, stay as they are); only the main thread can set one."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, sigint_interrupt)
 
 
 def sigterm_words(*, resumes: bool) -> str:

@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import free_ports
 
 from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
@@ -71,3 +72,57 @@ def test_ctrl_c_or_sigterm_while_the_command_imports_is_one_line_and_exit_130(
         assert code == 130, (name, after_s, code, stderr)
         assert stderr.splitlines() == [f"error: {words_of}"] and "Traceback" not in stderr, (name, after_s, stderr)
     assert not (tmp_path / "tuned.json").exists()
+
+
+#: Runs the console script with a Ctrl-C whose ``KeyboardInterrupt`` Python swallows: raised inside a ``__del__``
+#: (printed as ``Exception ignored in``), as the import of the module named first on the line begins. The same as
+#: an interrupt raised in a module's finalizer or a Cython init during the imports, deterministically.
+SWALLOWED_AT_IMPORT = """
+import signal, sys
+AT = sys.argv.pop(1)
+class SwallowedInterrupt:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # the handler's KeyboardInterrupt: ignored here, where __del__ runs
+class InterruptAtImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == AT:
+            sys.meta_path.remove(self)
+            SwallowedInterrupt()
+        return None
+sys.meta_path.insert(0, InterruptAtImport())
+from distributed_onnx.__main__ import run
+run()
+"""
+
+
+@pytest.mark.integration  # serve's command line; with the defect, a whole serve (embedded Ray) starts
+@pytest.mark.parametrize("at", ["distributed_onnx.cli", "distributed_onnx.serve.runner"])
+def test_a_ctrl_c_python_swallowed_during_serves_imports_still_ends_it_with_130_and_never_ready(
+    at: str, tmp_path: Path, tiny_checkpoint: ResolvedCheckpoint
+) -> None:
+    """Outside attack: ``serve`` Ctrl-C'd at 0.5 s (1 of 25 under load) printed ``Exception ignored in: <module
+    'collections.abc'> ... KeyboardInterrupt``, then ``ready:``, and served until SIGTERM. The console script's
+    handler records the interrupt, and the CLI (``at`` its own import) or ``serve`` (``at`` its runner's import,
+    after the CLI's checkpoint) stops on the record before Ray starts."""
+    port, grpc_port = free_ports(2)
+    words = ["serve", "--checkpoint", str(tiny_checkpoint.weights_path), "--port", str(port)]
+    words += ["--grpc-port", str(grpc_port)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", SWALLOWED_AT_IMPORT, at, *words],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # serving (the defect): stop it as a supervisor would
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "Exception ignored" in stderr and "KeyboardInterrupt" in stderr, stderr  # it was swallowed indeed
+    assert "ready:" not in stdout, (stdout, stderr)
+    assert process.returncode == 130, (process.returncode, stderr)
+    assert stderr.splitlines()[-1].startswith("error: interrupted"), stderr
+    assert "nothing was served" in stderr or at == "distributed_onnx.cli", stderr

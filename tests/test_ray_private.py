@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import shlex
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -133,6 +136,35 @@ def test_the_stand_in_writes_each_port_file_whole_as_not_in_use(tmp_path: Path) 
         agent_stand_in.persist_port(session, "ab12", name, agent_stand_in.NOT_IN_USE)
     assert sorted(os.listdir(session)) == ["metrics_agent_port_ab12", "runtime_env_agent_port_ab12"]
     assert open(os.path.join(session, "runtime_env_agent_port_ab12")).read() == "-1"
+
+
+def test_a_stand_in_whose_raylet_went_before_it_started_exits_at_once_instead_of_outliving_the_command(
+    tmp_path: Path,
+) -> None:
+    """Outside attack: the loser of two backtests started together on one ``--output`` (refused: in use) exited
+    while its early Ray was starting; its raylet went with it before the stand-ins had looked at their parent, so
+    each took the init process for its raylet and waited for it: two orphans alive a quarter of an hour later.
+    Here the stand-in starts, as the raylet would start it, under a parent already gone (a shell that exited)."""
+    import psutil
+
+    session = str(tmp_path / "session_orphan")
+    os.mkdir(session)
+    stand_in = [sys.executable, "-S", str(ray_private.STAND_IN_SCRIPT), "--node-id=ab12", f"--session-dir={session}"]
+    command = shlex.join([*stand_in, "--ports=runtime_env_agent_port"])
+    subprocess.run(["sh", "-c", f"(sleep 0.3; exec {command}) >/dev/null 2>&1 &"], check=True, timeout=10)
+
+    def left() -> list[psutil.Process]:  # the subshell while it sleeps, then the stand-in (the same process)
+        named = (process for process in psutil.process_iter(["cmdline"]) if process.info["cmdline"])
+        return [process for process in named if f"--session-dir={session}" in " ".join(process.info["cmdline"])]
+
+    assert left(), "the subshell that starts the stand-in is not running"
+    deadline = time.monotonic() + 5.0  # its sleep, its start, and an exit at once; on main it never exits
+    while (remaining := left()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in remaining:
+        process.kill()
+    assert not remaining, f"stand-in left running without its raylet: {[p.info['cmdline'] for p in remaining]}"
+    assert os.listdir(session) == []  # nothing written for a raylet that is gone
 
 
 def test_the_installed_ray_has_every_private_name_the_package_and_tests_use() -> None:

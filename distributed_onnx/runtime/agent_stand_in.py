@@ -10,6 +10,11 @@ start this script instead, twice: it writes the port files the agent would, each
 Ray's own minimal agent writes for the services it does not run), and then waits for the raylet, which
 fate-shares with its agents, to go away.
 
+The raylet it waits for is the parent it finds at its first moment, and only if that parent is a raylet: a raylet
+killed while the stand-in was still starting (a backtest refused at once, ``--output`` in use, exits and its
+Ray's processes go with it) left the stand-in with the init process (or a subreaper) as its parent, which it took
+for the raylet and waited for forever, one orphan per agent. A stand-in whose parent is not a raylet exits at once.
+
 Run as a file with ``python -S``: standard library only, so it starts in milliseconds. It never listens on a
 socket. A Ray that has to build a ``runtime_env`` cannot run on it: the embedded Ray of the Python API and of
 ``serve``, which outlive one run or serve user code, keep Ray's own agents.
@@ -25,6 +30,22 @@ import time
 NOT_IN_USE = -1
 #: How often the stand-in checks that the raylet that started it is still there.
 PARENT_POLL_S = 1.0
+#: The raylet's process name (its executable's), what Linux's ``/proc/<pid>/comm`` says for it.
+RAYLET_NAME = "raylet"
+
+
+def is_a_raylet(pid: int) -> bool:
+    """Whether ``pid`` is a raylet: by its name where ``/proc`` gives it (Linux), else whether it is not the init
+    process (an orphan's parent where there is no subreaper)."""
+    if pid <= 1:
+        return False
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip() == RAYLET_NAME
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")  # gone (Linux), or no /proc: only the init process test above
+    except OSError:
+        return False
 
 
 def options(argv: list[str]) -> dict[str, str]:
@@ -46,10 +67,12 @@ def persist_port(session_dir: str, node_id: str, name: str, port: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    parent = os.getppid()  # first: the raylet may be gone by the next line
+    if not is_a_raylet(parent):  # its raylet went before it started: nothing to wait for (module docstring)
+        return
     given = options(argv)
     for name in filter(None, given["ports"].split(",")):
         persist_port(given["session-dir"], given["node-id"], name, NOT_IN_USE)
-    parent = os.getppid()
     while os.getppid() == parent:  # the raylet stops its agents itself; this covers a raylet that was killed
         time.sleep(PARENT_POLL_S)
 

@@ -23,12 +23,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import ray
 from ray import serve
 
+from distributed_onnx import interrupts
 from distributed_onnx.errors import ConfigError, RayLostError, Suggestion, WorkerStartError
 from distributed_onnx.runtime import ray_private
 from distributed_onnx.runtime.local_ray import connect, disconnect
@@ -237,6 +239,20 @@ def _connect_interruptibly(address: str | None, joining: threading.Event) -> boo
             joining.clear()
 
 
+def _take_signals(
+    handler: Callable[[int, FrameType | None], None], received: list[str] | None = None
+) -> dict[signal.Signals, Any]:
+    """SIGINT and SIGTERM to ``handler``; the handlers they had. With ``received``, the signal (its name) that came
+    before and whose ``KeyboardInterrupt`` Python swallowed (in a finalizer during the imports:
+    :mod:`distributed_onnx.interrupts`) is taken from the record into it: ``serve`` stops on it at its next
+    checkpoint, before Ray starts, as on a signal to ``handler``."""
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    if received is not None and (early := interrupts.arrived()) is not None:
+        received.append(early)
+        interrupts.forget()
+    return previous
+
+
 def serve_forever(settings: ServeSettings) -> int:
     """Run until SIGINT/SIGTERM, then shut down cleanly; returns the exit code (0).
 
@@ -260,12 +276,10 @@ def serve_forever(settings: ServeSettings) -> int:
             stop_if_asked()
 
     def stop_if_asked(said: str = "nothing was served") -> None:
-        if stop_requested.is_set():
+        if received:  # a signal to request_stop, or one before it whose KeyboardInterrupt was swallowed
             raise StartInterrupted(f"interrupted by {received[0]} while starting; {said}")
 
-    previous: dict[signal.Signals, Any] = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, request_stop)
+    previous = _take_signals(request_stop, received)
     started_ray = False
     deployed = False
     lost = False
@@ -277,11 +291,11 @@ def serve_forever(settings: ServeSettings) -> int:
     os.environ.update(plan.environment | message_limit_environment(settings.max_body_bytes))
     logger.info("Ingress: %s (%s)", plan.mode, plan.reason)
     try:
+        stop_if_asked()  # before Ray starts
         started_ray = _connect_interruptibly(settings.address, joining)
         # ray.init installs its own SIGTERM handlers (a Python one that exits, kept out above, and a C-level one
         # that aborts the driver with exit -6 - measured): take the signals back before deploying.
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, request_stop)
+        _take_signals(request_stop)
         stop_if_asked()  # a signal during Ray's start: nothing deployed yet, stop here
         check_fits(replicas_asked(settings))  # replicas no node (or the whole cluster) can hold: exit 2, not a wait
         deployed = True
