@@ -80,6 +80,15 @@ def test_the_file_systems_root_is_refused_as_an_output_in_one_line(tmp_path: Pat
         assert (code, lines) == (2, [f"error: --output {output} is the file system's root; give a folder in it."])
 
 
+def test_an_output_name_longer_than_the_file_system_takes_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A 300-byte folder name was an ``I/O error: File name too long`` (exit 3, "rerun to resume") once the run
+    had started (attack G): bad input, exit 2, one line, nothing made."""
+    code, lines = run_cli(["backtest", "--output", f"runs/{'L' * 300}/x", "--n-windows", "1"], tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert "is 300 bytes, longer than the 255 this file system takes; give a shorter one." in lines[0], lines
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path: Path) -> None:
     """``./s3:/x`` is a folder ``s3:`` in the working directory, written plainly as a local path: it passes the
     output checks (the run stops at the next one, the quantile levels, before Ray starts); ``s3:/x`` without its

@@ -160,6 +160,25 @@ def check_output_reachable(output: Location, *, what: str = "folder") -> None:
         raise ConfigError(
             f"--output {output} names no bucket or host (a URL is SCHEME://BUCKET/PATH); give one.", key="output"
         )
+    if output.local_path is not None:
+        _refuse_a_name_too_long(output, output.local_path)
+
+
+def _refuse_a_name_too_long(output: Location, path: Path) -> None:
+    """Refuse a local path with a name longer than its file system takes (NAME_MAX, 255 bytes on Linux's): made
+    into a folder, it was an ``I/O error`` (exit 3) once the run had started, which no rerun could get past."""
+    try:
+        existing = next((each for each in path.parents if each.is_dir()), None)  # the name itself may be too long
+        longest = os.pathconf(existing, "PC_NAME_MAX") if existing is not None else 255
+    except (OSError, ValueError):
+        longest = 255
+    for name in path.parts:
+        if len(os.fsencode(name)) > longest:
+            raise ConfigError(
+                f"--output {output}: the name {name[:20]}... is {len(os.fsencode(name))} bytes, longer than the "
+                f"{longest} this file system takes; give a shorter one.",
+                key="output",
+            )
 
 
 def check_run_folder(output: Location) -> None:
