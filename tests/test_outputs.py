@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from backtest_data import part_files
+from backtest_data import part_files, read_forecasts
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation import outputs
@@ -240,5 +240,12 @@ def test_a_local_folder_written_as_dot_slash_with_a_colon_is_written_there(
         .out.strip()
         .endswith("wrote ./s3:/run/ (forecasts/, metrics.parquet, summary.json, report.html)")
     )
-    assert (tmp_path / "s3:" / "run" / MANIFEST).is_file() and (tmp_path / "s3:" / "run" / "metrics.parquet").is_file()
+    folder = tmp_path / "s3:" / "run"
+    summary = json.loads((folder / "summary.json").read_text())
+    # every window planned was forecast and written there (the defect: every part failed), none failed
+    assert summary["windows"]["planned"] == summary["windows"]["run_now"] > 0 and summary["windows"]["failed"] == 0
+    assert summary["parts"]["failed"] == 0 and summary["failed_parts"] == []
+    forecasts = read_forecasts(folder)
+    assert len(set(forecasts.column("window_id").to_pylist())) == summary["windows"]["planned"]
+    assert (folder / MANIFEST).is_file() and pq.read_table(folder / "metrics.parquet").num_rows > 0
     assert [entry.name for entry in tmp_path.iterdir()] == ["s3:"]
