@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import compare as report_compare
+from distributed_onnx.evaluation.report import furniture as report_furniture
 from distributed_onnx.evaluation.report import plots as report_plots
-from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.page_values import PageValues, page_values
@@ -176,9 +176,9 @@ def write_page(output: Location, title: str, sections: Sequence[str]) -> Locatio
     external resource). Shared by the backtest's report and live scoring's, so both read the same."""
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{escape(title)}</title><style>{report_tables.CSS}</style></head><body>"
+        f"<title>{escape(title)}</title><style>{report_furniture.CSS}</style></head><body>"
         + "\n".join(sections)
-        + f"<script>{report_tables.SORT_SCRIPT}</script></body></html>"
+        + f"<script>{report_furniture.SORT_SCRIPT}</script></body></html>"
     )
     path = storage.join(output, REPORT)
     storage.write_bytes(path, page.encode())

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from distributed_onnx.evaluation.report import tables
+from distributed_onnx.evaluation.report import furniture, tables
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
 from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary, skill
@@ -99,7 +99,11 @@ def page_values(
     """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints."""
     clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
     scores = Scores(metrics, series)
-    notes, throughput, provenance = tables.notes(summary), tables.throughput(summary), tables.provenance(summary)
+    notes, throughput, provenance = (
+        furniture.notes(summary),
+        furniture.throughput(summary),
+        furniture.provenance(summary),
+    )
     shown = per_checkpoint(scores.has_median)
     # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
     bands = {
