@@ -31,7 +31,15 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from distributed_onnx.redact import MASK, is_url, is_url_without_slashes, redact, redact_text, remember
+from distributed_onnx.redact import (
+    MASK,
+    USER_INFO_WITHOUT_SLASHES,
+    is_url,
+    is_url_without_slashes,
+    redact,
+    redact_text,
+    remember,
+)
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -295,7 +303,9 @@ def _as_written(text: str, path: Path) -> str:
 def _secret_parts(text: str) -> tuple[str, str, str]:
     """What of a URL is secret: its user-info, query and fragment (one key for :func:`_secrets_of`'s cache)."""
     url = urlsplit(text)
-    return url.netloc.rpartition("@")[0], url.query, url.fragment
+    without_slashes = None if url.netloc else USER_INFO_WITHOUT_SLASHES.match(text)
+    user_info = without_slashes.group(2) if without_slashes else url.netloc.rpartition("@")[0]
+    return user_info, url.query, url.fragment
 
 
 @functools.lru_cache(maxsize=256)

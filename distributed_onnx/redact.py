@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
+    "USER_INFO_WITHOUT_SLASHES",
     "is_url",
     "is_url_without_slashes",
     "quoted",
@@ -64,6 +65,11 @@ _CLOSING = {")": "(", "]": "[", "}": "{"}
 _URL_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:(?!//)")
 
 
+#: The user-info of a URL written without its ``//``: whatever precedes the first ``@`` of its first segment
+#: (``s3:/K%3ASECRET@b``, ``s3:/K: SECRET@b``: no literal colon, or a space, is still a credential).
+USER_INFO_WITHOUT_SLASHES = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+:/*)([^/@?#]*)@")
+
+
 def is_url_without_slashes(location: object) -> bool:
     """True for ``scheme:rest`` without ``//`` (:data:`_URL_WITHOUT_SLASHES`): shown with its options masked."""
     return isinstance(location, str) and _URL_WITHOUT_SLASHES.match(location) is not None
@@ -82,7 +88,9 @@ def redact(location: object) -> str:
     """
     if not is_url(location):
         text = _BARE_USER_INFO.sub(MASK + "@", str(location))
-        return _masked_options(text) if is_url_without_slashes(text) else text
+        if not is_url_without_slashes(text):
+            return text
+        return _masked_options(USER_INFO_WITHOUT_SLASHES.sub(lambda found: found.group(1) + MASK + "@", text))
     text = str(location)
     try:
         url = urlsplit(text)

@@ -99,6 +99,11 @@ def test_a_local_path_written_with_dot_slash_is_local_even_with_a_colon(tmp_path
     code, lines = run_cli(["backtest", "--data", "s3:/u:pw@b/x.parquet?token=TOKSECRET1", "--output", "run"], tmp_path)
     assert code == 2 and len(lines) == 1 and "TOKSECRET1" not in lines[0], lines  # its query masked as a URL's
     assert "s3:/***@b/x.parquet?token=***" in lines[0], lines
+    # user-info with its colon percent-encoded, or a space in it, is user-info all the same (attack H)
+    for output in ("s3:/K%3ASECRETPW@b/x", "s3:/K: SECRETPW@b/x y"):
+        code, lines = run_cli(["backtest", "--output", output], tmp_path)
+        assert code == 2 and len(lines) == 1 and "SECRETPW" not in lines[0], lines
+        assert "--output s3:/***@b/x" in lines[0], lines
     code, lines = run_cli(["backtest", "--output", "s3:/x"], tmp_path)
     assert (code, lines) == (
         2,
