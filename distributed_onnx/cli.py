@@ -136,7 +136,8 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def _settings_command(commands: Any, command: Command) -> None:
     """The subcommand's arguments generated from its settings model, plus ``--config`` and its extras."""
     from distributed_onnx.cli_words import plain_help, plain_text
-    from distributed_onnx.settings_sources import ENV_PREFIX, add_flags
+    from distributed_onnx.settings_flags import add_flags
+    from distributed_onnx.settings_sources import ENV_PREFIX
 
     model = command.settings()
     parser = commands.add_parser(

@@ -37,7 +37,8 @@ class Command:
 
 def _settings(args: argparse.Namespace, **sources: Any) -> Any:
     """The command's settings model from its flags, the environment, ``--config`` and the defaults."""
-    from distributed_onnx.settings_sources import given_flags, settings_model
+    from distributed_onnx.settings_flags import given_flags
+    from distributed_onnx.settings_sources import settings_model
 
     return settings_model(args).from_sources(given_flags(args), args.config, environment=True, as_flags=True, **sources)
 

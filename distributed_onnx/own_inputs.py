@@ -36,7 +36,7 @@ CHECKPOINT_SUFFIXES = (".onnx", ".metadata.json", ".onnx.data", ".parity.json")
 @dataclass(frozen=True)
 class Written:
     """What a command writes (``flag``: the setting that names it, shown as its flag, or a positional argument's
-    name as the command's help shows it, :func:`~distributed_onnx.settings_sources.flag_name`): a file, or a
+    name as the command's help shows it, :func:`~distributed_onnx.settings_flags.flag_name`): a file, or a
     folder (``entries``: the names it writes in it; a folder's other contents are left alone, so an input there is
     no concern)."""
 

@@ -12,8 +12,8 @@ arguments are fields too (``CliPositionalArg``). From lowest to highest preceden
    it are read relative to the file's folder, so a config file means the same from any working directory;
 3. the environment: ``DISTRIBUTED_ONNX_<FIELD>`` (``DISTRIBUTED_ONNX_N_WINDOWS=45``), case-insensitive,
    lists comma-separated as on the command line;
-4. command-line flags (``--n-windows``, help = the field's description), or the arguments of the Python API or
-   of a Serve config, whichever calls.
+4. command-line flags (``--n-windows``, help = the field's description: ``settings_flags.py``), or the arguments
+   of the Python API or of a Serve config, whichever calls.
 
 pydantic-settings does the work: ``settings_customise_sources`` orders its sources (``EnvSettingsSource``, an
 ``InitSettingsSource`` for the file) and its ``CliSettingsSource`` makes and parses the flags. Building a model in
@@ -26,10 +26,9 @@ do it:
   paths are resolved against the file's folder (:func:`_relative_to`);
 - :func:`_config_error`: one line naming each bad key (a command line's by its flag, as typed), the source it came
   from (flag, variable or file) and for an unknown key the likely one; pydantic's error knows the key, not the
-  source;
-- the flags' help and metavar (:func:`add_flags`): the library lists an enum by its member names (``AUTO``)
-  where users write the values (``auto``), and appends ``(default: null)`` to descriptions that already say
-  what None means.
+  source.
+
+The flags themselves (their names, help and metavar, and how a message names a setting) are ``settings_flags.py``'s.
 """
 
 from __future__ import annotations
@@ -38,20 +37,15 @@ import argparse
 import difflib
 import numbers
 import re
-import types
-import typing
 from collections.abc import Mapping
 from contextvars import ContextVar
-from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import yaml
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
-    CliSettingsSource,
     EnvSettingsSource,
     InitSettingsSource,
     PydanticBaseSettingsSource,
@@ -60,12 +54,11 @@ from pydantic_settings import (
 
 from distributed_onnx.errors import ConfigError, describe_validation
 from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.settings_flags import annotation_members, flag_name, flags_model, is_location_field
 
 ENV_PREFIX = "DISTRIBUTED_ONNX_"
 #: How an integer setting is written, on a command line, in the environment or in a YAML string: digits, a sign.
 _WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
-#: Where :func:`add_flags` leaves the command's ``CliSettingsSource`` in the argparse namespace.
-_CLI_SOURCE = "settings_cli_source"
 #: The sources :meth:`CommandSettings.from_sources` asks for beyond the arguments (none for direct construction).
 _REQUESTED_SOURCES: ContextVar[tuple[PydanticBaseSettingsSource, ...]] = ContextVar("requested_sources", default=())
 
@@ -96,7 +89,7 @@ class CommandSettings(BaseSettings):
         ``--stride 1.5`` was refused, so a float that happened to be whole passed unnoticed. Runs after a field's
         own "before" validators (pydantic runs a base class's last), on what they made of the value."""
         field = cls.model_fields.get(info.field_name or "")
-        if field is None or not set(_members(field.annotation)) <= {int, type(None)} or value is None:
+        if field is None or not set(annotation_members(field.annotation)) <= {int, type(None)} or value is None:
             return value
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return value
@@ -203,51 +196,13 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return {str(key).replace("-", "_"): value for key, value in document.items()}
 
 
-def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
-    """One ``--flag`` per field of ``model`` (pydantic-settings' ``CliSettingsSource``): kebab-case names,
-    ``--x/--no-x`` for booleans, lists comma-separated (or the flag repeated), help from the description; a field
-    annotated ``CliPositionalArg[...]`` is a positional argument named by its first example (``CHECKPOINT.onnx``).
-
-    Values stay strings for pydantic to validate (so a bad flag reads like a bad YAML value). Flags not given
-    are absent from the namespace (see :func:`given_flags`); the others are stored under their field names, so a
-    command's own options (``--config``) must not reuse a field's name.
-    """
-
-    def add_argument(target: Any, *names: str, **options: Any) -> Any:
-        positional = bool(names) and not names[0].startswith("-")
-        field = model.model_fields.get(names[0] if positional else options.get("dest", ""))
-        if field is not None:
-            options["help"] = _help(field).replace("%", "%%")
-            if "metavar" in options or positional:
-                options["metavar"] = flag_name(model, names[0]) if positional else _metavar(field, options["metavar"])
-        return target.add_argument(*names, **options)
-
-    source: CliSettingsSource[argparse.ArgumentParser] = CliSettingsSource(
-        model,
-        root_parser=parser,
-        cli_kebab_case=True,
-        cli_implicit_flags=True,
-        cli_hide_none_type=True,
-        add_argument_method=add_argument,
-    )
-    parser.set_defaults(**{_CLI_SOURCE: source})
-
-
 def settings_model(namespace: argparse.Namespace) -> type[CommandSettings]:
-    """The settings model whose flags :func:`add_flags` generated for the parsed command."""
-    source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
-    model = source.settings_cls
+    """The command's settings model, whose flags :func:`~distributed_onnx.settings_flags.add_flags` generated
+    for the parsed command."""
+    model = flags_model(namespace)
     if not issubclass(model, CommandSettings):
         raise TypeError(f"{model.__name__} is not a command's settings model")
     return model
-
-
-def given_flags(namespace: argparse.Namespace) -> dict[str, Any]:
-    """The settings flags :func:`add_flags` parsed, by field name."""
-    source: CliSettingsSource[Any] = getattr(namespace, _CLI_SOURCE)
-    fields = source.settings_cls.model_fields
-    parsed = {dest: value for dest, value in vars(namespace).items() if dest in fields}
-    return source(parsed_args=parsed)()
 
 
 def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -> dict[str, Any]:
@@ -256,7 +211,7 @@ def _relative_to(values: dict[str, Any], folder: Path, model: type[BaseModel]) -
     resolved = dict(values)
     for name, value in values.items():
         field = model.model_fields.get(name)
-        if field is not None and list[Path] in _members(field.annotation):
+        if field is not None and list[Path] in annotation_members(field.annotation):
             # A list field takes one path too (an older config), or several comma-separated, as on the command line.
             paths: Any = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
             paths = [paths] if isinstance(paths, Path) else paths
@@ -276,13 +231,6 @@ def _relative_path(value: Any, folder: Path) -> Any:
     if local is None or local.is_absolute():
         return value
     return Location(folder / local)
-
-
-def is_location_field(field: FieldInfo) -> bool:
-    """Whether a settings field names a place to read or write: typed :class:`Location` or :class:`Path` (or a
-    list of either). Its flag takes a path or a URL, and what it holds is shown redacted."""
-    members = _members(field.annotation)
-    return any(kind in members for kind in (Location, Path, list[Location], list[Path]))
 
 
 def _config_error(
@@ -326,59 +274,6 @@ def _config_error(
         problems.append(f"{text} [from {origin}]" if origin else text)
     message = "; ".join(problems) if first_key is None else f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
-
-
-def flag_name(model: type[BaseModel], key: str) -> str:
-    """How the command line names setting ``key``: ``--parity-windows``, or a positional argument's name
-    (``CHECKPOINT``, the one :func:`add_flags` shows)."""
-    field = model.model_fields[key]
-    if is_positional(field):
-        return str(field.examples[0]) if field.examples else key.upper()
-    return flag_of(key)
-
-
-def flag_of(key: str) -> str:
-    """The flag :func:`add_flags` makes of a settings field ``key`` (kebab case): what a message about that field's
-    value names, in code that every command with the field reaches (``--checkpoint`` from ``checkpoint``)."""
-    return "--" + key.replace("_", "-")
-
-
-def is_positional(field: FieldInfo) -> bool:
-    """Whether the field is a positional argument on the command line (annotated ``CliPositionalArg``)."""
-    # pydantic-settings marks it with its (private) class in the annotation's metadata; matched by name, so that a
-    # rename there fails this package's own tests of positional arguments rather than an import.
-    return any(getattr(marker, "__name__", "") == "_CliPositionalArg" for marker in field.metadata)
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    """The types a (possibly Optional, Union or Annotated) annotation admits."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(member for arg in typing.get_args(annotation) for member in _members(arg))
-    return (annotation,)
-
-
-def _metavar(field: FieldInfo, generated: str) -> str:
-    """The field's example (``0.1,0.5,0.9`` rather than ``list[float]``), an enum's values, PATH, or the library's."""
-    if field.examples:
-        return str(field.examples[0])
-    kind = field.annotation
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return "PATH" if is_location_field(field) else generated
-
-
-def _help(field: FieldInfo) -> str:
-    """The description, plus the default where the description does not already say it."""
-    text = (field.description or "").strip()
-    if field.is_required():
-        return f"{text} (required)"
-    default = None if field.default_factory is not None else field.default
-    if default is None or "default" in text.lower() or isinstance(default, Path | Location) or default == []:
-        return text
-    shown = default.value if isinstance(default, Enum) else default
-    return f"{text} (default: {shown})"
 
 
 def comma_list(value: Any) -> Any:

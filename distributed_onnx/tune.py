@@ -58,7 +58,8 @@ from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoin
 from distributed_onnx.model.identity import identity_of
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.resources import REFERENCE_DATASET
-from distributed_onnx.settings_sources import CommandSettings, flag_name
+from distributed_onnx.settings_flags import flag_name
+from distributed_onnx.settings_sources import CommandSettings
 from distributed_onnx.tune_plan import GATE_SHARE, LEVELS, affordable_batches
 from distributed_onnx.tune_trials import Measure, data_contexts, one_window_s
 from distributed_onnx.tune_variants import choose, variants_beside

@@ -140,7 +140,7 @@ def test_the_rayservice_serves_the_application_of_jobs_serve_yaml() -> None:
 def test_the_rayjob_runs_jobs_backtest_py_with_valid_backtest_settings() -> None:
     from distributed_onnx import cli
     from distributed_onnx.evaluation.settings import BacktestSettings
-    from distributed_onnx.settings_sources import given_flags
+    from distributed_onnx.settings_flags import given_flags
 
     words = shlex.split(manifest("rayjob.yaml")["spec"]["entrypoint"])
     local = [str(ROOT / word.removeprefix(IMAGE_ROOT)) if word.startswith(IMAGE_ROOT) else word for word in words]

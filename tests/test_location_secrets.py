@@ -30,7 +30,7 @@ import pytest
 from distributed_onnx import cli
 from distributed_onnx.location import Location
 from distributed_onnx.redact import redact
-from distributed_onnx.settings_sources import is_location_field
+from distributed_onnx.settings_flags import is_location_field
 
 DATA = Path(__file__).parents[1] / "distributed_onnx" / "resources" / "taylor.parquet"
 

@@ -19,7 +19,8 @@ from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.backend.providers import provider_from_kind
 from distributed_onnx.resources import REFERENCE_CHECKPOINT, REFERENCE_DATASET
 from distributed_onnx.serve.settings import ServeSettings
-from distributed_onnx.settings_sources import ENV_PREFIX, CommandSettings, add_flags, given_flags
+from distributed_onnx.settings_flags import add_flags, given_flags
+from distributed_onnx.settings_sources import ENV_PREFIX, CommandSettings
 
 
 @pytest.fixture(autouse=True)
@@ -445,7 +446,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_checkpoints_repeat_as_flags_list_in_yaml_and_stay_one_path_compatible(tmp_path: Path) -> None:
     import argparse
 
-    from distributed_onnx.settings_sources import add_flags, given_flags
+    from distributed_onnx.settings_flags import add_flags, given_flags
 
     config = _yaml(tmp_path / "cfg", "checkpoint: [a.onnx, /abs/b.onnx]\noutput: run\n")
     from_file = BacktestSettings.from_sources({}, config)
@@ -486,7 +487,7 @@ def test_serve_models_refused(values: dict[str, str], message: str) -> None:
 
 def test_serve_checkpoint_flag_repeated() -> None:
     from distributed_onnx.cli import _parser
-    from distributed_onnx.settings_sources import given_flags
+    from distributed_onnx.settings_flags import given_flags
 
     arguments = ["serve", "--checkpoint", "x/a.onnx", "--checkpoint", "y/b.onnx", "--shadow", "b"]
     settings = ServeSettings.from_sources(given_flags(_parser(arguments).parse_args(arguments)))

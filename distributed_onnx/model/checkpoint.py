@@ -30,7 +30,8 @@ from distributed_onnx.errors import (
 )
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
-from distributed_onnx.settings_sources import comma_list, flag_of
+from distributed_onnx.settings_flags import flag_of
+from distributed_onnx.settings_sources import comma_list
 
 logger = logging.getLogger(__name__)
 

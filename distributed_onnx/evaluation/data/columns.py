@@ -30,7 +30,8 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from distributed_onnx.errors import DataError, Suggestion
-from distributed_onnx.settings_sources import CommandSettings, flag_name
+from distributed_onnx.settings_flags import flag_name
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = [
     "OWN_NAMES",

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.row_errors import rows_error
 from distributed_onnx.evaluation.settings import BacktestSettings
-from distributed_onnx.settings_sources import flag_name
+from distributed_onnx.settings_flags import flag_name
 
 #: The setting whose column these messages are about: only a run given it reaches them (its flag, from its field).
 GROUP_BY = flag_name(BacktestSettings, "group_by")

@@ -25,7 +25,8 @@ from distributed_onnx.model.backend.providers import ExecutionProvider
 from distributed_onnx.model.checkpoint import checkpoint_paths, local_checkpoints
 from distributed_onnx.own_inputs import Read, Written, check_own_inputs, checkpoint_files
 from distributed_onnx.runtime.addresses import check_address_or_none
-from distributed_onnx.settings_sources import CommandSettings, flag_name
+from distributed_onnx.settings_flags import flag_name
+from distributed_onnx.settings_sources import CommandSettings
 
 __all__ = ["FevRequest"]
 
