@@ -6,11 +6,13 @@ Why one rule and not each command's own: ``tune --output`` was checked only for 
 (exit 0): the checkpoint or the data gone. The same holds for any command that writes where it reads, so each one
 names what it writes (:class:`Written`: a file, or a folder and the entries it writes in it) and what it reads
 (:class:`Read`: a checkpoint is every file of it, its variants' included) and calls :func:`check_own_inputs`, which
-compares *resolved* paths (``./m/../m/x`` and a link to ``x`` are ``x``), and URLs by their whole text.
+compares *resolved* paths (``./m/../m/x`` and a link to ``x`` are ``x``), and URLs by their whole text. Each
+record holds a :class:`~distributed_onnx.location.Location`, parsed once where the user gave it (the command's
+settings): the comparison and the refusal's words read that one, never parsing it again.
 
->>> from pathlib import Path
->>> check_own_inputs([Written("output", Path("tune.json"))], [Read("data", Path("load.parquet"))])
->>> check_own_inputs([Written("output", Path("load.parquet"))], [Read("data", Path("./x/../load.parquet"))])
+>>> from distributed_onnx.location import Location
+>>> check_own_inputs([Written("output", Location("tune.json"))], [Read("data", Location("load.parquet"))])
+>>> check_own_inputs([Written("output", Location("load.parquet"))], [Read("data", Location("./x/../load.parquet"))])
 Traceback (most recent call last):
 ...
 distributed_onnx.errors.ConfigError: --output load.parquet is the --data file x/../load.parquet: a command never ...
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.location import Location, LocationLike
+from distributed_onnx.location import Location
 
 __all__ = ["Read", "Written", "check_own_inputs", "checkpoint_files"]
 
@@ -41,7 +43,7 @@ class Written:
     no concern)."""
 
     flag: str
-    location: LocationLike
+    location: Location
     entries: tuple[str, ...] | None = None
 
 
@@ -50,7 +52,7 @@ class Read:
     """What a command reads: the flag that names it, and its files (a checkpoint's: :func:`checkpoint_files`)."""
 
     flag: str
-    location: LocationLike
+    location: Location
     what: str = "file"
     files: tuple[Path, ...] = field(default=())
 
@@ -67,13 +69,13 @@ def checkpoint_files(weights: Path, flag: str, *, variants: bool = True) -> Read
             for path in weights.parent.glob(f"{stem}-*")
             if any(path.name.endswith(suffix) for suffix in CHECKPOINT_SUFFIXES)
         )
-    return Read(flag, weights, "checkpoint", tuple(files))
+    return Read(flag, Location(weights), "checkpoint", tuple(files))
 
 
 def check_own_inputs(written: Iterable[Written], read: Iterable[Read]) -> None:
     """Refuse (exit 2, naming both flags and the file) a write that would land on something read: a file written
     that is an input file (or its folder's written entry holding one), or an input's folder written as a file."""
-    inputs = [(each, _key(path)) for each in read for path in (each.files or (each.location,))]
+    inputs = [(each, key) for each in read for key in (_file_keys(each.files) or (_key(each.location),))]
     for output in written:
         place = _key(output.location)
         targets = [place] if output.entries is None else [place, *(_join(place, name) for name in output.entries)]
@@ -85,12 +87,16 @@ def check_own_inputs(written: Iterable[Written], read: Iterable[Read]) -> None:
 
 def _refuse(output: Written, source: Read, key: str, whole: bool) -> None:
     """One line: the flag and what it names, the input's flag and the file of it that would be lost."""
-    given = f"{_flag(output.flag)} {Location.parse(output.location)} {'is' if whole else 'would write over'}"
+    given = f"{_flag(output.flag)} {output.location} {'is' if whole else 'would write over'}"
     if source.files:
         lost = f"{Location.parse(key)}, a file of the {source.what} {_given(source)}"
     else:
-        flag, where = _flag(source.flag), Location.parse(source.location)
-        lost = f"the {flag} {source.what} {where}" if flag.startswith("--") else f"the {source.what} {_given(source)}"
+        flag = _flag(source.flag)
+        lost = (
+            f"the {flag} {source.what} {source.location}"
+            if flag.startswith("--")
+            else f"the {source.what} {_given(source)}"
+        )
     raise ConfigError(
         f"{given} {lost}: a command never writes over one of its own inputs; give another {_flag(output.flag)}.",
         key=output.flag,
@@ -106,17 +112,21 @@ def _flag(name: str) -> str:
 def _given(source: Read) -> str:
     """How the user gave ``source``: ``--checkpoint m/x.onnx``, or ``m/x.onnx (the CHECKPOINT.onnx argument)``: a
     positional argument's name before the path read as a placeholder ("the checkpoint CHECKPOINT /tmp/...")."""
-    flag, where = _flag(source.flag), Location.parse(source.location)
+    flag, where = _flag(source.flag), source.location
     return f"{flag} {where}" if flag.startswith("--") else f"{where} (the {flag} argument)"
 
 
-def _key(location: LocationLike) -> str:
+def _key(location: Location) -> str:
     """A comparable form: a local path resolved (links and ``..`` followed, relative to here), a URL's whole text."""
-    parsed = Location.parse(location)
-    local = parsed.local_path
+    local = location.local_path
     if local is None:
-        return parsed.reveal().rstrip("/")
+        return location.reveal().rstrip("/")
     return os.path.realpath(local)
+
+
+def _file_keys(files: tuple[Path, ...]) -> list[str]:
+    """The comparable forms of an input's files (local paths: a checkpoint's), resolved as :func:`_key` does."""
+    return [os.path.realpath(path) for path in files]
 
 
 def _join(place: str, name: str) -> str:

@@ -200,8 +200,8 @@ class ExportRequest(CommandSettings):
             written += [self.output.with_name(f"{stem}{VARIANT_SUFFIX}{suffix}") for suffix in _VARIANT_SUFFIXES]
         inputs = [Read("data", self.data)] if self.data is not None else []
         if self.from_pretrained is not None and self.from_pretrained.is_dir():
-            inputs += [Read("from_pretrained", path) for path in self.from_pretrained.iterdir()]
-        check_own_inputs([Written("output", path) for path in [self.output, *written]], inputs)
+            inputs += [Read("from_pretrained", Location(path)) for path in self.from_pretrained.iterdir()]
+        check_own_inputs([Written("output", Location(path)) for path in [self.output, *written]], inputs)
         return self
 
     @model_validator(mode="after")
