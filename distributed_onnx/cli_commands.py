@@ -143,8 +143,8 @@ def _backtest(args: argparse.Namespace) -> int:
         checkpoints, chosen = tuned.checkpoints_to_run(settings.checkpoint, settings)
         settings = settings.model_copy(update={"checkpoint": checkpoints})
         print("\n".join(tuned_lines(chosen)), file=sys.stderr)
-    check_backtest(settings)  # what the whole run would be refused for, before Ray starts
-    early = start_early(settings, quiet_ray=not args.verbose)  # Ray starts while the rest is imported (early.py)
+    found = check_backtest(settings)  # what the whole run would be refused for, before Ray starts
+    early = start_early(settings, found, quiet_ray=not args.verbose)  # Ray starts while the rest is imported
 
     from distributed_onnx.evaluation.backtest import run_backtest
 

@@ -65,8 +65,8 @@ def run_backtest(
     if started_wall_s is not None:
         clock.mark("python_start")
     if isinstance(early, StartHere):
-        check_backtest(settings)  # before Ray starts (the command and fev check before they start it themselves)
-        early = start_early(settings, quiet_ray=quiet_ray)
+        found = check_backtest(settings)  # before Ray starts (the command and fev check before they start it)
+        early = start_early(settings, found, quiet_ray=quiet_ray)
     with contextlib.ExitStack() as held:
         try:
             models = resolve(settings)

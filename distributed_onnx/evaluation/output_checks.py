@@ -2,9 +2,10 @@
 
 A folder that cannot hold the run (a file, a link to nothing, read-only, an entry where the run writes) or that
 holds someone else's files would otherwise fail as an I/O error (exit 3) advising a rerun that cannot succeed, or
-be written into, mixing the run's files with others. Asked before Ray starts (:mod:`.up_front`), again under the
-run's lock (:mod:`.run_lock`) and when the folder is made (:mod:`.run_manifest`); ``score`` and ``fev`` ask the
-ones that fit their folders. The names checked are the layout's (:mod:`.outputs`).
+be written into, mixing the run's files with others. Asked before Ray starts (:mod:`.up_front`, which looks at the
+folder once: :func:`look_at_output`), and again under the run's lock (:mod:`.run_lock`) when the run makes its
+folder (:mod:`.run_manifest`); ``score`` and ``fev`` ask the ones that fit their folders. The names checked are the
+layout's (:mod:`.outputs`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.outputs import INPUTS_DIR, LOCK, MANIFEST, PARTIAL_PREFIX, RUN_FILES, RUN_FOLDERS
+from distributed_onnx.evaluation.outputs import (
+    INPUTS_DIR,
+    LOCK,
+    MANIFEST,
+    PARTIAL_PREFIX,
+    RUN_FILES,
+    RUN_FOLDERS,
+    SCORES_DIR,
+    SUMS_PREFIX,
+    SUMS_SUFFIX,
+)
 from distributed_onnx.location import Location
 
 #: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
@@ -41,18 +52,20 @@ STANDARD_OUTPUT = "-"
 RUN_OWN = (LOCK, INPUTS_DIR)
 
 
-def check_run_output(output: Location) -> None:
+def check_run_output(output: Location) -> FoundAtOutput:
     """Every check of a backtest's output before Ray starts (exit 2 on the first found), in the order a user meets
     them: an output the run's actors can reach (:func:`check_output_reachable`), a folder and not a file
     (:func:`check_output_folder`), no one else's files in it (:func:`check_run_folder`: refused now, and again under
     the run's lock), nothing in the way of what the run writes there (:func:`check_run_entries`: a read-only folder,
-    an entry in the way: refused now, not an I/O error later). What the folder holds is looked at once
-    (:func:`look_at_output`) for the checks that read it."""
+    an entry in the way: refused now, and again under the run's lock, not an I/O error later). What the folder holds
+    is looked at once (:func:`look_at_output`) for the checks that read it, and returned: the early start reads
+    from it whether the run is a rerun (:func:`~.driver.early.start_early`)."""
     check_output_reachable(output)
     found = look_at_output(output, record=MANIFEST, own=RUN_OWN)
     _refuse_a_file(output, found.is_file)
     _refuse_others_files(output, "A backtest", MANIFEST, found.others)
     check_run_entries(output)
+    return found
 
 
 @dataclass(frozen=True)
@@ -64,22 +77,29 @@ class FoundAtOutput:
     #: The files (relative paths) of an existing folder that are not the command's: none when it is new, holds its
     #: run record, or holds only the command's own entries and partial writes.
     others: tuple[str, ...]
+    #: Whether the folder holds its run record and a part's metric sums (``scores/part-*.arrow``): a rerun, which
+    #: may find every part done (the early start starts no Ray for it).
+    has_scored_parts: bool = False
 
 
 def look_at_output(output: Location, *, record: str | None, own: Sequence[str]) -> FoundAtOutput:
     """Every question the checks ask the storage about ``output``, asked in one place. A folder holding ``record``
-    (its run record) is the command's own, whatever else is in it; otherwise every file must sit under one of the
-    ``own`` top-level entries (what the command writes, or may find there). Files being written (``.tmp-``, a
-    killed run's) are not counted."""
+    (its run record) is the command's own, whatever else is in it: only its ``scores/`` is listed, for whether a
+    part has scored there (:data:`~.outputs.SUMS_PREFIX`); otherwise every file must sit under one of the ``own``
+    top-level entries (what the command writes, or may find there). Files being written (``.tmp-``, a killed
+    run's) are not counted."""
     if storage.is_file(output):
         return FoundAtOutput(is_file=True, others=())
-    if (record is not None and storage.is_file(storage.join(output, record))) or not storage.is_dir(output):
+    has_record = record is not None and storage.is_file(storage.join(output, record))
+    if not has_record and not storage.is_dir(output):
         return FoundAtOutput(is_file=False, others=())
     local = output.local_path
-    if local is not None and local.resolve() == Path(local.resolve().anchor):
+    if not has_record and local is not None and local.resolve() == Path(local.resolve().anchor):
         # file:// is the root too: listing it walked /proc's loops to a PermissionError (exit 3) on a 700-byte line
         raise ConfigError(f"--output {output} is the file system's root; give a folder in it.", key="output")
     fs, base = storage.filesystem(output)
+    if has_record:
+        return FoundAtOutput(is_file=False, others=(), has_scored_parts=_has_sums(fs, base))
     try:
         listed = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError as exc:  # a folder holding what this user cannot list is not the command's own
@@ -95,6 +115,22 @@ def look_at_output(output: Location, *, record: str | None, own: Sequence[str]) 
         if name.split("/")[0] not in own and not name.rsplit("/", 1)[-1].startswith(PARTIAL_PREFIX)
     )
     return FoundAtOutput(is_file=False, others=others)
+
+
+def _has_sums(fs: pafs.FileSystem, base: str) -> bool:
+    """Whether the run folder at ``base`` holds a part's metric sums (``scores/part-*.arrow``). A ``scores/`` that
+    cannot be listed counts as none: the answer only decides whether Ray starts before the plan, and a resume
+    reads ``scores/`` itself, naming what it cannot read."""
+    try:
+        listed = fs.get_file_info(pafs.FileSelector(f"{base.rstrip('/')}/{SCORES_DIR}", allow_not_found=True))
+    except OSError:
+        return False
+    return any(
+        info.type == pafs.FileType.File
+        and info.base_name.startswith(SUMS_PREFIX)
+        and info.base_name.endswith(SUMS_SUFFIX)
+        for info in listed
+    )
 
 
 def check_output_folder(output: Location) -> None:

@@ -63,6 +63,10 @@ NONFINITE_WINDOWS = "nonfinite_windows.json"
 #: Per covariate and lead, the age of the vintaged values the models saw (joins ``metrics.parquet`` on ``lead``).
 COVARIATE_AGES = "covariate_ages.parquet"
 RUN_FILES = (MANIFEST, METRICS, LEADERBOARD, SUMMARY, "report.html", FAILED_WINDOWS, LOCK)
+#: A part's metric sums in ``scores/`` are ``part-NNNNNN.arrow`` (:func:`sums_path`): any there says a run in this
+#: folder has scored parts (:func:`has_scored_parts`; the output's one look before a run, :mod:`.output_checks`).
+SUMS_PREFIX = "part-"
+SUMS_SUFFIX = ".arrow"
 
 
 def model_dir(output: Location, model: str) -> Location:
@@ -77,12 +81,12 @@ def part_path(output: Location, model: str, part_index: int) -> Location:
 
 
 def sums_path(output: Location, part_index: int) -> Location:
-    return storage.join(output, SCORES_DIR, f"part-{part_index:06d}.arrow")
+    return storage.join(output, SCORES_DIR, f"{SUMS_PREFIX}{part_index:06d}{SUMS_SUFFIX}")
 
 
 def has_scored_parts(output: Location) -> bool:
     """Whether any part of a run has written its scores here (a rerun, perhaps with nothing left to do)."""
-    return bool(storage.list_files(output / SCORES_DIR, "part-", ".arrow"))
+    return bool(storage.list_files(output / SCORES_DIR, SUMS_PREFIX, SUMS_SUFFIX))
 
 
 def forecast_table(batch: pa.RecordBatch, forecasts: np.ndarray, quantiles: Sequence[float], step_us: int) -> pa.Table:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
-from distributed_onnx.evaluation.output_checks import check_output_reachable, check_run_output
+from distributed_onnx.evaluation.output_checks import FoundAtOutput, check_output_reachable, check_run_output
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, peek_metadata
@@ -58,16 +58,17 @@ CLAMP = Suggestion(
 )
 
 
-def check_backtest(settings: BacktestSettings) -> None:
-    """Everything :mod:`this module <.up_front>` checks, for one backtest's settings (exit 2 on the first found)."""
+def check_backtest(settings: BacktestSettings) -> FoundAtOutput:
+    """Everything :mod:`this module <.up_front>` checks, for one backtest's settings (exit 2 on the first found);
+    returns what the output folder was found to hold (looked at once: the early start reads it)."""
     check_checkpoint_names(settings.checkpoint)
     check_own_inputs(
         [Written("output", settings.output, RUN_ENTRIES)],
         [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
     )
-    check_run_output(settings.output)
+    at_output = check_run_output(settings.output)
     if settings.clamp_quantiles:
-        return
+        return at_output
     found = [(path.stem, peek_metadata(path)) for path in settings.checkpoint]
     first = found[0][1]
     levels = settings.quantiles or (first.native_quantiles if first is not None else None)  # the run's default
@@ -75,6 +76,7 @@ def check_backtest(settings: BacktestSettings) -> None:
         problem = None if metadata is None or levels is None else levels_problem(name, levels, metadata)
         if problem is not None:
             raise ConfigError(f"{problem}. Request levels inside it.", key="quantiles", suggestions=(CLAMP,))
+    return at_output
 
 
 def check_output_file(output: Location, example: str) -> None:

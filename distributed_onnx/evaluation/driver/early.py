@@ -11,14 +11,17 @@ results"; measured against starting them after the imports: benchmarks/results/m
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distributed_onnx.errors import DistributedOnnxError
-from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.model.checkpoint import LocalCheckpoint
 from distributed_onnx.model.worker import WorkerConfig
 from distributed_onnx.runtime.early_start import EarlyStart, ray_connected
 from distributed_onnx.runtime.pool_request import PoolRequest
+
+if TYPE_CHECKING:
+    from distributed_onnx.evaluation.output_checks import FoundAtOutput
 
 
 class StartHere:
@@ -37,15 +40,18 @@ START_HERE = StartHere()
 BACKTEST_WARM_UP_ROWS = 1
 
 
-def start_early(settings: BacktestSettings, *, quiet_ray: bool | None = None) -> EarlyStart | None:
+def start_early(
+    settings: BacktestSettings, found: FoundAtOutput, *, quiet_ray: bool | None = None
+) -> EarlyStart | None:
     """Ray and the pool on a thread while the plan is made, for a run that has work to do; else None.
 
     Only a fresh output directory is known to need Ray before its plan exists; a rerun may find every part
-    done, and then starts nothing. A Ray this process already holds (the Python API, tests) costs nothing to
-    reach. A checkpoint that does not resolve is left to the plan to name. ``quiet_ray``: see
+    done, and then starts nothing: ``found`` is what the up-front checks found in the output folder, looked at
+    once (:func:`~.up_front.check_backtest`). A Ray this process already holds (the Python API, tests) costs
+    nothing to reach. A checkpoint that does not resolve is left to the plan to name. ``quiet_ray``: see
     :class:`~.runtime.early_start.EarlyStart`.
     """
-    if outputs.has_scored_parts(settings.output) or ray_connected():
+    if found.has_scored_parts or ray_connected():
         return None
     try:
         checkpoints = [LocalCheckpoint(path=path).resolve() for path in settings.checkpoint]
