@@ -198,6 +198,32 @@ def test_prepare_output_refuses_a_directory_of_another_run(tmp_path: Path) -> No
     assert json.loads((tmp_path / MANIFEST).read_text())["fingerprint"] == "fp-1"
 
 
+def test_an_entry_put_in_a_run_folder_since_the_up_front_checks_is_refused_under_the_lock(tmp_path: Path) -> None:
+    """The folder's entries are checked before Ray starts and again once the run holds its lock, when it makes the
+    folder (no other run can change it between that check and the run's writes): a file where the run makes a
+    folder is refused (exit 2) naming it, not an I/O error once parts are written."""
+    prepare_output(Location(tmp_path), "fp-1", {})
+    (tmp_path / outputs.REMOVED_DIR).write_text("put here meanwhile")
+    with pytest.raises(ConfigError, match="is in the way: the run makes a folder there, and it is a file"):
+        prepare_output(Location(tmp_path), "fp-1", {})
+
+
+def test_the_up_front_look_at_the_output_says_whether_a_rerun_has_scored_parts(tmp_path: Path) -> None:
+    """The early start reads from the up-front checks' one look whether the output holds a run with scored parts (a
+    rerun, which may have nothing to do: no Ray before its plan); the look agrees with the layout's own question."""
+    from distributed_onnx.evaluation.output_checks import check_run_output
+
+    output = Location(tmp_path / "run")
+    assert not check_run_output(output).has_scored_parts  # new
+    prepare_output(output, "fp-1", {})
+    (tmp_path / "run" / outputs.SCORES_DIR / ".tmp-part-000000.arrow").write_bytes(b"a killed write")
+    assert not check_run_output(output).has_scored_parts and not outputs.has_scored_parts(output)
+    sums = outputs.sums_path(output, 0).local_path
+    assert sums is not None
+    sums.write_bytes(b"sums")
+    assert check_run_output(output).has_scored_parts and outputs.has_scored_parts(output)
+
+
 @pytest.mark.parametrize(
     ("output", "said"),
     [

@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_entries
 from distributed_onnx.evaluation.outputs import LOCK
 from distributed_onnx.location import Location
 
@@ -44,10 +43,9 @@ def run_lock(output: Location) -> Iterator[None]:
     if folder is None:
         yield
         return
-    # Asked again under the lock (a folder changed since the up-front checks): nothing in the way of what the run
-    # writes, then a folder and not a file. Either order refuses the same outputs: the first asks only of a folder.
-    check_run_entries(output)
-    check_output_folder(output)
+    # The folder's checks were asked up front, before Ray started, and are asked again once this lock is held, when
+    # the run makes its folder (run_manifest): a folder changed since is refused there, where no other run can
+    # change it again. Here only what the lock itself needs: the folder made, and run.lock a file of its own.
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError, PermissionError) as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError, StorageError
-from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_folder
+from distributed_onnx.evaluation.output_checks import check_output_folder, check_run_entries, check_run_folder
 from distributed_onnx.evaluation.outputs import FORECASTS_DIR, MANIFEST, SCORES_DIR
 from distributed_onnx.location import Location
 
@@ -46,8 +46,11 @@ def prepare_output(output: Location, fingerprint: str, manifest: dict[str, Any])
 
 
 def _make_run_directory(output: Location) -> None:
-    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix."""
+    """Create ``output/forecasts``; a path that names a file, or that cannot be created, is a setting to fix. Asked
+    under the run's lock (:mod:`.run_lock`), these refuse what changed in the folder since the up-front checks
+    (:mod:`.up_front`): an entry now in the way of what the run writes is refused (exit 2), not an I/O error."""
     check_output_folder(output)
+    check_run_entries(output)
     try:
         storage.make_dirs(storage.join(output, FORECASTS_DIR))
         storage.make_dirs(storage.join(output, SCORES_DIR))
