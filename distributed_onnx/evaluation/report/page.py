@@ -32,6 +32,7 @@ from distributed_onnx.evaluation.report.covariates import covariates_section
 from distributed_onnx.evaluation.report.page_values import PageValues, page_values
 from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
+from distributed_onnx.evaluation.scoring.findings import LeaderboardFindings
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.location import Location
 
@@ -49,6 +50,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     *,
     pair_scores: PairScores | None = None,
     step_us: int | None = None,
+    findings: LeaderboardFindings | None = None,
 ) -> Location:
     """Write ``output/report.html`` and return its location.
 
@@ -57,6 +59,9 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
 
     ``metrics``: the long metrics table, or only its run-wide rows when ``series`` gives the per-series values
     (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
+
+    ``findings``: what the leaderboard says beyond its rows (:mod:`..scoring.findings`, read once where it was
+    built): the variants' verdicts and the realized covariates' gaps; without them neither section is drawn.
     """
     model = str(summary["model"])
     step_us = step_us or (fans[0].step_us if fans else None)
@@ -88,10 +93,10 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
         f"<h1>Backtest of {escape(title)}</h1>",
         f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
         verdict,
-        *variants_section(summary, leaderboard),
+        *variants_section(findings, leaderboard),
         *shown.notes,
         *comparison,
-        *covariates_section(summary, leaderboard),
+        *covariates_section(summary, leaderboard, findings),
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         shown.first.headline,
         "<h2>Forecasts</h2>",
@@ -199,7 +204,6 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValu
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
     canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
-    scored_by = shown.fans_scored_by.upper()  # the window's score is the primary metric's (merge.py)
     figures = []
     for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
         by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
@@ -215,7 +219,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValu
             if round(low, 9) in by_level and round(high, 9) in by_level
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        score = "" if window.mase is None else f", {scored_by} {window.mase:.3g}"
+        score = "" if window.mase is None else f", {window.scored_by.upper()} {window.mase:.3g}"
         fan = report_plots.Fan(
             f"{window.series_id} · {window.label} · origin {origin}{score}",
             window.origin_us,

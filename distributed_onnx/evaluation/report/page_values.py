@@ -18,7 +18,7 @@ import pyarrow as pa
 from distributed_onnx.evaluation.report import furniture, tables
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues
 from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary, skill
+from distributed_onnx.evaluation.scoring.registry import Metric, per_checkpoint, skill
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 #: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
@@ -73,8 +73,6 @@ class PageValues:
     scores: Scores
     #: The metric that ranks the series tables (:attr:`~.tables.Scores.primary`).
     primary: str
-    #: The fans' score: the primary metric of the run's levels (the window's score is the one merge.py picked by).
-    fans_scored_by: str
     #: The requested levels that were clamped, each to the native level that served it.
     clamped: dict[float, float]
     #: Each central interval of the run's levels, widest first, and whether it uses a clamped level.
@@ -122,7 +120,6 @@ def page_values(
     return PageValues(
         scores,
         scores.primary,
-        primary(has_median(quantiles)),
         clamped,
         bands,
         notes,
