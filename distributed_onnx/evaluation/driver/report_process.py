@@ -198,7 +198,8 @@ def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
     """One request's leaderboard, its findings and report, and the CPU seconds since ``started_cpu_s``."""
     try:
         from distributed_onnx.evaluation.outputs import RunFolder
-        from distributed_onnx.evaluation.report import page
+        from distributed_onnx.evaluation.report.page import draw_report
+        from distributed_onnx.evaluation.report.page_values import report_values
         from distributed_onnx.evaluation.scoring import registry
         from distributed_onnx.evaluation.scoring.findings import leaderboard_findings
         from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
@@ -214,18 +215,10 @@ def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
         findings = leaderboard_findings(table, summary.get("models") or {}, stage_s, realized)
         RunFolder(output).write_leaderboard(table)
         summary["timing"]["report_drawn_by"] = "report process"
-        page.write_report(
-            output,
-            summary,
-            run_wide,
-            quantiles,
-            fans,
-            table,
-            series,
-            pair_scores=scores,
-            step_us=step_us,
-            findings=findings,
+        values = report_values(
+            summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us, findings=findings
         )
+        draw_report(output, values)  # from the values only: computed first, every one once
         return True, (table, findings, time.process_time() - started_cpu_s)
     except BaseException as exc:  # reported to the driver, which draws the report itself
         return False, f"{type(exc).__name__}: {exc}"
