@@ -170,19 +170,20 @@ def page_values(
 ) -> PageValues:
     """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints among its
     ``models`` (every model of the metrics, baselines included, in the page's order)."""
-    clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
-    scores = Scores(metrics, series)
+    # What the summary alone gives first (the furniture, the central intervals); then every value of the metrics.
     notes, throughput, provenance = (
         furniture.notes(summary),
         furniture.throughput(summary),
         furniture.provenance(summary),
     )
-    shown = per_checkpoint(scores.has_median)
+    clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
     # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
     bands = {
         (low, high): any(abs(level - requested) <= LEVEL_TOLERANCE for level in (low, high) for requested in clamped)
         for low, high in central_intervals(quantiles)
     }
+    scores = Scores(metrics, series)
+    shown = per_checkpoint(scores.has_median)
     curves = model_curves(scores, models, list(bands))
     values = [
         CheckpointValues(
