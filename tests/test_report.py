@@ -66,6 +66,7 @@ def _fans() -> list[FanWindow]:
                 actual=actual,
                 quantiles={0.05: median - 2, 0.1: median - 1.3, 0.5: median, 0.9: median + 1.3, 0.95: median + 2},
                 mase=0.4 + offset,
+                scored_by="mase",
             )
         )
     return fans

@@ -4,7 +4,9 @@ summary.json and report.html say whether its accuracy differs, by how much, and 
 from __future__ import annotations
 
 import json
+from html import escape
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -15,6 +17,8 @@ from backtest_data import write_dataset
 from graphs import scaled_model, tiny_chronos2_model, tiny_context_quantiles_model, write_tiny_chronos2
 
 from distributed_onnx import cli
+from distributed_onnx.evaluation.report.variants import variants_section
+from distributed_onnx.evaluation.scoring.findings import leaderboard_findings
 from distributed_onnx.evaluation.scoring.variants import variant_verdicts
 from distributed_onnx.model.checkpoint import (
     CheckpointMetadata,
@@ -100,6 +104,26 @@ def test_the_verdict_reads_the_leaderboards_test_and_metric() -> None:
     assert (
         variant_verdicts({"p": {}, "v": {"parent": {"name": "gone", "sha256": "c" * 64}}}, _board(0.4, 0, (1, 1))) == []
     )
+
+
+def test_the_leaderboards_findings_are_read_once_for_the_page_and_summary_json() -> None:
+    """The variants' verdicts (and the realized covariates' gaps) are read off the leaderboard once, where it is
+    built (scoring/findings.py): the page's section draws that record and summary.json records the same list,
+    where each computed them again from the board."""
+    models = {"p": {"sha256": "a" * 64}, "v": {"sha256": "b" * 64, "parent": {"name": "p", "sha256": "a" * 64}}}
+    board = _board(0.01, 2.5, (1.1, 1.0))
+    findings = leaderboard_findings(board, models, {"model:p": 3.0, "model:v": 1.0}, realized=False)
+    summary: dict[str, Any] = {"covariates": {}}
+    findings.add_to(summary)
+    [verdict] = summary["variants"]
+    assert summary["variants"] is findings.variants and "realized_comparison" not in summary["covariates"]
+    assert verdict["parent"] == "p" and verdict["speedup"] == pytest.approx(3.0)
+    assert escape(verdict["verdict"]) in "".join(variants_section(findings, board))  # drawn as recorded
+    assert variants_section(findings, board.slice(0, 0)) == []  # an empty leaderboard: no section, as before
+    compared = leaderboard_findings(board, models, None, realized=True)  # --compare-realized: recorded, even empty
+    summary = {"covariates": {}}
+    compared.add_to(summary)
+    assert summary["covariates"]["realized_comparison"] == []
 
 
 # --- issue 51 (3): a variant's parent is the checkpoint of the identity it names, not one of its name ------------

@@ -38,7 +38,9 @@ class FanWindow:
     history: np.ndarray  # float64 [C]: the C steps before the origin, oldest first, NaN = missing
     actual: np.ndarray  # float64 [H]: NaN = unknown
     quantiles: dict[float, np.ndarray]  # requested level -> float [H]
-    mase: float | None  # the window's score (MASE, or SQL without a median; see ``label``)
+    mase: float | None  # the window's score (MASE, or SQL without a median: ``scored_by``)
+    #: The metric that scored the windows when they were picked: the registry's primary of the run's levels.
+    scored_by: str
     #: The other models of the run on the same window: name -> median (or middle quantile) [H].
     others: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -177,9 +177,12 @@ def read_vintage_stats(output: Location, part_index: int) -> dict[str, Any] | No
 
 @dataclass(frozen=True)
 class EarlierFiles:
-    """What the run folder holds of earlier work when the report stage starts: the vintage counts of the parts
-    done (in part order), and whether an earlier invocation left ``failed_windows.json``."""
+    """What the run folder holds of earlier work once the run's parts are done, read once for the report stage:
+    the ``summary.json`` an earlier invocation of this same run left (its record of who computed the parts, kept
+    by a rerun), the vintage counts of the parts done (in part order), and whether an earlier invocation left
+    ``failed_windows.json``."""
 
+    summary: dict[str, Any] | None
     vintage_documents: list[dict[str, Any]]
     failed_windows: bool
 
@@ -213,22 +216,23 @@ class RunFolder:
         """The file ``name`` of the run directory (one of the names above)."""
         return self.location / name
 
-    def previous_summary(self, run_fingerprint: str) -> dict[str, Any] | None:
-        """The ``summary.json`` an earlier invocation of this same run left, if readable (its record of who
-        computed the parts, kept by a rerun)."""
+    def earlier_files(self, run_fingerprint: str, vintaged_parts: Iterable[int]) -> EarlierFiles:
+        """The ``summary.json`` an earlier invocation of this same run left, if readable; the vintage counts
+        ``vintaged_parts`` wrote, in part order (a part without its file, or a torn one, has none); and whether
+        ``failed_windows.json`` is there."""
+        found = (read_vintage_stats(self.location, index) for index in sorted(vintaged_parts))
+        documents = [document for document in found if document is not None]
+        return EarlierFiles(
+            self._previous_summary(run_fingerprint), documents, storage.is_file(self.path(FAILED_WINDOWS))
+        )
+
+    def _previous_summary(self, run_fingerprint: str) -> dict[str, Any] | None:
         path = self.path(SUMMARY)
         try:
             document = json.loads(storage.read_bytes(path)) if storage.is_file(path) else None
         except (OSError, ValueError):
             return None
         return document if isinstance(document, dict) and document.get("run_fingerprint") == run_fingerprint else None
-
-    def earlier_files(self, vintaged_parts: Iterable[int]) -> EarlierFiles:
-        """The vintage counts ``vintaged_parts`` wrote, in part order (a part without its file, or a torn one, has
-        none), and whether ``failed_windows.json`` is there."""
-        found = (read_vintage_stats(self.location, index) for index in sorted(vintaged_parts))
-        documents = [document for document in found if document is not None]
-        return EarlierFiles(documents, storage.is_file(self.path(FAILED_WINDOWS)))
 
     def write_leaderboard(self, table: pa.Table) -> None:
         """Write ``leaderboard.parquet`` (by the driver, or by the report process: :mod:`.driver.report_process`)."""

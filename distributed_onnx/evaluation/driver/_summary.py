@@ -69,7 +69,7 @@ def summarize(
     (``distributed_onnx/tune_variants.py``), kept as ``summary["tuned"]`` and said in a note, so that a variant
     run in place of its parent is never silent."""
     plan = scores.plan
-    summary = build_summary(plan, scores.outcome, scores.ending.clock, scores.earlier)
+    summary = build_summary(plan, scores.outcome, scores.ending.clock, scores.earlier.summary)
     summary["covariates"] = covariates
     # The windows at or before a checkpoint's training_data_end, counted.
     if plan.in_sample_end_us is not None:

@@ -194,6 +194,7 @@ def fan_windows(picker: FanPicker, plan: RunPlan, series_scores: SeriesScores) -
                 actual=picked.actual[i].astype(np.float64),
                 quantiles={q: picked.forecast[i, :, k].astype(np.float64) for k, q in enumerate(plan.quantiles)},
                 mase=score if np.isfinite(score) else None,
+                scored_by=metric,
                 others={
                     name: picked.others[i, m].astype(np.float64)
                     for m, name in enumerate(others)

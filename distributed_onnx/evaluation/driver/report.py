@@ -6,10 +6,12 @@ report process the run started, else by the driver), the covariates' ages,
 ``failed_windows.json`` and ``nonfinite_windows.json``, and last ``summary.json``, the run's record. Ray stops on
 its own thread meanwhile; this stage waits for it (:meth:`~.run.RunEnding.close`) before summary.json is written.
 
-Each step is one call, in turn: the run folder read once (:meth:`~..outputs.RunFolder.earlier_files`), the
-covariates found (:mod:`._vintage_summary`), the summary built (:mod:`._summary`), the leaderboard and report.html
-drawn (:mod:`._drawing`), what the leaderboard says added (:mod:`._leaderboard_findings`), and the run's record
-written once (:meth:`~..outputs.RunFolder.write_record`): the stage hands the folder on, never the bare location.
+Each step is one call, in turn, on what the run stage computed once and handed on (:class:`~.run.RunScores`: the
+fans picked, the per-series values, what the run folder holds of earlier work): the covariates found
+(:mod:`._vintage_summary`), the summary built (:mod:`._summary`), the leaderboard and report.html drawn
+(:mod:`._drawing`, which reads the leaderboard's findings once: :mod:`..scoring.findings`), those findings recorded,
+and the run's record written once (:meth:`~..outputs.RunFolder.write_record`): the stage hands the folder on, never
+the bare location.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import pyarrow as pa
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation import outputs
-from distributed_onnx.evaluation.driver._drawing import draw, driver_work, write_leaderboard
+from distributed_onnx.evaluation.driver._drawing import draw, write_leaderboard
 from distributed_onnx.evaluation.driver._failures import failure_error
-from distributed_onnx.evaluation.driver._leaderboard_findings import add_leaderboard_findings
 from distributed_onnx.evaluation.driver._summary import driver_timing, summarize
 from distributed_onnx.evaluation.driver._vintage_summary import covariates_found
 from distributed_onnx.evaluation.driver.run import RunScores
@@ -66,15 +67,15 @@ def report(
     plan, outcome, ending = scores.plan, scores.outcome, scores.ending
     folder, clock = RunFolder(plan.settings.output), ending.clock
     nonfinite = {model: ids for model, ids in scores.scores.nonfinite.items() if ids}
+    earlier = scores.earlier
     try:
-        earlier = folder.earlier_files(scores.done if plan.vintaged is not None else ())
         covariates = covariates_found(plan, earlier.vintage_documents)
         summary, nonfinite_error = summarize(
             scores, tuned, covariates.record, nonfinite, folder.path(NONFINITE_WINDOWS)
         )
-        leaderboard = draw(summary, scores, folder, driver_work(summary, scores, meanwhile))
+        drawn = draw(summary, scores, folder, meanwhile)
         scores.metrics.write()  # written by draw already, meanwhile: here only should draw have returned early
-        add_leaderboard_findings(summary, plan, leaderboard)
+        drawn.findings.add_to(summary)
     finally:
         ending.close()  # the report process ended, and Ray stopped on the thread that started it
     clock.mark("ray_stop")

@@ -8,7 +8,8 @@ dispatch nears its end (:data:`REPORT_LEAD_S`), or at once for a rerun with noth
 the report's modules and warms matplotlib up while the last parts run (or while the driver merges), then
 waits. At the end the driver sends it what the page
 shows (the summary, the run-wide metrics, the fans, the per-series sums), and the child writes the leaderboard
-and the report and answers with the leaderboard and its CPU seconds.
+and the report and answers with the leaderboard, what it says beyond its rows (:mod:`..scoring.findings`, read
+once there: the page draws it, the driver records it) and its CPU seconds.
 
 One child per driver process, not per run: a process that runs several backtests (``distributed-onnx fev``,
 a notebook calling :func:`~distributed_onnx.run_backtest` in a loop) keeps the child its first run started,
@@ -48,7 +49,8 @@ DRAW_TIMEOUT_S = 600.0
 REPORT_LEAD_S = 2.0
 
 ReportRequest = tuple[Any, ...]
-"""``(output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics)``: what the child draws from;
+"""``(output, summary, run_wide, quantiles, fans, series, scores, step_us, realized, metrics)``: what the child draws
+from (``realized``: whether the run has realized twins, whose gaps the leaderboard's findings read);
 ``metrics`` are those the driver registered (:func:`~..scoring.registry.added`), registered in the child too, so
 its leaderboard and report hold every metric the driver's would."""
 
@@ -75,8 +77,9 @@ class ReportProcess:
 
     def draw(
         self, request: ReportRequest, timeout_s: float = DRAW_TIMEOUT_S, meanwhile: Callable[[], None] | None = None
-    ) -> tuple[Any, float] | None:
-        """Send the request; ``(leaderboard, the child's CPU seconds for it)`` once both files are written, else None
+    ) -> tuple[Any, Any, float] | None:
+        """Send the request; ``(leaderboard, its findings, the child's CPU seconds for it)`` once both files are
+        written, else None
         (the child failed, died or took too long: it is stopped, and the caller draws them). The CPU seconds
         include the child's imports when this is its first request.
 
@@ -112,8 +115,8 @@ class ReportProcess:
             self.close()
             logger.warning("The report process could not draw the report (%s); the driver draws it", value)
             return None
-        leaderboard, cpu_s = tuple(value)
-        return leaderboard, float(cpu_s)
+        leaderboard, findings, cpu_s = tuple(value)
+        return leaderboard, findings, float(cpu_s)
 
     def release(self) -> None:
         """The run is done with the child: kept warm for the process's next run if it is well, else stopped."""
@@ -192,26 +195,31 @@ def _serve() -> None:
 
 
 def _draw(request: ReportRequest, started_cpu_s: float) -> tuple[bool, Any]:
-    """One request's leaderboard and report, and the CPU seconds since ``started_cpu_s``."""
+    """One request's leaderboard, its findings and report, and the CPU seconds since ``started_cpu_s``."""
     try:
         from distributed_onnx.evaluation.outputs import RunFolder
-        from distributed_onnx.evaluation.report import page
+        from distributed_onnx.evaluation.report.page import draw_report
+        from distributed_onnx.evaluation.report.page_values import report_values
         from distributed_onnx.evaluation.scoring import registry
+        from distributed_onnx.evaluation.scoring.findings import leaderboard_findings
         from distributed_onnx.evaluation.scoring.leaderboard import leaderboard
 
-        output, summary, run_wide, quantiles, fans, series, scores, step_us, metrics = request
+        output, summary, run_wide, quantiles, fans, series, scores, step_us, realized, metrics = request
         for metric in registry.added():  # a run's metrics are its own: an earlier run's are not drawn again
             registry.unregister(metric.name)
         for metric in metrics:
             registry.register(metric)
 
         table = leaderboard(scores, step_us)
+        stage_s = summary["timing"].get("actor_stage_s")
+        findings = leaderboard_findings(table, summary.get("models") or {}, stage_s, realized)
         RunFolder(output).write_leaderboard(table)
         summary["timing"]["report_drawn_by"] = "report process"
-        page.write_report(
-            output, summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us
+        values = report_values(
+            summary, run_wide, quantiles, fans, table, series, pair_scores=scores, step_us=step_us, findings=findings
         )
-        return True, (table, time.process_time() - started_cpu_s)
+        draw_report(output, values)  # from the values only: computed first, every one once
+        return True, (table, findings, time.process_time() - started_cpu_s)
     except BaseException as exc:  # reported to the driver, which draws the report itself
         return False, f"{type(exc).__name__}: {exc}"
 

@@ -4,14 +4,14 @@ The driver schedules, retries and merges; nothing per window passes through it. 
 :class:`~distributed_onnx.evaluation.part_messages.PartJob` once (the series zero-copy from the object store, or
 the path to read them from) and then three integers per part; it packs, forecasts, writes the part and its
 sums, and answers with a receipt. The driver verifies each part and merges the sums in part order; the report
-stage (:mod:`.report`) writes ``metrics.parquet`` and the rest from the :class:`RunScores` handed on.
+stage (:mod:`.report`) writes ``metrics.parquet`` and the rest from the :class:`RunScores` handed on, whose values
+are computed here once: the forecast fans picked, the per-series values, what the run folder holds of earlier work.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pyarrow as pa
 
@@ -24,13 +24,14 @@ from distributed_onnx.evaluation.driver._part_ledger import PartLedger
 from distributed_onnx.evaluation.driver._progress import Progress
 from distributed_onnx.evaluation.driver.clock import PhaseClock
 from distributed_onnx.evaluation.driver.early import start_ray_and_pool
-from distributed_onnx.evaluation.driver.merge import PendingMetrics, RunSums
+from distributed_onnx.evaluation.driver.merge import PendingMetrics, RunSums, fan_windows
 from distributed_onnx.evaluation.driver.report_process import REPORT_LEAD_S, ReportProcess, warm_report_process
-from distributed_onnx.evaluation.fans import FanPicker
-from distributed_onnx.evaluation.outputs import RunFolder
+from distributed_onnx.evaluation.fans import FanWindow
+from distributed_onnx.evaluation.outputs import EarlierFiles, RunFolder
 from distributed_onnx.evaluation.part_messages import PartReceipt
 from distributed_onnx.evaluation.planning import RunPlan
 from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.series_scores import SeriesScores
 from distributed_onnx.evaluation.sums import PartSums, read_done_part, unverified_models
 from distributed_onnx.runtime.dispatch_state import DispatchStats
 from distributed_onnx.runtime.early_start import EarlyStart
@@ -57,13 +58,16 @@ class RunScores:
     scores: PairScores
     in_sample: PairScores | None
     in_sample_windows: int
-    #: The parts' fan candidates, merged: the report picks the windows it draws from them.
-    fans: FanPicker
+    #: Per-series values of ``scores``, read from the sums (the long table is never held): the page's series tables.
+    series: SeriesScores
+    #: The windows the report draws as forecast fans, picked from the parts' candidates (:func:`.merge.fan_windows`).
+    fans: tuple[FanWindow, ...]
     run_wide: pa.Table
     metrics: PendingMetrics
     outcome: RunOutcome
-    #: The summary an earlier invocation of this run left (its record of who computed the parts), if any.
-    earlier: dict[str, Any] | None
+    #: What the run folder holds of earlier work: an earlier invocation's summary (its record of who computed the
+    #: parts), the parts' vintage counts, a stale ``failed_windows.json``.
+    earlier: EarlierFiles
     ending: RunEnding
 
 
@@ -130,7 +134,6 @@ class _BacktestRun:
         output_cleanup.clean_partials(output, plan.model_names)
         output_cleanup.set_aside_removed_models(output, plan.model_names)  # forecasts/ holds this run's models only
         output_cleanup.set_aside_foreign_forecasts(output, plan.model_names, len(self.parts))  # and their parts only
-        earlier = RunFolder(output).previous_summary(plan.run_fingerprint)
         todo = self._todo()
         done_windows = plan.windows.planned - self._windows_to_compute
         logger.info(
@@ -155,6 +158,10 @@ class _BacktestRun:
             self.done += [part.index for part in todo if part.index not in failed]
             scores = self._merged()
             run_wide = self.sums.run_wide(scores)  # metrics.parquet is written with the report (PendingMetrics)
+            series = SeriesScores(scores)  # per-series values from the sums: the long table is never held
+            fans = fan_windows(self.sums.fans(), plan, series)
+            vintaged = self.done if plan.vintaged is not None else []
+            earlier = RunFolder(output).earlier_files(plan.run_fingerprint, vintaged)
             clock.mark("merge")
         except BaseException:
             self._ending().close()
@@ -168,7 +175,8 @@ class _BacktestRun:
             scores=scores,
             in_sample=self.sums.in_sample,
             in_sample_windows=self.sums.in_sample_windows,
-            fans=self.sums.fans(),
+            series=series,
+            fans=tuple(fans),
             run_wide=run_wide,
             metrics=PendingMetrics(self.sums, output, scores),
             outcome=self._outcome(todo, done_windows, dispatched),

@@ -3,8 +3,10 @@
 Both report pages (a backtest's, :mod:`.page`, and live scoring's, once per group of checkpoints scored together)
 draw the comparison (:mod:`.compare`) from this one record: how sure the run is (:mod:`..scoring.uncertainty`:
 the intervals' resampling, the verdict, the score by origin), the registry's choice of metrics
-(:mod:`..scoring.registry`), each model's skill by lead and coverage of each central interval. Asked here once
-for the whole comparison, so that drawing it is rendering only, rather than each section computing as it is drawn.
+(:mod:`..scoring.registry`), and each model's skill by lead and coverage of each central interval
+(:class:`ModelCurves`, read off the metrics once with the page's other values: :func:`.page_values.model_curves`).
+Asked here once for the whole comparison, so that drawing it is rendering only, rather than each section computing
+as it is drawn.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from distributed_onnx.evaluation.report.tables import Scores
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
-from distributed_onnx.evaluation.scoring.registry import primary, ranking, reported, skill
+from distributed_onnx.evaluation.scoring.pairs import PairScores
+from distributed_onnx.evaluation.scoring.registry import primary, ranking, reported
 from distributed_onnx.evaluation.scoring.uncertainty import Uncertainty, uncertainty
 
 
@@ -30,6 +31,18 @@ class SkillByLead:
     leads: np.ndarray
     metric: str
     skills: dict[str, tuple[int, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class ModelCurves:
+    """What the comparison reads of the run's metrics (:func:`.page_values.model_curves`): the metric that ranks
+    the models, the run's central intervals (widest first) with every model's coverage of each (None where not
+    scored; no seasonal naive: a point forecast), and the ranking metric's skill by lead."""
+
+    rank_metric: str
+    intervals: list[tuple[float, float]]
+    coverage: dict[str, list[float | None]]
+    skill_by_lead: SkillByLead | None
 
 
 @dataclass(frozen=True)
@@ -59,21 +72,19 @@ class Comparison:
     coverage: dict[str, list[float | None]]
 
 
-def comparison_values(  # noqa: PLR0913 - the run's products the comparison draws, each of its own kind
+def comparison_values(
     board: pa.Table,
     models: Sequence[str],
     metrics: pa.Table,
-    scores: Scores,
-    intervals: Sequence[tuple[float, float]],
+    curves: ModelCurves,
     pairs: dict[str, Any],
     *,
     pair_scores: PairScores | None = None,
     step_us: int | None = None,
 ) -> Comparison:
-    """The record :mod:`.compare` draws. ``intervals``: the run's central intervals, widest first
-    (:func:`~distributed_onnx.model.quantiles.central_intervals`). ``pair_scores`` and ``step_us`` give the
-    intervals' resampling, the verdict and the score by origin; without them the comparison shows the
-    leaderboard's intervals as they are."""
+    """The record :mod:`.compare` draws. ``curves``: every model's coverage and skill by lead, read off the metrics
+    (:func:`.page_values.model_curves`). ``pair_scores`` and ``step_us`` give the intervals' resampling, the verdict
+    and the score by origin; without them the comparison shows the leaderboard's intervals as they are."""
     sure = uncertainty(pair_scores, step_us) if pair_scores is not None and step_us else None
     same = frozenset((a, b) for group in (sure.identical if sure else []) for a in group for b in group if a != b)
     # Filtered in Arrow first: the table holds a few rows per series (millions at 100,000 series), and converting
@@ -83,36 +94,18 @@ def comparison_values(  # noqa: PLR0913 - the run's products the comparison draw
         (row["model"], row["metric"]): row["value"]
         for row in metrics.filter(global_fev).select(["model", "metric", "value"]).to_pylist()
     }
-    coverage = {
-        model: [scores.value(model, "coverage", low) for low, _ in intervals]
-        for model in models
-        if model != SEASONAL_NAIVE  # a point forecast: every quantile is its one value, so no interval to check
-    }
-    # The primary metric's skill against seasonal naive by lead of every model but the naive (none without metrics
-    # by lead); each model keeps its index among them, its colour on the figure.
-    rank_metric = scores.primary
-    reference = scores.by_lead(SEASONAL_NAIVE, rank_metric)
-    skill_by_lead = None
-    if reference is not None:
-        leads, naive = reference
-        skills: dict[str, tuple[int, np.ndarray]] = {}
-        for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
-            found = scores.by_lead(model, rank_metric)
-            if found is not None:
-                skills[model] = (index, skill(found[1], naive))
-        skill_by_lead = SkillByLead(leads, rank_metric, skills)
     return Comparison(
         board,
         list(models),
         sure,
-        rank_metric,
+        curves.rank_metric,
         primary(has_median=False),
         [metric.name for metric in ranking()],
         list(reported()),
         fev,
         same,
         pairs,
-        skill_by_lead,
-        list(intervals),
-        coverage,
+        curves.skill_by_lead,
+        curves.intervals,
+        curves.coverage,
     )

@@ -1,6 +1,7 @@
 """The report's covariates section: each covariate vintaged or known, what the vintages left missing, the age
 of what the model saw per lead, and (``--compare-realized``) the leak: the gap to the realized covariates and
-its Diebold-Mariano p-value. Drawn from ``summary.json``'s ``covariates`` and the leaderboard only."""
+its Diebold-Mariano p-value. Drawn from ``summary.json``'s ``covariates`` and the leaderboard's findings only
+(:mod:`..scoring.findings`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 import pyarrow as pa
 
 from distributed_onnx.evaluation.report.tables import escape, number
-from distributed_onnx.evaluation.scoring.realized_gap import realized_gaps
+from distributed_onnx.evaluation.scoring.findings import LeaderboardFindings
 
 
-def covariates_section(summary: dict[str, Any], leaderboard: pa.Table | None) -> list[str]:
+def covariates_section(
+    summary: dict[str, Any], leaderboard: pa.Table | None, findings: LeaderboardFindings | None
+) -> list[str]:
     """Nothing for a run without covariates; else a heading, the per-covariate table and the leak."""
     record = summary.get("covariates") or {}
     columns = record.get("columns") or {}
@@ -44,7 +47,8 @@ def covariates_section(summary: dict[str, Any], leaderboard: pa.Table | None) ->
         "<table><thead><tr><th>covariate</th><th>source</th><th>role</th><th>horizon steps missing</th>"
         "<th>median age (h) per lead</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
     ]
-    gaps = realized_gaps(leaderboard) if leaderboard is not None and leaderboard.num_rows else []
+    shown = leaderboard is not None and leaderboard.num_rows and findings is not None
+    gaps = (findings.realized_comparison or []) if shown and findings is not None else []
     if gaps:
         lines = "".join(
             f"<tr><td>{escape(gap['model'])}</td><td>{escape(gap['metric'])}</td><td>{number(gap['as_of'])}</td>"

@@ -20,18 +20,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from distributed_onnx import storage
 from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import furniture as report_furniture
 from distributed_onnx.evaluation.report import plots as report_plots
-from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.covariates import covariates_section
-from distributed_onnx.evaluation.report.page_values import PageValues, page_values
+from distributed_onnx.evaluation.report.page_values import PageValues, ReportValues, report_values
 from distributed_onnx.evaluation.report.tables import SeriesValues, escape
 from distributed_onnx.evaluation.report.variants import variants_section
+from distributed_onnx.evaluation.scoring.findings import LeaderboardFindings
 from distributed_onnx.evaluation.scoring.pairs import PairScores
 from distributed_onnx.location import Location
 
@@ -49,49 +48,43 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
     *,
     pair_scores: PairScores | None = None,
     step_us: int | None = None,
+    findings: LeaderboardFindings | None = None,
 ) -> Location:
-    """Write ``output/report.html`` and return its location.
-
-    ``pair_scores`` (the run's merged scores) and ``step_us`` give the intervals' resampling, the verdict and the score
-    by forecast origin (:mod:`.uncertainty`); without them the page shows the leaderboard's intervals as they are.
-
-    ``metrics``: the long metrics table, or only its run-wide rows when ``series`` gives the per-series values
-    (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
-    """
-    model = str(summary["model"])
-    step_us = step_us or (fans[0].step_us if fans else None)
-    models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow
-    checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
-    title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
-    others = checkpoints[1:] if model in checkpoints else []
-    shown = page_values(summary, metrics, series, quantiles, model, others)
-    fans_drawn, figures, others_drawn = _checkpoint_sections(fans, quantiles, shown, model, lead_label(step_us))
-    compared = (
-        comparison_values(
-            leaderboard,
-            models,
-            metrics,
-            shown.scores,
-            list(shown.clamped_bands),
-            summary.get("pairs") or {},
-            pair_scores=pair_scores,
-            step_us=step_us,
-        )
-        if leaderboard is not None
-        else None
+    """Write ``output/report.html`` and return its location: its values computed (:func:`.page_values.report_values`,
+    whose docstring says what each argument gives), then drawn (:func:`draw_report`)."""
+    values = report_values(
+        summary,
+        metrics,
+        quantiles,
+        fans,
+        leaderboard,
+        series,
+        pair_scores=pair_scores,
+        step_us=step_us,
+        findings=findings,
     )
+    return draw_report(output, values)
+
+
+def draw_report(output: Location, values: ReportValues) -> Location:
+    """Draw ``output/report.html`` from ``values`` (computed before, :func:`.page_values.report_values`): the page
+    renders its sections and figures and computes nothing; returns its location."""
+    summary, model, title = values.summary, values.model, values.title
+    shown, compared = values.page, values.comparison
+    label = lead_label(values.step_us)
+    fans_drawn, figures, others_drawn = _checkpoint_sections(values.fans, shown, model, label)
     verdict = report_compare.verdict_line(compared) if compared is not None else ""
     comparison = []
     if compared is not None and compared.board.num_rows:
-        comparison = report_compare.comparison_sections(compared, lead_label(step_us))
+        comparison = report_compare.comparison_sections(compared, label)
     sections = [
         f"<h1>Backtest of {escape(title)}</h1>",
-        f"<p class='lede'>{escape(_lede(summary, step_us))}</p>",
+        f"<p class='lede'>{escape(_lede(summary, values.step_us))}</p>",
         verdict,
-        *variants_section(summary, leaderboard),
+        *variants_section(values.findings, values.leaderboard),
         *shown.notes,
         *comparison,
-        *covariates_section(summary, leaderboard),
+        *covariates_section(summary, values.leaderboard, values.findings),
         f"<h2>{escape(model)}: scores against seasonal naive (pooled)</h2>",
         shown.first.headline,
         "<h2>Forecasts</h2>",
@@ -115,7 +108,7 @@ def write_report(  # noqa: PLR0913 - the run's products the page draws, each of 
 
 
 def _checkpoint_sections(
-    fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str, lead_label: str
+    fans: Sequence[FanWindow], shown: PageValues, model: str, lead_label: str
 ) -> tuple[str, tuple[str, str], list[str]]:
     """The checkpoints' own sections, drawn from the record: the run's model's forecast fans, and each
     checkpoint's skill by lead (its primary metric against seasonal naive, and the skill of each skill metric
@@ -123,7 +116,7 @@ def _checkpoint_sections(
     table). Returns the fans, the run's model's two figures (its sections are the page's own), and the folded
     details of every checkpoint after the first (headline, skill by lead, calibration, series): the leaderboard
     compares them all."""
-    fans_drawn = _fans(fans, quantiles, shown, model)
+    fans_drawn = _fans(fans, shown, model)
     drawn = []
     for name, values in [(model, shown.first), *shown.others]:
         curves, found = values.skill, values.calibration
@@ -195,11 +188,10 @@ def _lede(summary: dict[str, Any], step_us: int | None) -> str:
     )
 
 
-def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValues, model: str) -> str:
+def _fans(fans: Sequence[FanWindow], shown: PageValues, model: str) -> str:
     if not fans:
         return "<p>(no forecast windows were handed to the report)</p>"
     canvas = report_plots.FanCanvas()  # one figure for every fan: see its docstring
-    scored_by = shown.fans_scored_by.upper()  # the window's score is the primary metric's (merge.py)
     figures = []
     for window in sorted(fans, key=lambda fan: fan.series_id):  # stable: the run's order within a series
         by_level = {round(float(level), 9): np.asarray(values, float) for level, values in window.quantiles.items()}
@@ -215,7 +207,7 @@ def _fans(fans: Sequence[FanWindow], quantiles: Sequence[float], shown: PageValu
             if round(low, 9) in by_level and round(high, 9) in by_level
         ]
         origin = datetime.fromtimestamp(window.origin_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        score = "" if window.mase is None else f", {scored_by} {window.mase:.3g}"
+        score = "" if window.mase is None else f", {window.scored_by.upper()} {window.mase:.3g}"
         fan = report_plots.Fan(
             f"{window.series_id} · {window.label} · origin {origin}{score}",
             window.origin_us,

@@ -1,8 +1,9 @@
-"""What report.html shows of the run's checkpoints, computed once before the page is drawn.
+"""What report.html shows, computed once before the page is drawn (:func:`report_values`).
 
 The page (:mod:`.page`) renders its sections and figures from this one record: the metrics indexed
-(:class:`~.tables.Scores`), the tables (headline, per-series, notes, throughput, provenance) and the values each
-figure draws (skill by lead, calibration). Which metrics each shows is the registry's answer
+(:class:`~.tables.Scores`), the tables (headline, per-series, notes, throughput, provenance), the values each
+figure draws (skill by lead, calibration), the comparison of the run's models (:mod:`.compare_values`) and what the
+leaderboard says beyond its rows (:mod:`..scoring.findings`). Which metrics each shows is the registry's answer
 (:mod:`..scoring.registry`), asked here once for the whole page rather than by each section as it is drawn.
 """
 
@@ -14,11 +15,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from distributed_onnx.evaluation.fans import FanWindow
 from distributed_onnx.evaluation.report import furniture, tables
+from distributed_onnx.evaluation.report.compare_values import Comparison, ModelCurves, SkillByLead, comparison_values
 from distributed_onnx.evaluation.report.tables import Scores, SeriesValues
-from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE
-from distributed_onnx.evaluation.scoring.registry import Metric, has_median, per_checkpoint, primary, skill
+from distributed_onnx.evaluation.scoring.findings import LeaderboardFindings
+from distributed_onnx.evaluation.scoring.pairs import SEASONAL_NAIVE, PairScores
+from distributed_onnx.evaluation.scoring.registry import Metric, per_checkpoint, skill
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, central_intervals
 
 #: The calibration figure draws the points of at most this many series (a sample, evenly spaced).
@@ -73,8 +78,6 @@ class PageValues:
     scores: Scores
     #: The metric that ranks the series tables (:attr:`~.tables.Scores.primary`).
     primary: str
-    #: The fans' score: the primary metric of the run's levels (the window's score is the one merge.py picked by).
-    fans_scored_by: str
     #: The requested levels that were clamped, each to the native level that served it.
     clamped: dict[float, float]
     #: Each central interval of the run's levels, widest first, and whether it uses a clamped level.
@@ -84,8 +87,76 @@ class PageValues:
     first: CheckpointValues
     #: Every other checkpoint's, in the page's order.
     others: list[tuple[str, CheckpointValues]]
+    #: Every model's coverage of each central interval and skill by lead: the comparison's (:func:`model_curves`).
+    curves: ModelCurves
     throughput: str
     provenance: str
+
+
+@dataclass(frozen=True)
+class ReportValues:
+    """Everything report.html shows, computed (see the module docstring); :func:`.page.draw_report` draws it."""
+
+    #: The summary the page shows (as it stood when the report was drawn).
+    summary: dict[str, Any]
+    #: The run's model (its sections are the page's own), and the page's title (every checkpoint's name).
+    model: str
+    title: str
+    #: The grid step (None: unknown), for the lede and the leads' label.
+    step_us: int | None
+    fans: tuple[FanWindow, ...]
+    page: PageValues
+    #: The comparison of the run's models (None without a leaderboard).
+    comparison: Comparison | None
+    leaderboard: pa.Table | None
+    findings: LeaderboardFindings | None
+
+
+def report_values(  # noqa: PLR0913 - the run's products the page draws, each of its own kind
+    summary: dict[str, Any],
+    metrics: pa.Table,
+    quantiles: Sequence[float],
+    fans: Sequence[FanWindow] = (),
+    leaderboard: pa.Table | None = None,
+    series: SeriesValues | None = None,
+    *,
+    pair_scores: PairScores | None = None,
+    step_us: int | None = None,
+    findings: LeaderboardFindings | None = None,
+) -> ReportValues:
+    """The record report.html is drawn from.
+
+    ``pair_scores`` (the run's merged scores) and ``step_us`` give the intervals' resampling, the verdict and the score
+    by forecast origin (:mod:`..scoring.uncertainty`); without them the page shows the leaderboard's intervals as
+    they are.
+
+    ``metrics``: the long metrics table, or only its run-wide rows when ``series`` gives the per-series values
+    (a backtest's driver: :class:`~distributed_onnx.evaluation.scoring.series_scores.SeriesScores`).
+
+    ``findings``: what the leaderboard says beyond its rows (:mod:`..scoring.findings`, read once where it was
+    built): the variants' verdicts and the realized covariates' gaps; without them neither section is drawn.
+    """
+    model = str(summary["model"])
+    step_us = step_us or (fans[0].step_us if fans else None)
+    models = [str(name) for name in pc.unique(metrics.column("model")).to_pylist()]  # first-seen order, in Arrow
+    checkpoints = [name for name in models if name in (summary.get("models") or {model: None})]
+    title = ", ".join(checkpoints) if len(checkpoints) > 1 else model
+    others = checkpoints[1:] if model in checkpoints else []
+    shown = page_values(summary, metrics, series, quantiles, model, others, models)
+    compared = (
+        comparison_values(
+            leaderboard,
+            models,
+            metrics,
+            shown.curves,
+            summary.get("pairs") or {},
+            pair_scores=pair_scores,
+            step_us=step_us,
+        )
+        if leaderboard is not None
+        else None
+    )
+    return ReportValues(summary, model, title, step_us, tuple(fans), shown, compared, leaderboard, findings)
 
 
 def page_values(
@@ -95,39 +166,43 @@ def page_values(
     quantiles: Sequence[float],
     model: str,
     others: Sequence[str],
+    models: Sequence[str],
 ) -> PageValues:
-    """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints."""
-    clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
-    scores = Scores(metrics, series)
+    """The record the page renders from, for the run's ``model`` and the ``others`` checkpoints among its
+    ``models`` (every model of the metrics, baselines included, in the page's order)."""
+    # What the summary alone gives first (the furniture, the central intervals); then every value of the metrics.
     notes, throughput, provenance = (
         furniture.notes(summary),
         furniture.throughput(summary),
         furniture.provenance(summary),
     )
-    shown = per_checkpoint(scores.has_median)
+    clamped = {float(item["requested"]): float(item["served_by"]) for item in summary.get("quantile_clamping") or []}
     # Each central interval of the run's levels (widest first), and whether it uses a clamped level.
     bands = {
         (low, high): any(abs(level - requested) <= LEVEL_TOLERANCE for level in (low, high) for requested in clamped)
         for low, high in central_intervals(quantiles)
     }
+    scores = Scores(metrics, series)
+    shown = per_checkpoint(scores.has_median)
+    curves = model_curves(scores, models, list(bands))
     values = [
         CheckpointValues(
             tables.headline(scores, name),
             tables.series_table(scores, name, search=index == 0),
             _skill(scores, name, shown),
-            _calibration(scores, name, bands),
+            _calibration(scores, name, bands, curves.coverage.get(name)),
         )
         for index, name in enumerate([model, *others])
     ]
     return PageValues(
         scores,
         scores.primary,
-        primary(has_median(quantiles)),
         clamped,
         bands,
         notes,
         values[0],
         list(zip(others, values[1:], strict=True)),
+        curves,
         throughput,
         provenance,
     )
@@ -157,13 +232,43 @@ def _skill(scores: Scores, model: str, shown: Sequence[Metric]) -> SkillCurves |
     return SkillCurves(leads, ours, naive, shown[0].name, skills)
 
 
-def _calibration(scores: Scores, model: str, bands: dict[tuple[float, float], bool]) -> Calibration | None:
-    """The checkpoint's coverage of each central interval (``bands``) it was scored on (None without any)."""
-    intervals = [(low, high) for low, high in bands if scores.value(model, "coverage", low) is not None]
+def model_curves(scores: Scores, models: Sequence[str], intervals: Sequence[tuple[float, float]]) -> ModelCurves:
+    """What the comparison of ``models`` reads off the metrics, once (both report pages: a backtest's, and live
+    scoring's per group): every model's coverage of each of ``intervals`` (the run's central intervals, widest first:
+    :func:`~distributed_onnx.model.quantiles.central_intervals`), and the primary metric's skill against seasonal
+    naive by lead of every model but the naive (None without metrics by lead), each model keeping its index among
+    them: its colour on the figure."""
+    coverage = {
+        model: [scores.value(model, "coverage", low) for low, _ in intervals]
+        for model in models
+        if model != SEASONAL_NAIVE  # a point forecast: every quantile is its one value, so no interval to check
+    }
+    rank_metric = scores.primary
+    reference = scores.by_lead(SEASONAL_NAIVE, rank_metric)
+    skill_by_lead = None
+    if reference is not None:
+        leads, naive = reference
+        skills: dict[str, tuple[int, np.ndarray]] = {}
+        for index, model in enumerate(m for m in models if m != SEASONAL_NAIVE):
+            found = scores.by_lead(model, rank_metric)
+            if found is not None:
+                skills[model] = (index, skill(found[1], naive))
+        skill_by_lead = SkillByLead(leads, rank_metric, skills)
+    return ModelCurves(rank_metric, list(intervals), coverage, skill_by_lead)
+
+
+def _calibration(
+    scores: Scores, model: str, bands: dict[tuple[float, float], bool], coverage: Sequence[float | None] | None
+) -> Calibration | None:
+    """The checkpoint's coverage of each central interval (``bands``) it was scored on (None without any):
+    ``coverage``, the model's of each band (:func:`model_curves`), or read here for a model the metrics lack."""
+    scored = coverage if coverage is not None else [scores.value(model, "coverage", low) for low, _ in bands]
+    by_interval = dict(zip(bands, scored, strict=True))
+    intervals = [interval for interval in bands if by_interval[interval] is not None]
     if not intervals:
         return None
     nominal = np.array([1 - 2 * low for low, _ in intervals])
-    empirical = np.array([scores.value(model, "coverage", low) or 0.0 for low, _ in intervals])
+    empirical = np.array([by_interval[interval] or 0.0 for interval in intervals])
     marks = np.array([bands[interval] for interval in intervals])
     # At most MAX_CALIBRATION_SERIES series' points (evenly spaced in the metrics' order): the figure's size
     # must not grow with the run (an SVG of 40,000 series' points weighed megabytes).

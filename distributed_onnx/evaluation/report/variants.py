@@ -1,23 +1,22 @@
-"""The report's section on variants: each against its parent, in words (:mod:`..scoring.variants`)."""
+"""The report's section on variants: each against its parent, in words (:mod:`..scoring.variants`'s verdicts, read
+once with the leaderboard: :mod:`..scoring.findings`)."""
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 import pyarrow as pa
 
-from distributed_onnx.evaluation.scoring.variants import variant_verdicts
+from distributed_onnx.evaluation.scoring.findings import LeaderboardFindings
 
 __all__ = ["variants_section"]
 
 
-def variants_section(summary: dict[str, Any], board: pa.Table | None) -> list[str]:
-    """The section's HTML (nothing when the run has no variant with its parent)."""
-    if board is None or not board.num_rows:
+def variants_section(findings: LeaderboardFindings | None, board: pa.Table | None) -> list[str]:
+    """The section's HTML (nothing when the run has no variant with its parent, or an empty leaderboard)."""
+    if findings is None or board is None or not board.num_rows:
         return []
-    stage_s = (summary.get("timing") or {}).get("actor_stage_s") or {}
-    verdicts = variant_verdicts(summary.get("models") or {}, board, stage_s)
+    verdicts = findings.variants
     if not verdicts:
         return []
     items = "".join(  # a variant whose parent's name is in the run under another identity: said, not compared

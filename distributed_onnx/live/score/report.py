@@ -28,6 +28,7 @@ from distributed_onnx.evaluation.report import compare as report_compare
 from distributed_onnx.evaluation.report import tables as report_tables
 from distributed_onnx.evaluation.report.compare_values import comparison_values
 from distributed_onnx.evaluation.report.page import lead_label, write_page
+from distributed_onnx.evaluation.report.page_values import model_curves
 from distributed_onnx.evaluation.report.plots import _RC, NAIVE_COLOR, _figure, _svg
 from distributed_onnx.evaluation.report.tables import Scores, escape, number
 from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
@@ -286,9 +287,8 @@ def _group_sections(
         f"Scored together: {', '.join(checkpoints)} (horizon {group['horizon']} steps of "
         f"{group['resolution_minutes']} min, quantiles {group['quantile_levels']})"
     )
-    compared = comparison_values(
-        board, models, metrics, scores, central_intervals(quantiles), pairs, pair_scores=pair_scores, step_us=step_us
-    )
+    curves = model_curves(scores, models, central_intervals(quantiles))
+    compared = comparison_values(board, models, metrics, curves, pairs, pair_scores=pair_scores, step_us=step_us)
     sections = [
         f"<h2>{escape(title)}</h2>",
         report_compare.verdict_line(compared),
