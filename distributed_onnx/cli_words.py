@@ -9,7 +9,9 @@ spaces (``--quantiles 0.1 0.5 0.9``). Here:
 - :func:`parse_words` and :class:`PointingParser`: an error shows the usage of the command it is about, then
   one ``error:`` line, then a hint: the closest flag of that command (difflib, as the YAML path's "did you mean"
   does), or for stray values after a list flag its comma-separated form; the words it quotes redacted (a
-  location's credentials given to a misspelt flag are a location's credentials still);
+  location's credentials given to a misspelt flag are a location's credentials still): every word of the line that
+  is a location is shown as :func:`~distributed_onnx.redact.redact` shows it, wherever argparse quotes it
+  (:func:`masked_words`), so that a URL written without its ``//`` and a secret of one character are masked too;
 - :func:`plain_text` and :func:`plain_help`: the help is read in a terminal, so the docstrings' reStructuredText
   (````x````, ``:class:`~a.B```) becomes plain text, and a metavar never reads ``list[Path]``.
 """
@@ -24,9 +26,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from distributed_onnx.redact import redact_text
+from distributed_onnx.redact import is_url, is_url_without_slashes, redact, redact_text
 
-__all__ = ["PointingParser", "normalized_words", "parse_words", "plain_help", "plain_text"]
+__all__ = ["PointingParser", "masked_words", "normalized_words", "parse_words", "plain_help", "plain_text"]
 
 _VERBOSE = ("-v", "--verbose")
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
@@ -66,6 +68,7 @@ def _kebab(word: str) -> str:
 
 def parse_words(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
     """Parse ``words``; words no flag took are an error of the command they follow (:class:`PointingParser`)."""
+    _tell_words(parser, tuple(words))
     args, extras = parser.parse_known_args(words)
     if extras:
         command = _command_parser(parser, getattr(args, "command", None))
@@ -73,6 +76,46 @@ def parse_words(parser: argparse.ArgumentParser, words: list[str]) -> argparse.N
             command.unrecognized(extras, words)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     return args
+
+
+def _tell_words(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+    """Give ``parser`` and its commands' parsers the words being parsed: an error masks them (:func:`masked_words`)."""
+    if isinstance(parser, PointingParser):
+        parser.words = words
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                _tell_words(command, words)
+
+
+def masked_words(text: str, words: Sequence[str]) -> str:
+    """``text`` (an argparse error, its hints) with each of ``words`` (the command line) that holds a secret
+    shown as :func:`~distributed_onnx.redact.redact` shows it, then :func:`~distributed_onnx.redact.redact_text`.
+
+    :func:`~distributed_onnx.redact.redact_text` alone finds ``scheme://`` URLs and user-info in free text, but not
+    a URL written without its ``//`` (``s3:/b/x?secret_key=S``), whose option values argparse then printed; and it
+    masks only the secrets of 6 characters or more that it remembers. A word of the line is a whole location: each
+    of its fields (a password, an option's value, a fragment) is masked whatever its length, in every form argparse
+    quotes it (as typed, or in ``repr``'s quotes: ``invalid choice: 's3:/b/x?k=V'``), a flag's ``--flag=VALUE``
+    and each entry of a comma-separated list included.
+
+    >>> masked_words("unrecognized arguments: s3:/K:S@b/x?k=V#F", ["s3:/K:S@b/x?k=V#F"])
+    'unrecognized arguments: s3:/***@b/x?k=***#***'
+    """
+    pieces = set()
+    for word in words:
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        pieces |= {word, value, *value.split(",")}
+    for piece in sorted(filter(_is_location, pieces), key=len, reverse=True):
+        shown = redact(piece)
+        if shown != piece:
+            for form in {piece, repr(piece)[1:-1]}:
+                text = text.replace(form, shown)
+    return redact_text(text)
+
+
+def _is_location(word: str) -> bool:
+    return is_url(word) or is_url_without_slashes(word)
 
 
 def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
@@ -89,6 +132,9 @@ NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|
 
 class PointingParser(argparse.ArgumentParser):
     """An argparse parser whose errors show its own usage, the problem, and what was probably meant."""
+
+    #: The words being parsed (:func:`parse_words` tells them): the locations among them an error masks.
+    words: tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -159,10 +205,11 @@ class PointingParser(argparse.ArgumentParser):
 
     def _fail(self, message: str, hints: list[str]) -> NoReturn:
         """Usage, the error and its hints, every URL and user-info in them redacted: argparse quotes the words it
-        could not take (``unrecognized arguments: --outptu s3://KEY:SECRET@b/x``), and the hints repeat them."""
+        could not take (``unrecognized arguments: --outptu s3://KEY:SECRET@b/x``), and the hints repeat them
+        (:func:`masked_words`)."""
         self.print_usage(sys.stderr)
         lines = [f"error: {message}", *(f"hint: {hint}" for hint in hints)]
-        self.exit(2, redact_text("\n".join(lines)) + "\n")
+        self.exit(2, masked_words("\n".join(lines), self.words) + "\n")
 
 
 def _quoted_word(quoted: str) -> str:

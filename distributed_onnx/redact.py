@@ -63,6 +63,10 @@ _CLOSING = {")": "(", "]": "[", "}": "{"}
 #: characters, a colon, no ``//``. Not a URL to open (the commands refuse it, or a store reads it as a path), but
 #: its options are as secret as a URL's; a Windows drive (``C:``) has a one-letter scheme and is a path.
 _URL_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:(?!//)")
+#: The same inside text (``No such file or directory: 's3:/K:S@b/x.yaml?token=T#F'``), as :data:`_URL_IN_TEXT`
+#: finds a URL with its ``//``: a scheme that starts a word, a colon, no ``//``, then no white space. Only its
+#: user-info, options and fragment are masked, so a word with none (``12:30``, ``T12:30:00``) is left as it is.
+_URL_WITHOUT_SLASHES_IN_TEXT = re.compile(r"(?<![\w.~%+\-/:@])[A-Za-z][A-Za-z0-9+.\-]+:(?!//)[^\s<>`]+")
 
 
 #: The user-info of a URL written without its ``//``: whatever precedes the first ``@`` of its first segment
@@ -119,8 +123,9 @@ def _masked_options(text: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every URL in it :func:`redact`-ed (an error message, a log line, a traceback), and every
-    user-info without a scheme (``user:secret@host``) masked.
+    """``text`` with every URL in it :func:`redact`-ed (an error message, a log line, a traceback), a URL written
+    without its ``//`` (``s3:/K:S@b/x?token=T``) too, and every user-info without a scheme (``user:secret@host``)
+    masked: each field (a password, an option's value, a fragment) whole, whatever its length.
 
     A URL may hold parentheses and quotes (``https://h/sales(2024).parquet?sig=S``, ``s3://K:pa(ss)word@b/x``):
     it runs to white space, and only the characters that close the text around it are given back (a quote it
@@ -129,6 +134,10 @@ def redact_text(text: str) -> str:
     """
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda match: _redact_match(match.string, match.start(), match.group(0)), text)
+    if ":" in text and ("?" in text or "#" in text or "@" in text):  # a URL written without its // (attack H)
+        text = _URL_WITHOUT_SLASHES_IN_TEXT.sub(
+            lambda match: _redact_match(match.string, match.start(), match.group(0)), text
+        )
     text = _BARE_USER_INFO.sub(MASK + "@", text) if "@" in text else text
     for secret in _remembered_longest_first:  # a location's secrets quoted without their URL (module docstring)
         if secret in text:
@@ -142,7 +151,9 @@ _remembered: set[str] = set()
 _remembered_longest_first: list[str] = []
 _MOST_REMEMBERED = 4096
 #: Shorter secrets are masked only in a message about their own location (``Location.scrub``): masked in every
-#: line a process writes, an option value such as ``http`` or ``true`` would mask that word everywhere.
+#: line a process writes, an option value such as ``http`` or ``true`` would mask that word everywhere. Where the
+#: URL itself is shown, every field of it is masked whatever its length (:func:`redact`, :func:`redact_text`,
+#: with or without its ``//``): a short secret is at risk only when a library quotes it alone, outside its URL.
 SHORTEST_REMEMBERED = 6
 
 

@@ -285,3 +285,63 @@ def test_a_fev_task_whose_relative_dataset_path_names_no_file_from_here_is_refus
         "string values, not numbers; the families forecast numbers: fix the task's data or its target, or drop the "
         "task."
     ]
+
+
+#: Secrets too short to be remembered for masking in free text (``redact.SHORTEST_REMEMBERED``): each is a whole
+#: field of its URL (user name, password, option value, fragment), masked wherever the URL is shown.
+SHORT_SECRETS = ("k3y", "pw9", "tk7", "fr8")
+#: A backtest's other settings, for a checkpoint's refusal (refused before any of these is looked at).
+AND_THE_REST = ["--data", "data.parquet", "--output", "out"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "shown"),
+    [
+        (["backtest", *AND_THE_REST, "--checkpoint", "s3:/k3y:pw9@b/x?tk=tk7#fr8"], "s3:/***@b/x?tk=***#***"),
+        (["backtest", *AND_THE_REST, "--checkpoint", "s3:/k3y:pw9@b/x?tk=tk7"], "s3:/***@b/x?tk=***"),
+        (["backtest", *AND_THE_REST, "--checkpoint", "gs:/b/x?token=tk7"], "gs:/b/x?token=***"),
+        (["backtest", *AND_THE_REST, "--checkpoint", "s3:/k3y:p(w9)%40@b/x?tk=tk7"], "s3:/***@b/x?tk=***"),
+        (["backtest", *AND_THE_REST, "--checkpoint", "s3://k3y:p(w9)%40@b/x?tk=tk7#fr8"], "s3://***@b/x?tk=***#***"),
+        (["backtest", *AND_THE_REST, "--checkpoint", "gs://b/x?token=tk7"], "gs://b/x?token=***"),
+        (["tune", "s3:/k3y:pw9@b/x?tk=tk7#fr8", "--output", "out"], "s3:/***@b/x?tk=***#***"),
+        (["backtest", "--config", "s3:/k3y:pw9@b/x.yaml?tk=tk7#fr8"], "s3:/***@b/x.yaml?tk=***#***"),
+        (["fev", "s3:/K:S@b/x.yaml?t=T#F", "--output", "out"], "directory: 's3:/***@b/x.yaml?t=***#***'"),
+    ],
+    ids=["no-slashes", "no-fragment", "gs-no-slashes", "parens-percent", "slashes", "gs", "tune", "config", "fev"],
+)
+def test_a_checkpoint_or_file_given_as_a_url_shows_every_field_of_it_masked(
+    arguments: list[str], shown: str, tmp_path: Path
+) -> None:
+    """``--checkpoint 's3:/K:S@b/x?token=T#F'`` (a URL without its ``//``) was read as a local path, and the names
+    rule quoted its stem ``x?token=T#F`` raw (attack H); a library's ``No such file: 's3:/K:S@b/x.yaml?token=T#F'``
+    was shown with its short secrets too. A checkpoint in that form is refused as such, and every URL shown has each
+    field masked whatever its length: one line, exit 2, nothing made."""
+    code, lines = run_cli(arguments, tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert shown in lines[0], lines
+    assert not any(secret in lines[0] for secret in SHORT_SECRETS), lines
+    if "--checkpoint" in arguments or arguments[0] == "tune":
+        assert "looks like a URL without its //" in lines[0] or "is a URL, but it is read from a local file" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_argparse_refusing_a_line_masks_every_field_of_the_locations_it_quotes(tmp_path: Path) -> None:
+    """argparse's own errors ("unrecognized arguments", "invalid choice") quoted a URL written without its ``//``
+    with its option values and fragment (attack H), and secrets too short to be remembered with them: every word of
+    the line that is a location is shown as the CLI shows a location, each field masked."""
+    for arguments, shown in [
+        (
+            ["backtest", "--output", "s3:/b/x?secret_key=tk7", "--bogus-flag", "s3:/k3y:pw9@b/y?tk=tk7#fr8"],
+            "unrecognized arguments: --bogus-flag s3:/***@b/y?tk=***#***",
+        ),
+        (
+            ["backtest", "--outptu=s3:/k3y:pw9@b/x?tk=tk7#fr8"],
+            "unrecognized arguments: --outptu=s3:/***@b/x?tk=***#***",
+        ),
+        (["s3:/b/x?tk=tk7#fr8"], "invalid choice: 's3:/b/x?tk=***#***'"),
+        (["backtest", "--output", "gs://b/x?token=tk7", "stray"], "unrecognized arguments: stray"),
+    ]:
+        code, lines = run_cli(arguments, tmp_path)
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert code == 2 and len(errors) == 1 and shown in errors[0], lines
+        assert not any(secret in line for line in lines for secret in SHORT_SECRETS), lines

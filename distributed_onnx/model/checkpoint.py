@@ -26,10 +26,12 @@ from distributed_onnx.errors import (
     CheckpointIntegrityError,
     CheckpointMetadataError,
     CheckpointNotFoundError,
+    ConfigError,
     describe_validation,
 )
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
+from distributed_onnx.redact import is_url_without_slashes
 from distributed_onnx.settings_flags import flag_of
 from distributed_onnx.settings_sources import comma_list
 
@@ -316,8 +318,19 @@ CHECKPOINT_URL_HINT = (
 
 def local_checkpoint(value: LocationLike, what: str = "checkpoint") -> Path:
     """The local path of a checkpoint the user gave (text, a path, a Location): a URL is refused with one line
-    naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``)."""
-    return Location.parse(value).require_local(what, CHECKPOINT_URL_HINT, use="read")
+    naming it redacted (:meth:`Location.require_local`), never folded into a path (``https:/user:pw@...``); so is a
+    URL written without its ``//`` (``s3:/KEY:SECRET@bucket/x?token=T#F``), which was read as a local path whose
+    name (``x?token=T#F``) the names rule then quoted raw, a secret too short to be remembered for masking
+    (:data:`~distributed_onnx.redact.SHORTEST_REMEMBERED`) with it. Refused here, the checkpoint is shown whole and
+    redacted, every field of it masked whatever its length. A local file of such a name is given as ``./s3:/...``."""
+    location = Location.parse(value)
+    if location.local_path is not None and is_url_without_slashes(location.reveal()):
+        raise ConfigError(
+            f"{what} {location} looks like a URL without its // (SCHEME://BUCKET/PATH), and a checkpoint is read "
+            f"from a local file: {CHECKPOINT_URL_HINT}. For a local file of that name, write ./ before it.",
+            key=what.lstrip("-").replace("-", "_"),
+        )
+    return location.require_local(what, CHECKPOINT_URL_HINT, use="read")
 
 
 def local_checkpoints(value: object) -> object:
