@@ -345,3 +345,28 @@ def test_argparse_refusing_a_line_masks_every_field_of_the_locations_it_quotes(t
         errors = [line for line in lines if line.startswith("error: ")]
         assert code == 2 and len(errors) == 1 and shown in errors[0], lines
         assert not any(secret in line for line in lines for secret in SHORT_SECRETS), lines
+
+
+def test_a_fev_task_whose_dataset_path_is_a_folder_or_a_loop_of_links_is_refused_naming_what_it_is(
+    tmp_path: Path,
+) -> None:
+    """A folder as ``dataset_path`` (``data.parquet/``) failed at the load once the run had started (exit 1, "rerun
+    to retry the failed ones"), and a link to itself was said not to exist, or failed there too (attack H): each is
+    refused up front now, naming the task, the path and what it is (exit 2, nothing written)."""
+    import yaml
+
+    (tmp_path / "folder.parquet").mkdir()
+    (tmp_path / "loop.parquet").symlink_to("loop.parquet")
+    for dataset_path, what in [
+        (str(tmp_path / "folder.parquet"), "is a folder; fev loads a task's data from one Parquet or Arrow file"),
+        ("loop.parquet", "is a loop of symbolic links (Too many levels of symbolic links), which leads to no file"),
+    ]:
+        (tmp_path / "bench.yaml").write_text(
+            yaml.safe_dump({"tasks": [{"dataset_path": dataset_path, "task_name": "t"}]})
+        )
+        code, lines = run_cli(["fev", "bench.yaml", "--output", "out"], tmp_path)
+        assert (code, len(lines)) == (2, 1), lines
+        assert lines[0].startswith(
+            f"error: fev task 't', 1 of 1 in the benchmark: its dataset_path {dataset_path} {what}"
+        )
+        assert not (tmp_path / "out").exists()

@@ -9,6 +9,8 @@ The run-wide checks (names, the output) are the backtest's own (``evaluation/up_
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ def check_local_data(task: Any, source: str) -> None:
     directory). Each of these was found once Ray had started, recorded as worth a rerun or as an internal error,
     and no rerun could get past it:
 
+    - a folder, or a loop of symbolic links (:func:`_refuse_no_file`: the load failed on it, "rerun to retry");
     - a relative path that names no file from here (run from another folder: the task "failed", though a rerun
       from here fails again). An absolute path that names no file is left to the load (it may appear);
     - a file that is empty or not Parquet (pyarrow's and the loader's own lines were printed before it failed);
@@ -54,7 +57,10 @@ def check_local_data(task: Any, source: str) -> None:
     the load, which names what it finds."""
     location = dataset_location(task)
     path = None if location is None else location.local_path
-    if path is None or location is None or location.suffix != ".parquet" or any(mark in str(path) for mark in "*?["):
+    if path is None or location is None or any(mark in str(path) for mark in "*?["):
+        return
+    _refuse_no_file(path, source)
+    if location.suffix != ".parquet":
         return
     if not path.is_file():
         if not path.is_absolute() and not path.exists():
@@ -96,6 +102,28 @@ def check_local_data(task: Any, source: str) -> None:
                 "families forecast numbers: fix the task's data or its target, or drop the task.",
                 key="target",
             )
+
+
+def _refuse_no_file(path: Path, source: str) -> None:
+    """Refuse (exit 2) a local ``dataset_path`` that is a folder (whatever its name ends in: ``data.parquet/``), or
+    a loop of symbolic links (which a plain existence check calls "does not exist"): fev loads a task's data from
+    one file, and its loader failed on either once the run had started, as a failure a rerun would repeat."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(
+                f"{source}: its dataset_path {path} is a loop of symbolic links ({exc.strerror}), which leads to no "
+                "file: point the link at the task's Parquet file, or drop the task.",
+                key="dataset_path",
+            ) from None
+        return  # no such file: the checks below (relative) or the load (absolute) say so
+    if path.is_dir():
+        raise ConfigError(
+            f"{source}: its dataset_path {path} is a folder; fev loads a task's data from one Parquet or Arrow "
+            "file: give the file's path, or drop the task.",
+            key="dataset_path",
+        )
 
 
 def task_levels(task: Any) -> list[float]:
