@@ -36,7 +36,8 @@ def run_cli(arguments: list[str], folder: Path, **environment: str) -> tuple[int
     return result.returncode, [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize(
+#: Every command that writes its ``--output``, with the other settings it needs, and what its output is.
+WRITING_COMMANDS = pytest.mark.parametrize(
     ("arguments", "what"),
     [
         (["backtest", "--n-windows", "1"], "folder"),
@@ -46,6 +47,9 @@ def run_cli(arguments: list[str], folder: Path, **environment: str) -> tuple[int
     ],
     ids=["backtest", "fev", "score", "tune"],
 )
+
+
+@WRITING_COMMANDS
 def test_an_output_no_write_can_reach_is_one_line_naming_it_redacted(
     arguments: list[str], what: str, tmp_path: Path
 ) -> None:
@@ -86,6 +90,19 @@ def test_an_output_name_longer_than_the_file_system_takes_is_refused_before_anyt
     code, lines = run_cli(["backtest", "--output", f"runs/{'L' * 300}/x", "--n-windows", "1"], tmp_path)
     assert code == 2 and len(lines) == 1, lines
     assert "is 300 bytes, longer than the 255 this file system takes; give a shorter one." in lines[0], lines
+    assert not any(tmp_path.iterdir())
+
+
+@WRITING_COMMANDS
+def test_an_output_path_longer_than_the_file_system_takes_is_refused_before_anything_starts(
+    arguments: list[str], what: str, tmp_path: Path
+) -> None:
+    """A 5,000-byte ``--output`` of short names was ``File name too long`` (exit 3) once the run had started, on a
+    5,000-character line (attack H): refused by every command that writes, one short line, exit 2, nothing made."""
+    code, lines = run_cli([*arguments, "--output", "/".join(["d" * 200] * 25)], tmp_path)
+    assert code == 2 and len(lines) == 1 and len(lines[0]) < 300, lines
+    assert lines[0].startswith(f"error: --output {'d' * 60}...: its path is "), lines
+    assert "bytes (from the file system's root), longer than the 3584 an output may be on this file system" in lines[0]
     assert not any(tmp_path.iterdir())
 
 

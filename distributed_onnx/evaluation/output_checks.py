@@ -198,6 +198,7 @@ def check_output_reachable(output: Location, *, what: str = "folder") -> None:
         )
     if output.local_path is not None:
         _refuse_a_name_too_long(output, output.local_path)
+        _refuse_a_path_too_long(output, output.local_path)
 
 
 def _refuse_a_name_too_long(output: Location, path: Path) -> None:
@@ -215,6 +216,32 @@ def _refuse_a_name_too_long(output: Location, path: Path) -> None:
                 f"{longest} this file system takes; give a shorter one.",
                 key="output",
             )
+
+
+#: The bytes a local output's path leaves for what a command writes below it: the deepest is a backtest's
+#: ``/forecasts/model=NAME/.tmp-...part-NNNNNN.parquet``, NAME up to 246 bytes percent-quoted (``names.py``).
+ROOM_BELOW_AN_OUTPUT = 512
+
+
+def _refuse_a_path_too_long(output: Location, path: Path) -> None:
+    """Refuse a local path longer, whole, than its file system takes (PATH_MAX, 4096 bytes on Linux), less
+    :data:`ROOM_BELOW_AN_OUTPUT`: every name short enough, a 5,000-byte path was ``File name too long`` (exit 3)
+    once the run had started. The message shows the path's start only: the whole would be a 5,000-byte line."""
+    try:
+        existing = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        limit = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    size = len(os.fsencode(path.absolute()))
+    if size > limit - ROOM_BELOW_AN_OUTPUT:
+        shown = str(output)
+        raise ConfigError(
+            f"--output {shown[:60] + '...' if len(shown) > 60 else shown}: its path is {size} bytes (from the "
+            f"file system's root), longer than the {limit - ROOM_BELOW_AN_OUTPUT} an output may be on this file "
+            f"system ({limit} in all, less {ROOM_BELOW_AN_OUTPUT} for what the command writes in it); give a "
+            "shorter one.",
+            key="output",
+        )
 
 
 def check_run_folder(output: Location) -> None:
