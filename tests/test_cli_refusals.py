@@ -387,3 +387,16 @@ def test_a_fev_task_whose_dataset_path_is_a_folder_or_a_loop_of_links_is_refused
             f"error: fev task 't', 1 of 1 in the benchmark: its dataset_path {dataset_path} {what}"
         )
         assert not (tmp_path / "out").exists()
+
+
+def test_serve_with_one_port_for_http_and_grpc_names_both_flags_as_its_other_setting_errors_do(tmp_path: Path) -> None:
+    """``serve --port P --grpc-port P`` said "port and grpc_port are both P", unlike every other serve setting error
+    (attack H): the flags named, the prefix and the source as the others give them."""
+    code, lines = run_cli(["serve", "--port", "18601", "--grpc-port", "18601"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            "error: Invalid serve settings: --grpc-port: is 18601, the same port as --port (HTTP); HTTP and gRPC "
+            "need a port each: give --grpc-port another one [from command line]"
+        ],
+    )

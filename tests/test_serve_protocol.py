@@ -374,7 +374,9 @@ def test_settings_size_the_queue_for_batches_and_reject_unknown_keys() -> None:
     assert ServeSettings().host == "127.0.0.1"
     with pytest.raises(ConfigError, match="colour"):
         ServeSettings.from_sources({"colour": "red"})
-    with pytest.raises(ConfigError, match="port and grpc_port are both 9000"):
+    with pytest.raises(
+        ConfigError, match=r"Invalid serve settings: grpc_port: is 9000, the same port as --port \(HTTP\)"
+    ):
         ServeSettings.from_sources({"port": 9000, "grpc_port": 9000})
     with pytest.raises(ConfigError, match="ingress"):
         ServeSettings.from_sources({"ingress": "nginx"})

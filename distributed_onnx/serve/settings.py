@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from distributed_onnx import names as path_names
 from distributed_onnx.bounds import (
@@ -224,11 +224,17 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             )
         return check_address_or_none(value)  # the one parse (runtime/addresses.py)
 
-    @model_validator(mode="after")
-    def _distinct_ports(self) -> ServeSettings:
-        if self.port == self.grpc_port:
-            raise ValueError(f"port and grpc_port are both {self.port}; HTTP and gRPC need a port each")
-        return self
+    @field_validator("grpc_port")
+    @classmethod
+    def _distinct_ports(cls, value: int, info: ValidationInfo) -> int:
+        """A key's error, so that it reads as serve's other setting errors do (``Invalid serve settings: --grpc-port:
+        ... [from command line]``), naming the flags; ``port`` is validated before it (declared first)."""
+        if value == info.data.get("port"):
+            raise ValueError(
+                f"is {value}, the same port as --port (HTTP); HTTP and gRPC need a port each: give --grpc-port "
+                "another one"
+            )
+        return value
 
     #: Local files only: a URL is refused in one line (model/checkpoint.py), never folded into a path.
     _gpu_share = field_validator("gpus_per_replica")(resource_share)  # none, or one of Ray's units at least
