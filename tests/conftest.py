@@ -129,6 +129,17 @@ def _leave_a_ray_an_earlier_test_abandoned() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _each_test_starts_with_no_remembered_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secrets a location remembers for masking (``redact.remember``) are the process's, on purpose: one test's
+    URL option (``endpoint_override=127.0.0.1:1``) then masked the host another test expects to read, and which
+    test passed depended on the order they ran in. Each test starts with none remembered."""
+    from distributed_onnx import redact
+
+    monkeypatch.setattr(redact, "_remembered", set())
+    monkeypatch.setattr(redact, "_remembered_longest_first", [])
+
+
+@pytest.fixture(autouse=True)
 def _unit_tests_stay_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A test not marked ``integration``/``gpu`` that starts Ray, an ONNX Runtime session or a server fails,
     naming the marker it lacks: so that ``make test-unit`` stays pure logic and fast."""
