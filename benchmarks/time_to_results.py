@@ -122,6 +122,8 @@ def cli_process(
         "actor_stage_s": timing.get("actor_stage_s"),
         "report_bytes": report.stat().st_size if report.exists() else None,
         "series_transport": summary.get("transport", {}).get("series_transport"),
+        # who drew report.html: a side whose report process failed is drawn by its driver, and slower for it
+        "report_drawn_by": timing.get("report_drawn_by"),
         "load_average": [load_before, os.getloadavg()],
     }
 
@@ -129,9 +131,14 @@ def cli_process(
 def measured_run(
     command: list[str], env: dict[str, str] | None
 ) -> tuple[subprocess.CompletedProcess[str], float, dict[str, Any]]:
-    """Run ``command`` to its end: the completed process, its wall seconds, and its tree's CPU by role."""
+    """Run ``command`` to its end: the completed process, its wall seconds, and its tree's CPU by role.
+
+    It runs in the folder of the tree it comes from (``PYTHONPATH``'s first entry for a baseline): a child started
+    with ``python -m`` puts its working directory first on its path, and a baseline run from this tree's folder had
+    its report process import this tree's package, fail, and leave the drawing to its driver (a slower baseline)."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    tree = (env or {}).get("PYTHONPATH", "").split(os.pathsep)[0] or str(ROOT)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree, env=env)
     sampler = ProcessTreeCpu(process.pid)
     stdout, stderr = process.communicate(timeout=3600)
     wall_s = time.perf_counter() - started

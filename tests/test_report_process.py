@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from distributed_onnx.evaluation.driver.report_process import ReportProcess
@@ -23,3 +25,20 @@ def test_the_drivers_own_work_runs_while_the_child_draws_and_its_failure_stops_t
     with pytest.raises(OSError, match="No space left"):
         child.draw(("not a request",), meanwhile=failing)
     assert child._process.poll() is not None
+
+
+def test_the_child_imports_the_drivers_package_not_one_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` puts the working directory first: run from a folder holding another ``distributed_onnx`` (a
+    second checkout), the child imported that one, failed on the driver's requests, and the driver drew the report."""
+    planted = tmp_path / "distributed_onnx"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("open(__file__ + '.imported', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    child = ReportProcess()
+    try:
+        assert child.draw(("not a request",)) is None  # answered: the child has imported its modules by now
+    finally:
+        child.close()
+    assert not (planted / "__init__.py.imported").exists()

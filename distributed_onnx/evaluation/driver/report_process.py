@@ -60,8 +60,11 @@ class ReportProcess:
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+        # -P: the driver's own modules (its sys.path above), never a `distributed_onnx` folder in the working
+        # directory, which `-m` would put first: such a child failed on the driver's requests, and the driver drew
+        # every report itself, unseen (found running one checkout's command from another's folder).
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "distributed_onnx.evaluation.driver.report_process"],
+            [sys.executable, "-P", "-m", "distributed_onnx.evaluation.driver.report_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
