@@ -116,13 +116,51 @@ def test_block_weights_draw_whole_blocks_of_every_resample() -> None:
 
 
 def test_block_weights_drawn_in_chunks_are_the_one_draws() -> None:
-    """The resamples are drawn a chunk at a time (memory): the same weights as one draw of every block start."""
+    """The resamples are drawn a chunk at a time (memory): the same weights as one draw of every block start
+    (circular blocks: a start anywhere, wrapping past the last origin)."""
     rng = np.random.default_rng(123)
-    starts = rng.integers(0, 100 - 7 + 1, size=(70, 15))
-    picks = (starts[:, :, None] + np.arange(7)).reshape(70, -1)[:, :100]
+    starts = rng.integers(0, 100, size=(70, 15))
+    picks = ((starts[:, :, None] + np.arange(7)) % 100).reshape(70, -1)[:, :100]
     expected = np.zeros((70, 100))
     np.add.at(expected, (np.repeat(np.arange(70), 100), picks.ravel()), 1.0)
     assert np.array_equal(block_weights(100, 7, 70), expected)
+
+
+def test_origin_blocks_draw_the_first_and_last_origins_as_often_as_the_middle_ones() -> None:
+    """Blocks of 96 over 300 origins (a horizon of 96 at stride 1): Künsch's moving blocks, starting only at
+    ``0 .. T - L``, drew the first and last origins about 0.02 times a resample where a middle one was drawn 1.9
+    times (the edge effect, attack I); circular blocks draw every origin once a resample on average."""
+    weights = block_weights(300, 96, 2000)
+    drawn = weights.mean(axis=0)
+    assert np.all(weights.sum(axis=1) == 300)
+    assert drawn[[0, 1, 298, 299]] == pytest.approx(1.0, abs=0.15)
+    assert drawn.min() > 0.85 and drawn.max() < 1.15
+
+
+def test_an_extreme_window_at_the_last_origin_lies_inside_the_interval() -> None:
+    """One series, 300 origins a step apart, horizon 96 (blocks of 96): errors of 1 but 50 at the last origin.
+    The moving blocks almost never drew that origin, so every metric's interval lay below its own point estimate
+    (the bundled data's seasonal_quantiles at 300 windows: SQL 0.780 with [0.446, 0.770]); the circular blocks'
+    hold it."""
+    from distributed_onnx.evaluation.scoring.pairs import BASELINES, PairScores
+    from distributed_onnx.evaluation.scoring.resampling import origin_blocks
+
+    n_origins, horizon = 300, 96
+    scores = PairScores(["spiky", *BASELINES], QUANTILES, horizon)
+    actual = np.full((n_origins, horizon), 100.0)
+    error = np.ones((n_origins, horizon, 1))
+    error[-1] = 50.0
+    forecasts = {name: actual[:, :, None] + error + np.zeros(len(QUANTILES)) for name in ["spiky", *BASELINES]}
+    origins = np.arange(n_origins, dtype=np.int64) * STEP_US
+    window_ids = np.array([f"w{o}" for o in range(n_origins)])
+    scores.update(np.array(["s"] * n_origins), origins, window_ids, actual, forecasts, np.ones(n_origins))
+    blocks = origin_blocks(scores, STEP_US)
+    assert (blocks.resampling, blocks.block) == ("origin_blocks", horizon)
+    points = blocks.origins.metrics("spiky", np.ones((1, n_origins)), scores.has_median)
+    for metric in ("mae", "rmse", "wql", "sql", "mase"):
+        point = float(points[metric][0])
+        low, high = blocks.interval("spiky", metric)
+        assert low <= point <= high, (metric, point, low, high)
 
 
 def test_the_leaderboard_names_its_resampling_on_every_interval() -> None:

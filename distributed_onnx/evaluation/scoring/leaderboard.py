@@ -16,7 +16,7 @@ Intervals: percentile bootstrap over series, :data:`N_RESAMPLES` resamples drawn
 (``numpy.random.default_rng(SEED).integers``), the same resamples for every model and metric; a resample
 recomputes each pooled metric from the resampled series' sums (exact, no forecast is read). Below
 :data:`~.resampling.MIN_SERIES` series a bootstrap over series says little (one series: no width at all), so the
-metrics' intervals come from a moving-block bootstrap over window origins instead (:mod:`.resampling`), and with
+metrics' intervals come from a circular block bootstrap over window origins instead (:mod:`.resampling`), and with
 one series the skills' too (1 - the clipped ratio of the resampled metrics); with too few origins for two blocks
 there is no interval (NaN). The ``resampling`` column names which one each row's interval comes from.
 

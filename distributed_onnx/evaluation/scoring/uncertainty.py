@@ -1,7 +1,7 @@
 """How sure a run's scores are: its intervals' resampling, identical forecasts, and the verdict; the reports
 (backtest and live) draw it as it is.
 
-Which resampling gives the intervals, and the moving-block bootstrap over window origins used below
+Which resampling gives the intervals, and the circular block bootstrap over window origins used below
 :data:`.resampling.MIN_SERIES` series, are defined once in :mod:`.resampling`; ``leaderboard.parquet`` holds the
 same intervals (its ``resampling`` column). This module adds what only the pages show: the resampling in words,
 the margin of the best model by the primary metric (:func:`.registry.primary`) over the next with its interval
@@ -98,7 +98,7 @@ def uncertainty(
     points = {model: origins.metrics(model, ones, blocks.has_median) for model in models}
     if blocks.resampling == "origin_blocks":
         result.label = (
-            f"95% moving-block bootstrap over the {n_origins} window origins ({n_series} series: too few to "
+            f"95% circular moving-block bootstrap over the {n_origins} window origins ({n_series} series: too few to "
             f"resample), blocks of {block} consecutive origin{'s' if block > 1 else ''}, {n_resamples} resamples, "
             f"seed {SEED}"
         )
