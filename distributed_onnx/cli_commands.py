@@ -124,9 +124,10 @@ def _fev(args: argparse.Namespace) -> int:
 def _backtest(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
+    from distributed_onnx import storage
     from distributed_onnx.evaluation.driver.clock import process_started_perf_s
     from distributed_onnx.evaluation.driver.early import start_early
-    from distributed_onnx.evaluation.up_front import check_backtest
+    from distributed_onnx.evaluation.up_front import RUN_ENTRIES, check_backtest
 
     tuned = None
     if args.tuned is not None:
@@ -156,7 +157,10 @@ def _backtest(args: argparse.Namespace) -> int:
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(backtest_headline(result.summary, run_wide.to_pylist()), indent=2))
-    print(f"wrote {folder_words(settings.output)} (forecasts/, metrics.parquet, summary.json, report.html)")
+    # What the run folder holds of what a backtest writes there (up_front.RUN_ENTRIES), folders with their "/".
+    held = storage.entries(settings.output)
+    written = ", ".join(f"{name}/" if held[name] else name for name in RUN_ENTRIES if name in held)
+    print(f"wrote {folder_words(settings.output)} ({written})")
     return 0
 
 

@@ -18,14 +18,26 @@ serve. The command checks the record at its checkpoints (:func:`raise_if_arrived
 runs; ``serve`` before Ray starts, before the deploy, before its ``ready:`` line), so a swallowed interrupt still
 ends it with its line and exit 130. The handling of the interrupt clears the record (:func:`forget`).
 
+Python reports such a swallowed exception through :data:`sys.unraisablehook`, whose default prints ``Exception
+ignored in: ...``, the traceback through the handler, and ``KeyboardInterrupt``: an outside attack saw it before
+``serve``'s one line when a SIGTERM landed in the few statements by which the first Cython module of the imports
+(Ray's) registers its types with ``collections.abc``, Cython then warning ``RuntimeWarning: Cython module failed
+to patch module with custom type`` for the registration the interrupt cut short. The first recorded interrupt
+puts :class:`QuietSwallowedInterrupts` in front of the hook: an interrupt of the record is swallowed without a
+word (the record stops the command), and from then on that warning of Cython's, a consequence of the interrupt
+and of an import the command is about to leave, is not shown either; every other unraisable exception and every
+other warning is shown as before.
+
 A foundation module: it imports nothing of the package, so it is in force before anything heavy is imported.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -50,18 +62,36 @@ def interrupted_line(interrupted: KeyboardInterrupt, *, resumes: bool) -> str:
     return words or f"interrupted{again}"
 
 
-#: The interrupts raised by this module's handlers and not yet handled: (the signal's name, the words raised).
-_arrived: list[tuple[str, str]] = []
+@dataclass(frozen=True)
+class Arrival:
+    """An interrupt a handler of this module raised: the signal's name and the very exception raised (the one the
+    unraisable hook knows as ours)."""
+
+    signal_name: str
+    interrupt: KeyboardInterrupt
 
 
-def record(signum: int, words: str) -> None:
-    """Keep the interrupt a handler is about to raise, for the checkpoints that a swallowed one must still stop."""
-    _arrived.append((signal.Signals(signum).name, words))
+#: The interrupts raised by this module's handlers and not yet handled, first first.
+_arrived: list[Arrival] = []
+
+#: Cython's warnings when an interrupt cut short its registration of a module's types with ``collections.abc`` (its
+#: two wordings): hidden once an interrupt of the record was swallowed (:class:`QuietSwallowedInterrupts`).
+CUT_SHORT_CYTHON_PATCH = r"Cython module failed to (patch module with custom type|register with collections)"
+
+
+def record(signum: int, words: str) -> KeyboardInterrupt:
+    """The interrupt a handler is to raise (``words`` its message; none for Ctrl-C's, as Python's own), kept for the
+    checkpoints that a swallowed one must still stop, and for the unraisable hook that keeps it quiet."""
+    interrupt = KeyboardInterrupt(words) if words else KeyboardInterrupt()
+    _arrived.append(Arrival(signal.Signals(signum).name, interrupt))
+    if not isinstance(sys.unraisablehook, QuietSwallowedInterrupts):
+        sys.unraisablehook = QuietSwallowedInterrupts(sys.unraisablehook)
+    return interrupt
 
 
 def arrived() -> str | None:
     """The name of the first interrupt recorded and not yet handled (``"SIGINT"``, ``"SIGTERM"``), or ``None``."""
-    return _arrived[0][0] if _arrived else None
+    return _arrived[0].signal_name if _arrived else None
 
 
 def forget() -> None:
@@ -72,7 +102,22 @@ def forget() -> None:
 def raise_if_arrived() -> None:
     """A checkpoint: raise again the interrupt recorded, whose ``KeyboardInterrupt`` may have been swallowed."""
     if _arrived:
-        raise KeyboardInterrupt(_arrived[0][1]) if _arrived[0][1] else KeyboardInterrupt
+        raise KeyboardInterrupt(*_arrived[0].interrupt.args)
+
+
+@dataclass(frozen=True)
+class QuietSwallowedInterrupts:
+    """:data:`sys.unraisablehook` in front of ``previous``: an interrupt of the record that Python could not raise
+    (a finalizer, a ``__del__``, Cython's import-time registration) is swallowed without a word, because the record
+    stops the command at its next checkpoint with its one line; anything else goes to ``previous`` as before."""
+
+    previous: Callable[[Any], object]
+
+    def __call__(self, unraisable: Any) -> None:
+        if any(unraisable.exc_value is arrival.interrupt for arrival in _arrived):
+            warnings.filterwarnings("ignore", CUT_SHORT_CYTHON_PATCH, RuntimeWarning)
+            return
+        self.previous(unraisable)
 
 
 @dataclass(frozen=True)
@@ -82,14 +127,12 @@ class SigtermInterrupt:
     words: str
 
     def __call__(self, signum: int, frame: Any) -> NoReturn:
-        record(signum, self.words)
-        raise KeyboardInterrupt(self.words)
+        raise record(signum, self.words)
 
 
 def sigint_interrupt(signum: int, frame: Any) -> NoReturn:
     """SIGINT's handler: Python's own (a bare ``KeyboardInterrupt``), recorded."""
-    record(signum, "")
-    raise KeyboardInterrupt
+    raise record(signum, "")
 
 
 def interrupt_on_sigint() -> None:

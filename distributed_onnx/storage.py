@@ -240,6 +240,17 @@ def list_files(directory: Location, prefix: str, suffix: str) -> list[Location]:
     return [join(directory, name) for name in names]
 
 
+def entries(directory: Location) -> dict[str, bool]:
+    """The names directly in ``directory``, each with whether it is a folder (on a store: a prefix some object is
+    under); empty if it does not exist. One listing: one request on a store."""
+    path = directory.local_path
+    if path is not None:
+        return {entry.name: entry.is_dir() for entry in path.iterdir()} if path.is_dir() else {}
+    fs, inner = filesystem(directory)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    return {info.base_name: info.type == pafs.FileType.Directory for info in infos}
+
+
 def delete(location: Location) -> None:
     path = location.local_path
     if path is not None:

@@ -256,17 +256,17 @@ def test_a_local_folder_written_as_dot_slash_with_a_colon_is_written_there(
 ) -> None:
     """``--output ./s3:/run`` is the folder ``s3:/run`` here: refused as a URL without its ``//`` before, and once
     accepted, every part failed ("reported written but does not verify": pyarrow read the relative path
-    ``s3:/run/forecasts/...`` as an ``s3:`` URL). The run writes there, and nothing elsewhere."""
+    ``s3:/run/forecasts/...`` as an ``s3:`` URL). The run writes there, and nothing elsewhere. Its last line names
+    what it wrote there (attack I: it left out leaderboard.parquet)."""
     from distributed_onnx import cli
 
     monkeypatch.chdir(tmp_path)
     assert cli.main(["backtest", "--output", "./s3:/run", "--n-windows", "1", "--stride", "48"]) == 0
-    assert (
-        capsys.readouterr()
-        .out.strip()
-        .endswith("wrote ./s3:/run/ (forecasts/, metrics.parquet, summary.json, report.html)")
-    )
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    named = "forecasts/, scores/, run.json, metrics.parquet, leaderboard.parquet, summary.json, report.html"
+    assert last == f"wrote ./s3:/run/ ({named})", last
     folder = tmp_path / "s3:" / "run"
+    assert {name.rstrip("/") for name in named.split(", ")} == {entry.name for entry in folder.iterdir()} - {"run.lock"}
     summary = json.loads((folder / "summary.json").read_text())
     # every window planned was forecast and written there (the defect: every part failed), none failed
     assert summary["windows"]["planned"] == summary["windows"]["run_now"] > 0 and summary["windows"]["failed"] == 0
