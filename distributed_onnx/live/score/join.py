@@ -86,7 +86,7 @@ def why_not_scored(summary: dict[str, Any]) -> str | None:
     models = sum(
         1 for counts in dict(summary.get("windows") or {}).values() if any(o != SCORED and n for o, n in counts.items())
     )
-    by = f" ({forecasts} forecasts of them, by {models} models)" if forecasts > windows else ""
+    by = f" ({forecasts} forecasts of them, by {models} model{'s' * (models != 1)})" if forecasts > windows else ""
     reasons = "; ".join(f"{n} because {_WHY_NOT_SCORED.get(outcome, outcome)}" for outcome, n in totals.items())
     return f"{windows} window(s) not scored{by}: {reasons}."
 
@@ -123,8 +123,9 @@ class Actuals:
         the backtest (:func:`~distributed_onnx.evaluation.scoring.naive.season_count`).
 
         The context is ``--context-length`` (or the ``--backtest``'s) when given, else ``logged_context``, what the
-        log records for the window's checkpoints (the shortest of a primary and its shadows, as a backtest of
-        them takes). A log written before it recorded one (``logged_context`` 0) looks back one season, said once.
+        log records for the window's checkpoints (the shortest of a primary and its shadows: a backtest of them
+        runs all at one context, at most the shortest). A log written before it recorded one (``logged_context``
+        0) looks back one season, said once.
         """
         context = self._context_length or logged_context
         if not context:
@@ -265,7 +266,8 @@ class JoinedWindows:
 
 def _shortest_context(rows_of_models: list[list[tuple[LogWindows, int]]]) -> npt.NDArray[np.int64]:
     """Per window, the shortest context length the models of its group record (0 where none records one): the
-    history a backtest of these checkpoints gives its seasonal-quantile baseline (it runs them at the shortest)."""
+    longest history a backtest of these checkpoints can give its seasonal-quantile baseline (it runs them all at
+    one context, at most the shortest)."""
     recorded = np.asarray([[windows.context_length[row] for windows, row in rows] for rows in rows_of_models])
     known = np.where(recorded > 0, recorded, np.iinfo(np.int64).max)
     shortest = known.min(axis=0)
