@@ -190,7 +190,7 @@ def _score(args: argparse.Namespace) -> int:
         shown["flagged_against_the_backtest"] = result.versus_backtest.flagged
         written.append("live_vs_backtest.parquet")
     print(json.dumps(shown, indent=2))
-    not_scored = why_not_scored(result.summary["windows"])
+    not_scored = why_not_scored(result.summary)
     if not_scored is not None:  # summary.json has the counts; this says what they mean
         print(f"note: {not_scored}", file=sys.stderr)
     print(f"wrote {folder_words(settings.output)} ({', '.join(written)})")

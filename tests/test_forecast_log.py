@@ -22,6 +22,7 @@ from distributed_onnx.evaluation.outputs import forecast_table
 from distributed_onnx.live.log.layout import (
     EXTRA_FIELDS,
     LoggedForecast,
+    context_length_of,
     forecast_rows,
     log_files,
     read_states,
@@ -264,6 +265,19 @@ def test_submit_after_close_is_dropped_and_counted(tmp_path: Path) -> None:
     log.close()
     assert not log.submit(_item())
     assert log.counts()["m"].dropped[QUEUE_FULL] == 2
+
+
+def test_a_file_records_its_checkpoints_context_length_one_file_per_length(tmp_path: Path) -> None:
+    """What ``score``'s seasonal-quantile baseline looks back over (attack I: without it, one season, not the
+    backtest's). A log written before it was recorded (context 0) records none, which ``score`` reads as such."""
+    log = ForecastLog(tmp_path, flush_interval_s=60.0)
+    for context in (16, 512, 0):
+        log.submit(LoggedForecast(**{**_item(context).__dict__, "context_length": context}))
+    log.close()
+    recorded = sorted(str(context_length_of(pq.read_schema(path).metadata)) for path in log_files(Location(tmp_path)))
+    assert recorded == ["16", "512", "None"]
+    with pytest.raises(ValueError, match="context length 16; expected 512"):
+        forecast_rows([LoggedForecast(**{**_item(i).__dict__, "context_length": c}) for i, c in ((0, 512), (1, 16))])
 
 
 def test_rows_of_a_batch_are_the_rows_of_each_item_laid_end_to_end() -> None:

@@ -39,6 +39,7 @@ class Model:
     checkpoint_sha256: str = "f" * 64
     resolution_minutes: int = STEP_MIN
     native_quantiles: tuple[float, ...] = (0.5,)
+    context_length: int = 16
 
     async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:
         return np.ones((len(request.series), request.horizon or 3, 1), dtype=np.float32), (0.5,)

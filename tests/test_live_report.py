@@ -23,6 +23,8 @@ import pytest
 from backtest_data import QUANTILES, dense_series, long_table, read_forecasts
 from conftest import start_test_ray
 from graphs import write_season_copy, write_tiny_chronos2
+from test_cli_refusals import run_cli
+from test_live_score import _assert_same_metrics
 
 from distributed_onnx import cli
 from distributed_onnx.errors import ConfigError, NotABacktestError
@@ -59,11 +61,15 @@ def backtest_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     yield data, output
 
 
-def _log_backtest(output: Path, log_dir: Path, shift: dict[str, float] | None = None, **extra_models: str) -> int:
+def _log_backtest(
+    output: Path, log_dir: Path, shift: dict[str, float] | None = None, context_length: int = 0, **extra_models: str
+) -> int:
     """Each backtest window logged as one request: ``tiny`` served, ``season_copy`` its shadow (same window id).
 
     ``shift`` adds a constant to a model's logged forecasts (a worse model under the same name); ``extra_models``
-    logs another name with a backtest model's forecasts (``newcomer="tiny"``). Returns the windows logged.
+    logs another name with a backtest model's forecasts (``newcomer="tiny"``); ``context_length`` is the
+    checkpoints' as serve records it (0: not recorded, as in a log written before it was). Returns the windows
+    logged.
     """
     log = ForecastLog(log_dir, flush_interval_s=60.0)
     names = {**{model: model for model in MODELS}, **extra_models}
@@ -89,6 +95,7 @@ def _log_backtest(output: Path, log_dir: Path, shift: dict[str, float] | None = 
                     origins_us=[origins[w]],
                     quantiles=tuple(QUANTILES),
                     forecasts=values[w : w + 1].astype(np.float32),
+                    context_length=context_length,
                 )
             )
     log.close()
@@ -182,6 +189,47 @@ def test_a_worse_live_model_is_flagged_and_an_unknown_one_is_a_warning(
     assert any("'newcomer'" in record.getMessage() for record in caplog.records)
     page = (tmp_path / "live" / "report.html").read_text()
     assert "FLAGGED: tiny" in page and "OUTSIDE (worse)" in page and "newcomer" in page
+
+
+@pytest.mark.integration
+def test_the_baselines_are_the_backtests_with_or_without_it_and_a_pending_window_is_counted_once(
+    tmp_path: Path, backtest_run: tuple[Path, Path]
+) -> None:
+    """Attack I: without ``--backtest`` (nor ``--context-length``) the seasonal-quantile baseline looked back one
+    season, not the seasons within the checkpoints' context as the backtest's does: its quantiles collapsed onto
+    seasonal naive (80% coverage 0). The log records the checkpoints' context length (16 steps, two seasons of 8)
+    as serve does, so ``score`` (the command, as a user runs it) gives the backtest's baselines either way. One
+    request pending (served and shadowed: one window, two forecasts) is said as one window, not two."""
+    data, backtest = backtest_run
+    _log_backtest(backtest, tmp_path / "log", context_length=16)
+    first = read_forecasts(backtest, "tiny").slice(0, 1).to_pylist()[0]  # a request 1,000 steps after a window
+    origin_us = int(first["origin"].timestamp() * 1e6) + 1000 * STEP_MIN * 60_000_000
+    later = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
+    for model, role in (("tiny", "served"), ("season_copy", "shadow")):
+        assert later.submit(
+            LoggedForecast(model, "0" * 64, role, "later", REQUEST_TIME_US + 10**9, STEP_MIN, [first["series_id"]],
+                           [origin_us], tuple(QUANTILES), np.ones((1, 8, 3), np.float32), context_length=16)
+        )  # fmt: skip
+    later.close()
+    expected = pq.read_table(backtest / "metrics.parquet").filter(pc.field("model").isin(list(BASELINES)))
+    for name, extra in (("alone", []), ("with_backtest", ["--backtest", str(backtest)])):
+        argv = ["score", "--forecasts", str(tmp_path / "log"), "--actuals", str(data), "--output", str(tmp_path / name)]
+        code, lines = run_cli([*argv, "--seasonality", "8", *extra], tmp_path)
+        assert code == 0, lines
+        assert [line for line in lines if line.startswith("note: ")] == [
+            "note: 1 window(s) not scored (2 forecasts of them, by 2 models): 1 because their actuals have not "
+            "arrived yet (rerun score when they have)."
+        ], lines
+        assert not [line for line in lines if "context length" in line], lines  # the log records it
+        live = pq.read_table(tmp_path / name / "metrics.parquet").filter(pc.field("model").isin(list(BASELINES)))
+        _assert_same_metrics(live.select(expected.column_names), expected)
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["windows_not_scored"] == {"pending_actuals_not_arrived": 1}
+    # Not collapsed: the quantile baseline's 80% coverage is not the naive's 0 (each of its levels the naive's value).
+    coverage = expected.filter((pc.field("metric") == "coverage") & pc.field("lead").is_null()
+                               & (pc.field("scope") == "global") & (pc.field("convention") == "pooled"))  # fmt: skip
+    by_model = dict(zip(coverage["model"].to_pylist(), coverage["value"].to_pylist(), strict=True))
+    assert by_model["seasonal_naive"] == 0.0 < by_model["seasonal_quantiles"], by_model
 
 
 def test_a_directory_that_is_not_a_backtest_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from test_live_score import _assert_same_metrics, backtest_metrics
 from test_serve_ingress import Server
 
 from distributed_onnx.evaluation.scoring.pairs import BASELINES
-from distributed_onnx.live.log.layout import log_files
+from distributed_onnx.live.log.layout import CONTEXT_KEY, log_files
 from distributed_onnx.live.score import score_log
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.location import Location
@@ -210,7 +210,10 @@ def test_scoring_what_was_served_gives_the_backtests_forecasts_and_metrics(setup
     assert counters[("distributed_onnx_forecasts_logged_total", CHAMPION, "")] == windows + 1
     assert counters[("distributed_onnx_request_duration_seconds_count", CHAMPION, "")] == windows + 1
 
-    log = pa.concat_tables([pq.read_table(path) for path in log_files(Location(setup.log))], promote_options="default")
+    files = log_files(Location(setup.log))
+    # Each file records its checkpoint's context length: what score's seasonal-quantile baseline looks back over.
+    assert {pq.read_schema(str(path)).metadata[CONTEXT_KEY] for path in files} == {b"16"}
+    log = pa.concat_tables([pq.read_table(str(path)) for path in files], promote_options="default")
     for name in (CHAMPION, CHALLENGER):
         role = "shadow" if name == CHALLENGER else "served"
         mine = log.filter((pc.field("model") == name) & (pc.field("role") == role) & pc.field("origin").is_valid())

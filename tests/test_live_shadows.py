@@ -33,6 +33,7 @@ class Shadow:
     checkpoint_sha256: str = "f" * 64
     resolution_minutes: int = 30
     native_quantiles: tuple[float, ...] = (0.5,)
+    context_length: int = 16
     threads: list[str] = field(default_factory=list)
 
     async def shadow_forecast(self, request: ForecastRequest) -> tuple[np.ndarray, tuple[float, ...]]:

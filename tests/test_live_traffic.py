@@ -44,6 +44,7 @@ class FakeModel:
     checkpoint_sha256: str = "f" * 64
     resolution_minutes: int = 30
     native_quantiles: tuple[float, ...] = (0.5,)
+    context_length: int = 16
     fails: bool = False
     calls: int = 0
 

@@ -163,6 +163,11 @@ class ModelCore:
         """The levels the model predicts: what the forecast log records a request's clamped levels against."""
         return tuple(self.metadata.native_quantiles)
 
+    @property
+    def context_length(self) -> int:
+        """The steps of history the model reads: what the forecast log records for the seasonal-quantile baseline."""
+        return self.metadata.context_length
+
     async def forecast(self, body: bytes, ticket: Ticket) -> bytes:
         """The JSON answer to a /v1/forecast body (already read under ``ticket``), from this model."""
         started = time.perf_counter()

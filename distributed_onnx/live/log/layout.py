@@ -32,6 +32,9 @@ A requested level outside the model's native range is served clamped, holding th
 metadata under :data:`CLAMPING_KEY` (``b"distributed_onnx.quantile_clamping"``): a JSON list of
 ``{"requested": 0.05, "served_by": 0.1}``, the form a backtest's ``summary.json`` records (empty: none clamped),
 and the model's native levels under :data:`NATIVE_KEY`. ``pyarrow.parquet.read_schema(path).metadata`` reads them.
+:data:`CONTEXT_KEY` records the context length of the checkpoint that forecast the file's windows (a JSON integer;
+absent in files written before it was recorded): how many seasons ``score``'s seasonal-quantile baseline looks
+back over, as a backtest of that checkpoint takes it.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ STATE_DIR = "_log_state"
 #: :meth:`ClampedLevel.as_record`), and the native levels of the model that forecast them (JSON list).
 CLAMPING_KEY = b"distributed_onnx.quantile_clamping"
 NATIVE_KEY = b"distributed_onnx.native_quantiles"
+#: The key of the context length (steps) of the checkpoint that forecast a log file's windows (JSON integer).
+CONTEXT_KEY = b"distributed_onnx.context_length"
 _US_PER_MINUTE = 60_000_000
 _FILE = re.compile(r"part-.*\.parquet$")
 
@@ -98,7 +103,9 @@ class LoggedForecast:
     the answered request in the windows' ids (the server's, shared by the primary and its shadows); empty, the
     ids are derived from ``request_id`` (logs written before the key existed, and in-process callers).
     ``native_quantiles``: the levels the model predicts, which say which of ``quantiles`` were served clamped
-    (:attr:`clamped`); empty when not known (no level is then recorded as clamped).
+    (:attr:`clamped`); empty when not known (no level is then recorded as clamped). ``context_length``: the
+    checkpoint's context length in steps, which ``score``'s seasonal-quantile baseline looks back over (0: not
+    known, nothing recorded).
     """
 
     model: str
@@ -113,6 +120,7 @@ class LoggedForecast:
     forecasts: np.ndarray
     request_key: str = ""
     native_quantiles: tuple[float, ...] = ()
+    context_length: int = 0
 
     @property
     def clamped(self) -> tuple[ClampedLevel, ...]:
@@ -144,7 +152,7 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
     batch = [items] if isinstance(items, LoggedForecast) else list(items)
     if not batch:
         raise ValueError("no forecasts to tabulate")
-    levels, native = batch[0].quantiles, batch[0].native_quantiles
+    levels, native, context = batch[0].quantiles, batch[0].native_quantiles, batch[0].context_length
     series: list[str] = []
     ids: list[str] = []
     origins: list[int] = []
@@ -163,6 +171,8 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
             raise ValueError(f"forecasts hold {n_quantiles} quantiles of levels {item.quantiles}; expected {levels}")
         if item.native_quantiles != native:
             raise ValueError(f"forecasts of native levels {item.native_quantiles}; expected {native}")
+        if item.context_length != context:
+            raise ValueError(f"forecasts of a checkpoint of context length {item.context_length}; expected {context}")
         series.extend(item.series_ids)
         key = item.request_key or item.request_id
         ids.extend(window_id(key, position) for position in range(n_windows))
@@ -208,9 +218,10 @@ def forecast_rows(items: LoggedForecast | Sequence[LoggedForecast]) -> pa.Table:
     for field in EXTRA_FIELDS:
         columns[field.name] = pa.array(per_item[field.name], field.type).take(owner_row)
     clamping = [level.as_record() for level in batch[0].clamped]
-    return pa.table(columns).replace_schema_metadata(
-        {CLAMPING_KEY: json.dumps(clamping).encode(), NATIVE_KEY: json.dumps(list(native)).encode()}
-    )
+    metadata = {CLAMPING_KEY: json.dumps(clamping).encode(), NATIVE_KEY: json.dumps(list(native)).encode()}
+    if context:
+        metadata[CONTEXT_KEY] = json.dumps(context).encode()
+    return pa.table(columns).replace_schema_metadata(metadata)
 
 
 def clamping_of(metadata: dict[bytes, bytes] | None) -> tuple[ClampedLevel, ...]:
@@ -218,6 +229,19 @@ def clamping_of(metadata: dict[bytes, bytes] | None) -> tuple[ClampedLevel, ...]
     written before they were recorded. A record of another shape is a ``ValueError`` (the file is not a log's)."""
     records = json.loads((metadata or {}).get(CLAMPING_KEY, b"[]"))
     return tuple(ClampedLevel(float(record["requested"]), float(record["served_by"])) for record in records)
+
+
+def context_length_of(metadata: dict[bytes, bytes] | None) -> int | None:
+    """The checkpoint's context length a log file records (its schema's :data:`CONTEXT_KEY`); None in a file
+    written before it was recorded. A record that is not a positive integer is a ``ValueError`` (the file is not
+    a log's)."""
+    raw = (metadata or {}).get(CONTEXT_KEY)
+    if raw is None:
+        return None
+    value = json.loads(raw)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{CONTEXT_KEY.decode()} {value!r} is not a context length (a positive whole number)")
+    return value
 
 
 def partition(root: Location, day: str, model: str) -> Location:

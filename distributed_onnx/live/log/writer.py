@@ -316,11 +316,13 @@ class ForecastLog:
         return stale
 
     def _write_batch(self, batch: list[LoggedForecast]) -> None:
-        # One file per set of levels and native levels: a file's columns and its clamping record are its own.
-        groups: dict[tuple[str, str, tuple[float, ...], tuple[float, ...]], list[LoggedForecast]] = {}
+        # One file per set of levels, native levels and context length: a file's columns and its records of
+        # clamping and context are its own.
+        groups: dict[tuple[str, str, tuple[float, ...], tuple[float, ...], int], list[LoggedForecast]] = {}
         for item in batch:
-            groups.setdefault((item.day, item.model, item.quantiles, item.native_quantiles), []).append(item)
-        for (day, model, _, _), items in groups.items():
+            key = (item.day, item.model, item.quantiles, item.native_quantiles, item.context_length)
+            groups.setdefault(key, []).append(item)
+        for (day, model, *_), items in groups.items():
             windows = sum(item.n_windows for item in items)
             try:
                 table = forecast_rows(items)

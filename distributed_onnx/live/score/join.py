@@ -55,7 +55,7 @@ PENDING = ("series_not_in_actuals", "actuals_not_arrived")
 
 GroupKey = tuple[tuple[str, ...], int, tuple[float, ...], int]  # checkpoints, horizon, levels, resolution
 
-#: Why a window of summary.json's counts is not scored, as the command's one line says it (all models together).
+#: Why a window of summary.json's ``windows_not_scored`` is not scored, as the command's one line says it.
 _WHY_NOT_SCORED = {
     "pending_actuals_not_arrived": "their actuals have not arrived yet (rerun score when they have)",
     "pending_series_not_in_actuals": "their series are not in the actuals (check the ids and --actuals)",
@@ -68,18 +68,27 @@ _WHY_NOT_SCORED = {
 }
 
 
-def why_not_scored(windows: dict[str, dict[str, int]]) -> str | None:
-    """One line saying how many windows were not scored and why, from summary.json's per-model counts
-    (``{"m": {"scored": 3, "pending_actuals_not_arrived": 2}}``); None when every window was scored."""
-    totals: dict[str, int] = {}
-    for counts in windows.values():
-        for outcome, n in counts.items():
-            if outcome != SCORED and n:
-                totals[outcome] = totals.get(outcome, 0) + n
+def why_not_scored(summary: dict[str, Any]) -> str | None:
+    """One line saying how many windows were not scored and why, from summary.json: ``windows_not_scored``
+    counts windows (one series of one request: a primary and its shadows forecast it once each), and ``windows``
+    each model's forecasts (``{"m": {"scored": 3, "pending_actuals_not_arrived": 2}}``), added when they are
+    more than the windows; None when every window was scored."""
+    totals = {reason: n for reason, n in dict(summary.get("windows_not_scored") or {}).items() if n}
     if not totals:
         return None
+    forecasts = sum(
+        n
+        for counts in dict(summary.get("windows") or {}).values()
+        for outcome, n in counts.items()
+        if outcome != SCORED
+    )
+    windows = sum(totals.values())
+    models = sum(
+        1 for counts in dict(summary.get("windows") or {}).values() if any(o != SCORED and n for o, n in counts.items())
+    )
+    by = f" ({forecasts} forecasts of them, by {models} model{'s' * (models != 1)})" if forecasts > windows else ""
     reasons = "; ".join(f"{n} because {_WHY_NOT_SCORED.get(outcome, outcome)}" for outcome, n in totals.items())
-    return f"{sum(totals.values())} window(s) not scored: {reasons}."
+    return f"{windows} window(s) not scored{by}: {reasons}."
 
 
 class Actuals:
@@ -100,6 +109,7 @@ class Actuals:
         self._tables: dict[int, tuple[SeriesTable, dict[str, int]]] = {}
         self._scalers: dict[tuple[int, int], SeasonalScaler] = {}
         self._arrived_until_us: int | None = None
+        self._said_no_context = False
         #: Why the actuals cannot be laid out at a resolution (the error itself, logged once): kept whole, with its
         #: suggestions, so that the command line renders them with its own flags when it is raised
         #: (:meth:`check_some_usable`); a message copied into a new error kept Python's words.
@@ -108,13 +118,27 @@ class Actuals:
     def season(self, resolution_minutes: int) -> int:
         return self._seasonality or default_season(resolution_minutes)
 
-    def seasons(self, resolution_minutes: int) -> int:
+    def seasons(self, resolution_minutes: int, logged_context: int) -> int:
         """Seasons the seasonal-quantile baseline looks back over: those within the checkpoints' context, as in
-        the backtest (:func:`~distributed_onnx.evaluation.scoring.naive.season_count`); one when the context
-        length is not given."""
-        if self._context_length is None:
+        the backtest (:func:`~distributed_onnx.evaluation.scoring.naive.season_count`).
+
+        The context is ``--context-length`` (or the ``--backtest``'s) when given, else ``logged_context``, what the
+        log records for the window's checkpoints (the shortest of a primary and its shadows: a backtest of them
+        runs all at one context, at most the shortest). A log written before it recorded one (``logged_context``
+        0) looks back one season, said once.
+        """
+        context = self._context_length or logged_context
+        if not context:
+            if not self._said_no_context:
+                self._said_no_context = True
+                logger.warning(
+                    "The forecast log does not record the served checkpoints' context length (it was written "
+                    "before the log recorded it): their seasonal-quantile baseline looks back over one season, "
+                    "not as a backtest's does; give --context-length (the checkpoints' context_length) to score "
+                    "it as a backtest does"
+                )
             return 1
-        return season_count(self._context_length, self.season(resolution_minutes))
+        return season_count(context, self.season(resolution_minutes))
 
     def table(self, resolution_minutes: int) -> tuple[SeriesTable, dict[str, int]]:
         if resolution_minutes not in self._tables:
@@ -240,6 +264,16 @@ class JoinedWindows:
         return self.key[0]
 
 
+def _shortest_context(rows_of_models: list[list[tuple[LogWindows, int]]]) -> npt.NDArray[np.int64]:
+    """Per window, the shortest context length the models of its group record (0 where none records one): the
+    longest history a backtest of these checkpoints can give its seasonal-quantile baseline (it runs them all at
+    one context, at most the shortest)."""
+    recorded = np.asarray([[windows.context_length[row] for windows, row in rows] for rows in rows_of_models])
+    known = np.where(recorded > 0, recorded, np.iinfo(np.int64).max)
+    shortest = known.min(axis=0)
+    return np.where(shortest == np.iinfo(np.int64).max, 0, shortest).astype(np.int64)
+
+
 @dataclass
 class SetAside:
     """Window ids not scored (module docstring): (model, window id, outcome) of each :data:`DUPLICATE` copy and
@@ -299,6 +333,7 @@ def join_models(found: Sequence[LogWindows], set_aside: SetAside | None = None) 
                 resolution_minutes=pick("resolution_minutes").astype(np.int64),
                 forecasts=pick("forecasts").astype(np.float32),
                 request_time_us=pick("request_time_us").astype(np.int64),
+                context_length=_shortest_context([[pm[model] for pm in windows_of] for model in models]),
             )
             forecasts = {
                 model: np.stack([windows.forecasts[row] for windows, row in (pm[model] for pm in windows_of)])

@@ -6,7 +6,9 @@ writes them so); a file where they are not is not a forecast log and is refused,
 as something else. Windows of one file are grouped by (model, horizon, quantile levels): requests may ask for
 other horizons or levels, and only windows of one shape stack into one array. Each file is read with its own
 columns (files differ in their levels) and its own record of the levels served clamped
-(:func:`~distributed_onnx.live.log.layout.clamping_of`), which the windows carry to ``score``'s summary.
+(:func:`~distributed_onnx.live.log.layout.clamping_of`), which the windows carry to ``score``'s summary, and
+its record of the checkpoint's context length (:func:`~distributed_onnx.live.log.layout.context_length_of`),
+which sets the seasons of the windows' seasonal-quantile baseline.
 
 A file that cannot be read as a log file (0 bytes, not Parquet, a column missing or of another type) is a
 :class:`~distributed_onnx.errors.DataError` naming it, which ``score`` reports and leaves out of that run (the
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 from distributed_onnx import storage
 from distributed_onnx.bounds import MAX_RESOLUTION_MINUTES, MAX_SERIES_ID_BYTES, id_bytes
 from distributed_onnx.errors import DataError, StorageError
-from distributed_onnx.live.log.layout import clamping_of
+from distributed_onnx.live.log.layout import clamping_of, context_length_of
 from distributed_onnx.location import Location
 from distributed_onnx.model.quantiles import ClampedLevel
 
@@ -51,6 +53,8 @@ class LogWindows:
     resolution_minutes: npt.NDArray[np.int64]
     forecasts: npt.NDArray[np.float32]  # [W, H, Q]
     request_time_us: npt.NDArray[np.int64]
+    #: Each window's checkpoint context length, as its file records it (0: not recorded, an older log).
+    context_length: npt.NDArray[np.int64]
     #: The levels the file records as served clamped (the nearest native level's values under their own name).
     clamped: tuple[ClampedLevel, ...] = ()
 
@@ -67,6 +71,7 @@ class LogWindows:
             self.resolution_minutes[keep],
             self.forecasts[keep],
             self.request_time_us[keep],
+            self.context_length[keep],
             self.clamped,
         )
 
@@ -93,6 +98,7 @@ def _read(path: Location) -> list[LogWindows]:
     if table.num_rows == 0:
         return []
     clamped = clamping_of(table.schema.metadata)
+    context_length = context_length_of(table.schema.metadata) or 0
     levels = sorted(
         (float(match.group(1)), name) for name in table.column_names if (match := _QUANTILE_COLUMN.match(name))
     )
@@ -139,6 +145,7 @@ def _read(path: Location) -> list[LogWindows]:
                     resolution_minutes=resolution[first],
                     forecasts=values[rows],
                     request_time_us=request_time_us[first],
+                    context_length=np.full(first.size, context_length, dtype=np.int64),
                     clamped=clamped,
                 )
             )

@@ -5,8 +5,10 @@ placing its windows on the actuals is :mod:`.log_windows` and :mod:`.join`; what
 :mod:`.batches`. Here each group of checkpoints that forecast the same windows (a primary and its shadows) is
 scored as a backtest part scores a batch: actual, seasonal scale and both baselines (``seasonal_naive``,
 ``seasonal_quantiles``) come from the actuals exactly as a part takes them from its data (the scale and the
-baselines see only what lies before the origin), and one :class:`~.scoring.pairs.PairScores` per group scores
-the checkpoints and the baselines on their common pairs (the actual observed and every model's forecast finite).
+baselines see only what lies before the origin; the seasonal-quantile baseline the seasons within the context
+the log records for the checkpoints, or ``--context-length``), and one :class:`~.scoring.pairs.PairScores` per
+group scores the checkpoints and the baselines on their common pairs (the actual observed and every model's
+forecast finite).
 A window is joined with the forecasts of the same run of ``score``: a shadow forecast logged after its
 primary's window was scored is scored in a group of its own.
 
@@ -17,12 +19,13 @@ Outputs, rewritten whole on every run from the sums of every batch:
   :data:`GROUP_FIELDS` naming the group (``scored_with``: its checkpoints, comma-separated);
 - ``leaderboard.parquet``: the backtest's leaderboard (:mod:`~.scoring.leaderboard`) of each group, with the
   same columns added;
-- ``summary.json``: windows per model and outcome, the log's span of request times, pairs left out, drops,
-  each model's requests answered and failed by kind with its failure rate (``requests``,
-  :mod:`.failure_rates`), and ``quantile_clamping``: per model, the levels its log files record as served clamped
-  (``{"requested": 0.05, "served_by": 0.1}``, a backtest's record). Such a level is scored as the backtest scores
-  it under ``--clamp-quantiles``: at its requested level, on the native level's values (so a q0.05 pinball and
-  coverage are the 0.1 forecast's judged as a 0.05 one), and said in a warning as the backtest says it;
+- ``summary.json``: windows per model and outcome (each model's forecasts), the windows not scored per reason
+  (``windows_not_scored``: one per series of a request, however many models forecast it), the log's span of request
+  times, pairs left out, drops, each model's requests answered and failed by kind with its failure rate
+  (``requests``, :mod:`.failure_rates`), and ``quantile_clamping``: per model, the levels its log files record as
+  served clamped (``{"requested": 0.05, "served_by": 0.1}``, a backtest's record). Such a level is scored as the
+  backtest scores it under ``--clamp-quantiles``: at its requested level, on the native level's values (so a q0.05
+  pinball and coverage are the 0.1 forecast's judged as a 0.05 one), and said in a warning as the backtest says it;
 - ``failures.parquet``: the log's failed requests grouped by model, kind, reason, status and protocol;
 - ``live_vs_backtest.parquet`` with ``--backtest`` (:mod:`.versus_backtest`);
 - ``report.html``: the backtest's report sections for live scoring (:mod:`~distributed_onnx.live.score.report`).
@@ -37,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from distributed_onnx import storage
@@ -94,16 +98,34 @@ def score_windows(joined: JoinedWindows, placement: Placement, actuals: Actuals,
 
     Actual, seasonal scale and baselines come from the actuals as a part takes them from its data: the scale
     and the baselines see only what lies before the origin, the seasonal-quantile baseline looks back over
-    :meth:`Actuals.seasons` seasons. :meth:`PairScores.update` keeps only the pairs every model has.
+    :meth:`Actuals.seasons` seasons (those within the checkpoints' context: windows whose checkpoints the log
+    records with other context lengths are scored a set at a time). :meth:`PairScores.update` keeps only the
+    pairs every model has, and adds to sums, so scoring the windows in sets is scoring them at once.
     """
     windows = joined.windows
     chosen = np.flatnonzero(placement.outcome == SCORED)
     if chosen.size == 0:
         return
+    resolution = int(windows.resolution_minutes[chosen[0]])
+    seasons = np.asarray([actuals.seasons(resolution, int(c)) for c in windows.context_length[chosen].tolist()])
+    for count in np.unique(seasons).tolist():
+        _score_set(joined, placement, actuals, scores, chosen[seasons == count], int(count))
+
+
+def _score_set(
+    joined: JoinedWindows,
+    placement: Placement,
+    actuals: Actuals,
+    scores: PairScores,
+    chosen: npt.NDArray[np.intp],
+    seasons: int,
+) -> None:
+    """Score the windows ``chosen`` (scored ones of one resolution), whose quantile baseline looks back ``seasons``."""
+    windows = joined.windows
     horizon, quantiles = windows.horizon, windows.quantiles
     resolution = int(windows.resolution_minutes[chosen[0]])
     m = actuals.season(resolution)
-    history_steps = actuals.seasons(resolution) * m
+    history_steps = seasons * m
     actual = np.empty((chosen.size, horizon))
     scale = np.empty(chosen.size)
     history = np.empty((chosen.size, history_steps))
@@ -224,6 +246,8 @@ class _Pending:
     """What this run left pending: counts per model and reason, the files holding it, its request times."""
 
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per reason, the window ids pending (one per window, however many models forecast it).
+    windows: dict[str, set[str]] = field(default_factory=dict)
     files: set[str] = field(default_factory=set)
     span_us: tuple[int, int] | None = None
 
@@ -246,6 +270,7 @@ def _score_fresh(fresh: _Fresh, actuals: Actuals, batch: ScoreBatch) -> _Pending
             for model in joined.models:
                 if outcome in PENDING:
                     pending.files.add(fresh.file_of[(model, str(window))])
+                    pending.windows.setdefault(str(outcome), set()).add(str(window))
                     counts = pending.counts.setdefault(model, {})
                     counts[outcome] = counts.get(outcome, 0) + 1
                 else:
@@ -308,11 +333,14 @@ def _summary(
     new_batch: int | None,
 ) -> dict[str, Any]:
     windows: dict[str, dict[str, int]] = {}
+    not_scored = {f"pending_{reason}": set(ids) for reason, ids in pending.windows.items()}
     span = pending.span_us
     for batch in batches:
-        for model, _, outcome in batch.keys:
+        for model, window, outcome in batch.keys:
             counts = windows.setdefault(model, {})
             counts[outcome] = counts.get(outcome, 0) + 1
+            if outcome != SCORED:
+                not_scored.setdefault(outcome, set()).add(window)
         if batch.request_time_span_us is not None:
             span = widen(span, list(batch.request_time_span_us))
     for model, counts in pending.counts.items():
@@ -352,6 +380,8 @@ def _summary(
         "batches": len(batches),
         "new_batch": new_batch,
         "windows": windows,
+        # Windows (one series of one request, however many models forecast it) not scored, per reason.
+        "windows_not_scored": {reason: len(ids) for reason, ids in sorted(not_scored.items())},
         # The first and last request time of every window read (settled in any batch, or pending now).
         "request_time": None if span is None else {"first": _iso(span[0]), "last": _iso(span[1])},
         # Per group of checkpoints scored together: each model's pairs scored and left out (as the backtest's).

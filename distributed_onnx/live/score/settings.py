@@ -56,7 +56,8 @@ class ScoreSettings(ColumnSettings):
         gt=0,
         le=MAX_STEPS,
         description="The served checkpoints' context length in steps: the seasonal-quantile baseline looks back "
-        "over the seasons within it, as the backtest's does (default: the --backtest's, else one season).",
+        "over the seasons within it, as the backtest's does (default: the --backtest's, else the one the log "
+        "records for each window's checkpoints; one season for a log that records none).",
     )
 
     @model_validator(mode="after")

@@ -49,8 +49,9 @@ Served = tuple[ForecastRequest, np.ndarray, tuple[float, ...]]
 
 
 class LoggedModel(Protocol):
-    """What the log records of a model: its name, its checkpoint's digest, its time step and its native levels
-    (which of a request's levels it served clamped: the log's record of them)."""
+    """What the log records of a model: its name, its checkpoint's digest, its time step, its native levels
+    (which of a request's levels it served clamped: the log's record of them) and its context length (the
+    history ``score``'s seasonal-quantile baseline looks back over, as a backtest's does)."""
 
     @property
     def name(self) -> str: ...
@@ -63,6 +64,9 @@ class LoggedModel(Protocol):
 
     @property
     def native_quantiles(self) -> tuple[float, ...]: ...
+
+    @property
+    def context_length(self) -> int: ...
 
 
 class ShadowModel(LoggedModel, Protocol):
@@ -118,6 +122,7 @@ def logged_forecast(
         forecasts=forecasts,
         request_key=stamp.key,
         native_quantiles=tuple(model.native_quantiles),
+        context_length=model.context_length,
     )
 
 
