@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from distributed_onnx.errors import DistributedOnnxError
 from distributed_onnx.interrupts import EXIT_INTERRUPTED, interrupted_line
+from distributed_onnx.local_paths import name_too_long_error
+from distributed_onnx.redact import one_line
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -53,6 +55,9 @@ def describe_error(
         return EXIT_ENVIRONMENT, (
             f"Ray failed: {type(exc).__name__}: {_one_line(exc)}. {kept} the cluster (disk, memory, nodes) and {again}."
         )
+    too_long = name_too_long_error(exc)  # a name over the file system's limit: bad input, never a rerun (local_paths)
+    if too_long is not None:
+        return too_long.exit_code, _one_line(too_long)
     aiohttp = sys.modules.get("aiohttp")  # fsspec's http(s) client: its failures are the store's, as OSError's are
     if isinstance(exc, OSError) or (aiohttp is not None and isinstance(exc, aiohttp.ClientError)):
         # storage or the system (a full disk, a store that stopped answering, a server that closed mid-answer)
@@ -70,6 +75,7 @@ def _own_cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, DistributedOnnxError) else exc
 
 
-def _one_line(exc: BaseException | str, limit: int = 2_000) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _one_line(exc: BaseException | str) -> str:
+    """The error's text on one bounded line (:func:`~distributed_onnx.redact.one_line`): a long value in it (a
+    5,000-byte path) shortened to its start and end, its reason and what to do whole."""
+    return one_line(str(exc)) or type(exc).__name__

@@ -19,6 +19,9 @@ which locations the library was given.
 The same text may carry a file's bytes (a CSV parser quotes the row it failed on, and a PNG renamed ``.csv`` puts
 ESC and NUL there): :func:`shown` is what a message line may show, its control and non-printable characters
 escaped (``\x1b``) so that no terminal acts on them, and :func:`quoted` bounds a library's text in a message.
+A value may be long too (a 5,000-byte path): :func:`one_line` bounds a whole message line by shortening its long
+values (:func:`shortened`: their start and end, saying how many bytes were left out), never its reason or what to
+do, which followed them and were cut off with the line's end.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ __all__ = [
     "USER_INFO_WITHOUT_SLASHES",
     "is_url",
     "is_url_without_slashes",
+    "one_line",
     "quoted",
     "redact",
     "redact_text",
     "redacted",
     "remember",
+    "shortened",
     "shown",
 ]
 
@@ -195,13 +200,52 @@ QUOTED_LIMIT = 300
 
 def quoted(text: object, limit: int = QUOTED_LIMIT) -> str:
     """A library's message (an exception, a parser's complaint quoting a file's row) as a message may embed it: on
-    one line and at most ``limit`` characters, saying how many more there were; :func:`shown` escapes the rest.
+    one line, redacted (:func:`redact_text`: a cut must not leave a secret's part outside its URL), and at most
+    about ``limit`` characters, its start and its end kept (a library names the file, then says what is wrong);
+    :func:`shown` escapes the rest.
 
-    >>> quoted("CSV parse error: Expected 1 columns, got 3: " + "x" * 1000, limit=60)
-    'CSV parse error: Expected 1 columns, got 3: xxxxxxxxxxxxxxxx... (984 more characters)'
+    >>> quoted("CSV parse error: Expected 1 columns, got 3: " + "x" * 1000 + " (row 2)", limit=80)
+    'CSV parse error: Expected ...(1,000 bytes left out)...xxxxxxxxxxxxxxxxxx (row 2)'
     """
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else f"{line[:limit]}... ({len(line) - limit} more characters)"
+    return shortened(" ".join(redact_text(str(text)).split()), limit)
+
+
+#: The most characters of one value (a run of text without white space: a path, a URL, a name) that a message line
+#: over :data:`LINE_LIMIT` shows: its start and end say which value it is; the rest would push out the reason.
+VALUE_LIMIT = 160
+#: The most characters of a message line (the CLI's ``error:`` line): a few long values, never a file's contents.
+LINE_LIMIT = 2_000
+
+
+def shortened(text: str, limit: int = VALUE_LIMIT) -> str:
+    """``text`` whole when it has at most ``limit`` characters, else its start and its end around how many bytes
+    (UTF-8) were left out, in about ``limit`` characters.
+
+    >>> shortened("/data/" + "e" * 5000 + "/load.parquet", limit=60)
+    '/data/eeeeeeeeee...(4,987 bytes left out)...eee/load.parquet'
+    """
+    if len(text) <= limit:
+        return text
+    kept = max(limit - 28, 2)  # the note takes about 28 characters
+    head, tail = (kept + 1) // 2, kept // 2
+    left_out = len(text[head : len(text) - tail].encode("utf-8", "surrogatepass"))
+    return f"{text[:head]}...({left_out:,} bytes left out)...{text[len(text) - tail :]}"
+
+
+def one_line(text: str, limit: int = LINE_LIMIT, *, value_limit: int = VALUE_LIMIT) -> str:
+    """``text`` as one message line (an error line): redacted (:func:`redact_text`), its white space one space, and
+    over ``limit`` characters each long value :func:`shortened` (a 5,000-byte ``--output``), so that what the line
+    says of it (the reason, what to do) stays whole; a line still too long (a thousand values) keeps its start and
+    its end, where a message says what is wrong and what to do.
+
+    >>> one_line("--output " + "e" * 5000 + ": its name is 5000 bytes; give a shorter one.", value_limit=40)
+    '--output eeeeee...(4,989 bytes left out)...eeeee: its name is 5000 bytes; give a shorter one.'
+    """
+    line = " ".join(redact_text(text).split())
+    if len(line) <= limit:
+        return line
+    line = " ".join(shortened(word, value_limit) for word in line.split(" "))
+    return shortened(line, limit)
 
 
 def _redact_match(text: str, start: int, found: str) -> str:

@@ -53,6 +53,7 @@ from pydantic_settings import (
 )
 
 from distributed_onnx.errors import ConfigError, describe_validation
+from distributed_onnx.local_paths import not_a_file
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.settings_flags import annotation_members, flag_name, flags_model, is_location_field
 
@@ -176,8 +177,10 @@ _SettingsLoader.add_constructor(
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping of settings (keys with ``-`` read as ``_``), with errors that name the file."""
-    if not path.is_file():
-        raise ConfigError(f"Config file not found: {path}", path=str(path))
+    if not path.is_file():  # a name too long for the file system raises here: exit 2 (local_paths)
+        there = not_a_file(path)
+        found = f"Config file not found: {path}" if there is None else f"Config file {path} {there}; give a YAML file"
+        raise ConfigError(found, path=str(path))
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_SettingsLoader)
     except UnicodeDecodeError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.local_paths import name_too_long_error
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
@@ -134,6 +135,8 @@ def load_tuned(given: LocationLike) -> TunedFile:
         msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     except (OSError, ValueError) as exc:
+        if (too_long := name_too_long_error(exc)) is not None:  # the path, not the file: say so (local_paths)
+            raise too_long from exc
         msg = f"Tuned settings file {path} is not JSON ({path.scrub(str(exc))}); write it with distributed-onnx tune"
         raise ConfigError(msg, path=str(path)) from exc
     settings = document.get("settings") if isinstance(document, dict) else None

@@ -17,8 +17,9 @@ import pytest
 from conftest import start_test_ray
 
 #: The modules whose docstrings' examples are run: the public API (``backtest``, ``OnnxBackend``), the error
-#: tree, a family adapter, the metric registry, the rules each written once (bounds, quantile levels, the default
-#: season, a parity report's statistics: numpy only, unlike the rest of export/; a variant's accuracy gate, the
+#: tree, a family adapter, the metric registry, the rules each written once (bounds, the redaction and the bounds
+#: of a message line, what a local path is when it is not a file, quantile levels, the default season, a parity
+#: report's statistics: numpy only, unlike the rest of export/; a variant's accuracy gate, the
 #: CPU's flags read, the size of tune's gate), and Ray's side of the backtest (the dispatcher and the worker actors,
 #: as Ray's own ``actor_pool.py`` shows its pool, what a pool asks of the cluster, and the raylet's command line
 #: with stand-in agents).
@@ -26,6 +27,8 @@ MODULES = (
     "distributed_onnx.api",
     "distributed_onnx.errors",
     "distributed_onnx.bounds",
+    "distributed_onnx.redact",
+    "distributed_onnx.local_paths",
     "distributed_onnx.model.quantiles",
     "distributed_onnx.model.adapters.context_quantiles",
     "distributed_onnx.model.backend.onnx",

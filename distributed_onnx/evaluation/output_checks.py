@@ -32,6 +32,7 @@ from distributed_onnx.evaluation.outputs import (
     SUMS_PREFIX,
     SUMS_SUFFIX,
 )
+from distributed_onnx.local_paths import name_too_long, not_a_file
 from distributed_onnx.location import Location
 
 #: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
@@ -146,11 +147,9 @@ def _refuse_a_file(output: Location, is_file: bool) -> None:
         raise ConfigError(f"--output {output} is a file; give a directory (new, or one this run wrote).", key="output")
     local = output.local_path
     if local is not None and local.is_symlink() and not local.exists():
-        raise ConfigError(
-            f"--output {output} is a symbolic link to {os.readlink(local)}, which does not exist; make that folder, "
-            "or give another --output.",
-            key="output",
-        )
+        there = not_a_file(local)  # a link to nothing, or in a loop of links (local_paths: the words of both)
+        fix = "make that folder" if there is not None and there.endswith("does not exist") else "remove the link"
+        raise ConfigError(f"--output {output} {there}; {fix}, or give another --output.", key="output")
 
 
 def check_output_reachable(output: Location, *, what: str = "folder") -> None:
@@ -202,20 +201,12 @@ def check_output_reachable(output: Location, *, what: str = "folder") -> None:
 
 
 def _refuse_a_name_too_long(output: Location, path: Path) -> None:
-    """Refuse a local path with a name longer than its file system takes (NAME_MAX, 255 bytes on Linux's): made
-    into a folder, it was an ``I/O error`` (exit 3) once the run had started, which no rerun could get past."""
-    try:
-        existing = next((each for each in path.parents if each.is_dir()), None)  # the name itself may be too long
-        longest = os.pathconf(existing, "PC_NAME_MAX") if existing is not None else 255
-    except (OSError, ValueError):
-        longest = 255
-    for name in path.parts:
-        if len(os.fsencode(name)) > longest:
-            raise ConfigError(
-                f"--output {output}: the name {name[:20]}... is {len(os.fsencode(name))} bytes, longer than the "
-                f"{longest} this file system takes; give a shorter one.",
-                key="output",
-            )
+    """Refuse a local path with a name longer than its file system takes (NAME_MAX, 255 bytes on Linux's:
+    :func:`~distributed_onnx.local_paths.name_too_long`): made into a folder, it was an ``I/O error`` (exit 3) once
+    the run had started, which no rerun could get past."""
+    problem = name_too_long(path)
+    if problem is not None:
+        raise ConfigError(f"--output {output}: {problem}; give a shorter one.", key="output")
 
 
 #: The bytes a local output's path leaves for what a command writes below it: the deepest is a backtest's
@@ -255,7 +246,9 @@ def check_own_folder(output: Location, command: str, *, record: str | None, own:
     """Refuse (exit 2) an existing ``output`` folder that holds files not of ``command``'s making, naming them
     (:func:`look_at_output` says which): a rerun rewrites the command's own entries, and would overwrite or mix
     with anything else. One check for ``backtest`` (``record`` its ``run.json``) and ``score`` (no record: its own
-    entries)."""
+    entries); a local folder that cannot be written is refused first (:func:`check_writable_folder`), as a
+    backtest's is: ``score`` failed there only once it wrote (an I/O error advising a rerun)."""
+    check_writable_folder(output)
     _refuse_others_files(output, command, record, look_at_output(output, record=record, own=own).others)
 
 
@@ -280,12 +273,7 @@ def check_run_entries(output: Location) -> None:
     folder = output.local_path
     if folder is None or not folder.is_dir():
         return
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"--output {output} cannot be written (read-only, or no permission); make it writable, or give "
-            "another --output.",
-            key="output",
-        )
+    check_writable_folder(output)
     for name in RUN_FOLDERS:
         entry = folder / name
         if os.path.lexists(entry) and not entry.is_dir():
@@ -306,6 +294,18 @@ def check_run_entries(output: Location) -> None:
                 "of the run folder and rerun.",
                 key="output",
             )
+
+
+def check_writable_folder(output: Location) -> None:
+    """Refuse (exit 2) an existing local output folder this process cannot write in: read-only (a read-only mount,
+    ``chattr +i``) or without permission. Every command that writes a folder asks it before its work."""
+    folder = output.local_path
+    if folder is not None and folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--output {output} cannot be written (read-only, or no permission); make it writable, or give "
+            "another --output.",
+            key="output",
+        )
 
 
 def _entry_kind(entry: Path) -> str:

@@ -29,6 +29,7 @@ from distributed_onnx.errors import (
     ConfigError,
     describe_validation,
 )
+from distributed_onnx.local_paths import not_a_file
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.quantiles import LEVEL_TOLERANCE, strictly_ascending
 from distributed_onnx.redact import is_url_without_slashes
@@ -397,7 +398,13 @@ class LocalCheckpoint(BaseModel):
             CheckpointIntegrityError: the weights' sha256 differs from the metadata's.
         """
         if not self.path.is_file():
-            raise CheckpointNotFoundError(f"Checkpoint weights not found: {self.path}", path=str(self.path))
+            there = not_a_file(self.path)  # a folder, a link in a loop or to nothing: said, not "not found"
+            raise CheckpointNotFoundError(
+                f"Checkpoint weights not found: {self.path}"
+                if there is None
+                else f"Checkpoint weights {self.path} {there}; give the checkpoint's .onnx file, or its folder",
+                path=str(self.path),
+            )
         metadata_path = self.metadata_path or default_metadata_path(self.path)
         if not metadata_path.is_file() and self.path.suffix != ".onnx":  # a data table, a report given in its place
             raise CheckpointNotFoundError(

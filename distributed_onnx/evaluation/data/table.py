@@ -9,7 +9,9 @@ rows (0-based data rows).
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -19,6 +21,7 @@ from distributed_onnx.errors import DataError
 from distributed_onnx.evaluation.data.columns import OWN_NAMES, ColumnNames, check_columns
 from distributed_onnx.evaluation.data.layout import Series, SeriesArrays, SeriesTable
 from distributed_onnx.evaluation.data.validation import validate_table
+from distributed_onnx.local_paths import name_too_long_error, not_a_file
 from distributed_onnx.location import Location
 from distributed_onnx.redact import quoted
 
@@ -38,18 +41,61 @@ def read_table(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Table:
     ``names`` gives (``--id-col``...) come back under the project's names (the one place they are mapped)."""
     try:
         if not storage.is_file(path, "data file"):
-            raise DataError(f"Data file not found: {path}", path=str(path))
+            raise _not_found(path)
         if path.suffix in {".csv", ".txt"}:
             # Ids as written: type-guessing would read ``007`` and ``7`` as one integer series (leading zeros lost).
             ids_as_text = pa_csv.ConvertOptions(column_types={names.series_id: pa.string()})
             table = pa_csv.read_csv(storage.open_input_stream(path), convert_options=ids_as_text)
         else:
             table = storage.read_parquet(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise storage.read_error(exc, path, "data file") or DataError(
-            f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)
+        return names.rename(table, str(path))  # a column name that is not UTF-8: a UnicodeDecodeError here
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
+        raise (
+            name_too_long_error(exc)
+            or storage.read_error(exc, path, "data file")
+            or _not_text(path)
+            or DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path))
         ) from exc
-    return names.rename(table, str(path))
+
+
+def _not_found(path: Location) -> DataError:
+    """The error of a data file that is not there: what is there instead (a folder, a link in a loop or to
+    nothing: :func:`~distributed_onnx.local_paths.not_a_file`), else "not found"."""
+    local = path.local_path
+    there = not_a_file(local) if local is not None else None
+    if there is None:
+        return DataError(f"Data file not found: {path}", path=str(path))
+    return DataError(f"Data file {path} {there}; give a data file (.parquet, or .csv).", path=str(path))
+
+
+#: The bytes of a CSV file looked at to tell whether it is text at all (its parser failed on it).
+_SNIFFED_BYTES = 4096
+
+
+def _not_text(path: Location) -> DataError | None:
+    """The error of a ``.csv`` file that is not UTF-8 text (an image, a Parquet file renamed): said so, as a
+    Parquet reader says "not a Parquet file", instead of the parser's complaint quoting the file's binary bytes;
+    None when its start is text (the parser's own words then apply) or cannot be read again."""
+    if path.suffix not in {".csv", ".txt"}:
+        return None
+    try:
+        opened = storage.open_input_stream(path)
+        with opened.open("rb") if isinstance(opened, Path) else opened as stream:
+            head = bytes(stream.read(_SNIFFED_BYTES))
+    except OSError:
+        return None
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        odd = head.find(b"\0")
+    except UnicodeDecodeError as exc:
+        odd = exc.start
+    if odd < 0:
+        return None
+    return DataError(
+        f"Data file {path} is not text (byte {odd} is 0x{head[odd]:02x}: a binary file, such as an image or a "
+        "Parquet file), so it cannot be read as CSV; give a CSV file saved as UTF-8 text, or a Parquet file.",
+        path=str(path),
+    )
 
 
 def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
@@ -61,8 +107,10 @@ def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
     try:
         return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise storage.read_error(exc, path, "data file") or DataError(
-            f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path)
+        raise (
+            name_too_long_error(exc)
+            or storage.read_error(exc, path, "data file")
+            or DataError(f"Cannot read data file {path}: {path.scrub(quoted(exc))}", path=str(path))
         ) from exc
 
 

@@ -48,7 +48,8 @@ def check_local_data(task: Any, source: str) -> None:
 
     - a folder, or a loop of symbolic links (:func:`_refuse_no_file`: the load failed on it, "rerun to retry");
     - a relative path that names no file from here (run from another folder: the task "failed", though a rerun
-      from here fails again). An absolute path that names no file is left to the load (it may appear);
+      from here fails again; a folder's name, without ``.parquet``, was a pair "rejected" for its suffix). An
+      absolute path that names no file is left to the load (it may appear);
     - a file that is empty or not Parquet (pyarrow's and the loader's own lines were printed before it failed);
     - two columns of one name (fev's loader stopped on a ``KeyError``, exit 4);
     - a target column that holds no numbers: letters, or numbers written as text (fev's scoring casts no text).
@@ -60,16 +61,14 @@ def check_local_data(task: Any, source: str) -> None:
     if path is None or location is None or any(mark in str(path) for mark in "*?["):
         return
     _refuse_no_file(path, source)
-    if location.suffix != ".parquet":
-        return
-    if not path.is_file():
-        if not path.is_absolute() and not path.exists():
-            raise ConfigError(
-                f"{source}: its dataset_path {path} is relative, and fev reads it from the working directory, "
-                f"where {Path.cwd() / path} does not exist: run from the folder it is relative to, or give the "
-                "path in full.",
-                key="dataset_path",
-            )
+    if not path.is_absolute() and not os.path.lexists(path):  # whatever its suffix: a folder from elsewhere too
+        raise ConfigError(
+            f"{source}: its dataset_path {path} is relative, and fev reads it from the working directory, "
+            f"where {Path.cwd() / path} does not exist: run from the folder it is relative to, or give the "
+            "path in full.",
+            key="dataset_path",
+        )
+    if location.suffix != ".parquet" or not path.is_file():
         return
     try:
         schema = pq.read_schema(path)
