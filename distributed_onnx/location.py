@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -45,7 +46,14 @@ if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
     from pydantic_core import core_schema
 
-__all__ = ["Location", "LocationLike"]
+__all__ = ["LOOKS_LIKE_A_URL", "Location", "LocationLike"]
+
+#: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
+#: made a folder ``s3:`` in the working directory (a forecast log, ``s3:/K:S@b/log?token=T``, wrote there, its
+#: credentials in a path on disk) and a run failed at its end. Written ``./s3:/bucket`` it is a local folder (a
+#: Location keeps that ``./``). The one rule of every output written (a backtest's ``--output``, serve's
+#: ``--forecast-log``): :attr:`Location.looks_like_a_url`.
+LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
 
 
 class Location:
@@ -118,6 +126,20 @@ class Location:
         """The last component without its extension."""
         name, suffix = self.name, self.suffix
         return name[: len(name) - len(suffix)] if suffix else name
+
+    @property
+    def looks_like_a_url(self) -> bool:
+        """True for a local path written as a store's URL with its ``//`` left out (:data:`LOOKS_LIKE_A_URL`):
+        what an output, written there, refuses (:meth:`url_without_slashes_problem`)."""
+        return self._path is not None and "://" not in self._text and LOOKS_LIKE_A_URL.match(self._text) is not None
+
+    def url_without_slashes_problem(self, kind: str = "folder") -> str:
+        """What a refusal of a :attr:`looks_like_a_url` output says after its flag, and what to do: write the URL
+        whole, or write ``./`` before a local ``kind`` (``folder``, ``file``) of that name; shown redacted."""
+        return (
+            f"{self} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give a local {kind} "
+            f"of that name as ./{self}"
+        )
 
     # New locations ------------------------------------------------------------------------------------------
 
