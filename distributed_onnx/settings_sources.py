@@ -281,7 +281,11 @@ def _config_error(
             config_path = config_path or origin
         origin = _named_origin(origin, key)
         involved = getattr((error.get("ctx") or {}).get("error"), "involves", ())
-        others = [f"{flag_name(model, other)} {_origin_of(other, layers)}" for other in involved]
+        others = [  # each other key's source where it is not the same as the key's own
+            f"{flag_name(model, other)} {_origin_of(other, layers)}"
+            for other in involved
+            if _origin_of(other, layers) != f"from {origin}"
+        ]
         problems.append(f"{text} [from {'; '.join([origin, *others])}]" if origin else text)
     message = "; ".join(problems) if first_key is None else f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)

@@ -150,6 +150,38 @@ def test_no_output_file_nor_printed_line_carries_a_urls_secrets(
 
 
 @pytest.mark.integration
+def test_a_local_output_named_as_a_url_is_written_there_and_shown_masked(
+    tmp_path: Path, ray_session: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--output './s3:/u:pw@b/x?t=T#F'`` is a local folder (as the docs say), and the run printed ``wrote
+    ./s3:/***@b/x?t=T#F`` and recorded that in summary.json, run.json and report.html (attack I): the user-info
+    masked, the option and fragment of the same text shown. Now all of them are masked wherever it is shown, and
+    the folder is still written where the user said."""
+    from backtest_data import settings_for, write_dataset
+    from graphs import write_tiny_chronos2
+
+    from distributed_onnx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    checkpoint = write_tiny_chronos2(tmp_path / "models").weights_path
+    output = "./s3:/usr9q:PWSECRET9@b/x?tok=TOKSECRET9#FRAGSECRET9"
+    settings = settings_for(checkpoint, data, tmp_path / "unused", actors=1, n_windows=2)
+    arguments = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", output]
+    arguments += ["--actors", "1", "--n-windows", "2", "--stride", str(settings.stride), "--cpus-per-actor", "1"]
+    assert main([*arguments, "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    folder = tmp_path / output
+    written = {path.name: path.read_text(errors="replace") for path in folder.rglob("*") if path.is_file()}
+    assert {"summary.json", "run.json", "report.html"} <= set(written)
+    assert "wrote ./s3:/***@b/x?tok=***#***" in printed.out, printed.out
+    assert "./s3:/***@b/x?tok=***#***" in written["summary.json"]
+    for secret in ("PWSECRET9", "TOKSECRET9", "FRAGSECRET9"):
+        assert secret not in printed.out + printed.err
+        assert not [name for name, text in written.items() if secret in text], secret
+
+
+@pytest.mark.integration
 def test_serve_with_a_credential_log_url_shows_no_secret_anywhere(tmp_path: Path) -> None:
     """Issue 40, defect 11: ``serve --forecast-log URL`` printed the URL whole in its ``ready:`` line and log.
 
