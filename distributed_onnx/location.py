@@ -224,8 +224,8 @@ class Location:
 
     def _has_secrets(self) -> bool:
         """A URL, or a URL written without its ``//`` (``s3:/b/x?token=T``: a path here, but its options are as
-        secret as a URL's)."""
-        return self._path is None or is_url_without_slashes(self._text)
+        secret as a URL's), or a local path holding URL-like text its display masks (``./s3:/K:S@b/x?token=T``)."""
+        return self._path is None or is_url_without_slashes(self._text) or redact(self._text) != self._text
 
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,
@@ -322,11 +322,19 @@ def _as_written(text: str, path: Path) -> str:
     return shown
 
 
+#: The user-info of URL-like text inside a local path (``./s3:/K:S@b/x``, ``dir/K:S@host/x``): a segment's text
+#: up to its ``@``, after an optional scheme.
+_USER_INFO_INSIDE = re.compile(r"(?:^|/)(?:[A-Za-z][A-Za-z0-9+.\-]+:)?([^/@]*:[^/@]*)@")
+
+
 def _secret_parts(text: str) -> tuple[str, str, str]:
     """What of a URL is secret: its user-info, query and fragment (one key for :func:`_secrets_of`'s cache)."""
     url = urlsplit(text)
     without_slashes = None if url.netloc else USER_INFO_WITHOUT_SLASHES.match(text)
     user_info = without_slashes.group(2) if without_slashes else url.netloc.rpartition("@")[0]
+    if not url.netloc and not without_slashes:  # a local path holding URL-like text (``./s3:/K:S@b/x``)
+        inside = _USER_INFO_INSIDE.search(url.path)
+        user_info = inside.group(1) if inside else ""
     return user_info, url.query, url.fragment
 
 

@@ -249,3 +249,28 @@ def test_redaction_takes_urls_with_parentheses_and_quotes_whole_and_bare_user_in
     for text, shown in cases.items():
         assert storage.redact_text(text) == shown
     assert storage.redact("user:SECRET6@host/dir") == "***@host/dir"
+
+
+def test_url_like_text_inside_a_path_has_its_options_masked_wherever_its_user_info_is() -> None:
+    """Attack I: text that looks like a URL but does not start the path (``./s3:/...``, ``-s3://...``, ``(s3://...)``,
+    a folder ``out dir/s3://...``, ``s3 ://...``) had its user-info masked and its options and fragment shown. One
+    rule now, for a location and for any text: where the user-info is masked, its options and fragment are too;
+    a path with no URL-like text is shown as written."""
+    from distributed_onnx.location import Location
+
+    cases = {
+        "./s3:/u:pw7@b/x?t=T0K#F12": "./s3:/***@b/x?t=***#***",
+        "(s3://u:pw7@b/x?t=T0K)": "(s3:/***@b/x?t=***)",
+        "x(s3://u:pw7@b/x?t=T0K)": "x(s3:/***@b/x?t=***)",
+        "-s3://u:pw7@b/x?t=T0K": "-s3:/***@b/x?t=***",
+        "out dir/s3://u:pw7@b/x?t=T0K#F12": "out dir/s3:/***@b/x?t=***#***",
+        "s3 ://u:pw7@b/x?t=T0K": "s3 :/***@b/x?t=***",
+        "data/a?b.csv": "data/a?b.csv",
+        "runs/T12:30:00": "runs/T12:30:00",
+    }
+    for written, shown in cases.items():
+        assert str(Location.parse(written)) == shown, written
+    quoted = "No such file or directory: '/tmp/a/s3:/u:pw7@b/x.yaml?t=T0K#F12'."
+    assert storage.redact_text(quoted) == "No such file or directory: '/tmp/a/s3:/***@b/x.yaml?t=***#***'."
+    location = Location.parse("./s3:/usr9:PWSECRET9@b/x?tok=TOKSECRET9")  # remembered, as a URL's secrets are
+    assert storage.redact_text("PWSECRET9 and TOKSECRET9 quoted alone") == "*** and *** quoted alone", location
