@@ -280,13 +280,19 @@ def _config_error(
         if config_file is not None and origin == str(config_file):
             config_path = config_path or origin
         origin = _named_origin(origin, key)
+        own = f"from {origin}" if origin else "by default"
         involved = getattr((error.get("ctx") or {}).get("error"), "involves", ())
-        others = [  # each other key's source where it is not the same as the key's own
+        others = [  # each other key's source where it is not the same as the key's own (CrossKeyError)
             f"{flag_name(model, other)} {_origin_of(other, layers)}"
             for other in involved
-            if _origin_of(other, layers) != f"from {origin}"
+            if _origin_of(other, layers) != own
         ]
-        problems.append(f"{text} [from {'; '.join([origin, *others])}]" if origin else text)
+        if origin:
+            problems.append(f"{text} [{'; '.join([own, *others])}]")
+        elif others and key is not None:
+            problems.append(f"{text} [{'; '.join([f'{flag_name(model, key)} {own}', *others])}]")
+        else:
+            problems.append(text)
     message = "; ".join(problems) if first_key is None else f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
 

@@ -481,10 +481,15 @@ def test_serve_refuses_a_forecast_log_url_without_its_slashes_as_every_output_is
 
 def test_a_serve_error_about_two_ports_names_the_source_of_each(tmp_path: Path) -> None:
     """``DISTRIBUTED_ONNX_PORT=P serve --grpc-port P`` was refused naming ``--port ... [from command line]``, the
-    source of --grpc-port alone (attack I): the other port's source is named as it came, where it is another."""
+    source of --grpc-port alone (attack I): the other port's source is named as it came, where it is another. And
+    ``--port 8001`` (the default gRPC port) passed the settings and failed to bind once Ray had started."""
     code, lines = run_cli(["serve", "--grpc-port", "18623"], tmp_path, DISTRIBUTED_ONNX_PORT="18623")
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].endswith(
         "the same port as --port (HTTP); HTTP and gRPC need a port each: give --grpc-port another one "
         "[from command line; --port from environment DISTRIBUTED_ONNX_PORT]"
     ), lines
+    # --port 8001 alone is the default gRPC port: refused the same way, not met once Ray has started (exit 3)
+    code, lines = run_cli(["serve", "--port", "8001"], tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].endswith("give --grpc-port another one [--grpc-port by default; --port from command line]"), lines

@@ -107,7 +107,11 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
     grpc_port: int = Field(
-        default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
+        default=8001,
+        ge=1,
+        le=65535,
+        validate_default=True,  # --port 8001 alone is the default gRPC port: refused as a setting (_distinct_ports)
+        description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's).",
     )
     ingress: IngressMode = Field(
         default="auto",
