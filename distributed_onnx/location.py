@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -45,7 +46,14 @@ if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
     from pydantic_core import core_schema
 
-__all__ = ["Location", "LocationLike"]
+__all__ = ["LOOKS_LIKE_A_URL", "Location", "LocationLike"]
+
+#: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
+#: made a folder ``s3:`` in the working directory (a forecast log, ``s3:/K:S@b/log?token=T``, wrote there, its
+#: credentials in a path on disk) and a run failed at its end. Written ``./s3:/bucket`` it is a local folder (a
+#: Location keeps that ``./``). The one rule of every output written (a backtest's ``--output``, serve's
+#: ``--forecast-log``): :attr:`Location.looks_like_a_url`.
+LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
 
 
 class Location:
@@ -118,6 +126,20 @@ class Location:
         """The last component without its extension."""
         name, suffix = self.name, self.suffix
         return name[: len(name) - len(suffix)] if suffix else name
+
+    @property
+    def looks_like_a_url(self) -> bool:
+        """True for a local path written as a store's URL with its ``//`` left out (:data:`LOOKS_LIKE_A_URL`):
+        what an output, written there, refuses (:meth:`url_without_slashes_problem`)."""
+        return self._path is not None and "://" not in self._text and LOOKS_LIKE_A_URL.match(self._text) is not None
+
+    def url_without_slashes_problem(self, kind: str = "folder") -> str:
+        """What a refusal of a :attr:`looks_like_a_url` output says after its flag, and what to do: write the URL
+        whole, or write ``./`` before a local ``kind`` (``folder``, ``file``) of that name; shown redacted."""
+        return (
+            f"{self} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give a local {kind} "
+            f"of that name as ./{self}"
+        )
 
     # New locations ------------------------------------------------------------------------------------------
 
@@ -202,8 +224,8 @@ class Location:
 
     def _has_secrets(self) -> bool:
         """A URL, or a URL written without its ``//`` (``s3:/b/x?token=T``: a path here, but its options are as
-        secret as a URL's)."""
-        return self._path is None or is_url_without_slashes(self._text)
+        secret as a URL's), or a local path holding URL-like text its display masks (``./s3:/K:S@b/x?token=T``)."""
+        return self._path is None or is_url_without_slashes(self._text) or redact(self._text) != self._text
 
     def reveal(self) -> str:
         """The whole text, credentials and options included: only for the library that opens it (pyarrow,
@@ -300,11 +322,19 @@ def _as_written(text: str, path: Path) -> str:
     return shown
 
 
+#: The user-info of URL-like text inside a local path (``./s3:/K:S@b/x``, ``dir/K:S@host/x``): a segment's text
+#: up to its ``@``, after an optional scheme.
+_USER_INFO_INSIDE = re.compile(r"(?:^|/)(?:[A-Za-z][A-Za-z0-9+.\-]+:)?([^/@]*:[^/@]*)@")
+
+
 def _secret_parts(text: str) -> tuple[str, str, str]:
     """What of a URL is secret: its user-info, query and fragment (one key for :func:`_secrets_of`'s cache)."""
     url = urlsplit(text)
     without_slashes = None if url.netloc else USER_INFO_WITHOUT_SLASHES.match(text)
     user_info = without_slashes.group(2) if without_slashes else url.netloc.rpartition("@")[0]
+    if not url.netloc and not without_slashes:  # a local path holding URL-like text (``./s3:/K:S@b/x``)
+        inside = _USER_INFO_INSIDE.search(url.path)
+        user_info = inside.group(1) if inside else ""
     return user_info, url.query, url.fragment
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "one_line",
     "quoted",
     "redact",
+    "redact_address",
     "redact_text",
     "redacted",
     "remember",
@@ -56,9 +57,6 @@ MASK = "***"
 #: Parentheses, brackets, quotes and punctuation may belong to it (``sales(2024).parquet``, ``pa(ss)word``,
 #: ``?sig=a'b``): :func:`_url_end` gives back the ones that close the text around it.
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s<>`]*")
-#: User-info without a scheme (``user:secret@host/dir``, as fev names a task after its dataset's path): a name, a
-#: colon, a password without white space, ``/`` or ``@``, then ``@`` and a host.
-_BARE_USER_INFO = re.compile(r"(?<![\w.~%+-])[\w.~%+-]+:[^\s/@<>`]+@(?=[\w\[])")
 #: What ends a sentence rather than a URL, when it is the URL's last character.
 _TRAILING = ".,;:!?"
 _CLOSING = {")": "(", "]": "[", "}": "{"}
@@ -68,10 +66,15 @@ _CLOSING = {")": "(", "]": "[", "}": "{"}
 #: characters, a colon, no ``//``. Not a URL to open (the commands refuse it, or a store reads it as a path), but
 #: its options are as secret as a URL's; a Windows drive (``C:``) has a one-letter scheme and is a path.
 _URL_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:(?!//)")
-#: The same inside text (``No such file or directory: 's3:/K:S@b/x.yaml?token=T#F'``), as :data:`_URL_IN_TEXT`
-#: finds a URL with its ``//``: a scheme that starts a word, a colon, no ``//``, then no white space. Only its
-#: user-info, options and fragment are masked, so a word with none (``12:30``, ``T12:30:00``) is left as it is.
-_URL_WITHOUT_SLASHES_IN_TEXT = re.compile(r"(?<![\w.~%+\-/:@])[A-Za-z][A-Za-z0-9+.\-]+:(?!//)[^\s<>`]+")
+#: The same inside text, wherever it starts (``No such file or directory: 's3:/K:S@b/x.yaml?token=T#F'``, a folder
+#: ``./s3:/K:S@b/x?token=T``, ``-s3:/...``, ``(s3:/...)``), as :data:`_URL_IN_TEXT` finds a URL with its ``//``: a
+#: scheme not inside a longer word, a colon, no ``//``, then no white space. Only its user-info, options and
+#: fragment are masked, so a word with none (``12:30``, ``T12:30:00``) is left as it is.
+_URL_WITHOUT_SLASHES_IN_TEXT = re.compile(r"(?<![A-Za-z0-9:@])[A-Za-z][A-Za-z0-9+.\-]+:(?!//)[^\s<>`]+")
+#: A user-info without a scheme and the rest of its word (``user:secret@host/dir?token=T``, as fev names a task
+#: after its dataset's path, or ``s3 :/u:pw@b/x?t=T``): the user-info, then what follows it up to white space,
+#: whose options and fragment are masked with it (:func:`redact_text`).
+_BARE_USER_INFO_WORD = re.compile(r"(?<![\w.~%+-])[\w.~%+-]+:[^\s/@<>`]+@(?=[\w\[])[^\s<>`]*")
 
 
 #: The user-info of a URL written without its ``//``: whatever precedes the first ``@`` of its first segment
@@ -93,14 +96,31 @@ def redact(location: object) -> str:
     """``location`` as it may be shown or recorded: a URL's user-info and option values replaced by ``***``.
 
     ``s3://KEY:SECRET@bucket/run?access_key=K&secret_key=S&region=eu`` becomes
-    ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``; a local path is returned as it is.
+    ``s3://***@bucket/run?access_key=***&secret_key=***&region=***``. A local path is shown as any text is
+    (:func:`redact_text`): as written, except a URL-like part of it (``./s3:/K:S@b/x?token=T#F``, a folder of that
+    name) whose user-info, options and fragment are all masked, as they would be anywhere else; a path with no
+    URL-like part (``data/a?b.csv``) is shown as written.
     """
     if not is_url(location):
-        text = _BARE_USER_INFO.sub(MASK + "@", str(location))
-        if not is_url_without_slashes(text):
-            return text
-        return _masked_options(USER_INFO_WITHOUT_SLASHES.sub(lambda found: found.group(1) + MASK + "@", text))
-    text = str(location)
+        return redact_text(str(location))
+    return _redact_url(str(location))
+
+
+def redact_address(address: str) -> str:
+    """A Ray address (``HOST:PORT``, ``ray://HOST:PORT``) as a message may show it: :func:`redact`-ed, and all of
+    what follows its first ``?`` or ``#`` masked. An address has neither, so what follows can only be something the
+    user added, a secret as often as not (``127.0.0.1:1?token=T``, which no rule for URLs takes for one).
+
+    >>> redact_address("127.0.0.1:1?token=T0K"), redact_address("ray://u:pw@h:1#F"), redact_address("h:6379")
+    ('127.0.0.1:1?***', 'ray://***@h:1#***', 'h:6379')
+    """
+    text = redact(address)
+    cut = min((found for found in (text.find("?"), text.find("#")) if found >= 0), default=-1)
+    return text if cut < 0 else text[: cut + 1] + MASK
+
+
+def _redact_url(text: str) -> str:
+    """A URL with its ``//`` (:func:`is_url`) with its user-info, option values and fragment masked."""
     try:
         url = urlsplit(text)
     except ValueError:  # an unparseable URL (a bad IPv6 host): show its scheme only
@@ -115,6 +135,18 @@ def redact(location: object) -> str:
     )
     fragment = MASK if url.fragment else ""  # a signed URL's fragment is the client's secret as often as not
     return urlunsplit(url._replace(netloc=netloc, query=query, fragment=fragment))
+
+
+def _redact_url_like(text: str) -> str:
+    """One URL-like piece of text (:func:`_redact_match`): a URL, or a URL without its ``//``, whose user-info,
+    option values and fragment are masked; or a user-info without a scheme and what follows it
+    (:data:`_BARE_USER_INFO_WORD`), masked the same way: wherever a user-info is masked, so are the options and the
+    fragment of the text that holds it."""
+    if is_url(text):
+        return _redact_url(text)
+    if _BARE_USER_INFO_WORD.match(text):  # ``user:secret@host/dir``: a user-info, shown as ``***@host/dir``
+        return _masked_options(MASK + "@" + text.partition("@")[2])
+    return _masked_options(USER_INFO_WITHOUT_SLASHES.sub(lambda found: found.group(1) + MASK + "@", text))
 
 
 def _masked_options(text: str) -> str:
@@ -143,7 +175,8 @@ def redact_text(text: str) -> str:
         text = _URL_WITHOUT_SLASHES_IN_TEXT.sub(
             lambda match: _redact_match(match.string, match.start(), match.group(0)), text
         )
-    text = _BARE_USER_INFO.sub(MASK + "@", text) if "@" in text else text
+    if "@" in text:  # a user-info without a scheme, and the options of its text (attack I)
+        text = _BARE_USER_INFO_WORD.sub(lambda match: _redact_match(match.string, match.start(), match.group(0)), text)
     for secret in _remembered_longest_first:  # a location's secrets quoted without their URL (module docstring)
         if secret in text:
             text = text.replace(secret, MASK)
@@ -249,8 +282,17 @@ def one_line(text: str, limit: int = LINE_LIMIT, *, value_limit: int = VALUE_LIM
 
 
 def _redact_match(text: str, start: int, found: str) -> str:
-    end = _url_end(found, text[start - 1] if start else "")
-    return redact(found[:end]) + found[end:]
+    end = _url_end(found, _opened_with(text, start))
+    return _redact_url_like(found[:end]) + found[end:]
+
+
+def _opened_with(text: str, start: int) -> str:
+    """The character before a URL found at ``start`` of ``text``, or the quote its word opens with (``'/tmp/a/s3:/...'``
+    is quoted whole, the URL-like part starting inside it): the quote that closes it is the text's."""
+    word_start = max(text.rfind(space, 0, start) for space in " \t\n") + 1
+    if word_start < start and text[word_start] in "'\"":
+        return text[word_start]
+    return text[start - 1] if start else ""
 
 
 def _url_end(found: str, before: str) -> int:

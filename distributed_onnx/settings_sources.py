@@ -156,6 +156,16 @@ class CommandSettings(BaseSettings):
             _REQUESTED_SOURCES.reset(token)
 
 
+class CrossKeyError(ValueError):
+    """A key's error about its value beside other keys' (``--grpc-port`` the same as ``--port``): the line names
+    the source of each of them (:func:`_config_error`), not only the source of the key that failed, since each may
+    have come from another (``--grpc-port`` a flag, the port ``DISTRIBUTED_ONNX_PORT``)."""
+
+    def __init__(self, message: str, *, involves: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.involves = involves
+
+
 class _SettingsLoader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2's integers: digits and a sign, read in base 10. YAML 1.1's others
     (``010`` octal, ``0x10``, ``1:00`` sexagesimal, ``1_000``) stay strings, which an integer setting refuses as
@@ -270,13 +280,35 @@ def _config_error(
         elif error["type"] == "extra_forbidden" and key is not None:
             close = difflib.get_close_matches(key, list(model.model_fields), n=1)
             text += f"; did you mean {close[0]!r}?" if close else ""
-        if origin == "environment" and key is not None:
-            origin = f"environment {ENV_PREFIX}{key.upper()}"
-        elif config_file is not None and origin == str(config_file):
+        if config_file is not None and origin == str(config_file):
             config_path = config_path or origin
-        problems.append(f"{text} [from {origin}]" if origin else text)
+        origin = _named_origin(origin, key)
+        own = f"from {origin}" if origin else "by default"
+        involved = getattr((error.get("ctx") or {}).get("error"), "involves", ())
+        others = [  # each other key's source where it is not the same as the key's own (CrossKeyError)
+            f"{flag_name(model, other)} {_origin_of(other, layers)}"
+            for other in involved
+            if _origin_of(other, layers) != own
+        ]
+        if origin:
+            problems.append(f"{text} [{'; '.join([own, *others])}]")
+        elif others and key is not None:
+            problems.append(f"{text} [{'; '.join([f'{flag_name(model, key)} {own}', *others])}]")
+        else:
+            problems.append(text)
     message = "; ".join(problems) if first_key is None else f"Invalid {model.label}: {'; '.join(problems)}"
     return ConfigError(message, key=first_key, path=config_path)
+
+
+def _named_origin(origin: str | None, key: str | None) -> str | None:
+    """A layer's name as an error line gives it: the environment by the key's variable."""
+    return f"environment {ENV_PREFIX}{key.upper()}" if origin == "environment" and key is not None else origin
+
+
+def _origin_of(key: str, layers: list[tuple[str, dict[str, Any]]]) -> str:
+    """Where ``key``'s value came from, for a line about another key (:class:`CrossKeyError`)."""
+    origin = next((label for label, values in layers if key in values), None)
+    return f"from {_named_origin(origin, key)}" if origin else "by default"
 
 
 def comma_list(value: Any) -> Any:

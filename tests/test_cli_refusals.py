@@ -400,3 +400,96 @@ def test_serve_with_one_port_for_http_and_grpc_names_both_flags_as_its_other_set
             "need a port each: give --grpc-port another one [from command line]"
         ],
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "config", "shown"),
+    [
+        (["backtest", "--address", "ray://k3y:pw9@127.0.0.1:1?tk=tk7"], {}, "", "'ray://***@127.0.0.1:1?***'"),
+        (["backtest", "--address", "127.0.0.1:1?tk=tk7#fr8"], {}, "", "'127.0.0.1:1?***'"),
+        (["backtest", "--address", "s3:/k3y:pw9@127.0.0.1:1#fr8"], {}, "", "'s3:/***@127.0.0.1:1#***'"),
+        (["serve", "--address", "k3y:pw9@127.0.0.1:1?tk=tk7"], {}, "", "'***@127.0.0.1:1?***'"),
+        (["fev", "b.yaml", "--output", "out"], {"DISTRIBUTED_ONNX_ADDRESS": "h:1?tk=tk7"}, "", "'h:1?***'"),
+        (["backtest", "--output", "out", "--config", "c.yaml"], {}, "address: h:1#fr8", "'h:1#***'"),
+    ],
+    ids=["ray-url", "bare-query", "no-slashes", "serve", "fev-environment", "config"],
+)
+def test_an_address_refused_shows_every_part_of_it_masked(
+    arguments: list[str], environment: dict[str, str], config: str, shown: str, tmp_path: Path
+) -> None:
+    """``--address 'ray://K:S@127.0.0.1:1?tok=T'`` was refused with "its port '1?tok=T' is not a number": the part
+    quoted after the masked whole repeated the secret, and ``127.0.0.1:1?token=T`` was shown with nothing masked
+    (attack I), from every command and source. The whole is shown once, every part after ``?`` or ``#`` masked,
+    and the part at fault is named, not quoted."""
+    (tmp_path / "c.yaml").write_text(config + "\n")
+    (tmp_path / "b.yaml").write_text("tasks: []\n")
+    code, lines = run_cli(
+        [*arguments, "--n-windows", "2"] if arguments[0] == "backtest" else arguments, tmp_path, **environment
+    )
+    assert code == 2 and len(lines) == 1, lines
+    assert "address: expected HOST:PORT" in lines[0], lines
+    assert f"got {shown}: its port is not a number from 1 to 65535" in lines[0], lines
+    assert not any(secret in lines[0] for secret in SHORT_SECRETS), lines
+
+
+#: A local path holding URL-like text that does not start it, each with a user-info, an option and a fragment.
+URL_LIKE_PATHS = ["./s3:/k3y:pw9@b/x.onnx?tk=tk7#fr8", "-s3://k3y:pw9@b/x.onnx?tk=tk7", "d/s3://k3y:pw9@b/x?tk=tk7"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "shown"),
+    [
+        (["backtest", "--output", "out", "--checkpoint", URL_LIKE_PATHS[0]], "s3:/***@b/x.onnx?tk=***#***"),
+        (["backtest", "--output", "out", f"--checkpoint={URL_LIKE_PATHS[1]}"], "-s3:/***@b/x.onnx?tk=***"),
+        (["backtest", "--output", "out", "--data", URL_LIKE_PATHS[2]], "d/s3:/***@b/x?tk=***"),
+        (["backtest", "--output", "out", "--config", URL_LIKE_PATHS[0]], "s3:/***@b/x.onnx?tk=***#***"),
+        (["inspect", URL_LIKE_PATHS[0]], "s3:/***@b/x.onnx?tk=***#***"),
+    ],
+    ids=["checkpoint", "checkpoint-dash", "data-in-a-folder", "config", "inspect"],
+)
+def test_a_local_path_holding_url_like_text_shows_its_options_masked_with_its_user_info(
+    arguments: list[str], shown: str, tmp_path: Path
+) -> None:
+    """``--checkpoint './s3:/u:pw@b/x.onnx?t=T#F'`` was refused as "not found" with the user-info masked and the
+    option and fragment shown (attack I): a URL-like part of a path that does not start it was half masked. One
+    rule now: where a user-info is masked, so are the options and the fragment of the same text."""
+    code, lines = run_cli(arguments, tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert shown in lines[0], lines
+    assert not any(secret in lines[0] for secret in SHORT_SECRETS), lines
+
+
+def test_serve_refuses_a_forecast_log_url_without_its_slashes_as_every_output_is(tmp_path: Path) -> None:
+    """``serve --forecast-log 's3:/K:S@b/log?tok=T#F'`` was a local folder ``s3:`` (the credentials in a path on
+    disk, the forecasts logged here, not to the store; attack I), where ``backtest --output`` refuses the same text:
+    refused by the same rule (``Location.looks_like_a_url``), from a flag or a variable, before anything starts."""
+    code, lines = run_cli(["serve", "--forecast-log", "s3:/k3y:pw9@b/log?tk=tk7#fr8"], tmp_path)
+    assert (code, lines) == (
+        2,
+        [
+            "error: Invalid serve settings: --forecast-log: s3:/***@b/log?tk=***#*** looks like a URL without its // "
+            "(SCHEME://BUCKET/PATH); write it whole, or give a local folder of that name as ./s3:/***@b/log?tk=***#*** "
+            "[from command line]"
+        ],
+    )
+    code, lines = run_cli(["serve"], tmp_path, DISTRIBUTED_ONNX_FORECAST_LOG="gs:b/log")
+    assert code == 2 and len(lines) == 1, lines
+    assert "gs:b/log looks like a URL without its //" in lines[0], lines
+    assert lines[0].endswith("[from environment DISTRIBUTED_ONNX_FORECAST_LOG]"), lines
+    assert not any(tmp_path.iterdir())  # no folder s3: nor gs:
+
+
+def test_a_serve_error_about_two_ports_names_the_source_of_each(tmp_path: Path) -> None:
+    """``DISTRIBUTED_ONNX_PORT=P serve --grpc-port P`` was refused naming ``--port ... [from command line]``, the
+    source of --grpc-port alone (attack I): the other port's source is named as it came, where it is another. And
+    ``--port 8001`` (the default gRPC port) passed the settings and failed to bind once Ray had started."""
+    code, lines = run_cli(["serve", "--grpc-port", "18623"], tmp_path, DISTRIBUTED_ONNX_PORT="18623")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].endswith(
+        "the same port as --port (HTTP); HTTP and gRPC need a port each: give --grpc-port another one "
+        "[from command line; --port from environment DISTRIBUTED_ONNX_PORT]"
+    ), lines
+    # --port 8001 alone is the default gRPC port: refused the same way, not met once Ray has started (exit 3)
+    code, lines = run_cli(["serve", "--port", "8001"], tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].endswith("give --grpc-port another one [--grpc-port by default; --port from command line]"), lines

@@ -150,6 +150,38 @@ def test_no_output_file_nor_printed_line_carries_a_urls_secrets(
 
 
 @pytest.mark.integration
+def test_a_local_output_named_as_a_url_is_written_there_and_shown_masked(
+    tmp_path: Path, ray_session: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--output './s3:/u:pw@b/x?t=T#F'`` is a local folder (as the docs say), and the run printed ``wrote
+    ./s3:/***@b/x?t=T#F`` and recorded that in summary.json, run.json and report.html (attack I): the user-info
+    masked, the option and fragment of the same text shown. Now all of them are masked wherever it is shown, and
+    the folder is still written where the user said."""
+    from backtest_data import settings_for, write_dataset
+    from graphs import write_tiny_chronos2
+
+    from distributed_onnx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    data = write_dataset(tmp_path / "load.parquet", covariate=False)
+    checkpoint = write_tiny_chronos2(tmp_path / "models").weights_path
+    output = "./s3:/usr9q:PWSECRET9@b/x?tok=TOKSECRET9#FRAGSECRET9"
+    settings = settings_for(checkpoint, data, tmp_path / "unused", actors=1, n_windows=2)
+    arguments = ["backtest", "--checkpoint", str(checkpoint), "--data", str(data), "--output", output]
+    arguments += ["--actors", "1", "--n-windows", "2", "--stride", str(settings.stride), "--cpus-per-actor", "1"]
+    assert main([*arguments, "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    folder = tmp_path / output
+    written = {path.name: path.read_text(errors="replace") for path in folder.rglob("*") if path.is_file()}
+    assert {"summary.json", "run.json", "report.html"} <= set(written)
+    assert "wrote ./s3:/***@b/x?tok=***#***" in printed.out, printed.out
+    assert "./s3:/***@b/x?tok=***#***" in written["summary.json"]
+    for secret in ("PWSECRET9", "TOKSECRET9", "FRAGSECRET9"):
+        assert secret not in printed.out + printed.err
+        assert not [name for name, text in written.items() if secret in text], secret
+
+
+@pytest.mark.integration
 def test_serve_with_a_credential_log_url_shows_no_secret_anywhere(tmp_path: Path) -> None:
     """Issue 40, defect 11: ``serve --forecast-log URL`` printed the URL whole in its ``ready:`` line and log.
 
@@ -217,3 +249,28 @@ def test_redaction_takes_urls_with_parentheses_and_quotes_whole_and_bare_user_in
     for text, shown in cases.items():
         assert storage.redact_text(text) == shown
     assert storage.redact("user:SECRET6@host/dir") == "***@host/dir"
+
+
+def test_url_like_text_inside_a_path_has_its_options_masked_wherever_its_user_info_is() -> None:
+    """Attack I: text that looks like a URL but does not start the path (``./s3:/...``, ``-s3://...``, ``(s3://...)``,
+    a folder ``out dir/s3://...``, ``s3 ://...``) had its user-info masked and its options and fragment shown. One
+    rule now, for a location and for any text: where the user-info is masked, its options and fragment are too;
+    a path with no URL-like text is shown as written."""
+    from distributed_onnx.location import Location
+
+    cases = {
+        "./s3:/u:pw7@b/x?t=T0K#F12": "./s3:/***@b/x?t=***#***",
+        "(s3://u:pw7@b/x?t=T0K)": "(s3:/***@b/x?t=***)",
+        "x(s3://u:pw7@b/x?t=T0K)": "x(s3:/***@b/x?t=***)",
+        "-s3://u:pw7@b/x?t=T0K": "-s3:/***@b/x?t=***",
+        "out dir/s3://u:pw7@b/x?t=T0K#F12": "out dir/s3:/***@b/x?t=***#***",
+        "s3 ://u:pw7@b/x?t=T0K": "s3 :/***@b/x?t=***",
+        "data/a?b.csv": "data/a?b.csv",
+        "runs/T12:30:00": "runs/T12:30:00",
+    }
+    for written, shown in cases.items():
+        assert str(Location.parse(written)) == shown, written
+    quoted = "No such file or directory: '/tmp/a/s3:/u:pw7@b/x.yaml?t=T0K#F12'."
+    assert storage.redact_text(quoted) == "No such file or directory: '/tmp/a/s3:/***@b/x.yaml?t=***#***'."
+    location = Location.parse("./s3:/usr9:PWSECRET9@b/x?tok=TOKSECRET9")  # remembered, as a URL's secrets are
+    assert storage.redact_text("PWSECRET9 and TOKSECRET9 quoted alone") == "*** and *** quoted alone", location

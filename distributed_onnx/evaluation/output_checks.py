@@ -11,7 +11,6 @@ layout's (:mod:`.outputs`).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +34,6 @@ from distributed_onnx.evaluation.outputs import (
 from distributed_onnx.local_paths import name_too_long, not_a_file
 from distributed_onnx.location import Location
 
-#: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
-#: made a folder ``s3:`` in the working directory and the run failed at its end. Written ``./s3:/bucket`` it is a
-#: local folder (:class:`~distributed_onnx.location.Location` keeps that ``./``).
-LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
 #: The stores an output is written to besides local folders (and ``file://`` URLs, which are local): the
 #: filesystems pyarrow writes itself (``storage.filesystem``). Any other scheme went to fsspec, which either lacks
 #: it or reached a server only once the run had started (``ftp://``: Ray's start, then an I/O error naming no URL).
@@ -175,12 +170,8 @@ def check_output_reachable(output: Location, *, what: str = "folder") -> None:
             f"cannot write there and no later command could read it; {supported}.",
             key="output",
         )
-    if plain_path and LOOKS_LIKE_A_URL.match(written):
-        raise ConfigError(
-            f"--output {output} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give "
-            f"a local {what} of that name as ./{written}.",
-            key="output",
-        )
+    if output.looks_like_a_url:
+        raise ConfigError(f"--output {output.url_without_slashes_problem(what)}.", key="output")
     if output.scheme in READ_ONLY_SCHEMES:
         raise ConfigError(
             f"--output {output} is an {output.scheme}:// server, which is read here, never written; {supported}.",

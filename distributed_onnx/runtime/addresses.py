@@ -12,6 +12,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from distributed_onnx.redact import redact_address
+
 #: The address that asks for the Ray ``ray start`` left running on this machine (:func:`.running_ray.find_local_ray`).
 AUTO = "auto"
 
@@ -38,13 +40,18 @@ def check_address(value: str) -> str:
     if value.lower() == AUTO:
         return AUTO
     host, colon, port = value.rpartition(":")
-    expected = f"expected HOST:PORT of a running Ray (e.g. 127.0.0.1:6379) or {AUTO}, got {value!r}"
+    shown = redact_address(value)
+    expected = f"expected HOST:PORT of a running Ray (e.g. 127.0.0.1:6379) or {AUTO}, got {shown!r}"
     if not colon or not host:
         raise ValueError(f"{expected}: it has no HOST:PORT")
+    # A part is quoted only when the value holds no secret: ``ray://K:S@h:1?tok=T`` has the port ``1?tok=T``, which
+    # no redaction of the part alone would mask (the whole, masked, is shown once above).
     if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{expected}: its port {port!r} is not a number from 1 to 65535")
+        part = f" {port!r}" if shown == value else ""
+        raise ValueError(f"{expected}: its port{part} is not a number from 1 to 65535")
     if not _is_host(host):
-        raise ValueError(f"{expected}: {host!r} is not a host name or an IP address")
+        part = f" {host!r}" if shown == value else ""
+        raise ValueError(f"{expected}: its host{part} is not a host name or an IP address")
     return value
 
 

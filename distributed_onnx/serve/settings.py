@@ -33,7 +33,7 @@ from distributed_onnx.resources import REFERENCE_CHECKPOINT
 from distributed_onnx.runtime.addresses import check_address_or_none
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
-from distributed_onnx.settings_sources import CommandSettings, comma_list
+from distributed_onnx.settings_sources import CommandSettings, CrossKeyError, comma_list
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -107,7 +107,11 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (the one address clients call).")
     grpc_port: int = Field(
-        default=8001, ge=1, le=65535, description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's)."
+        default=8001,
+        ge=1,
+        le=65535,
+        validate_default=True,  # --port 8001 alone is the default gRPC port: refused as a setting (_distinct_ports)
+        description="gRPC port of the KServe v2 GRPCInferenceService (as Triton's).",
     )
     ingress: IngressMode = Field(
         default="auto",
@@ -224,15 +228,25 @@ class ServeSettings(CommandSettings, ReplicaSettings):
             )
         return check_address_or_none(value)  # the one parse (runtime/addresses.py)
 
+    @field_validator("forecast_log")
+    @classmethod
+    def _log_not_a_url_without_slashes(cls, value: Location | None) -> Location | None:
+        """``s3:/K:S@b/log?token=T`` was a local folder ``s3:`` (the credentials in a path on disk, nothing logged
+        to the store): refused as every other output is (the one rule, :attr:`Location.looks_like_a_url`)."""
+        if value is not None and value.looks_like_a_url:
+            raise ValueError(value.url_without_slashes_problem("folder"))
+        return value
+
     @field_validator("grpc_port")
     @classmethod
     def _distinct_ports(cls, value: int, info: ValidationInfo) -> int:
         """A key's error, so that it reads as serve's other setting errors do (``Invalid serve settings: --grpc-port:
         ... [from command line]``), naming the flags; ``port`` is validated before it (declared first)."""
         if value == info.data.get("port"):
-            raise ValueError(
+            raise CrossKeyError(
                 f"is {value}, the same port as --port (HTTP); HTTP and gRPC need a port each: give --grpc-port "
-                "another one"
+                "another one",
+                involves=("port",),
             )
         return value
 
