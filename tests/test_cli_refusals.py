@@ -479,6 +479,65 @@ def test_serve_refuses_a_forecast_log_url_without_its_slashes_as_every_output_is
     assert not any(tmp_path.iterdir())  # no folder s3: nor gs:
 
 
+#: What is at a local ``--forecast-log`` (made in the test's folder) and the line serve refuses it with: each was the
+#: probe's "Cannot write the forecast log ... check credentials" (exit 3, attack J).
+NO_LOG_FOLDER = "the forecast log is a folder (new, or one serve wrote): give another --forecast-log."
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("afile", f"error: --forecast-log afile is a file; {NO_LOG_FOLDER}"),
+        ("afile/log", f"error: --forecast-log afile/log: afile is a file; {NO_LOG_FOLDER}"),
+        (
+            "/dev/null",
+            f"error: --forecast-log /dev/null is not a regular file (a device, a pipe or a socket); {NO_LOG_FOLDER}",
+        ),
+        (
+            "loopA",
+            "error: --forecast-log loopA is a symbolic link to loopB, in a loop of links that leads back to itself; "
+            "remove the link.",
+        ),
+        (
+            "dangling",
+            "error: --forecast-log dangling is a symbolic link to nowhere, which does not exist; make that folder or "
+            "remove the link.",
+        ),
+        (
+            "L" * 300,
+            "error: --forecast-log LLLLLLLLLLLLLLLL...(268 bytes left out)...LLLLLLLLLLLLLLLL: its name "
+            "LLLLLLLLLLLLLLLL...(268 bytes left out)...LLLLLLLLLLLLLLLL is 300 bytes, longer than the 255 this file "
+            "system takes; give a shorter one.",
+        ),
+        (
+            "-",
+            "error: Invalid serve settings: --forecast-log: - is not standard output here: the command writes a "
+            "folder, and would make one named '-'; give a folder (./- for one of that name) [from command line]",
+        ),
+        (
+            FTP,
+            "error: Invalid serve settings: --forecast-log: ftp://***@127.0.0.1:9/runs/x?token=***: this package does "
+            f"not write to ftp:// locations; {SUPPORTED.format('folder')[:-1]} [from command line]",
+        ),
+    ],
+    ids=["file", "below-a-file", "device", "loop", "dangling-link", "name-too-long", "dash", "ftp"],
+)
+def test_serve_refuses_a_forecast_log_no_write_could_make_as_every_output_is(
+    log: str, expected: str, tmp_path: Path
+) -> None:
+    """A forecast log is an output: what a backtest's ``--output`` refuses (``-``, ``ftp://``: the one rule,
+    ``Location.unwritable_problem``), a name too long and a path that is not a folder (``local_paths``' words) are
+    bad input (exit 2), one line, before Ray starts. On main ``-`` logged into ``./-``, ``ftp://`` tried to connect
+    and the rest were the probe's exit 3 "check ... its credentials" (attack J)."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "loopA").symlink_to("loopB")
+    (tmp_path / "loopB").symlink_to("loopA")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    code, lines = run_cli(["serve", "--forecast-log", log], tmp_path)
+    assert (code, lines) == (2, [expected])
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["afile", "dangling", "loopA", "loopB"]
+
+
 def test_a_serve_error_about_two_ports_names_the_source_of_each(tmp_path: Path) -> None:
     """``DISTRIBUTED_ONNX_PORT=P serve --grpc-port P`` was refused naming ``--port ... [from command line]``, the
     source of --grpc-port alone (attack I): the other port's source is named as it came, where it is another. And

@@ -20,9 +20,9 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 import flaky_storage
 from backtest_data import run_parts_in_process, settings_for, write_dataset
 
-from distributed_onnx import cli, storage
+from distributed_onnx import cli, location, storage
 from distributed_onnx.errors import StorageError
-from distributed_onnx.evaluation import output_checks, outputs
+from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.backtest import run_backtest
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.evaluation.sums import read_done_part
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.integration
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Retries without sleeping (three attempts), and no failure left armed for the next test."""
     monkeypatch.setattr(storage, "READ_RETRY_DELAYS_S", (0.0, 0.0), raising=False)
-    # flaky:// is an fsspec store, which a command's output does not take (output_checks.WRITABLE_SCHEMES): this
+    # flaky:// is an fsspec store, which a command's output does not take (location.WRITABLE_SCHEMES): this
     # in-process test writes there as an object store would be written
-    monkeypatch.setattr(output_checks, "WRITABLE_SCHEMES", (*output_checks.WRITABLE_SCHEMES, "flaky"))
+    monkeypatch.setattr(location, "WRITABLE_SCHEMES", (*location.WRITABLE_SCHEMES, "flaky"))
     flaky_storage.FAILURES.clear()
     flaky_storage.FAILED.clear()
     yield

@@ -14,7 +14,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -34,16 +33,6 @@ from distributed_onnx.evaluation.outputs import (
 from distributed_onnx.local_paths import name_too_long, not_a_file
 from distributed_onnx.location import Location
 
-#: The stores an output is written to besides local folders (and ``file://`` URLs, which are local): the
-#: filesystems pyarrow writes itself (``storage.filesystem``). Any other scheme went to fsspec, which either lacks
-#: it or reached a server only once the run had started (``ftp://``: Ray's start, then an I/O error naming no URL).
-WRITABLE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
-#: Stores this package reads and never writes (``storage``: a write there is refused, after Ray's start).
-READ_ONLY_SCHEMES = frozenset({"http", "https"})
-#: fsspec's stores that live inside one process: what one process writes there, no other sees.
-PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
-#: What the dash means on most command lines: standard output, which a run's files cannot go to.
-STANDARD_OUTPUT = "-"
 #: The top-level entries of a backtest's folder that are its own before its run record exists.
 RUN_OWN = (LOCK, INPUTS_DIR)
 
@@ -149,43 +138,15 @@ def _refuse_a_file(output: Location, is_file: bool) -> None:
 
 def check_output_reachable(output: Location, *, what: str = "folder") -> None:
     """Refuse (exit 2), before Ray starts or anything is measured, an output the command could not write to or a
-    later command read: a scheme this package does not write (``ftp://``; :data:`WRITABLE_SCHEMES`), an
-    ``http(s)://`` server (read only), fsspec's ``memory://`` (a store inside one process), a URL with no bucket,
-    a local path that is a URL without its ``//``, and ``-`` (standard output elsewhere; here a folder ``-``).
-    ``what`` the output is (``folder``, or ``file`` for ``tune``), for the message. The one home of these checks:
+    later command read: what :meth:`~distributed_onnx.location.Location.unwritable_problem` says of it (``ftp://``,
+    ``-``, ``memory://``, an ``http(s)://`` server...; the rule serve's ``--forecast-log`` reads too), and a local
+    path too long for its file system. ``what`` the output is (``folder``, or ``file`` for ``tune``), for the
+    message. The one home of these checks for a command's ``--output``:
     asked by the backtest's up-front checks, the fev runner, ``score`` and ``tune``; a process that writes its own
     run folder (a test, :func:`~.run_manifest.prepare_output`) may keep one in ``memory://``."""
-    written = str(output)
-    plain_path = output.local_path is not None and "://" not in written  # as written: not a file:// URL
-    supported = f"give a local {what} or a URL of " + ", ".join(f"{scheme}://" for scheme in WRITABLE_SCHEMES)
-    if plain_path and written == STANDARD_OUTPUT:
-        raise ConfigError(
-            f"--output - is not standard output here: the command writes a {what}, and would make one named '-'; "
-            f"give a {what} (./- for one of that name).",
-            key="output",
-        )
-    if output.scheme in PROCESS_LOCAL_SCHEMES:
-        raise ConfigError(
-            f"--output {output} is a store inside one process ({output.scheme}://): the actors, other processes, "
-            f"cannot write there and no later command could read it; {supported}.",
-            key="output",
-        )
-    if output.looks_like_a_url:
-        raise ConfigError(f"--output {output.url_without_slashes_problem(what)}.", key="output")
-    if output.scheme in READ_ONLY_SCHEMES:
-        raise ConfigError(
-            f"--output {output} is an {output.scheme}:// server, which is read here, never written; {supported}.",
-            key="output",
-        )
-    if output.is_url and output.scheme not in WRITABLE_SCHEMES:
-        raise ConfigError(
-            f"--output {output}: this package does not write to {output.scheme}:// locations; {supported}.",
-            key="output",
-        )
-    if output.is_url and not urlsplit(output.reveal()).netloc:
-        raise ConfigError(
-            f"--output {output} names no bucket or host (a URL is SCHEME://BUCKET/PATH); give one.", key="output"
-        )
+    problem = output.unwritable_problem(what)  # the one rule of every output (location.py), serve's log's too
+    if problem is not None:
+        raise ConfigError(f"--output {problem}.", key="output")
     if output.local_path is not None:
         _refuse_a_name_too_long(output, output.local_path)
         _refuse_a_path_too_long(output, output.local_path)

@@ -230,11 +230,13 @@ class ServeSettings(CommandSettings, ReplicaSettings):
 
     @field_validator("forecast_log")
     @classmethod
-    def _log_not_a_url_without_slashes(cls, value: Location | None) -> Location | None:
-        """``s3:/K:S@b/log?token=T`` was a local folder ``s3:`` (the credentials in a path on disk, nothing logged
-        to the store): refused as every other output is (the one rule, :attr:`Location.looks_like_a_url`)."""
-        if value is not None and value.looks_like_a_url:
-            raise ValueError(value.url_without_slashes_problem("folder"))
+    def _log_writable_there(cls, value: Location | None) -> Location | None:
+        """Refused as every other output is, by the one rule (:meth:`Location.unwritable_problem`): ``s3:/K:S@b/log``
+        was a local folder ``s3:`` (the credentials in a path on disk, nothing logged to the store), ``-`` a folder
+        ``./-``, and ``ftp://...`` was tried only once Ray had started (exit 3, in the store's words)."""
+        problem = None if value is None else value.unwritable_problem("folder")
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("grpc_port")
