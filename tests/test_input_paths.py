@@ -167,9 +167,11 @@ def immutable(tmp_path: Path) -> Iterator[Path]:
         subprocess.run([str(chattr), "-i", folder], check=True)
 
 
-def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("below", [False, True], ids=["the-folder", "a-new-folder-in-it"])
+def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path, tmp_path: Path, below: bool) -> None:
     """``score --output`` a read-only folder read and scored, then failed writing (exit 3, "rerun to resume"),
-    where ``backtest`` and ``tune`` refuse it up front: the same refusal now (``output_checks``), exit 2."""
+    where ``backtest`` and ``tune`` refuse it up front: the same refusal now (``output_checks``), exit 2. A new
+    folder in a read-only one (attack J) failed making it (exit 3): refused naming where it would be made."""
     from distributed_onnx.live.log.layout import LoggedForecast
     from distributed_onnx.live.log.writer import ForecastLog
 
@@ -196,12 +198,14 @@ def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path,
         )
     )
     log.close()
-    arguments = ["score", "--forecasts", "log", "--actuals", "actuals.parquet", "--output", str(immutable)]
+    output = immutable / "sub" if below else immutable
+    where = f": it would be made in {immutable}, which cannot be written" if below else ""
+    arguments = ["score", "--forecasts", "log", "--actuals", "actuals.parquet", "--output", str(output)]
     assert run_cli(arguments, tmp_path) == (
         2,
         [
-            f"error: --output {immutable} cannot be written (read-only, or no permission); make it writable, or "
-            "give another --output."
+            f"error: --output {output} cannot be written{where} (read-only, or no permission); make it writable, "
+            "or give another --output."
         ],
     )
 

@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.output_checks import check_output_reachable
+from distributed_onnx.evaluation.output_checks import check_output_reachable, check_writable_folder
 from distributed_onnx.live.log.layout import log_files
 from distributed_onnx.live.score.settings import ScoreSettings
 from distributed_onnx.location import Location
@@ -52,6 +52,7 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
         raise ConfigError(
             f"--output {settings.output} is a file; give a folder (new, or one score wrote before).", key="output"
         )
+    check_writable_folder(settings.output)  # a new folder under a read-only one: exit 3 at the make, else
     storage.make_dirs(settings.output)
     return settings, notes
 
