@@ -294,7 +294,8 @@ def test_the_wrote_line_names_covariate_ages_and_no_run_writes_over_it_as_its_da
     pq.write_table(vintage_table(per_series=False), tmp_path / "vintages.parquet")
     data = write_dataset(tmp_path / "data.parquet", covariate=False)
     run = tmp_path / "run"  # the path whole: the session Ray's actors do not run in this folder
-    common = ["--checkpoint", str(tiny_checkpoint.weights_path), "--n-windows", "2", "--no-progress", "--output", str(run)]
+    common = ["--checkpoint", str(tiny_checkpoint.weights_path), "--n-windows", "2", "--no-progress"]
+    common += ["--output", str(run)]
     covariates = ["--covariates", "wind", "--covariate-data", str(tmp_path / "vintages.parquet")]
     assert cli.main(["backtest", *common, "--data", str(data), *covariates]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
