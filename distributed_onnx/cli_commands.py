@@ -127,7 +127,7 @@ def _backtest(args: argparse.Namespace) -> int:
     from distributed_onnx import storage
     from distributed_onnx.evaluation.driver.clock import process_started_perf_s
     from distributed_onnx.evaluation.driver.early import start_early
-    from distributed_onnx.evaluation.up_front import RUN_ENTRIES, check_backtest
+    from distributed_onnx.evaluation.up_front import check_backtest, run_entries
 
     tuned = None
     if args.tuned is not None:
@@ -157,9 +157,9 @@ def _backtest(args: argparse.Namespace) -> int:
     # Only the global rows become Python objects (the result holds no per-series row: metrics.parquet does).
     run_wide = result.run_wide_metrics.filter(pc.equal(result.run_wide_metrics.column("scope"), "global"))
     print(json.dumps(backtest_headline(result.summary, run_wide.to_pylist()), indent=2))
-    # What the run folder holds of what a backtest writes there (up_front.RUN_ENTRIES), folders with their "/".
+    # What the run folder holds of what this backtest writes there (up_front.run_entries), folders with their "/".
     held = storage.entries(settings.output)
-    written = ", ".join(f"{name}/" if held[name] else name for name in RUN_ENTRIES if name in held)
+    written = ", ".join(f"{name}/" if held[name] else name for name in run_entries(settings) if name in held)
     print(f"wrote {folder_words(settings.output)} ({written})")
     return 0
 

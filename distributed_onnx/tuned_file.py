@@ -16,7 +16,7 @@ from typing import Any
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.local_paths import name_too_long_error
+from distributed_onnx.local_paths import name_too_long_error, not_a_file
 from distributed_onnx.location import Location, LocationLike
 from distributed_onnx.model.checkpoint import LocalCheckpoint, ResolvedCheckpoint
 from distributed_onnx.model.identity import CheckpointIdentity, describe_differences, identity_of
@@ -130,6 +130,10 @@ def load_tuned(given: LocationLike) -> TunedFile:
     :meth:`TunedFile.check_checkpoints`)."""
     path = Location.parse(given)
     try:
+        there = not_a_file(path.local_path) if path.local_path is not None else None
+        if there is not None:  # a folder, a link in a loop or to nothing, a device: said, not errno's "not JSON"
+            msg = f"Tuned settings file {path} {there}; give the JSON file distributed-onnx tune wrote"
+            raise ConfigError(msg, path=str(path))
         document = json.loads(storage.read_bytes(path))
     except FileNotFoundError as exc:
         msg = f"Tuned settings file not found: {path}; write it with distributed-onnx tune"

@@ -108,9 +108,10 @@ def _png() -> bytes:
 
 @pytest.fixture
 def odd_paths(tmp_path: Path) -> Path:
-    """A folder holding a folder ``adir``, two links in a loop (``loopA`` -> ``loopB`` -> ``loopA``) and a PNG
-    image named ``pic.csv``."""
+    """A folder holding a folder ``adir``, two links in a loop (``loopA`` -> ``loopB`` -> ``loopA``), a link to
+    nothing (``gone`` -> ``nothere.json``) and a PNG image named ``pic.csv``."""
     (tmp_path / "adir").mkdir()
+    (tmp_path / "gone").symlink_to("nothere.json")
     (tmp_path / "loopA").symlink_to("loopB")
     (tmp_path / "loopB").symlink_to("loopA")
     (tmp_path / "pic.csv").write_bytes(_png())
@@ -118,6 +119,10 @@ def odd_paths(tmp_path: Path) -> Path:
 
 
 LOOP = "is a symbolic link to loopB, in a loop of links that leads back to itself"
+GONE = "is a symbolic link to nothere.json, which does not exist"
+DEVICE = "is not a regular file (a device, a pipe or a socket)"
+TUNED = "give the JSON file distributed-onnx tune wrote"
+COVARIATES = ["--covariates", "wind", "--covariate-data"]
 
 
 @pytest.mark.parametrize(
@@ -136,17 +141,50 @@ LOOP = "is a symbolic link to loopB, in a loop of links that leads back to itsel
             "Data file pic.csv is not text (byte 0 is 0x89: a binary file, such as an image or a Parquet file), so "
             "it cannot be read as CSV; give a CSV file saved as UTF-8 text, or a Parquet file.",
         ),
+        (["--tuned", "adir"], f"Tuned settings file adir is a folder; {TUNED}"),
+        (["--tuned", "loopA"], f"Tuned settings file loopA {LOOP}; {TUNED}"),
+        (["--tuned", "gone"], f"Tuned settings file gone {GONE}; {TUNED}"),
+        (["--tuned", "/dev/null"], f"Tuned settings file /dev/null {DEVICE}; {TUNED}"),
+        ([*COVARIATES, "adir"], "Data file adir is a folder; give a data file (.parquet, or .csv)."),
+        ([*COVARIATES, "loopA"], f"Data file loopA {LOOP}; give a data file (.parquet, or .csv)."),
+        ([*COVARIATES, "gone"], f"Data file gone {GONE}; give a data file (.parquet, or .csv)."),
+        ([*COVARIATES, "/dev/null"], f"Data file /dev/null {DEVICE}; give a data file (.parquet, or .csv)."),
     ],
-    ids=["data-folder", "data-loop", "checkpoint-loop", "config-folder", "output-loop", "data-png"],
+    ids=[
+        "data-folder",
+        "data-loop",
+        "checkpoint-loop",
+        "config-folder",
+        "output-loop",
+        "data-png",
+        *(f"tuned-{kind}" for kind in ("folder", "loop", "gone", "device")),
+        *(f"covariate-data-{kind}" for kind in ("folder", "loop", "gone", "device")),
+    ],
 )
 def test_what_is_there_instead_of_the_file_is_said(arguments: list[str], line: str, odd_paths: Path) -> None:
     """A folder or a loop of links was "not found" (``--output``'s loop "a link to loopB, which does not exist"),
-    and a PNG read as CSV an internal error (exit 4): each said for what it is, exit 2, nothing made."""
+    and a PNG read as CSV an internal error (exit 4): each said for what it is, exit 2, nothing made. ``--tuned``
+    and ``--covariate-data`` printed the system's errno text ("not JSON ([Errno 40] ...)", "Failed to open local
+    file", attack J): the same words now."""
     arguments = ["backtest", "--n-windows", "2", *arguments]
     if "--output" not in arguments:
         arguments += ["--output", "run"]
     assert run_cli(arguments, odd_paths) == (2, [f"error: {line}"])
     assert not (odd_paths / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "there"),
+    [("loopA", LOOP), ("gone", GONE), ("/dev/null", DEVICE)],
+    ids=["loop", "gone", "device"],
+)
+def test_score_says_what_its_forecasts_are_when_not_a_folder(given: str, there: str, odd_paths: Path) -> None:
+    """``score --forecasts`` a loop of links said it "does not exist", and ``/dev/null`` that it "is a file"
+    (attack J): said as every input's (``local_paths``), exit 2."""
+    arguments = ["score", "--forecasts", given, "--actuals", "a.parquet", "--output", "scored"]
+    expected = "(expected the folder `distributed-onnx serve --forecast-log` writes (day=*/model=*/part-*.parquet))."
+    assert run_cli(arguments, odd_paths) == (2, [f"error: --forecasts {given} {there} {expected}"])
+    assert not (odd_paths / "scored").exists()
 
 
 @pytest.fixture
@@ -167,9 +205,11 @@ def immutable(tmp_path: Path) -> Iterator[Path]:
         subprocess.run([str(chattr), "-i", folder], check=True)
 
 
-def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("below", [False, True], ids=["the-folder", "a-new-folder-in-it"])
+def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path, tmp_path: Path, below: bool) -> None:
     """``score --output`` a read-only folder read and scored, then failed writing (exit 3, "rerun to resume"),
-    where ``backtest`` and ``tune`` refuse it up front: the same refusal now (``output_checks``), exit 2."""
+    where ``backtest`` and ``tune`` refuse it up front: the same refusal now (``output_checks``), exit 2. A new
+    folder in a read-only one (attack J) failed making it (exit 3): refused naming where it would be made."""
     from distributed_onnx.live.log.layout import LoggedForecast
     from distributed_onnx.live.log.writer import ForecastLog
 
@@ -196,12 +236,14 @@ def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path,
         )
     )
     log.close()
-    arguments = ["score", "--forecasts", "log", "--actuals", "actuals.parquet", "--output", str(immutable)]
+    output = immutable / "sub" if below else immutable
+    where = f": it would be made in {immutable}, which cannot be written" if below else ""
+    arguments = ["score", "--forecasts", "log", "--actuals", "actuals.parquet", "--output", str(output)]
     assert run_cli(arguments, tmp_path) == (
         2,
         [
-            f"error: --output {immutable} cannot be written (read-only, or no permission); make it writable, or "
-            "give another --output."
+            f"error: --output {output} cannot be written{where} (read-only, or no permission); make it writable, "
+            "or give another --output."
         ],
     )
 

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from backtest_data import part_files, read_forecasts
+from backtest_data import part_files, read_forecasts, write_dataset
+from test_covariate_vintages import vintage_table
 
 from distributed_onnx.errors import ConfigError
 from distributed_onnx.evaluation import outputs
@@ -29,6 +30,7 @@ from distributed_onnx.evaluation.outputs import (
 )
 from distributed_onnx.evaluation.run_manifest import prepare_output
 from distributed_onnx.location import Location
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 
 STEP_US = 15 * 60_000_000
 START_US = 1_704_067_200_000_000  # 2024-01-01T00:00Z
@@ -275,3 +277,32 @@ def test_a_local_folder_written_as_dot_slash_with_a_colon_is_written_there(
     assert len(set(forecasts.column("window_id").to_pylist())) == summary["windows"]["planned"]
     assert (folder / MANIFEST).is_file() and pq.read_table(folder / "metrics.parquet").num_rows > 0
     assert [entry.name for entry in tmp_path.iterdir()] == ["s3:"]
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_the_wrote_line_names_covariate_ages_and_no_run_writes_over_it_as_its_data(
+    tmp_path: Path,
+    tiny_checkpoint: ResolvedCheckpoint,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With ``--covariate-data`` the run writes ``covariate_ages.parquet``, which its last line left out (attack
+    J: the line named only the entries every run writes). Named now, as the own-inputs check knows it: a run that
+    writes it refuses it as its ``--data``, exit 2, before it could be written over."""
+    from distributed_onnx import cli
+
+    pq.write_table(vintage_table(per_series=False), tmp_path / "vintages.parquet")
+    data = write_dataset(tmp_path / "data.parquet", covariate=False)
+    run = tmp_path / "run"  # the path whole: the session Ray's actors do not run in this folder
+    common = ["--checkpoint", str(tiny_checkpoint.weights_path), "--n-windows", "2", "--no-progress"]
+    common += ["--output", str(run)]
+    covariates = ["--covariates", "wind", "--covariate-data", str(tmp_path / "vintages.parquet")]
+    assert cli.main(["backtest", *common, "--data", str(data), *covariates]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    named = "forecasts/, scores/, run.json, metrics.parquet, leaderboard.parquet, summary.json, report.html"
+    assert last == f"wrote {run}/ ({named}, covariate_ages.parquet)", last
+    written = {entry.name for entry in run.iterdir()} - {"run.lock"}
+    assert written == {name.rstrip("/") for name in named.split(", ")} | {"covariate_ages.parquet"}
+    assert cli.main(["backtest", *common, "--data", str(run / "covariate_ages.parquet"), *covariates]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "a command never writes over one of its own inputs" in err, err

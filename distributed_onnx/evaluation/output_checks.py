@@ -222,10 +222,10 @@ def check_run_entries(output: Location) -> None:
     Each was an I/O error (exit 3) advising a rerun that could never succeed: a folder that cannot be written
     (read-only, no permission), a file (or a link to nothing) where the run makes a folder (``removed``), a
     folder where it writes a file (``run.lock``). Cheap: a few ``lstat`` calls, asked before Ray starts."""
+    check_writable_folder(output)
     folder = output.local_path
     if folder is None or not folder.is_dir():
         return
-    check_writable_folder(output)
     for name in RUN_FOLDERS:
         entry = folder / name
         if os.path.lexists(entry) and not entry.is_dir():
@@ -249,15 +249,22 @@ def check_run_entries(output: Location) -> None:
 
 
 def check_writable_folder(output: Location) -> None:
-    """Refuse (exit 2) an existing local output folder this process cannot write in: read-only (a read-only mount,
-    ``chattr +i``) or without permission. Every command that writes a folder asks it before its work."""
+    """Refuse (exit 2) a local output folder this process cannot write in: read-only (a read-only mount,
+    ``chattr +i``) or without permission. A folder not made yet is asked of the deepest folder above it that
+    exists, where it would be made: made there, it failed once the command wrote (``score``: exit 3, "rerun to
+    resume", which no rerun gets past). Every command that writes a folder asks it before its work."""
     folder = output.local_path
-    if folder is not None and folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"--output {output} cannot be written (read-only, or no permission); make it writable, or give "
-            "another --output.",
-            key="output",
-        )
+    if folder is None:
+        return
+    existing = next((each for each in (folder, *folder.parents) if os.path.lexists(each)), None)
+    if existing is None or not existing.is_dir() or os.access(existing, os.W_OK | os.X_OK):
+        return  # a file in the way is its own refusal (check_output_folder; the make's NotADirectoryError)
+    where = "" if existing == folder else f": it would be made in {existing}, which cannot be written"
+    raise ConfigError(
+        f"--output {output} cannot be written{where} (read-only, or no permission); make it writable, or give "
+        "another --output.",
+        key="output",
+    )
 
 
 def _entry_kind(entry: Path) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 from distributed_onnx import names, storage
 from distributed_onnx.errors import ConfigError, StorageError, Suggestion
 from distributed_onnx.evaluation.output_checks import FoundAtOutput, check_output_reachable, check_run_output
+from distributed_onnx.evaluation.outputs import COVARIATE_AGES
 from distributed_onnx.evaluation.settings import BacktestSettings
 from distributed_onnx.location import Location
 from distributed_onnx.model.checkpoint import CheckpointMetadata, peek_metadata
@@ -48,8 +49,19 @@ RUN_ENTRIES = (
     "summary.json",
     "report.html",
 )
+#: What a backtest writes there only with ``--covariate-data``: apart from :data:`RUN_ENTRIES`, which the own-inputs
+#: check reads for every run and would then refuse ``--data DIR/covariate_ages.parquet`` where no run writes it.
+COVARIATE_ENTRIES = (COVARIATE_AGES,)
 
-__all__ = ["CLAMP", "check_backtest", "check_checkpoint_names", "check_output_file", "levels_problem", "peek_metadata"]
+__all__ = [
+    "CLAMP",
+    "check_backtest",
+    "check_checkpoint_names",
+    "check_output_file",
+    "levels_problem",
+    "peek_metadata",
+    "run_entries",
+]
 
 #: What to do about levels outside a checkpoint's range, besides asking for levels inside it.
 CLAMP = Suggestion(
@@ -58,12 +70,18 @@ CLAMP = Suggestion(
 )
 
 
+def run_entries(settings: BacktestSettings) -> tuple[str, ...]:
+    """What this backtest writes in its ``--output`` folder: :data:`RUN_ENTRIES`, and :data:`COVARIATE_ENTRIES`
+    with ``--covariate-data`` (read by the own-inputs check and by the command's ``wrote`` line)."""
+    return RUN_ENTRIES + (COVARIATE_ENTRIES if settings.covariate_data is not None else ())
+
+
 def check_backtest(settings: BacktestSettings) -> FoundAtOutput:
     """Everything :mod:`this module <.up_front>` checks, for one backtest's settings (exit 2 on the first found);
     returns what the output folder was found to hold (looked at once: the early start reads it)."""
     check_checkpoint_names(settings.checkpoint)
     check_own_inputs(
-        [Written("output", settings.output, RUN_ENTRIES)],
+        [Written("output", settings.output, run_entries(settings))],
         [*(checkpoint_files(path, "checkpoint") for path in settings.checkpoint), Read("data", settings.data)],
     )
     at_output = check_run_output(settings.output)

@@ -99,12 +99,16 @@ def _not_text(path: Location) -> DataError | None:
 
 
 def read_schema(path: Location, names: ColumnNames = OWN_NAMES) -> pa.Schema:
-    """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names."""
+    """The columns and types of a Parquet or CSV file (a Parquet file's footer only), under the project's names.
+    What is there when it is not a file is said as :func:`read_table` says it (``--covariate-data`` a folder or a
+    link in a loop printed the system's errno text)."""
     if path.suffix in {".csv", ".txt"}:
         return read_table(path, names).schema
     import pyarrow.parquet as pq
 
     try:
+        if not storage.is_file(path, "data file"):
+            raise _not_found(path)
         return names.rename_schema(pq.read_schema(storage.open_input_file(path)), str(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise (

@@ -26,9 +26,10 @@ import pyarrow.fs as pafs
 
 from distributed_onnx import storage
 from distributed_onnx.errors import ConfigError
-from distributed_onnx.evaluation.output_checks import check_output_reachable
+from distributed_onnx.evaluation.output_checks import check_output_reachable, check_writable_folder
 from distributed_onnx.live.log.layout import log_files
 from distributed_onnx.live.score.settings import ScoreSettings
+from distributed_onnx.local_paths import not_a_file
 from distributed_onnx.location import Location
 
 __all__ = ["BORROWED_SETTINGS", "check_forecast_log", "prepare_score"]
@@ -52,6 +53,7 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
         raise ConfigError(
             f"--output {settings.output} is a file; give a folder (new, or one score wrote before).", key="output"
         )
+    check_writable_folder(settings.output)  # a new folder under a read-only one: exit 3 at the make, else
     storage.make_dirs(settings.output)
     return settings, notes
 
@@ -59,11 +61,11 @@ def prepare_score(settings: ScoreSettings) -> tuple[ScoreSettings, list[str]]:
 def check_forecast_log(root: Location) -> None:
     """Raise :class:`ConfigError` (exit 2) unless ``root`` holds at least one forecast log file."""
     local = root.local_path
-    if local is not None:
-        if not local.exists():
-            raise ConfigError(f"--forecasts {root} does not exist ({_EXPECTED}).", key="forecasts")
-        if not local.is_dir():
-            raise ConfigError(f"--forecasts {root} is a file, not a folder ({_EXPECTED}).", key="forecasts")
+    if local is not None and not local.is_dir():
+        there = not_a_file(local)  # a link in a loop or to nothing, a device: said as every input's (local_paths)
+        if there is None:
+            there = "is a file, not a folder" if local.exists() else "does not exist"
+        raise ConfigError(f"--forecasts {root} {there} ({_EXPECTED}).", key="forecasts")
     if log_files(root):
         return
     found = _some_entries(root)
