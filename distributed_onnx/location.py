@@ -197,6 +197,14 @@ class Location:
         url = urlsplit(self._text)
         return Location._from_url(url._replace(path="/".join([url.path.rstrip("/"), *parts])))
 
+    def absolute(self) -> Location:
+        """A local path made absolute from this process's working folder; a URL as it is. What another process is
+        given (a Ray actor, a Serve replica: their working folder is their node's), so that it writes where this
+        one reads."""
+        if self._path is None or self._path.is_absolute():
+            return self
+        return Location(self._path.absolute())
+
     def relative_to(self, base: Location) -> str:
         """This location's path below ``base`` (``day=x/model=y/part.parquet``), ``/``-separated."""
         if self._path is not None and base._path is not None:

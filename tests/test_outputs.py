@@ -306,3 +306,21 @@ def test_the_wrote_line_names_covariate_ages_and_no_run_writes_over_it_as_its_da
     assert cli.main(["backtest", *common, "--data", str(run / "covariate_ages.parquet"), *covariates]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "a command never writes over one of its own inputs" in err, err
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("ray_session")
+def test_a_relative_output_is_the_commands_folder_not_each_actors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The actors were handed ``--output`` as written: a relative folder was then each actor's own working folder's,
+    which is its node's when the command joins a Ray (``--address``, or this session's Ray, started elsewhere). Every
+    part was written there, none verified where the command reads, and the run failed (found by a helper's test)."""
+    from distributed_onnx import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["backtest", "--output", "run", "--n-windows", "1", "--stride", "48", "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("wrote run/ (forecasts/, "), "the line as given"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["windows"]["planned"] == summary["windows"]["run_now"] > 0 and summary["parts"]["failed"] == 0
+    assert len(set(read_forecasts(tmp_path / "run").column("window_id").to_pylist())) == summary["windows"]["planned"]

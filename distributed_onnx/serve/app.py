@@ -447,6 +447,8 @@ class OnnxForecastServer:
 def build_app(settings: ServeSettings) -> Any:
     """The Serve application (``serve.run(build_app(settings), route_prefix="/")``)."""
     deployment: Any = OnnxForecastServer  # a serve.Deployment once decorated; mypy sees the class
+    if settings.forecast_log is not None:  # a replica's working folder is its node's: the log is where we say
+        settings = settings.model_copy(update={"forecast_log": settings.forecast_log.absolute()})
     return deployment.options(**settings.deployment_options()).bind(settings)
 
 

@@ -194,7 +194,7 @@ class RunPlan:
             quantiles=tuple(self.quantiles),
             run_fingerprint=self.run_fingerprint,
             window_fingerprint=self.window_fingerprint,
-            output=self.settings.output,
+            output=self.settings.output.absolute(),  # the actors' working folder is their node's, not ours
             seasonality=self.seasonality,
             step_us=self.step_us,
             rows_per_batch=self.rows_per_batch,
