@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from distributed_onnx.errors import ConfigError
+from distributed_onnx.redact import redact_name
 
 #: Longer names are refused: most filesystems stop at 255 bytes per component, and the longest component built
 #: from a name is the forecast log's ``model=`` folder with the name percent-quoted (up to 3 bytes per byte):
@@ -88,12 +89,14 @@ def check(name: str, *, what: str = "name", key: str | None = None, fix: str = "
     ``fix``, what to do about it)."""
     problem = name_problem(name)
     if problem is not None:
-        raise UnsafeNameError(f"{what} {_quoted(name)} is refused: {problem}{f'; {fix}' if fix else ''}", key=key)
+        raise UnsafeNameError(f"{what} {quoted(name)} is refused: {problem}{f'; {fix}' if fix else ''}", key=key)
     return name
 
 
-def _quoted(name: object) -> str:
-    shown = repr(name)
+def quoted(name: object) -> str:
+    """``name`` as a message quotes it: its repr, bounded, with what follows a ``?`` or ``#`` masked
+    (:func:`~distributed_onnx.redact.redact_name`: a stem cut from a URL-like path may hold its options' secrets)."""
+    shown = repr(redact_name(name) if isinstance(name, str) else name)
     return shown if len(shown) <= 100 else shown[:97] + "..."
 
 

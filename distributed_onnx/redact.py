@@ -41,6 +41,7 @@ __all__ = [
     "quoted",
     "redact",
     "redact_address",
+    "redact_name",
     "redact_text",
     "redacted",
     "remember",
@@ -117,6 +118,19 @@ def redact_address(address: str) -> str:
     text = redact(address)
     cut = min((found for found in (text.find("?"), text.find("#")) if found >= 0), default=-1)
     return text if cut < 0 else text[: cut + 1] + MASK
+
+
+def redact_name(name: str) -> str:
+    """A name (a checkpoint's file stem) as a message may show it: :func:`redact_text`-ed, and its options (after
+    ``?``) and fragment (after ``#``) masked as a URL's are. A stem cut from URL-like text (``s3:/u:pw@b/m?tok=T.onnx``
+    has the stem ``m?tok=T``) has lost the scheme that marks it as a URL's, so no rule for URLs finds it; and a
+    name holding ``?`` or ``#`` is refused anyway, so its message needs only the part before them to say which.
+
+    >>> redact_name("m?tok=SECRET"), redact_name("m#FRAG"), redact_name("x?tok=***#FRAG"), redact_name("chronos-1")
+    ('m?tok=***', 'm#***', 'x?tok=***#***', 'chronos-1')
+    """
+    text = redact_text(name)
+    return _masked_options(text) if "?" in text or "#" in text else text
 
 
 def _redact_url(text: str) -> str:

@@ -459,6 +459,36 @@ def test_a_local_path_holding_url_like_text_shows_its_options_masked_with_its_us
     assert not any(secret in lines[0] for secret in SHORT_SECRETS), lines
 
 
+#: A checkpoint's file whose stem holds a URL-like path's options (``m?tok=...``) or fragment (``m#...``).
+STEM_OF_A_URL = "x/s3:/uSR:pASSWD1@bkt/m?tok=SECRETQ1.onnx"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "shown"),
+    [
+        (["backtest", "--output", "out", "--checkpoint", STEM_OF_A_URL], "checkpoint name 'm?tok=***' is refused"),
+        (["backtest", "--output", "out", "--checkpoint", "x/m#FRAGZZ1.onnx"], "checkpoint name 'm#***' is refused"),
+        (["backtest", "--output", "out", "--checkpoint", "x?tok=SECRETQ1#FRAGZZ1.onnx"], "'x?tok=***#***'"),
+        (["serve", "--checkpoint", STEM_OF_A_URL], "checkpoint name 'm?tok=***' (its file stem) is refused"),
+        (["serve", "--config", "serve.yaml"], "checkpoint name 'm?tok=***' (its file stem) is refused"),
+        (["export", "chronos2", "--random-weights", "--output", STEM_OF_A_URL], "its stem 'm?tok=***'"),
+    ],
+    ids=["backtest", "fragment", "options-and-fragment", "serve", "serve-config", "export"],
+)
+def test_a_checkpoint_name_cut_from_url_like_text_shows_its_options_and_fragment_masked(
+    arguments: list[str], shown: str, tmp_path: Path
+) -> None:
+    """``--checkpoint 'x/s3:/u:pw@b/m?tok=T.onnx'``: the names rule quoted the stem ``m?tok=T`` raw (attack J), as
+    the stem cut from URL-like text has lost the scheme that marks its options as a URL's. A refused name is shown
+    with its options and fragment masked as the whole path's are."""
+    (tmp_path / "serve.yaml").write_text(f"checkpoint:\n  - '{STEM_OF_A_URL}'\n")
+    code, lines = run_cli(arguments, tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert shown in lines[0], lines
+    assert "SECRETQ1" not in lines[0] and "FRAGZZ1" not in lines[0] and "pASSWD1" not in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
 def test_serve_refuses_a_forecast_log_url_without_its_slashes_as_every_output_is(tmp_path: Path) -> None:
     """``serve --forecast-log 's3:/K:S@b/log?tok=T#F'`` was a local folder ``s3:`` (the credentials in a path on
     disk, the forecasts logged here, not to the store; attack I), where ``backtest --output`` refuses the same text:

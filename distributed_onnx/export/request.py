@@ -150,7 +150,7 @@ class ExportRequest(CommandSettings):
             raise ValueError(f"{value} is a folder; give the {WEIGHTS_SUFFIX} file to write (e.g. {value}/model.onnx)")
         problem = names.name_problem(value.stem)
         if problem is not None:
-            raise ValueError(f"its stem {value.stem!r} (the checkpoint's name) is refused: {problem}")
+            raise ValueError(f"its stem {names.quoted(value.stem)} (the checkpoint's name) is refused: {problem}")
         return value
 
     @model_validator(mode="after")

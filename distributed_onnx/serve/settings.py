@@ -304,7 +304,7 @@ class ServeSettings(CommandSettings, ReplicaSettings):
         for name in self.model_names:
             problem = path_names.name_problem(name)
             if problem is not None:
-                raise ValueError(f"checkpoint name {name!r} (its file stem) is refused: {problem}")
+                raise ValueError(f"checkpoint name {path_names.quoted(name)} (its file stem) is refused: {problem}")
         return self
 
     @model_validator(mode="after")
