@@ -442,10 +442,9 @@ def keep_signal_handlers() -> Iterator[None]:
 @contextmanager
 def own_process_group() -> Iterator[None]:
     """While this block runs (``ray.init`` of an embedded Ray), each process Ray starts (:data:`CONSOLE_POPEN`) leads a
-    process group of its own, with the workers the raylet starts under it: a signal to the caller's group reaches
-    the caller alone, which then stops Ray in order. They still die with the caller (Ray starts them with
-    ``PR_SET_PDEATHSIG``), and they stay in its session. Nothing changes where Ray's Popen does not take the
-    process group (not POSIX)."""
+    process group of its own (what the raylet starts is in the raylet's group or its own): a signal to the caller's
+    group reaches the caller alone, which then stops Ray in order. They still die with the caller (Ray starts them
+    with ``PR_SET_PDEATHSIG``), and they stay in its session. Nothing changes off POSIX (no process groups)."""
     services = CONSOLE_POPEN.owner()
     original = services.__dict__[CONSOLE_POPEN.attribute]
     if os.name != "posix":
