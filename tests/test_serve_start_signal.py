@@ -197,7 +197,7 @@ GROUP_STOP_S = 20.0
 def _group_signalled(
     checkpoint: Path, pinned: bool, port: int, grpc_port: int
 ) -> tuple[int, float, str, str, list[str]]:
-    """Start serve in a session of its own (as ``setsid``, systemd and Kubernetes do) and SIGTERM its whole process
+    """Start serve in a session of its own (as ``setsid`` does) and SIGTERM its whole process
     group: at the moment :data:`GROUP_AT_CORE_WORKER_UP` names when ``pinned``, else one second after ``ready:``.
     Its exit code, the seconds from the signal to its exit, stdout, stderr, and the processes it started that still
     ran :data:`GRACE_S` after its exit."""
@@ -241,7 +241,7 @@ def _group_signalled(
 
 @pytest.mark.timeout(400)
 def test_sigterm_to_the_process_group_stops_serve_in_order(tiny_checkpoint: ResolvedCheckpoint) -> None:
-    """``timeout``, ``kill -TERM -PGID``, systemd and Kubernetes signal serve's whole group: it reaches serve alone
+    """``timeout`` and ``kill -TERM -PGID`` signal serve's whole group: it reaches serve alone
     (Ray's processes lead their own groups), which stops Ray in order: exit 130 and one line while starting, exit 0
     after ``ready:``, in seconds, nothing of serve's left (before: exit 1 after 61 s, Ray's C++ lines; attack J)."""
     ports = free_ports(4)

@@ -146,8 +146,8 @@ DRIVER_CONNECT = PrivateName("ray._private.worker", "connect")
 #: read once, when Ray is imported) as it creates the core worker, so setting the variable later does nothing.
 NO_FAILURE_SIGNAL_HANDLER = PrivateName("ray._private.ray_constants", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
 #: The ``subprocess.Popen`` subclass ``start_ray_process`` starts each of the head's processes (GCS, raylet, log
-#: monitor) with, in the caller's process group: a signal to that group (``timeout``, ``kill -TERM -PGID``, systemd,
-#: Kubernetes) reached them too, and SIGTERM (SIGINT they block) killed them under ``serve``, whose orderly stop
+#: monitor) with, in the caller's process group: a signal to that group (``timeout``, ``kill -TERM -PGID``) reached
+#: them too, and SIGTERM (SIGINT they block) killed them under ``serve``, whose orderly stop
 #: then waited a minute on the dead GCS. :func:`own_process_group` starts them in a group of their own.
 CONSOLE_POPEN = PrivateName("ray._private.services", "ConsolePopen")
 

@@ -227,7 +227,7 @@ def _connect_interruptibly(address: str | None, joining: threading.Event) -> boo
     Ray's own retries.
 
     An embedded Ray's processes lead process groups of their own (:func:`~.ray_private.own_process_group`): a
-    SIGTERM to serve's group (``timeout``, systemd, Kubernetes) killed them with it, and the orderly stop then
+    SIGTERM to serve's group (``timeout``, ``kill -TERM -PGID``) killed them with it, and the orderly stop then
     waited a minute on the dead GCS and exited 1 without a line. Now it reaches serve alone, which stops them.
 
     An embedded Ray's start is not cut: raised while ``ray.init`` built the head, the interruption left the raylet's
