@@ -14,6 +14,7 @@ loaded cores).
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import pytest
 from conftest import free_ports
 from graphs import write_tiny_chronos2
 
+from distributed_onnx.model.checkpoint import ResolvedCheckpoint
 from distributed_onnx.runtime.listening import process_tree
 
 pytest.importorskip("ray.serve")
@@ -176,3 +178,89 @@ def test_sigterm_during_start_up_exits_130_with_one_line(tmp_path: Path) -> None
         else:
             assert errors in (["error: interrupted by SIGTERM while starting; nothing was served"], [deploying]), where
     assert any(code == 130 for _, code, *_ in outcomes), [(d, c) for d, c, *_ in outcomes]
+
+
+#: What the launcher below prints (then the wall-clock time) as it signals its group.
+SIGNALLED_AT = "group signalled at"
+#: Runs the CLI with SIGTERM sent to its whole process group as soon as ``ray.init`` has created the driver's core
+#: worker: the embedded Ray's head is up by then. Ray's processes, in serve's group, died of it before the fix, and
+#: the start then ended after Ray's own time-outs (exit 1 or 4 after half a minute or more, Ray's C++ lines).
+GROUP_AT_CORE_WORKER_UP = CORE_WORKER_UP.replace(
+    "os.kill(os.getpid(), signal.SIGTERM)",
+    f"import sys, time; print('{SIGNALLED_AT}', time.time(), file=sys.stderr, flush=True); "
+    "os.killpg(0, signal.SIGTERM)",
+)
+#: The longest a group-signalled serve may take to end: its orderly stop is seconds; the bug was a minute.
+GROUP_STOP_S = 20.0
+
+
+def _group_signalled(
+    checkpoint: Path, pinned: bool, port: int, grpc_port: int
+) -> tuple[int, float, str, str, list[str]]:
+    """Start serve in a session of its own (as ``setsid`` does) and SIGTERM its whole process
+    group: at the moment :data:`GROUP_AT_CORE_WORKER_UP` names when ``pinned``, else one second after ``ready:``.
+    Its exit code, the seconds from the signal to its exit, stdout, stderr, and the processes it started that still
+    ran :data:`GRACE_S` after its exit."""
+    launcher = ["-c", GROUP_AT_CORE_WORKER_UP] if pinned else ["-m", "distributed_onnx"]
+    command = [sys.executable, *launcher, "serve", "--checkpoint", str(checkpoint)]
+    command += ["--port", str(port), "--grpc-port", str(grpc_port)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        stderr = reader.submit(lambda: process.stderr.read() if process.stderr else "")
+        assert process.stdout is not None
+        stdout = ""
+        signalled = 0.0
+        started_processes: dict[int, tuple[str, str]] = {}
+        if not pinned:
+            stdout = process.stdout.readline()
+            assert stdout.startswith("ready:"), f"{stdout}{stderr.result()}"
+            time.sleep(1.0)
+            started_processes |= _descendants(process.pid)
+            signalled = time.time()
+            os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 180
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                pytest.fail(f"serve did not end within 180 s of its group's SIGTERM:\n{stderr.result()}")
+            started_processes |= _descendants(process.pid)
+            time.sleep(0.1)
+        ended = time.time()
+        stdout += process.stdout.read()
+        said = stderr.result()
+        if pinned:
+            marks = [line for line in said.splitlines() if line.startswith(SIGNALLED_AT)]
+            assert marks, said
+            signalled = float(marks[0].removeprefix(SIGNALLED_AT))
+            said = "\n".join(line for line in said.splitlines() if not line.startswith(SIGNALLED_AT))
+        return process.returncode, ended - signalled, stdout, said, _still_running(started_processes)
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_to_the_process_group_stops_serve_in_order(tiny_checkpoint: ResolvedCheckpoint) -> None:
+    """``timeout`` and ``kill -TERM -PGID`` signal serve's whole group: it reaches serve alone
+    (Ray's processes lead their own groups), which stops Ray in order: exit 130 and one line while starting, exit 0
+    after ``ready:``, in seconds, nothing of serve's left (before: exit 1 after 61 s, Ray's C++ lines; attack J)."""
+    ports = free_ports(4)
+    with ThreadPoolExecutor(max_workers=2) as runs:
+        started = [
+            runs.submit(_group_signalled, tiny_checkpoint.weights_path, pinned, *ports[2 * index : 2 * index + 2])
+            for index, pinned in enumerate((True, False))
+        ]
+        (start_code, start_took, start_out, start_err, start_left), (code, took, stdout, stderr, left) = (
+            run.result() for run in started
+        )
+    where = f"group SIGTERM while starting: exit {start_code} after {start_took:.1f} s\n"
+    where += f"stdout:\n{start_out}\nstderr:\n{start_err}"
+    assert start_code == 130 and start_took < GROUP_STOP_S and "ready:" not in start_out, where
+    errors = [line for line in start_err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: interrupted by SIGTERM while starting; nothing was served"], where
+    assert not start_left, where
+    where = f"group SIGTERM after ready: exit {code} after {took:.1f} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    assert code == 0 and took < GROUP_STOP_S, where
+    assert "error:" not in stderr and not any(mark in stderr for mark in CRASH_MARKS), where
+    assert "Failed to connect to GCS" not in stderr, where
+    assert not left, where

@@ -11,6 +11,8 @@ each touchpoint is a named constant here, so that an upgrade is reviewed against
   API server and the autoscaler's monitor (:func:`single_node_head`, two methods of ``ray._private.node.Node``),
   and a Ray started for one backtest runs stand-ins for the raylet's two agents (the raylet's command line, as
   ``ray._private.services.start_ray_process`` receives it: :func:`with_stand_in_agents`);
+- the embedded Ray's processes lead process groups of their own under ``serve`` (:func:`own_process_group`,
+  ``ray._private.services.ConsolePopen``), so a signal to serve's group reaches serve alone;
 - a Ray that ``ray start`` left running is found through the address file Ray writes for it
   (:data:`RAY_ADDRESS_FILE`, read by ``runtime/running_ray.py``);
 - Ray Serve binds its gRPC servers to all interfaces through two private functions, which
@@ -143,6 +145,11 @@ DRIVER_CONNECT = PrivateName("ray._private.worker", "connect")
 #: Whether a core worker skips absl's failure-signal handler: Ray reads this constant (its environment variable
 #: read once, when Ray is imported) as it creates the core worker, so setting the variable later does nothing.
 NO_FAILURE_SIGNAL_HANDLER = PrivateName("ray._private.ray_constants", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+#: The ``subprocess.Popen`` subclass ``start_ray_process`` starts each of the head's processes (GCS, raylet, log
+#: monitor) with, in the caller's process group: a signal to that group (``timeout``, ``kill -TERM -PGID``) reached
+#: them too, and SIGTERM (SIGINT they block) killed them under ``serve``, whose orderly stop
+#: then waited a minute on the dead GCS. :func:`own_process_group` starts them in a group of their own.
+CONSOLE_POPEN = PrivateName("ray._private.services", "ConsolePopen")
 
 # ------------------------------------------------------------------------------------------ Ray Serve
 
@@ -236,6 +243,7 @@ AUTH_NAMES = (CONFIG_RELOAD, TOKEN_LOADER, AUTH_METADATA)
 EMBEDDED_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, *SINGLE_NODE_SKIPS, *STAND_IN_AGENT_NAMES)
 RUNNING_RAY_NAMES = (CLUSTER_ENABLED, CLUSTER_SWITCH_VARIABLE, RAY_ADDRESS_FILE, *AUTH_NAMES)
 SERVE_NAMES = (
+    CONSOLE_POPEN,
     SIGTERM_HANDLER,
     DRIVER_CONNECT,
     NO_FAILURE_SIGNAL_HANDLER,
@@ -429,6 +437,30 @@ def keep_signal_handlers() -> Iterator[None]:
     finally:
         setattr(owner, SIGTERM_HANDLER.attribute, original)
         setattr(worker, DRIVER_CONNECT.attribute, connect)
+
+
+@contextmanager
+def own_process_group() -> Iterator[None]:
+    """While this block runs (``ray.init`` of an embedded Ray), each process Ray starts (:data:`CONSOLE_POPEN`) leads a
+    process group of its own (what the raylet starts is in the raylet's group or its own): a signal to the caller's
+    group reaches the caller alone, which then stops Ray in order. They still die with the caller (Ray starts them
+    with ``PR_SET_PDEATHSIG``), and they stay in its session. Nothing changes off POSIX (no process groups)."""
+    services = CONSOLE_POPEN.owner()
+    original = services.__dict__[CONSOLE_POPEN.attribute]
+    if os.name != "posix":
+        yield
+        return
+
+    class OwnGroupPopen(original):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
+    setattr(services, CONSOLE_POPEN.attribute, OwnGroupPopen)
+    try:
+        yield
+    finally:
+        setattr(services, CONSOLE_POPEN.attribute, original)
 
 
 def _kept(handler: Any) -> None:

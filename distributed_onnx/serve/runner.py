@@ -226,11 +226,15 @@ def _connect_interruptibly(address: str | None, joining: threading.Event) -> boo
     then ends the join at once (the handler raises :class:`StartInterrupted` inside ``ray.init``) rather than after
     Ray's own retries.
 
+    An embedded Ray's processes lead process groups of their own (:func:`~.ray_private.own_process_group`): a
+    SIGTERM to serve's group (``timeout``, ``kill -TERM -PGID``) killed them with it, and the orderly stop then
+    waited a minute on the dead GCS and exited 1 without a line. Now it reaches serve alone, which stops them.
+
     An embedded Ray's start is not cut: raised while ``ray.init`` built the head, the interruption left the raylet's
     two agents running for about a minute after the exit (Ray's shutdown never learnt of the half-started head, and
     its reaper stopped the rest). The signal is taken once Ray is up instead, and Ray shut down whole.
     """
-    with ray_private.keep_signal_handlers():
+    with ray_private.keep_signal_handlers(), ray_private.own_process_group():
         if address or os.environ.get("RAY_ADDRESS"):
             joining.set()
         try:
