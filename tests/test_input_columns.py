@@ -128,7 +128,7 @@ def test_score_of_actuals_in_another_tools_names_suggests_its_own_flags(
     actuals' error was copied into a new one as text, losing its suggestion); it names score's own flags now."""
     import pyarrow.csv as pa_csv
 
-    log, actuals = _score_inputs(tmp_path)
+    log, actuals = score_inputs(tmp_path)
     nixtla = tmp_path / "nixtla.csv"
     pa_csv.write_csv(_renamed(pq.read_table(actuals), NIXTLA), nixtla)
     argv = ["score", "--forecasts", str(log), "--actuals", str(nixtla), "--output", str(tmp_path / "out")]
@@ -167,7 +167,7 @@ def test_the_input_file_reader_maps_the_columns_as_the_driver_did(tmp_path: Path
 # --- issue 51 (4): the mapping is one-to-one, and a table's columns have distinct names ------------------------
 
 
-def _score_inputs(directory: Path) -> tuple[Path, Path]:
+def score_inputs(directory: Path) -> tuple[Path, Path]:
     """A forecast log of one placeable window and actuals under the project's own names."""
     import numpy as np
 
@@ -223,7 +223,7 @@ def test_a_column_given_two_roles_is_refused_not_dropped(
         argv = ["backtest", "--checkpoint", str(tiny_checkpoint.weights_path), "--data", str(data)]
         argv += ["--n-windows", "2", "--no-progress"]
     else:
-        log, actuals = _score_inputs(tmp_path)
+        log, actuals = score_inputs(tmp_path)
         argv = ["score", "--forecasts", str(log), "--actuals", str(actuals)]
     line = _refused([*argv, "--output", str(output), *flags], capsys)
     assert f"the column {column!r} is given two roles: {roles}" in line, line
@@ -272,7 +272,7 @@ def test_a_table_whose_columns_repeat_a_name_is_refused_naming_it(
     if command == "backtest":
         table = pq.read_table(write_dataset(tmp_path / "own.parquet", covariate=False))
     else:
-        log, actuals = _score_inputs(tmp_path)
+        log, actuals = score_inputs(tmp_path)
         table = pq.read_table(actuals)
     doubled = pa.Table.from_arrays([*table.columns, table["y"]], names=[*table.column_names, "y"])
     path = tmp_path / f"doubled{suffix}"

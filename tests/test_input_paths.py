@@ -18,11 +18,9 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from test_cli_refusals import run_cli
+from test_input_columns import score_inputs
 
 from distributed_onnx.resources import REFERENCE_CHECKPOINT
 
@@ -210,32 +208,7 @@ def test_score_refuses_a_folder_it_cannot_write_before_it_reads(immutable: Path,
     """``score --output`` a read-only folder read and scored, then failed writing (exit 3, "rerun to resume"),
     where ``backtest`` and ``tune`` refuse it up front: the same refusal now (``output_checks``), exit 2. A new
     folder in a read-only one (attack J) failed making it (exit 3): refused naming where it would be made."""
-    from distributed_onnx.live.log.layout import LoggedForecast
-    from distributed_onnx.live.log.writer import ForecastLog
-
-    start_us, step_us = 1_796_083_200_000_000, 30 * 60_000_000
-    actuals = {
-        "series_id": ["a"] * 100,
-        "timestamp": pa.array([start_us + i * step_us for i in range(100)], pa.timestamp("us", tz="UTC")),
-        "y": np.arange(100, dtype=np.float64),
-    }
-    pq.write_table(pa.table(actuals), tmp_path / "actuals.parquet")
-    log = ForecastLog(tmp_path / "log", flush_interval_s=60.0)
-    log.submit(
-        LoggedForecast(
-            model="m",
-            checkpoint_sha256="0" * 64,
-            role="served",
-            request_id="r",
-            request_time_us=start_us,
-            resolution_minutes=30,
-            series_ids=["a"],
-            origins_us=[start_us + 60 * step_us],
-            quantiles=(0.5,),
-            forecasts=np.ones((1, 3, 1), dtype=np.float32),
-        )
-    )
-    log.close()
+    score_inputs(tmp_path)  # a forecast log (tmp_path/log) and its actuals (tmp_path/actuals.parquet)
     output = immutable / "sub" if below else immutable
     where = f": it would be made in {immutable}, which cannot be written" if below else ""
     arguments = ["score", "--forecasts", "log", "--actuals", "actuals.parquet", "--output", str(output)]
