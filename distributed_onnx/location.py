@@ -47,31 +47,9 @@ if TYPE_CHECKING:
     from pydantic_core import core_schema
 
 __all__ = [
-    "LOOKS_LIKE_A_URL",
-    "PROCESS_LOCAL_SCHEMES",
-    "READ_ONLY_SCHEMES",
-    "STANDARD_OUTPUT",
-    "WRITABLE_SCHEMES",
     "Location",
     "LocationLike",
 ]
-
-#: A local path that starts as a store's URL with its ``//`` left out (``s3:/bucket``): taken as a local folder, it
-#: made a folder ``s3:`` in the working directory (a forecast log, ``s3:/K:S@b/log?token=T``, wrote there, its
-#: credentials in a path on disk) and a run failed at its end. Written ``./s3:/bucket`` it is a local folder (a
-#: Location keeps that ``./``). The one rule of every output written (a backtest's ``--output``, serve's
-#: ``--forecast-log``): :attr:`Location.looks_like_a_url`.
-LOOKS_LIKE_A_URL = re.compile(r"^(s3|gs|gcs|abfs|abfss|az|adl|hdfs|http|https|file|memory):", re.IGNORECASE)
-#: The stores an output is written to besides local folders (and ``file://`` URLs, which are local): the
-#: filesystems pyarrow writes itself (``storage.filesystem``). Any other scheme went to fsspec, which either lacks
-#: it or reached a server only once the run had started (``ftp://``: Ray's start, then an I/O error naming no URL).
-WRITABLE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
-#: Stores this package reads and never writes (``storage``: a write there is refused, after Ray's start).
-READ_ONLY_SCHEMES = frozenset({"http", "https"})
-#: fsspec's stores that live inside one process: what one process writes there, no other sees.
-PROCESS_LOCAL_SCHEMES = frozenset({"memory"})
-#: What the dash means on most command lines: standard output, which a command's files cannot go to.
-STANDARD_OUTPUT = "-"
 
 
 class Location:
@@ -144,49 +122,6 @@ class Location:
         """The last component without its extension."""
         name, suffix = self.name, self.suffix
         return name[: len(name) - len(suffix)] if suffix else name
-
-    @property
-    def looks_like_a_url(self) -> bool:
-        """True for a local path written as a store's URL with its ``//`` left out (:data:`LOOKS_LIKE_A_URL`):
-        what an output, written there, refuses (:meth:`url_without_slashes_problem`)."""
-        return self._path is not None and "://" not in self._text and LOOKS_LIKE_A_URL.match(self._text) is not None
-
-    def url_without_slashes_problem(self, kind: str = "folder") -> str:
-        """What a refusal of a :attr:`looks_like_a_url` output says after its flag, and what to do: write the URL
-        whole, or write ``./`` before a local ``kind`` (``folder``, ``file``) of that name; shown redacted."""
-        return (
-            f"{self} looks like a URL without its // (SCHEME://BUCKET/PATH); write it whole, or give a local {kind} "
-            f"of that name as ./{self}"
-        )
-
-    def unwritable_problem(self, kind: str = "folder") -> str | None:
-        """Why no output can be written here, after its flag, and what to do (redacted); None where one can. The
-        one rule of every output a command writes (a backtest's ``--output``, ``tune``'s, serve's
-        ``--forecast-log``), asked before anything starts: ``-`` (standard output elsewhere; here a ``kind``
-        named ``-``), fsspec's ``memory://`` (a store inside one process), a URL without its ``//``
-        (:attr:`looks_like_a_url`), an ``http(s)://`` server (read only), a scheme this package does not write
-        (``ftp://``; :data:`WRITABLE_SCHEMES`), a URL with no bucket. ``kind`` is what the output is (``folder``,
-        or ``file`` for ``tune``)."""
-        supported = f"give a local {kind} or a URL of " + ", ".join(f"{scheme}://" for scheme in WRITABLE_SCHEMES)
-        if self._path is not None and "://" not in self._text and self._text == STANDARD_OUTPUT:
-            return (
-                f"- is not standard output here: the command writes a {kind}, and would make one named '-'; "
-                f"give a {kind} (./- for one of that name)"
-            )
-        if self.scheme in PROCESS_LOCAL_SCHEMES:
-            return (
-                f"{self} is a store inside one process ({self.scheme}://): the actors, other processes, cannot "
-                f"write there and no later command could read it; {supported}"
-            )
-        if self.looks_like_a_url:
-            return self.url_without_slashes_problem(kind)
-        if self.scheme in READ_ONLY_SCHEMES:
-            return f"{self} is an {self.scheme}:// server, which is read here, never written; {supported}"
-        if self.is_url and self.scheme not in WRITABLE_SCHEMES:
-            return f"{self}: this package does not write to {self.scheme}:// locations; {supported}"
-        if self.is_url and not urlsplit(self._text).netloc:
-            return f"{self} names no bucket or host (a URL is SCHEME://BUCKET/PATH); give one"
-        return None
 
     # New locations ------------------------------------------------------------------------------------------
 

@@ -492,7 +492,7 @@ def test_a_checkpoint_name_cut_from_url_like_text_shows_its_options_and_fragment
 def test_serve_refuses_a_forecast_log_url_without_its_slashes_as_every_output_is(tmp_path: Path) -> None:
     """``serve --forecast-log 's3:/K:S@b/log?tok=T#F'`` was a local folder ``s3:`` (the credentials in a path on
     disk, the forecasts logged here, not to the store; attack I), where ``backtest --output`` refuses the same text:
-    refused by the same rule (``Location.looks_like_a_url``), from a flag or a variable, before anything starts."""
+    refused by the same rule (``writable.looks_like_a_url``), from a flag or a variable, before anything starts."""
     code, lines = run_cli(["serve", "--forecast-log", "s3:/k3y:pw9@b/log?tk=tk7#fr8"], tmp_path)
     assert (code, lines) == (
         2,
@@ -556,7 +556,7 @@ def test_serve_refuses_a_forecast_log_no_write_could_make_as_every_output_is(
     log: str, expected: str, tmp_path: Path
 ) -> None:
     """A forecast log is an output: what a backtest's ``--output`` refuses (``-``, ``ftp://``: the one rule,
-    ``Location.unwritable_problem``), a name too long and a path that is not a folder (``local_paths``' words) are
+    ``writable.unwritable_problem``), a name too long and a path that is not a folder (``local_paths``' words) are
     bad input (exit 2), one line, before Ray starts. On main ``-`` logged into ``./-``, ``ftp://`` tried to connect
     and the rest were the probe's exit 3 "check ... its credentials" (attack J)."""
     (tmp_path / "afile").write_text("x")

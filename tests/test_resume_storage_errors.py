@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime", reason="needs onnxruntime (the 'cpu' or 'gpu'
 import flaky_storage
 from backtest_data import run_parts_in_process, settings_for, write_dataset
 
-from distributed_onnx import cli, location, storage
+from distributed_onnx import cli, storage, writable
 from distributed_onnx.errors import StorageError
 from distributed_onnx.evaluation import outputs
 from distributed_onnx.evaluation.backtest import run_backtest
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.integration
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Retries without sleeping (three attempts), and no failure left armed for the next test."""
     monkeypatch.setattr(storage, "READ_RETRY_DELAYS_S", (0.0, 0.0), raising=False)
-    # flaky:// is an fsspec store, which a command's output does not take (location.WRITABLE_SCHEMES): this
+    # flaky:// is an fsspec store, which a command's output does not take (writable.WRITABLE_SCHEMES): this
     # in-process test writes there as an object store would be written
-    monkeypatch.setattr(location, "WRITABLE_SCHEMES", (*location.WRITABLE_SCHEMES, "flaky"))
+    monkeypatch.setattr(writable, "WRITABLE_SCHEMES", (*writable.WRITABLE_SCHEMES, "flaky"))
     flaky_storage.FAILURES.clear()
     flaky_storage.FAILED.clear()
     yield

@@ -32,6 +32,7 @@ from distributed_onnx.evaluation.outputs import (
 )
 from distributed_onnx.local_paths import name_too_long, not_a_file
 from distributed_onnx.location import Location
+from distributed_onnx.writable import unwritable_problem
 
 #: The top-level entries of a backtest's folder that are its own before its run record exists.
 RUN_OWN = (LOCK, INPUTS_DIR)
@@ -138,13 +139,13 @@ def _refuse_a_file(output: Location, is_file: bool) -> None:
 
 def check_output_reachable(output: Location, *, what: str = "folder") -> None:
     """Refuse (exit 2), before Ray starts or anything is measured, an output the command could not write to or a
-    later command read: what :meth:`~distributed_onnx.location.Location.unwritable_problem` says of it (``ftp://``,
+    later command read: what :func:`~distributed_onnx.writable.unwritable_problem` says of it (``ftp://``,
     ``-``, ``memory://``, an ``http(s)://`` server...; the rule serve's ``--forecast-log`` reads too), and a local
     path too long for its file system. ``what`` the output is (``folder``, or ``file`` for ``tune``), for the
     message. The one home of these checks for a command's ``--output``:
     asked by the backtest's up-front checks, the fev runner, ``score`` and ``tune``; a process that writes its own
     run folder (a test, :func:`~.run_manifest.prepare_output`) may keep one in ``memory://``."""
-    problem = output.unwritable_problem(what)  # the one rule of every output (location.py), serve's log's too
+    problem = unwritable_problem(output, what)  # the one rule of every output (writable.py), serve's log's too
     if problem is not None:
         raise ConfigError(f"--output {problem}.", key="output")
     if output.local_path is not None:

@@ -34,6 +34,7 @@ from distributed_onnx.runtime.addresses import check_address_or_none
 from distributed_onnx.serve.autoscaling import ReplicaSettings
 from distributed_onnx.serve.operations.ingress import IngressMode
 from distributed_onnx.settings_sources import CommandSettings, CrossKeyError, comma_list
+from distributed_onnx.writable import unwritable_problem
 
 LOOPBACK = "127.0.0.1"
 #: Requests Serve lets through beyond a replica's admission limit (at least), so the replica itself answers them:
@@ -231,10 +232,11 @@ class ServeSettings(CommandSettings, ReplicaSettings):
     @field_validator("forecast_log")
     @classmethod
     def _log_writable_there(cls, value: Location | None) -> Location | None:
-        """Refused as every other output is, by the one rule (:meth:`Location.unwritable_problem`): ``s3:/K:S@b/log``
-        was a local folder ``s3:`` (the credentials in a path on disk, nothing logged to the store), ``-`` a folder
-        ``./-``, and ``ftp://...`` was tried only once Ray had started (exit 3, in the store's words)."""
-        problem = None if value is None else value.unwritable_problem("folder")
+        """Refused as every other output is, by the one rule (:func:`~distributed_onnx.writable.unwritable_problem`):
+        ``s3:/K:S@b/log`` was a local folder ``s3:`` (the credentials in a path on disk, nothing logged to the
+        store), ``-`` a folder ``./-``, and ``ftp://...`` was tried only once Ray had started (exit 3, in the
+        store's words)."""
+        problem = None if value is None else unwritable_problem(value, "folder")
         if problem is not None:
             raise ValueError(problem)
         return value
